@@ -1,0 +1,38 @@
+"""The storage and message contracts: Spanner DDL, the vote event JSON Schema, key hashing.
+
+`posts.sql` is the database schema; `vote_event.schema.json` is the event contract that
+publishers follow and `transforms.parse` enforces.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from importlib import resources
+from typing import Any
+
+DDL_FILE = "posts.sql"
+EVENT_SCHEMA_FILE = "vote_event.schema.json"
+
+
+def ddl_statements() -> list[str]:
+    """The schema's DDL statements, comments removed, in the order they must be applied."""
+    text = resources.files(__package__).joinpath(DDL_FILE).read_text(encoding="utf-8")
+    text = re.sub(r"--[^\n]*", "", text)
+    return [" ".join(s.split()) for s in text.split(";") if s.strip()]
+
+
+def event_schema() -> dict[str, Any]:
+    """The vote event JSON Schema (draft 2020-12)."""
+    text = resources.files(__package__).joinpath(EVENT_SCHEMA_FILE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def post_hash(post_id: str) -> int:
+    """The leading key part of a post: a stable, evenly spread 63-bit hash of its ID.
+
+    Sequential IDs ("p-1", "p-2", ...) would otherwise sort next to each other and send
+    every new post to the same split. Every writer and reader derives it the same way.
+    """
+    digest = hashlib.blake2b(post_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1

@@ -1,0 +1,64 @@
+"""Shared fixtures: the real Spanner and Pub/Sub emulators, started once per test session.
+
+Each test module gets a fresh database and fresh topics (`stack`), so modules never see
+each other's rows. Emulators already named by SPANNER_EMULATOR_HOST / PUBSUB_EMULATOR_HOST
+are reused as they are.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from upvotes import emulators
+from upvotes.database import open_database
+from upvotes.provision import Resources, provision
+
+PROJECT = "test-project"
+
+
+@pytest.fixture(scope="session")
+def emulator_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Starts both emulators (unless the environment names them) and exports their addresses."""
+    log_dir = tmp_path_factory.mktemp("emulator-logs")
+    with emulators.running_emulators(Path(log_dir)) as env:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        os.environ.setdefault("GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW", "false")
+        try:
+            yield env
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def new_resources(prefix: str = "t") -> Resources:
+    """Unique names, so every caller gets its own database, topics and subscriptions."""
+    tag = uuid.uuid4().hex[:8]
+    return Resources(
+        project=PROJECT,
+        instance="test-instance",
+        database=f"{prefix}-{tag}"[:30],
+        topic=f"votes-{tag}",
+        subscription=f"votes-sub-{tag}",
+        dead_letter_topic=f"votes-dl-{tag}",
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(emulator_env: dict[str, str]) -> Resources:
+    """A freshly provisioned database, topic, subscription and dead-letter topic for one module."""
+    resources = new_resources("db")
+    provision(resources, log=lambda _: None)
+    return resources
+
+
+@pytest.fixture(scope="module")
+def database(stack: Resources):
+    return open_database(stack.project, stack.instance, stack.database)

@@ -1,0 +1,53 @@
+"""Dead letters: every message or row the pipeline cannot accept, published with its reason.
+
+Failures travel as data. A rejected message keeps its original bytes and attributes and
+gains an `error` attribute; a delta row that could never be written is published as JSON.
+Both land on one dead-letter topic, whose own subscription keeps them for inspection or
+replay.
+"""
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+from apache_beam.io.gcp.pubsub import PubsubMessage, WriteToPubSub
+
+from transforms.records import Rejected
+from transforms.spanner_sink import FailedDelta
+
+ERROR_ATTRIBUTE = "error"
+MAX_ATTRIBUTES = 100  # Pub/Sub's limit per message
+MAX_ATTRIBUTE_VALUE_BYTES = 1024
+MAX_DEAD_LETTER_BYTES = 9 * 1024 * 1024  # under Pub/Sub's 10 MB, leaving room for attributes
+
+
+def to_dead_letter(item: Rejected | FailedDelta) -> PubsubMessage:
+    """A Pub/Sub message for the dead-letter topic, always within Pub/Sub's limits."""
+    if isinstance(item, Rejected):
+        data, attributes, error = item.data, dict(item.attributes), item.error
+    else:
+        data = json.dumps(item.delta._asdict()).encode("utf-8")
+        attributes, error = {"kind": "delta_row"}, item.error
+    if len(data) > MAX_DEAD_LETTER_BYTES:
+        attributes["truncated_from_bytes"] = str(len(data))
+        data = data[:MAX_DEAD_LETTER_BYTES]
+    attributes.pop(ERROR_ATTRIBUTE, None)
+    kept = dict(list(attributes.items())[: MAX_ATTRIBUTES - 1])
+    kept[ERROR_ATTRIBUTE] = error.encode("utf-8")[:MAX_ATTRIBUTE_VALUE_BYTES].decode("utf-8", "ignore")
+    return PubsubMessage(data=data, attributes=kept)
+
+
+class PublishDeadLetters(beam.PTransform):
+    """Rejected and FailedDelta PCollections -> messages on the dead-letter topic."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__()
+        self._topic = topic
+
+    def expand(self, failures: tuple[beam.PCollection, ...]) -> beam.pvalue.PDone:
+        return (
+            failures
+            | "Flatten" >> beam.Flatten()
+            | "ToMessage" >> beam.Map(to_dead_letter)
+            | "Publish" >> WriteToPubSub(self._topic, with_attributes=True)
+        )

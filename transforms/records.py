@@ -1,0 +1,79 @@
+"""Typed, immutable records that flow between the transforms.
+
+NamedTuples rather than dataclasses: they are immutable, typed, cheap to create (this is
+the per-element path) and Beam pickles them compactly.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+UPVOTES = "upvotes"
+SHARES = "shares"
+COUNTERS = (UPVOTES, SHARES)
+HOUR_S = 3600
+
+
+class VoteEvent(NamedTuple):
+    """One accepted vote, as the event contract (schemas/vote_event.schema.json) defines it."""
+
+    post_id: str
+    counter: str  # UPVOTES or SHARES
+    delta: int
+    event_hour: int  # start of the event's hour, epoch seconds (UTC)
+    event_id: str | None = None
+    user_id: str | None = None
+
+
+class Rejected(NamedTuple):
+    """A message that could not be accepted, kept whole for the dead-letter topic."""
+
+    data: bytes
+    attributes: dict[str, str]
+    error: str  # "<reason>: <detail>"; reason is one of transforms.parse.REASONS
+
+
+class PostHour(NamedTuple):
+    """The grouping key: one post, one event-time hour."""
+
+    post_id: str
+    event_hour: int
+
+
+class CounterSums(NamedTuple):
+    """Net change of both counters over some votes, and how many votes that was."""
+
+    upvotes: int = 0
+    shares: int = 0
+    events: int = 0
+
+    def plus(self, other: "CounterSums") -> "CounterSums":
+        return CounterSums(self.upvotes + other.upvotes, self.shares + other.shares, self.events + other.events)
+
+    @staticmethod
+    def of(event: VoteEvent) -> "CounterSums":
+        if event.counter == UPVOTES:
+            return CounterSums(event.delta, 0, 1)
+        return CounterSums(0, event.delta, 1)
+
+
+class PostDelta(NamedTuple):
+    """One delta row for Spanner: the sums of one pane for one post and hour.
+
+    delta_id is deterministic ("<writer>:<window start us>:<pane index>"), so writing the
+    same pane twice hits the same primary key.
+    """
+
+    post_id: str
+    event_hour: int
+    delta_id: str
+    upvotes: int
+    shares: int
+    events: int
+
+
+class PostTotals(NamedTuple):
+    """An exact count as served to readers."""
+
+    post_id: str
+    upvotes: int
+    shares: int

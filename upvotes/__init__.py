@@ -1,0 +1,1 @@
+"""Operational side of the upvotes system: emulators, provisioning, publishing, reads, CLI."""

@@ -1,0 +1,91 @@
+"""Opening a Spanner database and retrying its transient errors, the same way everywhere.
+
+Every writer here (the delta sink, the fold, provisioning) goes through `run_with_retries`
+instead of the client's own abort retry: the client sleeps 2^n seconds after an abort
+without a retry hint, and the emulator aborts any second concurrent transaction at once,
+so short jittered retries of our own keep throughput up and every retry bounded.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from google.api_core import exceptions
+from google.cloud import spanner
+from google.cloud.spanner_v1.database import Database
+
+T = TypeVar("T")
+LOG = logging.getLogger(__name__)
+
+# Errors after which the same commit may simply be tried again.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    exceptions.Aborted,
+    exceptions.ServiceUnavailable,
+    exceptions.DeadlineExceeded,
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded, full-jitter exponential backoff."""
+
+    attempts: int = 12
+    first_delay_s: float = 0.005
+    max_delay_s: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        return random.uniform(0, min(self.max_delay_s, self.first_delay_s * 2**attempt))
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+def run_with_retries(
+    work: Callable[[], T],
+    policy: RetryPolicy = DEFAULT_RETRY,
+    on_retry: Callable[[Exception], None] | None = None,
+) -> T:
+    """Calls `work` until it succeeds, retrying only TRANSIENT_ERRORS, at most policy.attempts times."""
+    for attempt in range(policy.attempts):
+        try:
+            return work()
+        except TRANSIENT_ERRORS as error:
+            if attempt == policy.attempts - 1:
+                raise
+            if on_retry is not None:
+                on_retry(error)
+            LOG.debug("transient Spanner error, retry %d: %s", attempt + 1, error)
+            time.sleep(policy.delay(attempt))
+    raise AssertionError("unreachable")
+
+
+def open_database(project: str, instance: str, database: str) -> Database:
+    """A handle on an existing database; honours SPANNER_EMULATOR_HOST.
+
+    On the emulator the client's default multiplexed sessions break concurrent
+    read-write transactions (NOT_FOUND / "Invalid transaction ID", not retried), so a
+    classic session pool is used there. Real Spanner keeps the client's default.
+    """
+    if os.environ.get("SPANNER_EMULATOR_HOST"):
+        os.environ.setdefault("GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW", "false")
+    client = spanner.Client(project=project)
+    return client.instance(instance).database(database)
+
+
+def commit_mutations(database: Database, write: Callable[[spanner.Batch], None]) -> object:
+    """Commits one batch of blind mutations (no reads) once; returns the commit timestamp.
+
+    `timeout_secs=0` turns off the client's own abort retry so callers decide.
+    """
+    with database.batch(timeout_secs=0) as batch:
+        write(batch)
+    return batch.committed
+
+
+def run_transaction(database: Database, work: Callable[..., T]) -> T:
+    """Runs one read-write transaction attempt; an abort surfaces for run_with_retries."""
+    return database.run_in_transaction(work, timeout_secs=0)
