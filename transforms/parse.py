@@ -89,6 +89,9 @@ def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
         raise _Invalid("wrong_type", f"counter must be a string, got {type(counter).__name__}")
     if counter not in COUNTERS:
         raise _Invalid("unknown_counter", f"counter {counter[:40]!r} is not one of {', '.join(COUNTERS)}")
+    # orjson reads integers beyond 64 bits as floats: report them by their size.
+    if isinstance(delta, float) and abs(delta) > MAX_ABS_DELTA:
+        raise _Invalid("delta_out_of_range", f"delta {delta:g} is outside [-{MAX_ABS_DELTA}, {MAX_ABS_DELTA}]")
     # bool is an int in Python, and 1.0 is a float: neither is a JSON integer delta.
     if isinstance(delta, bool) or not isinstance(delta, int):
         raise _Invalid("wrong_type", f"delta must be an integer, got {type(delta).__name__}")

@@ -1,0 +1,66 @@
+"""Fold pipeline (batch): moves every unfolded delta into the Posts aggregate, exactly once.
+
+Run it on a schedule (Cloud Scheduler launches its flex template on Dataflow), or locally:
+
+    upvotes fold --project demo-project --instance upvotes --database votes [--every 30]
+
+On Dataflow:
+
+    python -m pipeline.fold --runner DataflowRunner --project P --region R \\
+        --temp_location gs://B/tmp --setup_file ./setup.py --instance I --database D
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
+
+from pipeline.options import FoldOptions, SpannerOptions, spanner_project
+from transforms.fold import FoldDeltas, FoldOutcome
+
+LOCAL_RUNNER = "BundleBasedDirectRunner"
+
+
+def build(pipeline: beam.Pipeline, options: PipelineOptions) -> beam.PCollection:
+    """Adds the fold graph to `pipeline`; returns the PCollection of the run's FoldOutcome."""
+    opts = options.view_as(FoldOptions).validated()
+    db = options.view_as(SpannerOptions)
+    return pipeline | "FoldDeltas" >> FoldDeltas(
+        spanner_project(options), db.instance, db.database, int(opts.posts_per_commit)
+    )
+
+
+def pipeline_options(argv: Sequence[str] | None) -> PipelineOptions:
+    options = PipelineOptions(argv)
+    options.view_as(SetupOptions).save_main_session = True
+    if not options.view_as(StandardOptions).runner:
+        options.view_as(StandardOptions).runner = LOCAL_RUNNER
+    return options
+
+
+def outcome_from_metrics(result) -> FoldOutcome:
+    """The run's counts, read back from its Beam metrics."""
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
+                if c.key.metric.namespace == "FoldDeltas"}
+    return FoldOutcome(**{name: counters.get(name, 0) or 0 for name in FoldOutcome._fields})
+
+
+def run(argv: Sequence[str] | None = None) -> tuple[FoldOutcome, float]:
+    """Runs one fold to completion; returns its counts and the seconds it took."""
+    options = pipeline_options(argv)
+    options.view_as(FoldOptions).validated()
+    started = time.monotonic()
+    pipeline = beam.Pipeline(options=options)
+    build(pipeline, options)
+    result = pipeline.run()
+    result.wait_until_finish()
+    return outcome_from_metrics(result), time.monotonic() - started
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.INFO)
+    outcome, seconds = run()
+    logging.info("folded %d deltas into %d posts in %.1f s", outcome.deltas_folded, outcome.posts_folded, seconds)

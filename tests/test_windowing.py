@@ -1,0 +1,100 @@
+"""Windowing and triggering of SumPerWindow with TestStream: panes, lateness, discarding."""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import TimestampedValue
+
+from transforms.records import CounterSums, PostDelta, PostHour, VoteEvent
+from transforms.windowing import WindowAndSumVotes, SumPerWindow, delta_id
+
+HOUR = 1_795_312_800
+WRITER = "test-writer"
+
+
+def vote(post: str, delta: int = 1, counter: str = "upvotes") -> tuple[PostHour, CounterSums]:
+    event = VoteEvent(post, counter, delta, HOUR)
+    return PostHour(post, HOUR), CounterSums.of(event)
+
+
+def streaming_pipeline() -> TestPipeline:
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    return TestPipeline(options=options)
+
+
+def run_stream(stream: TestStream, check, window_seconds: int = 10) -> None:
+    """Runs SumPerWindow over the stream; `check` asserts on the list of every delta emitted."""
+    with streaming_pipeline() as p:
+        assert_that(p | stream | SumPerWindow(WRITER, window_seconds), check)
+
+
+def test_a_hot_post_costs_one_delta_per_window_and_late_votes_get_a_pane_of_their_own() -> None:
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue(vote("hot"), t) for t in (1, 2, 3, 4)] + [TimestampedValue(vote("cold"), 5)])
+        .advance_watermark_to(10)
+        .add_elements([TimestampedValue(vote("hot", -1), 12), TimestampedValue(vote("hot", 1, "shares"), 15)])
+        .advance_watermark_to(20)
+        .add_elements([TimestampedValue(vote("hot"), 7)])  # late for window [0, 10), within allowed lateness
+        .advance_watermark_to_infinity()
+    )
+    with streaming_pipeline() as p:
+        deltas = p | stream | SumPerWindow(WRITER, window_seconds=10)
+        assert_that(
+            deltas,
+            equal_to([
+                PostDelta("hot", HOUR, delta_id(WRITER, 0, 0), 4, 0, 4),
+                PostDelta("cold", HOUR, delta_id(WRITER, 0, 0), 1, 0, 1),
+                PostDelta("hot", HOUR, delta_id(WRITER, 10_000_000, 0), -1, 1, 2),
+                # DISCARDING: the late pane holds only the late vote, not the window's first four again.
+                PostDelta("hot", HOUR, delta_id(WRITER, 0, 1), 1, 0, 1),
+            ]),
+        )
+
+
+def test_sum_of_all_panes_equals_sum_of_inputs_for_a_long_irregular_stream() -> None:
+    inputs = [(f"p-{i % 7}", 1 if i % 5 else -1, "upvotes" if i % 3 else "shares", (i * 7) % 95) for i in range(400)]
+    stream = TestStream()
+    for start in range(0, 400, 50):
+        chunk = inputs[start:start + 50]
+        stream = stream.add_elements([TimestampedValue(vote(p, d, c), t) for p, d, c, t in chunk])
+        stream = stream.advance_watermark_to(10 * (start // 50 + 1))  # some later elements arrive late
+    stream = stream.advance_watermark_to_infinity()
+
+    def check(deltas: list[PostDelta]) -> None:
+        for post in {p for p, *_ in inputs}:
+            got = [d for d in deltas if d.post_id == post]
+            assert sum(d.upvotes for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "upvotes")
+            assert sum(d.shares for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "shares")
+        ids = [(d.post_id, d.event_hour, d.delta_id) for d in deltas]
+        assert len(ids) == len(set(ids)), "two panes share a delta key"
+        assert len(deltas) > 7, "late elements should have produced panes of their own"
+
+    run_stream(stream, check)
+
+
+def test_votes_that_cancel_out_write_nothing() -> None:
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue(vote("p"), 1), TimestampedValue(vote("p", -1), 2)])
+        .advance_watermark_to_infinity()
+    )
+    def check(deltas: list[PostDelta]) -> None:
+        assert deltas == []
+
+    run_stream(stream, check)
+
+
+def test_window_and_sum_votes_groups_by_post_and_event_hour() -> None:
+    events = [VoteEvent("p", "upvotes", 1, HOUR), VoteEvent("p", "upvotes", 1, HOUR + 3600),
+              VoteEvent("p", "shares", 1, HOUR), VoteEvent("q", "upvotes", 1, HOUR)]
+    with TestPipeline() as p:
+        deltas = p | beam.Create(events) | WindowAndSumVotes(WRITER, window_seconds=3600)
+        assert_that(
+            deltas | beam.Map(lambda d: (d.post_id, d.event_hour, d.upvotes, d.shares, d.events)),
+            equal_to([("p", HOUR, 1, 1, 2), ("p", HOUR + 3600, 1, 0, 1), ("q", HOUR, 1, 0, 1)]),
+        )
