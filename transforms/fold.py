@@ -20,7 +20,7 @@ One fold run:
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Iterable, Iterator, NamedTuple
 
 import apache_beam as beam
@@ -62,7 +62,15 @@ DEFAULT_MAX_MUTATIONS = 20_000
 class PostKey(NamedTuple):
     post_hash: int
     post_id: str
-    seen_watermark: datetime  # the post's watermark in the snapshot
+    seen_watermark: str  # the post's watermark in the snapshot, as watermark_text() gives it
+
+
+def watermark_text(timestamp: datetime) -> str:
+    """A Spanner timestamp's exact RFC 3339 text. Grouping keys must encode deterministically,
+    which datetimes do not; the text keeps the nanoseconds a datetime would drop."""
+    if hasattr(timestamp, "rfc3339"):
+        return timestamp.rfc3339()
+    return timestamp.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class HourSums(NamedTuple):
@@ -149,7 +157,7 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
         if watermark >= snapshot_at:
             outcome = outcome.plus(FoldOutcome(posts_already_folded=1))
             continue
-        if watermark == seen:
+        if watermark_text(watermark) == seen:
             gain_up, gain_sh, deltas, hours = fold.upvotes, fold.shares, fold.deltas, fold.hours
             outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas))
         else:
@@ -220,7 +228,7 @@ class _ReadPartition(_SpannerDoFn):
         handle, partition = element
         snapshot = BatchSnapshot.from_dict(self._database, handle)
         for post_hash, post_id, watermark, hour, upvotes, shares in snapshot.process_query_batch(partition):
-            yield PostKey(post_hash, post_id, watermark), (hour, upvotes, shares)
+            yield PostKey(post_hash, post_id, watermark_text(watermark)), (hour, upvotes, shares)
 
 
 class _ChooseSnapshot(_SpannerDoFn):
@@ -286,13 +294,21 @@ class FoldDeltas(beam.PTransform):
     transient_retries.
     """
 
-    def __init__(self, project: str, instance: str, database: str, posts_per_commit: int = DEFAULT_POSTS_PER_COMMIT):
+    def __init__(
+        self, project: str, instance: str, database: str,
+        posts_per_commit: int = DEFAULT_POSTS_PER_COMMIT, snapshot_at: datetime | None = None,
+    ):
+        """`snapshot_at` folds as of a given past timestamp (under an hour old) instead of now."""
         super().__init__()
         self._where = (project, instance, database)
         self._posts_per_commit = posts_per_commit
+        self._snapshot_at = snapshot_at
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
-        snapshot = begin | "Start" >> beam.Impulse() | "ChooseSnapshot" >> beam.ParDo(_ChooseSnapshot(*self._where))
+        if self._snapshot_at is not None:
+            snapshot = begin | "GivenSnapshot" >> beam.Create([self._snapshot_at])
+        else:
+            snapshot = begin | "Start" >> beam.Impulse() | "ChooseSnapshot" >> beam.ParDo(_ChooseSnapshot(*self._where))
         at = beam.pvalue.AsSingleton(snapshot)
         return (
             snapshot

@@ -1,0 +1,312 @@
+"""Tests for `upvotes publish`: the workload, invalid payloads, the ledger, progress, and
+publishing round trips through the Pub/Sub emulator."""
+from __future__ import annotations
+
+import argparse
+import collections
+import io
+import json
+import re
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Iterator
+
+import pytest
+from google.api_core import exceptions
+from google.cloud import pubsub_v1
+from google.pubsub_v1.types import PubsubMessage
+
+from transforms.parse import parse_vote, reason_of
+from transforms.records import VoteEvent
+from upvotes.progress import Progress
+from upvotes.provision import Resources
+from upvotes.publisher import (
+    INVALID_KINDS,
+    Ledger,
+    Workload,
+    _interleave,
+    add_arguments,
+    event_message,
+    generate_events,
+    invalid_payloads,
+    publish_file,
+    publish_workload,
+    run,
+)
+
+START = datetime(2026, 11, 22, 3, 30, tzinfo=timezone.utc)
+VIRAL = Workload(events=10_000, posts=100, zipf=1.2, seed=7, start_time=START)
+
+
+def accepted(data: bytes, attributes: dict[str, str] | None = None) -> VoteEvent:
+    vote = parse_vote(data, attributes, publish_time_s=time.time())
+    assert isinstance(vote, VoteEvent), vote
+    return vote
+
+
+def recount(votes: list[VoteEvent]) -> dict[str, dict[str, int]]:
+    """Totals computed independently of Ledger."""
+    sums: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for vote in votes:
+        sums[vote.post_id][vote.counter] += vote.delta
+    return {post: {"upvotes": c["upvotes"], "shares": c["shares"]} for post, c in sums.items()}
+
+
+# --- the workload -------------------------------------------------------------------------
+
+def test_same_seed_gives_the_same_events_and_another_seed_does_not() -> None:
+    small = Workload(events=500, posts=50, seed=3, start_time=START)
+    assert list(generate_events(small)) == list(generate_events(small))
+    other = list(generate_events(Workload(events=500, posts=50, seed=4, start_time=START)))
+    assert other != list(generate_events(small))
+
+
+def test_zipf_puts_most_votes_on_a_few_posts() -> None:
+    votes = collections.Counter(event["post_id"] for event in generate_events(VIRAL))
+    assert votes.most_common(1)[0][0] == "p-1"
+    top_tenth = sum(count for _, count in votes.most_common(10))
+    assert top_tenth / VIRAL.events > 0.5
+    assert set(votes) <= {f"p-{rank}" for rank in range(1, 101)}
+
+
+def test_events_have_unique_ids_a_user_and_times_over_two_hours() -> None:
+    events = list(generate_events(VIRAL))
+    assert len({event["event_id"] for event in events}) == len(events)
+    assert all(event["user_id"] for event in events)
+    times = [datetime.fromisoformat(event["event_time"]) for event in events]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["event_time"]) for e in events)
+    assert START - timedelta(hours=2) <= min(times) and max(times) < START
+    assert len({t.replace(minute=0, second=0, microsecond=0) for t in times}) == 3  # 01:xx, 02:xx, 03:xx
+    kinds = collections.Counter((event["counter"], event["delta"]) for event in events)
+    assert set(kinds) == {("upvotes", 1), ("upvotes", -1), ("shares", 1)}
+    assert 0.15 < kinds["shares", 1] / len(events) < 0.25 and 0.07 < kinds["upvotes", -1] / len(events) < 0.13
+
+
+def test_every_generated_event_is_accepted_with_its_attributes() -> None:
+    for event in generate_events(Workload(events=2000, posts=300, seed=1, start_time=START)):
+        data, attributes = event_message(event)
+        assert attributes == {"event_id": event["event_id"], "event_time": event["event_time"]}
+        vote = accepted(data, attributes)
+        assert (vote.post_id, vote.counter, vote.delta, vote.event_id, vote.user_id) == (
+            event["post_id"], event["counter"], event["delta"], event["event_id"], event["user_id"])
+
+
+def test_every_invalid_payload_is_rejected_for_its_own_reason() -> None:
+    payloads = invalid_payloads(2 * len(INVALID_KINDS) + 3, seed=5)
+    reasons = []
+    for index, payload in enumerate(payloads):
+        result = parse_vote(payload, {}, publish_time_s=time.time())
+        assert not isinstance(result, VoteEvent), payload
+        assert reason_of(result) == INVALID_KINDS[index % len(INVALID_KINDS)][0], (payload, result.error)
+        reasons.append(reason_of(result))
+    assert len(set(reasons)) >= 10
+    assert invalid_payloads(30, seed=5) == invalid_payloads(30, seed=5)
+
+
+def test_workload_rejects_impossible_parameters() -> None:
+    for bad in ({"posts": 0}, {"events": -1}, {"share_fraction": 0.7, "unvote_fraction": 0.4}, {"zipf": -1.0}):
+        with pytest.raises(ValueError):
+            Workload(**{"events": 10, "posts": 10, **bad})
+
+
+def test_invalid_messages_are_spread_evenly() -> None:
+    assert list(_interleave(iter(range(10)), ["a", "b"], 10)) == [0, 1, 2, "a", 3, 4, 5, "b", 6, 7, 8, 9]
+    assert list(_interleave(iter([]), ["a"], 0)) == ["a"]
+
+
+# --- the ledger ---------------------------------------------------------------------------
+
+def viral_ledger() -> tuple[Ledger, list[dict]]:
+    events = list(generate_events(VIRAL))
+    ledger = Ledger()
+    for event in events:
+        ledger.add(event)
+    ledger.add_invalid(4)
+    return ledger, events
+
+
+def test_ledger_totals_equal_a_recount() -> None:
+    ledger, events = viral_ledger()
+    assert ledger.totals == recount([accepted(event_message(event)[0]) for event in events])
+    assert (ledger.events, ledger.invalid) == (len(events), 4)
+
+
+def test_ledger_keeps_posts_whose_net_is_zero() -> None:
+    ledger = Ledger()
+    ledger.add({"post_id": "p-9", "counter": "upvotes", "delta": 1, "event_time": "2026-11-22T01:59:59.999Z"})
+    ledger.add({"post_id": "p-9", "counter": "upvotes", "delta": -1, "event_time": "2026-11-22T02:00:00.000Z"})
+    assert ledger.totals == {"p-9": {"upvotes": 0, "shares": 0}}
+    assert ledger.hourly() == {"p-9": {"2026-11-22T01:00:00Z": {"upvotes": 1, "shares": 0},
+                                       "2026-11-22T02:00:00Z": {"upvotes": -1, "shares": 0}}}
+
+
+def test_hourly_sums_equal_totals() -> None:
+    ledger, _ = viral_ledger()
+    hourly = ledger.hourly()
+    assert set(hourly) == set(ledger.totals)
+    for post, hours in hourly.items():
+        for counter in ("upvotes", "shares"):
+            assert sum(sums[counter] for sums in hours.values()) == ledger.totals[post][counter]
+    assert set().union(*hourly.values()) == {"2026-11-22T01:00:00Z", "2026-11-22T02:00:00Z", "2026-11-22T03:00:00Z"}
+
+
+def test_ledger_save_and_load_round_trip(tmp_path) -> None:
+    ledger, _ = viral_ledger()
+    path = tmp_path / "ledger.json"
+    ledger.save(path)
+    document = json.loads(path.read_text())
+    assert list(document) == ["events", "hourly", "invalid", "posts"]
+    assert document["posts"] == ledger.totals and document["hourly"] == ledger.hourly()
+    loaded = Ledger.load(path)
+    assert (loaded.events, loaded.invalid, loaded.totals, loaded.hourly()) == (
+        ledger.events, ledger.invalid, ledger.totals, ledger.hourly())
+    loaded.add({"post_id": "p-1", "counter": "shares", "delta": 1, "event_time": "2026-11-22T01:00:00Z"})
+    assert loaded.hourly()["p-1"]["2026-11-22T01:00:00Z"]["shares"] == ledger.hourly()["p-1"]["2026-11-22T01:00:00Z"]["shares"] + 1
+
+
+# --- progress -----------------------------------------------------------------------------
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_ends_with_a_final_line_in_logs_and_on_a_terminal() -> None:
+    log = io.StringIO()
+    with Progress(1000, "publish", log) as progress:
+        for _ in range(1000):
+            progress.advance()
+    assert re.fullmatch(r"publish  1,000/1,000  100%  [\d,]+/s  in [\d.]+s\n", log.getvalue().splitlines(True)[-1])
+
+    terminal = FakeTerminal()
+    with Progress(None, "pull", terminal) as progress:
+        progress.advance(5)
+    assert re.fullmatch(r"\rpull  5  [\d,]+/s  in [\d.]+s\x1b\[K\n", terminal.getvalue().split("\n")[-2] + "\n")
+
+    silent = io.StringIO()
+    with Progress(10, "quiet", silent, enabled=False) as progress:
+        progress.advance(10)
+    assert silent.getvalue() == "" and progress.count == 10
+
+
+# --- publishing through the emulator -------------------------------------------------------
+
+def pull_all(subscription_path: str, expected: int, deadline_s: float = 25.0) -> list[PubsubMessage]:
+    """Pulls and acknowledges until `expected` distinct messages arrived or the deadline passed.
+
+    It stops as soon as the count is reached: a pull on an empty subscription waits for its
+    whole timeout on the emulator.
+    """
+    subscriber = pubsub_v1.SubscriberClient()
+    messages: dict[str, PubsubMessage] = {}
+    deadline = time.monotonic() + deadline_s
+    try:
+        while len(messages) < expected and time.monotonic() < deadline:
+            try:
+                response = subscriber.pull(subscription=subscription_path, max_messages=1000, timeout=5, retry=None)
+            except exceptions.DeadlineExceeded:
+                continue
+            if response.received_messages:
+                subscriber.acknowledge(subscription=subscription_path,
+                                       ack_ids=[m.ack_id for m in response.received_messages])
+                messages.update((m.message.message_id, m.message) for m in response.received_messages)
+    finally:
+        subscriber.close()
+    return list(messages.values())
+
+
+@pytest.fixture
+def own_topic(stack: Resources) -> Iterator[tuple[str, str]]:
+    """A new topic and subscription, so a test sees only its own messages."""
+    tag = uuid.uuid4().hex[:8]
+    topic, subscription = stack.topic_path(f"own-{tag}"), stack.subscription_path(f"own-sub-{tag}")
+    pubsub_v1.PublisherClient().create_topic(name=topic)
+    subscriber = pubsub_v1.SubscriberClient()
+    subscriber.create_subscription(name=subscription, topic=topic, ack_deadline_seconds=60)
+    subscriber.close()
+    yield topic, subscription
+
+
+def test_published_workload_adds_up_to_the_ledger(stack: Resources, tmp_path) -> None:
+    workload = Workload(events=2000, posts=200, seed=11, invalid=20)
+    ledger_path = tmp_path / "ledger.json"
+    report, ledger = publish_workload(stack.topic_path(stack.topic), workload, str(ledger_path), progress=False)
+    assert (report.published, report.invalid, report.failed) == (2020, 20, 0)
+    assert Ledger.load(ledger_path).totals == ledger.totals
+
+    messages = pull_all(stack.subscription_path(stack.subscription), report.published)
+    assert len(messages) == report.published
+    votes, rejected = [], []
+    for message in messages:
+        result = parse_vote(message.data, dict(message.attributes), message.publish_time.timestamp())
+        if isinstance(result, VoteEvent):
+            assert {"event_id", "event_time"} <= set(message.attributes)
+            votes.append(result)
+        else:
+            rejected.append(result)
+    assert recount(votes) == ledger.totals
+    assert len(votes) == ledger.events == 2000
+    assert len(rejected) == ledger.invalid == 20
+
+
+def test_publish_file_publishes_lines_as_they_are(own_topic: tuple[str, str], tmp_path) -> None:
+    topic, subscription = own_topic
+    valid = [
+        b'{"post_id":"p-1","counter":"upvotes","delta":1,"event_id":"e1","event_time":"2026-11-22T01:15:00.000Z"}',
+        b'{"post_id": "p-1", "counter": "upvotes", "delta": -1, "event_id": "e2", "event_time": "2026-11-22T04:10:00+02:00"}',
+        b'{"post_id":"p-2","counter":"shares","delta":3,"event_id":"e3","event_time":"2026-11-22T02:59:59.999Z"}',
+        b'{"post_id":"p-3","counter":"upvotes","delta":1}',
+    ]
+    invalid = [b"not json", b'{"post_id":"p-1","counter":"likes","delta":1}', b'["p-1","upvotes",1]']
+    path = tmp_path / "votes.jsonl"
+    path.write_bytes(b"\n".join(valid[:2] + invalid[:1] + valid[2:3] + [b""] + invalid[1:]) + b"\n" + valid[3] + b"\r\n")
+
+    report, ledger = publish_file(topic, str(path), str(tmp_path / "ledger.json"), None, False)
+    assert (report.published, report.invalid, report.failed) == (7, 3, 0)
+    assert (ledger.events, ledger.invalid) == (4, 3)
+    assert ledger.totals == {"p-1": {"upvotes": 0, "shares": 0}, "p-2": {"upvotes": 0, "shares": 3},
+                             "p-3": {"upvotes": 1, "shares": 0}}
+    assert ledger.hourly()["p-1"] == {"2026-11-22T01:00:00Z": {"upvotes": 1, "shares": 0},
+                                      "2026-11-22T02:00:00Z": {"upvotes": -1, "shares": 0}}
+    assert Ledger.load(tmp_path / "ledger.json").totals == ledger.totals
+
+    messages = {message.data: message for message in pull_all(subscription, 7)}
+    assert set(messages) == set(valid + invalid)
+    assert dict(messages[valid[0]].attributes) == {"event_id": "e1", "event_time": "2026-11-22T01:15:00.000Z"}
+    assert dict(messages[valid[3]].attributes) == {} and dict(messages[invalid[0]].attributes) == {}
+
+
+def cli(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_cli_publishes_and_writes_the_ledger(own_topic: tuple[str, str], tmp_path, capsys) -> None:
+    topic, subscription = own_topic
+    ledger_path = tmp_path / "ledger.json"
+    status = run(cli("--topic", topic, "--events", "300", "--posts", "20", "--invalid", "5",
+                     "--ledger", str(ledger_path), "--no-progress"))
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert re.fullmatch(r"published 305 events \(5 invalid\) in [\d.]+ s: [\d,]+ events/s; ledger: .*ledger\.json\n", out)
+    assert err == ""
+    ledger = Ledger.load(ledger_path)
+    assert (ledger.events, ledger.invalid) == (300, 5)
+    assert len(pull_all(subscription, 305)) == 305
+
+
+def test_cli_explains_errors_the_user_can_fix(stack: Resources, tmp_path, capsys) -> None:
+    cases = [
+        (("--topic", "bad/topic"), "is not a topic name"),
+        (("--topic", stack.topic, "--file", str(tmp_path / "missing.jsonl")), "no such file"),
+        (("--topic", "no-such-topic", "--project", stack.project), "does not exist"),
+        (("--topic", stack.topic, "--posts", "0"), "posts must be at least 1"),
+        (("--topic", stack.topic, "--rate", "0"), "--rate must be positive"),
+    ]
+    for argv, message in cases:
+        assert run(cli(*argv, "--no-progress")) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("upvotes publish: ") and message in err, err
+        assert "Traceback" not in err

@@ -1,0 +1,100 @@
+"""WriteDeltaRows against the real Spanner emulator, and its commit planning."""
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+
+from tests.faults import FlakyDatabase
+from transforms import spanner_sink
+from transforms.records import PostDelta
+from transforms.spanner_sink import (
+    MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, SPANNER_MUTATION_LIMIT, WriteDeltaRows, WriteDeltasFn,
+    mutations_for, plan_commits,
+)
+from upvotes.reads import exact_counts
+
+HOUR = 1_795_312_800
+
+
+def deltas(n: int, posts: int, writer: str) -> list[PostDelta]:
+    return [PostDelta(f"p-{i % posts}", HOUR + 3600 * (i % 2), f"{writer}:{i}:0", 1 + i % 3, i % 2, 1) for i in range(n)]
+
+
+def row_count(database, where: str = "") -> int:
+    with database.snapshot() as snapshot:
+        return list(snapshot.execute_sql(f"SELECT COUNT(*) FROM PostDeltas {where}"))[0][0]
+
+
+# --- planning: pure --------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,posts,max_rows,max_mutations", [
+    (0, 1, 10, 1000), (1, 1, 10, 1000), (2500, 7, 1000, 20_000), (2500, 2500, 1000, 20_000),
+    (500, 500, 1000, MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT), (999, 3, 7, 10_000),
+])
+def test_plan_commits_keeps_every_delta_once_in_order_within_both_limits(n, posts, max_rows, max_mutations) -> None:
+    items = deltas(n, posts, "w")
+    plan = plan_commits(items, max_rows, max_mutations)
+    assert [d for commit in plan for d in commit] == items
+    for commit in plan:
+        assert 1 <= len(commit) <= max_rows
+        assert mutations_for(commit) <= max_mutations
+    assert all(mutations_for(c) <= SPANNER_MUTATION_LIMIT for c in plan_commits(deltas(10_000, 10_000, "w"), 100_000))
+
+
+def test_plan_commits_counts_index_entries_and_parents() -> None:
+    one_post = plan_commits(deltas(1000, 1, "w"), max_rows=10_000, max_mutations=20_000)
+    many_posts = plan_commits(deltas(1000, 1000, "w"), max_rows=10_000, max_mutations=20_000)
+    assert len(many_posts) > len(one_post)  # each new parent row and its index entry cost mutations
+    with pytest.raises(ValueError):
+        plan_commits(deltas(1, 1, "w"), max_rows=10, max_mutations=MUTATIONS_PER_DELTA)
+
+
+# --- writing: on the emulator ------------------------------------------------------------
+
+def write(stack, items: list[PostDelta]) -> None:
+    with TestPipeline() as p:
+        p | beam.Create(items) | WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=50)
+
+
+def test_writing_the_same_batch_twice_leaves_one_copy(stack, database) -> None:
+    items = deltas(120, 10, "twice")
+    write(stack, items)
+    write(stack, items)
+    assert row_count(database, "WHERE STARTS_WITH(DeltaId, 'twice:')") == 120
+    counts = {t.post_id: t.upvotes for t in exact_counts(database, [f"p-{i}" for i in range(10)])}
+    assert sum(counts.values()) >= sum(d.upvotes for d in items)
+
+
+def test_deltas_for_a_post_without_a_posts_row_are_counted(stack, database) -> None:
+    items = [PostDelta("brand-new-post", HOUR, "new:1:0", 5, 2, 7)]
+    write(stack, items)
+    assert exact_counts(database, ["brand-new-post"])[0]._asdict() == {"post_id": "brand-new-post", "upvotes": 5, "shares": 2}
+
+
+@pytest.mark.parametrize("fail_before,fail_after", [(0.5, 0.0), (0.0, 0.5), (0.3, 0.3)])
+def test_injected_aborts_are_retried_and_unseen_successes_are_not_counted_twice(
+    stack, database, fail_before, fail_after
+) -> None:
+    writer = f"flaky{int(fail_before * 10)}{int(fail_after * 10)}"
+    items = [PostDelta(f"flaky-{writer}-{i % 5}", HOUR, f"{writer}:{i}:0", 1, 0, 1) for i in range(200)]
+    flaky = FlakyDatabase(database, fail_before=fail_before, fail_after=fail_after, seed=7)
+    fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
+    fn._database = flaky  # the real emulator database, with faults injected around its commits
+    fn.start_bundle()
+    failed = [out for d in items for out in fn.process(d)] + list(fn.finish_bundle())
+    assert failed == []
+    assert flaky.injected_before + flaky.injected_after > 0
+    totals = exact_counts(database, [f"flaky-{writer}-{i}" for i in range(5)])
+    assert [t.upvotes for t in totals] == [40] * 5
+
+
+def test_rows_that_can_never_be_written_go_to_the_failed_output(stack, database) -> None:
+    bad = PostDelta("x" * 129, HOUR, "bad:1:0", 1, 0, 1)  # longer than the STRING(128) key column
+    fn = WriteDeltasFn(stack.project, stack.instance, stack.database)
+    fn.setup()
+    fn.start_bundle()
+    outputs = list(fn.process(bad)) + list(fn.finish_bundle())
+    assert len(outputs) == 1 and outputs[0].tag == WriteDeltasFn.FAILED
+    assert outputs[0].value.value.delta == bad
+    assert "spanner_write_failed" in outputs[0].value.value.error
