@@ -1,0 +1,69 @@
+"""The `upvotes` command: help on every subcommand, readable errors, emulator state handling."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from upvotes.cli import build_parser, main
+
+SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "verify", "demo",
+               "lint-schema", "deploy"]
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_has_help(command: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: upvotes " + command)
+    assert len(out.splitlines()) > 3
+
+
+def test_top_level_help_lists_every_subcommand() -> None:
+    out = subprocess.run([sys.executable, "-m", "upvotes.cli", "--help"], capture_output=True, text=True, check=True).stdout
+    for command in SUBCOMMANDS:
+        assert command in out
+
+
+def test_an_invalid_parameter_is_one_readable_line_and_exit_1(capsys) -> None:
+    code = main(["fold", "--project", "demo-project", "--instance", "Bad Instance!", "--database", "votes"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("upvotes: --instance='Bad Instance!' is not valid") and "Traceback" not in err
+
+
+def test_unknown_arguments_are_refused_outside_the_pipelines(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["read", "--project", "p", "--instance", "i", "--database", "d", "p-1", "--bogus"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_emulators_start_status_stop_round_trip(tmp_path, monkeypatch) -> None:
+    for var in ("SPANNER_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    state = str(tmp_path / "state")
+    run = lambda *args: subprocess.run([sys.executable, "-m", "upvotes.cli", "emulators", *args, "--state-dir", state],  # noqa: E731
+                                       capture_output=True, text=True, timeout=120)
+    started = run("start")
+    assert started.returncode == 0, started.stderr
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in started.stdout.splitlines())
+    assert set(exports) == {"SPANNER_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST"}
+    status = run("status")
+    assert status.stdout.count("running on 127.0.0.1:") == 2
+    again = run("start")  # idempotent: reuses the recorded emulators
+    assert again.stdout == started.stdout
+    stopped = run("stop")
+    assert "stopped 2 emulator(s)" in stopped.stderr
+    assert run("status").stdout.count("stopped") == 2
+
+
+def test_a_missing_emulator_names_the_package_to_install(tmp_path) -> None:
+    from upvotes.emulators import PACKAGES, EmulatorError, emulator_binary
+
+    for name, package in PACKAGES.items():
+        with pytest.raises(EmulatorError, match=package):
+            emulator_binary(name, sdk_root=tmp_path)

@@ -1,0 +1,61 @@
+"""One table of parameters: the CLI flags, the template parameters and the README stay in step."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline.options import (
+    FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, FoldOptions, InvalidParameter, SpannerOptions, StreamingOptions,
+    validate,
+)
+from upvotes.cli import build_parser
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+ALL = [("streaming", p) for p in STREAMING_PARAMS] + [("fold", p) for p in FOLD_PARAMS]
+
+
+def values(params, spelling) -> dict[str, str]:
+    return {spelling(p): p.example for p in params}
+
+
+@pytest.mark.parametrize("params,options_class", [(STREAMING_PARAMS, StreamingOptions), (FOLD_PARAMS, FoldOptions)])
+@pytest.mark.parametrize("spelling", [lambda p: p.flag, lambda p: p.template_name], ids=["cli", "template"])
+def test_both_spellings_set_the_same_option(params, options_class, spelling) -> None:
+    argv = [f"--{name}={value}" for name, value in values(params, spelling).items()]
+    options = PipelineOptions(argv)
+    parsed = {**options.view_as(options_class).get_all_options(), **options.view_as(SpannerOptions).get_all_options()}
+    assert {p.dest: parsed[p.dest] for p in params} == {p.dest: p.example for p in params}
+    validate(params, parsed)
+
+
+def test_every_parameter_has_a_valid_example_and_defaults_match_their_regex() -> None:
+    for _, param in ALL:
+        assert re.fullmatch(param.regex, param.example), param
+        assert param.default is None or re.fullmatch(param.regex, param.default), param
+
+
+def test_a_missing_required_parameter_is_refused_with_both_spellings_named() -> None:
+    with pytest.raises(InvalidParameter, match=r"--subscription .*inputSubscription"):
+        validate(STREAMING_PARAMS, {p.dest: p.example for p in STREAMING_PARAMS if p.flag != "subscription"})
+
+
+@pytest.mark.parametrize("pipeline,param", ALL, ids=[f"{k}-{p.flag}" for k, p in ALL])
+def test_readme_maps_each_flag_to_its_template_parameter(pipeline: str, param) -> None:
+    row = f"| {pipeline} | `--{param.flag}` | `{param.template_name}` | {'yes' if param.required else 'no'} |"
+    assert row in README
+
+
+@pytest.mark.parametrize("command,params", [("stream", STREAMING_PARAMS), ("fold", FOLD_PARAMS)])
+def test_cli_help_offers_every_flag(command: str, params, capsys) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    out = capsys.readouterr().out
+    for param in params:
+        assert f"--{param.flag}" in out and param.template_name in out
+
+
+def test_shared_spanner_parameters_are_declared_once() -> None:
+    assert all(p in STREAMING_PARAMS and p in FOLD_PARAMS for p in SPANNER_PARAMS)
