@@ -2,9 +2,9 @@
 
 Each `Param` is one setting under two spellings: the CLI flag (kebab-case, `--window-seconds`)
 and the Dataflow flex-template parameter (camelCase, `windowSeconds`). Both spellings are
-accepted by the same argparse option, the template metadata in templates/ is generated from
-these tables (`upvotes template-metadata`), and tests/test_options.py keeps the metadata,
-the parser and the README in step. Standard options (--project, --region, --runner,
+accepted by the same argparse option, the template metadata in templates/ and the parameter tables of
+both READMEs are generated from these tables (`upvotes deploy metadata`), and the tests
+keep the metadata, the parser and the READMEs in step. Standard options (--project, --region, --runner,
 --streaming) are Beam's own and are not repeated here.
 """
 from __future__ import annotations

@@ -274,11 +274,15 @@ class _ApplyFoldsFn(_SpannerDoFn):
 
 
 class _RecordFoldRun(_SpannerDoFn):
-    def process(self, outcome: FoldOutcome, snapshot_at: datetime):
+    """Writes the FoldRuns row, then ends the partitioned read's session."""
+
+    def process(self, outcome: FoldOutcome, snapshot_at: datetime, handle: dict | None):
         row = (str(uuid.uuid4()), snapshot_at, outcome.posts_folded, outcome.deltas_folded, spanner.COMMIT_TIMESTAMP)
         run_with_retries(lambda: commit_mutations(
             self._database, lambda batch: batch.insert("FoldRuns", columns=FOLD_RUN_COLUMNS, values=[row])
         ))
+        if handle is not None:
+            BatchSnapshot.from_dict(self._database, handle).close()
         yield outcome
 
 
@@ -310,17 +314,28 @@ class FoldDeltas(beam.PTransform):
         else:
             snapshot = begin | "Start" >> beam.Impulse() | "ChooseSnapshot" >> beam.ParDo(_ChooseSnapshot(*self._where))
         at = beam.pvalue.AsSingleton(snapshot)
+        partitions = snapshot | "PlanPartitions" >> beam.ParDo(_PlanPartitions(*self._where))
+        session = (
+            partitions
+            | "HandleOnly" >> beam.Map(lambda planned: planned[0])
+            | "SessionHandle" >> beam.CombineGlobally(_any_handle)
+        )
         return (
-            snapshot
-            | "PlanPartitions" >> beam.ParDo(_PlanPartitions(*self._where))
+            partitions
             | "SpreadPartitions" >> beam.Reshuffle()
             | "ReadUnfoldedDeltas" >> beam.ParDo(_ReadPartition(*self._where))
             | "SumPerPost" >> beam.CombinePerKey(SumPostDeltas())
             | "ToPostFold" >> beam.Map(_to_post_fold)
             | "ApplyFolds" >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), at)
             | "TotalOutcome" >> beam.CombineGlobally(_sum_outcomes)
-            | "RecordFoldRun" >> beam.ParDo(_RecordFoldRun(*self._where), at)
+            | "RecordFoldRun" >> beam.ParDo(
+                _RecordFoldRun(*self._where), at, beam.pvalue.AsSingleton(session))
         )
+
+
+def _any_handle(handles: Iterable[dict | None]) -> dict | None:
+    """The partitions share one read session; any of their handles names it."""
+    return next((handle for handle in handles if handle is not None), None)
 
 
 def _sum_outcomes(outcomes: Iterable[FoldOutcome]) -> FoldOutcome:

@@ -162,16 +162,17 @@ def readme_with_table(readme: str) -> str:
     return readme[: start + len(TABLE_START)] + "\n" + parameter_table_markdown() + readme[end:]
 
 
-def readme_path(root: Path = REPO_ROOT) -> Path:
-    return root / "templates" / "README.md"
+def readme_paths(root: Path = REPO_ROOT) -> list[Path]:
+    """The READMEs that carry the parameter table: the project's and the deploy guide."""
+    return [root / "README.md", root / "templates" / "README.md"]
 
 
 def generated_files(root: Path = REPO_ROOT) -> dict[Path, str]:
     """Every file `upvotes deploy metadata` writes, with the content it should have."""
     files = {metadata_path(kind, root): metadata_text(kind) for kind in KINDS}
-    readme = readme_path(root)
-    if readme.exists():
-        files[readme] = readme_with_table(readme.read_text(encoding="utf-8"))
+    for readme in readme_paths(root):
+        if readme.exists():
+            files[readme] = readme_with_table(readme.read_text(encoding="utf-8"))
     return files
 
 
@@ -198,8 +199,8 @@ def _param(flag: str) -> Param:
     return next(p for p in all_params() if p.flag == flag)
 
 
-def _setting(env: str, help: str, param: str | None = None) -> dict[str, str]:
-    return {"env": env, "help": help, **({"param": param} if param else {})}
+def _setting(env: str, text: str, param: str | None = None) -> dict[str, str]:
+    return {"env": env, "help": text, **({"param": param} if param else {})}
 
 
 @dataclass(frozen=True)
