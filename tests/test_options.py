@@ -7,10 +7,8 @@ from pathlib import Path
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.options import (
-    FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, FoldOptions, InvalidParameter, SpannerOptions, StreamingOptions,
-    validate,
-)
+from pipeline.options import FoldOptions, SpannerOptions, StreamingOptions
+from pipeline.params import FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, InvalidParameter, validate
 from upvotes.cli import build_parser
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -65,3 +63,14 @@ def test_cli_help_offers_every_flag(command: str, params, capsys) -> None:
 
 def test_shared_spanner_parameters_are_declared_once() -> None:
     assert all(p in STREAMING_PARAMS and p in FOLD_PARAMS for p in SPANNER_PARAMS)
+
+
+def test_parameter_defaults_are_the_transforms_defaults() -> None:
+    from transforms.spanner_sink import DEFAULT_ROWS_PER_COMMIT
+    from transforms.windowing import DEFAULT_WINDOW_SECONDS
+    from transforms.fold import DEFAULT_POSTS_PER_COMMIT
+
+    defaults = {p.flag: p.default for _, p in ALL}
+    assert defaults["window-seconds"] == str(DEFAULT_WINDOW_SECONDS)
+    assert defaults["rows-per-commit"] == str(DEFAULT_ROWS_PER_COMMIT)
+    assert defaults["posts-per-commit"] == str(DEFAULT_POSTS_PER_COMMIT)

@@ -19,15 +19,8 @@ import pytest
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.options import (
-    FOLD_PARAMS,
-    STREAMING_PARAMS,
-    FoldOptions,
-    InvalidParameter,
-    Param,
-    StreamingOptions,
-    validate,
-)
+from pipeline.options import FoldOptions, StreamingOptions
+from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, Param, validate
 from upvotes import deploy
 from upvotes.deploy import DeployConfig
 
@@ -331,8 +324,6 @@ def load_entry(kind: str):
 def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import apache_beam as beam
 
-    if kind == "fold":
-        pytest.importorskip("pipeline.fold")
     submitted = []
 
     class Submitted:

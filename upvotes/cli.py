@@ -67,7 +67,7 @@ def _provision(args: argparse.Namespace) -> int:
 # --- stream and fold: Beam pipelines, which parse their own flags -------------------------
 
 def _pipeline_parser(parser: argparse.ArgumentParser, params) -> None:
-    from pipeline.options import add_params
+    from pipeline.params import add_params
 
     parser.add_argument("--project", default=DEFAULT_PROJECT, help="Google Cloud project of Spanner and Pub/Sub")
     add_params(parser, params)
@@ -83,7 +83,7 @@ def _beam_argv(args: argparse.Namespace, params, extra: list[str]) -> list[str]:
 
 def _stream(args: argparse.Namespace, extra: list[str]) -> int:
     from pipeline import streaming
-    from pipeline.options import STREAMING_PARAMS
+    from pipeline.params import STREAMING_PARAMS
 
     print("streaming pipeline running; stop it with Ctrl-C", file=sys.stderr)
     streaming.run(_beam_argv(args, STREAMING_PARAMS, extra))
@@ -92,7 +92,7 @@ def _stream(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _fold(args: argparse.Namespace, extra: list[str]) -> int:
     from pipeline import fold
-    from pipeline.options import FOLD_PARAMS
+    from pipeline.params import FOLD_PARAMS
 
     argv = _beam_argv(args, FOLD_PARAMS, extra)
     while True:
@@ -167,7 +167,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipeline.options import FOLD_PARAMS, STREAMING_PARAMS
+    from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS
     from upvotes import deploy, lint_schema, publisher
 
     parser = argparse.ArgumentParser(

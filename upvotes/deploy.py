@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TextIO
 
-from pipeline.options import FOLD_PARAMS, PROJECT_ID, STREAMING_PARAMS, InvalidParameter, Param
+from pipeline.params import FOLD_PARAMS, PROJECT_ID, STREAMING_PARAMS, InvalidParameter, Param
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("streaming", "fold")

@@ -6,7 +6,7 @@ import os
 from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 
-from pipeline.options import InvalidParameter
+from pipeline.params import InvalidParameter
 from upvotes.emulators import EmulatorError
 
 START_EMULATORS = 'start the emulators with: eval "$(upvotes emulators start)"'
