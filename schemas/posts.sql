@@ -64,3 +64,61 @@ CREATE TABLE FoldRuns (
   FinishedAt   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (FoldId),
   ROW DELETION POLICY (OLDER_THAN(FinishedAt, INTERVAL 30 DAY));
+
+-- Versioned top-posts views (issue 8; spanner-static-views.txt). A reader pins one
+-- version and pages through it while later folds publish newer versions, so pages of a
+-- version never gain duplicates or gaps. One row per view: the active version, switched
+-- atomically in one short transaction after the new version's rows are all written (no
+-- reader can find a version before then), the publisher's lease (one publisher per view
+-- at a time, so no two publishers edit the same rows), and the expiry watermark: versions
+-- <= ExpiredThrough are gone. Keyed by the view's name; a handful of rows, never a
+-- hotspot, and the parent of everything below so a view's rows live together.
+CREATE TABLE TopPostsActiveVersion (
+  ViewName         STRING(64) NOT NULL,
+  Version          INT64,
+  VersionCreatedAt TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+  ExpiredThrough   INT64 NOT NULL DEFAULT (0),
+  PendingVersion   INT64,
+  PendingOwner     STRING(36),
+  PendingUntil     TIMESTAMP,
+) PRIMARY KEY (ViewName);
+
+-- One row per published version: when it was published and when it stops being
+-- readable (set when a newer version replaces it), with what its publication cost.
+-- Version numbers grow by one per publication, but under the ViewName key, so new
+-- versions do not pile onto the end of one key space.
+CREATE TABLE TopPostsVersions (
+  ViewName      STRING(64) NOT NULL,
+  Version       INT64 NOT NULL,
+  CreatedAt     TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  ExpiresAt     TIMESTAMP,
+  RankedRows    INT64 NOT NULL,
+  RowsWritten   INT64 NOT NULL,
+  RowsRetired   INT64 NOT NULL,
+  FoldedThrough TIMESTAMP,
+) PRIMARY KEY (ViewName, Version DESC),
+  INTERLEAVE IN PARENT TopPostsActiveVersion ON DELETE CASCADE;
+
+-- The ranked rows of every live version, stored once: a row is part of versions
+-- ValidSince <= v < InvalidSince (NULL: still current). A new version inserts only the
+-- ranks whose (post, counts) changed and sets InvalidSince on the rows they replace,
+-- instead of rewriting all K. Rank right after ViewName makes a page
+-- ("ranks 41..60 of version v") one short key-range seek; ValidSince DESC puts a rank's
+-- newest row first, and the rows scanned per page are page_size times the versions kept.
+CREATE TABLE TopPostsViewRows (
+  ViewName     STRING(64) NOT NULL,
+  Rank         INT64 NOT NULL,
+  ValidSince   INT64 NOT NULL,
+  InvalidSince INT64,
+  PostId       STRING(128) NOT NULL,
+  Upvotes      INT64 NOT NULL,
+  Shares       INT64 NOT NULL,
+) PRIMARY KEY (ViewName, Rank, ValidSince DESC),
+  INTERLEAVE IN PARENT TopPostsActiveVersion ON DELETE CASCADE;
+
+-- Expiry seeks the retired rows ("InvalidSince <= first live version") here instead of
+-- scanning the view. NULL_FILTERED: current rows (InvalidSince NULL) have no entry, so
+-- inserting them costs no index write.
+CREATE NULL_FILTERED INDEX TopPostsViewRowsByInvalidSince
+  ON TopPostsViewRows (ViewName, InvalidSince),
+  INTERLEAVE IN TopPostsActiveVersion;

@@ -8,8 +8,8 @@ import pytest
 
 from upvotes.cli import build_parser, main
 
-SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "verify", "demo",
-               "lint-schema", "deploy"]
+SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view", "verify",
+               "demo", "lint-schema", "deploy"]
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

@@ -110,16 +110,22 @@ def _fold(args: argparse.Namespace, extra: list[str]) -> int:
 # --- reads --------------------------------------------------------------------------------
 
 def _read(args: argparse.Namespace) -> int:
+    from upvotes import hourly
     from upvotes.reads import exact_counts
 
+    if args.hourly:
+        return hourly.run(args)
     for totals in exact_counts(_open(args), args.post_ids):
         print(json.dumps(totals._asdict()))
     return 0
 
 
 def _top(args: argparse.Namespace) -> int:
+    from upvotes import leaderboard
     from upvotes.reads import top_posts
 
+    if args.version is not None or args.page is not None:
+        return leaderboard.run_page(args)
     database = _open(args)
     while True:
         top = top_posts(database, args.n)
@@ -168,7 +174,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def build_parser() -> argparse.ArgumentParser:
     from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS
-    from upvotes import deploy, lint_schema, publisher
+    from upvotes import deploy, hourly, leaderboard, lint_schema, publisher
 
     parser = argparse.ArgumentParser(
         prog="upvotes",
@@ -206,15 +212,23 @@ def build_parser() -> argparse.ArgumentParser:
     _pipeline_parser(p, FOLD_PARAMS)
     p.add_argument("--every", type=float, metavar="SECONDS", help="fold again every SECONDS until Ctrl-C")
 
-    p = command("read", "Exact counts of posts: folded aggregate plus unfolded deltas, one snapshot.", _read)
+    p = command("read", "Exact counts of posts (folded aggregate plus unfolded deltas, one snapshot); "
+                        "--hourly for exact counts per event hour.", _read)
     _database_args(p)
     p.add_argument("post_ids", nargs="+", metavar="POST_ID")
+    hourly.add_arguments(p)
 
-    p = command("top", "Top posts by folded upvotes, from the index, with the ranking's age.", _top)
+    p = command("top", "Top posts by folded upvotes, from the index, with the ranking's age; "
+                       "--version/--page page through a published, versioned view.", _top)
     _database_args(p)
     p.add_argument("-n", type=int, default=10, help="how many posts (default 10)")
     p.add_argument("--watch", action="store_true", help="redraw a table every --interval seconds")
     p.add_argument("--interval", type=float, default=3.0, help="seconds between redraws with --watch")
+    leaderboard.add_page_arguments(p)
+
+    p = command("publish-top-view", "Publish the top K posts as a new, incrementally written view version.",
+                leaderboard.run_publish_view)
+    leaderboard.add_view_arguments(p)
 
     p = command("verify", "Compare every post's exact count with a publisher ledger; exit 1 on any mismatch.", _verify)
     _database_args(p)
