@@ -87,6 +87,14 @@ def _wait_until_counted(database, ledger, stream: subprocess.Popen, timeout_s: f
     return False
 
 
+def _delta_rows(database) -> tuple[int, int]:
+    """Delta rows written, and the (post, counter, pane) groups they hold."""
+    with database.snapshot() as snapshot:
+        rows = snapshot.execute_sql(
+            "SELECT COUNT(*), COUNTIF(Upvotes != 0) + COUNTIF(Shares != 0) FROM PostDeltas")
+        return tuple(list(rows)[0])
+
+
 def _count_dead_letters(res: Resources, expected: int, timeout_s: float = 60) -> int:
     from google.cloud import pubsub_v1
 
@@ -134,6 +142,10 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
         seconds = time.monotonic() - started
         say(f"all {ledger.events:,} votes counted {seconds:.1f} s after publishing began "
             f"({ledger.events / seconds:,.0f} events/s end to end)")
+
+        rows, groups = _delta_rows(database)
+        say(f"{rows:,} delta rows for {ledger.events:,} votes: {1000 * rows / ledger.events:.0f} per 1,000 votes "
+            f"(one per post, event hour and window; one row per post, counter and pane would be {groups:,})")
 
         outcome, fold_s = fold.run([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"])
         say(f"fold: {outcome.deltas_folded:,} deltas into {outcome.posts_folded} posts in {fold_s:.1f} s")
