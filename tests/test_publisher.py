@@ -31,6 +31,7 @@ from upvotes.publisher import (
     generate_events,
     invalid_payloads,
     publish_file,
+    publish_messages,
     publish_workload,
     run,
 )
@@ -117,7 +118,9 @@ def test_invalid_messages_are_spread_evenly() -> None:
 
 # --- the ledger ---------------------------------------------------------------------------
 
-def viral_ledger() -> tuple[Ledger, list[dict]]:
+@pytest.fixture(scope="module")
+def viral() -> tuple[Ledger, list[dict]]:
+    """The VIRAL workload's events and their ledger (with 4 invalid); tests must not change them."""
     events = list(generate_events(VIRAL))
     ledger = Ledger()
     for event in events:
@@ -126,8 +129,8 @@ def viral_ledger() -> tuple[Ledger, list[dict]]:
     return ledger, events
 
 
-def test_ledger_totals_equal_a_recount() -> None:
-    ledger, events = viral_ledger()
+def test_ledger_totals_equal_a_recount(viral: tuple[Ledger, list[dict]]) -> None:
+    ledger, events = viral
     assert ledger.totals == recount([accepted(event_message(event)[0]) for event in events])
     assert (ledger.events, ledger.invalid) == (len(events), 4)
 
@@ -141,8 +144,8 @@ def test_ledger_keeps_posts_whose_net_is_zero() -> None:
                                        "2026-11-22T02:00:00Z": {"upvotes": -1, "shares": 0}}}
 
 
-def test_hourly_sums_equal_totals() -> None:
-    ledger, _ = viral_ledger()
+def test_hourly_sums_equal_totals(viral: tuple[Ledger, list[dict]]) -> None:
+    ledger, _ = viral
     hourly = ledger.hourly()
     assert set(hourly) == set(ledger.totals)
     for post, hours in hourly.items():
@@ -151,8 +154,8 @@ def test_hourly_sums_equal_totals() -> None:
     assert set().union(*hourly.values()) == {"2026-11-22T01:00:00Z", "2026-11-22T02:00:00Z", "2026-11-22T03:00:00Z"}
 
 
-def test_ledger_save_and_load_round_trip(tmp_path) -> None:
-    ledger, _ = viral_ledger()
+def test_ledger_save_and_load_round_trip(viral: tuple[Ledger, list[dict]], tmp_path) -> None:
+    ledger, _ = viral
     path = tmp_path / "ledger.json"
     ledger.save(path)
     document = json.loads(path.read_text())
@@ -161,8 +164,10 @@ def test_ledger_save_and_load_round_trip(tmp_path) -> None:
     loaded = Ledger.load(path)
     assert (loaded.events, loaded.invalid, loaded.totals, loaded.hourly()) == (
         ledger.events, ledger.invalid, ledger.totals, ledger.hourly())
-    loaded.add({"post_id": "p-1", "counter": "shares", "delta": 1, "event_time": "2026-11-22T01:00:00Z"})
-    assert loaded.hourly()["p-1"]["2026-11-22T01:00:00Z"]["shares"] == ledger.hourly()["p-1"]["2026-11-22T01:00:00Z"]["shares"] + 1
+    # A loaded ledger keeps counting where the saved one stopped.
+    hour = "2026-11-22T01:00:00Z"
+    loaded.add({"post_id": "p-1", "counter": "shares", "delta": 1, "event_time": hour})
+    assert loaded.hourly()["p-1"][hour]["shares"] == ledger.hourly()["p-1"][hour]["shares"] + 1
 
 
 # --- progress -----------------------------------------------------------------------------
@@ -260,7 +265,8 @@ def test_publish_file_publishes_lines_as_they_are(own_topic: tuple[str, str], tm
     ]
     invalid = [b"not json", b'{"post_id":"p-1","counter":"likes","delta":1}', b'["p-1","upvotes",1]']
     path = tmp_path / "votes.jsonl"
-    path.write_bytes(b"\n".join(valid[:2] + invalid[:1] + valid[2:3] + [b""] + invalid[1:]) + b"\n" + valid[3] + b"\r\n")
+    lines = [valid[0], valid[1], invalid[0], valid[2], b"", invalid[1], invalid[2]]
+    path.write_bytes(b"".join(line + b"\n" for line in lines) + valid[3] + b"\r\n")  # a blank line; CRLF
 
     report, ledger = publish_file(topic, str(path), str(tmp_path / "ledger.json"), None, False)
     assert (report.published, report.invalid, report.failed) == (7, 3, 0)
@@ -277,6 +283,11 @@ def test_publish_file_publishes_lines_as_they_are(own_topic: tuple[str, str], tm
     assert dict(messages[valid[3]].attributes) == {} and dict(messages[invalid[0]].attributes) == {}
 
 
+def test_failed_publishes_are_counted_not_raised(stack: Resources) -> None:
+    report = publish_messages(stack.topic_path("no-such-topic"), [(b"{}", {})] * 3, total=3, progress=False)
+    assert (report.published, report.failed) == (0, 3)
+
+
 def cli(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -290,7 +301,8 @@ def test_cli_publishes_and_writes_the_ledger(own_topic: tuple[str, str], tmp_pat
                      "--ledger", str(ledger_path), "--no-progress"))
     out, err = capsys.readouterr()
     assert status == 0, err
-    assert re.fullmatch(r"published 305 events \(5 invalid\) in [\d.]+ s: [\d,]+ events/s; ledger: .*ledger\.json\n", out)
+    summary = r"published 305 events \(5 invalid\) in [\d.]+ s: [\d,]+ events/s; ledger: .*ledger\.json\n"
+    assert re.fullmatch(summary, out)
     assert err == ""
     ledger = Ledger.load(ledger_path)
     assert (ledger.events, ledger.invalid) == (300, 5)

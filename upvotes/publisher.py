@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import orjson
 from google.api_core import exceptions
+from google.api_core.retry import Retry
 from google.auth.exceptions import GoogleAuthError
 from google.cloud import pubsub_v1
 from google.cloud.pubsub_v1.publisher.futures import Future
@@ -48,7 +49,7 @@ LOG = logging.getLogger(__name__)
 BATCH_SETTINGS = pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05)
 MAX_PENDING = 5000  # publish futures kept alive: five full batches in flight
 SPAN_MS = 2 * 3600 * 1000  # generated event times cover the two hours before the start time
-TOPIC_CHECK_TIMEOUT_S = 15.0
+TOPIC_CHECK_TIMEOUT_S = 10.0
 _TOPIC_ID = r"[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}"  # Pub/Sub's resource name rules
 _TOPIC_PATH = re.compile(rf"projects/[^/]+/topics/{_TOPIC_ID}")
 _COUNTER_INDEX = {counter: index for index, counter in enumerate(COUNTERS)}
@@ -399,7 +400,9 @@ def _check_topic(topic_path: str) -> None:
     emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
     where = f"the Pub/Sub emulator at {emulator}" if emulator else "Pub/Sub"
     try:
-        pubsub_v1.PublisherClient().get_topic(topic=topic_path, timeout=TOPIC_CHECK_TIMEOUT_S)
+        # The default retry keeps retrying an unreachable host for 600 s, whatever `timeout` says.
+        retry = Retry(timeout=TOPIC_CHECK_TIMEOUT_S)
+        pubsub_v1.PublisherClient().get_topic(topic=topic_path, retry=retry, timeout=TOPIC_CHECK_TIMEOUT_S)
     except exceptions.NotFound:
         raise UsageError(f"topic {topic_path} does not exist in {where}; create it with `upvotes provision`") from None
     except exceptions.PermissionDenied:
