@@ -16,6 +16,7 @@ import time
 from typing import Sequence
 
 import apache_beam as beam
+from apache_beam.runners.runner import PipelineResult
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
 
 from pipeline.options import FoldOptions, SpannerOptions, spanner_project
@@ -48,14 +49,18 @@ def outcome_from_metrics(result) -> FoldOutcome:
     return FoldOutcome(**{name: counters.get(name, 0) or 0 for name in FoldOutcome._fields})
 
 
-def run(argv: Sequence[str] | None = None) -> tuple[FoldOutcome, float]:
-    """Runs one fold to completion; returns its counts and the seconds it took."""
+def launch(argv: Sequence[str] | None = None) -> PipelineResult:
+    """Builds and submits one fold without waiting (what a flex-template launch does)."""
     options = pipeline_options(argv)
-    options.view_as(FoldOptions).validated()
-    started = time.monotonic()
     pipeline = beam.Pipeline(options=options)
     build(pipeline, options)
-    result = pipeline.run()
+    return pipeline.run()
+
+
+def run(argv: Sequence[str] | None = None) -> tuple[FoldOutcome, float]:
+    """Runs one fold to completion; returns its counts and the seconds it took."""
+    started = time.monotonic()
+    result = launch(argv)
     result.wait_until_finish()
     return outcome_from_metrics(result), time.monotonic() - started
 

@@ -23,6 +23,7 @@ import uuid
 from typing import Sequence
 
 import apache_beam as beam
+from apache_beam.runners.runner import PipelineResult
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions
 
 from pipeline.options import SpannerOptions, StreamingOptions, spanner_project
@@ -93,13 +94,17 @@ def pipeline_options(argv: Sequence[str] | None) -> PipelineOptions:
     return options
 
 
-def run(argv: Sequence[str] | None = None) -> None:
+def launch(argv: Sequence[str] | None = None) -> PipelineResult:
+    """Builds and submits the pipeline without waiting (what a flex-template launch does)."""
     options = pipeline_options(argv)
-    options.view_as(StreamingOptions).validated()
     pipeline = beam.Pipeline(options=options)
     build(pipeline, options)
-    result = pipeline.run()
-    result.wait_until_finish()
+    return pipeline.run()
+
+
+def run(argv: Sequence[str] | None = None) -> None:
+    """Runs the pipeline until it is cancelled or fails."""
+    launch(argv).wait_until_finish()
 
 
 if __name__ == "__main__":

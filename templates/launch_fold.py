@@ -12,16 +12,11 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-import apache_beam as beam
-
-from pipeline.fold import build, pipeline_options
+from pipeline.fold import launch
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    options = pipeline_options(argv)
-    pipeline = beam.Pipeline(options=options)
-    build(pipeline, options)
-    pipeline.run()
+    launch(argv)
 
 
 if __name__ == "__main__":

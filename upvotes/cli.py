@@ -1,7 +1,7 @@
 """`upvotes`: one command for the whole system. `upvotes --help` lists the subcommands.
 
-Heavy modules (Beam, the Google clients) are imported inside each subcommand, so help and
-the quick commands answer at once.
+Beam is imported only by the subcommands that run a pipeline, so help and the quick
+commands start in about a second.
 """
 from __future__ import annotations
 
