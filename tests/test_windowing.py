@@ -1,6 +1,8 @@
 """Windowing and triggering of SumPerWindow with TestStream: panes, lateness, discarding."""
 from __future__ import annotations
 
+import time
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -9,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
 from transforms.records import CounterSums, PostDelta, PostHour, VoteEvent
-from transforms.windowing import WindowAndSumVotes, SumPerWindow, delta_id
+from transforms.windowing import SumPerWindow, WindowAndSumVotes, delta_id
 
 HOUR = 1_795_312_800
 WRITER = "test-writer"
@@ -32,14 +34,14 @@ def run_stream(stream: TestStream, check, window_seconds: int = 10) -> None:
         assert_that(p | stream | SumPerWindow(WRITER, window_seconds), check)
 
 
-def test_a_hot_post_costs_one_delta_per_window_and_late_votes_get_a_pane_of_their_own() -> None:
+def test_a_hot_post_costs_one_delta_per_window() -> None:
     stream = (
         TestStream()
         .add_elements([TimestampedValue(vote("hot"), t) for t in (1, 2, 3, 4)] + [TimestampedValue(vote("cold"), 5)])
         .advance_watermark_to(10)
         .add_elements([TimestampedValue(vote("hot", -1), 12), TimestampedValue(vote("hot", 1, "shares"), 15)])
         .advance_watermark_to(20)
-        .add_elements([TimestampedValue(vote("hot"), 7)])  # late for window [0, 10), within allowed lateness
+        .add_elements([TimestampedValue(vote("hot"), 27)])
         .advance_watermark_to_infinity()
     )
     with streaming_pipeline() as p:
@@ -49,20 +51,54 @@ def test_a_hot_post_costs_one_delta_per_window_and_late_votes_get_a_pane_of_thei
             equal_to([
                 PostDelta("hot", HOUR, delta_id(WRITER, 0, 0), 4, 0, 4),
                 PostDelta("cold", HOUR, delta_id(WRITER, 0, 0), 1, 0, 1),
+                # DISCARDING: the second window's pane holds only its own votes.
                 PostDelta("hot", HOUR, delta_id(WRITER, 10_000_000, 0), -1, 1, 2),
-                # DISCARDING: the late pane holds only the late vote, not the window's first four again.
-                PostDelta("hot", HOUR, delta_id(WRITER, 0, 1), 1, 0, 1),
+                PostDelta("hot", HOUR, delta_id(WRITER, 20_000_000, 0), 1, 0, 1),
             ]),
+        )
+        # Per window: exactly one delta per post and window.
+        assert_that(
+            deltas | beam.Map(lambda d, w=beam.DoFn.WindowParam: (int(w.start), d.post_id)),
+            equal_to([(0, "hot"), (0, "cold"), (10, "hot"), (20, "hot")]),
+            label="one per post and window",
         )
 
 
+def test_a_vote_older_than_the_watermark_is_counted_because_it_is_stamped_on_ingestion() -> None:
+    """Event-time windows would drop it as late; the ingestion timestamp keeps it."""
+    now = int(time.time())  # TestStream watermarks are whole milliseconds
+    days_old = VoteEvent("p", "upvotes", 1, HOUR - 3 * 24 * 3600)
+    stream = (
+        TestStream()
+        .advance_watermark_to(now - 1)  # the watermark is far past the vote's event time
+        .add_elements([TimestampedValue(days_old, HOUR - 3 * 24 * 3600), TimestampedValue(days_old, HOUR)])
+        .advance_watermark_to_infinity()
+    )
+
+    def check(deltas: list[PostDelta]) -> None:
+        assert [(d.post_id, d.event_hour, d.upvotes, d.events) for d in deltas] == [("p", days_old.event_hour, 2, 2)]
+
+    with streaming_pipeline() as p:
+        assert_that(p | stream | WindowAndSumVotes(WRITER, window_seconds=10), check)
+
+    # The same votes windowed by their own (event-time) timestamps are dropped as late.
+    late = TestStream().advance_watermark_to(now - 1).add_elements(
+        [TimestampedValue(vote("p"), HOUR - 3 * 24 * 3600)]).advance_watermark_to_infinity()
+
+    def nothing(deltas: list[PostDelta]) -> None:
+        assert deltas == []
+
+    with streaming_pipeline() as p:
+        assert_that(p | late | SumPerWindow(WRITER, window_seconds=10), nothing)
+
+
 def test_sum_of_all_panes_equals_sum_of_inputs_for_a_long_irregular_stream() -> None:
-    inputs = [(f"p-{i % 7}", 1 if i % 5 else -1, "upvotes" if i % 3 else "shares", (i * 7) % 95) for i in range(400)]
+    inputs = [(f"p-{i % 7}", 1 if i % 5 else -1, "upvotes" if i % 3 else "shares", i // 4 + (i * 7) % 3) for i in range(400)]
     stream = TestStream()
     for start in range(0, 400, 50):
         chunk = inputs[start:start + 50]
         stream = stream.add_elements([TimestampedValue(vote(p, d, c), t) for p, d, c, t in chunk])
-        stream = stream.advance_watermark_to(10 * (start // 50 + 1))  # some later elements arrive late
+        stream = stream.advance_watermark_to(min(t for *_, t in inputs[start + 50:start + 100]) if start < 350 else 1000)
     stream = stream.advance_watermark_to_infinity()
 
     def check(deltas: list[PostDelta]) -> None:
@@ -72,7 +108,7 @@ def test_sum_of_all_panes_equals_sum_of_inputs_for_a_long_irregular_stream() -> 
             assert sum(d.shares for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "shares")
         ids = [(d.post_id, d.event_hour, d.delta_id) for d in deltas]
         assert len(ids) == len(set(ids)), "two panes share a delta key"
-        assert len(deltas) > 7, "late elements should have produced panes of their own"
+        assert len(deltas) > 7 * 5, "every window should have produced a pane per post"
 
     run_stream(stream, check)
 

@@ -7,6 +7,7 @@ both by reason in Beam metrics.
 """
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Any, Mapping, NamedTuple
 
@@ -112,7 +113,6 @@ def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
 
 def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float) -> VoteEvent | Rejected:
     """One message to a VoteEvent, or to a Rejected with the reason. Never raises."""
-    attributes = dict(attributes or {})
     try:
         if len(data) > MAX_MESSAGE_BYTES:
             raise _Invalid("too_large", f"{len(data)} bytes, at most {MAX_MESSAGE_BYTES}")
@@ -126,9 +126,9 @@ def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s
             raise _Invalid("not_json", str(error)[:200]) from None
         return _validate(fields, publish_time_s)
     except _Invalid as invalid:
-        return Rejected(bytes(data), attributes, str(invalid))
+        return Rejected(bytes(data), dict(attributes or {}), str(invalid))
     except Exception as error:  # noqa: BLE001 - a bug here must dead-letter, not stop the job
-        return Rejected(bytes(data), attributes, f"not_json: unexpected {type(error).__name__}: {str(error)[:200]}")
+        return Rejected(bytes(data), dict(attributes or {}), f"not_json: unexpected {type(error).__name__}: {str(error)[:200]}")
 
 
 def reason_of(rejected: Rejected) -> str:
@@ -143,21 +143,24 @@ class ParsedVotes(NamedTuple):
 class _ParseVoteFn(beam.DoFn):
     REJECTED = "rejected"
 
-    def __init__(self) -> None:
-        self._accepted = Metrics.counter("ParseVotes", "accepted")
-        self._rejected: dict[str, Any] = {}
+    def start_bundle(self) -> None:
+        # Counted locally and reported once per bundle: a metric update per vote costs more
+        # than parsing it.
+        self._accepted = 0
+        self._rejected: Counter[str] = Counter()
 
     def process(self, message: PubsubMessage, timestamp=beam.DoFn.TimestampParam):
         result = parse_vote(message.data or b"", message.attributes, float(timestamp))
         if isinstance(result, VoteEvent):
-            self._accepted.inc()
-            yield result
-            return
-        reason = reason_of(result)
-        if reason not in self._rejected:
-            self._rejected[reason] = Metrics.counter("ParseVotes", f"rejected_{reason}")
-        self._rejected[reason].inc()
-        yield beam.pvalue.TaggedOutput(self.REJECTED, result)
+            self._accepted += 1
+            return (result,)
+        self._rejected[reason_of(result)] += 1
+        return (beam.pvalue.TaggedOutput(self.REJECTED, result),)
+
+    def finish_bundle(self) -> None:
+        Metrics.counter("ParseVotes", "accepted").inc(self._accepted)
+        for reason, count in self._rejected.items():
+            Metrics.counter("ParseVotes", f"rejected_{reason}").inc(count)
 
 
 class ParseVotes(beam.PTransform):

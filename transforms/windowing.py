@@ -14,9 +14,13 @@ window with a repeating processing-time trigger would also drop nothing, but its
 (pane counters, trigger state) is never freed for any key ever seen.
 
 Accumulation is DISCARDING: every pane is a delta of its own. ACCUMULATING panes (as in
-Beam's leader board example) repeat earlier panes' votes and would count them twice. Late
-firings stay enabled, with an allowed lateness, as a safety net for runner watermark
-estimates; a late pane gets its own pane index and so its own delta row.
+Beam's leader board example) repeat earlier panes' votes and would count them twice.
+
+The trigger is the default one (one pane when the watermark passes the window's end), and
+deliberately so: a vote stamped on ingestion is held back by the watermark until it reaches
+the combine, so no late pane can occur, and any non-default trigger turns off combiner
+lifting, which sums each bundle's votes before the shuffle (measured: about 20 times the
+per-vote cost without it). The pane index is still part of each delta's key.
 """
 from __future__ import annotations
 
@@ -25,31 +29,39 @@ from typing import Iterable
 
 import apache_beam as beam
 from apache_beam.transforms import trigger, window
-from apache_beam.utils.timestamp import Duration
+from apache_beam.transforms.window import GlobalWindows
 
-from transforms.records import CounterSums, PostDelta, PostHour, VoteEvent
+from transforms.records import UPVOTES, CounterSums, PostDelta, PostHour, VoteEvent
 
 DEFAULT_WINDOW_SECONDS = 10
-ALLOWED_LATENESS_S = 600
 
 
 class SumCounters(beam.CombineFn):
-    """Sums CounterSums; runners combine within each bundle before the shuffle."""
+    """Sums CounterSums; runners combine within each bundle before the shuffle.
 
-    def create_accumulator(self) -> CounterSums:
-        return CounterSums()
+    The accumulator is a mutable [upvotes, shares, events] list: add_input runs once per
+    vote, and updating a list in place is cheaper than building a tuple each time.
+    """
 
-    def add_input(self, acc: CounterSums, value: CounterSums) -> CounterSums:
-        return acc.plus(value)
+    def create_accumulator(self) -> list[int]:
+        return [0, 0, 0]
 
-    def merge_accumulators(self, accumulators: Iterable[CounterSums]) -> CounterSums:
-        total = CounterSums()
+    def add_input(self, acc: list[int], value: CounterSums) -> list[int]:
+        acc[0] += value.upvotes
+        acc[1] += value.shares
+        acc[2] += value.events
+        return acc
+
+    def merge_accumulators(self, accumulators: Iterable[list[int]]) -> list[int]:
+        total = [0, 0, 0]
         for acc in accumulators:
-            total = total.plus(acc)
+            total[0] += acc[0]
+            total[1] += acc[1]
+            total[2] += acc[2]
         return total
 
-    def extract_output(self, acc: CounterSums) -> CounterSums:
-        return acc
+    def extract_output(self, acc: list[int]) -> CounterSums:
+        return CounterSums(*acc)
 
 
 def delta_id(writer: str, window_start_us: int, pane_index: int) -> str:
@@ -57,9 +69,26 @@ def delta_id(writer: str, window_start_us: int, pane_index: int) -> str:
     return f"{writer}:{window_start_us}:{pane_index}"
 
 
-class _StampIngestionTime(beam.DoFn):
-    def process(self, event: VoteEvent):
-        yield window.TimestampedValue((PostHour(event.post_id, event.event_hour), CounterSums.of(event)), time.time())
+class _SumInBundle(beam.DoFn):
+    """Sums each bundle's votes per (post, event hour) in a dict, and emits the sums when the
+    bundle ends, stamped with that moment as their ingestion time. A vote then costs one dict
+    update; windowing and the shuffle see one element per post and hour per bundle. The
+    bundle is not yet committed when it emits, so the watermark is still held behind it."""
+
+    def start_bundle(self) -> None:
+        self._sums: dict[tuple[str, int], list[int]] = {}
+
+    def process(self, event: VoteEvent) -> None:
+        acc = self._sums.get((event.post_id, event.event_hour))
+        if acc is None:
+            acc = self._sums[(event.post_id, event.event_hour)] = [0, 0, 0]
+        acc[0 if event.counter == UPVOTES else 1] += event.delta
+        acc[2] += 1
+
+    def finish_bundle(self):
+        now = time.time()
+        for (post_id, event_hour), sums in self._sums.items():
+            yield GlobalWindows.windowed_value((PostHour(post_id, event_hour), CounterSums(*sums)), timestamp=now)
 
 
 class _ToPostDelta(beam.DoFn):
@@ -80,11 +109,11 @@ class _ToPostDelta(beam.DoFn):
         )]
 
 
-class KeyByPostHour(beam.PTransform):
-    """VoteEvent -> (PostHour, CounterSums), timestamped with the ingestion time."""
+class SumVotesInBundle(beam.PTransform):
+    """VoteEvent -> (PostHour, CounterSums): each bundle's sums, timestamped with the ingestion time."""
 
     def expand(self, votes: beam.PCollection) -> beam.PCollection:
-        return votes | "StampIngestionTime" >> beam.ParDo(_StampIngestionTime())
+        return votes | "SumInBundle" >> beam.ParDo(_SumInBundle())
 
 
 class SumPerWindow(beam.PTransform):
@@ -104,9 +133,8 @@ class SumPerWindow(beam.PTransform):
             keyed
             | "FixedWindows" >> beam.WindowInto(
                 window.FixedWindows(self._window_seconds),
-                trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+                trigger=trigger.AfterWatermark(),
                 accumulation_mode=trigger.AccumulationMode.DISCARDING,
-                allowed_lateness=Duration(seconds=ALLOWED_LATENESS_S),
             )
             | "SumPerPostHour" >> beam.CombinePerKey(SumCounters())
             | "ToPostDelta" >> beam.ParDo(_ToPostDelta(self._writer))
@@ -124,6 +152,6 @@ class WindowAndSumVotes(beam.PTransform):
     def expand(self, votes: beam.PCollection) -> beam.PCollection:
         return (
             votes
-            | "KeyByPostHour" >> KeyByPostHour()
+            | "SumVotesInBundle" >> SumVotesInBundle()
             | "SumPerWindow" >> SumPerWindow(self._writer, self._window_seconds)
         )
