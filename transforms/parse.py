@@ -7,6 +7,7 @@ both by reason in Beam metrics.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import datetime
 from typing import Any, Mapping, NamedTuple
@@ -22,6 +23,9 @@ MAX_MESSAGE_BYTES = 64 * 1024  # a vote is about 200 bytes; Pub/Sub allows 10 MB
 MAX_POST_ID_CHARS = 128
 MAX_ID_CHARS = 128
 MAX_ABS_DELTA = 1_000_000
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})\Z")
+MIN_HOUR_S = -62_135_596_800  # 0001-01-01T00:00:00Z
+MAX_HOUR_S = 253_402_297_200  # 9999-12-31T23:00:00Z
 
 # Every reason a message can be rejected for; the error attribute starts with one of these.
 REASONS = (
@@ -47,12 +51,12 @@ class _Invalid(Exception):
         self.reason = reason
 
 
-def _optional_string(fields: Mapping[str, Any], name: str) -> str | None:
-    value = fields.get(name)
-    if value is None:
+def _optional_string(fields: Mapping[str, Any], name: str, may_be_empty: bool = False) -> str | None:
+    if name not in fields:
         return None
-    if not isinstance(value, str):
-        raise _Invalid("wrong_type", f"{name} must be a string, got {type(value).__name__}")
+    value = fields[name]
+    if not isinstance(value, str) or not (value or may_be_empty):
+        raise _Invalid("wrong_type", f"{name} must be a non-empty string, got {type(value).__name__} {value!r:.40}")
     if len(value) > MAX_ID_CHARS:
         raise _Invalid("field_too_long", f"{name} has {len(value)} characters, at most {MAX_ID_CHARS} allowed")
     return value
@@ -63,14 +67,18 @@ def _event_hour(event_time: str | None, publish_time_s: float) -> int:
     if event_time is None:
         seconds = publish_time_s
     else:
+        # fromisoformat alone also takes ISO 8601 forms RFC 3339 does not (week dates, no offset).
+        if not _RFC3339.match(event_time):
+            raise _Invalid("bad_event_time", f"event_time {event_time[:40]!r} is not RFC 3339 with an offset (e.g. Z)")
         try:
-            parsed = datetime.fromisoformat(event_time)
+            seconds = datetime.fromisoformat(event_time).timestamp()
         except ValueError:
-            raise _Invalid("bad_event_time", f"event_time {event_time[:40]!r} is not RFC 3339") from None
-        if parsed.tzinfo is None:
-            raise _Invalid("bad_event_time", "event_time has no UTC offset (RFC 3339 needs one, e.g. Z)")
-        seconds = parsed.timestamp()
-    return int(seconds // HOUR_S) * HOUR_S
+            raise _Invalid("bad_event_time", f"event_time {event_time[:40]!r} is not a valid time") from None
+    hour = int(seconds // HOUR_S) * HOUR_S
+    # Spanner timestamps span years 1 to 9999 (UTC); an hour outside cannot be stored.
+    if not MIN_HOUR_S <= hour <= MAX_HOUR_S:
+        raise _Invalid("bad_event_time", f"event hour {hour} is outside Spanner's timestamp range")
+    return hour
 
 
 def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
@@ -100,7 +108,7 @@ def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
         raise _Invalid("zero_delta", "delta is 0")
     if not -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA:
         raise _Invalid("delta_out_of_range", f"delta {delta} is outside [-{MAX_ABS_DELTA}, {MAX_ABS_DELTA}]")
-    event_time = _optional_string(fields, "event_time")
+    event_time = _optional_string(fields, "event_time", may_be_empty=True)  # "" is a bad time, not a bad type
     return VoteEvent(
         post_id=post_id,
         counter=counter,

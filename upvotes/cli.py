@@ -83,8 +83,9 @@ def _beam_argv(args: argparse.Namespace, params, extra: list[str]) -> list[str]:
 
 def _stream(args: argparse.Namespace, extra: list[str]) -> int:
     from pipeline import streaming
-    from pipeline.params import STREAMING_PARAMS
+    from pipeline.params import STREAMING_PARAMS, validate
 
+    validate(STREAMING_PARAMS, vars(args))
     print("streaming pipeline running; stop it with Ctrl-C", file=sys.stderr)
     streaming.run(_beam_argv(args, STREAMING_PARAMS, extra))
     return 0
@@ -155,6 +156,9 @@ def _verify(args: argparse.Namespace) -> int:
         ledger = Ledger.load(args.ledger)
     except OSError as error:
         _err(f"cannot read the ledger {args.ledger}: {error.strerror}")
+        return 2
+    except (ValueError, KeyError, TypeError) as error:
+        _err(f"{args.ledger} is not a ledger written by `upvotes publish --ledger`: {error}")
         return 2
     mismatches = verify_totals(_open(args), ledger.totals)
     for m in mismatches:
