@@ -141,11 +141,3 @@ def test_cli_hooks_print_json_lines(stack, database, capsys) -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["--hourly", "--since", "yesterday", "hr-c"])
     assert "not an RFC 3339 time" in capsys.readouterr().err
-
-
-def test_the_query_is_parameterised_and_seeks_the_commit_time_index() -> None:
-    sql = hourly.HOURLY_SQL
-    assert "PostDeltas@{FORCE_INDEX=PostDeltasByCommit}" in sql and "d.CommittedAt > p.FoldedThrough" in sql
-    for param in ("@post_hash", "@post_id", "@since", "@until"):
-        assert param in sql
-    assert "{" not in sql.replace("{FORCE_INDEX=PostDeltasByCommit}", "")  # no str.format slots

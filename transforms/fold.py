@@ -3,9 +3,10 @@
 One fold run:
 1. `ChooseSnapshot`: a strong read fixes the snapshot timestamp S. Spanner guarantees no
    later commit gets a timestamp <= S, so "deltas committed in (watermark, S]" is a fixed set.
-2. `ReadUnfoldedDeltas`: at exactly S, a partitioned query returns each post's watermark
-   with every delta committed after it (through the interleaved commit-time index, so old,
-   folded deltas are never touched). Partitions are read in parallel on Dataflow.
+2. `ReadUnfoldedDeltas`: at exactly S, a partitioned read of Posts gives each post's
+   watermark, and key-range reads of the interleaved commit-time index give every delta
+   committed after it (a seek: old, folded deltas are never touched). Partitions are read
+   in parallel on Dataflow.
 3. `SumPerPost`: per post (and per event hour), the deltas' sums.
 4. `ApplyFolds`: short read-write transactions, many posts each, within a mutation budget.
    For each post: if its watermark is still the one the snapshot saw, add the sums and set
@@ -19,6 +20,7 @@ One fold run:
 """
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import datetime, timezone
 from typing import Iterable, Iterator, NamedTuple
@@ -26,29 +28,14 @@ from typing import Iterable, Iterator, NamedTuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from google.cloud import spanner
-from google.cloud.spanner_v1 import param_types
 from google.cloud.spanner_v1.database import BatchSnapshot
 
 from upvotes.database import DEFAULT_RETRY, commit_mutations, open_database, run_transaction, run_with_retries
-
-# The emulator cannot tell whether a join is root-partitionable and refuses to partition
-# it unless told; production Spanner ignores this hint. This join is partitionable: both
-# tables share the Posts key prefix, so the plan is a Distributed Union over a local join.
-UNFOLDED_DELTAS_SQL = """@{spanner_emulator.disable_query_partitionability_check=true}
-SELECT p.PostHash, p.PostId, p.FoldedThrough, d.EventHour, d.Upvotes, d.Shares
-FROM Posts AS p
-JOIN PostDeltas@{FORCE_INDEX=PostDeltasByCommit} AS d
-  ON d.PostHash = p.PostHash AND d.PostId = p.PostId
-WHERE d.CommittedAt > p.FoldedThrough"""
-
-# Inside a fold transaction, for a post whose watermark another fold has moved.
-REFOLD_SQL = """SELECT d.EventHour, SUM(d.Upvotes), SUM(d.Shares), COUNT(*)
-FROM PostDeltas@{FORCE_INDEX=PostDeltasByCommit} AS d
-WHERE d.PostHash = @post_hash AND d.PostId = @post_id
-  AND d.CommittedAt > @after AND d.CommittedAt <= @through
-GROUP BY d.EventHour"""
+from upvotes.reads import READ_CHUNK, read_unfolded
 
 POST_COLUMNS = ("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough")
+WATERMARK_COLUMNS = ("PostHash", "PostId", "FoldedThrough")
+DELTA_COLUMNS = ("EventHour", "Upvotes", "Shares")
 HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares")
 FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt")
 # Posts row (5 columns) + its PostsByUpvotes entry replaced (2 x 5), and per hour a
@@ -187,19 +174,12 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
 
 
 def _refold(transaction, post_hash: int, post_id: str, after: datetime, through: datetime):
-    rows = transaction.execute_sql(
-        REFOLD_SQL,
-        params={"post_hash": post_hash, "post_id": post_id, "after": after, "through": through},
-        param_types={
-            "post_hash": param_types.INT64, "post_id": param_types.STRING,
-            "after": param_types.TIMESTAMP, "through": param_types.TIMESTAMP,
-        },
-    )
+    """The deltas of one post committed in (after, through], read inside the fold transaction."""
     hours: dict = {}
     upvotes = shares = deltas = 0
-    for hour, up, sh, count in rows:
+    for hour, up, sh in read_unfolded(transaction, {(post_hash, post_id): after}, DELTA_COLUMNS, through):
         add_hours(hours, [(hour, up, sh)])
-        upvotes, shares, deltas = upvotes + up, shares + sh, deltas + count
+        upvotes, shares, deltas = upvotes + up, shares + sh, deltas + 1
     return upvotes, shares, deltas, hours
 
 
@@ -214,21 +194,27 @@ class _SpannerDoFn(beam.DoFn):
 
 
 class _PlanPartitions(_SpannerDoFn):
-    """snapshot S -> (BatchSnapshot handle, partition) pairs for the unfolded-deltas query."""
+    """snapshot S -> (BatchSnapshot handle, partition) pairs of a partitioned read of Posts."""
 
     def process(self, snapshot_at: datetime):
         batch_snapshot = self._database.batch_snapshot(read_timestamp=snapshot_at)
         handle = batch_snapshot.to_dict()
-        for partition in batch_snapshot.generate_query_batches(UNFOLDED_DELTAS_SQL):
+        for partition in batch_snapshot.generate_read_batches(
+                "Posts", columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(all_=True)):
             yield handle, partition
 
 
 class _ReadPartition(_SpannerDoFn):
-    def process(self, element):
+    """One partition of Posts -> (PostKey, (hour, upvotes, shares)) for each unfolded delta,
+    read as index ranges, READ_CHUNK posts per read, at exactly the same snapshot S."""
+
+    def process(self, element, snapshot_at: datetime):
         handle, partition = element
-        snapshot = BatchSnapshot.from_dict(self._database, handle)
-        for post_hash, post_id, watermark, hour, upvotes, shares in snapshot.process_query_batch(partition):
-            yield PostKey(post_hash, post_id, watermark_text(watermark)), (hour, upvotes, shares)
+        posts = BatchSnapshot.from_dict(self._database, handle).process_read_batch(partition)
+        with self._database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
+            while chunk := {(h, p): wm for h, p, wm in itertools.islice(posts, READ_CHUNK)}:
+                for h, p, hour, up, sh in read_unfolded(snapshot, chunk, ("PostHash", "PostId") + DELTA_COLUMNS):
+                    yield PostKey(h, p, watermark_text(chunk[(h, p)])), (hour, up, sh)
 
 
 class _ChooseSnapshot(_SpannerDoFn):
@@ -323,7 +309,7 @@ class FoldDeltas(beam.PTransform):
         return (
             partitions
             | "SpreadPartitions" >> beam.Reshuffle()
-            | "ReadUnfoldedDeltas" >> beam.ParDo(_ReadPartition(*self._where))
+            | "ReadUnfoldedDeltas" >> beam.ParDo(_ReadPartition(*self._where), at)
             | "SumPerPost" >> beam.CombinePerKey(SumPostDeltas())
             | "ToPostFold" >> beam.Map(_to_post_fold)
             | "ApplyFolds" >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), at)

@@ -4,14 +4,13 @@ The fold adds every delta it folds to PostHourlyCounts (by event hour) in the sa
 transaction that adds it to Posts and moves the post's FoldedThrough watermark. So, in any
 one snapshot, a delta is either inside PostHourlyCounts (committed at or before the
 watermark) or among the post's deltas committed after the watermark, never both and never
-neither. `hourly_counts` reads both sides in one query, hence one read-only snapshot, and
+neither. `hourly_counts` reads both sides in one read-only snapshot and
 sums them per event hour, which is exact even while a fold commits.
 
-Both sides are seeks within the post's rows: PostHourlyCounts is keyed by
-(PostHash, PostId, EventHour DESC), and the unfolded deltas come from the interleaved
-PostDeltasByCommit index (PostHash, PostId, CommittedAt), which holds EventHour (a key
-part of PostDeltas) and stores Upvotes and Shares, so there is no back-join and old,
-folded deltas are never scanned.
+Both sides are key-range reads within the post's rows: PostHourlyCounts is keyed by
+(PostHash, PostId, EventHour DESC) (one row per hour the post was voted in), and the
+unfolded deltas come from the interleaved PostDeltasByCommit index as upvotes.reads reads
+them, so old, folded deltas are never touched.
 
 Hours are the event-time buckets of the pipeline: an hour is reported when it overlaps
 [since, until), i.e. `since` is rounded down to its hour and an hour starting before
@@ -25,35 +24,11 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
-from google.cloud.spanner_v1 import param_types
+from google.cloud import spanner
 
 from schemas import post_hash
 from upvotes.database import open_database
-
-HOURLY_SQL = """SELECT EventHour, SUM(Upvotes) AS Upvotes, SUM(Shares) AS Shares
-FROM (
-  SELECT h.EventHour, h.Upvotes, h.Shares
-  FROM PostHourlyCounts AS h
-  WHERE h.PostHash = @post_hash AND h.PostId = @post_id
-    AND h.EventHour >= @since AND (@until IS NULL OR h.EventHour < @until)
-  UNION ALL
-  SELECT d.EventHour, d.Upvotes, d.Shares
-  FROM Posts AS p
-  JOIN PostDeltas@{FORCE_INDEX=PostDeltasByCommit} AS d
-    ON d.PostHash = p.PostHash AND d.PostId = p.PostId AND d.CommittedAt > p.FoldedThrough
-  WHERE p.PostHash = @post_hash AND p.PostId = @post_id
-    AND d.EventHour >= @since AND (@until IS NULL OR d.EventHour < @until)
-)
-GROUP BY EventHour
-ORDER BY EventHour"""
-
-PARAM_TYPES = {
-    "post_hash": param_types.INT64,
-    "post_id": param_types.STRING,
-    "since": param_types.TIMESTAMP,
-    "until": param_types.TIMESTAMP,
-}
-
+from upvotes.reads import read_unfolded
 
 class HourCount(NamedTuple):
     hour: datetime  # start of the event hour, UTC
@@ -73,15 +48,25 @@ def hour_floor(moment: datetime) -> datetime:
 
 def hourly_counts(database, post_id: str, since: datetime, until: datetime | None = None) -> list[HourCount]:
     """Exact upvotes and shares of `post_id` per event hour overlapping [since, until), oldest first."""
-    params = {
-        "post_hash": post_hash(post_id),
-        "post_id": post_id,
-        "since": hour_floor(since),
-        "until": None if until is None else _utc(until),
-    }
-    with database.snapshot() as snapshot:
-        rows = list(snapshot.execute_sql(HOURLY_SQL, params=params, param_types=PARAM_TYPES))
-    return [HourCount(_plain(hour), upvotes, shares) for hour, upvotes, shares in rows]
+    key = (post_hash(post_id), post_id)
+    first, end = hour_floor(since), None if until is None else _utc(until)
+    sums: dict[datetime, list[int]] = {}
+
+    def add(rows) -> None:
+        for hour, upvotes, shares in rows:
+            if hour >= first and (end is None or hour < end):
+                acc = sums.setdefault(_plain(hour), [0, 0])
+                acc[0] += upvotes
+                acc[1] += shares
+
+    with database.snapshot(multi_use=True) as snapshot:
+        posts = list(snapshot.read("Posts", columns=("FoldedThrough",), keyset=spanner.KeySet(keys=[list(key)])))
+        if not posts:
+            return []
+        add(snapshot.read("PostHourlyCounts", columns=("EventHour", "Upvotes", "Shares"),
+                          keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key))])))
+        add(read_unfolded(snapshot, {key: posts[0][0]}, ("EventHour", "Upvotes", "Shares")))
+    return [HourCount(hour, *sums[hour]) for hour in sorted(sums)]
 
 
 def _plain(hour: datetime) -> datetime:

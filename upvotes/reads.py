@@ -2,28 +2,26 @@
 
 An exact count is the folded aggregate plus the deltas committed after the post's
 watermark, read in one read-only snapshot, so a fold committing in between can never make a
-delta count twice or not at all. The deltas are found through the interleaved commit-time
-index, so a read touches only unfolded deltas however many old ones are kept.
+delta count twice or not at all.
+
+Unfolded deltas are read as key ranges of the interleaved commit-time index, one range per
+post from (post, watermark) exclusive to the end of the post: a seek, so a read touches only
+unfolded deltas however many old ones are kept. (Measured on the emulator: the same
+condition as SQL, even with the watermark as a constant parameter, scanned every delta of
+the post, 370 ms with 50,000 old deltas against 7 ms for the range read.) The fold and the
+hourly reads use the same ranges.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
+from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from schemas import post_hash
 from transforms.records import PostTotals
-
-EXACT_COUNTS_SQL = """SELECT p.PostId,
-  p.Upvotes + COALESCE(SUM(d.Upvotes), 0) AS Upvotes,
-  p.Shares + COALESCE(SUM(d.Shares), 0) AS Shares
-FROM Posts AS p
-LEFT JOIN PostDeltas@{FORCE_INDEX=PostDeltasByCommit} AS d
-  ON d.PostHash = p.PostHash AND d.PostId = p.PostId AND d.CommittedAt > p.FoldedThrough
-WHERE p.PostHash IN UNNEST(@post_hashes) AND p.PostId IN UNNEST(@post_ids)
-GROUP BY p.PostId, p.Upvotes, p.Shares"""
 
 TOP_POSTS_SQL = """SELECT PostId, Upvotes, Shares
 FROM Posts@{FORCE_INDEX=PostsByUpvotes}
@@ -32,28 +30,47 @@ LIMIT @limit"""
 
 LAST_FOLD_SQL = "SELECT SnapshotAt FROM FoldRuns ORDER BY SnapshotAt DESC LIMIT 1"
 
-# Spanner caps a query's parameters in total size; read big lists in chunks of this many.
-READ_CHUNK = 10_000
+DELTA_TABLE = "PostDeltas"
+DELTA_INDEX = "PostDeltasByCommit"
+# Posts per read call; bounds the size of one request's key set.
+READ_CHUNK = 1_000
+
+PostKey = tuple[int, str]  # (PostHash, PostId)
+
+
+def unfolded_ranges(watermarks: Mapping[PostKey, datetime], through: datetime | None = None) -> spanner.KeySet:
+    """Index ranges of each post's deltas committed after its watermark (and at or before `through`)."""
+    return spanner.KeySet(ranges=[
+        spanner.KeyRange(start_open=[h, p, after], end_closed=[h, p] if through is None else [h, p, through])
+        for (h, p), after in watermarks.items()
+    ])
+
+
+def read_unfolded(snapshot, watermarks: Mapping[PostKey, datetime], columns: Sequence[str],
+                  through: datetime | None = None) -> Iterable[list]:
+    """Rows of `columns` (index, key or stored columns) of every unfolded delta of these posts."""
+    if not watermarks:
+        return []
+    return snapshot.read(DELTA_TABLE, columns=columns, keyset=unfolded_ranges(watermarks, through), index=DELTA_INDEX)
 
 
 def exact_counts(database, post_ids: Iterable[str]) -> list[PostTotals]:
     """Exact counts of the given posts, in the order asked; unknown posts read as zeros."""
     wanted = list(dict.fromkeys(post_ids))
-    found: dict[str, PostTotals] = {}
+    found: dict[str, list[int]] = {}
     with database.snapshot(multi_use=True) as snapshot:
         for start in range(0, len(wanted), READ_CHUNK):
-            chunk = wanted[start:start + READ_CHUNK]
-            rows = snapshot.execute_sql(
-                EXACT_COUNTS_SQL,
-                params={"post_hashes": [post_hash(p) for p in chunk], "post_ids": chunk},
-                param_types={
-                    "post_hashes": param_types.Array(param_types.INT64),
-                    "post_ids": param_types.Array(param_types.STRING),
-                },
-            )
-            for post_id, upvotes, shares in rows:
-                found[post_id] = PostTotals(post_id, upvotes, shares)
-    return [found.get(p, PostTotals(p, 0, 0)) for p in wanted]
+            keys = [[post_hash(p), p] for p in wanted[start:start + READ_CHUNK]]
+            watermarks = {}
+            for h, post_id, upvotes, shares, folded_through in snapshot.read(
+                    "Posts", columns=("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough"),
+                    keyset=spanner.KeySet(keys=keys)):
+                found[post_id] = [upvotes, shares]
+                watermarks[(h, post_id)] = folded_through
+            for post_id, upvotes, shares in read_unfolded(snapshot, watermarks, ("PostId", "Upvotes", "Shares")):
+                found[post_id][0] += upvotes
+                found[post_id][1] += shares
+    return [PostTotals(p, *found.get(p, (0, 0))) for p in wanted]
 
 
 @dataclass(frozen=True)
