@@ -19,7 +19,7 @@ import schemas
 from transforms.fold import FoldDeltas, FoldOutcome, PostFold, PostKey, _ApplyFoldsFn, choose_snapshot, watermark_text
 from transforms.records import PostDelta
 from transforms.spanner_sink import write_deltas
-from upvotes.reads import exact_counts, read_unfolded
+from upvotes.reads import READ_CHUNK, exact_counts, read_unfolded
 
 HOUR = 1_795_312_800
 
@@ -86,6 +86,15 @@ def test_fold_takes_deltas_up_to_the_snapshot_and_reads_stay_exact(stack, databa
     rows = posts_rows(database, "exact")
     assert {p: (up, sh) for p, (up, sh, _) in rows.items()} == expected_from(before, after)
     assert exact(database, before) == expected_from(before, after)
+
+
+def test_one_run_folds_every_post_however_many_there_are(stack, database) -> None:
+    posts = READ_CHUNK * 2 + 100  # more posts than one chunk of the partition reader
+    gained = add_deltas(database, "many", posts=posts, per_post=1, tag="m")
+    outcome = fold(stack)
+    assert outcome.posts_folded >= posts and outcome.deltas_folded >= posts
+    assert fold(stack).posts_folded == 0
+    assert {p: (up, sh) for p, (up, sh, _) in posts_rows(database, "many").items()} == gained
 
 
 def test_hourly_rollup_matches_the_folded_deltas(stack, database) -> None:

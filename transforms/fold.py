@@ -210,7 +210,9 @@ class _ReadPartition(_SpannerDoFn):
 
     def process(self, element, snapshot_at: datetime):
         handle, partition = element
-        posts = BatchSnapshot.from_dict(self._database, handle).process_read_batch(partition)
+        # One iterator for the whole partition: every iter() of the client's result set starts
+        # over and drops the rows the previous one had buffered.
+        posts = iter(BatchSnapshot.from_dict(self._database, handle).process_read_batch(partition))
         with self._database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
             while chunk := {(h, p): wm for h, p, wm in itertools.islice(posts, READ_CHUNK)}:
                 for h, p, hour, up, sh in read_unfolded(snapshot, chunk, ("PostHash", "PostId") + DELTA_COLUMNS):

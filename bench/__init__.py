@@ -1,0 +1,21 @@
+"""Benchmarks of the upvote counter against its baselines, on the local emulators.
+
+`python -m bench` (or `make bench`) starts the Spanner and Pub/Sub emulators, provisions
+a fresh database, runs every benchmark in a process of its own (so each one's peak RSS
+is its own) and writes `bench/results/latest.json` and `latest.png`. Every figure is a
+ratio against a baseline measured in the same invocation, on the same machine.
+
+Modules, one per benchmark:
+
+- `hot_post`: one post receiving many votes: read-modify-write, sharded counters, this
+  project's chain and sink fed from memory, and end to end through Pub/Sub.
+- `transform_cost`: CPU per event of the parse-validate-key-combine chain against plain
+  Python, with a profile of where Beam's per-element time goes.
+- `write_amplification`: Spanner rows written per million votes against the lower bound.
+- `fold_scaling`: fold time against the number of deltas; exact-read latency against the
+  number of old, folded deltas kept.
+- `freshness`: publish-to-visible latency under a steady publish rate.
+
+Support: `config` (sizes), `machine`, `measure`, `stack` (emulators, databases, the
+streaming subprocess, publishing), `feeds` (in-memory sources), `report`, `runner`.
+"""

@@ -1,0 +1,55 @@
+"""Benchmark sizes: the full run (within 10 minutes on 2 cores) and the --quick smoke run."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Every size the benchmarks use; `asdict` goes into the results as they ran."""
+
+    name: str
+    # hot_post
+    baseline_votes: int  # per read-modify-write / sharded approach
+    chain_votes: int  # through the in-memory chain and sink; RSS sampled every tenth
+    e2e_votes: int  # end to end through Pub/Sub
+    reads: int  # total-read latency samples per approach
+    # transform_cost
+    transform_events: int
+    transform_posts: int
+    profile_events: int
+    # write_amplification
+    amplification_votes: int
+    amplification_posts: int
+    arrival_rate: int  # votes per second of simulated ingestion time
+    pipeline_sample: int  # the real SumPerWindow runs over 1 in this many posts
+    # fold_scaling
+    fold_deltas: tuple[int, ...]
+    read_old_deltas: tuple[int, ...]
+    fold_reads: int
+    # freshness
+    fresh_rate: int  # events per second
+    fresh_seconds: int
+    fresh_window_s: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+FULL = Sizes(
+    name="full",
+    baseline_votes=2_000, chain_votes=300_000, e2e_votes=2_000, reads=50,
+    transform_events=1_000_000, transform_posts=1_000, profile_events=100_000,
+    amplification_votes=1_000_000, amplification_posts=100_000, arrival_rate=50_000, pipeline_sample=10,
+    fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100,
+    fresh_rate=100, fresh_seconds=60, fresh_window_s=2,
+)
+
+QUICK = Sizes(
+    name="quick",
+    baseline_votes=200, chain_votes=20_000, e2e_votes=300, reads=20,
+    transform_events=20_000, transform_posts=1_000, profile_events=5_000,
+    amplification_votes=100_000, amplification_posts=10_000, arrival_rate=5_000, pipeline_sample=10,
+    fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,
+    fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
+)

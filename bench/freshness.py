@@ -1,0 +1,144 @@
+"""Benchmark 5: time from publish to visible in exact_counts, under a steady publish rate.
+
+The streaming pipeline runs as a subprocess (DirectRunner, `fresh_window_s` windows) while
+a background publisher sends `fresh_rate` events per second (Zipf 1.1 over 1,000 posts;
+WARMUP_RATE until the pipeline has counted its first marker, so no backlog is measured).
+Every 1/MARKERS_PER_S seconds one of those events is a marker: a single upvote on a post
+of its own. A poller reads the outstanding markers with exact_counts every POLL_S
+seconds; a marker's latency runs from just before it is handed to the publisher client
+(client batching included) to the end of the first read that sees it. Each marker must
+read exactly 1. The subprocess's RSS is sampled while the load runs.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from bench.config import Sizes
+from bench.measure import latency_summary, peak_rss_mib
+from bench.stack import PacedPublisher, check_alive, streaming_pipeline, upvotes_of, with_topics
+from upvotes.database import open_database
+from upvotes.provision import Resources
+from upvotes.publisher import Workload, event_message, generate_events
+
+MARKERS_PER_S = 2
+POLL_S = 0.05
+WARMUP_TIMEOUT_S = 180.0
+SETTLE_TIMEOUT_S = 90.0
+WARMUP_POST = "fresh-warmup"
+WARMUP_RATE = 10  # events/s until the pipeline counts: no backlog when the measurement starts
+BACKGROUND_POSTS = 1_000
+
+
+def process_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class MarkerSource:
+    """The publisher's messages: background events, and every `every`-th one a marker."""
+
+    def __init__(self, rate: int, events: int) -> None:
+        self._background = generate_events(Workload(events=events, posts=BACKGROUND_POSTS, zipf=1.1, seed=5))
+        self._every = max(1, rate // MARKERS_PER_S)  # at the measured rate; warm-up markers are sparser
+        self._count = itertools.count()
+        self._lock = threading.Lock()
+        self.measuring = False
+        self.published: dict[str, float] = {}  # marker post -> wall time just before publish
+
+    def next_message(self) -> tuple[bytes, dict, Callable[[float], None] | None]:
+        index = next(self._count)
+        if index % self._every:
+            return (*event_message(next(self._background)), None)
+        post = f"fresh-{index}" if self.measuring else WARMUP_POST
+        data, attributes = event_message({"post_id": post, "counter": "upvotes", "delta": 1})
+        return data, attributes, lambda at: self._record(post, at)
+
+    def _record(self, post: str, at: float) -> None:
+        if post != WARMUP_POST:
+            with self._lock:
+                self.published[post] = at
+
+    def markers(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.published)
+
+
+def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+    """Warm up at WARMUP_RATE, then markers under the full rate; latencies and memory."""
+    database = open_database(res.project, res.instance, res.database)
+    stream_res = with_topics(res, "fresh")
+    log_path = log_dir / "freshness_stream.log"
+    source = MarkerSource(sizes.fresh_rate, sizes.fresh_rate * (sizes.fresh_seconds + 600))
+    publisher = PacedPublisher(stream_res.topic_path(stream_res.topic), source.next_message, WARMUP_RATE)
+    latencies: dict[str, float] = {}
+    inexact: dict[str, int] = {}
+    rss: list[tuple[float, float]] = []  # (seconds into the measurement, subprocess RSS MiB)
+    publisher.start()
+    try:
+        with streaming_pipeline(stream_res, sizes.fresh_window_s, log_path) as process:
+            deadline = time.monotonic() + WARMUP_TIMEOUT_S
+            while upvotes_of(database, [WARMUP_POST])[WARMUP_POST] == 0:
+                check_alive(process, log_path)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the streaming pipeline counted nothing in {WARMUP_TIMEOUT_S:.0f} s; see {log_path}")
+                time.sleep(0.2)
+            source.measuring = True
+            publisher.rate = sizes.fresh_rate
+            start = time.monotonic()
+            stop_marking = start + sizes.fresh_seconds
+            deadline = stop_marking + SETTLE_TIMEOUT_S
+            next_rss = start
+            while time.monotonic() < deadline:
+                check_alive(process, log_path)
+                now = time.monotonic()
+                if now >= stop_marking and source.measuring:
+                    source.measuring = False
+                if now >= next_rss and source.measuring:
+                    rss.append((now - start, process_rss_mib(process.pid)))
+                    next_rss += 1.0
+                markers = source.markers()
+                outstanding = [post for post in markers if post not in latencies]
+                if not outstanding and not source.measuring:
+                    break
+                if outstanding:
+                    counts = upvotes_of(database, outstanding)
+                    seen = time.time()
+                    for post, count in counts.items():
+                        if count:
+                            latencies[post] = seen - markers[post]
+                            if count != 1:
+                                inexact[post] = count
+                time.sleep(POLL_S)
+    finally:
+        publisher.stop()
+    published = source.markers()
+    missing = sorted(set(published) - set(latencies))
+    assert not missing, f"{len(missing)} markers never became visible, e.g. {missing[:3]}; see {log_path}"
+    assert not inexact, f"markers counted more than once: {dict(list(inexact.items())[:3])}"
+    summary = latency_summary(list(latencies.values()))
+    first_publish = min(published.values())
+    first, last = rss[max(0, len(rss) // 10 - 1)], rss[-1]
+    return {
+        "rate_events_per_s": sizes.fresh_rate, "load_seconds": sizes.fresh_seconds, "window_s": sizes.fresh_window_s,
+        "events_published": publisher.published, "markers": len(published), "exact": True,
+        "latency": summary,
+        "series": [
+            {"published_at_s": round(published[post] - first_publish, 2), "latency_s": round(latency, 3)}
+            for post, latency in sorted(latencies.items(), key=lambda item: published[item[0]])
+        ],
+        "target_s": 2 * sizes.fresh_window_s + 1,
+        "measured_by": f"exact_counts polled every {POLL_S * 1000:.0f} ms; time to the end of the first read that sees the marker",
+        "stream_memory": {
+            "samples": [{"second": round(t, 1), "rss_mib": round(m, 1)} for t, m in rss],
+            "rss_at_tenth_mib": round(first[1], 1), "rss_at_end_mib": round(last[1], 1),
+            "ratio_end_to_tenth": round(last[1] / first[1], 3),
+        },
+        "stream_peak_rss": peak_rss_mib()["children_mib"],
+    }

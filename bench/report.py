@@ -1,0 +1,269 @@
+"""Targets, the markdown tables, latest.json and latest.png."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+JSON_NAME = "latest.json"
+PNG_NAME = "latest.png"
+
+APPROACH_LABELS = {
+    "rmw": "Read-modify-write, 1 row",
+    "sharded_10": "Sharded counter, 10 shards",
+    "sharded_100": "Sharded counter, 100 shards",
+    "chain_sink": "This project: chain + sink (memory) + fold",
+    "e2e_pubsub": "This project: end to end via Pub/Sub",
+}
+PLOT_LABELS = {
+    "rmw": "RMW", "sharded_10": "Sharded\n10", "sharded_100": "Sharded\n100",
+    "chain_sink": "Chain + sink\n(memory)", "e2e_pubsub": "End to end\n(Pub/Sub)",
+}
+
+
+def _target(text: str, measured: str, met: bool) -> dict:
+    return {"target": text, "measured": measured, "met": met}
+
+
+def evaluate_targets(document: dict) -> list[dict]:
+    """Each target of issue 6 with what was measured; nothing here asserts."""
+    bench = document["benchmarks"]
+    hot = bench["hot_post"]["approaches"]
+    rmw, chain, e2e = hot["rmw"], hot["chain_sink"], hot["e2e_pubsub"]
+    commits_ratio = chain["commits_per_1k_votes_with_fold"] / rmw["commits_per_1k_votes"]
+    speed_ratio = chain["votes_per_s"] / rmw["votes_per_s"]
+    variants = bench["transform_cost"]["variants"]
+    fold = bench["fold_scaling"]
+    fresh = bench["freshness"]
+    return [
+        _target(
+            "Commits per 1,000 hot-post votes <= 1/1,000 of read-modify-write's",
+            f"chain + sink + fold: {chain['commits_per_1k_votes_with_fold']:.4f} vs RMW {rmw['commits_per_1k_votes']:.0f} "
+            f"(ratio {commits_ratio:.1e}); end to end with {e2e['window_s']} s windows: {e2e['commits_per_1k_votes']:.2f}",
+            commits_ratio <= 1e-3,
+        ),
+        _target(
+            "One worker's chain + sink absorbs >= 100x RMW's votes/s",
+            f"{chain['votes_per_s']:,.0f} vs {rmw['votes_per_s']:,.1f} votes/s: {speed_ratio:.0f}x",
+            speed_ratio >= 100,
+        ),
+        _target(
+            "Chain >= plain Python in events/s per core (ratio >= 1.0)",
+            f"beam_chain {variants['beam_chain']['vs_plain_json']:.3f}; proposed fused parse-and-sum DoFn "
+            f"{variants['proposed_fused_parse_sum']['vs_plain_json']:.3f}",
+            variants["beam_chain"]["vs_plain_json"] >= 1.0,
+        ),
+        _target(
+            f"Fold linear: {fold['size_ratio']:.0f}x deltas in <= {1.2 * fold['size_ratio']:.0f}x time (each run folding all)",
+            f"{fold['time_ratio']:.2f}x time; log-log exponent {fold['exponent']:.2f} "
+            f"(fixed cost of an empty fold {fold['empty_fold_seconds']:.1f} s); one run folded "
+            + ", ".join(f"{p['deltas_folded']:,} of {p['deltas']:,}" for p in fold["points"] + [fold["completeness"]])
+            + f" (the last over {fold['completeness']['posts']:,} posts)",
+            fold["folded_all"] and fold["time_ratio"] <= 1.2 * fold["size_ratio"],
+        ),
+        _target(
+            f"Exact-read latency flat within 20% from 0 to {fold['reads'][-1]['old_deltas']:,} old deltas",
+            f"p50 ratio {fold['read_p50_ratio_strong']:.2f} (exact_counts, strong snapshot), "
+            f"{fold['read_p50_ratio_exact_timestamp']:.2f} (exact-timestamp snapshot)",
+            fold["read_p50_ratio_strong"] <= 1.2,
+        ),
+        _target(
+            f"Freshness p99 <= 2 windows + 1 s ({fresh['target_s']} s)",
+            f"p99 {fresh['latency']['p99_ms'] / 1000:.1f} s, p50 {fresh['latency']['p50_ms'] / 1000:.1f} s "
+            f"at {fresh['rate_events_per_s']} events/s",
+            fresh["latency"]["p99_ms"] / 1000 <= fresh["target_s"],
+        ),
+    ]
+
+
+# --- markdown ---------------------------------------------------------------------------
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _ms(summary: dict) -> str:
+    return f"{summary['p50_ms']:,.1f} / {summary['p99_ms']:,.1f}"
+
+
+def markdown(document: dict) -> str:
+    m, bench = document["machine"], document["benchmarks"]
+    parts = [
+        f"## Benchmark results ({document['sizes']['name']} run)",
+        f"{m['date']} on {m['nproc']} x {m['cpu_model']}, Python {m['python']}, Beam {m['apache_beam']}, "
+        f"google-cloud-spanner {m['google_cloud_spanner']}; load average {m['load_average_1m']} before, "
+        f"{m['load_average_1m_after']} after; {document['total_seconds']:.0f} s in all.",
+    ]
+    hot = bench["hot_post"]["approaches"]
+    parts += ["### 1. Hot post: one post, N votes, same Spanner emulator", _table(
+        ["Approach", "Votes", "Votes/s", "x RMW", "Commits / 1k votes", "Retries", "Exact", "Total read", "Read p50 / p99 ms"],
+        [[APPROACH_LABELS[name], f"{a['votes']:,}", f"{a['votes_per_s']:,.1f}", f"{a['votes_per_s_vs_rmw']:,.1f}",
+          f"{a.get('commits_per_1k_votes_with_fold', a['commits_per_1k_votes']):,.4g}",
+          "n/a" if a["retries"] is None else f"{a['retries']:,}", "yes" if a["exact"] else "NO",
+          a["read_kind"], _ms(a["read_latency"])]
+         for name, a in hot.items()],
+    )]
+    mem = bench["hot_post"]["memory"]
+    stream_mem = bench["freshness"]["stream_memory"]
+    parts.append(
+        f"Memory, in-memory chain (FnApiRunner): {mem['rss_at_n_mib']:.0f} MiB after {mem['n_votes']:,} votes, "
+        f"{mem['rss_at_10n_mib']:.0f} MiB after {mem['ten_n_votes']:,} (ratio {mem['ratio_10n_to_n']:.3f}, "
+        f"{mem['mib_per_100k_votes']:+.1f} MiB per 100k votes). Streaming subprocess under the freshness load: "
+        f"{stream_mem['rss_at_tenth_mib']:.0f} MiB at a tenth of the run, {stream_mem['rss_at_end_mib']:.0f} MiB at "
+        f"the end (ratio {stream_mem['ratio_end_to_tenth']:.3f})."
+    )
+    tc = bench["transform_cost"]
+    parts += [f"### 2. Transform CPU cost ({tc['workload']}; {tc['runner']})", _table(
+        ["Variant", "Events", "CPU s", "Events/s per core", "x plain_json", "Exact"],
+        [[name, f"{v['events']:,}", f"{v['cpu_seconds']:.2f}", f"{v['events_per_s_per_core']:,.0f}",
+          f"{v['vs_plain_json']:.3f}", "yes" if v["exact"] else "NO"] for name, v in tc["variants"].items()],
+    ), f"Profile of beam_chain over {tc['profile']['events']:,} events (cProfile inflates the absolute figures):",
+        _table(["Area", "Share", "us per event"],
+               [[a["area"], f"{a['share']:.1%}", f"{a['us_per_event']:.1f}"] for a in tc["profile"]["areas"]])]
+    wa = bench["write_amplification"]
+    sample = wa["pipeline_sample"]
+    parts += [f"### 3. Write amplification ({wa['workload']})", _table(
+        ["Figure", "Rows", "Per 1M votes"],
+        [["Lower bound: (post, hour, window) groups", f"{wa['lower_bound_groups']:,}", f"{wa['delta_rows_per_1m_votes']:,.0f}"],
+         ["Delta rows (SumPerWindow)", f"{wa['delta_rows']:,}", f"{wa['delta_rows_per_1m_votes']:,.0f}"],
+         ["+ parent key upserts (one per post per commit)", f"{wa['parent_upserts']:,}", ""],
+         ["Rows written in all", f"{wa['rows_written']:,}", f"{wa['rows_per_1m_votes']:,.0f}"],
+         ["Read-modify-write (one row write per vote)", "", f"{wa['rmw_rows_per_1m_votes']:,}"]]
+        + [[f"Lower bound with {w['window_s']} s windows", f"{w['lower_bound_groups']:,}", f"{w['delta_rows_per_1m_votes']:,.0f}"]
+           for w in wa["window_sweep"]],
+    ), f"SumPerWindow on the FnApiRunner over {sample['posts']} ({sample['votes']:,} votes): "
+       f"{sample['pipeline_deltas']:,} deltas for {sample['lower_bound_groups']:,} groups "
+       f"(ratio {wa['delta_rows_vs_lower_bound']:.3f}), sums exact."]
+    fs = bench["fold_scaling"]
+    parts += [f"### 4. Fold and read scaling ({fs['runner']})", _table(
+        ["Deltas", "Posts", "Insert rows/s", "Folded by one run", "Fold s", "Deltas/s folded", "Posts/s folded"],
+        [[f"{p['deltas']:,}", f"{p['posts']:,}", f"{p['insert_rows_per_s']:,.0f}",
+          f"{p['deltas_folded']:,}" + ("" if p["folded_all"] else " (NOT ALL)"), f"{p['fold_seconds']:.2f}",
+          f"{p['deltas_per_s']:,.0f}", f"{p['posts_per_s']:,.0f}"] for p in fs["points"]],
+    ), f"Log-log exponent {fs['exponent']:.2f}; an empty fold takes {fs['empty_fold_seconds']:.1f} s. "
+       f"Completeness: one run over {fs['completeness']['posts']:,} posts folded {fs['completeness']['deltas_folded']:,} "
+       f"of {fs['completeness']['deltas']:,} deltas ({fs['completeness']['posts_folded']:,} posts). "
+       f"Sink commit of {fs['sink_commit_cost']['rows']:,} deltas on the emulator: "
+       f"{fs['sink_commit_cost']['distinct_posts']['rows_per_s']:,.0f} rows/s with a Posts key upsert per delta, "
+       f"{fs['sink_commit_cost']['ten_deltas_per_post']['rows_per_s']:,.0f} rows/s with one per 10 deltas.", _table(
+        ["Old folded deltas", "exact_counts (strong) p50 / p99 ms", "Exact timestamp p50 / p99 ms", "Samples"],
+        [[f"{r['old_deltas']:,}", _ms(r["exact_counts_strong"]), _ms(r["exact_timestamp"]),
+          f"{r['exact_counts_strong']['samples']} / {r['exact_timestamp']['samples']}"] for r in fs["reads"]],
+    )]
+    fr = bench["freshness"]
+    parts += [f"### 5. Freshness (streaming subprocess, {fr['window_s']} s windows)", _table(
+        ["Events/s", "Seconds", "Markers", "p50 s", "p99 s", "Max s", "Target s"],
+        [[f"{fr['rate_events_per_s']}", f"{fr['load_seconds']}", f"{fr['markers']}",
+          f"{fr['latency']['p50_ms'] / 1000:.2f}", f"{fr['latency']['p99_ms'] / 1000:.2f}",
+          f"{fr['latency']['max_ms'] / 1000:.2f}", f"{fr['target_s']}"]],
+    )]
+    parts += ["### Time and peak RSS per benchmark (each in its own process)", _table(
+        ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB"],
+        [[name, f"{b['seconds']:.0f}", f"{b['peak_rss']['self_mib']:.0f}",
+          f"{b['peak_rss']['children_mib']:.0f}" if b["peak_rss"]["children_mib"] else "-"]
+         for name, b in bench.items()],
+    )]
+    parts += ["### Targets", _table(
+        ["Target", "Measured", "Met"],
+        [[t["target"], t["measured"], "met" if t["met"] else "NOT met"] for t in document["targets"]],
+    )]
+    return "\n\n".join(parts) + "\n"
+
+
+# --- files ------------------------------------------------------------------------------
+
+def write(document: dict, out_dir: Path) -> None:
+    (out_dir / JSON_NAME).write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    plot(document, out_dir / PNG_NAME)
+
+
+def plot(document: dict, path: Path) -> None:
+    """Eight panels: one or two per benchmark, and memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bench = document["benchmarks"]
+    fig, axes = plt.subplots(2, 4, figsize=(22, 10))
+    m = document["machine"]
+    fig.suptitle(f"Upvote counter benchmarks, {document['sizes']['name']} run, {m['date']}, "
+                 f"{m['nproc']} x {m['cpu_model']}, Beam {m['apache_beam']}")
+
+    hot = bench["hot_post"]["approaches"]
+    names = list(hot)
+    labels = [PLOT_LABELS[n] for n in names]
+    ax = axes[0, 0]
+    bars = ax.bar(labels, [hot[n]["votes_per_s"] for n in names], color="tab:blue")
+    ax.bar_label(bars, fmt="%.0f")
+    ax.set_yscale("log")
+    ax.set_title("1. Hot post: votes/s absorbed")
+
+    ax = axes[0, 1]
+    bars = ax.bar(labels, [hot[n].get("commits_per_1k_votes_with_fold", hot[n]["commits_per_1k_votes"]) for n in names],
+                  color="tab:orange")
+    ax.bar_label(bars, fmt="%.3g")
+    ax.set_yscale("log")
+    ax.set_title("1. Hot post: Spanner commits per 1,000 votes")
+
+    variants = bench["transform_cost"]["variants"]
+    ax = axes[0, 2]
+    bars = ax.bar([n.replace("_", "\n", 1) for n in variants], [v["events_per_s_per_core"] for v in variants.values()],
+                  color="tab:green")
+    ax.bar_label(bars, fmt="%.0f")
+    ax.set_title("2. Transform CPU: events/s per core")
+    ax.tick_params(axis="x", labelsize=8)
+
+    wa = bench["write_amplification"]
+    ax = axes[0, 3]
+    sweep = wa["window_sweep"]
+    ax.bar([f"{w['window_s']} s" for w in sweep] + ["RMW"],
+           [w["delta_rows_per_1m_votes"] for w in sweep] + [wa["rmw_rows_per_1m_votes"]], color="tab:purple")
+    ax.set_yscale("log")
+    ax.set_title("3. Delta rows per 1M votes, by window length")
+
+    fs = bench["fold_scaling"]
+    ax = axes[1, 0]
+    xs = [p["deltas"] for p in fs["points"]]
+    ax.loglog(xs, [p["fold_seconds"] for p in fs["points"]], "o-", label=f"fold (exponent {fs['exponent']:.2f})")
+    ax.loglog(xs, [fs["points"][0]["fold_seconds"] * x / xs[0] for x in xs], "--", color="grey", label="linear")
+    ax.set_xlabel("deltas")
+    ax.set_ylabel("seconds")
+    ax.set_title("4. Fold time")
+    ax.legend()
+
+    ax = axes[1, 1]
+    old = [max(r["old_deltas"], 1) for r in fs["reads"]]
+    ax.semilogx(old, [r["exact_counts_strong"]["p50_ms"] for r in fs["reads"]], "o-", label="exact_counts (strong)")
+    ax.semilogx(old, [r["exact_timestamp"]["p50_ms"] for r in fs["reads"]], "s-", label="exact timestamp")
+    ax.set_xlabel("old folded deltas (0 shown at 1)")
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("p50 ms")
+    ax.set_title("4. Exact-read latency")
+    ax.legend()
+
+    fr = bench["freshness"]
+    ax = axes[1, 2]
+    ax.plot([s["published_at_s"] for s in fr["series"]], [s["latency_s"] for s in fr["series"]], ".")
+    ax.axhline(fr["target_s"], color="red", linestyle="--", label="target: 2 windows + 1 s")
+    ax.set_xlabel("published at (s)")
+    ax.set_ylabel("publish to visible (s)")
+    ax.set_title(f"5. Freshness at {fr['rate_events_per_s']} events/s")
+    ax.legend()
+
+    ax = axes[1, 3]
+    chain = bench["hot_post"]["memory"]["samples"]
+    stream = fr["stream_memory"]["samples"]
+    ax.plot([s["votes"] / chain[-1]["votes"] for s in chain], [s["rss_mib"] for s in chain], "o-",
+            label="in-memory chain (x: votes / total)")
+    ax.plot([s["second"] / stream[-1]["second"] for s in stream], [s["rss_mib"] for s in stream], "-",
+            label="streaming subprocess (x: time / total)")
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("RSS MiB")
+    ax.set_title("Memory under sustained load")
+    ax.legend()
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

@@ -1,0 +1,78 @@
+"""Runs every benchmark on freshly started emulators, each in a process of its own, and reports.
+
+A process per benchmark (multiprocessing "spawn") makes each benchmark's peak RSS its own
+(ru_maxrss only ever grows) and keeps one benchmark's imports, threads and garbage out of
+the next one's CPU measurements.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import multiprocessing
+import os
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from bench import report
+from bench.config import FULL, QUICK, Sizes
+from bench.machine import machine_info
+from bench.measure import peak_rss_mib
+from bench.stack import bench_resources, provision_bench
+from upvotes.emulators import running_emulators
+from upvotes.provision import Resources
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness")
+
+
+def say(message: str) -> None:
+    print(f"[bench] {message}", flush=True)
+
+
+def _run_benchmark(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+    """In the benchmark's own process: runs it, adds its time and peak RSS."""
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    module = importlib.import_module(f"bench.{name}")
+    start = time.perf_counter()
+    result = module.run(sizes, res, log_dir)
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    result["peak_rss"] = peak_rss_mib()
+    return result
+
+
+def run_isolated(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+    """`_run_benchmark` in a fresh spawned process; its exceptions are raised here."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_run_benchmark, name, sizes, res, log_dir).result()
+
+
+def run(quick: bool, out_dir: Path) -> dict:
+    """Every benchmark, then latest.json, latest.png and the markdown tables on stdout."""
+    sizes = QUICK if quick else FULL
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = out_dir / "logs"
+    started = time.perf_counter()
+    document: dict = {"machine": machine_info(), "sizes": sizes.as_dict(), "benchmarks": {}}
+    with running_emulators(log_dir, say) as env:
+        os.environ.update(env)
+        # A classic session pool: the default multiplexed sessions break concurrent
+        # read-write transactions on the emulator.
+        os.environ["GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW"] = "false"
+        res = bench_resources(uuid.uuid4().hex[:8])
+        say(f"provisioning {res.instance}/{res.database}")
+        provision_bench(res)
+        for name in BENCHMARKS:
+            say(f"{name} ...")
+            result = run_isolated(name, sizes, res, log_dir)
+            document["benchmarks"][name] = result
+            say(f"{name}: {result['seconds']:.0f} s, peak RSS {result['peak_rss']['self_mib']:.0f} MiB")
+    document["total_seconds"] = round(time.perf_counter() - started, 1)
+    document["machine"]["load_average_1m_after"] = round(os.getloadavg()[0], 2)
+    document["targets"] = report.evaluate_targets(document)
+    report.write(document, out_dir)
+    print(report.markdown(document), flush=True)
+    say(f"wrote {out_dir / report.JSON_NAME} and {out_dir / report.PNG_NAME} in {document['total_seconds']:.0f} s")
+    return document

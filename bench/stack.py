@@ -1,0 +1,179 @@
+"""The local stack the benchmarks share: bench tables, fresh databases, the streaming
+pipeline as a subprocess, and paced publishing to Pub/Sub."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+from google.cloud import pubsub_v1
+
+from upvotes.database import open_database
+from upvotes.provision import Resources, provision, provision_spanner
+from upvotes.publisher import BATCH_SETTINGS
+from upvotes.reads import exact_counts
+
+PROJECT = "bench-project"
+INSTANCE = "bench"
+# The baselines' tables, next to the project's schema in the same database.
+BENCH_DDL = (
+    "CREATE TABLE BenchRmwCounters (CounterId STRING(64) NOT NULL, Upvotes INT64 NOT NULL) PRIMARY KEY (CounterId)",
+    "CREATE TABLE BenchShardedCounters (CounterId STRING(64) NOT NULL, Shard INT64 NOT NULL, "
+    "Upvotes INT64 NOT NULL) PRIMARY KEY (CounterId, Shard)",
+)
+DDL_TIMEOUT_S = 300
+EXACT_READ_KIND = "exact_counts: strong read-only snapshot, Posts row + index range of unfolded deltas"
+STOP_GRACE_S = 20
+
+
+def quiet(_: str) -> None:
+    """A provisioning log that says nothing."""
+
+
+def bench_resources(tag: str) -> Resources:
+    """The bench database and a topic, subscription and dead-letter topic named after `tag`."""
+    return Resources(
+        project=PROJECT, instance=INSTANCE, database=f"bench-{tag}"[:30],
+        topic=f"bench-{tag}", subscription=f"bench-{tag}-sub", dead_letter_topic=f"bench-{tag}-dl",
+    )
+
+
+def provision_bench(res: Resources) -> None:
+    """Provisions `res` (topics, instance, the project's schema) and adds the bench tables."""
+    provision(res, log=quiet)
+    database = open_database(res.project, res.instance, res.database)
+    database.update_ddl(list(BENCH_DDL)).result(DDL_TIMEOUT_S)
+
+
+def with_topics(res: Resources, tag: str) -> Resources:
+    """The same database with new Pub/Sub topics and subscription of its own, provisioned.
+
+    Named after the database (new in every run) so that no message left over from an
+    earlier run on a reused emulator is ever pulled.
+    """
+    name = f"{res.database}-{tag}"
+    fresh = replace(res, topic=name, subscription=f"{name}-sub", dead_letter_topic=f"{name}-dl")
+    provision(fresh, log=quiet)
+    return fresh
+
+
+def fresh_database(res: Resources, name: str):
+    """A new, empty database with the project's schema on the same instance; returns its handle."""
+    fresh = replace(res, database=name[:30])
+    provision_spanner(fresh, create_instance=False, instance_config="", log=quiet)
+    return open_database(fresh.project, fresh.instance, fresh.database), fresh
+
+
+def upvotes_of(database, post_ids: list[str]) -> dict[str, int]:
+    """Exact upvote counts (upvotes.reads.exact_counts: one strong read-only snapshot)."""
+    return {t.post_id: t.upvotes for t in exact_counts(database, post_ids)}
+
+
+@contextlib.contextmanager
+def streaming_pipeline(res: Resources, window_seconds: int, log_path: Path) -> Iterator[subprocess.Popen]:
+    """`python -m pipeline.streaming` on the DirectRunner, in its own process group, for a block.
+
+    Stopped with SIGTERM (SIGKILL after a grace period) and waited for on the way out, so
+    its peak RSS shows in this process's RUSAGE_CHILDREN.
+    """
+    command = [
+        sys.executable, "-m", "pipeline.streaming", f"--project={res.project}", f"--instance={res.instance}",
+        f"--database={res.database}", f"--subscription={res.subscription}",
+        f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={window_seconds}",
+    ]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def check_alive(process: subprocess.Popen, log_path: Path) -> None:
+    if process.poll() is not None:
+        raise RuntimeError(f"the streaming pipeline exited with code {process.returncode}; see {log_path}")
+
+
+class PacedPublisher(threading.Thread):
+    """Publishes `next_message()` at `rate` messages per second in the background until stopped.
+
+    `next_message` returns (data, attributes, on_published): the callback, if any, gets
+    the wall time just before the message was handed to the client (batching included
+    in what follows). The rate can be changed while running.
+    """
+
+    def __init__(self, topic_path: str, next_message: Callable[[], tuple[bytes, dict, Callable[[float], None] | None]],
+                 rate: float) -> None:
+        super().__init__(daemon=True)
+        self._topic_path = topic_path
+        self._next_message = next_message
+        self.rate = rate
+        self.published = 0
+        self._stopping = threading.Event()
+        self._client = pubsub_v1.PublisherClient(batch_settings=BATCH_SETTINGS)
+        self._futures = []
+
+    def run(self) -> None:
+        due = time.monotonic()
+        while not self._stopping.is_set():
+            due += 1.0 / self.rate
+            ahead = due - time.monotonic()
+            if ahead > 0:
+                self._stopping.wait(ahead)
+            elif ahead < -0.5:
+                due = time.monotonic()  # fell behind: keep the pace, don't burst
+            data, attributes, on_published = self._next_message()
+            if on_published is not None:
+                on_published(time.time())
+            self._futures.append(self._client.publish(self._topic_path, data, **attributes))
+            self.published += 1
+
+    def stop(self) -> None:
+        """Stops publishing and waits until every message is accepted (raises if one failed)."""
+        self._stopping.set()
+        self.join()
+        for future in self._futures:
+            future.result(timeout=60)
+        self._client.stop()
+
+
+def run_fold(res: Resources) -> dict:
+    """One fold run exactly as `upvotes fold` runs it (pipeline.fold, BundleBasedDirectRunner).
+
+    pipeline.fold.run returns only the outcome and the time; this also reads the fold's
+    transient retries from the run's metrics.
+    """
+    import apache_beam as beam
+
+    from bench.feeds import counter_values
+    from pipeline import fold
+
+    options = fold.pipeline_options([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"])
+    start = time.perf_counter()
+    pipeline = beam.Pipeline(options=options)
+    fold.build(pipeline, options)
+    result = pipeline.run()
+    result.wait_until_finish()
+    seconds = time.perf_counter() - start
+    outcome = fold.outcome_from_metrics(result)
+    return {
+        "seconds": seconds,
+        "posts_folded": outcome.posts_folded,
+        "deltas_folded": outcome.deltas_folded,
+        "retries": counter_values(result, "FoldDeltas").get("transient_retries", 0),
+    }

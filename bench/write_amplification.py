@@ -1,0 +1,147 @@
+"""Benchmark 3: Spanner rows written per million votes, against the lower bound. No Spanner.
+
+A synthetic stream: `amplification_votes` votes over `amplification_posts` posts (Zipf
+1.1), arriving at `arrival_rate` per second; each vote's ingestion timestamp is its
+arrival time (assigned here, so windows are what a live stream would get), its event hour
+that of arrival minus a client delay (exponential, mean 2 s), the stream starting 5 s
+before an hour boundary so that some posts get deltas for two hours. Votes are 70% +1
+upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.publisher's workload.
+
+The lower bound is the number of distinct (post, event hour, window) groups whose votes
+do not cancel out: the sink cannot write fewer delta rows without losing the hourly
+split or the window. The real SumPerWindow (as WindowAndSumVotes uses it, with its
+trigger) runs over every vote of 1 in `pipeline_sample` posts, chosen by post_hash;
+its PostDelta count must equal the sample's lower bound, and its sums the sample's sums.
+The full stream's figures are then the lower bound plus the parent-row upserts the sink
+adds (one key-only Posts write per distinct post per commit, planned with plan_commits,
+one bundle per window).
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.transforms.window import TimestampedValue
+
+from bench.config import Sizes
+from bench.feeds import collect, emit_feed, local_pipeline, set_feed, take_collected
+from bench.measure import measured
+from schemas import post_hash
+from transforms.records import HOUR_S, CounterSums, PostDelta, PostHour
+from transforms.spanner_sink import DEFAULT_ROWS_PER_COMMIT, plan_commits
+from transforms.windowing import DEFAULT_WINDOW_SECONDS, SumPerWindow, delta_id
+from upvotes.provision import Resources
+
+ZIPF = 1.1
+CLIENT_DELAY_MEAN_S = 2.0
+HOUR_BOUNDARY = 1_795_316_400  # an exact hour (epoch seconds)
+STREAM_START = HOUR_BOUNDARY - 5
+WINDOWS_SWEPT = (2, 10, 60)
+# (arrival time, post, event hour, upvotes, shares)
+Vote = tuple[float, str, int, int, int]
+Group = tuple[str, int, int]  # (post, event hour, window start)
+
+
+def simulated_stream(sizes: Sizes) -> list[Vote]:
+    rng = random.Random(11)
+    posts = sizes.amplification_posts
+    weights = list(itertools.accumulate(rank ** -ZIPF for rank in range(1, posts + 1)))
+    ranks = rng.choices(range(1, posts + 1), cum_weights=weights, k=sizes.amplification_votes)
+    votes: list[Vote] = []
+    for index, rank in enumerate(ranks):
+        arrival = STREAM_START + index / sizes.arrival_rate
+        hour = int(arrival - rng.expovariate(1 / CLIENT_DELAY_MEAN_S)) // HOUR_S * HOUR_S
+        kind = rng.random()
+        upvotes, shares = (0, 1) if kind < 0.2 else ((-1, 0) if kind < 0.3 else (1, 0))
+        votes.append((arrival, f"p-{rank}", hour, upvotes, shares))
+    return votes
+
+
+def group_sums(votes: list[Vote], window_s: int) -> dict[Group, tuple[int, int]]:
+    """Sums per (post, hour, window), groups that cancel out left out: what the sink must write."""
+    sums: dict[Group, list[int]] = defaultdict(lambda: [0, 0])
+    for arrival, post, hour, upvotes, shares in votes:
+        group = sums[(post, hour, int(arrival) // window_s * window_s)]
+        group[0] += upvotes
+        group[1] += shares
+    return {group: (up, sh) for group, (up, sh) in sums.items() if up or sh}
+
+
+def per_post(rows) -> dict[str, tuple[int, int]]:
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for post, upvotes, shares in rows:
+        totals[post][0] += upvotes
+        totals[post][1] += shares
+    return {post: (up, sh) for post, (up, sh) in totals.items() if up or sh}
+
+
+def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
+    """The real SumPerWindow over the votes, each timestamped with its arrival time."""
+    set_feed([TimestampedValue((PostHour(post, hour), CounterSums(up, sh, 1)), arrival)
+              for arrival, post, hour, up, sh in votes])
+    take_collected()
+    pipeline = local_pipeline()
+    (pipeline
+     | "Start" >> beam.Impulse()
+     | "Votes" >> beam.FlatMap(emit_feed)
+     | "SumPerWindow" >> SumPerWindow("bench", window_s)
+     | "Collect" >> beam.Map(collect))
+    pipeline.run().wait_until_finish()
+    return take_collected()
+
+
+def parent_upserts(groups: dict[Group, tuple[int, int]], window_s: int) -> int:
+    """Key-only Posts rows the sink writes beside the deltas: one per post per commit."""
+    by_window: dict[int, list[PostDelta]] = defaultdict(list)
+    for (post, hour, start), (up, sh) in groups.items():
+        by_window[start].append(PostDelta(post, hour, delta_id("bench", start * 1_000_000, 0), up, sh, 0))
+    return sum(
+        len({d.post_id for d in commit})
+        for deltas in by_window.values()
+        for commit in plan_commits(deltas, DEFAULT_ROWS_PER_COMMIT)
+    )
+
+
+def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+    """The stream, its lower bound, the real SumPerWindow over the sample, the sink's rows."""
+    votes = simulated_stream(sizes)
+    window_s = DEFAULT_WINDOW_SECONDS
+    groups = group_sums(votes, window_s)
+    sample = [v for v in votes if post_hash(v[1]) % sizes.pipeline_sample == 0]
+    sample_groups = group_sums(sample, window_s)
+    with measured() as usage:
+        deltas = sum_per_window(sample, window_s)
+    exact = per_post((d.post_id, d.upvotes, d.shares) for d in deltas) == per_post((v[1], v[3], v[4]) for v in sample)
+    assert exact, "SumPerWindow's sums differ from the votes' sums"
+    assert len(deltas) == len(sample_groups), (
+        f"SumPerWindow wrote {len(deltas)} deltas for {len(sample_groups)} (post, hour, window) groups")
+    parents = parent_upserts(groups, window_s)
+    per_million = 1_000_000 / len(votes)
+    return {
+        "workload": f"{len(votes):,} votes, Zipf {ZIPF} over {sizes.amplification_posts:,} posts, "
+                    f"{sizes.arrival_rate:,}/s for {len(votes) / sizes.arrival_rate:.0f} s, {window_s} s windows",
+        "votes": len(votes),
+        "distinct_posts": len({v[1] for v in votes}),
+        "window_s": window_s,
+        "lower_bound_groups": len(groups),
+        "delta_rows": len(groups),
+        "parent_upserts": parents,
+        "rows_written": len(groups) + parents,
+        "rows_per_1m_votes": (len(groups) + parents) * per_million,
+        "delta_rows_per_1m_votes": len(groups) * per_million,
+        "delta_rows_vs_lower_bound": len(deltas) / len(sample_groups),
+        "rows_written_vs_lower_bound": (len(groups) + parents) / len(groups),
+        "rmw_rows_per_1m_votes": 1_000_000,
+        "pipeline_sample": {
+            "posts": f"1 in {sizes.pipeline_sample} by post_hash", "votes": len(sample),
+            "lower_bound_groups": len(sample_groups), "pipeline_deltas": len(deltas), "exact": exact,
+            "cpu_seconds": round(usage.cpu_s, 2), "wall_seconds": round(usage.wall_s, 2),
+        },
+        "window_sweep": [
+            {"window_s": w, "lower_bound_groups": len(g), "delta_rows_per_1m_votes": len(g) * per_million}
+            for w, g in ((w, group_sums(votes, w)) for w in WINDOWS_SWEPT)
+        ],
+    }

@@ -1,0 +1,54 @@
+"""`python -m bench --quick` end to end: every section is there, every count exact, a figure.
+
+Runs the smoke-sized benchmarks in a subprocess (they start their own emulators unless
+SPANNER_EMULATOR_HOST / PUBSUB_EMULATOR_HOST name running ones). No timing is asserted:
+timings are what the benchmark reports, not what it checks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness")
+APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
+TIMEOUT_S = 240
+
+
+def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+
+    document = json.loads((tmp_path / "latest.json").read_text())
+    assert set(SECTIONS) <= set(document["benchmarks"])
+    for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
+        assert document["machine"][key]
+    assert len(document["targets"]) == 6 and all(isinstance(t["met"], bool) for t in document["targets"])
+    for section in SECTIONS:
+        assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
+
+    hot = document["benchmarks"]["hot_post"]["approaches"]
+    assert set(hot) == set(APPROACHES)
+    for name, approach in hot.items():
+        assert approach["exact"] is True and approach["final_count"] == approach["votes"], name
+    assert hot["chain_sink"]["count_before_fold"] == hot["chain_sink"]["count_after_fold"] == hot["chain_sink"]["votes"]
+
+    variants = document["benchmarks"]["transform_cost"]["variants"]
+    assert variants and all(v["exact"] is True for v in variants.values())
+    amplification = document["benchmarks"]["write_amplification"]
+    assert amplification["pipeline_sample"]["exact"] is True
+    assert amplification["pipeline_sample"]["pipeline_deltas"] == amplification["pipeline_sample"]["lower_bound_groups"]
+    fold = document["benchmarks"]["fold_scaling"]
+    assert all(p["exact"] is True for p in fold["points"]) and all(r["exact"] is True for r in fold["reads"])
+    assert document["benchmarks"]["freshness"]["exact"] is True
+    assert document["benchmarks"]["freshness"]["markers"] > 0
+
+    figure = tmp_path / "latest.png"
+    assert figure.exists() and figure.stat().st_size > 10_000
+    assert "| Target |" in completed.stdout
