@@ -2,19 +2,16 @@
 pipeline as a subprocess, and paced publishing to Pub/Sub."""
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from google.cloud import pubsub_v1
 
+from upvotes import local_stream
 from upvotes.database import open_database
 from upvotes.provision import Resources, provision, provision_spanner
 from upvotes.publisher import BATCH_SETTINGS
@@ -30,7 +27,6 @@ BENCH_DDL = (
 )
 DDL_TIMEOUT_S = 300
 EXACT_READ_KIND = "exact_counts: strong read-only snapshot, Posts row + index range of unfolded deltas"
-STOP_GRACE_S = 20
 
 
 def quiet(_: str) -> None:
@@ -76,32 +72,13 @@ def upvotes_of(database, post_ids: list[str]) -> dict[str, int]:
     return {t.post_id: t.upvotes for t in exact_counts(database, post_ids)}
 
 
-@contextlib.contextmanager
-def streaming_pipeline(res: Resources, window_seconds: int, log_path: Path) -> Iterator[subprocess.Popen]:
-    """`python -m pipeline.streaming` on the DirectRunner, in its own process group, for a block.
+def streaming_pipeline(res: Resources, window_seconds: int, log_path: Path):
+    """`python -m pipeline.streaming` on the DirectRunner for a block (upvotes.local_stream).
 
-    Stopped with SIGTERM (SIGKILL after a grace period) and waited for on the way out, so
-    its peak RSS shows in this process's RUSAGE_CHILDREN.
+    Stopped and waited for on the way out, so its peak RSS shows in this process's
+    RUSAGE_CHILDREN.
     """
-    command = [
-        sys.executable, "-m", "pipeline.streaming", f"--project={res.project}", f"--instance={res.instance}",
-        f"--database={res.database}", f"--subscription={res.subscription}",
-        f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={window_seconds}",
-    ]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+    return local_stream.running(res, window_seconds, log_path)
 
 
 def check_alive(process: subprocess.Popen, log_path: Path) -> None:

@@ -56,7 +56,7 @@ from transforms import spanner_sink
 from transforms.fold import FoldDeltas
 from transforms.records import PostDelta
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
-from upvotes import emulators
+from upvotes import emulators, local_stream
 from upvotes.cli import main as cli_main
 from upvotes.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries
 from upvotes.errors import explain
@@ -299,27 +299,6 @@ def test_folds_racing_continuous_writes_stay_exact_and_reads_stay_in_bounds(stac
 
 # --- the streaming pipeline stopped and restarted ----------------------------------------------
 
-def start_stream(res: Resources, env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    command = [
-        sys.executable, "-m", "pipeline.streaming", f"--project={res.project}", f"--instance={res.instance}",
-        f"--database={res.database}", f"--subscription={res.subscription}",
-        f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={WINDOW_S}",
-    ]
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
-def kill_stream(process: subprocess.Popen, sig: int) -> int:
-    if process.poll() is None:
-        os.killpg(process.pid, sig)
-    try:
-        return process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        return process.wait(timeout=30)
-
-
 class Heartbeat(threading.Thread):
     """Publishes an invalid message (dead-lettered, counted nowhere) every 100 ms, so the
     DirectRunner's synchronous pull never idles on its 30 s timeout and every window fires promptly."""
@@ -350,14 +329,14 @@ def streaming_stack(emulator_env, tmp_path):
     processes: list[subprocess.Popen] = []
 
     def start() -> subprocess.Popen:
-        process = start_stream(res, emulator_env, tmp_path / "stream.log")
+        process = local_stream.start(res, WINDOW_S, tmp_path / "stream.log", emulator_env, append=True)
         processes.append(process)
         return process
 
     yield res, open_database(res.project, res.instance, res.database), start, tmp_path / "stream.log"
     heartbeat.stopping.set()
     for process in processes:
-        kill_stream(process, signal.SIGTERM)
+        local_stream.stop(process, signal.SIGTERM)
     heartbeat.join(timeout=30)
 
 
@@ -403,7 +382,7 @@ def test_sigterm_between_halves_and_a_restart_count_everything_once(streaming_st
     assert verify_totals(database, first_ledger.totals) == []
     # Python installs no SIGTERM handler and neither does the DirectRunner: this ends the process
     # at once, like SIGKILL; nothing is in flight here because the first half is fully counted.
-    assert kill_stream(stream, signal.SIGTERM) == -signal.SIGTERM
+    assert local_stream.stop(stream, signal.SIGTERM) == -signal.SIGTERM
     assert verify_totals(database, first_ledger.totals) == []  # nothing rolled back or half-written
 
     restarted = start()
@@ -466,7 +445,7 @@ def test_sigkill_mid_stream_never_counts_twice_and_loses_at_most_what_was_in_fli
                       "a quarter of the votes to be counted", stream, log)
     published_at_kill = len(sent_at)
     killed_at = time.monotonic()
-    assert kill_stream(stream, signal.SIGKILL) == -signal.SIGKILL
+    assert local_stream.stop(stream, signal.SIGKILL) == -signal.SIGKILL
     at_kill = counted()
     publisher.join(timeout=120)
     assert len(sent_at) == len(events)

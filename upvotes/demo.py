@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from upvotes import emulators
+from upvotes import emulators, local_stream
 from upvotes.progress import Progress
 from upvotes.provision import Resources, provision
 
@@ -45,27 +43,6 @@ def run(args: argparse.Namespace) -> int:
     with emulators.running_emulators(work_dir / "logs", say) as env:
         os.environ.update(env)
         return _run_on(env, args, work_dir)
-
-
-def _start_stream(env: dict[str, str], res: Resources, window_seconds: int, log_path: Path) -> subprocess.Popen:
-    command = [
-        sys.executable, "-m", "pipeline.streaming", f"--project={res.project}", f"--instance={res.instance}",
-        f"--database={res.database}", f"--subscription={res.subscription}",
-        f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={window_seconds}",
-    ]
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def _wait_until_counted(database, ledger, stream: subprocess.Popen, timeout_s: float) -> bool:
@@ -126,7 +103,7 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
 
     stream_log = work_dir / "stream.log"
     say(f"starting the streaming pipeline (DirectRunner, {args.window_seconds} s windows; log: {stream_log})")
-    stream = _start_stream(env, res, args.window_seconds, stream_log)
+    stream = local_stream.start(res, args.window_seconds, stream_log, env)
     try:
         workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
         ledger_path = work_dir / "ledger.json"
@@ -166,5 +143,5 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
         say(f"verified: all {len(ledger.totals)} posts match the ledger exactly after the fold")
         return 0
     finally:
-        _stop(stream)
+        local_stream.stop(stream)
         say("stopped the streaming pipeline")
