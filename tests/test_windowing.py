@@ -18,8 +18,8 @@ WRITER = "test-writer"
 
 
 def vote(post: str, delta: int = 1, counter: str = "upvotes") -> tuple[PostHour, CounterSums]:
-    event = VoteEvent(post, counter, delta, HOUR)
-    return PostHour(post, HOUR), CounterSums.of(event)
+    sums = CounterSums(delta, 0, 1) if counter == "upvotes" else CounterSums(0, delta, 1)
+    return PostHour(post, HOUR), sums
 
 
 def streaming_pipeline() -> TestPipeline:

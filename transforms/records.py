@@ -46,15 +46,6 @@ class CounterSums(NamedTuple):
     shares: int = 0
     events: int = 0
 
-    def plus(self, other: "CounterSums") -> "CounterSums":
-        return CounterSums(self.upvotes + other.upvotes, self.shares + other.shares, self.events + other.events)
-
-    @staticmethod
-    def of(event: VoteEvent) -> "CounterSums":
-        if event.counter == UPVOTES:
-            return CounterSums(event.delta, 0, 1)
-        return CounterSums(0, event.delta, 1)
-
 
 class PostDelta(NamedTuple):
     """One delta row for Spanner: the sums of one pane for one post and hour.
