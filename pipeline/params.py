@@ -4,17 +4,16 @@ options class per pipeline.
 
 Each `Param` is one setting under two spellings: the CLI flag (kebab-case, `--window-seconds`)
 and the Dataflow flex-template parameter (camelCase, `windowSeconds`). Both spellings are
-accepted by the same argparse option, the template metadata in templates/ and the parameter tables of
-both READMEs are generated from these tables (`upvotes deploy metadata`), and the tests
-keep the metadata, the parser and the READMEs in step. Standard options (--project, --region, --runner,
---streaming) are Beam's own and are not repeated here.
+accepted by the same argparse option; the template metadata in templates/ and the parameter
+tables of both READMEs are generated from these tables (`upvotes deploy metadata`), and the
+tests keep the metadata, the parser and the READMEs in step. Standard options (--project,
+--region, --runner, --streaming) are Beam's own and are not repeated here.
 """
 from __future__ import annotations
 
 import argparse
 import re
 from dataclasses import dataclass
-
 
 PROJECT_ID = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
 PUBSUB_NAME = r"[a-zA-Z][-a-zA-Z0-9_.~+%]{2,254}"

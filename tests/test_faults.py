@@ -34,10 +34,8 @@ sink's ALREADY_EXISTS handling turns into no-ops.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path

@@ -6,7 +6,6 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from tests.faults import FlakyDatabase
-from transforms import spanner_sink
 from transforms.records import PostDelta
 from transforms.spanner_sink import (
     MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, SPANNER_MUTATION_LIMIT, WriteDeltaRows, WriteDeltasFn,

@@ -46,7 +46,8 @@ MUTATIONS_PER_PARENT = len(PARENT_KEY) + 5 + 5
 SPANNER_MUTATION_LIMIT = 80_000
 DEFAULT_MAX_MUTATIONS = 20_000  # a quarter of the limit: headroom for schema growth
 DEFAULT_ROWS_PER_COMMIT = 1_000
-# Long enough to ride out an emulator restart or a burst of aborts from a concurrent fold.
+# Long enough to ride out a brief outage or a burst of aborts from a concurrent fold, and
+# bounded: after the last attempt the error is raised (see the module docstring).
 SINK_RETRY = RetryPolicy(attempts=25, first_delay_s=0.005, max_delay_s=2.0)
 
 

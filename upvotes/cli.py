@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 DEFAULT_PROJECT = os.environ.get("GOOGLE_CLOUD_PROJECT", "demo-project")
 
@@ -43,7 +43,7 @@ def _emulators(args: argparse.Namespace) -> int:
     if args.action == "start":
         for line in emulators.export_lines(emulators.start_all(state_dir, log)):
             print(line)
-        print(f"# use them in this shell: eval \"$(upvotes emulators start)\"", file=sys.stderr)
+        print("# use them in this shell: eval \"$(upvotes emulators start)\"", file=sys.stderr)
     elif args.action == "stop":
         count = emulators.stop_all(state_dir, log)
         log(f"stopped {count} emulator(s)" if count else "no emulator started by `upvotes emulators start` is running")
@@ -173,12 +173,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 # --- the parser ---------------------------------------------------------------------------
 
-Handler = Callable[[argparse.Namespace], int]
-
-
 def build_parser() -> argparse.ArgumentParser:
     from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS
-    from upvotes import deploy, hourly, leaderboard, lint_schema, publisher
+    from upvotes import demo, deploy, hourly, leaderboard, lint_schema, publisher
 
     parser = argparse.ArgumentParser(
         prog="upvotes",
@@ -238,8 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     _database_args(p)
     p.add_argument("--ledger", required=True, help="ledger file written by `upvotes publish --ledger`")
 
-    p = command("demo", "Run everything locally end to end on the emulators and check every count.", _demo)
-    _demo_arguments(p)
+    p = command("demo", "Run everything locally end to end on the emulators and check every count.", demo.run)
+    demo.add_arguments(p)
 
     p = command("lint-schema", "Check Spanner DDL files for write hotspots.", lint_schema.run)
     lint_schema.add_arguments(p)
@@ -247,18 +244,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("deploy", "Dataflow flex templates, launch commands, scheduler job and IAM for Google Cloud.", deploy.run)
     deploy.add_arguments(p)
     return parser
-
-
-def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    from upvotes import demo
-
-    demo.add_arguments(parser)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from upvotes import demo
-
-    return demo.run(args)
 
 
 PIPELINE_COMMANDS = {"stream": _stream, "fold": _fold}
