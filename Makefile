@@ -19,6 +19,7 @@ demo: install
 	$(BIN)/upvotes demo
 
 test: install
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install

@@ -1,9 +1,15 @@
-"""Install the upvotes pipelines, their transforms, the schemas and the `upvotes` command.
+"""Install the upvotes pipelines, their transforms, the Spanner data layer, the schemas and the
+`upvotes` command.
 
 The same file is the Dataflow workers' setup file (`--setup_file ./setup.py`), so the
-workers install exactly the packages and versions tested here.
+workers install exactly the packages and versions tested here; in the worker image, where
+only the worker packages are copied, it installs just those.
 """
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+HERE = Path(__file__).resolve().parent
 
 # One Beam version for setup.py, the Dockerfile in templates/ and CI; a test checks they agree.
 BEAM_VERSION = "2.77.0"
@@ -13,7 +19,8 @@ setup(
     version="0.1.0",
     description="Counts upvotes and shares on viral posts with blind-write deltas in Cloud Spanner.",
     python_requires=">=3.10",
-    packages=find_packages(include=["pipeline", "transforms", "schemas", "upvotes", "bench"]),
+    packages=find_packages(include=["pipeline", "transforms", "spanner_store", "schemas",
+                                    "upvotes", "upvotes.*", "bench"]),
     package_data={"schemas": ["*.sql", "*.json"]},
     install_requires=[
         f"apache-beam[gcp]=={BEAM_VERSION}",
@@ -23,8 +30,9 @@ setup(
         "orjson>=3.8,<4",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20"],
         "bench": ["matplotlib>=3.8"],
     },
-    entry_points={"console_scripts": ["upvotes=upvotes.cli:main"]},
+    # The worker image (templates/Dockerfile) copies only the worker packages: no command there.
+    entry_points={"console_scripts": ["upvotes=upvotes.cli:main"]} if (HERE / "upvotes").is_dir() else {},
 )

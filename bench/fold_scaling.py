@@ -9,7 +9,7 @@ start, snapshot, partitioning), reported beside the scaling exponent.
 
 Reads: one post accumulates 0, then 10,000, then 100,000 old deltas, each stage folded,
 plus 10 fresh unfolded deltas on top; at each stage, `reads` exact reads of that post,
-two kinds: upvotes.reads.exact_counts as readers call it (a strong read-only snapshot:
+two kinds: spanner_store.reads.exact_counts as readers call it (a strong read-only snapshot:
 the Posts row, then the index range of the post's unfolded deltas), and exact_counts on a
 handle whose snapshots read at an exact timestamp taken after the writes (on the emulator
 those do not slow down as commits accumulate). Reads that
@@ -28,12 +28,12 @@ from pathlib import Path
 from bench.config import Sizes
 from bench.measure import latency_summary, loglog_exponent, timed_calls
 from bench.stack import fresh_database, run_fold
-from transforms.fold import choose_snapshot
-from transforms.records import PostDelta
-from transforms.spanner_sink import write_deltas
-from upvotes.database import run_with_retries
+from spanner_store.folding import choose_snapshot
+from schemas.records import PostDelta
+from spanner_store.deltas import write_deltas
+from spanner_store.database import run_with_retries
 from upvotes.provision import Resources
-from upvotes.reads import exact_counts
+from spanner_store.reads import exact_counts
 
 FOLD_POSTS = 1_000  # the scaling points: more deltas per post as they grow
 # One more fold over more posts: a run must fold every post, however many.

@@ -20,9 +20,10 @@ from typing import Callable
 from bench.config import Sizes
 from bench.measure import latency_summary, peak_rss_mib
 from bench.stack import PacedPublisher, check_alive, streaming_pipeline, upvotes_of, with_topics
-from upvotes.database import open_database
+from spanner_store.database import open_database
 from upvotes.provision import Resources
-from upvotes.publisher import Workload, event_message, generate_events
+from upvotes.publishing import event_message
+from upvotes.workload import Workload, generate_events
 
 MARKERS_PER_S = 2
 POLL_S = 0.05

@@ -32,13 +32,14 @@ from bench.stack import (
     EXACT_READ_KIND, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of, with_topics,
 )
 from schemas import post_hash
-from transforms.fold import DEFAULT_POSTS_PER_COMMIT
+from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
 from transforms.parse import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-from upvotes.database import RetryPolicy, open_database, run_transaction, run_with_retries
+from spanner_store.database import RetryPolicy, open_database, run_transaction, run_with_retries
 from upvotes.provision import Resources
-from upvotes.publisher import Workload, event_message, generate_events, publish_messages
+from upvotes.publishing import event_message, publish_messages
+from upvotes.workload import Workload, generate_events
 
 WRITER_THREADS = 4
 # Short, jittered and patient: the emulator aborts every concurrent read-write transaction.
@@ -135,8 +136,9 @@ def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable
     pipeline = local_pipeline()
     parsed = pipeline | "Start" >> beam.Impulse() | "Votes" >> beam.FlatMap(emit_cycled) | "ParseVotes" >> ParseVotes()
     (parsed.votes
-     | "WindowAndSumVotes" >> WindowAndSumVotes(f"bench-{int(time.time())}")
-     | "WriteDeltaRows" >> WriteDeltaRows(res.project, res.instance, res.database))
+     | "WindowAndSumVotes" >> WindowAndSumVotes(f"bench-{int(time.time())}", defaults(STREAMING_PARAMS)["window_seconds"])
+     | "WriteDeltaRows" >> WriteDeltaRows(res.project, res.instance, res.database,
+                                                 defaults(STREAMING_PARAMS)["rows_per_commit"]))
     with measured() as usage:
         result = pipeline.run()
         result.wait_until_finish()
@@ -146,7 +148,7 @@ def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable
     after_fold = upvotes_of(database, [CHAIN_POST])[CHAIN_POST]
     assert before_fold == votes and after_fold == votes, (
         f"chain and sink: {before_fold} before the fold, {after_fold} after, expected {votes}")
-    fold_commits = -(-fold["posts_folded"] // DEFAULT_POSTS_PER_COMMIT) + 1  # fold transactions + FoldRuns row
+    fold_commits = -(-fold["posts_folded"] // defaults(FOLD_PARAMS)["posts_per_commit"]) + 1  # fold transactions + FoldRuns row
     commits = sink.get("commits", 0)
     samples = list(RSS_SAMPLES)
     memory = {

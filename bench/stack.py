@@ -12,10 +12,10 @@ from typing import Callable
 from google.cloud import pubsub_v1
 
 from upvotes import local_stream
-from upvotes.database import open_database
+from spanner_store.database import open_database
 from upvotes.provision import Resources, provision, provision_spanner
-from upvotes.publisher import BATCH_SETTINGS
-from upvotes.reads import exact_counts
+from upvotes.publishing import BATCH_SETTINGS
+from spanner_store.reads import exact_counts
 
 PROJECT = "bench-project"
 INSTANCE = "bench"
@@ -68,7 +68,7 @@ def fresh_database(res: Resources, name: str):
 
 
 def upvotes_of(database, post_ids: list[str]) -> dict[str, int]:
-    """Exact upvote counts (upvotes.reads.exact_counts: one strong read-only snapshot)."""
+    """Exact upvote counts (spanner_store.reads.exact_counts: one strong read-only snapshot)."""
     return {t.post_id: t.upvotes for t in exact_counts(database, post_ids)}
 
 

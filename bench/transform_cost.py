@@ -1,7 +1,7 @@
 """Benchmark 2: CPU per event of the parse-validate-key-combine chain, against plain Python.
 
 All variants run in this process over the same pre-generated Pub/Sub messages (a viral
-workload: Zipf 1.1 over `transform_posts` posts, as upvotes.publisher generates it), and
+workload: Zipf 1.1 over `transform_posts` posts, as upvotes.workload generates it), and
 are timed in process CPU seconds (every thread). Variants:
 
 - plain_json: json.loads, the event hour from event_time, a dict of sums keyed by
@@ -36,13 +36,17 @@ from apache_beam.transforms.window import GlobalWindows
 from bench.config import Sizes
 from bench.feeds import collect, emit_feed, local_pipeline, set_feed, take_collected
 from bench.measure import measured
-from transforms.parse import ParseVotes, parse_vote
-from transforms.records import HOUR_S, UPVOTES, CounterSums, PostDelta, PostHour, VoteEvent
+from pipeline.params import STREAMING_PARAMS, defaults
+from schemas.contract import parse_vote
+from transforms.parse import ParseVotes
+from schemas.records import HOUR_S, UPVOTES, CounterSums, PostDelta, PostHour, VoteEvent
 from transforms.windowing import SumPerWindow, WindowAndSumVotes
 from upvotes.provision import Resources
-from upvotes.publisher import Workload, event_message, generate_events
+from upvotes.publishing import event_message
+from upvotes.workload import Workload, generate_events
 
 POOL = 100_000  # distinct generated events; larger runs cycle through them
+WINDOW_SECONDS = defaults(STREAMING_PARAMS)["window_seconds"]
 ZIPF = 1.1
 TOP_FUNCTIONS = 12
 Totals = dict[str, tuple[int, int]]  # post -> (upvotes, shares)
@@ -93,7 +97,7 @@ def _run_beam(summing: Callable[[beam.PCollection], beam.PCollection]) -> Totals
 
 
 def beam_chain(_: list) -> Totals:
-    return _run_beam(lambda votes: votes | "WindowAndSumVotes" >> WindowAndSumVotes("bench"))
+    return _run_beam(lambda votes: votes | "WindowAndSumVotes" >> WindowAndSumVotes("bench", WINDOW_SECONDS))
 
 
 class _ParseAndSumInBundle(beam.DoFn):
@@ -130,7 +134,7 @@ def proposed_fused_parse_sum(_: list) -> Totals:
      | "Start" >> beam.Impulse()
      | "Messages" >> beam.FlatMap(emit_feed)
      | "ParseAndSumInBundle" >> beam.ParDo(_ParseAndSumInBundle())
-     | "SumPerWindow" >> SumPerWindow("bench")
+     | "SumPerWindow" >> SumPerWindow("bench", WINDOW_SECONDS)
      | "Collect" >> beam.Map(collect))
     pipeline.run().wait_until_finish()
     return _per_post((d.post_id, d.upvotes, d.shares) for d in take_collected())

@@ -5,7 +5,7 @@ A synthetic stream: `amplification_votes` votes over `amplification_posts` posts
 arrival time (assigned here, so windows are what a live stream would get), its event hour
 that of arrival minus a client delay (exponential, mean 2 s), the stream starting 5 s
 before an hour boundary so that some posts get deltas for two hours. Votes are 70% +1
-upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.publisher's workload.
+upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.workload's.
 
 The lower bound is the number of distinct (post, event hour, window) groups whose votes
 do not cancel out: the sink cannot write fewer delta rows without losing the hourly
@@ -30,9 +30,10 @@ from bench.config import Sizes
 from bench.feeds import collect, emit_feed, local_pipeline, set_feed, take_collected
 from bench.measure import measured
 from schemas import post_hash
-from transforms.records import HOUR_S, CounterSums, PostDelta, PostHour
-from transforms.spanner_sink import DEFAULT_ROWS_PER_COMMIT, plan_commits
-from transforms.windowing import DEFAULT_WINDOW_SECONDS, SumPerWindow, delta_id
+from schemas.records import HOUR_S, CounterSums, PostDelta, PostHour
+from spanner_store.deltas import plan_commits
+from pipeline.params import STREAMING_PARAMS, defaults
+from transforms.windowing import SumPerWindow, delta_id
 from upvotes.provision import Resources
 
 ZIPF = 1.1
@@ -101,14 +102,14 @@ def parent_upserts(groups: dict[Group, tuple[int, int]], window_s: int) -> int:
     return sum(
         len({d.post_id for d in commit})
         for deltas in by_window.values()
-        for commit in plan_commits(deltas, DEFAULT_ROWS_PER_COMMIT)
+        for commit in plan_commits(deltas, defaults(STREAMING_PARAMS)["rows_per_commit"])
     )
 
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     """The stream, its lower bound, the real SumPerWindow over the sample, the sink's rows."""
     votes = simulated_stream(sizes)
-    window_s = DEFAULT_WINDOW_SECONDS
+    window_s = defaults(STREAMING_PARAMS)["window_seconds"]
     groups = group_sums(votes, window_s)
     sample = [v for v in votes if post_hash(v[1]) % sizes.pipeline_sample == 0]
     sample_groups = group_sums(sample, window_s)

@@ -13,29 +13,30 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.runners.runner import PipelineResult
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
+from apache_beam.runners.runner import PipelineResult
 
-from pipeline.options import FoldOptions, SpannerOptions, spanner_project
-from transforms.fold import FoldDeltas, FoldOutcome
+from pipeline.options import FoldOptions, spanner_project
+from spanner_store.folding import FoldOutcome
+from transforms.fold_deltas import FoldDeltas
 
 LOCAL_RUNNER = "BundleBasedDirectRunner"
 
 
 def build(pipeline: beam.Pipeline, options: PipelineOptions) -> beam.PCollection:
     """Adds the fold graph to `pipeline`; returns the PCollection of the run's FoldOutcome."""
-    opts = options.view_as(FoldOptions).validated()
-    db = options.view_as(SpannerOptions)
+    settings = options.view_as(FoldOptions).validated()
     return pipeline | "FoldDeltas" >> FoldDeltas(
-        spanner_project(options), db.instance, db.database, int(opts.posts_per_commit)
+        spanner_project(options), settings.instance, settings.database, settings.posts_per_commit
     )
 
 
-def pipeline_options(argv: Sequence[str] | None) -> PipelineOptions:
-    options = PipelineOptions(argv)
+def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | None = None) -> PipelineOptions:
+    """Beam's options from `argv`, with `values` (settings a caller already holds, by dest) on top."""
+    options = PipelineOptions(argv, **(values or {}))
     options.view_as(SetupOptions).save_main_session = True
     if not options.view_as(StandardOptions).runner:
         options.view_as(StandardOptions).runner = LOCAL_RUNNER
@@ -49,18 +50,18 @@ def outcome_from_metrics(result) -> FoldOutcome:
     return FoldOutcome(**{name: counters.get(name, 0) or 0 for name in FoldOutcome._fields})
 
 
-def launch(argv: Sequence[str] | None = None) -> PipelineResult:
+def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
     """Builds and submits one fold without waiting (what a flex-template launch does)."""
-    options = pipeline_options(argv)
+    options = pipeline_options(argv, values)
     pipeline = beam.Pipeline(options=options)
     build(pipeline, options)
     return pipeline.run()
 
 
-def run(argv: Sequence[str] | None = None) -> tuple[FoldOutcome, float]:
+def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> tuple[FoldOutcome, float]:
     """Runs one fold to completion; returns its counts and the seconds it took."""
     started = time.monotonic()
-    result = launch(argv)
+    result = launch(argv, values)
     result.wait_until_finish()
     return outcome_from_metrics(result), time.monotonic() - started
 

@@ -1,15 +1,19 @@
-"""One Beam options class per pipeline, built from the parameter table in pipeline/params.py.
+"""One Beam options class per pipeline, built from the parameter table in pipeline/params.py,
+and the typed settings each pipeline reads from it.
 
 Beam registers every options class's flags in one parser, so the Spanner flags both
-pipelines share are declared once, in SpannerOptions.
+pipelines share are declared once, in SpannerOptions. Values arrive as text, either as flags
+(a flex-template launch) or as keyword values the CLI collected; `validated()` checks and
+converts them once, into the settings the pipeline is built from.
 """
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from pipeline.params import FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, InvalidParameter, add_params, validate
+from pipeline.params import FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, InvalidParameter, Param, add_params, parse_values
 
 
 def spanner_project(options: PipelineOptions) -> str:
@@ -18,6 +22,31 @@ def spanner_project(options: PipelineOptions) -> str:
     if not project:
         raise InvalidParameter("--project is required: the Google Cloud project of Spanner and Pub/Sub.")
     return project
+
+
+@dataclass(frozen=True)
+class StreamingSettings:
+    """STREAMING_PARAMS, checked and converted (a test keeps the fields and the table in step)."""
+
+    subscription: str
+    dead_letter_topic: str
+    instance: str
+    database: str
+    window_seconds: int
+    rows_per_commit: int
+
+
+@dataclass(frozen=True)
+class FoldSettings:
+    """FOLD_PARAMS, checked and converted."""
+
+    instance: str
+    database: str
+    posts_per_commit: int
+
+
+def _own(params: tuple[Param, ...]) -> tuple[Param, ...]:
+    return tuple(p for p in params if p not in SPANNER_PARAMS)
 
 
 class SpannerOptions(PipelineOptions):
@@ -33,15 +62,10 @@ class StreamingOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        add_params(parser, tuple(p for p in STREAMING_PARAMS if p not in SPANNER_PARAMS))
+        add_params(parser, _own(STREAMING_PARAMS))
 
-    def validated(self) -> "StreamingOptions":
-        validate(STREAMING_PARAMS, self.get_all_options())
-        return self
-
-    def pubsub_path(self, kind: str, name: str) -> str:
-        """A full Pub/Sub resource path; bare names are taken to be in --project."""
-        return name if name.startswith("projects/") else f"projects/{spanner_project(self)}/{kind}/{name}"
+    def validated(self) -> StreamingSettings:
+        return StreamingSettings(**parse_values(STREAMING_PARAMS, self.get_all_options()))
 
 
 class FoldOptions(PipelineOptions):
@@ -49,8 +73,12 @@ class FoldOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        add_params(parser, tuple(p for p in FOLD_PARAMS if p not in SPANNER_PARAMS))
+        add_params(parser, _own(FOLD_PARAMS))
 
-    def validated(self) -> "FoldOptions":
-        validate(FOLD_PARAMS, self.get_all_options())
-        return self
+    def validated(self) -> FoldSettings:
+        return FoldSettings(**parse_values(FOLD_PARAMS, self.get_all_options()))
+
+
+def pubsub_path(project: str, kind: str, name: str) -> str:
+    """A full Pub/Sub resource path; bare names are taken to be in `project`."""
+    return name if name.startswith("projects/") else f"projects/{project}/{kind}/{name}"

@@ -4,16 +4,23 @@ options class per pipeline.
 
 Each `Param` is one setting under two spellings: the CLI flag (kebab-case, `--window-seconds`)
 and the Dataflow flex-template parameter (camelCase, `windowSeconds`). Both spellings are
-accepted by the same argparse option; the template metadata in templates/ and the parameter
-tables of both READMEs are generated from these tables (`upvotes deploy metadata`), and the
-tests keep the metadata, the parser and the READMEs in step. Standard options (--project,
---region, --runner, --streaming) are Beam's own and are not repeated here.
+accepted by the same argparse option. A value is checked and converted exactly once, by
+`parse_values`, when the pipeline reads its settings: `upvotes stream/fold` hands the values
+it collected to the pipeline as keyword values (not as flags to parse again), and a
+flex-template launch passes them as flags. The defaults here are the only defaults: the
+transforms take every setting as an argument.
+
+The template metadata in templates/ and the parameter tables of both READMEs are generated
+from these tables (`upvotes deploy metadata`), and the tests keep the metadata, the parser
+and the READMEs in step. Standard options (--project, --region, --runner, --streaming) are
+Beam's own and are not repeated here.
 """
 from __future__ import annotations
 
 import argparse
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
 PROJECT_ID = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
 PUBSUB_NAME = r"[a-zA-Z][-a-zA-Z0-9_.~+%]{2,254}"
@@ -28,10 +35,20 @@ class Param:
     regex: str  # the whole value must match
     default: str | None = None  # None: required
     example: str = ""
+    kind: type = str  # what a valid value is converted to: str or int
 
     @property
     def dest(self) -> str:
         return self.flag.replace("-", "_")
+
+    def parse(self, text: object) -> str | int:
+        """The value, checked against the regex and converted; InvalidParameter names both spellings."""
+        if not re.fullmatch(self.regex, str(text)):
+            raise InvalidParameter(
+                f"--{self.flag}={text!r} is not valid (template parameter {self.template_name}): {self.help} "
+                f"Example: --{self.flag}={self.example}"
+            )
+        return self.kind(text)
 
     @property
     def required(self) -> bool:
@@ -70,12 +87,12 @@ STREAMING_PARAMS: tuple[Param, ...] = (
         "window-seconds", "windowSeconds", "Window length in seconds",
         "Votes are summed per post over windows of this many seconds (ingestion time): a hot "
         "post costs about one Spanner row per window. Lower is fresher, higher writes less.",
-        r"[1-9][0-9]{0,4}", default="10", example="10",
+        r"[1-9][0-9]{0,4}", default="10", example="10", kind=int,
     ),
     Param(
         "rows-per-commit", "rowsPerCommit", "Delta rows per Spanner commit",
         "Most delta rows in one commit (the sink also stays under a mutation budget).",
-        r"[1-9][0-9]{0,4}", default="1000", example="1000",
+        r"[1-9][0-9]{0,4}", default="1000", example="1000", kind=int,
     ),
 )
 
@@ -85,7 +102,7 @@ FOLD_PARAMS: tuple[Param, ...] = (
     Param(
         "posts-per-commit", "postsPerCommit", "Posts per fold transaction",
         "Most posts folded in one read-write transaction (each post also writes its hourly rows).",
-        r"[1-9][0-9]{0,4}", default="500", example="500",
+        r"[1-9][0-9]{0,4}", default="500", example="500", kind=int,
     ),
 )
 
@@ -94,27 +111,35 @@ class InvalidParameter(ValueError):
     """A parameter value the pipeline refuses before it starts."""
 
 
-def validate(params: tuple[Param, ...], values: dict[str, object]) -> None:
-    """Checks each value against its regex; the message names the flag, the template name and an example."""
+def parse_values(params: tuple[Param, ...], values: Mapping[str, object]) -> dict[str, str | int]:
+    """Each parameter's value (its default when missing), checked and converted, by `dest`.
+
+    The one place a parameter value is parsed; a missing required one or an invalid one
+    raises InvalidParameter naming the flag, the template parameter and an example.
+    """
+    parsed = {}
     for param in params:
         value = values.get(param.dest)
+        if value is None:
+            value = param.default
         if value is None:
             raise InvalidParameter(
                 f"--{param.flag} (template parameter {param.template_name}) is required: {param.help} "
                 f"Example: --{param.flag}={param.example}"
             )
-        if not re.fullmatch(param.regex, str(value)):
-            raise InvalidParameter(
-                f"--{param.flag}={value!r} is not valid (template parameter {param.template_name}): {param.help} "
-                f"Example: --{param.flag}={param.example}"
-            )
+        parsed[param.dest] = param.parse(value)
+    return parsed
+
+
+def defaults(params: tuple[Param, ...]) -> dict[str, str | int]:
+    """The parsed default of every optional parameter, by dest (for benchmarks and tools)."""
+    return {p.dest: p.parse(p.default) for p in params if p.default is not None}
 
 
 def add_params(parser: argparse.ArgumentParser, params: tuple[Param, ...]) -> None:
+    """The flags, both spellings each; values stay text until parse_values reads them."""
     for param in params:
         parser.add_argument(
             f"--{param.flag}", f"--{param.template_name}", dest=param.dest,
             default=param.default, help=f"{param.help} (template parameter: {param.template_name})",
         )
-
-

@@ -20,20 +20,20 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.runners.runner import PipelineResult
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions
+from apache_beam.runners.runner import PipelineResult
 
-from pipeline.options import SpannerOptions, StreamingOptions, spanner_project
+from pipeline.options import StreamingOptions, pubsub_path, spanner_project
 from transforms.dead_letter import PublishDeadLetters
 from transforms.parse import ParseVotes
+from transforms.read_votes import ReadVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
 
 LOCAL_RUNNER = "BundleBasedDirectRunner"
-EVENT_ID_ATTRIBUTE = "event_id"
 
 
 def is_dataflow(options: PipelineOptions) -> bool:
@@ -47,46 +47,27 @@ def writer_name(options: PipelineOptions) -> str:
     return job_name if job_name and is_dataflow(options) else f"local-{uuid.uuid4().hex[:12]}"
 
 
-class ReadVotes(beam.PTransform):
-    """Pub/Sub subscription -> PubsubMessage (data and attributes).
-
-    On Dataflow, messages redelivered or republished with the same event_id attribute are
-    dropped by the service (id_label). The DirectRunner does not support id_label.
-    """
-
-    def __init__(self, subscription: str, deduplicate: bool) -> None:
-        super().__init__()
-        self._subscription = subscription
-        self._deduplicate = deduplicate
-
-    def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
-        return begin | "Pull" >> beam.io.ReadFromPubSub(
-            subscription=self._subscription,
-            with_attributes=True,
-            id_label=EVENT_ID_ATTRIBUTE if self._deduplicate else None,
-        )
-
-
 def build(pipeline: beam.Pipeline, options: PipelineOptions) -> None:
     """Adds the streaming graph to `pipeline`; tests and run() share it."""
-    opts = options.view_as(StreamingOptions).validated()
-    db = options.view_as(SpannerOptions)
+    settings = options.view_as(StreamingOptions).validated()
     project = spanner_project(options)
 
-    messages = pipeline | "ReadVotes" >> ReadVotes(opts.pubsub_path("subscriptions", opts.subscription), is_dataflow(options))
+    messages = pipeline | "ReadVotes" >> ReadVotes(
+        pubsub_path(project, "subscriptions", settings.subscription), deduplicate=is_dataflow(options))
     parsed = messages | "ParseVotes" >> ParseVotes()
     failed_rows = (
         parsed.votes
-        | "WindowAndSumVotes" >> WindowAndSumVotes(writer_name(options), int(opts.window_seconds))
-        | "WriteDeltaRows" >> WriteDeltaRows(project, db.instance, db.database, int(opts.rows_per_commit))
+        | "WindowAndSumVotes" >> WindowAndSumVotes(writer_name(options), settings.window_seconds)
+        | "WriteDeltaRows" >> WriteDeltaRows(project, settings.instance, settings.database, settings.rows_per_commit)
     )
     (parsed.rejected, failed_rows) | "PublishDeadLetters" >> PublishDeadLetters(
-        opts.pubsub_path("topics", opts.dead_letter_topic)
+        pubsub_path(project, "topics", settings.dead_letter_topic)
     )
 
 
-def pipeline_options(argv: Sequence[str] | None) -> PipelineOptions:
-    options = PipelineOptions(argv)
+def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | None = None) -> PipelineOptions:
+    """Beam's options from `argv`, with `values` (settings a caller already holds, by dest) on top."""
+    options = PipelineOptions(argv, **(values or {}))
     options.view_as(StandardOptions).streaming = True
     options.view_as(SetupOptions).save_main_session = True
     if not options.view_as(StandardOptions).runner:
@@ -94,17 +75,17 @@ def pipeline_options(argv: Sequence[str] | None) -> PipelineOptions:
     return options
 
 
-def launch(argv: Sequence[str] | None = None) -> PipelineResult:
+def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
     """Builds and submits the pipeline without waiting (what a flex-template launch does)."""
-    options = pipeline_options(argv)
+    options = pipeline_options(argv, values)
     pipeline = beam.Pipeline(options=options)
     build(pipeline, options)
     return pipeline.run()
 
 
-def run(argv: Sequence[str] | None = None) -> None:
+def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> None:
     """Runs the pipeline until it is cancelled or fails."""
-    launch(argv).wait_until_finish()
+    launch(argv, values).wait_until_finish()
 
 
 if __name__ == "__main__":

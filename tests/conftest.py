@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 
 from upvotes import emulators
-from upvotes.database import open_database
+from spanner_store.database import open_database
 from upvotes.provision import Resources, provision
 
 PROJECT = "test-project"

@@ -1,7 +1,7 @@
 """Hostile input: a corpus of malformed messages, property tests of parse_vote, and dead letters
 that always fit in Pub/Sub.
 
-parse_vote's contract (transforms/parse.py): bytes in, exactly one of VoteEvent or Rejected
+parse_vote's contract (schemas/contract.py): bytes in, exactly one of VoteEvent or Rejected
 out, never an exception; a Rejected keeps the message whole and its error is
 "<reason>: <detail>" with reason in REASONS; an accepted event satisfies the event contract
 (schemas/vote_event.schema.json). The corpus in tests/corpus/ (made by make_corpus.py)
@@ -27,9 +27,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from transforms.dead_letter import ERROR_ATTRIBUTE, to_dead_letter
-from transforms.parse import MAX_MESSAGE_BYTES, REASONS, ParseVotes, parse_vote, reason_of
-from transforms.records import COUNTERS, HOUR_S, PostDelta, Rejected, VoteEvent
-from transforms.spanner_sink import FailedDelta, delta_key
+from schemas.contract import MAX_MESSAGE_BYTES, REASONS, parse_vote, reason_of
+from transforms.parse import ParseVotes
+from schemas.records import COUNTERS, HOUR_S, PostDelta, Rejected, VoteEvent
+from schemas.records import FailedDelta
+from spanner_store.tables import delta_key
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 PUBLISHED = 1_795_309_323.0  # 2026-11-22T01:02:03Z: stands in for a missing event_time
@@ -149,12 +151,17 @@ def test_the_size_limit_is_exact() -> None:
     assert outcome(parse_vote(at_limit + b" ", {}, PUBLISHED)) == "too_large"
 
 
-def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build() -> None:
-    for event_time in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"):
-        data = json.dumps({"post_id": "p", "counter": "upvotes", "delta": 1, "event_time": event_time}).encode()
-        result = parse_vote(data, {}, PUBLISHED)
-        if isinstance(result, VoteEvent):
-            delta_key(PostDelta(result.post_id, result.event_hour, "w:0:0", 1, 0, 1))  # raises ValueError today
+@given(st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59),
+                   timezones=st.just(timezone.utc)))
+@example(datetime(1, 1, 1, tzinfo=timezone.utc))
+@example(datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc))
+def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build(moment: datetime) -> None:
+    event_time = f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S.%fZ")
+    data = json.dumps({"post_id": "p", "counter": "upvotes", "delta": 1, "event_time": event_time}).encode()
+    result = parse_vote(data, {}, PUBLISHED)
+    assert isinstance(result, VoteEvent), result
+    key = delta_key(PostDelta(result.post_id, result.event_hour, "w:0:0", 1, 0, 1))
+    assert key[2] == moment.replace(minute=0, second=0, microsecond=0)
 
 
 def test_the_corpus_through_parse_votes_in_a_pipeline() -> None:

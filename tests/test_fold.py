@@ -16,10 +16,11 @@ from pipeline.fold import outcome_from_metrics
 import apache_beam as beam
 
 import schemas
-from transforms.fold import FoldDeltas, FoldOutcome, PostFold, PostKey, _ApplyFoldsFn, choose_snapshot, watermark_text
-from transforms.records import PostDelta
-from transforms.spanner_sink import write_deltas
-from upvotes.reads import READ_CHUNK, exact_counts, read_unfolded
+from spanner_store.folding import FoldKey, FoldOutcome, PostFold, choose_snapshot, watermark_text
+from transforms.fold_deltas import FoldDeltas, _ApplyFoldsFn
+from schemas.records import PostDelta
+from spanner_store.deltas import write_deltas
+from spanner_store.reads import READ_CHUNK, exact_counts, read_unfolded
 
 HOUR = 1_795_312_800
 
@@ -122,7 +123,7 @@ def test_a_fold_killed_between_transactions_is_completed_by_the_next_run(stack, 
     gained = add_deltas(database, "killed", posts=30, per_post=2, tag="k")
     snapshot_at = choose_snapshot(database)
     never_folded = watermark_text(datetime(1970, 1, 1, tzinfo=timezone.utc))
-    folds = [PostFold(PostKey(schemas.post_hash(p), p, never_folded), up, sh, 2, {}) for p, (up, sh) in gained.items()]
+    folds = [PostFold(FoldKey(schemas.post_hash(p), p, never_folded), up, sh, 2, {}) for p, (up, sh) in gained.items()]
     # The first transaction (10 posts) commits, then the worker dies: the other 20 are never applied.
     fn = _ApplyFoldsFn(stack.project, stack.instance, stack.database, posts_per_commit=10)
     fn.setup()

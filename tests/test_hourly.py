@@ -11,11 +11,13 @@ from google.cloud.spanner_v1 import param_types
 
 from pipeline.fold import outcome_from_metrics
 from schemas import post_hash
-from transforms.fold import FoldDeltas, FoldOutcome
-from transforms.records import PostDelta
-from transforms.spanner_sink import write_deltas
-from upvotes import hourly
-from upvotes.hourly import HourCount, hourly_counts
+from upvotes.cli import build_parser, main
+from spanner_store.folding import FoldOutcome
+from transforms.fold_deltas import FoldDeltas
+from schemas.records import PostDelta
+from spanner_store.deltas import write_deltas
+from spanner_store import hourly
+from spanner_store.hourly import HourCount, hourly_counts
 
 DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)
 H1, H2, H3, H4 = (DAY + timedelta(hours=h) for h in (1, 2, 3, 4))
@@ -44,7 +46,7 @@ def merged(*parts: dict[datetime, tuple[int, int]]) -> list[HourCount]:
 
 def fold(stack) -> FoldOutcome:
     pipeline = TestPipeline()
-    pipeline | FoldDeltas(stack.project, stack.instance, stack.database)
+    pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500)
     result = pipeline.run()
     result.wait_until_finish()
     return outcome_from_metrics(result)
@@ -115,29 +117,24 @@ def test_since_and_until_select_whole_hours_on_both_sides(stack, database) -> No
     assert hourly_counts(database, "hr-f", H3.astimezone(plus_two)) == every[2:]
 
 
-def test_cli_hooks_print_json_lines(stack, database, capsys) -> None:
+def test_upvotes_read_hourly_prints_json_lines(stack, database, capsys) -> None:
     add(database, "hr-c", "b1", [(H1, 2, 1), (H3, 1, 0)])
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--project", default=stack.project)
-    parser.add_argument("--instance", default=stack.instance)
-    parser.add_argument("--database", default=stack.database)
-    parser.add_argument("post_ids", nargs="+")
-    hourly.add_arguments(parser)
+    where = ["read", "--project", stack.project, "--instance", stack.instance, "--database", stack.database]
+    parser = build_parser()
 
-    args = parser.parse_args(["--hourly", "--since", "2026-11-22T00:00:00Z", "hr-c"])
+    args = parser.parse_args(where + ["--hourly", "--since", "2026-11-22T00:00:00Z", "hr-c"])
     assert args.hourly and args.since == DAY and args.until is None
-    assert hourly.run(args) == 0
+    assert main(where + ["--hourly", "--since", "2026-11-22T00:00:00Z", "hr-c"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == [
         {"post_id": "hr-c", "hour": "2026-11-22T01:00:00Z", "upvotes": 2, "shares": 1},
         {"post_id": "hr-c", "hour": "2026-11-22T03:00:00Z", "upvotes": 1, "shares": 0},
     ]
 
-    args = parser.parse_args(["--hourly", "--since", "2026-11-22T02:00:00+00:00", "--until", "2026-11-22T03:00:00Z",
-                              "hr-c"])
-    assert hourly.run(args) == 0
+    assert main(where + ["--hourly", "--since", "2026-11-22T02:00:00+00:00", "--until", "2026-11-22T03:00:00Z",
+                         "hr-c"]) == 0
     assert capsys.readouterr().out == ""  # only hour 02:00 asked for, and it has no votes
 
     with pytest.raises(SystemExit):
-        parser.parse_args(["--hourly", "--since", "yesterday", "hr-c"])
+        parser.parse_args(where + ["--hourly", "--since", "yesterday", "hr-c"])
     assert "not an RFC 3339 time" in capsys.readouterr().err

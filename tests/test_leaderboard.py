@@ -7,8 +7,8 @@ only Posts through PostsByUpvotes), which keeps the module fast and the rankings
 """
 from __future__ import annotations
 
-import argparse
 import json
+from datetime import datetime, timedelta, timezone
 import threading
 import time
 
@@ -18,17 +18,18 @@ from google.cloud.spanner_v1 import param_types
 
 from schemas import post_hash
 from tests.conftest import new_resources
-from transforms.fold import FoldDeltas
-from transforms.records import PostDelta
-from transforms.spanner_sink import write_deltas
-from upvotes import leaderboard
-from upvotes.database import open_database
-from upvotes.leaderboard import (
+from transforms.fold_deltas import FoldDeltas
+from schemas.records import PostDelta
+from upvotes.cli import build_parser, main
+from spanner_store.deltas import write_deltas
+from spanner_store import views as leaderboard
+from spanner_store.database import open_database
+from spanner_store.views import (
     LeaseLost, NoActiveVersion, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow,
     expire_versions, plan_version, publish_top_view, read_top_page,
 )
 from upvotes.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
-from upvotes.reads import top_posts
+from spanner_store.reads import top_posts
 
 HOUR = 1_795_312_800
 
@@ -72,7 +73,7 @@ def stored_rows(database, view: str = leaderboard.DEFAULT_VIEW) -> list[tuple]:
 
 def fold(resources) -> None:
     pipeline = TestPipeline()
-    pipeline | FoldDeltas(resources.project, resources.instance, resources.database)
+    pipeline | FoldDeltas(resources.project, resources.instance, resources.database, posts_per_commit=500)
     pipeline.run().wait_until_finish()
 
 
@@ -160,13 +161,14 @@ def test_old_versions_expire_and_their_rows_are_deleted(fresh) -> None:
     assert all(invalid_since is None for _, _, invalid_since in stored_rows(database))
 
     set_counts(database, {"exp-1": (2000, 0)})
-    third = publish_top_view(database, k=10, keep_versions_for_s=1.0)
+    clock = ManualClock()
+    third = publish_top_view(database, k=10, keep_versions_for_s=1.0, clock=clock)
     assert (third.version, third.versions_expired, third.rows_deleted) == (3, 0, 0)
-    assert len(read_top_page(database, 2, 1, 10).rows) == 10  # still readable within its second
-    time.sleep(1.2)
+    assert len(read_top_page(database, 2, 1, 10, clock=clock).rows) == 10  # still readable within its second
+    clock.advance(1.2)
     with pytest.raises(VersionNotAvailable):  # past ExpiresAt, even before anything is deleted
-        read_top_page(database, 2, 1, 10)
-    assert expire_versions(database)[:2] == (1, third.rows_retired)
+        read_top_page(database, 2, 1, 10, clock=clock)
+    assert expire_versions(database, clock=clock)[:2] == (1, third.rows_retired)
     assert len(stored_rows(database)) == 10  # only version 3 is left
     with database.snapshot() as snapshot:
         versions = [r[0] for r in snapshot.execute_sql("SELECT Version FROM TopPostsVersions")]
@@ -224,6 +226,19 @@ def test_readers_see_the_old_or_the_new_complete_version_never_a_mix(fresh) -> N
     assert all_pages(database, 1, 30) == old
 
 
+class ManualClock:
+    """The views' clock, moved by the test instead of waited for."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
 class Crash(BaseException):
     """Stops a publisher the way a killed process would: nothing of ours runs after it."""
 
@@ -241,8 +256,9 @@ def test_one_publisher_at_a_time_and_a_crashed_publication_is_repaired(fresh) ->
                 publish_top_view(database, k=10)  # a second publisher must wait for the lease
             raise Crash()
 
+    clock = ManualClock()
     with pytest.raises(Crash):
-        publish_top_view(database, k=10, batch_rows=3, lease_s=0.5, progress=crash_after_first_batch)
+        publish_top_view(database, k=10, batch_rows=3, lease_s=0.5, progress=crash_after_first_batch, clock=clock)
     assert all_pages(database, None, 4) == v1  # the half-written version 2 is invisible
     assert any(valid_since == 2 for _, valid_since, _ in stored_rows(database))  # but partly there
 
@@ -250,8 +266,8 @@ def test_one_publisher_at_a_time_and_a_crashed_publication_is_repaired(fresh) ->
     # lease lapses, a new publisher takes over, deletes the crash's rows for ranks 1..3 (they
     # no longer fit) and publishes version 2 with the one changed rank.
     set_counts(database, {**{f"ls-{i}": (100 + 10 * i, 0) for i in range(5)}, "ls-10": (200, 7)})
-    time.sleep(0.6)
-    retry = publish_top_view(database, k=10, batch_rows=3)
+    clock.advance(0.6)  # the crashed publisher's lease lapses
+    retry = publish_top_view(database, k=10, batch_rows=3, clock=clock)
     assert (retry.version, retry.rows_written, retry.rows_retired, retry.rows_repaired) == (2, 1, 1, 3)
     assert all_pages(database, 2, 4) == expected_top(database, 10)
     assert all_pages(database, 1, 4) == v1
@@ -291,28 +307,23 @@ def test_plan_reuses_and_undoes_a_crashed_attempts_rows() -> None:
     assert (plan.rows_written, plan.rows_retired, plan.rows_repaired) == (2, 2, 2)
 
 
-def test_cli_hooks(fresh, capsys) -> None:
+def test_cli_subcommands(fresh, capsys) -> None:
     resources, database = fresh
     set_counts(database, {f"cli-{i}": (10 * i, i) for i in range(1, 8)})
-    parser = argparse.ArgumentParser()
-    leaderboard.add_view_arguments(parser)
     where = ["--project", resources.project, "--instance", resources.instance, "--database", resources.database]
-    args = parser.parse_args(where + ["-k", "5", "--batch-rows", "2", "--keep-versions-seconds", "60"])
+    publish = ["publish-top-view"] + where + ["-k", "5", "--batch-rows", "2", "--keep-versions-seconds", "60"]
+    args = build_parser().parse_args(publish)
     assert (args.k, args.view, args.batch_rows, args.keep_versions_seconds) == (5, "top-upvotes", 2, 60.0)
-    assert leaderboard.run_publish_view(args) == 0
+    assert main(publish) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["version"], report["rows_written"], report["full_rewrite_rows"]) == (1, 5, 5)
 
-    top = argparse.ArgumentParser()  # `upvotes top` has the database flags already
-    for flag in ("--project", "--instance", "--database"):
-        top.add_argument(flag)
-    leaderboard.add_page_arguments(top)
-    assert leaderboard.run_page(top.parse_args(where + ["--version", "1", "--page-size", "2", "--page", "2"])) == 0
+    assert main(["top"] + where + ["--version", "1", "--page-size", "2", "--page", "2"]) == 0
     out = capsys.readouterr()
     assert [json.loads(line) for line in out.out.splitlines()] == [
         {"version": 1, "rank": 3, "post_id": "cli-5", "upvotes": 50, "shares": 5},
         {"version": 1, "rank": 4, "post_id": "cli-4", "upvotes": 40, "shares": 4},
     ]
     assert "page 2 of 3" in out.err
-    assert leaderboard.run_page(top.parse_args(where + ["--version", "9"])) == 1
+    assert main(["top"] + where + ["--version", "9"]) == 1
     assert "no version 9" in capsys.readouterr().err

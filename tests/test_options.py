@@ -1,14 +1,15 @@
 """One table of parameters: the CLI flags, the template parameters and the README stay in step."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.options import FoldOptions, SpannerOptions, StreamingOptions
-from pipeline.params import FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, InvalidParameter, validate
+from pipeline.options import FoldOptions, FoldSettings, SpannerOptions, StreamingOptions, StreamingSettings
+from pipeline.params import FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
 from upvotes.cli import build_parser
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -26,7 +27,7 @@ def test_both_spellings_set_the_same_option(params, options_class, spelling) -> 
     options = PipelineOptions(argv)
     parsed = {**options.view_as(options_class).get_all_options(), **options.view_as(SpannerOptions).get_all_options()}
     assert {p.dest: parsed[p.dest] for p in params} == {p.dest: p.example for p in params}
-    validate(params, parsed)
+    parse_values(params, parsed)
 
 
 def test_every_parameter_has_a_valid_example_and_defaults_match_their_regex() -> None:
@@ -37,7 +38,7 @@ def test_every_parameter_has_a_valid_example_and_defaults_match_their_regex() ->
 
 def test_a_missing_required_parameter_is_refused_with_both_spellings_named() -> None:
     with pytest.raises(InvalidParameter, match=r"--subscription .*inputSubscription"):
-        validate(STREAMING_PARAMS, {p.dest: p.example for p in STREAMING_PARAMS if p.flag != "subscription"})
+        parse_values(STREAMING_PARAMS, {p.dest: p.example for p in STREAMING_PARAMS if p.flag != "subscription"})
 
 
 @pytest.mark.parametrize("pipeline,param", ALL, ids=[f"{k}-{p.flag}" for k, p in ALL])
@@ -65,12 +66,20 @@ def test_shared_spanner_parameters_are_declared_once() -> None:
     assert all(p in STREAMING_PARAMS and p in FOLD_PARAMS for p in SPANNER_PARAMS)
 
 
-def test_parameter_defaults_are_the_transforms_defaults() -> None:
-    from transforms.spanner_sink import DEFAULT_ROWS_PER_COMMIT
-    from transforms.windowing import DEFAULT_WINDOW_SECONDS
-    from transforms.fold import DEFAULT_POSTS_PER_COMMIT
+def test_the_parameter_table_holds_the_only_defaults() -> None:
+    """The transforms take every setting as an argument, so no second default can drift."""
+    import inspect
 
-    defaults = {p.flag: p.default for _, p in ALL}
-    assert defaults["window-seconds"] == str(DEFAULT_WINDOW_SECONDS)
-    assert defaults["rows-per-commit"] == str(DEFAULT_ROWS_PER_COMMIT)
-    assert defaults["posts-per-commit"] == str(DEFAULT_POSTS_PER_COMMIT)
+    from transforms.fold_deltas import FoldDeltas
+    from transforms.spanner_sink import WriteDeltaRows
+    from transforms.windowing import WindowAndSumVotes
+
+    for transform, name in ((WindowAndSumVotes, "window_seconds"), (WriteDeltaRows, "rows_per_commit"),
+                            (FoldDeltas, "posts_per_commit")):
+        parameter = inspect.signature(transform.__init__).parameters[name]
+        assert parameter.default is inspect.Parameter.empty, transform
+
+
+@pytest.mark.parametrize("params,settings_class", [(STREAMING_PARAMS, StreamingSettings), (FOLD_PARAMS, FoldSettings)])
+def test_the_typed_settings_have_one_field_per_parameter(params, settings_class) -> None:
+    assert {f.name for f in dataclasses.fields(settings_class)} == {p.dest for p in params}

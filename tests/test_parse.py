@@ -10,8 +10,9 @@ from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.parse import REASONS, ParseVotes, parse_vote, reason_of
-from transforms.records import Rejected, VoteEvent
+from schemas.contract import REASONS, parse_vote, reason_of
+from transforms.parse import ParseVotes
+from schemas.records import Rejected, VoteEvent
 
 def epoch(rfc3339: str) -> int:
     return int(datetime.fromisoformat(rfc3339).timestamp())

@@ -17,24 +17,15 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
-from transforms.parse import parse_vote, reason_of
-from transforms.records import VoteEvent
+from schemas.contract import parse_vote, reason_of
+from schemas.records import VoteEvent
 from upvotes.progress import Progress
 from upvotes.provision import Resources
-from upvotes.publisher import (
-    INVALID_KINDS,
-    Ledger,
-    Workload,
-    _interleave,
-    add_arguments,
-    event_message,
-    generate_events,
-    invalid_payloads,
-    publish_file,
-    publish_messages,
-    publish_workload,
-    run,
-)
+from upvotes.cli import main
+from upvotes.commands.publish import add_arguments, run
+from upvotes.ledger import Ledger
+from upvotes.publishing import _interleave, event_message, publish_file, publish_messages, publish_workload
+from upvotes.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
 
 START = datetime(2026, 11, 22, 3, 30, tzinfo=timezone.utc)
 VIRAL = Workload(events=10_000, posts=100, zipf=1.2, seed=7, start_time=START)
@@ -318,7 +309,7 @@ def test_cli_explains_errors_the_user_can_fix(stack: Resources, tmp_path, capsys
         (("--topic", stack.topic, "--rate", "0"), "--rate must be positive"),
     ]
     for argv, message in cases:
-        assert run(cli(*argv, "--no-progress")) == 2, argv
+        assert main(["publish", *argv, "--no-progress"]) == 2, argv
         out, err = capsys.readouterr()
-        assert out == "" and err.startswith("upvotes publish: ") and message in err, err
+        assert out == "" and err.startswith("upvotes: ") and message in err, err
         assert "Traceback" not in err

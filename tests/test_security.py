@@ -9,7 +9,7 @@ committed, and hostile CLI / template parameters are refused with a readable mes
   .format(), % or concatenation, and no f-string / format / % anywhere builds SQL text.
 - A scan of every tracked and untracked (not ignored) file for private keys, Google API keys,
   service-account key files and other credentials.
-- pipeline.options.validate refuses hostile values for every Param, naming the flag, and the
+- pipeline.params.parse_values refuses hostile values for every Param, naming the flag, and the
   CLI exits non-zero with one readable line and runs nothing.
 """
 from __future__ import annotations
@@ -29,13 +29,13 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from google.cloud import spanner
 
 import schemas
-from pipeline.options import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, validate
-from transforms.fold import FoldDeltas
-from transforms.parse import parse_vote
-from transforms.records import PostDelta, VoteEvent
-from transforms.spanner_sink import write_deltas
+from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
+from transforms.fold_deltas import FoldDeltas
+from schemas.contract import parse_vote
+from schemas.records import PostDelta, VoteEvent
+from spanner_store.deltas import write_deltas
 from upvotes.cli import main
-from upvotes.reads import exact_counts, verify_totals
+from spanner_store.reads import exact_counts, verify_totals
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -141,7 +141,7 @@ def test_a_mismatch_on_a_hostile_post_id_is_reported_against_that_id(database, h
 def test_hostile_post_ids_survive_a_fold(stack, database, hostile_written) -> None:
     ids, expected = hostile_written
     with TestPipeline() as p:
-        p | FoldDeltas(stack.project, stack.instance, stack.database)
+        p | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500)
     keyset = spanner.KeySet(keys=[[schemas.post_hash(p), p] for p in ids])
     with database.snapshot() as snapshot:
         folded = {r[0]: {"upvotes": r[1], "shares": r[2]}
@@ -527,10 +527,10 @@ def test_validate_refuses_hostile_values_naming_the_flag(flag: str) -> None:
     param = ALL_PARAMS[flag]
     params = STREAMING_PARAMS if param in STREAMING_PARAMS else FOLD_PARAMS
     good = {p.dest: p.example or p.default for p in params}
-    validate(params, good)  # the examples pass, so each refusal below is about the one value
+    parse_values(params, good)  # the examples pass, so each refusal below is about the one value
     for value in HOSTILE_VALUES:
         with pytest.raises(InvalidParameter) as refused:
-            validate(params, {**good, param.dest: value})
+            parse_values(params, {**good, param.dest: value})
         message = str(refused.value)
         assert f"--{param.flag}=" in message and param.template_name in message, message
         assert repr(value) in message  # shown escaped: no raw newline, NUL or RTL mark reaches a log

@@ -6,12 +6,11 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from tests.faults import FlakyDatabase
-from transforms.records import PostDelta
-from transforms.spanner_sink import (
-    MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, SPANNER_MUTATION_LIMIT, WriteDeltaRows, WriteDeltasFn,
-    mutations_for, plan_commits,
-)
-from upvotes.reads import exact_counts
+from schemas.records import PostDelta
+from spanner_store.database import SPANNER_MUTATION_LIMIT
+from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, plan_commits
+from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
+from spanner_store.reads import exact_counts
 
 HOUR = 1_795_312_800
 
@@ -90,7 +89,7 @@ def test_injected_aborts_are_retried_and_unseen_successes_are_not_counted_twice(
 
 def test_rows_that_can_never_be_written_go_to_the_failed_output(stack, database) -> None:
     bad = PostDelta("x" * 129, HOUR, "bad:1:0", 1, 0, 1)  # longer than the STRING(128) key column
-    fn = WriteDeltasFn(stack.project, stack.instance, stack.database)
+    fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=1000)
     fn.setup()
     fn.start_bundle()
     outputs = list(fn.process(bad)) + list(fn.finish_bundle())

@@ -16,9 +16,10 @@ from google.cloud import pubsub_v1
 
 from pipeline import fold
 from transforms.dead_letter import ERROR_ATTRIBUTE
-from transforms.parse import REASONS
-from upvotes.publisher import Workload, event_message, generate_events, invalid_payloads
-from upvotes.reads import exact_counts
+from schemas.contract import REASONS
+from upvotes.publishing import event_message
+from upvotes.workload import Workload, generate_events, invalid_payloads
+from spanner_store.reads import exact_counts
 
 EVENTS = 3000
 INVALID = 30

@@ -20,8 +20,9 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.options import FoldOptions, StreamingOptions
-from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, Param, validate
+from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, Param, parse_values
 from upvotes import deploy
+from upvotes.commands import deploy as deploy_command
 from upvotes.deploy import DeployConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +67,7 @@ def test_every_metadata_parameter_is_accepted_by_the_pipeline_parser(kind: str) 
     options = PipelineOptions(argv)
     options.view_as(OPTIONS[kind]).validated()
     values = options.get_all_options()
-    validate(PARAMS[kind], values)
+    parse_values(PARAMS[kind], values)
     for param in PARAMS[kind]:
         assert str(values[param.dest]) == param.example, param.template_name
 
@@ -206,7 +207,7 @@ def test_regexes_reject_bad_values(name: str, value: str) -> None:
 def test_the_pipeline_rejects_what_the_metadata_rejects(name: str, value: str) -> None:
     param = next(p for p in deploy.all_params() if p.template_name == name)
     with pytest.raises(InvalidParameter):
-        validate((param,), {param.dest: value})
+        parse_values((param,), {param.dest: value})
 
 
 # --- Dockerfile and Cloud Build ------------------------------------------------------------
@@ -381,8 +382,8 @@ def dry_run(action: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     parser = argparse.ArgumentParser()
-    deploy.add_arguments(parser)
-    assert deploy.run(parser.parse_args([action, "--dry-run"])) == 0
+    deploy_command.add_arguments(parser)
+    assert deploy_command.run(parser.parse_args([action, "--dry-run"])) == 0
     out = capsys.readouterr().out
     return [shlex.split(line) for line in out.splitlines() if line and not line.startswith("#")]
 
@@ -596,7 +597,7 @@ def test_missing_gcloud_is_explained() -> None:
 
 def metadata_args(root: Path, *flags: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    deploy.add_arguments(parser)
+    deploy_command.add_arguments(parser)
     return parser.parse_args(["metadata", "--root", str(root), *flags])
 
 
@@ -604,15 +605,15 @@ def test_metadata_action_writes_then_checks(tmp_path: Path, capsys) -> None:
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "README.md").write_text(
         f"# guide\n{deploy.TABLE_START}\nold table\n{deploy.TABLE_END}\nrest\n", encoding="utf-8")
-    assert deploy.run(metadata_args(tmp_path, "--check")) == 1
-    assert deploy.run(metadata_args(tmp_path)) == 0
-    assert deploy.run(metadata_args(tmp_path, "--check")) == 0
+    assert deploy_command.run(metadata_args(tmp_path, "--check")) == 1
+    assert deploy_command.run(metadata_args(tmp_path)) == 0
+    assert deploy_command.run(metadata_args(tmp_path, "--check")) == 0
     for kind in KINDS:
         assert json.loads(deploy.metadata_path(kind, tmp_path).read_text()) == deploy.template_metadata(kind)
     readme = (tmp_path / "templates" / "README.md").read_text()
     assert "old table" not in readme and deploy.parameter_table_markdown() in readme and readme.endswith("rest\n")
     deploy.metadata_path("fold", tmp_path).write_text("{}\n")
-    assert deploy.run(metadata_args(tmp_path, "--check")) == 1
+    assert deploy_command.run(metadata_args(tmp_path, "--check")) == 1
     assert "fold/metadata.json" in capsys.readouterr().err
 
 
@@ -620,13 +621,13 @@ def test_build_refuses_stale_metadata(tmp_path: Path, monkeypatch, capsys) -> No
     monkeypatch.setenv("PROJECT", PROJECT)
     monkeypatch.setattr(deploy.subprocess, "run", lambda *a, **k: pytest.fail("ran a command"))
     parser = argparse.ArgumentParser()
-    deploy.add_arguments(parser)
-    assert deploy.run(parser.parse_args(["build", "--root", str(tmp_path)])) == 1
+    deploy_command.add_arguments(parser)
+    assert deploy_command.run(parser.parse_args(["build", "--root", str(tmp_path)])) == 1
     assert "upvotes deploy metadata" in capsys.readouterr().err
 
 
 def test_markdown_prints_the_parameter_table(capsys) -> None:
-    assert deploy.run(metadata_args(ROOT, "--markdown")) == 0
+    assert deploy_command.run(metadata_args(ROOT, "--markdown")) == 0
     assert capsys.readouterr().out == deploy.parameter_table_markdown()
 
 

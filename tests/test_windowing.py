@@ -10,7 +10,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
-from transforms.records import CounterSums, PostDelta, PostHour, VoteEvent
+from schemas.records import CounterSums, PostDelta, PostHour, VoteEvent
 from transforms.windowing import SumPerWindow, WindowAndSumVotes, delta_id
 
 HOUR = 1_795_312_800

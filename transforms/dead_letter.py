@@ -12,8 +12,7 @@ import json
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage, WriteToPubSub
 
-from transforms.records import Rejected
-from transforms.spanner_sink import FailedDelta
+from schemas.records import FailedDelta, Rejected
 
 ERROR_ATTRIBUTE = "error"
 MAX_ATTRIBUTES = 100  # Pub/Sub's limit per message

@@ -1,146 +1,19 @@
-"""Parsing and validating vote messages against the event contract.
+"""ParseVotes: Pub/Sub messages split into accepted votes and dead letters, counted by reason.
 
-`parse_vote` is a pure function: bytes (and the message's attributes and publish time) in,
-a VoteEvent or a Rejected out. It never raises, whatever the input. `ParseVotes` applies it
-to Pub/Sub messages and splits the result into accepted votes and dead letters, counting
-both by reason in Beam metrics.
+The rules themselves are `schemas.contract.parse_vote`, a pure function shared with the
+publishers; this module only applies it in a DoFn and reports Beam metrics.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
-from datetime import datetime
-from typing import Any, Mapping, NamedTuple
+from typing import NamedTuple
 
 import apache_beam as beam
-import orjson
 from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.metrics import Metrics
 
-from transforms.records import COUNTERS, HOUR_S, Rejected, VoteEvent
-
-MAX_MESSAGE_BYTES = 64 * 1024  # a vote is about 200 bytes; Pub/Sub allows 10 MB
-MAX_POST_ID_CHARS = 128
-MAX_ID_CHARS = 128
-MAX_ABS_DELTA = 1_000_000
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})\Z")
-MIN_HOUR_S = -62_135_596_800  # 0001-01-01T00:00:00Z
-MAX_HOUR_S = 253_402_297_200  # 9999-12-31T23:00:00Z
-
-# Every reason a message can be rejected for; the error attribute starts with one of these.
-REASONS = (
-    "too_large",
-    "not_utf8",
-    "not_json",
-    "not_object",
-    "missing_field",
-    "wrong_type",
-    "empty_post_id",
-    "post_id_too_long",
-    "unknown_counter",
-    "zero_delta",
-    "delta_out_of_range",
-    "bad_event_time",
-    "field_too_long",
-)
-
-
-class _Invalid(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-
-
-def _optional_string(fields: Mapping[str, Any], name: str, may_be_empty: bool = False) -> str | None:
-    if name not in fields:
-        return None
-    value = fields[name]
-    if not isinstance(value, str) or not (value or may_be_empty):
-        raise _Invalid("wrong_type", f"{name} must be a non-empty string, got {type(value).__name__} {value!r:.40}")
-    if len(value) > MAX_ID_CHARS:
-        raise _Invalid("field_too_long", f"{name} has {len(value)} characters, at most {MAX_ID_CHARS} allowed")
-    return value
-
-
-def _event_hour(event_time: str | None, publish_time_s: float) -> int:
-    """Start of the event's hour; the publish time stands in for a missing event_time."""
-    if event_time is None:
-        seconds = publish_time_s
-    else:
-        # fromisoformat alone also takes ISO 8601 forms RFC 3339 does not (week dates, no offset).
-        if not _RFC3339.match(event_time):
-            raise _Invalid("bad_event_time", f"event_time {event_time[:40]!r} is not RFC 3339 with an offset (e.g. Z)")
-        try:
-            seconds = datetime.fromisoformat(event_time).timestamp()
-        except ValueError:
-            raise _Invalid("bad_event_time", f"event_time {event_time[:40]!r} is not a valid time") from None
-    hour = int(seconds // HOUR_S) * HOUR_S
-    # Spanner timestamps span years 1 to 9999 (UTC); an hour outside cannot be stored.
-    if not MIN_HOUR_S <= hour <= MAX_HOUR_S:
-        raise _Invalid("bad_event_time", f"event hour {hour} is outside Spanner's timestamp range")
-    return hour
-
-
-def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
-    if not isinstance(fields, dict):
-        raise _Invalid("not_object", f"the JSON value is a {type(fields).__name__}, not an object")
-    for name in ("post_id", "counter", "delta"):
-        if name not in fields:
-            raise _Invalid("missing_field", f"{name} is required")
-    post_id, counter, delta = fields["post_id"], fields["counter"], fields["delta"]
-    if not isinstance(post_id, str):
-        raise _Invalid("wrong_type", f"post_id must be a string, got {type(post_id).__name__}")
-    if not post_id:
-        raise _Invalid("empty_post_id", "post_id is empty")
-    if len(post_id) > MAX_POST_ID_CHARS:
-        raise _Invalid("post_id_too_long", f"post_id has {len(post_id)} characters, at most {MAX_POST_ID_CHARS}")
-    if not isinstance(counter, str):
-        raise _Invalid("wrong_type", f"counter must be a string, got {type(counter).__name__}")
-    if counter not in COUNTERS:
-        raise _Invalid("unknown_counter", f"counter {counter[:40]!r} is not one of {', '.join(COUNTERS)}")
-    # orjson reads integers beyond 64 bits as floats: report them by their size.
-    if isinstance(delta, float) and abs(delta) > MAX_ABS_DELTA:
-        raise _Invalid("delta_out_of_range", f"delta {delta:g} is outside [-{MAX_ABS_DELTA}, {MAX_ABS_DELTA}]")
-    # bool is an int in Python, and 1.0 is a float: neither is a JSON integer delta.
-    if isinstance(delta, bool) or not isinstance(delta, int):
-        raise _Invalid("wrong_type", f"delta must be an integer, got {type(delta).__name__}")
-    if delta == 0:
-        raise _Invalid("zero_delta", "delta is 0")
-    if not -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA:
-        raise _Invalid("delta_out_of_range", f"delta {delta} is outside [-{MAX_ABS_DELTA}, {MAX_ABS_DELTA}]")
-    event_time = _optional_string(fields, "event_time", may_be_empty=True)  # "" is a bad time, not a bad type
-    return VoteEvent(
-        post_id=post_id,
-        counter=counter,
-        delta=delta,
-        event_hour=_event_hour(event_time, publish_time_s),
-        event_id=_optional_string(fields, "event_id"),
-        user_id=_optional_string(fields, "user_id"),
-    )
-
-
-def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float) -> VoteEvent | Rejected:
-    """One message to a VoteEvent, or to a Rejected with the reason. Never raises."""
-    try:
-        if len(data) > MAX_MESSAGE_BYTES:
-            raise _Invalid("too_large", f"{len(data)} bytes, at most {MAX_MESSAGE_BYTES}")
-        try:
-            fields = orjson.loads(data)
-        except orjson.JSONDecodeError as error:
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError as utf8_error:
-                raise _Invalid("not_utf8", f"byte {utf8_error.start} is not valid UTF-8") from None
-            raise _Invalid("not_json", str(error)[:200]) from None
-        return _validate(fields, publish_time_s)
-    except _Invalid as invalid:
-        return Rejected(bytes(data), dict(attributes or {}), str(invalid))
-    except Exception as error:  # noqa: BLE001 - a bug here must dead-letter, not stop the job
-        return Rejected(bytes(data), dict(attributes or {}), f"not_json: unexpected {type(error).__name__}: {str(error)[:200]}")
-
-
-def reason_of(rejected: Rejected) -> str:
-    return rejected.error.split(":", 1)[0]
+from schemas.contract import parse_vote, reason_of
+from schemas.records import VoteEvent
 
 
 class ParsedVotes(NamedTuple):

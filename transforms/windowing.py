@@ -33,9 +33,7 @@ import apache_beam as beam
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import GlobalWindows
 
-from transforms.records import UPVOTES, CounterSums, PostDelta, PostHour, VoteEvent
-
-DEFAULT_WINDOW_SECONDS = 10
+from schemas.records import UPVOTES, CounterSums, PostDelta, PostHour, VoteEvent
 
 
 class SumCounters(beam.CombineFn):
@@ -125,7 +123,7 @@ class SumPerWindow(beam.PTransform):
     update) so that deltas of different runs never share a key.
     """
 
-    def __init__(self, writer: str, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> None:
+    def __init__(self, writer: str, window_seconds: int) -> None:
         super().__init__()
         self._writer = writer
         self._window_seconds = window_seconds
@@ -146,7 +144,7 @@ class SumPerWindow(beam.PTransform):
 class WindowAndSumVotes(beam.PTransform):
     """VoteEvent -> PostDelta: ingestion-time windows, sums per post and event hour."""
 
-    def __init__(self, writer: str, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> None:
+    def __init__(self, writer: str, window_seconds: int) -> None:
         super().__init__()
         self._writer = writer
         self._window_seconds = window_seconds

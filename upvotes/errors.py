@@ -1,4 +1,9 @@
-"""Readable one-line explanations of the errors a user can fix, for the CLI."""
+"""The one way the `upvotes` command reports an error: one readable line saying what to do.
+
+Subcommands raise; `upvotes.cli.main` catches, prints `upvotes: <explain(error)>` on stderr
+and exits 2 for a UsageError (input the user can fix before anything ran) and 1 for anything
+else. UPVOTES_DEBUG=1 re-raises, for the traceback.
+"""
 from __future__ import annotations
 
 import os
@@ -7,14 +12,19 @@ from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 
 from pipeline.params import InvalidParameter
+from spanner_store.views import ViewError
 from upvotes.emulators import EmulatorError
 
 START_EMULATORS = 'start the emulators with: eval "$(upvotes emulators start)"'
 
 
+class UsageError(Exception):
+    """Something the user can fix in how they called the command; exit status 2."""
+
+
 def explain(error: BaseException) -> str:
     """What went wrong and what to do about it."""
-    if isinstance(error, (InvalidParameter, EmulatorError)):
+    if isinstance(error, (UsageError, InvalidParameter, EmulatorError, ViewError)):
         return str(error)
     if isinstance(error, DefaultCredentialsError):
         return ("no Google Cloud credentials found. Locally, " + START_EMULATORS +
@@ -28,3 +38,11 @@ def explain(error: BaseException) -> str:
     if isinstance(error, exceptions.GoogleAPICallError):
         return f"{type(error).__name__}: {error.message}"
     return f"{type(error).__name__}: {error}"
+
+
+def exit_status(error: BaseException) -> int:
+    return 2 if isinstance(error, UsageError) else 1
+
+
+def debugging() -> bool:
+    return bool(os.environ.get("UPVOTES_DEBUG"))

@@ -15,7 +15,7 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
 import schemas
-from upvotes.database import open_database
+from spanner_store.database import open_database
 
 EMULATOR_INSTANCE_CONFIG = "emulator-config"
 DEFAULT_INSTANCE_CONFIG = "regional-us-central1"

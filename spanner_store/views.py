@@ -72,20 +72,23 @@ retention measured in minutes to hours.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, NamedTuple
 
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from upvotes.database import commit_mutations, open_database, run_transaction, run_with_retries
+from spanner_store.database import commit_mutations, run_transaction, run_with_retries
+from spanner_store.reads import last_fold_snapshot, ranked_posts
+from spanner_store.tables import (
+    VIEW_ACTIVE, VIEW_ACTIVE_COLUMNS, VIEW_LEASE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS,
+    VIEW_VERSION_COLUMNS, VIEW_VERSIONS,
+)
+
+Clock = Callable[[], datetime]
 
 DEFAULT_VIEW = "top-upvotes"
 DEFAULT_K = 100
@@ -94,23 +97,6 @@ DEFAULT_KEEP_VERSIONS_S = 3600.0
 # A publisher renews its lease with every batch; one that stops for this long is
 # presumed dead and the next publisher takes the view over.
 DEFAULT_LEASE_S = 300.0
-
-ACTIVE_TABLE = "TopPostsActiveVersion"
-VERSIONS_TABLE = "TopPostsVersions"
-ROWS_TABLE = "TopPostsViewRows"
-ACTIVE_COLUMNS = ("ViewName", "Version", "ExpiredThrough", "PendingVersion", "PendingOwner", "PendingUntil")
-VERSION_COLUMNS = ("ViewName", "Version", "CreatedAt", "ExpiresAt", "RankedRows", "RowsWritten", "RowsRetired",
-                   "FoldedThrough")
-ROW_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince", "PostId", "Upvotes", "Shares")
-RETIRE_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince")
-
-# The ranking: the index order itself (Upvotes DESC, then the Posts key), so no sort.
-RANKING_SQL = """SELECT PostId, Upvotes, Shares
-FROM Posts@{FORCE_INDEX=PostsByUpvotes}
-ORDER BY Upvotes DESC, PostHash, PostId
-LIMIT @k"""
-
-LAST_FOLD_SQL = "SELECT SnapshotAt FROM FoldRuns ORDER BY SnapshotAt DESC LIMIT 1"
 
 # Every row still valid at the active version (@base), plus rows a crashed publisher
 # wrote for the next version. Rows retired at or before @base are not needed.
@@ -215,8 +201,8 @@ class StoredRow(NamedTuple):
 
 @dataclass
 class Plan:
-    upserts: list[tuple]  # full ROW_COLUMNS rows
-    updates: list[tuple]  # RETIRE_COLUMNS rows: retirements and undone retirements
+    upserts: list[tuple]  # full VIEW_ROW_COLUMNS rows
+    updates: list[tuple]  # VIEW_RETIRE_COLUMNS rows: retirements and undone retirements
     deletes: list[tuple]  # (ViewName, Rank, ValidSince) keys of a crashed publisher's rows
     rows_written: int = 0
     rows_retired: int = 0
@@ -270,23 +256,23 @@ def plan_version(view: str, stored: Iterable[StoredRow], ranking: list[tuple[str
 
 # --- publishing ---------------------------------------------------------------------------
 
-def _now() -> datetime:
+def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
 def _read_active(transaction, view: str) -> tuple | None:
-    rows = list(transaction.read(ACTIVE_TABLE, columns=ACTIVE_COLUMNS, keyset=spanner.KeySet(keys=[[view]])))
+    rows = list(transaction.read(VIEW_ACTIVE, columns=VIEW_ACTIVE_COLUMNS, keyset=spanner.KeySet(keys=[[view]])))
     return tuple(rows[0]) if rows else None
 
 
-def _acquire(database, view: str, owner: str, lease_s: float) -> tuple[int, int]:
+def _acquire(database, view: str, owner: str, lease_s: float, clock: Clock) -> tuple[int, int]:
     """Claims the view for `owner`; returns (active version or 0, the version to publish)."""
 
     def work(transaction) -> tuple[int, int]:
-        now = _now()
+        now = clock()
         row = _read_active(transaction, view)
         if row is None:
-            transaction.insert(ACTIVE_TABLE, columns=ACTIVE_COLUMNS,
+            transaction.insert(VIEW_ACTIVE, columns=VIEW_ACTIVE_COLUMNS,
                                values=[(view, None, 0, 1, owner, now + timedelta(seconds=lease_s))])
             return 0, 1
         _, active, _, pending, pending_owner, pending_until = row
@@ -295,7 +281,7 @@ def _acquire(database, view: str, owner: str, lease_s: float) -> tuple[int, int]
                 f"view {view}: version {pending} is being published by {pending_owner} "
                 f"(lease until {pending_until.isoformat()})")
         base = active or 0
-        transaction.update(ACTIVE_TABLE, columns=("ViewName", "PendingVersion", "PendingOwner", "PendingUntil"),
+        transaction.update(VIEW_ACTIVE, columns=VIEW_LEASE_COLUMNS,
                            values=[(view, base + 1, owner, now + timedelta(seconds=lease_s))])
         return base, base + 1
 
@@ -314,7 +300,7 @@ def _release(database, view: str, owner: str) -> None:
     def work(transaction) -> None:
         row = _read_active(transaction, view)
         if row is not None and row[4] == owner:
-            transaction.update(ACTIVE_TABLE, columns=("ViewName", "PendingVersion", "PendingOwner", "PendingUntil"),
+            transaction.update(VIEW_ACTIVE, columns=VIEW_LEASE_COLUMNS,
                                values=[(view, None, None, None)])
 
     try:
@@ -336,9 +322,7 @@ def _query(snapshot, sql: str, **params):
 
 def _rank(database, k: int) -> tuple[list[tuple[str, int, int]], datetime | None]:
     with database.snapshot(multi_use=True) as snapshot:
-        ranking = [tuple(row) for row in _query(snapshot, RANKING_SQL, k=k)]
-        last = list(snapshot.execute_sql(LAST_FOLD_SQL))
-    return ranking, (last[0][0] if last else None)
+        return [tuple(post) for post in ranked_posts(snapshot, k)], last_fold_snapshot(snapshot)
 
 
 def _stored_rows(database, view: str, base: int) -> list[StoredRow]:
@@ -347,35 +331,35 @@ def _stored_rows(database, view: str, base: int) -> list[StoredRow]:
 
 
 def _write_batch(transaction, view: str, owner: str, base: int, new: int, lease_s: float,
-                 operations: list[tuple[str, tuple]]) -> None:
+                 operations: list[tuple[str, tuple]], clock: Clock) -> None:
     _check_lease(transaction, view, owner, base, new)
     upserts = [values for kind, values in operations if kind == "upsert"]
     updates = [values for kind, values in operations if kind == "update"]
     deletes = [list(key) for kind, key in operations if kind == "delete"]
     if upserts:
-        transaction.insert_or_update(ROWS_TABLE, columns=ROW_COLUMNS, values=upserts)
+        transaction.insert_or_update(VIEW_ROWS, columns=VIEW_ROW_COLUMNS, values=upserts)
     if updates:
-        transaction.update(ROWS_TABLE, columns=RETIRE_COLUMNS, values=updates)
+        transaction.update(VIEW_ROWS, columns=VIEW_RETIRE_COLUMNS, values=updates)
     if deletes:
-        transaction.delete(ROWS_TABLE, spanner.KeySet(keys=deletes))
-    transaction.update(ACTIVE_TABLE, columns=("ViewName", "PendingUntil"),
-                       values=[(view, _now() + timedelta(seconds=lease_s))])
+        transaction.delete(VIEW_ROWS, spanner.KeySet(keys=deletes))
+    transaction.update(VIEW_ACTIVE, columns=("ViewName", "PendingUntil"),
+                       values=[(view, clock() + timedelta(seconds=lease_s))])
 
 
 def _switch(transaction, view: str, owner: str, base: int, new: int, plan: Plan, ranked_rows: int,
-            folded_through: datetime | None, keep_versions_for_s: float) -> None:
+            folded_through: datetime | None, keep_versions_for_s: float, clock: Clock) -> None:
     _check_lease(transaction, view, owner, base, new)
     transaction.update(
-        ACTIVE_TABLE,
+        VIEW_ACTIVE,
         columns=("ViewName", "Version", "VersionCreatedAt", "PendingVersion", "PendingOwner", "PendingUntil"),
         values=[(view, new, spanner.COMMIT_TIMESTAMP, None, None, None)],
     )
-    transaction.insert_or_update(VERSIONS_TABLE, columns=VERSION_COLUMNS, values=[(
+    transaction.insert_or_update(VIEW_VERSIONS, columns=VIEW_VERSION_COLUMNS, values=[(
         view, new, spanner.COMMIT_TIMESTAMP, None, ranked_rows, plan.rows_written, plan.rows_retired, folded_through,
     )])
     if base:
-        transaction.update(VERSIONS_TABLE, columns=("ViewName", "Version", "ExpiresAt"),
-                           values=[(view, base, _now() + timedelta(seconds=keep_versions_for_s))])
+        transaction.update(VIEW_VERSIONS, columns=("ViewName", "Version", "ExpiresAt"),
+                           values=[(view, base, clock() + timedelta(seconds=keep_versions_for_s))])
 
 
 def publish_top_view(
@@ -386,18 +370,20 @@ def publish_top_view(
     keep_versions_for_s: float = DEFAULT_KEEP_VERSIONS_S,
     lease_s: float = DEFAULT_LEASE_S,
     progress: Callable[[str, int], None] | None = None,
+    clock: Clock = utc_now,
 ) -> ViewVersion:
     """Publishes the current top `k` as a new version of `view` (see the module docstring).
 
     `progress(stage, n)` is called after each committed step: ("lease", new version),
     ("batch", rows written so far), ("switch", new version), ("expire", rows deleted).
+    `clock` gives the time leases and expiries are measured by (tests move it).
     """
     if k < 1 or batch_rows < 1:
         raise ValueError("k and batch_rows must be at least 1")
     started = time.monotonic()
     report = progress or (lambda stage, n: None)
     owner = str(uuid.uuid4())
-    base, new = _acquire(database, view, owner, lease_s)
+    base, new = _acquire(database, view, owner, lease_s, clock)
     transactions = 1
     report("lease", new)
     try:
@@ -411,11 +397,11 @@ def publish_top_view(
             for start in range(0, len(operations), batch_rows):
                 batch = operations[start:start + batch_rows]
                 run_with_retries(lambda b=batch: run_transaction(
-                    database, lambda txn: _write_batch(txn, view, owner, base, new, lease_s, b)))
+                    database, lambda txn: _write_batch(txn, view, owner, base, new, lease_s, b, clock)))
                 transactions += 1
                 report("batch", start + len(batch))
             run_with_retries(lambda: run_transaction(database, lambda txn: _switch(
-                txn, view, owner, base, new, plan, len(ranking), folded_through, keep_versions_for_s)))
+                txn, view, owner, base, new, plan, len(ranking), folded_through, keep_versions_for_s, clock)))
             transactions += 1
             report("switch", new)
         else:
@@ -424,7 +410,7 @@ def publish_top_view(
     except Exception:
         _release(database, view, owner)
         raise
-    versions_expired, rows_deleted, gc_transactions = expire_versions(database, view, batch_rows)
+    versions_expired, rows_deleted, gc_transactions = expire_versions(database, view, batch_rows, clock)
     report("expire", rows_deleted)
     return ViewVersion(
         view=view, version=new if published else base, previous_version=base or None, published=published,
@@ -436,15 +422,16 @@ def publish_top_view(
     )
 
 
-def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAULT_BATCH_ROWS) -> tuple[int, int, int]:
+def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAULT_BATCH_ROWS,
+                    clock: Clock = utc_now) -> tuple[int, int, int]:
     """Expires the oldest versions whose ExpiresAt has passed and deletes what only they used.
 
     Returns (versions newly expired, rows deleted, transactions). Safe to run concurrently
     with readers, publishers and itself: ExpiredThrough only grows, deletes are idempotent.
     """
-    now = _now()
+    now = clock()
     with database.snapshot(multi_use=True) as snapshot:
-        active = list(snapshot.read(ACTIVE_TABLE, columns=("Version", "ExpiredThrough"),
+        active = list(snapshot.read(VIEW_ACTIVE, columns=("Version", "ExpiredThrough"),
                                     keyset=spanner.KeySet(keys=[[view]])))
         if not active:
             return 0, 0, 0
@@ -461,7 +448,7 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
         def raise_watermark(transaction) -> int:
             current = _read_active(transaction, view)[2]
             if through > current:
-                transaction.update(ACTIVE_TABLE, columns=("ViewName", "ExpiredThrough"), values=[(view, through)])
+                transaction.update(VIEW_ACTIVE, columns=("ViewName", "ExpiredThrough"), values=[(view, through)])
             return max(through, current)
 
         expired_through = run_with_retries(lambda: run_transaction(database, raise_watermark))
@@ -473,7 +460,7 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
         # A row valid through version InvalidSince - 1 <= expired_through is seen by no live version.
         old_rows = [(view, rank, valid_since) for rank, valid_since in _query(
             snapshot, EXPIRED_ROWS_SQL, view=view, through=expired_through + 1)]
-    for table, keys in ((VERSIONS_TABLE, old_versions), (ROWS_TABLE, old_rows)):
+    for table, keys in ((VIEW_VERSIONS, old_versions), (VIEW_ROWS, old_rows)):
         for start in range(0, len(keys), batch_rows):
             chunk = [list(key) for key in keys[start:start + batch_rows]]
             run_with_retries(lambda t=table, c=chunk: commit_mutations(
@@ -484,12 +471,13 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
 
 # --- reading ------------------------------------------------------------------------------
 
-def read_top_page(database, version: int | None, page: int, page_size: int, view: str = DEFAULT_VIEW) -> TopPage:
+def read_top_page(database, version: int | None, page: int, page_size: int, view: str = DEFAULT_VIEW,
+                  clock: Clock = utc_now) -> TopPage:
     """Page `page` (from 1) of `version` (None: the active one), read in one snapshot."""
     if page < 1 or page_size < 1:
         raise ValueError("page and page_size must be at least 1")
     with database.snapshot(multi_use=True) as snapshot:
-        active = list(snapshot.read(ACTIVE_TABLE, columns=("Version", "ExpiredThrough"),
+        active = list(snapshot.read(VIEW_ACTIVE, columns=("Version", "ExpiredThrough"),
                                     keyset=spanner.KeySet(keys=[[view]])))
         if not active or active[0][0] is None:
             raise NoActiveVersion(f"view {view} has no published version yet (run `upvotes publish-top-view`)")
@@ -499,84 +487,14 @@ def read_top_page(database, version: int | None, page: int, page_size: int, view
             raise VersionNotAvailable(
                 f"view {view} has no version {wanted}: readable versions are "
                 f"{expired_through + 1}..{active_version}")
-        meta = list(snapshot.read(VERSIONS_TABLE, columns=("CreatedAt", "ExpiresAt", "RankedRows", "FoldedThrough"),
+        meta = list(snapshot.read(VIEW_VERSIONS, columns=("CreatedAt", "ExpiresAt", "RankedRows", "FoldedThrough"),
                                   keyset=spanner.KeySet(keys=[[view, wanted]])))
         if not meta:
             raise VersionNotAvailable(f"view {view} has no version {wanted}")
         created_at, expires_at, ranked_rows, folded_through = meta[0]
-        if expires_at is not None and expires_at <= _now():
+        if expires_at is not None and expires_at <= clock():
             raise VersionNotAvailable(f"view {view}: version {wanted} expired at {expires_at.isoformat()}")
         first = (page - 1) * page_size + 1
         rows = [ViewRow(*row) for row in _query(
             snapshot, PAGE_SQL, view=view, version=wanted, first=first, last=first + page_size - 1)]
     return TopPage(view, wanted, page, page_size, ranked_rows, created_at, folded_through, rows)
-
-
-# --- CLI hooks ----------------------------------------------------------------------------
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
-    return value
-
-
-def add_view_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `upvotes publish-top-view`."""
-    parser.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "demo-project"),
-                        help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT or demo-project)")
-    parser.add_argument("--instance", required=True, help="Spanner instance ID")
-    parser.add_argument("--database", required=True, help="Spanner database ID")
-    parser.add_argument("-k", type=_positive_int, default=DEFAULT_K,
-                        help=f"how many top posts the view holds (default {DEFAULT_K})")
-    parser.add_argument("--view", default=DEFAULT_VIEW, help=f"view name (default {DEFAULT_VIEW})")
-    parser.add_argument("--batch-rows", type=_positive_int, default=DEFAULT_BATCH_ROWS,
-                        help=f"most rows written per transaction (default {DEFAULT_BATCH_ROWS})")
-    parser.add_argument("--keep-versions-seconds", type=_non_negative_float, default=DEFAULT_KEEP_VERSIONS_S,
-                        help="how long a replaced version stays readable, for readers still paging "
-                        f"through it (default {DEFAULT_KEEP_VERSIONS_S:g})")
-
-
-def run_publish_view(args: argparse.Namespace) -> int:
-    """Publishes one version; prints its report as one JSON line."""
-    database = open_database(args.project, args.instance, args.database)
-    try:
-        result = publish_top_view(database, k=args.k, view=args.view, batch_rows=args.batch_rows,
-                                  keep_versions_for_s=args.keep_versions_seconds)
-    except PublishInProgress as error:
-        print(f"upvotes: {error}", file=sys.stderr)
-        return 1
-    print(json.dumps(asdict(result)))
-    return 0
-
-
-def add_page_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags `upvotes top` adds for paging a published view (it already has the database flags)."""
-    parser.add_argument("--version", type=_positive_int,
-                        help="page through this published version (default: the active one)")
-    parser.add_argument("--page", type=_positive_int, help="page number, from 1 (default 1)")
-    parser.add_argument("--page-size", type=_positive_int, default=20, help="rows per page (default 20)")
-    parser.add_argument("--view", default=DEFAULT_VIEW, help=f"view name (default {DEFAULT_VIEW})")
-
-
-def run_page(args: argparse.Namespace) -> int:
-    """One page of a view as JSON lines (version, rank, post_id, upvotes, shares); 1 if unavailable."""
-    database = open_database(args.project, args.instance, args.database)
-    try:
-        top = read_top_page(database, args.version, args.page or 1, args.page_size, view=args.view)
-    except ViewError as error:
-        print(f"upvotes: {error}", file=sys.stderr)
-        return 1
-    age = "never folded" if top.folded_through is None else f"folded through {top.folded_through.isoformat()}"
-    print(f"view {top.view} version {top.version} ({age}): page {top.page} of {top.pages}, "
-          f"{top.ranked_rows} ranked rows", file=sys.stderr)
-    for row in top.rows:
-        print(json.dumps({"version": top.version, **row._asdict()}))
-    return 0

@@ -62,6 +62,13 @@ class PostDelta(NamedTuple):
     events: int
 
 
+class FailedDelta(NamedTuple):
+    """A delta row that could never be written, with the reason, for the dead-letter topic."""
+
+    delta: PostDelta
+    error: str
+
+
 class PostTotals(NamedTuple):
     """An exact count as served to readers."""
 

@@ -17,6 +17,8 @@ from upvotes import emulators, local_stream
 from upvotes.progress import Progress
 from upvotes.provision import Resources, provision
 
+HELP = "Run everything locally end to end on the emulators and check every count."
+
 RESOURCES = Resources(
     project="demo-project", instance="upvotes", database="votes", topic="votes",
     subscription="votes-sub", dead_letter_topic="votes-dead-letter",
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _wait_until_counted(database, ledger, stream: subprocess.Popen, timeout_s: float) -> bool:
-    from upvotes.reads import verify_totals
+    from spanner_store.reads import verify_totals
 
     posts = len(ledger.totals)
     deadline = time.monotonic() + timeout_s
@@ -62,14 +64,6 @@ def _wait_until_counted(database, ledger, stream: subprocess.Popen, timeout_s: f
                 return True
             time.sleep(2)
     return False
-
-
-def _delta_rows(database) -> tuple[int, int]:
-    """Delta rows written, and the (post, counter, pane) groups they hold."""
-    with database.snapshot() as snapshot:
-        rows = snapshot.execute_sql(
-            "SELECT COUNT(*), COUNTIF(Upvotes != 0) + COUNTIF(Shares != 0) FROM PostDeltas")
-        return tuple(list(rows)[0])
 
 
 def _count_dead_letters(res: Resources, expected: int, timeout_s: float = 60) -> int:
@@ -92,9 +86,10 @@ def _count_dead_letters(res: Resources, expected: int, timeout_s: float = 60) ->
 
 def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> int:
     from pipeline import fold
-    from upvotes.database import open_database
-    from upvotes.publisher import Workload, publish_workload
-    from upvotes.reads import top_posts, verify_totals
+    from spanner_store.database import open_database
+    from spanner_store.reads import delta_row_counts, top_posts, verify_totals
+    from upvotes.publishing import publish_workload
+    from upvotes.workload import Workload
 
     res = RESOURCES
     say(f"provisioning {res.instance}/{res.database} and topic {res.topic} on the emulators")
@@ -120,7 +115,7 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
         say(f"all {ledger.events:,} votes counted {seconds:.1f} s after publishing began "
             f"({ledger.events / seconds:,.0f} events/s end to end)")
 
-        rows, groups = _delta_rows(database)
+        rows, groups = delta_row_counts(database)
         say(f"{rows:,} delta rows for {ledger.events:,} votes: {1000 * rows / ledger.events:.0f} per 1,000 votes "
             f"(one per post, event hour and window; one row per post, counter and pane would be {groups:,})")
 

@@ -64,6 +64,11 @@ def run_with_retries(
 
 
 COMMIT_TIMEOUT_S = 60.0
+# Real Spanner rejects a commit of more than 80,000 mutations (one per column written, plus
+# one per column of each index entry changed); the emulator does not enforce it. Every
+# writer here plans its commits under a quarter of it, leaving headroom for schema growth.
+SPANNER_MUTATION_LIMIT = 80_000
+MUTATION_BUDGET = 20_000
 
 
 def open_database(project: str, instance: str, database: str) -> Database:

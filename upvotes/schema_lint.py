@@ -37,9 +37,7 @@ The parser understands just enough GoogleSQL DDL for this: ``;``-separated state
 """
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -169,20 +167,6 @@ def lint_files(paths: list[str], out: TextIO) -> int:
     errors, warnings = unreadable + found_errors, len(findings) - found_errors
     print(f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')} in {_plural(len(paths), 'file')}", file=out)
     return 1 if errors else 0
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "files",
-        nargs="+",
-        metavar="FILE.sql",
-        help="Spanner (GoogleSQL) DDL files to check for write hotspots; "
-        "indexes may refer to tables defined in any of the files",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    return lint_files(args.files, sys.stdout)
 
 
 def _check(schema: Schema, path: str, tables: dict[str, Table]) -> list[Finding]:

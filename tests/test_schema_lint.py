@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from upvotes.lint_schema import Finding, add_arguments, lint_ddl, lint_files, run
+from upvotes.commands.lint_schema import add_arguments, run
+from upvotes.schema_lint import Finding, lint_ddl, lint_files
 
 POSTS_SQL = Path(__file__).parent.parent / "schemas" / "posts.sql"
 

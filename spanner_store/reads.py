@@ -20,22 +20,20 @@ from typing import Iterable, Mapping, Sequence
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from schemas import post_hash
-from transforms.records import PostTotals
+from schemas.records import COUNTERS, PostTotals
+from spanner_store.tables import DELTAS, DELTAS_BY_COMMIT, POSTS, PostKey, post_key
 
+# The ranking is the index order itself (Upvotes DESC, then the Posts key): no sort, and
+# ties always come out in the same order.
 TOP_POSTS_SQL = """SELECT PostId, Upvotes, Shares
 FROM Posts@{FORCE_INDEX=PostsByUpvotes}
-ORDER BY Upvotes DESC
+ORDER BY Upvotes DESC, PostHash, PostId
 LIMIT @limit"""
 
 LAST_FOLD_SQL = "SELECT SnapshotAt FROM FoldRuns ORDER BY SnapshotAt DESC LIMIT 1"
 
-DELTA_TABLE = "PostDeltas"
-DELTA_INDEX = "PostDeltasByCommit"
 # Posts per read call; bounds the size of one request's key set.
 READ_CHUNK = 1_000
-
-PostKey = tuple[int, str]  # (PostHash, PostId)
 
 
 def unfolded_ranges(watermarks: Mapping[PostKey, datetime], through: datetime | None = None) -> spanner.KeySet:
@@ -51,7 +49,7 @@ def read_unfolded(snapshot, watermarks: Mapping[PostKey, datetime], columns: Seq
     """Rows of `columns` (index, key or stored columns) of every unfolded delta of these posts."""
     if not watermarks:
         return []
-    return snapshot.read(DELTA_TABLE, columns=columns, keyset=unfolded_ranges(watermarks, through), index=DELTA_INDEX)
+    return snapshot.read(DELTAS, columns=columns, keyset=unfolded_ranges(watermarks, through), index=DELTAS_BY_COMMIT)
 
 
 def exact_counts(database, post_ids: Iterable[str]) -> list[PostTotals]:
@@ -60,10 +58,10 @@ def exact_counts(database, post_ids: Iterable[str]) -> list[PostTotals]:
     found: dict[str, list[int]] = {}
     with database.snapshot(multi_use=True) as snapshot:
         for start in range(0, len(wanted), READ_CHUNK):
-            keys = [[post_hash(p), p] for p in wanted[start:start + READ_CHUNK]]
+            keys = [list(post_key(p)) for p in wanted[start:start + READ_CHUNK]]
             watermarks = {}
             for h, post_id, upvotes, shares, folded_through in snapshot.read(
-                    "Posts", columns=("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough"),
+                    POSTS, columns=("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough"),
                     keyset=spanner.KeySet(keys=keys)):
                 found[post_id] = [upvotes, shares]
                 watermarks[(h, post_id)] = folded_through
@@ -79,15 +77,30 @@ class TopPosts:
     folded_through: datetime | None  # snapshot of the newest fold: the ranking is that old
 
 
+def ranked_posts(snapshot, limit: int) -> list[PostTotals]:
+    """The top `limit` posts by folded upvotes, straight from the PostsByUpvotes index."""
+    rows = snapshot.execute_sql(TOP_POSTS_SQL, params={"limit": limit}, param_types={"limit": param_types.INT64})
+    return [PostTotals(post_id, upvotes, shares) for post_id, upvotes, shares in rows]
+
+
+def last_fold_snapshot(snapshot) -> datetime | None:
+    """The snapshot of the newest finished fold, or None if no fold has run."""
+    last = list(snapshot.execute_sql(LAST_FOLD_SQL))
+    return last[0][0] if last else None
+
+
 def top_posts(database, limit: int = 10) -> TopPosts:
-    """The top posts by folded upvotes, straight from the PostsByUpvotes index."""
+    """The top posts by folded upvotes and how fresh that ranking is, in one snapshot."""
     with database.snapshot(multi_use=True) as snapshot:
-        rows = snapshot.execute_sql(
-            TOP_POSTS_SQL, params={"limit": limit}, param_types={"limit": param_types.INT64}
-        )
-        posts = [PostTotals(post_id, upvotes, shares) for post_id, upvotes, shares in rows]
-        last = list(snapshot.execute_sql(LAST_FOLD_SQL))
-    return TopPosts(posts, last[0][0] if last else None)
+        return TopPosts(ranked_posts(snapshot, limit), last_fold_snapshot(snapshot))
+
+
+def delta_row_counts(database) -> tuple[int, int]:
+    """Delta rows kept, and the (post, counter, pane) groups they hold: what one row per post,
+    counter and pane would have cost. A full scan, for the demo and benchmarks only."""
+    with database.snapshot() as snapshot:
+        rows = snapshot.execute_sql("SELECT COUNT(*), COUNTIF(Upvotes != 0) + COUNTIF(Shares != 0) FROM PostDeltas")
+        return tuple(list(rows)[0])
 
 
 @dataclass(frozen=True)
@@ -103,7 +116,7 @@ def verify_totals(database, expected: dict[str, dict[str, int]]) -> list[Mismatc
     mismatches = []
     for totals in exact_counts(database, expected):
         want = expected[totals.post_id]
-        for counter in ("upvotes", "shares"):
+        for counter in COUNTERS:
             actual = getattr(totals, counter)
             if actual != want.get(counter, 0):
                 mismatches.append(Mismatch(totals.post_id, counter, want.get(counter, 0), actual))

@@ -1,0 +1,98 @@
+"""Writing delta rows: blind, insert-only, idempotent commits within a mutation budget.
+
+- Blind writes: `insert` of delta rows stamped with the commit timestamp, plus a key-only
+  `insert_or_update` of each parent Posts row (creates it when missing, touches no
+  counter), all in one commit. No reads on the normal path.
+- Idempotent: a delta's key is deterministic (post, hour, writer, window, pane). A retry
+  after an unseen success fails with ALREADY_EXISTS; `write_new_deltas` then reads which of
+  its keys exist and writes only the others.
+- Bounded: `plan_commits` splits rows into commits under a mutation budget far below
+  Spanner's per-commit limit, counting index entries (the emulator does not enforce the
+  limit, so the planner is tested directly).
+"""
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+from google.api_core import exceptions
+from google.cloud import spanner
+
+from schemas.records import PostDelta
+from spanner_store.database import MUTATION_BUDGET, commit_mutations
+from spanner_store.tables import DELTA_COLUMNS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, delta_key, post_key
+
+# Spanner counts a mutation per column written, plus one per column of each index entry
+# it changes. PostDeltasByCommit holds the 4 key parts, CommittedAt and 3 stored columns;
+# a new Posts row adds its 5 columns to the base table and PostsByUpvotes holds 5.
+MUTATIONS_PER_DELTA = len(DELTA_COLUMNS) + 8
+MUTATIONS_PER_PARENT = len(POST_KEY_COLUMNS) + 5 + 5
+
+
+def mutations_for(deltas: list[PostDelta]) -> int:
+    """Mutations one commit of these deltas costs, parent rows and index entries included."""
+    parents = {d.post_id for d in deltas}
+    return len(deltas) * MUTATIONS_PER_DELTA + len(parents) * MUTATIONS_PER_PARENT
+
+
+def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET) -> list[list[PostDelta]]:
+    """Splits deltas into commits of at most `max_rows` rows and `max_mutations` mutations."""
+    if MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT > max_mutations:
+        raise ValueError(f"max_mutations {max_mutations} cannot fit even one delta")
+    commits: list[list[PostDelta]] = []
+    current: list[PostDelta] = []
+    parents: set[str] = set()
+    cost = 0
+    for delta in deltas:
+        extra = MUTATIONS_PER_DELTA + (0 if delta.post_id in parents else MUTATIONS_PER_PARENT)
+        if current and (len(current) >= max_rows or cost + extra > max_mutations):
+            commits.append(current)
+            current, parents, cost = [], set(), 0
+            extra = MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT
+        current.append(delta)
+        parents.add(delta.post_id)
+        cost += extra
+    if current:
+        commits.append(current)
+    return commits
+
+
+def write_deltas(database, deltas: list[PostDelta]) -> None:
+    """One commit: the delta rows (insert) and their parents' keys (insert_or_update)."""
+    parents = sorted({post_key(d.post_id) for d in deltas})
+    rows = [delta_key(d) + (d.upvotes, d.shares, d.events, spanner.COMMIT_TIMESTAMP) for d in deltas]
+
+    def write(batch) -> None:
+        batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
+        batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
+
+    commit_mutations(database, write)
+
+
+def existing_delta_keys(database, deltas: list[PostDelta]) -> set[tuple]:
+    """The keys among these deltas' that are already in Spanner (strong read)."""
+    keyset = spanner.KeySet(keys=[list(delta_key(d)) for d in deltas])
+    with database.snapshot() as snapshot:
+        rows = snapshot.read(DELTAS, columns=DELTA_KEY_COLUMNS, keyset=keyset)
+        return {(r[0], r[1], r[2], r[3]) for r in rows}
+
+
+class WriteResult(NamedTuple):
+    written: int
+    already_written: int
+
+
+def write_new_deltas(database, deltas: list[PostDelta]) -> WriteResult:
+    """One attempt to commit `deltas`, idempotently: rows whose key exists are not written again.
+
+    A retry after an unseen success, or a replayed bundle, fails with ALREADY_EXISTS; then
+    the existing keys are read and only the new rows are written.
+    """
+    try:
+        write_deltas(database, deltas)
+        return WriteResult(len(deltas), 0)
+    except exceptions.AlreadyExists:
+        existing = existing_delta_keys(database, deltas)
+        new = [d for d in deltas if delta_key(d) not in existing]
+        if new:
+            write_deltas(database, new)
+        return WriteResult(len(new), len(deltas) - len(new))

@@ -1,0 +1,28 @@
+"""argparse `type=` checks shared by several subcommands: a bad value is refused with usage help."""
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    return value
+
+
+def utc_time(text: str) -> datetime:
+    """RFC 3339 / ISO 8601 ("2026-11-22T00:00:00Z", "2026-11-22"); no zone means UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an RFC 3339 time: {text!r} (example: 2026-11-22T00:00:00Z)") from None
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)

@@ -1,0 +1,67 @@
+"""`upvotes deploy ACTION`: the Google Cloud deployment as printable gcloud commands."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from upvotes.deploy import (
+    ACTIONS, REPO_ROOT, DeployConfig, environment_help, execute_steps, parameter_table_markdown, print_steps,
+    stale_files, steps_for, write_metadata,
+)
+from pipeline.params import InvalidParameter
+from upvotes.errors import UsageError
+
+HELP = "Dataflow flex templates, launch commands, scheduler job and IAM for Google Cloud."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=ACTIONS,
+                        help="metadata: write templates/*/metadata.json and the README table; "
+                             "setup, provision, iam, build, run, schedule: that stage; all: every stage in order")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the exact commands, one per line, and run nothing")
+    parser.add_argument("--check", action="store_true",
+                        help="with metadata: write nothing; exit 1 if a generated file on disk is out of date")
+    parser.add_argument("--markdown", action="store_true",
+                        help="with metadata: print the CLI flag / template parameter table and exit")
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = environment_help() + "\n\nStep by step from an empty project: templates/README.md"
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    root: Path = args.root
+    if args.action == "metadata":
+        if args.markdown:
+            out.write(parameter_table_markdown())
+            return 0
+        if args.check:
+            stale = stale_files(root)
+            for path in stale:
+                print(f"out of date: {path} (run `upvotes deploy metadata`)", file=err)
+            return 1 if stale else 0
+        for path in write_metadata(root) if not args.dry_run else stale_files(root):
+            print(f"{'would write' if args.dry_run else 'wrote'} {path}", file=out)
+        return 0
+
+    try:
+        cfg = DeployConfig.from_env().validate()
+    except InvalidParameter as error:
+        raise UsageError(str(error)) from None
+    if args.action in ("build", "all"):
+        stale = stale_files(root)
+        if stale:
+            print("upvotes: the template metadata is out of date; run `upvotes deploy metadata` first: "
+                  + ", ".join(str(p) for p in stale), file=err)
+            if not args.dry_run:
+                return 1
+    steps = steps_for(args.action, cfg)
+    if args.dry_run:
+        print(f"# from the repository root: cd {shlex.quote(str(root))}", file=out)
+        print_steps(steps, out)
+        return 0
+    return execute_steps(steps, out, err, cwd=root)

@@ -1,0 +1,32 @@
+"""`upvotes provision`: topics, subscriptions, the Spanner instance (emulator) and database."""
+from __future__ import annotations
+
+import argparse
+
+from upvotes.commands.database_flags import add_database_arguments
+
+HELP = "Create the topics, subscriptions, Spanner instance (emulator) and database; idempotent."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from upvotes.provision import DEFAULT_INSTANCE_CONFIG
+
+    add_database_arguments(parser)
+    parser.add_argument("--topic", required=True, help="Pub/Sub topic the publishers send votes to")
+    parser.add_argument("--subscription", required=True, help="subscription the streaming pipeline reads")
+    parser.add_argument("--dead-letter-topic", required=True, help="topic for rejected messages")
+    parser.add_argument("--dead-letter-subscription",
+                        help="subscription that keeps dead letters (default: <dead-letter-topic>-kept)")
+    parser.add_argument("--create-instance", action="store_true",
+                        help="on a real project, create the Spanner instance if missing")
+    parser.add_argument("--instance-config", default=DEFAULT_INSTANCE_CONFIG,
+                        help="instance configuration for --create-instance")
+
+
+def run(args: argparse.Namespace) -> int:
+    from upvotes.provision import Resources, provision
+
+    resources = Resources(args.project, args.instance, args.database, args.topic, args.subscription,
+                          args.dead_letter_topic, args.dead_letter_subscription or "")
+    provision(resources, create_instance=args.create_instance, instance_config=args.instance_config)
+    return 0

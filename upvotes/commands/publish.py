@@ -1,0 +1,128 @@
+"""`upvotes publish`: a generated viral workload or a JSON-lines file, to Pub/Sub, with a ledger."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+from upvotes.commands.database_flags import add_project_argument
+from upvotes.errors import UsageError
+
+HELP = (
+    "Publish vote events (a generated viral workload or a JSON-lines file) to Pub/Sub, "
+    "with a ledger of the exact expected totals."
+)
+TOPIC_CHECK_TIMEOUT_S = 10.0
+_TOPIC_ID = r"[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}"  # Pub/Sub's resource name rules
+_TOPIC_PATH = re.compile(rf"projects/[^/]+/topics/{_TOPIC_ID}")
+
+
+def resolve_topic(project: str, topic: str) -> str:
+    """A bare topic name or a full projects/P/topics/T path, as a full path."""
+    if _TOPIC_PATH.fullmatch(topic):
+        return topic
+    if re.fullmatch(_TOPIC_ID, topic) and not topic.startswith("goog"):
+        return f"projects/{project}/topics/{topic}"
+    raise UsageError(
+        f"{topic!r} is not a topic name (3-255 letters, digits and -_.~+%, starting with a letter, "
+        "not with 'goog') nor a projects/PROJECT/topics/TOPIC path"
+    )
+
+
+def _check_topic(topic_path: str) -> None:
+    """Fails fast on a missing topic or an unreachable Pub/Sub, which publishing would report only
+    as one failure per message."""
+    from google.api_core import exceptions
+    from google.api_core.retry import Retry
+    from google.auth.exceptions import GoogleAuthError
+    from google.cloud import pubsub_v1
+
+    emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
+    where = f"the Pub/Sub emulator at {emulator}" if emulator else "Pub/Sub"
+    try:
+        # The default retry keeps retrying an unreachable host for 600 s, whatever `timeout` says.
+        retry = Retry(timeout=TOPIC_CHECK_TIMEOUT_S)
+        pubsub_v1.PublisherClient().get_topic(topic=topic_path, retry=retry, timeout=TOPIC_CHECK_TIMEOUT_S)
+    except exceptions.NotFound:
+        raise UsageError(f"topic {topic_path} does not exist in {where}; create it with `upvotes provision`") from None
+    except exceptions.PermissionDenied:
+        pass  # a publish-only role may not read topic metadata; publishing itself will tell
+    except GoogleAuthError as error:
+        raise UsageError(f"no usable Google Cloud credentials ({error}); run: gcloud auth application-default "
+                         'login, or use the emulators: eval "$(upvotes emulators start)"') from None
+    except (exceptions.GoogleAPICallError, exceptions.RetryError) as error:
+        hint = '; is it running? eval "$(upvotes emulators start)"' if emulator else ""
+        raise UsageError(f"cannot reach {where}: {error}{hint}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_project_argument(parser)
+    parser.add_argument("--topic", required=True, help="topic to publish to: a bare name or projects/P/topics/T")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--file", metavar="FILE",
+        help="publish the lines of this JSON-lines file as they are, one message per line, instead of "
+        "generated events; lines the pipeline would reject are published too and counted as invalid",
+    )
+    source.add_argument("--events", type=int, default=10_000, metavar="N",
+                        help="number of valid events to generate (default: %(default)s)")
+    generated = parser.add_argument_group("generated workload (without --file)")
+    generated.add_argument("--posts", type=int, default=1000, metavar="M",
+                           help="number of posts p-1..p-M the votes go to (default: %(default)s)")
+    generated.add_argument("--zipf", type=float, default=1.2, metavar="S",
+                           help="Zipf exponent of post popularity: higher is more skewed, 0 is even "
+                           "(default: %(default)s)")
+    generated.add_argument("--seed", type=int, default=0, metavar="X",
+                           help="random seed; the same seed gives the same events (default: %(default)s)")
+    generated.add_argument("--invalid", type=int, default=0, metavar="K",
+                           help="invalid messages to mix in for the dead-letter path (default: %(default)s)")
+    generated.add_argument("--unvote-fraction", type=float, default=0.1, metavar="F",
+                           help="fraction of events that are un-votes, -1 upvote (default: %(default)s)")
+    generated.add_argument("--share-fraction", type=float, default=0.2, metavar="F",
+                           help="fraction of events that are shares, +1 share (default: %(default)s)")
+    parser.add_argument("--rate", type=float, metavar="R",
+                        help="publish at most R messages per second, evenly paced (default: as fast as possible)")
+    parser.add_argument("--ledger", metavar="FILE",
+                        help="write the exact expected totals (per post, and per post and event hour) "
+                        "to this JSON file, for `upvotes verify`")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="don't report progress on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from upvotes.publishing import publish_file, publish_workload
+    from upvotes.workload import Workload
+
+    topic_path = resolve_topic(args.project, args.topic)
+    if args.rate is not None and args.rate <= 0:
+        raise UsageError("--rate must be positive")
+    if args.file and not os.path.isfile(args.file):
+        raise UsageError(f"no such file: {args.file}")
+    if args.ledger and not Path(args.ledger).resolve().parent.is_dir():
+        raise UsageError(f"the directory of the ledger {args.ledger} does not exist")
+    try:
+        workload = None if args.file else Workload(
+            events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid,
+            unvote_fraction=args.unvote_fraction, share_fraction=args.share_fraction,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    _check_topic(topic_path)
+    try:
+        if workload is None:
+            report, _ = publish_file(topic_path, args.file, args.ledger, args.rate, args.progress)
+        else:
+            report, _ = publish_workload(topic_path, workload, args.ledger, args.rate, args.progress)
+    except OSError as error:
+        raise UsageError(str(error)) from None
+    summary = (
+        f"published {report.published:,} events ({report.invalid:,} invalid) in {report.seconds:.1f} s: "
+        f"{report.events_per_s:,.0f} events/s"
+    )
+    if report.failed:
+        summary += f"; {report.failed:,} FAILED"
+    if args.ledger:
+        summary += f"; ledger: {args.ledger}"
+    print(summary)
+    return 1 if report.failed else 0

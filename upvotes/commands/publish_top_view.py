@@ -1,0 +1,34 @@
+"""`upvotes publish-top-view`: the top K posts as a new, incrementally written view version."""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from spanner_store.views import DEFAULT_BATCH_ROWS, DEFAULT_K, DEFAULT_KEEP_VERSIONS_S, DEFAULT_VIEW
+from upvotes.commands.argument_types import non_negative_float, positive_int
+from upvotes.commands.database_flags import add_database_arguments, open_database_of
+
+HELP = "Publish the top K posts as a new, incrementally written view version."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_database_arguments(parser)
+    parser.add_argument("-k", type=positive_int, default=DEFAULT_K,
+                        help=f"how many top posts the view holds (default {DEFAULT_K})")
+    parser.add_argument("--view", default=DEFAULT_VIEW, help=f"view name (default {DEFAULT_VIEW})")
+    parser.add_argument("--batch-rows", type=positive_int, default=DEFAULT_BATCH_ROWS,
+                        help=f"most rows written per transaction (default {DEFAULT_BATCH_ROWS})")
+    parser.add_argument("--keep-versions-seconds", type=non_negative_float, default=DEFAULT_KEEP_VERSIONS_S,
+                        help="how long a replaced version stays readable, for readers still paging "
+                        f"through it (default {DEFAULT_KEEP_VERSIONS_S:g})")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Publishes one version; prints its report as one JSON line."""
+    from spanner_store.views import publish_top_view
+
+    result = publish_top_view(open_database_of(args), k=args.k, view=args.view, batch_rows=args.batch_rows,
+                              keep_versions_for_s=args.keep_versions_seconds)
+    print(json.dumps(asdict(result)))
+    return 0

@@ -1,0 +1,43 @@
+"""`upvotes read`: exact counts of posts, in total or per event hour."""
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timedelta, timezone
+
+from upvotes.commands.argument_types import utc_time
+from upvotes.commands.database_flags import add_database_arguments, open_database_of
+
+HELP = ("Exact counts of posts (folded aggregate plus unfolded deltas, one snapshot); "
+        "--hourly for exact counts per event hour.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_database_arguments(parser)
+    parser.add_argument("post_ids", nargs="+", metavar="POST_ID")
+    parser.add_argument("--hourly", action="store_true",
+                        help="print exact counts per event hour instead of totals")
+    parser.add_argument("--since", type=utc_time, metavar="TIME",
+                        help="with --hourly: first hour, RFC 3339, rounded down to its hour "
+                        "(default: 24 hours ago)")
+    parser.add_argument("--until", type=utc_time, metavar="TIME",
+                        help="with --hourly: hours starting before this time (default: no limit)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """JSON lines: {"post_id", "upvotes", "shares"} per post; with --hourly
+    {"post_id", "hour", "upvotes", "shares"}, per post in the order given, hours ascending."""
+    from spanner_store.hourly import hour_text, hourly_counts
+    from spanner_store.reads import exact_counts
+
+    database = open_database_of(args)
+    if not args.hourly:
+        for totals in exact_counts(database, args.post_ids):
+            print(json.dumps(totals._asdict()))
+        return 0
+    since = args.since or datetime.now(timezone.utc) - timedelta(hours=24)
+    for post_id in args.post_ids:
+        for count in hourly_counts(database, post_id, since, args.until):
+            print(json.dumps({"post_id": post_id, "hour": hour_text(count.hour),
+                              "upvotes": count.upvotes, "shares": count.shares}))
+    return 0

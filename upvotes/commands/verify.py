@@ -1,0 +1,35 @@
+"""`upvotes verify`: every post's exact count against a publisher's ledger."""
+from __future__ import annotations
+
+import argparse
+
+from upvotes.commands.database_flags import add_database_arguments, open_database_of
+from upvotes.errors import UsageError
+
+HELP = "Compare every post's exact count with a publisher ledger; exit 1 on any mismatch."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_database_arguments(parser)
+    parser.add_argument("--ledger", required=True, help="ledger file written by `upvotes publish --ledger`")
+
+
+def run(args: argparse.Namespace) -> int:
+    from spanner_store.reads import verify_totals
+    from upvotes.ledger import Ledger
+
+    try:
+        ledger = Ledger.load(args.ledger)
+    except OSError as error:
+        raise UsageError(f"cannot read the ledger {args.ledger}: {error.strerror}") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{args.ledger} is not a ledger written by `upvotes publish --ledger`: {error}") from None
+    mismatches = verify_totals(open_database_of(args), ledger.totals)
+    for m in mismatches:
+        print(f"MISMATCH {m.post_id} {m.counter}: expected {m.expected}, actual {m.actual}")
+    posts = len(ledger.totals)
+    if mismatches:
+        print(f"verify: {len(mismatches)} mismatches over {posts} posts")
+        return 1
+    print(f"verify: all {posts} posts match the ledger ({ledger.events} events)")
+    return 0

@@ -1,0 +1,79 @@
+"""The ledger: the exact totals a correct pipeline must reach for the valid events published.
+
+Per post and per post and event hour, saved as JSON for `upvotes verify` and the tests.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from schemas.contract import event_hour
+from schemas.records import COUNTERS, VoteEvent
+
+_COUNTER_INDEX = {counter: index for index, counter in enumerate(COUNTERS)}
+
+
+def _hour_text(hour_s: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(hour_s))
+
+
+def _hour_seconds(hour_text: str) -> int:
+    return int(datetime.fromisoformat(hour_text).timestamp())
+
+
+class Ledger:
+    """The exact totals that a correct pipeline reaches for the valid events published."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.invalid = 0
+        self._posts: dict[str, list[int]] = {}  # post -> [upvotes, shares]
+        self._hourly: dict[str, dict[int, list[int]]] = {}  # post -> hour (epoch s) -> [upvotes, shares]
+
+    def add(self, event: dict[str, Any]) -> None:
+        """Counts one valid event dict; like the pipeline, it buckets a missing event_time by the time now."""
+        self._count(event["post_id"], event["counter"], event["delta"], event_hour(event.get("event_time"), time.time()))
+
+    def add_vote(self, vote: VoteEvent) -> None:
+        self._count(vote.post_id, vote.counter, vote.delta, vote.event_hour)
+
+    def add_invalid(self, n: int = 1) -> None:
+        self.invalid += n
+
+    def _count(self, post_id: str, counter: str, delta: int, hour_s: int) -> None:
+        index = _COUNTER_INDEX[counter]
+        self.events += 1
+        self._posts.setdefault(post_id, [0, 0])[index] += delta
+        self._hourly.setdefault(post_id, {}).setdefault(hour_s, [0, 0])[index] += delta
+
+    @property
+    def totals(self) -> dict[str, dict[str, int]]:
+        """{post_id: {"upvotes": n, "shares": m}} for every post with a valid event, net 0 included."""
+        return {post: dict(zip(COUNTERS, sums)) for post, sums in self._posts.items()}
+
+    def hourly(self) -> dict[str, dict[str, dict[str, int]]]:
+        """{post_id: {"2026-11-22T01:00:00Z": {"upvotes": n, "shares": m}}}, by event hour."""
+        return {
+            post: {_hour_text(hour): dict(zip(COUNTERS, sums)) for hour, sums in sorted(hours.items())}
+            for post, hours in self._hourly.items()
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        document = {"events": self.events, "invalid": self.invalid, "posts": self.totals, "hourly": self.hourly()}
+        Path(path).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Ledger:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        ledger = cls()
+        ledger.events, ledger.invalid = document["events"], document["invalid"]
+        ledger._posts = {post: [sums[c] for c in COUNTERS] for post, sums in document["posts"].items()}
+        ledger._hourly = {
+            post: {_hour_seconds(hour): [sums[c] for c in COUNTERS] for hour, sums in hours.items()}
+            for post, hours in document["hourly"].items()
+        }
+        return ledger
