@@ -10,7 +10,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
-from schemas.records import CounterSums, PostDelta, PostHour, VoteEvent
+from schemas.records import CounterSums, PostDelta, PostHour
 from transforms.windowing import SumPerWindow, WindowAndSumVotes, delta_id
 
 HOUR = 1_795_312_800
@@ -67,7 +67,7 @@ def test_a_hot_post_costs_one_delta_per_window() -> None:
 def test_a_vote_older_than_the_watermark_is_counted_because_it_is_stamped_on_ingestion() -> None:
     """Event-time windows would drop it as late; the ingestion timestamp keeps it."""
     now = int(time.time())  # TestStream watermarks are whole milliseconds
-    days_old = VoteEvent("p", "upvotes", 1, HOUR - 3 * 24 * 3600)
+    days_old = (PostHour("p", HOUR - 3 * 24 * 3600), CounterSums(1, 0, 1))  # one vote's message sums
     stream = (
         TestStream()
         .advance_watermark_to(now - 1)  # the watermark is far past the vote's event time
@@ -76,7 +76,7 @@ def test_a_vote_older_than_the_watermark_is_counted_because_it_is_stamped_on_ing
     )
 
     def check(deltas: list[PostDelta]) -> None:
-        assert [(d.post_id, d.event_hour, d.upvotes, d.events) for d in deltas] == [("p", days_old.event_hour, 2, 2)]
+        assert [(d.post_id, d.event_hour, d.upvotes, d.events) for d in deltas] == [("p", days_old[0].event_hour, 2, 2)]
 
     with streaming_pipeline() as p:
         assert_that(p | stream | WindowAndSumVotes(WRITER, window_seconds=10), check)
@@ -126,8 +126,8 @@ def test_votes_that_cancel_out_write_nothing() -> None:
 
 
 def test_window_and_sum_votes_groups_by_post_and_event_hour() -> None:
-    events = [VoteEvent("p", "upvotes", 1, HOUR), VoteEvent("p", "upvotes", 1, HOUR + 3600),
-              VoteEvent("p", "shares", 1, HOUR), VoteEvent("q", "upvotes", 1, HOUR)]
+    events = [(PostHour("p", HOUR), CounterSums(1, 0, 1)), (PostHour("p", HOUR + 3600), CounterSums(1, 0, 1)),
+              (PostHour("p", HOUR), CounterSums(0, 1, 1)), (PostHour("q", HOUR), CounterSums(1, 0, 1))]
     with TestPipeline() as p:
         deltas = p | beam.Create(events) | WindowAndSumVotes(WRITER, window_seconds=3600)
         assert_that(

@@ -33,7 +33,7 @@ import apache_beam as beam
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import GlobalWindows
 
-from schemas.records import UPVOTES, CounterSums, PostDelta, PostHour, VoteEvent
+from schemas.records import CounterSums, PostDelta, PostHour
 
 
 class SumCounters(beam.CombineFn):
@@ -70,25 +70,27 @@ def delta_id(writer: str, window_start_us: int, pane_index: int) -> str:
 
 
 class _SumInBundle(beam.DoFn):
-    """Sums each bundle's votes per (post, event hour) in a dict, and emits the sums when the
-    bundle ends, stamped with that moment as their ingestion time. A vote then costs one dict
-    update; windowing and the shuffle see one element per post and hour per bundle. The
-    bundle is not yet committed when it emits, so the watermark is still held behind it."""
+    """Sums each bundle's per-message sums per (post, event hour) in a dict, and emits them
+    when the bundle ends, stamped with that moment as their ingestion time. Windowing and the
+    shuffle see one element per post and hour per bundle. The bundle is not yet committed when
+    it emits, so the watermark is still held behind it."""
 
     def start_bundle(self) -> None:
-        self._sums: dict[tuple[str, int], list[int]] = {}
+        self._sums: dict[PostHour, list[int]] = {}
 
-    def process(self, event: VoteEvent) -> None:
-        acc = self._sums.get((event.post_id, event.event_hour))
+    def process(self, keyed: tuple[PostHour, CounterSums]) -> None:
+        key, sums = keyed
+        acc = self._sums.get(key)
         if acc is None:
-            acc = self._sums[(event.post_id, event.event_hour)] = [0, 0, 0]
-        acc[0 if event.counter == UPVOTES else 1] += event.delta
-        acc[2] += 1
+            acc = self._sums[key] = [0, 0, 0]
+        acc[0] += sums.upvotes
+        acc[1] += sums.shares
+        acc[2] += sums.events
 
     def finish_bundle(self):
         now = time.time()
-        for (post_id, event_hour), sums in self._sums.items():
-            yield GlobalWindows.windowed_value((PostHour(post_id, event_hour), CounterSums(*sums)), timestamp=now)
+        for key, sums in self._sums.items():
+            yield GlobalWindows.windowed_value((key, CounterSums(*sums)), timestamp=now)
 
 
 class _ToPostDelta(beam.DoFn):
@@ -110,7 +112,7 @@ class _ToPostDelta(beam.DoFn):
 
 
 class SumVotesInBundle(beam.PTransform):
-    """VoteEvent -> (PostHour, CounterSums): each bundle's sums, timestamped with the ingestion time."""
+    """(PostHour, CounterSums) per message -> the same per bundle, timestamped with the ingestion time."""
 
     def expand(self, votes: beam.PCollection) -> beam.PCollection:
         return votes | "SumInBundle" >> beam.ParDo(_SumInBundle())
@@ -142,7 +144,8 @@ class SumPerWindow(beam.PTransform):
 
 
 class WindowAndSumVotes(beam.PTransform):
-    """VoteEvent -> PostDelta: ingestion-time windows, sums per post and event hour."""
+    """(PostHour, CounterSums) per message (ParseVotes' sums) -> PostDelta: ingestion-time
+    windows, sums per post and event hour."""
 
     def __init__(self, writer: str, window_seconds: int) -> None:
         super().__init__()
