@@ -95,7 +95,7 @@ def test_every_reason_is_exercised_by_the_table() -> None:
 
 def message_sums(event: VoteEvent) -> tuple[PostHour, CounterSums]:
     sums = CounterSums(event.delta, 0, 1) if event.counter == "upvotes" else CounterSums(0, event.delta, 1)
-    return PostHour(event.post_id, event.event_hour), sums
+    return PostHour(event.post_id, event.event_hour), sums  # VALID[:2] are different posts: one sum each
 
 
 def test_parse_votes_splits_accepted_and_rejected_in_a_pipeline() -> None:
