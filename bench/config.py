@@ -44,7 +44,7 @@ FULL = Sizes(
     name="full",
     sweep_seconds=4.0, sweep_threads=(1, 2, 4, 8), chain_votes=1_000_000, e2e_votes=100_000, e2e_posts=1_000,
     soak_short_s=60, soak_long_s=300, reads=50,
-    transform_events=1_000_000, transform_posts=1_000, profile_events=100_000,
+    transform_events=2_000_000, transform_posts=1_000, profile_events=100_000,
     amplification_votes=1_000_000, amplification_posts=100_000, arrival_rate=50_000, pipeline_sample=10,
     fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100,
     fresh_rate=100, fresh_seconds=60, fresh_window_s=2,

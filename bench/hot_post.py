@@ -18,12 +18,13 @@ load on the database.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage
@@ -188,20 +189,18 @@ def _wait_until_counted(database, post: str, process, log_path: Path) -> None:
 
 
 class _SoakSource:
-    """Batches of a steady viral workload for PacedPublisher, each counted in a ledger as sent."""
+    """Batches of a steady viral workload for PacedPublisher; each batch's events go into the
+    ledger when the batch is handed out, so the ledger holds exactly what was published."""
 
     def __init__(self, prefix: str, events: int) -> None:
         self.ledger = Ledger()
-        workload = Workload(events=events, posts=1_000, zipf=E2E_ZIPF, seed=9, post_prefix=prefix)
-        self._batches = batch_messages(self._counted(generate_events(workload)), DEFAULT_BATCH_SIZE)
-
-    def _counted(self, events: Iterator[dict]) -> Iterator[dict]:
-        for event in events:
-            self.ledger.add(event)
-            yield event
+        self._events = generate_events(Workload(events=events, posts=1_000, zipf=E2E_ZIPF, seed=9, post_prefix=prefix))
 
     def next_message(self) -> tuple[bytes, dict, None]:
-        message = next(self._batches)
+        events = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
+        [message] = batch_messages(events, DEFAULT_BATCH_SIZE)
+        for event in events:
+            self.ledger.add(event)
         return message.data, message.attributes, None
 
 
