@@ -97,7 +97,8 @@ def _chain_rate(args: argparse.Namespace) -> tuple[float, str]:
             raise UsageError(f"cannot read the bench results {path}: {error.strerror}") from None
         except ValueError as error:
             raise UsageError(f"{path} is not a bench results file (JSON): {error}") from None
-        found = chain_rate_from_results(results, args.batch_size > 1, str(path))
+        shown = str(path) if args.bench_results else "bench/results/latest.json"
+        found = chain_rate_from_results(results, args.batch_size > 1, shown)
         if found:
             return found
         if args.bench_results:
