@@ -228,8 +228,8 @@ def rows_per_sink_commit(shape: SinkShape) -> int:
 def this_design(workload: Workload, rows: float, folded_posts: float, shape: SinkShape,
                 assumptions: Assumptions) -> ApproachCapacity:
     """Blind delta writes (`rows` per second) and a fold of `folded_posts` posts per interval.
-    The fold rewrites each post's Posts row and one hourly row per event hour it saw (on
-    average 1 + interval/hour)."""
+    The fold rewrites each post's Posts row and one hourly row per event hour it saw: taken
+    as 1 + interval/hour, what a post voted on throughout the interval sees (an upper bound)."""
     sink_commits = rows / rows_per_sink_commit(shape)
     hours_per_post = 1 + workload.fold_interval_s / HOUR_S
     fold_cost = shape.fold_mutations_per_post + shape.fold_mutations_per_hour * hours_per_post
