@@ -32,7 +32,8 @@ setup(
         "numpy>=1.26",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20",
+                 "rfc3339-validator>=0.1.4"],
         "bench": ["matplotlib>=3.8"],
     },
     # The worker image (templates/Dockerfile) copies only the worker packages: no command there.
