@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from upvotes.deploy import (
-    ACTIONS, REPO_ROOT, DeployConfig, environment_help, execute_steps, parameter_table_markdown, print_steps,
-    stale_files, steps_for, write_metadata,
-)
 from pipeline.params import InvalidParameter
+from upvotes.deploy_config import REPO_ROOT, DeployConfig, environment_help
+from upvotes.gcloud_steps import ACTIONS, execute_steps, print_steps, steps_for
+from upvotes.template_metadata import parameter_table_markdown, stale_files, write_metadata
 from upvotes.errors import UsageError
 
 HELP = "Dataflow flex templates, launch commands, scheduler job and IAM for Google Cloud."
