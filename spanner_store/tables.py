@@ -31,6 +31,9 @@ HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares")
 FOLD_RUNS = "FoldRuns"
 FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt")
 
+WRITER_GENERATIONS = "WriterGenerations"
+WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt")
+
 VIEW_ACTIVE = "TopPostsActiveVersion"
 VIEW_VERSIONS = "TopPostsVersions"
 VIEW_ROWS = "TopPostsViewRows"
@@ -57,3 +60,10 @@ def hour_timestamp(epoch_s: int) -> datetime:
 def delta_key(delta: PostDelta) -> tuple:
     """The PostDeltas primary key of a delta: deterministic, so a retried pane collides."""
     return post_key(delta.post_id) + (hour_timestamp(delta.event_hour), delta.delta_id)
+
+
+def writer_identity(writer_name: str, generation: int) -> str:
+    """The writer part of a delta key: the name and the generation of its launch. Generation 0
+    is the bare name, the identity jobs had before generations existed, so the first in-place
+    update of such a job keeps its keys."""
+    return writer_name if generation == 0 else f"{writer_name}#g{generation}"
