@@ -22,6 +22,8 @@ DELTAS = "PostDeltas"
 DELTAS_BY_COMMIT = "PostDeltasByCommit"
 DELTA_KEY_COLUMNS = ("PostHash", "PostId", "EventHour", "DeltaId")
 DELTA_COLUMNS = DELTA_KEY_COLUMNS + ("Upvotes", "Shares", "Events", "CommittedAt")
+# The ROW DELETION POLICY of PostDeltas: a delta not folded by then is lost.
+DELTA_RETENTION_DAYS = 30
 # What the fold and the hourly reads take from each unfolded delta.
 DELTA_SUM_COLUMNS = ("EventHour", "Upvotes", "Shares")
 

@@ -323,7 +323,10 @@ def load_entry(kind: str):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monkeypatch: pytest.MonkeyPatch,
+                                                                 request: pytest.FixtureRequest) -> None:
+    """The streaming build claims its writer generation in Spanner (spanner_store/writers.py),
+    so that case builds against a provisioned database on the emulator."""
     import apache_beam as beam
 
     submitted = []
@@ -339,6 +342,9 @@ def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monk
     monkeypatch.setattr(beam.Pipeline, "run", fake_run)
     params = param_by_name(kind)
     argv = [f"--project={PROJECT}"] + [f"--{name}={p.example}" for name, p in params.items()]
+    if kind == "streaming":
+        stack = request.getfixturevalue("stack")
+        argv += [f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"]
     load_entry(kind).main(argv)
     assert len(submitted) == 1
 

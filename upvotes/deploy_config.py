@@ -94,6 +94,21 @@ class DeployConfig:
         "PUBLISHER_SA", "service account of the vote publishers"))
     scheduler_sa: str = field(default="upvotes-scheduler", metadata=_setting(
         "SCHEDULER_SA", "service account whose OAuth token Cloud Scheduler sends to the Dataflow API"))
+    # Thresholds of the alert policies (`upvotes deploy alerts`) and of `upvotes status`.
+    alert_fold_lag_s: int = field(default=1800, metadata=_setting(
+        "ALERT_FOLD_LAG_S", "seconds without a finished fold before the fold-lag alert (3 fold intervals)"))
+    alert_dead_letters: int = field(default=1, metadata=_setting(
+        "ALERT_DEAD_LETTERS", "undelivered dead letters at which the dead-letter alert fires"))
+    alert_data_freshness_s: int = field(default=300, metadata=_setting(
+        "ALERT_DATA_FRESHNESS_S", "streaming job data freshness (s) above which its alert fires"))
+    alert_system_lag_s: int = field(default=300, metadata=_setting(
+        "ALERT_SYSTEM_LAG_S", "streaming job system lag (s) above which its alert fires"))
+    alert_sink_retries_per_min: int = field(default=600, metadata=_setting(
+        "ALERT_SINK_RETRIES_PER_MIN", "sink transient retries per minute above which its alert fires"))
+    alert_duration_s: int = field(default=300, metadata=_setting(
+        "ALERT_DURATION_S", "seconds a rate or lag condition must hold before its alert fires"))
+    notification_channels: str = field(default="", metadata=_setting(
+        "NOTIFICATION_CHANNELS", "comma-separated Cloud Monitoring notification channel IDs for the alerts"))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "DeployConfig":
