@@ -76,6 +76,22 @@ CREATE TABLE WriterGenerations (
   ClaimedAt   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (WriterName);
 
+-- Moderation's audit trail: one row per `upvotes adjust` or `upvotes reset`, written in the
+-- same commit as the compensating delta rows it describes (DeltaId "@adjust/<id>"). Keyed
+-- by the adjustment's ID (the operator's --id, or a random UUID): a retried command
+-- collides with its own row and writes nothing twice. A few rows a day; never a hotspot.
+CREATE TABLE Adjustments (
+  AdjustmentId STRING(64) NOT NULL,
+  PostId       STRING(128) NOT NULL,
+  Kind         STRING(16) NOT NULL,
+  Upvotes      INT64 NOT NULL,
+  Shares       INT64 NOT NULL,
+  Reason       STRING(1024) NOT NULL,
+  Actor        STRING(256) NOT NULL,
+  AsOf         TIMESTAMP,
+  CreatedAt    TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (AdjustmentId);
+
 -- Versioned top-posts views (issue 8; spanner-static-views.txt). A reader pins one
 -- version and pages through it while later folds publish newer versions, so pages of a
 -- version never gain duplicates or gaps. One row per view: the active version, switched

@@ -36,6 +36,9 @@ FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "Fini
 WRITER_GENERATIONS = "WriterGenerations"
 WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt")
 
+ADJUSTMENTS = "Adjustments"
+ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind", "Upvotes", "Shares", "Reason", "Actor", "AsOf", "CreatedAt")
+
 VIEW_ACTIVE = "TopPostsActiveVersion"
 VIEW_VERSIONS = "TopPostsVersions"
 VIEW_ROWS = "TopPostsViewRows"
@@ -69,3 +72,9 @@ def writer_identity(writer_name: str, generation: int) -> str:
     is the bare name, the identity jobs had before generations existed, so the first in-place
     update of such a job keeps its keys."""
     return writer_name if generation == 0 else f"{writer_name}#g{generation}"
+
+
+def adjustment_delta_id(adjustment_id: str) -> str:
+    """The DeltaId of a moderation adjustment's compensating delta rows (one per event hour).
+    '@' is in no Dataflow job name nor writer identity, so it never equals a pipeline's DeltaId."""
+    return f"@adjust/{adjustment_id}"
