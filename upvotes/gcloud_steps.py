@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Sequence, TextIO
 
 from upvotes.deploy_config import KINDS, PARAMS, REPO_ROOT, DeployConfig
 
-ACTIONS = ("metadata", "setup", "provision", "iam", "build", "run", "schedule", "all")
+ACTIONS = ("metadata", "setup", "provision", "iam", "build", "run", "schedule", "all", "alerts")
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DATAFLOW_API = "https://dataflow.googleapis.com/v1b3"
