@@ -9,7 +9,7 @@ upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.workload's.
 
 The lower bound is the number of distinct (post, event hour, window) groups whose votes
 do not cancel out: the sink cannot write fewer delta rows without losing the hourly
-split or the window. The real SumPerWindow (as WindowAndSumVotes uses it, with its
+split or the window. The real WindowAndSumVotes (as WindowAndSumVotes uses it, with its
 trigger) runs over every vote of 1 in `pipeline_sample` posts, chosen by post_hash;
 its PostDelta count must equal the sample's lower bound, and its sums the sample's sums.
 The full stream's figures are then the lower bound plus the parent-row upserts the sink
@@ -33,7 +33,7 @@ from schemas import post_hash
 from schemas.records import HOUR_S, CounterSums, PostDelta, PostHour
 from spanner_store.deltas import plan_commits
 from pipeline.params import STREAMING_PARAMS, defaults
-from transforms.windowing import SumPerWindow, delta_id
+from transforms.windowing import WindowAndSumVotes, delta_id
 from upvotes.provision import Resources
 
 ZIPF = 1.1
@@ -80,7 +80,7 @@ def per_post(rows) -> dict[str, tuple[int, int]]:
 
 
 def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
-    """The real SumPerWindow over the votes, each timestamped with its arrival time."""
+    """The real WindowAndSumVotes over the votes, each timestamped with its arrival time."""
     set_feed([TimestampedValue((PostHour(post, hour), CounterSums(up, sh, 1)), arrival)
               for arrival, post, hour, up, sh in votes])
     take_collected()
@@ -88,7 +88,7 @@ def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
     (pipeline
      | "Start" >> beam.Impulse()
      | "Votes" >> beam.FlatMap(emit_feed)
-     | "SumPerWindow" >> SumPerWindow("bench", window_s)
+     | "WindowAndSumVotes" >> WindowAndSumVotes("bench", window_s)
      | "Collect" >> beam.Map(collect))
     pipeline.run().wait_until_finish()
     return take_collected()
@@ -107,7 +107,7 @@ def parent_upserts(groups: dict[Group, tuple[int, int]], window_s: int) -> int:
 
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
-    """The stream, its lower bound, the real SumPerWindow over the sample, the sink's rows."""
+    """The stream, its lower bound, the real WindowAndSumVotes over the sample, the sink's rows."""
     votes = simulated_stream(sizes)
     window_s = defaults(STREAMING_PARAMS)["window_seconds"]
     groups = group_sums(votes, window_s)
@@ -116,9 +116,9 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     with measured() as usage:
         deltas = sum_per_window(sample, window_s)
     exact = per_post((d.post_id, d.upvotes, d.shares) for d in deltas) == per_post((v[1], v[3], v[4]) for v in sample)
-    assert exact, "SumPerWindow's sums differ from the votes' sums"
+    assert exact, "WindowAndSumVotes's sums differ from the votes' sums"
     assert len(deltas) == len(sample_groups), (
-        f"SumPerWindow wrote {len(deltas)} deltas for {len(sample_groups)} (post, hour, window) groups")
+        f"WindowAndSumVotes wrote {len(deltas)} deltas for {len(sample_groups)} (post, hour, window) groups")
     parents = parent_upserts(groups, window_s)
     per_million = 1_000_000 / len(votes)
     return {

@@ -7,13 +7,16 @@ first run's and the sink would take its votes as already written.
 """
 from __future__ import annotations
 
+import time
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.transforms.window import TimestampedValue
 from google.cloud import spanner
 
 from pipeline.streaming import claim_writer
-from schemas.records import UPVOTES, VoteEvent
+from schemas.records import CounterSums, PostHour
 from spanner_store.reads import exact_counts
 from spanner_store.tables import DELTAS, post_key, writer_identity
 from spanner_store.writers import claim_generation
@@ -30,10 +33,13 @@ def launch_claim(stack, job_name: str, update: bool):
     return claim_writer(PipelineOptions(flags), stack.project, stack.instance, stack.database)
 
 
-def run_votes(stack, writer: str, votes: list[VoteEvent]) -> None:
-    """One streaming run's window-and-write half, with the writer identity its launch claimed."""
+def run_votes(stack, writer: str, votes: list[tuple[PostHour, CounterSums]]) -> None:
+    """One streaming run's window-and-write half, with the writer identity its launch claimed: the
+    parsed sums stamped with their ingestion time (now), as ParseVotes emits them."""
+    ingested = time.time()
     with TestPipeline() as p:
         (p | beam.Create(votes)
+         | beam.Map(lambda sums: TimestampedValue(sums, ingested))
          | WindowAndSumVotes(writer, LONG_WINDOW_S)
          | WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=50))
 
@@ -46,8 +52,9 @@ def delta_ids(database, post_id: str) -> list[str]:
         return sorted(r[0] for r in rows)
 
 
-def upvotes(post_id: str, n: int) -> list[VoteEvent]:
-    return [VoteEvent(post_id, UPVOTES, 1, HOUR, f"{post_id}-{i}") for i in range(n)]
+def upvotes(post_id: str, n: int) -> list[tuple[PostHour, CounterSums]]:
+    """n single upvotes, as n bundles' sums."""
+    return [(PostHour(post_id, HOUR), CounterSums(1, 0, 1)) for _ in range(n)]
 
 
 def test_a_fresh_launch_takes_a_new_generation_and_an_update_keeps_it(database) -> None:
