@@ -28,6 +28,8 @@ setup(
         "google-cloud-spanner>=3.71,<4",
         # Beam's own JSON parsing is the chain's largest per-element cost; orjson halves it.
         "orjson>=3.8,<4",
+        # `upvotes capacity`'s model sums over every post (also a dependency of Beam's).
+        "numpy>=1.26",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20"],

@@ -173,6 +173,8 @@ def markdown(document: dict) -> str:
         ["Figure", "Rows", "Per 1M votes"],
         [["Lower bound: (post, hour, window) groups", f"{wa['lower_bound_groups']:,}", f"{wa['delta_rows_per_1m_votes']:,.0f}"],
          ["Delta rows (WindowAndSumVotes)", f"{wa['delta_rows']:,}", f"{wa['delta_rows_per_1m_votes']:,.0f}"],
+         *([[f"Delta rows by `upvotes capacity`'s model (x{wa['model_vs_delta_rows']:.3f} of counted)",
+             f"{wa['model_delta_rows']:,}", ""]] if "model_delta_rows" in wa else []),
          ["+ parent key upserts (one per post per commit)", f"{wa['parent_upserts']:,}", ""],
          ["Rows written in all", f"{wa['rows_written']:,}", f"{wa['rows_per_1m_votes']:,.0f}"],
          ["Read-modify-write (one row write per vote)", "", f"{wa['rmw_rows_per_1m_votes']:,}"]]

@@ -49,6 +49,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     amplification = document["benchmarks"]["write_amplification"]
     assert amplification["pipeline_sample"]["exact"] is True
     assert amplification["pipeline_sample"]["pipeline_deltas"] == amplification["pipeline_sample"]["lower_bound_groups"]
+    assert abs(amplification["model_vs_delta_rows"] - 1) <= 0.10, "upvotes capacity's model is off by over 10%"
     fold = document["benchmarks"]["fold_scaling"]
     assert all(p["exact"] is True for p in fold["points"]) and all(r["exact"] is True for r in fold["reads"])
     assert document["benchmarks"]["freshness"]["exact"] is True
