@@ -27,6 +27,8 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.runner import PipelineResult
 
 from pipeline.options import StreamingOptions, pubsub_path, spanner_project
+from spanner_store.database import open_database
+from spanner_store.writers import WriterClaim, claim_generation
 from transforms.dead_letter import PublishDeadLetters
 from transforms.parse import ParseVotes
 from transforms.read_votes import ReadVotes
@@ -41,10 +43,21 @@ def is_dataflow(options: PipelineOptions) -> bool:
 
 
 def writer_name(options: PipelineOptions) -> str:
-    """Names this run in every delta key. On Dataflow the job name, which an in-place update
-    keeps (so a replayed pane keeps its key); locally a fresh name per run."""
-    job_name = options.view_as(GoogleCloudOptions).job_name
-    return job_name if job_name and is_dataflow(options) else f"local-{uuid.uuid4().hex[:12]}"
+    """The name this run writes under: the job name (kept by an in-place update), or a fresh
+    local name when none is given."""
+    return options.view_as(GoogleCloudOptions).job_name or f"local-{uuid.uuid4().hex[:12]}"
+
+
+def claim_writer(options: PipelineOptions, project: str, instance: str, database: str) -> WriterClaim:
+    """Claims this launch's writer generation (spanner_store/writers.py) while the pipeline is
+    built, i.e. once per launch: an update (`--update`) keeps the running job's generation and
+    so its delta keys; any other launch takes a new one, so a drained-and-relaunched job never
+    rewrites a key of its predecessor."""
+    update = bool(options.view_as(GoogleCloudOptions).update)
+    claim = claim_generation(open_database(project, instance, database), writer_name(options), update)
+    logging.info("writer %s, generation %d (%s)", claim.writer_name, claim.generation,
+                 "update: kept" if update else "fresh launch: new")
+    return claim
 
 
 def build(pipeline: beam.Pipeline, options: PipelineOptions) -> None:
@@ -57,7 +70,8 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> None:
     parsed = messages | "ParseVotes" >> ParseVotes()
     failed_rows = (
         parsed.sums
-        | "WindowAndSumVotes" >> WindowAndSumVotes(writer_name(options), settings.window_seconds)
+        | "WindowAndSumVotes" >> WindowAndSumVotes(
+            claim_writer(options, project, settings.instance, settings.database).identity, settings.window_seconds)
         | "WriteDeltaRows" >> WriteDeltaRows(project, settings.instance, settings.database, settings.rows_per_commit)
     )
     (parsed.rejected, failed_rows) | "PublishDeadLetters" >> PublishDeadLetters(

@@ -15,9 +15,9 @@ CREATE TABLE Posts (
 ) PRIMARY KEY (PostHash, PostId);
 
 -- Insert-only deltas, one row per (post, event hour, pane) written by the streaming
--- pipeline. DeltaId is deterministic (job name, window, pane), so a retried write of
--- the same pane collides with the first instead of counting twice, and a new job
--- (new name) never collides with an old one. CommittedAt is stamped by Spanner and
+-- pipeline. DeltaId is deterministic (job name and generation, window, pane), so a
+-- retried write of the same pane collides with the first instead of counting twice, and
+-- a new launch (new generation, see WriterGenerations) never collides with an old one. CommittedAt is stamped by Spanner and
 -- is deliberately not in the key: a retry gets a new commit timestamp.
 CREATE TABLE PostDeltas (
   PostHash    INT64 NOT NULL,
@@ -64,6 +64,33 @@ CREATE TABLE FoldRuns (
   FinishedAt   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (FoldId),
   ROW DELETION POLICY (OLDER_THAN(FinishedAt, INTERVAL 30 DAY));
+
+-- One row per streaming writer name (the Dataflow job name): the generation of its
+-- current run, part of every delta key it writes. A fresh launch claims Generation + 1,
+-- so a job drained and relaunched under the same name never rewrites an old delta key;
+-- an in-place update (--update) keeps the generation, so a replayed pane still collides.
+-- Keyed by the name: a handful of rows, written once per launch.
+CREATE TABLE WriterGenerations (
+  WriterName  STRING(128) NOT NULL,
+  Generation  INT64 NOT NULL,
+  ClaimedAt   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (WriterName);
+
+-- Moderation's audit trail: one row per `upvotes adjust` or `upvotes reset`, written in the
+-- same commit as the compensating delta rows it describes (DeltaId "@adjust/<id>"). Keyed
+-- by the adjustment's ID (the operator's --id, or a random UUID): a retried command
+-- collides with its own row and writes nothing twice. A few rows a day; never a hotspot.
+CREATE TABLE Adjustments (
+  AdjustmentId STRING(64) NOT NULL,
+  PostId       STRING(128) NOT NULL,
+  Kind         STRING(16) NOT NULL,
+  Upvotes      INT64 NOT NULL,
+  Shares       INT64 NOT NULL,
+  Reason       STRING(1024) NOT NULL,
+  Actor        STRING(256) NOT NULL,
+  AsOf         TIMESTAMP,
+  CreatedAt    TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (AdjustmentId);
 
 -- Versioned top-posts views (issue 8; spanner-static-views.txt). A reader pins one
 -- version and pages through it while later folds publish newer versions, so pages of a

@@ -46,24 +46,30 @@ def hour_floor(moment: datetime) -> datetime:
 
 def hourly_counts(database, post_id: str, since: datetime, until: datetime | None = None) -> list[HourCount]:
     """Exact upvotes and shares of `post_id` per event hour overlapping [since, until), oldest first."""
-    key = post_key(post_id)
     first, end = hour_floor(since), None if until is None else _utc(until)
+    with database.snapshot(multi_use=True) as snapshot:
+        every_hour = hourly_counts_in(snapshot, post_id)
+    return [h for h in every_hour if h.hour >= first and (end is None or h.hour < end)]
+
+
+def hourly_counts_in(snapshot, post_id: str) -> list[HourCount]:
+    """Exact counts of `post_id` in every event hour it has, oldest first, read in `snapshot`
+    (a multi-use read-only snapshot: both sides must be read at the same timestamp)."""
+    key = post_key(post_id)
     sums: dict[datetime, list[int]] = {}
 
     def add(rows) -> None:
         for hour, upvotes, shares in rows:
-            if hour >= first and (end is None or hour < end):
-                acc = sums.setdefault(_plain(hour), [0, 0])
-                acc[0] += upvotes
-                acc[1] += shares
+            acc = sums.setdefault(_plain(hour), [0, 0])
+            acc[0] += upvotes
+            acc[1] += shares
 
-    with database.snapshot(multi_use=True) as snapshot:
-        posts = list(snapshot.read(POSTS, columns=("FoldedThrough",), keyset=spanner.KeySet(keys=[list(key)])))
-        if not posts:
-            return []
-        add(snapshot.read(HOURLY, columns=DELTA_SUM_COLUMNS,
-                          keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key))])))
-        add(read_unfolded(snapshot, {key: posts[0][0]}, DELTA_SUM_COLUMNS))
+    posts = list(snapshot.read(POSTS, columns=("FoldedThrough",), keyset=spanner.KeySet(keys=[list(key)])))
+    if not posts:
+        return []
+    add(snapshot.read(HOURLY, columns=DELTA_SUM_COLUMNS,
+                      keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key))])))
+    add(read_unfolded(snapshot, {key: posts[0][0]}, DELTA_SUM_COLUMNS))
     return [HourCount(hour, *sums[hour]) for hour in sorted(sums)]
 
 

@@ -22,6 +22,8 @@ DELTAS = "PostDeltas"
 DELTAS_BY_COMMIT = "PostDeltasByCommit"
 DELTA_KEY_COLUMNS = ("PostHash", "PostId", "EventHour", "DeltaId")
 DELTA_COLUMNS = DELTA_KEY_COLUMNS + ("Upvotes", "Shares", "Events", "CommittedAt")
+# The ROW DELETION POLICY of PostDeltas: a delta not folded by then is lost.
+DELTA_RETENTION_DAYS = 30
 # What the fold and the hourly reads take from each unfolded delta.
 DELTA_SUM_COLUMNS = ("EventHour", "Upvotes", "Shares")
 
@@ -30,6 +32,12 @@ HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares")
 
 FOLD_RUNS = "FoldRuns"
 FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt")
+
+WRITER_GENERATIONS = "WriterGenerations"
+WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt")
+
+ADJUSTMENTS = "Adjustments"
+ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind", "Upvotes", "Shares", "Reason", "Actor", "AsOf", "CreatedAt")
 
 VIEW_ACTIVE = "TopPostsActiveVersion"
 VIEW_VERSIONS = "TopPostsVersions"
@@ -57,3 +65,16 @@ def hour_timestamp(epoch_s: int) -> datetime:
 def delta_key(delta: PostDelta) -> tuple:
     """The PostDeltas primary key of a delta: deterministic, so a retried pane collides."""
     return post_key(delta.post_id) + (hour_timestamp(delta.event_hour), delta.delta_id)
+
+
+def writer_identity(writer_name: str, generation: int) -> str:
+    """The writer part of a delta key: the name and the generation of its launch. Generation 0
+    is the bare name, the identity jobs had before generations existed, so the first in-place
+    update of such a job keeps its keys."""
+    return writer_name if generation == 0 else f"{writer_name}#g{generation}"
+
+
+def adjustment_delta_id(adjustment_id: str) -> str:
+    """The DeltaId of a moderation adjustment's compensating delta rows (one per event hour).
+    '@' is in no Dataflow job name nor writer identity, so it never equals a pipeline's DeltaId."""
+    return f"@adjust/{adjustment_id}"

@@ -9,7 +9,7 @@ import pytest
 from upvotes.cli import build_parser, main
 
 SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view", "verify", "capacity",
-               "demo", "lint-schema", "deploy"]
+               "status", "dead-letters", "adjust", "reset", "demo", "lint-schema", "deploy"]
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import importlib.util
 import io
 import json
@@ -21,9 +22,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.options import FoldOptions, StreamingOptions
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, Param, parse_values
-from upvotes import deploy
+from upvotes import gcloud_steps, template_metadata
 from upvotes.commands import deploy as deploy_command
-from upvotes.deploy import DeployConfig
+from upvotes.deploy_config import DeployConfig, all_params
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
@@ -47,7 +48,7 @@ def param_by_name(kind: str) -> dict[str, Param]:
 
 
 def metadata_params(kind: str) -> list[dict]:
-    return deploy.template_metadata(kind)["parameters"]
+    return template_metadata.template_metadata(kind)["parameters"]
 
 
 def cfg(**changes: object) -> DeployConfig:
@@ -88,7 +89,7 @@ def test_the_metadata_marks_exactly_the_options_the_pipeline_requires(kind: str)
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_metadata_has_the_flex_template_fields(kind: str) -> None:
-    metadata = deploy.template_metadata(kind)
+    metadata = template_metadata.template_metadata(kind)
     assert metadata["name"] and metadata["description"]
     assert metadata["streaming"] is (kind == "streaming")
     for parameter in metadata["parameters"]:
@@ -100,18 +101,18 @@ def test_metadata_has_the_flex_template_fields(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_metadata_files_on_disk_are_the_generated_ones(kind: str) -> None:
-    on_disk = deploy.metadata_path(kind).read_text(encoding="utf-8")
-    assert on_disk == deploy.metadata_text(kind), "run `upvotes deploy metadata`"
-    assert json.loads(on_disk) == deploy.template_metadata(kind)
+    on_disk = template_metadata.metadata_path(kind).read_text(encoding="utf-8")
+    assert on_disk == template_metadata.metadata_text(kind), "run `upvotes deploy metadata`"
+    assert json.loads(on_disk) == template_metadata.template_metadata(kind)
 
 
 def test_no_generated_file_is_stale() -> None:
-    assert deploy.stale_files() == []
+    assert template_metadata.stale_files() == []
 
 
 def test_unknown_template_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="streaming, fold"):
-        deploy.template_metadata("batch")
+        template_metadata.template_metadata("batch")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -133,7 +134,7 @@ def anchored_regex(name: str) -> str:
     raise KeyError(name)
 
 
-@pytest.mark.parametrize("param", deploy.all_params(), ids=lambda p: p.template_name)
+@pytest.mark.parametrize("param", all_params(), ids=lambda p: p.template_name)
 def test_regexes_accept_each_example_and_default(param: Param) -> None:
     regex = anchored_regex(param.template_name)
     assert matches(regex, param.example)
@@ -148,7 +149,7 @@ def guide_parameters() -> list[tuple[str, str]]:
 
 def test_the_guide_launches_with_every_template_parameter() -> None:
     named = {name for name, _ in guide_parameters()}
-    assert named == {p.template_name for p in deploy.all_params()}
+    assert named == {p.template_name for p in all_params()}
 
 
 @pytest.mark.parametrize("name, value", guide_parameters())
@@ -205,7 +206,7 @@ def test_regexes_reject_bad_values(name: str, value: str) -> None:
 
 @pytest.mark.parametrize("name, value", BAD_VALUES)
 def test_the_pipeline_rejects_what_the_metadata_rejects(name: str, value: str) -> None:
-    param = next(p for p in deploy.all_params() if p.template_name == name)
+    param = next(p for p in all_params() if p.template_name == name)
     with pytest.raises(InvalidParameter):
         parse_values((param,), {param.dest: value})
 
@@ -307,7 +308,7 @@ def test_cloudbuild_builds_the_dockerfile_once_per_template() -> None:
         assert f"--build-arg=PIPELINE={kind}" in step["args"]
         assert f"--tag=${{_{kind.upper()}_IMAGE}}" in step["args"]
     assert build["images"] == [f"${{_{kind.upper()}_IMAGE}}" for kind in KINDS]
-    (submit,) = [c for c in deploy.build_commands(cfg()) if c[:3] == ["gcloud", "builds", "submit"]]
+    (submit,) = [c for c in gcloud_steps.build_commands(cfg()) if c[:3] == ["gcloud", "builds", "submit"]]
     passed = next(a for a in submit if a.startswith("--substitutions=")).split("=", 1)[1]
     assert {pair.split("=", 1)[0] for pair in passed.split(",")} == {"_STREAMING_IMAGE", "_FOLD_IMAGE"}
 
@@ -322,7 +323,10 @@ def load_entry(kind: str):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monkeypatch: pytest.MonkeyPatch,
+                                                                 request: pytest.FixtureRequest) -> None:
+    """The streaming build claims its writer generation in Spanner (spanner_store/writers.py),
+    so that case builds against a provisioned database on the emulator."""
     import apache_beam as beam
 
     submitted = []
@@ -338,6 +342,9 @@ def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monk
     monkeypatch.setattr(beam.Pipeline, "run", fake_run)
     params = param_by_name(kind)
     argv = [f"--project={PROJECT}"] + [f"--{name}={p.example}" for name, p in params.items()]
+    if kind == "streaming":
+        stack = request.getfixturevalue("stack")
+        argv += [f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"]
     load_entry(kind).main(argv)
     assert len(submitted) == 1
 
@@ -376,7 +383,7 @@ def test_bad_settings_are_refused_naming_the_variable(environ: dict[str, str], m
 
 def dry_run(action: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, **env: str) -> list[list[str]]:
     """The commands `upvotes deploy ACTION --dry-run` prints, parsed back with shlex."""
-    for field in deploy.dataclasses.fields(DeployConfig):
+    for field in dataclasses.fields(DeployConfig):
         monkeypatch.delenv(field.metadata["env"], raising=False)
     monkeypatch.setenv("PROJECT", PROJECT)
     for name, value in env.items():
@@ -389,14 +396,14 @@ def dry_run(action: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
 
 
 def test_dry_run_prints_exactly_the_commands_and_runs_nothing(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(deploy.subprocess, "run", lambda *a, **k: pytest.fail("--dry-run ran a command"))
+    monkeypatch.setattr(gcloud_steps.subprocess, "run", lambda *a, **k: pytest.fail("--dry-run ran a command"))
     config = cfg()
-    for action, expected in (("build", deploy.build_commands), ("run", deploy.run_commands),
-                             ("schedule", deploy.scheduler_commands), ("iam", deploy.iam_commands),
-                             ("setup", deploy.setup_commands), ("provision", deploy.provision_commands)):
+    for action, expected in (("build", gcloud_steps.build_commands), ("run", gcloud_steps.run_commands),
+                             ("schedule", gcloud_steps.scheduler_commands), ("iam", gcloud_steps.iam_commands),
+                             ("setup", gcloud_steps.setup_commands), ("provision", gcloud_steps.provision_commands)):
         assert dry_run(action, monkeypatch, capsys) == expected(config), action
     everything = dry_run("all", monkeypatch, capsys)
-    assert everything == [step.argv for name in deploy.STEPS for step in deploy.STEPS[name](config)]
+    assert everything == [step.argv for name in gcloud_steps.STEPS for step in gcloud_steps.STEPS[name](config)]
 
 
 def test_build_dry_run_names_the_images_metadata_and_template_paths(monkeypatch, capsys) -> None:
@@ -467,7 +474,7 @@ def test_schedule_dry_run_posts_the_fold_launch(monkeypatch, capsys) -> None:
     assert f"--oauth-service-account-email=upvotes-scheduler@{PROJECT}.iam.gserviceaccount.com" in command
     assert "--oauth-token-scope=https://www.googleapis.com/auth/cloud-platform" in command
     body = json.loads(next(a for a in command if a.startswith("--message-body=")).split("=", 1)[1])
-    assert body == deploy.launch_request(cfg())
+    assert body == gcloud_steps.launch_request(cfg())
     assert body["launchParameter"]["containerSpecGcsPath"] == f"gs://{PROJECT}-upvotes/templates/fold.json"
 
 
@@ -480,7 +487,7 @@ def decoded_body(job: dict) -> dict:
 @pytest.mark.parametrize("posts_per_commit", ["500", "250", None])
 def test_scheduler_job_launches_the_fold_template(posts_per_commit: str | None) -> None:
     config = cfg(posts_per_commit=posts_per_commit, fold_schedule="*/15 * * * *", fold_max_workers=4)
-    job = deploy.scheduler_job(config)
+    job = gcloud_steps.scheduler_job(config)
     assert json.loads(json.dumps(job)) == job, "the job body is JSON"
     assert job["schedule"] == "*/15 * * * *" and job["timeZone"] == "Etc/UTC"
     assert job["name"] == f"projects/{PROJECT}/locations/us-central1/jobs/upvotes-fold"
@@ -518,7 +525,7 @@ def test_scheduler_job_launches_the_fold_template(posts_per_commit: str | None) 
 def bindings(config: DeployConfig) -> list[tuple[str, str, str, str]]:
     """(resource kind, resource, member, role) of every add-iam-policy-binding command."""
     found = []
-    for command in deploy.iam_commands(config):
+    for command in gcloud_steps.iam_commands(config):
         assert "add-iam-policy-binding" in command, command
         verb = command.index("add-iam-policy-binding")
         member = next(a for a in command if a.startswith("--member=")).split("=", 1)[1]
@@ -554,7 +561,7 @@ def test_workers_get_exactly_what_they_use() -> None:
         assert ("spanner databases", "votes", member, "roles/spanner.databaseUser") in found
         assert ("storage buckets", f"gs://{PROJECT}-upvotes", member, "roles/storage.objectAdmin") in found
         assert ("artifacts repositories", "upvotes", member, "roles/artifactregistry.reader") in found
-    spanner = [c for c in deploy.iam_commands(cfg()) if c[:3] == ["gcloud", "spanner", "databases"]]
+    spanner = [c for c in gcloud_steps.iam_commands(cfg()) if c[:3] == ["gcloud", "spanner", "databases"]]
     assert spanner and all("--instance=upvotes" in c for c in spanner)
     assert not any(role.startswith("roles/spanner") and kind != "spanner databases" for kind, _, _, role in found)
 
@@ -578,9 +585,9 @@ def test_running_stops_at_the_first_failure() -> None:
         calls.append(argv)
         return next(codes)
 
-    steps = [deploy.Step(["gcloud", "one"]), deploy.Step(["upvotes", "provision", "--x"]), deploy.Step(["gcloud", "three"])]
+    steps = [gcloud_steps.Step(["gcloud", "one"]), gcloud_steps.Step(["upvotes", "provision", "--x"]), gcloud_steps.Step(["gcloud", "three"])]
     out, err = io.StringIO(), io.StringIO()
-    assert deploy.execute_steps(steps, out, err, run=fake) == 3
+    assert gcloud_steps.execute_steps(steps, out, err, run=fake) == 3
     assert len(calls) == 2
     assert calls[1][1:3] == ["-m", "upvotes.cli"] and calls[1][3:] == ["provision", "--x"]
     assert "step 2 of 3 failed with exit code 3" in err.getvalue() and "upvotes provision --x" in err.getvalue()
@@ -591,7 +598,7 @@ def test_missing_gcloud_is_explained() -> None:
         raise FileNotFoundError(argv[0])
 
     err = io.StringIO()
-    assert deploy.execute_steps([deploy.Step(["gcloud", "x"])], io.StringIO(), err, run=missing) == 127
+    assert gcloud_steps.execute_steps([gcloud_steps.Step(["gcloud", "x"])], io.StringIO(), err, run=missing) == 127
     assert "Google Cloud CLI" in err.getvalue()
 
 
@@ -604,22 +611,22 @@ def metadata_args(root: Path, *flags: str) -> argparse.Namespace:
 def test_metadata_action_writes_then_checks(tmp_path: Path, capsys) -> None:
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "README.md").write_text(
-        f"# guide\n{deploy.TABLE_START}\nold table\n{deploy.TABLE_END}\nrest\n", encoding="utf-8")
+        f"# guide\n{template_metadata.TABLE_START}\nold table\n{template_metadata.TABLE_END}\nrest\n", encoding="utf-8")
     assert deploy_command.run(metadata_args(tmp_path, "--check")) == 1
     assert deploy_command.run(metadata_args(tmp_path)) == 0
     assert deploy_command.run(metadata_args(tmp_path, "--check")) == 0
     for kind in KINDS:
-        assert json.loads(deploy.metadata_path(kind, tmp_path).read_text()) == deploy.template_metadata(kind)
+        assert json.loads(template_metadata.metadata_path(kind, tmp_path).read_text()) == template_metadata.template_metadata(kind)
     readme = (tmp_path / "templates" / "README.md").read_text()
-    assert "old table" not in readme and deploy.parameter_table_markdown() in readme and readme.endswith("rest\n")
-    deploy.metadata_path("fold", tmp_path).write_text("{}\n")
+    assert "old table" not in readme and template_metadata.parameter_table_markdown() in readme and readme.endswith("rest\n")
+    template_metadata.metadata_path("fold", tmp_path).write_text("{}\n")
     assert deploy_command.run(metadata_args(tmp_path, "--check")) == 1
     assert "fold/metadata.json" in capsys.readouterr().err
 
 
 def test_build_refuses_stale_metadata(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("PROJECT", PROJECT)
-    monkeypatch.setattr(deploy.subprocess, "run", lambda *a, **k: pytest.fail("ran a command"))
+    monkeypatch.setattr(gcloud_steps.subprocess, "run", lambda *a, **k: pytest.fail("ran a command"))
     parser = argparse.ArgumentParser()
     deploy_command.add_arguments(parser)
     assert deploy_command.run(parser.parse_args(["build", "--root", str(tmp_path)])) == 1
@@ -628,15 +635,15 @@ def test_build_refuses_stale_metadata(tmp_path: Path, monkeypatch, capsys) -> No
 
 def test_markdown_prints_the_parameter_table(capsys) -> None:
     assert deploy_command.run(metadata_args(ROOT, "--markdown")) == 0
-    assert capsys.readouterr().out == deploy.parameter_table_markdown()
+    assert capsys.readouterr().out == template_metadata.parameter_table_markdown()
 
 
 def test_the_guide_table_is_the_generated_one() -> None:
     text = README.read_text(encoding="utf-8")
-    start = text.index(deploy.TABLE_START) + len(deploy.TABLE_START)
-    table = text[start:text.index(deploy.TABLE_END)].strip("\n") + "\n"
-    assert table == deploy.parameter_table_markdown()
-    for param in deploy.all_params():
+    start = text.index(template_metadata.TABLE_START) + len(template_metadata.TABLE_START)
+    table = text[start:text.index(template_metadata.TABLE_END)].strip("\n") + "\n"
+    assert table == template_metadata.parameter_table_markdown()
+    for param in all_params():
         assert f"| `--{param.flag}` | `{param.template_name}` |" in table
 
 

@@ -119,8 +119,8 @@ class WindowAndSumVotes(beam.PTransform):
     """(PostHour, CounterSums) stamped with their ingestion time (ParseVotes' sums) -> PostDelta,
     one per post, event hour and pane of fixed windows.
 
-    `writer` names this pipeline run (on Dataflow, the job name, which survives an
-    update) so that deltas of different runs never share a key.
+    `writer` names this pipeline run (the job name and its launch generation, which an
+    update keeps: spanner_store/writers.py) so that deltas of different runs never share a key.
     """
 
     def __init__(self, writer: str, window_seconds: int) -> None:

@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from upvotes.deploy import (
-    ACTIONS, REPO_ROOT, DeployConfig, environment_help, execute_steps, parameter_table_markdown, print_steps,
-    stale_files, steps_for, write_metadata,
-)
 from pipeline.params import InvalidParameter
+from upvotes.deploy_config import REPO_ROOT, DeployConfig, environment_help
+from upvotes.gcloud_steps import ACTIONS, execute_steps, print_steps, steps_for
+from upvotes.template_metadata import parameter_table_markdown, stale_files, write_metadata
 from upvotes.errors import UsageError
 
 HELP = "Dataflow flex templates, launch commands, scheduler job and IAM for Google Cloud."
@@ -20,7 +19,8 @@ HELP = "Dataflow flex templates, launch commands, scheduler job and IAM for Goog
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=ACTIONS,
                         help="metadata: write templates/*/metadata.json and the README table; "
-                             "setup, provision, iam, build, run, schedule: that stage; all: every stage in order")
+                             "setup, provision, iam, build, run, schedule: that stage; all: every stage in order; "
+                             "alerts: the Cloud Monitoring alert policies and dashboard (templates/monitoring)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the exact commands, one per line, and run nothing")
     parser.add_argument("--check", action="store_true",
@@ -59,7 +59,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                   + ", ".join(str(p) for p in stale), file=err)
             if not args.dry_run:
                 return 1
-    steps = steps_for(args.action, cfg)
+    if args.action == "alerts":
+        from upvotes.monitoring import alert_steps, write_rendered
+
+        for path in write_rendered(cfg, root):  # local files only; the commands below read them
+            print(f"# rendered {path}", file=out)
+        steps = alert_steps(cfg)
+    else:
+        steps = steps_for(args.action, cfg)
     if args.dry_run:
         print(f"# from the repository root: cd {shlex.quote(str(root))}", file=out)
         print_steps(steps, out)

@@ -1,0 +1,51 @@
+"""Writer generations: which delta keys a streaming launch may write.
+
+A delta key names its writer, window and pane. The writer is the job name plus a generation
+claimed here when the pipeline is built (at launch):
+
+- a fresh launch takes the stored generation + 1 (1 for a name never seen), so a job drained
+  and relaunched under the same name writes keys no earlier run of that name wrote, even for
+  the same window and pane;
+- an in-place update (Dataflow `--update`) keeps the stored generation, so a pane the updated
+  job replays has the key it had before and collides with it (counted once). An update of a
+  name with no row is a job launched before generations existed: it keeps generation 0, the
+  bare job name, which is the identity such a job already writes with.
+
+The claim is one read-write transaction, so two launches racing on one name get different
+generations.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from google.cloud import spanner
+
+from spanner_store.database import run_transaction, run_with_retries
+from spanner_store.tables import WRITER_GENERATION_COLUMNS, WRITER_GENERATIONS, writer_identity
+
+LEGACY_GENERATION = 0
+
+
+class WriterClaim(NamedTuple):
+    writer_name: str
+    generation: int
+    identity: str  # what goes into every delta key this run writes (tables.writer_identity)
+
+
+def claim_generation(database, writer_name: str, update: bool) -> WriterClaim:
+    """Claims the generation of a launch of `writer_name`: a new one, or with `update` the current one."""
+
+    def claim(transaction) -> int:
+        rows = list(transaction.read(WRITER_GENERATIONS, columns=("Generation",),
+                                     keyset=spanner.KeySet(keys=[[writer_name]])))
+        current = rows[0][0] if rows else None
+        if update:
+            generation = LEGACY_GENERATION if current is None else current
+        else:
+            generation = 1 if current is None else current + 1
+        transaction.insert_or_update(WRITER_GENERATIONS, columns=WRITER_GENERATION_COLUMNS,
+                                     values=[(writer_name, generation, spanner.COMMIT_TIMESTAMP)])
+        return generation
+
+    generation = run_with_retries(lambda: run_transaction(database, claim))
+    return WriterClaim(writer_name, generation, writer_identity(writer_name, generation))

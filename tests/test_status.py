@@ -1,0 +1,83 @@
+"""`upvotes status` on the emulators: unfolded deltas before and after a fold, the exit status
+as a probe, and the dead-letter backlog by reason."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from apache_beam.testing.test_pipeline import TestPipeline
+from google.cloud import pubsub_v1
+
+from pipeline.fold import outcome_from_metrics
+from schemas.records import PostDelta, Rejected
+from spanner_store.deltas import write_deltas
+from spanner_store.health import DeltaHealth
+from transforms.dead_letter import to_dead_letter
+from transforms.fold_deltas import FoldDeltas
+from upvotes.cli import main
+from upvotes.status import Thresholds, problems, status_report
+
+HOUR = 1_795_312_800
+
+
+def fold(stack) -> None:
+    pipeline = TestPipeline()
+    pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500)
+    result = pipeline.run()
+    result.wait_until_finish()
+    assert outcome_from_metrics(result).posts_folded >= 0
+
+
+def status(stack, capsys, *extra: str) -> tuple[int, dict]:
+    code = main(["status", "--project", stack.project, "--instance", stack.instance, "--database", stack.database,
+                 "--json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_unfolded_deltas_before_a_fold_none_after_and_exit_3_on_a_stale_fold(stack, database, capsys) -> None:
+    deltas = [PostDelta(f"status-{i % 7}", HOUR, f"status-w:{i}:0", 2, 1, 3) for i in range(40)]
+    write_deltas(database, deltas)
+
+    code, before = status(stack, capsys)
+    assert before["unfolded_deltas"] == 40
+    assert before["oldest_unfolded_age_s"] >= 0
+    assert before["delta_rows_per_min"] == 4.0 and before["votes_per_min"] == 12.0  # 40 rows, 120 votes, 10 min
+    assert before["dead_letter_backlog"] is None and before["retention_days"] == 30
+    assert code == 3 and before["problems"]  # never folded, with unfolded deltas
+
+    fold(stack)
+    code, after = status(stack, capsys)
+    assert (after["unfolded_deltas"], after["oldest_unfolded_age_s"]) == (0, None)
+    assert after["last_fold_age_s"] is not None and after["delta_rows_per_min"] == 4.0  # folded, still recent
+    assert code == 0 and after["healthy"]
+
+    code, stale = status(stack, capsys, "--max-fold-lag-s", "0.001")
+    assert code == 3 and not stale["healthy"]
+    assert any("last fold finished" in p for p in stale["problems"])
+
+
+def test_dead_letters_make_status_unhealthy_and_are_counted_by_reason(stack, capsys) -> None:
+    publisher = pubsub_v1.PublisherClient()
+    topic = f"projects/{stack.project}/topics/{stack.dead_letter_topic}"
+    for data in (b"{not json", b"[1]"):
+        reason = "not_json" if data.startswith(b"{") else "not_object"
+        message = to_dead_letter(Rejected(data, {}, f"{reason}: test"))
+        publisher.publish(topic, message.data, **message.attributes).result(timeout=30)
+
+    code, report = status(stack, capsys, "--dead-letter-topic", stack.dead_letter_topic)
+    assert report["dead_letter_backlog"] == {"rejected_vote/not_json": 1, "rejected_vote/not_object": 1}
+    assert code == 3
+    # Released, not consumed: a second look sees the same backlog.
+    assert status(stack, capsys, "--dead-letter-topic", stack.dead_letter_topic)[1]["dead_letter_backlog"] == \
+        report["dead_letter_backlog"]
+
+
+def test_unfolded_deltas_older_than_a_tenth_of_the_retention_cross_a_threshold() -> None:
+    now = datetime(2026, 11, 23, tzinfo=timezone.utc)
+    health = DeltaHealth(read_at=now, posts=1, last_fold_snapshot=now - timedelta(seconds=60), unfolded_deltas=1,
+                         oldest_unfolded_commit=now - timedelta(days=3, seconds=1), recent_delta_rows=0,
+                         recent_votes=0, recent_window=timedelta(minutes=10))
+    found = problems(status_report(health, None), Thresholds(max_fold_lag_s=1800))
+    assert len(found) == 1 and "1/10 of the 30-day retention" in found[0]
+    fresher = health.__class__(**{**health.__dict__, "oldest_unfolded_commit": now - timedelta(days=2)})
+    assert problems(status_report(fresher, None), Thresholds(max_fold_lag_s=1800)) == []

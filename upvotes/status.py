@@ -1,0 +1,66 @@
+"""`upvotes status`: the health of a deployment as one report, and whether it crosses a threshold.
+
+What it reads (spanner_store/health.py): every Posts row's watermark, and per post the
+commit-time index entries after min(watermark, 10 minutes ago), in one strong read-only
+snapshot; the newest FoldRuns row; with a dead-letter topic, up to `--dead-letter-limit`
+messages of its kept subscription, pulled and released unacknowledged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from spanner_store.health import DeltaHealth
+from spanner_store.tables import DELTA_RETENTION_DAYS
+
+# Unfolded deltas older than this share of the retention are a fold that has been broken for
+# long enough that, left alone, the row deletion policy will delete votes nobody counted.
+UNFOLDED_AGE_SHARE_OF_RETENTION = 0.1
+EXIT_HEALTHY = 0
+EXIT_THRESHOLD_CROSSED = 3
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_fold_lag_s: float
+    max_unfolded_age_s: float = DELTA_RETENTION_DAYS * 86_400 * UNFOLDED_AGE_SHARE_OF_RETENTION
+    max_dead_letters: int = 0
+
+
+def _age_s(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else round((now - then).total_seconds(), 3)
+
+
+def status_report(health: DeltaHealth, dead_letter_backlog: dict[str, int] | None) -> dict:
+    """The report `upvotes status` prints, as of the health snapshot's read time."""
+    minutes = health.recent_window.total_seconds() / 60
+    return {
+        "read_at": health.read_at.isoformat(),
+        "posts": health.posts,
+        "last_fold_snapshot": None if health.last_fold_snapshot is None else health.last_fold_snapshot.isoformat(),
+        "last_fold_age_s": _age_s(health.read_at, health.last_fold_snapshot),
+        "unfolded_deltas": health.unfolded_deltas,
+        "oldest_unfolded_age_s": _age_s(health.read_at, health.oldest_unfolded_commit),
+        "delta_rows_per_min": round(health.recent_delta_rows / minutes, 2),
+        "votes_per_min": round(health.recent_votes / minutes, 2),
+        "dead_letter_backlog": dead_letter_backlog,
+        "retention_days": DELTA_RETENTION_DAYS,
+    }
+
+
+def problems(report: dict, thresholds: Thresholds) -> list[str]:
+    """Each threshold the report crosses, in words; empty when healthy."""
+    found = []
+    fold_age = report["last_fold_age_s"]
+    if fold_age is None and report["unfolded_deltas"]:
+        found.append("no fold has ever finished, and there are unfolded deltas")
+    elif fold_age is not None and fold_age > thresholds.max_fold_lag_s:
+        found.append(f"last fold finished {fold_age:.0f} s ago (threshold {thresholds.max_fold_lag_s:.0f} s)")
+    oldest = report["oldest_unfolded_age_s"]
+    if oldest is not None and oldest > thresholds.max_unfolded_age_s:
+        found.append(f"an unfolded delta is {oldest:.0f} s old (threshold {thresholds.max_unfolded_age_s:.0f} s, "
+                     f"1/10 of the {report['retention_days']}-day retention)")
+    backlog = report["dead_letter_backlog"]
+    if backlog is not None and sum(backlog.values()) > thresholds.max_dead_letters:
+        found.append(f"{sum(backlog.values())} dead letters kept: " + ", ".join(f"{k}={v}" for k, v in backlog.items()))
+    return found
