@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import orjson
 
+from schemas import delta_retention_days
 from schemas.records import COUNTERS, HOUR_S, Rejected, VoteEvent
 
 # The attribute a publisher sets to a message's unique ID. Dataflow drops redeliveries and
@@ -62,8 +63,37 @@ def _optional_string(fields: Mapping[str, Any], name: str, may_be_empty: bool = 
     return value
 
 
-def event_hour(event_time: str | None, publish_time_s: float) -> int:
-    """Start of the event's hour; the publish time stands in for a missing event_time."""
+class EventTimePolicy(NamedTuple):
+    """Which claimed event times the pipeline believes; it never drops a vote for its time.
+
+    An event_time older than the delta retention, or further ahead of the publish time than
+    `max_clock_skew_s`, says more about the client's clock than about the vote: such a vote
+    is counted in the hour it was ingested (its publish time), so no client clock can spread
+    one post over an unbounded number of event hours. Votes inside the bounds (late by up
+    to the retention, early by up to the skew) keep the hour they claim.
+    """
+
+    max_clock_skew_s: int = 3_600
+    retention_s: int = delta_retention_days() * 86_400
+
+    def untrusted(self, event_s: int, publish_time_s: float) -> str | None:
+        """Why an event time is replaced by the publish time, or None when it is kept."""
+        if event_s < publish_time_s - self.retention_s:
+            return "older_than_retention"
+        if event_s > publish_time_s + self.max_clock_skew_s:
+            return "ahead_of_clock"
+        return None
+
+
+INGESTION_HOUR_REASONS = ("older_than_retention", "ahead_of_clock")
+DEFAULT_EVENT_TIME_POLICY = EventTimePolicy()
+
+
+def event_hour(event_time: str | None, publish_time_s: float, policy: EventTimePolicy | None = None,
+               on_ingestion_hour: Callable[[str], None] | None = None) -> int:
+    """Start of the event's hour; the publish time stands in for a missing event_time, and,
+    under `policy` (None: every valid time is kept), for one outside its bounds, whose
+    reason is passed to `on_ingestion_hour`."""
     if event_time is None:
         seconds = publish_time_s
     else:
@@ -77,6 +107,11 @@ def event_hour(event_time: str | None, publish_time_s: float) -> int:
         # Whole seconds in integers: a float timestamp rounds 23:59:59.999999 up into the next hour.
         elapsed = moment - _EPOCH
         seconds = elapsed.days * 86_400 + elapsed.seconds
+        reason = policy.untrusted(seconds, publish_time_s) if policy is not None else None
+        if reason is not None:
+            seconds = publish_time_s
+            if on_ingestion_hour is not None:
+                on_ingestion_hour(reason)
     hour = int(seconds // HOUR_S) * HOUR_S
     # Spanner timestamps span years 1 to 9999 (UTC); an hour outside cannot be stored.
     if not MIN_HOUR_S <= hour <= MAX_HOUR_S:
@@ -84,7 +119,8 @@ def event_hour(event_time: str | None, publish_time_s: float) -> int:
     return hour
 
 
-def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
+def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None = None,
+              on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent:
     if not isinstance(fields, dict):
         raise _Invalid("not_object", f"the JSON value is a {type(fields).__name__}, not an object")
     for name in ("post_id", "counter", "delta"):
@@ -116,14 +152,19 @@ def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
         post_id=post_id,
         counter=counter,
         delta=delta,
-        event_hour=event_hour(event_time, publish_time_s),
+        event_hour=event_hour(event_time, publish_time_s, policy, on_ingestion_hour),
         event_id=_optional_string(fields, "event_id"),
         user_id=_optional_string(fields, "user_id"),
     )
 
 
-def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float) -> VoteEvent | Rejected:
-    """One message to a VoteEvent, or to a Rejected with the reason. Never raises."""
+def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
+               policy: EventTimePolicy | None = None,
+               on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent | Rejected:
+    """One message to a VoteEvent, or to a Rejected with the reason. Never raises.
+
+    `policy` (the pipeline passes its own) bounds the event hours a vote may claim; see
+    EventTimePolicy. Without one, every valid event time is kept (the contract alone)."""
     try:
         if len(data) > MAX_MESSAGE_BYTES:
             raise _Invalid("too_large", f"{len(data)} bytes, at most {MAX_MESSAGE_BYTES}")
@@ -135,7 +176,7 @@ def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s
             except UnicodeDecodeError as utf8_error:
                 raise _Invalid("not_utf8", f"byte {utf8_error.start} is not valid UTF-8") from None
             raise _Invalid("not_json", str(error)[:200]) from None
-        return _validate(fields, publish_time_s)
+        return _validate(fields, publish_time_s, policy, on_ingestion_hour)
     except _Invalid as invalid:
         return Rejected(bytes(data), dict(attributes or {}), str(invalid))
     except Exception as error:  # noqa: BLE001 - a bug here must dead-letter, not stop the job

@@ -192,8 +192,8 @@ def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
 
     logged: list[str] = []
     provision_spanner(res, False, "unused", logged.append)
-    assert "added   Posts ADD COLUMN HourlyFoldedThrough TIMESTAMP" in logged
-    assert "added   FoldRuns ADD COLUMN PostsSkipped INT64" in logged
+    assert "added   column Posts.HourlyFoldedThrough TIMESTAMP" in logged
+    assert "added   column FoldRuns.PostsSkipped INT64" in logged
     with database.snapshot() as snapshot:
         assert list(snapshot.execute_sql("SELECT HourlyFoldedThrough FROM Posts")) == [[None]]
     # The existing row reads as before (NULL: hourly rows in step with FoldedThrough).

@@ -88,17 +88,19 @@ def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
     return name.split()[1], columns
 
 
-def missing_columns(existing: list[str], wanted: list[str]) -> list[str]:
-    """ALTER TABLE ... ADD COLUMN statements for columns of `wanted` tables that the
-    existing tables lack. Only nullable columns (or NOT NULL with a DEFAULT) can be added
-    to a table with rows; posts.sql keeps new columns that way."""
+def missing_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
+    """(table, column definition) of each column of a `wanted` table that the existing table
+    lacks. Only nullable columns (or NOT NULL with a DEFAULT) can be added to a table with
+    rows; posts.sql keeps new columns that way."""
     have = dict(filter(None, map(table_columns, existing)))
-    statements = []
-    for table, columns in filter(None, map(table_columns, wanted)):
-        for column, definition in columns.items():
-            if table in have and column not in have[table]:
-                statements.append(f"ALTER TABLE {table} ADD COLUMN {definition}")
-    return statements
+    return [(table, definition)
+            for table, columns in filter(None, map(table_columns, wanted)) if table in have
+            for column, definition in columns.items() if column not in have[table]]
+
+
+def add_column_ddl(table: str, definition: str) -> str:
+    """The DDL adding a column; both parts come from posts.sql itself, never from input."""
+    return f"ALTER TABLE {table} ADD COLUMN {definition}"
 
 
 def provision_pubsub(res: Resources, log: Callable[[str], None]) -> None:
@@ -157,9 +159,9 @@ def provision_spanner(
     todo = missing_ddl(list(database.ddl_statements), wanted)
     new_columns = missing_columns(list(database.ddl_statements), wanted)
     if todo or new_columns:
-        database.update_ddl(new_columns + todo).result(OPERATION_TIMEOUT_S)
-        for statement in new_columns:
-            log(f"added   {statement.removeprefix('ALTER TABLE ')}")
+        database.update_ddl([add_column_ddl(*c) for c in new_columns] + todo).result(OPERATION_TIMEOUT_S)
+        for table, definition in new_columns:
+            log(f"added   column {table}.{definition}")
         for statement in todo:
             log(f"created {ddl_object_name(statement)}")
     log(f"exists  database {res.database} ({len(wanted) - len(todo)} of {len(wanted)} schema objects were there)")
