@@ -10,7 +10,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.batch import Batch
 
 from schemas.records import PostDelta
-from spanner_store.database import SPANNER_MUTATION_LIMIT
+from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
 from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas
 from spanner_store.mutation_count import commit_mutation_count, schema_model
 from spanner_store.tables import (
@@ -89,3 +89,15 @@ def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) 
     # The oversized commit was never sent.
     with database.snapshot() as snapshot:
         assert list(snapshot.execute_sql("SELECT COUNT(*) FROM PostDeltas WHERE PostId = 'meter-q'")) == [[0]]
+
+
+def test_a_view_row_operation_costs_at_most_what_the_view_batches_assume() -> None:
+    from spanner_store.views import MAX_BATCH_ROWS, MUTATIONS_PER_VIEW_ROW
+
+    worst = max(
+        count(lambda b: b.insert_or_update(VIEW_ROWS, VIEW_ROW_COLUMNS, [("top", 1, 2, 3, "p", 3, 0)])),
+        count(lambda b: b.update(VIEW_ROWS, VIEW_RETIRE_COLUMNS, [("top", 1, 1, 2)])),
+        count(lambda b: b.delete(VIEW_ROWS, spanner.KeySet(keys=[["top", 1, 1]]))),
+    )
+    assert worst <= MUTATIONS_PER_VIEW_ROW
+    assert MAX_BATCH_ROWS * MUTATIONS_PER_VIEW_ROW <= MUTATION_BUDGET < SPANNER_MUTATION_LIMIT
