@@ -19,6 +19,7 @@ from typing import Iterator
 from google.cloud.spanner_v1.batch import Batch
 from google.cloud.spanner_v1.transaction import Transaction
 
+import schemas
 from spanner_store.database import SPANNER_MUTATION_LIMIT
 from spanner_store.mutation_count import commit_mutation_count, schema_model
 
@@ -29,15 +30,21 @@ class CommitTooLarge(AssertionError):
 
 @dataclass
 class CommitMeter:
+    """`extra_ddl`: tables of the caller's own beside posts.sql (the benchmark's baselines)."""
+
     limit: float = SPANNER_MUTATION_LIMIT
+    extra_ddl: tuple[str, ...] = ()
     commits: int = 0
     largest: float = 0
     largest_tables: tuple[str, ...] = ()  # the tables the largest commit wrote
     too_large: list[str] = field(default_factory=list)  # one line per rejected commit
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def __post_init__(self) -> None:
+        self._model = schema_model(schemas.ddl_statements() + list(self.extra_ddl))
+
     def record(self, mutations) -> None:
-        count = commit_mutation_count(mutations, _MODEL)
+        count = commit_mutation_count(mutations, self._model)
         tables = tuple(sorted({_table_of(m) for m in mutations}))
         with self._lock:
             self.commits += 1
@@ -56,9 +63,6 @@ class CommitMeter:
 def _table_of(mutation) -> str:
     pb = type(mutation).pb(mutation)
     return getattr(pb, pb.WhichOneof("operation")).table
-
-
-_MODEL = schema_model()
 
 
 @contextlib.contextmanager
