@@ -78,6 +78,10 @@ class EventTimePolicy(NamedTuple):
 
     def untrusted(self, event_s: int, publish_time_s: float) -> str | None:
         """Why an event time is replaced by the publish time, or None when it is kept."""
+        if not MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
+            # No usable ingestion time (a batch input's minimum timestamp, say): it could not
+            # stand in, so the claimed time does rather than losing the vote.
+            return None
         if event_s < publish_time_s - self.retention_s:
             return "older_than_retention"
         if event_s > publish_time_s + self.max_clock_skew_s:

@@ -18,6 +18,7 @@ from transforms.parse import ParseVotes
 
 PUBLISHED_AT = datetime(2026, 11, 22, 0, 22, 3, tzinfo=timezone.utc)
 PUBLISHED = PUBLISHED_AT.timestamp()
+HOUR_2001_S = int(datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp())
 PUBLISHED_HOUR = int(datetime(2026, 11, 22, tzinfo=timezone.utc).timestamp())
 
 
@@ -51,6 +52,9 @@ def test_times_outside_the_bounds_count_in_the_ingestion_hour_with_their_reason(
     assert hour_under_policy(datetime(1, 1, 1, tzinfo=timezone.utc)) == (PUBLISHED_HOUR, ["older_than_retention"])
     assert hour_under_policy(PUBLISHED_AT + timedelta(seconds=3_601)) == (PUBLISHED_HOUR, ["ahead_of_clock"])
     assert hour_under_policy(datetime(9999, 12, 31, 23, tzinfo=timezone.utc)) == (PUBLISHED_HOUR, ["ahead_of_clock"])
+    # Without a storable ingestion time (Beam's minimum timestamp in a batch), the claimed hour stands.
+    beam_min_timestamp = -9_223_372_036_854.775
+    assert DEFAULT_EVENT_TIME_POLICY.untrusted(HOUR_2001_S, beam_min_timestamp) is None
     # The skew is a setting.
     two_hours_ahead = PUBLISHED_AT + timedelta(hours=2)
     assert hour_under_policy(two_hours_ahead, EventTimePolicy(max_clock_skew_s=3 * 3_600)) == (hour_of(two_hours_ahead), [])
