@@ -206,10 +206,21 @@ def markdown(document: dict) -> str:
           f"{fr['latency']['p50_ms'] / 1000:.2f}", f"{fr['latency']['p99_ms'] / 1000:.2f}",
           f"{fr['latency']['max_ms'] / 1000:.2f}", f"{fr['target_s']}"]],
     )]
-    parts += ["### Time and peak RSS per benchmark (each in its own process)", _table(
-        ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB"],
+    if "commit_sizes" in bench:
+        cs = bench["commit_sizes"]
+        parts += [f"### 6. Largest commit (mutations, Spanner's limit {cs['limit']:,}; a post with "
+                  f"{cs['hours']:,} event hours)", _table(
+            ["Component", "Largest commit", "Share of the limit", "Commits"],
+            [[name, f"{c['largest_commit']:,}", f"{c['largest_commit'] / cs['limit']:.2f}", f"{c['commits']}"]
+             for name, c in cs["components"].items()]
+            + [["fold before issue 15 (one transaction per post, computed)", f"{cs['baseline_one_transaction_fold']:,}",
+                f"{cs['baseline_over_limit']:.2f}", "1"]],
+        )]
+    parts += ["### Time, peak RSS and largest commit per benchmark (each in its own process)", _table(
+        ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB", "Largest commit (mutations)"],
         [[name, f"{b['seconds']:.0f}", f"{b['peak_rss']['self_mib']:.0f}",
-          f"{b['peak_rss']['children_mib']:.0f}" if b["peak_rss"]["children_mib"] else "-"]
+          f"{b['peak_rss']['children_mib']:.0f}" if b["peak_rss"]["children_mib"] else "-",
+          f"{b['largest_commit_mutations']:,}" if "largest_commit_mutations" in b else "-"]
          for name, b in bench.items()],
     )]
     parts += ["### Targets", _table(

@@ -145,5 +145,7 @@ def run_fold(res: Resources) -> dict:
         "seconds": seconds,
         "posts_folded": outcome.posts_folded,
         "deltas_folded": outcome.deltas_folded,
+        "posts_split": outcome.posts_split,
+        "posts_skipped": outcome.posts_skipped,
         "retries": counter_values(result, "FoldDeltas").get("transient_retries", 0),
     }

@@ -34,6 +34,7 @@ class StreamingSettings:
     database: str
     window_seconds: int
     rows_per_commit: int
+    max_clock_skew_seconds: int
 
 
 @dataclass(frozen=True)

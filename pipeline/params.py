@@ -94,6 +94,12 @@ STREAMING_PARAMS: tuple[Param, ...] = (
         "Most delta rows in one commit (the sink also stays under a mutation budget).",
         r"[1-9][0-9]{0,4}", default="1000", example="1000", kind=int,
     ),
+    Param(
+        "max-clock-skew-seconds", "maxClockSkewSeconds", "Largest clock skew believed, in seconds",
+        "A vote whose event_time is further ahead of its publish time than this, or older than "
+        "the 30-day delta retention, is counted in the hour it was ingested instead (never dropped).",
+        r"[1-9][0-9]{0,5}", default="3600", example="3600", kind=int,
+    ),
 )
 
 FOLD_PARAMS: tuple[Param, ...] = (

@@ -27,6 +27,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.runner import PipelineResult
 
 from pipeline.options import StreamingOptions, pubsub_path, spanner_project
+from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
 from spanner_store.writers import WriterClaim, claim_generation
 from transforms.dead_letter import PublishDeadLetters
@@ -67,7 +68,7 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> None:
 
     messages = pipeline | "ReadVotes" >> ReadVotes(
         pubsub_path(project, "subscriptions", settings.subscription), deduplicate=is_dataflow(options))
-    parsed = messages | "ParseVotes" >> ParseVotes()
+    parsed = messages | "ParseVotes" >> ParseVotes(EventTimePolicy(max_clock_skew_s=settings.max_clock_skew_seconds))
     failed_rows = (
         parsed.sums
         | "WindowAndSumVotes" >> WindowAndSumVotes(

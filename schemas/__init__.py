@@ -23,6 +23,20 @@ def ddl_statements(file_name: str = DDL_FILE) -> list[str]:
     return [" ".join(s.split()) for s in text.split(";") if s.strip()]
 
 
+_DELTA_RETENTION = re.compile(
+    r"CREATE TABLE PostDeltas .*ROW DELETION POLICY \(OLDER_THAN\(CommittedAt, INTERVAL (\d+) DAY\)\)")
+
+
+def delta_retention_days() -> int:
+    """How long Spanner keeps a delta row: the PostDeltas ROW DELETION POLICY of posts.sql,
+    read from the DDL so the retention is written once. A vote whose event time is older
+    than this is counted in the hour it was ingested (schemas.contract.event_hour)."""
+    for statement in ddl_statements():
+        if match := _DELTA_RETENTION.match(statement):
+            return int(match.group(1))
+    raise ValueError("posts.sql has no ROW DELETION POLICY on PostDeltas")
+
+
 def event_schema() -> dict[str, Any]:
     """The vote event JSON Schema (draft 2020-12)."""
     text = resources.files(__package__).joinpath(EVENT_SCHEMA_FILE).read_text(encoding="utf-8")

@@ -20,10 +20,11 @@ from __future__ import annotations
 import functools
 import re
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import orjson
 
+from schemas import delta_retention_days
 from schemas.records import COUNTERS, HOUR_S, SHARES, UPVOTES, Rejected, VoteEvent
 
 # The attribute a publisher sets to a message's unique ID. Dataflow drops redeliveries and
@@ -81,41 +82,81 @@ def _optional_string(fields: Mapping[str, Any], name: str, may_be_empty: bool = 
     return value
 
 
-def event_hour(event_time: str | None, publish_time_s: float) -> int:
-    """Start of the event's hour; the publish time stands in for a missing event_time."""
+class EventTimePolicy(NamedTuple):
+    """Which claimed event times the pipeline believes; it never drops a vote for its time.
+
+    An event_time older than the delta retention, or further ahead of the publish time than
+    `max_clock_skew_s`, says more about the client's clock than about the vote: such a vote
+    is counted in the hour it was ingested (its publish time), so no client clock can spread
+    one post over an unbounded number of event hours. Votes inside the bounds (late by up
+    to the retention, early by up to the skew) keep the hour they claim.
+    """
+
+    max_clock_skew_s: int = 3_600
+    retention_s: int = delta_retention_days() * 86_400
+
+    def untrusted(self, event_s: int, publish_time_s: float) -> str | None:
+        """Why an event time is replaced by the publish time, or None when it is kept."""
+        if not MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
+            # No usable ingestion time (a batch input's minimum timestamp, say): it could not
+            # stand in, so the claimed time does rather than losing the vote.
+            return None
+        if event_s < publish_time_s - self.retention_s:
+            return "older_than_retention"
+        if event_s > publish_time_s + self.max_clock_skew_s:
+            return "ahead_of_clock"
+        return None
+
+
+INGESTION_HOUR_REASONS = ("older_than_retention", "ahead_of_clock")
+DEFAULT_EVENT_TIME_POLICY = EventTimePolicy()
+
+
+def event_hour(event_time: str | None, publish_time_s: float, policy: EventTimePolicy | None = None,
+               on_ingestion_hour: Callable[[str], None] | None = None) -> int:
+    """Start of the event's hour; the publish time stands in for a missing event_time, and,
+    under `policy` (None: every valid time is kept), for one outside its bounds, whose
+    reason is passed to `on_ingestion_hour`."""
     if event_time is None:
-        hour = int(publish_time_s // HOUR_S) * HOUR_S
+        seconds = publish_time_s
     else:
         # fromisoformat alone also takes ISO 8601 forms RFC 3339 does not (week dates, no offset).
         if not _RFC3339.match(event_time):
             raise _Invalid("bad_event_time", f"event_time {event_time[:40]!r} is not RFC 3339 with an offset (e.g. Z)")
-        if event_time[-1] in "Zz" and event_time[14:16] < "60" and event_time[17:19] < "60":
-            # UTC, the common case: the hour is the text's own, looked up once per hour seen.
-            try:
-                hour = _utc_hour(event_time[:13])
-            except _Invalid:
-                hour = _hour_of(event_time, event_time)  # raises, naming the whole time
-        else:
-            hour = _hour_of(event_time, event_time)
+        seconds = _epoch_seconds(event_time)
+        reason = policy.untrusted(seconds, publish_time_s) if policy is not None else None
+        if reason is not None:
+            seconds = publish_time_s
+            if on_ingestion_hour is not None:
+                on_ingestion_hour(reason)
+    hour = int(seconds // HOUR_S) * HOUR_S
     # Spanner timestamps span years 1 to 9999 (UTC); an hour outside cannot be stored.
     if not MIN_HOUR_S <= hour <= MAX_HOUR_S:
         raise _Invalid("bad_event_time", f"event hour {hour} is outside Spanner's timestamp range")
     return hour
 
 
-@functools.lru_cache(maxsize=4096)
-def _utc_hour(date_and_hour: str) -> int:
-    """"2026-11-22T01" -> the epoch seconds of that UTC hour (raises _Invalid if no such hour)."""
-    return _hour_of(f"{date_and_hour}:00:00+00:00", date_and_hour)
-
-
-def _hour_of(moment_text: str, event_time: str) -> int:
+def _epoch_seconds(event_time: str) -> int:
+    """Whole seconds since the epoch of an RFC 3339 time (a float timestamp would round
+    23:59:59.999999 up into the next hour)."""
+    if event_time[-1] in "Zz" and event_time[14:16] < "60" and event_time[17:19] < "60":
+        # UTC, the common case: the hour is the text's own, looked up once per hour seen.
+        try:
+            return _utc_hour(event_time[:13]) + int(event_time[14:16]) * 60 + int(event_time[17:19])
+        except ValueError:
+            pass  # no such hour: the general path below names the whole time
     try:
-        elapsed = datetime.fromisoformat(moment_text) - _EPOCH
+        elapsed = datetime.fromisoformat(event_time) - _EPOCH
     except ValueError:
         raise _Invalid("bad_event_time", f"event_time {event_time[:40]!r} is not a valid time") from None
-    # Whole seconds in integers: a float timestamp rounds 23:59:59.999999 up into the next hour.
-    return (elapsed.days * 86_400 + elapsed.seconds) // HOUR_S * HOUR_S
+    return elapsed.days * 86_400 + elapsed.seconds
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_hour(date_and_hour: str) -> int:
+    """"2026-11-22T01" -> the epoch seconds of that UTC hour; ValueError if there is no such hour."""
+    elapsed = datetime.fromisoformat(f"{date_and_hour}:00:00+00:00") - _EPOCH
+    return elapsed.days * 86_400 + elapsed.seconds
 
 
 _ABSENT = object()
@@ -125,7 +166,8 @@ def _valid_id(value: object) -> bool:
     return value is _ABSENT or (type(value) is str and 0 < len(value) <= MAX_ID_CHARS)
 
 
-def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
+def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None = None,
+              on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent:
     """The event of a decoded message. The common, valid event is checked in bulk (this runs
     once per vote: profiled, the step-by-step checks cost more than decoding the JSON); any
     doubt takes the step-by-step path, which is the specification and names the first problem."""
@@ -139,13 +181,15 @@ def _validate(fields: Any, publish_time_s: float) -> VoteEvent:
                 and (event_time is _ABSENT or type(event_time) is str)
                 and _valid_id(event_id) and _valid_id(user_id)):
             return VoteEvent(
-                post_id, counter, delta, event_hour(None if event_time is _ABSENT else event_time, publish_time_s),
+                post_id, counter, delta,
+                event_hour(None if event_time is _ABSENT else event_time, publish_time_s, policy, on_ingestion_hour),
                 None if event_id is _ABSENT else event_id, None if user_id is _ABSENT else user_id,
             )
-    return _validate_step_by_step(fields, publish_time_s)
+    return _validate_step_by_step(fields, publish_time_s, policy, on_ingestion_hour)
 
 
-def _validate_step_by_step(fields: Any, publish_time_s: float) -> VoteEvent:
+def _validate_step_by_step(fields: Any, publish_time_s: float, policy: EventTimePolicy | None,
+                           on_ingestion_hour: Callable[[str], None] | None) -> VoteEvent:
     if not isinstance(fields, dict):
         raise _Invalid("not_object", f"the JSON value is a {type(fields).__name__}, not an object")
     for name in ("post_id", "counter", "delta"):
@@ -177,14 +221,19 @@ def _validate_step_by_step(fields: Any, publish_time_s: float) -> VoteEvent:
         post_id=post_id,
         counter=counter,
         delta=delta,
-        event_hour=event_hour(event_time, publish_time_s),
+        event_hour=event_hour(event_time, publish_time_s, policy, on_ingestion_hour),
         event_id=_optional_string(fields, "event_id"),
         user_id=_optional_string(fields, "user_id"),
     )
 
 
-def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float) -> VoteEvent | Rejected:
-    """One message to a VoteEvent, or to a Rejected with the reason. Never raises."""
+def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
+               policy: EventTimePolicy | None = None,
+               on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent | Rejected:
+    """One event to a VoteEvent, or to a Rejected with the reason. Never raises.
+
+    `policy` (the pipeline passes its own) bounds the event hours a vote may claim; see
+    EventTimePolicy. Without one, every valid event time is kept (the contract alone)."""
     try:
         if len(data) > MAX_MESSAGE_BYTES:
             raise _Invalid("too_large", f"{len(data)} bytes, at most {MAX_MESSAGE_BYTES}")
@@ -196,7 +245,7 @@ def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s
             except UnicodeDecodeError as utf8_error:
                 raise _Invalid("not_utf8", f"byte {utf8_error.start} is not valid UTF-8") from None
             raise _Invalid("not_json", str(error)[:200]) from None
-        return _validate(fields, publish_time_s)
+        return _validate(fields, publish_time_s, policy, on_ingestion_hour)
     except _Invalid as invalid:
         return Rejected(bytes(data), dict(attributes or {}), str(invalid))
     except Exception as error:  # noqa: BLE001 - a bug here must dead-letter, not stop the job
@@ -207,15 +256,17 @@ def reason_of(rejected: Rejected) -> str:
     return rejected.error.split(":", 1)[0]
 
 
-def parse_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float) -> Iterator[VoteEvent | Rejected]:
+def parse_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
+                  policy: EventTimePolicy | None = None,
+                  on_ingestion_hour: Callable[[str], None] | None = None) -> Iterator[VoteEvent | Rejected]:
     """Every event of one message, accepted or rejected, v1 or v2 (see the module docstring).
 
     Never raises. A v1 message yields exactly one result; a batch yields one per non-blank
-    line, or a single Rejected for the whole message.
+    line, or a single Rejected for the whole message. `policy` as for parse_vote.
     """
     message_format = attributes.get(FORMAT_ATTRIBUTE) if attributes else None
     if message_format is None:
-        yield parse_vote(data, attributes, publish_time_s)
+        yield parse_vote(data, attributes, publish_time_s, policy, on_ingestion_hour)
         return
     if message_format != NDJSON:
         yield _whole(data, attributes, "unknown_format",
@@ -234,7 +285,7 @@ def parse_message(data: bytes, attributes: Mapping[str, str] | None, publish_tim
         yield _whole(data, attributes, "too_many_events", f"batch of {len(lines)} events, at most {MAX_BATCH_EVENTS}")
         return
     for number, line in lines:
-        result = parse_vote(line, attributes, publish_time_s)
+        result = parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
         if type(result) is Rejected:
             result.attributes[LINE_ATTRIBUTE] = str(number)
         yield result

@@ -6,12 +6,19 @@
 -- leads the key so that sequential post IDs ("p-1", "p-2", ...) spread over the key
 -- space instead of piling onto one split. FoldedThrough is the fold watermark: every
 -- delta committed at or before it is already inside Upvotes and Shares.
+-- HourlyFoldedThrough is the watermark of the post's PostHourlyCounts rows: every delta
+-- committed at or before it is already inside them. NULL means "the same as
+-- FoldedThrough" (rows written before the column existed, and posts folded in one
+-- transaction). A post with too many unfolded event hours for one commit has its hourly
+-- rows folded first, in bounded steps that each move this watermark, so it runs ahead of
+-- FoldedThrough until the post's counters catch up; it is never behind it.
 CREATE TABLE Posts (
-  PostHash      INT64 NOT NULL,
-  PostId        STRING(128) NOT NULL,
-  Upvotes       INT64 NOT NULL DEFAULT (0),
-  Shares        INT64 NOT NULL DEFAULT (0),
-  FoldedThrough TIMESTAMP NOT NULL DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),
+  PostHash            INT64 NOT NULL,
+  PostId              STRING(128) NOT NULL,
+  Upvotes             INT64 NOT NULL DEFAULT (0),
+  Shares              INT64 NOT NULL DEFAULT (0),
+  FoldedThrough       TIMESTAMP NOT NULL DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),
+  HourlyFoldedThrough TIMESTAMP,
 ) PRIMARY KEY (PostHash, PostId);
 
 -- Insert-only deltas, one row per (post, event hour, pane) written by the streaming
@@ -55,6 +62,8 @@ CREATE TABLE PostHourlyCounts (
   INTERLEAVE IN PARENT Posts ON DELETE CASCADE;
 
 -- One row per finished fold; `upvotes top` reports the newest as the ranking's age.
+-- PostsSkipped: posts whose fold failed with a non-transient error and were left
+-- unfolded (still counted exactly by reads) so that they did not stop the others.
 -- FoldId is random, so fold runs never append at one end of the key space.
 CREATE TABLE FoldRuns (
   FoldId       STRING(36) NOT NULL,
@@ -62,6 +71,7 @@ CREATE TABLE FoldRuns (
   PostsFolded  INT64 NOT NULL,
   DeltasFolded INT64 NOT NULL,
   FinishedAt   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  PostsSkipped INT64,
 ) PRIMARY KEY (FoldId),
   ROW DELETION POLICY (OLDER_THAN(FinishedAt, INTERVAL 30 DAY));
 

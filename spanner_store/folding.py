@@ -15,6 +15,11 @@
    (W, S] are re-read inside the transaction and folded instead; if it is already >= S,
    nothing is done. A watermark never moves backwards, two concurrent folds end as one
    would, and a fold killed between transactions is completed by the next run.
+   A post with more unfolded event hours than fit the budget (a client's clock can spread
+   its votes over any number of hours) is folded alone by `fold_post_in_steps`: its hourly
+   rows in bounded steps of whole commits, each moving the post's own hourly watermark
+   (HourlyFoldedThrough) compare-and-set, then its counters in one small transaction. Every
+   commit stays under the budget whatever one post's deltas look like.
 5. `record_fold_run`: one FoldRuns row with S and the counts, for `upvotes top` to report
    how fresh the ranking is.
 """
@@ -23,26 +28,27 @@ from __future__ import annotations
 import itertools
 import uuid
 from datetime import datetime, timezone
-from typing import Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from google.cloud import spanner
 from google.cloud.spanner_v1.database import BatchSnapshot
 
-from spanner_store.database import commit_mutations, run_with_retries
-from spanner_store.reads import READ_CHUNK, read_unfolded
+from spanner_store.database import DEFAULT_RETRY, commit_mutations, run_transaction, run_with_retries
+from spanner_store.reads import READ_CHUNK, hourly_watermark, read_unfolded
 from spanner_store.tables import (
-    DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS, POST_COLUMNS, POSTS, WATERMARK_COLUMNS,
+    DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS,
+    HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS, POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS,
 )
 
-# Posts row (5 columns) + its PostsByUpvotes entry replaced (2 x 5), and per hour a
-# PostHourlyCounts row (5): the fold's side of Spanner's 80,000-mutation commit limit.
+# Posts row (6 columns) + its PostsByUpvotes entry replaced (5 + 1 for the old one), and
+# per hour a PostHourlyCounts row (5, no index): the fold's side of Spanner's
+# 80,000-mutation commit limit, checked against the DDL by tests/test_large_fold.py.
 MUTATIONS_PER_POST = 15
 MUTATIONS_PER_HOUR = 5
 
 
 class FoldKey(NamedTuple):
     """A post as one fold run saw it: its key and its watermark at the snapshot."""
-
 
     post_hash: int
     post_id: str
@@ -77,6 +83,8 @@ class FoldOutcome(NamedTuple):
     deltas_folded: int = 0
     posts_refolded: int = 0  # watermark moved by a concurrent fold; re-read in the transaction
     posts_already_folded: int = 0
+    posts_split: int = 0  # too many hours for one commit: hourly rows folded in several steps
+    posts_skipped: int = 0  # failed with a non-transient error, left unfolded for the next run
 
     def plus(self, other: "FoldOutcome") -> "FoldOutcome":
         return FoldOutcome(*(a + b for a, b in zip(self, other)))
@@ -100,59 +108,160 @@ def fold_cost(fold: PostFold) -> int:
 
 
 def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> FoldOutcome:
-    """The body of one fold transaction (see the module docstring, step 4)."""
+    """The body of one fold transaction (see the module docstring, step 4).
+
+    The counters (under FoldedThrough) and the hourly rows (under HourlyFoldedThrough,
+    which may be ahead after a split fold, `fold_post_in_steps`) are each compare-and-set
+    on their own watermark, and both end at S. Whatever the watermarks are, the hours
+    written are a subset of the fold's own: both watermarks are at or after the one the
+    snapshot saw, so `fold_cost` bounds the commit.
+    """
     keys = [[f.key.post_hash, f.key.post_id] for f in folds]
     current = {
         (row[0], row[1]): row
-        for row in transaction.read(POSTS, columns=POST_COLUMNS, keyset=spanner.KeySet(keys=keys))
+        for row in transaction.read(POSTS, columns=POST_FOLD_COLUMNS, keyset=spanner.KeySet(keys=keys))
     }
     outcome = FoldOutcome()
     post_rows, hour_gains = [], {}
     for fold in folds:
         post_hash, post_id, seen = fold.key
-        _, _, upvotes, shares, watermark = current[(post_hash, post_id)]
+        _, _, upvotes, shares, watermark, hourly_mark = current[(post_hash, post_id)]
+        hourly_mark = hourly_watermark(watermark, hourly_mark)
         if watermark >= snapshot_at:
             outcome = outcome.plus(FoldOutcome(posts_already_folded=1))
             continue
-        if watermark_text(watermark) == seen:
-            gain_up, gain_sh, deltas, hours = fold.upvotes, fold.shares, fold.deltas, fold.hours
+        hours_done = hourly_mark >= snapshot_at  # a split fold already folded the hourly rows
+        if watermark_text(watermark) == seen and (hours_done or watermark_text(hourly_mark) == seen):
+            gain_up, gain_sh, deltas = fold.upvotes, fold.shares, fold.deltas
+            hours = {} if hours_done else fold.hours
             outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas))
         else:
-            gain_up, gain_sh, deltas, hours = _refold(transaction, post_hash, post_id, watermark, snapshot_at)
-            outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas, posts_refolded=1))
-        post_rows.append((post_hash, post_id, upvotes + gain_up, shares + gain_sh, snapshot_at))
+            gain_up, gain_sh, deltas, hours = _refold(transaction, post_hash, post_id, watermark, hourly_mark, snapshot_at)
+            outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas,
+                                               posts_refolded=int(watermark_text(watermark) != seen)))
+        post_rows.append((post_hash, post_id, upvotes + gain_up, shares + gain_sh, snapshot_at,
+                          max(hourly_mark, snapshot_at)))
         for hour, sums in hours.items():
             hour_gains[(post_hash, post_id, hour)] = sums
-    if hour_gains:
-        existing = {
-            (r[0], r[1], r[2]): (r[3], r[4])
-            for r in transaction.read(
-                HOURLY, columns=HOURLY_COLUMNS,
-                keyset=spanner.KeySet(keys=[list(k) for k in hour_gains]),
-            )
-        }
-        transaction.insert_or_update(
-            HOURLY, columns=HOURLY_COLUMNS,
-            values=[
-                key + (existing.get(key, (0, 0))[0] + gain.upvotes, existing.get(key, (0, 0))[1] + gain.shares)
-                for key, gain in hour_gains.items()
-            ],
-        )
+    _add_to_hourly(transaction, hour_gains)
     if post_rows:
-        transaction.update(POSTS, columns=POST_COLUMNS, values=post_rows)
+        transaction.update(POSTS, columns=POST_FOLD_COLUMNS, values=post_rows)
     return outcome
 
 
-def _refold(transaction, post_hash: int, post_id: str, after: datetime, through: datetime):
-    """The deltas of one post committed in (after, through], read inside the fold transaction."""
+def _add_to_hourly(transaction, hour_gains: dict) -> None:
+    """Adds {(post hash, post id, hour): HourSums} to PostHourlyCounts (read, then upsert)."""
+    if not hour_gains:
+        return
+    existing = {
+        (r[0], r[1], r[2]): (r[3], r[4])
+        for r in transaction.read(
+            HOURLY, columns=HOURLY_COLUMNS,
+            keyset=spanner.KeySet(keys=[list(k) for k in hour_gains]),
+        )
+    }
+    transaction.insert_or_update(
+        HOURLY, columns=HOURLY_COLUMNS,
+        values=[
+            key + (existing.get(key, (0, 0))[0] + gain.upvotes, existing.get(key, (0, 0))[1] + gain.shares)
+            for key, gain in hour_gains.items()
+        ],
+    )
+
+
+def _refold(transaction, post_hash: int, post_id: str, after: datetime, hours_after: datetime, through: datetime):
+    """Inside the fold transaction: the sums of one post's deltas committed in (after, through],
+    and per hour those committed in (hours_after, through] (hours_after >= after)."""
     hours: dict = {}
     upvotes = shares = deltas = 0
-    for hour, up, sh in read_unfolded(transaction, {(post_hash, post_id): after}, DELTA_SUM_COLUMNS, through):
-        add_hours(hours, [(hour, up, sh)])
+    for committed_at, hour, up, sh in read_unfolded(
+            transaction, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS, through):
+        if committed_at > hours_after:
+            add_hours(hours, [(hour, up, sh)])
         upvotes, shares, deltas = upvotes + up, shares + sh, deltas + 1
     return upvotes, shares, deltas, hours
 
 
+class HourlyStep(NamedTuple):
+    """One bounded step of a split fold: the hourly rows of deltas committed in (after, through]."""
+
+    after: datetime
+    through: datetime
+    rows: list  # (CommittedAt, EventHour, Upvotes, Shares) of those deltas
+
+
+def plan_hourly_steps(rows: Iterable[tuple], after: datetime, snapshot_at: datetime, max_hours: int) -> list[HourlyStep]:
+    """Splits a post's unfolded (CommittedAt, hour, upvotes, shares) rows into steps of whole
+    commits touching at most `max_hours` event hours each; the last step ends at S.
+
+    A step never splits one commit's deltas (a watermark is a commit timestamp), so a single
+    commit with more hours than `max_hours` is a step of its own: at most 5,000 deltas fit
+    one commit of the sink (16 mutations each), so such a step stays under 5 x 5,000 hourly
+    cells, far below Spanner's limit. Pure: unit-tested without Spanner.
+    """
+    ordered = sorted(rows, key=lambda row: row[0])
+    steps: list[HourlyStep] = []
+    start, current, hours = after, [], set()
+    for committed_at, group in itertools.groupby(ordered, key=lambda row: row[0]):
+        group = list(group)
+        group_hours = {row[1] for row in group}
+        if current and len(hours | group_hours) > max_hours:
+            steps.append(HourlyStep(start, current[-1][0], current))
+            start, current, hours = current[-1][0], [], set()
+        current.extend(group)
+        hours |= group_hours
+    steps.append(HourlyStep(start, snapshot_at, current))
+    return steps
+
+
+def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlyStep) -> int:
+    """One split-fold step: adds the deltas committed in (hourly watermark, step.through] to the
+    post's hourly rows and moves its hourly watermark to step.through, compare-and-set: a
+    watermark already there (a concurrent or earlier fold) makes it a no-op. Returns hours written."""
+    rows = list(transaction.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
+                                 keyset=spanner.KeySet(keys=[[post_hash, post_id]])))
+    hourly_mark = hourly_watermark(*rows[0])
+    if hourly_mark >= step.through:
+        return 0
+    # The watermark only grows and the previous step left it at step.after or later, so
+    # these rows are a subset of the step's own: the commit stays within its bound.
+    hours: dict = {}
+    add_hours(hours, [(hour, up, sh) for committed_at, hour, up, sh in step.rows if committed_at > hourly_mark])
+    _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()})
+    transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(post_hash, post_id, step.through)])
+    return len(hours)
+
+
+def read_post_for_steps(database, post_hash: int, post_id: str, snapshot_at: datetime) -> tuple[datetime, list]:
+    """At S: the post's hourly watermark and its deltas committed after it (with commit times)."""
+    with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
+        rows = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
+                                  keyset=spanner.KeySet(keys=[[post_hash, post_id]])))
+        after = hourly_watermark(*rows[0])
+        return after, [tuple(row) for row in read_unfolded(
+            snapshot, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS)]
+
+
+def fold_post_in_steps(database, fold: PostFold, snapshot_at: datetime, max_mutations: int,
+                       on_retry: Callable[[Exception], None] | None = None) -> FoldOutcome:
+    """Folds one post whose unfolded hours do not fit one commit: its hourly rows in bounded
+    steps under its hourly watermark (`plan_hourly_steps`, `apply_hourly_step`), then its
+    counters in one small transaction (`apply_folds`, which finds the hourly rows done).
+
+    Reads stay exact at every step: totals use FoldedThrough and the hourly reads use
+    HourlyFoldedThrough, and each moves in the same transaction as the sums it covers. A
+    fold killed between steps leaves the hourly watermark ahead; the next run continues
+    from it.
+    """
+    post_hash, post_id = fold.key.post_hash, fold.key.post_id
+    max_hours = max(1, (max_mutations - MUTATIONS_PER_POST) // MUTATIONS_PER_HOUR)
+    after, rows = read_post_for_steps(database, post_hash, post_id, snapshot_at)
+    for step in plan_hourly_steps(rows, after, snapshot_at, max_hours):
+        run_with_retries(lambda s=step: run_transaction(
+            database, lambda txn: apply_hourly_step(txn, post_hash, post_id, s)), DEFAULT_RETRY, on_retry)
+    outcome = run_with_retries(lambda: run_transaction(
+        database, lambda txn: apply_folds(txn, [fold], snapshot_at)), DEFAULT_RETRY, on_retry)
+    return outcome.plus(FoldOutcome(posts_split=1))
 
 
 def plan_partitions(database, snapshot_at: datetime) -> Iterator[tuple[dict, dict]]:
@@ -178,7 +287,8 @@ def read_partition(database, handle: dict, partition: dict, snapshot_at: datetim
 
 def record_fold_run(database, snapshot_at: datetime, outcome: FoldOutcome, handle: dict | None) -> None:
     """Writes the FoldRuns row, then ends the partitioned read's session."""
-    row = (str(uuid.uuid4()), snapshot_at, outcome.posts_folded, outcome.deltas_folded, spanner.COMMIT_TIMESTAMP)
+    row = (str(uuid.uuid4()), snapshot_at, outcome.posts_folded, outcome.deltas_folded, spanner.COMMIT_TIMESTAMP,
+           outcome.posts_skipped)
     run_with_retries(lambda: commit_mutations(
         database, lambda batch: batch.insert(FOLD_RUNS, columns=FOLD_RUN_COLUMNS, values=[row])
     ))

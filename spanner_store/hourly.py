@@ -1,11 +1,18 @@
 """Exact per-hour counts of one post: the folded hourly rollup plus the unfolded deltas.
 
 The fold adds every delta it folds to PostHourlyCounts (by event hour) in the same
-transaction that adds it to Posts and moves the post's FoldedThrough watermark. So, in any
-one snapshot, a delta is either inside PostHourlyCounts (committed at or before the
-watermark) or among the post's deltas committed after the watermark, never both and never
-neither. `hourly_counts` reads both sides in one read-only snapshot and
-sums them per event hour, which is exact even while a fold commits.
+transaction that moves the post's hourly watermark (HourlyFoldedThrough, or FoldedThrough
+while that is NULL) past the delta's commit. So, in any one snapshot, a delta is either
+inside PostHourlyCounts (committed at or before the hourly watermark) or among the post's
+deltas committed after it, never both and never neither. `hourly_counts` reads both sides
+in one read-only snapshot and sums them per event hour, which is exact even while a fold
+commits, and also while a post too large for one commit is folded in several (its hourly
+watermark then runs ahead of FoldedThrough; the totals of spanner_store.reads use
+FoldedThrough and are exact on their own).
+
+The event hour is the one the vote claims (its event_time), unless that is older than the
+delta retention (30 days) or further ahead than the pipeline's --max-clock-skew-seconds:
+such a vote is counted in the hour it was ingested (see schemas.contract.event_hour).
 
 Both sides are key-range reads within the post's rows: PostHourlyCounts is keyed by
 (PostHash, PostId, EventHour DESC) (one row per hour the post was voted in), and the
@@ -24,8 +31,8 @@ from typing import NamedTuple
 
 from google.cloud import spanner
 
-from spanner_store.reads import read_unfolded
-from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, POSTS, post_key
+from spanner_store.reads import hourly_watermark, read_unfolded
+from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, post_key
 
 
 class HourCount(NamedTuple):
@@ -64,12 +71,13 @@ def hourly_counts_in(snapshot, post_id: str) -> list[HourCount]:
             acc[0] += upvotes
             acc[1] += shares
 
-    posts = list(snapshot.read(POSTS, columns=("FoldedThrough",), keyset=spanner.KeySet(keys=[list(key)])))
+    posts = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
+                               keyset=spanner.KeySet(keys=[list(key)])))
     if not posts:
         return []
     add(snapshot.read(HOURLY, columns=DELTA_SUM_COLUMNS,
                       keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key))])))
-    add(read_unfolded(snapshot, {key: posts[0][0]}, DELTA_SUM_COLUMNS))
+    add(read_unfolded(snapshot, {key: hourly_watermark(*posts[0])}, DELTA_SUM_COLUMNS))
     return [HourCount(hour, *sums[hour]) for hour in sorted(sums)]
 
 

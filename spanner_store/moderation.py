@@ -11,6 +11,11 @@ count per event hour at S (the hourly rollup plus the unfolded deltas, as reads 
 commit then writes, per hour, minus that hour's count. Every delta committed at or before S
 is cancelled, every delta committed after S (a sink racing the reset) still counts, and a
 fold before, during or after sees one more ordinary delta.
+
+The commit stays within the mutation budget whatever the post's history: a post with more
+hours than MAX_HOUR_ROWS has its oldest hours cancelled together, in one row of its oldest
+hour (its total reads zero; those old hours then read their own counts, and the oldest one
+minus theirs).
 """
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from spanner_store.database import commit_mutations, run_with_retries
+from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_with_retries
+from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
 from spanner_store.hourly import HourCount, hourly_counts_in
 from spanner_store.tables import (
     ADJUSTMENT_COLUMNS, ADJUSTMENTS, DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, adjustment_delta_id, delta_key,
@@ -33,6 +39,10 @@ ADJUST = "adjust"
 RESET = "reset"
 LIST_ADJUSTMENTS_SQL = """SELECT AdjustmentId, PostId, Kind, Upvotes, Shares, Reason, Actor, AsOf, CreatedAt
 FROM Adjustments ORDER BY CreatedAt DESC LIMIT @limit"""
+
+
+# Delta rows one reset may write: the budget less the parent key and the audit row.
+MAX_HOUR_ROWS = (MUTATION_BUDGET - MUTATIONS_PER_PARENT - len(ADJUSTMENT_COLUMNS)) // MUTATIONS_PER_DELTA
 
 
 class Adjustment(NamedTuple):
@@ -100,10 +110,20 @@ def reset(database, adjustment_id: str, post_id: str, reason: str, actor: str) -
     with database.snapshot(multi_use=True) as snapshot:
         hours = hourly_counts_in(snapshot, post_id)
         as_of = snapshot._transaction_read_timestamp  # noqa: SLF001 - the client exposes it only here
-    minus = [HourCount(h.hour, -h.upvotes, -h.shares) for h in hours]
+    minus = bounded_hours([HourCount(h.hour, -h.upvotes, -h.shares) for h in hours if h.upvotes or h.shares])
     adjustment = Adjustment(adjustment_id, post_id, RESET, sum(h.upvotes for h in minus),
                             sum(h.shares for h in minus), reason, actor, as_of, None)
     return _result(database, adjustment, minus)
+
+
+def bounded_hours(hours: list[HourCount], limit: int = MAX_HOUR_ROWS) -> list[HourCount]:
+    """At most `limit` rows with the same sums: the oldest hours beyond it merged into the oldest."""
+    hours = sorted(hours)
+    if len(hours) <= limit:
+        return hours
+    merged = hours[:len(hours) - limit + 1]
+    oldest = HourCount(merged[0].hour, sum(h.upvotes for h in merged), sum(h.shares for h in merged))
+    return [oldest] + hours[len(merged):]
 
 
 def list_adjustments(database, limit: int = 100) -> list[Adjustment]:

@@ -52,6 +52,11 @@ def read_unfolded(snapshot, watermarks: Mapping[PostKey, datetime], columns: Seq
     return snapshot.read(DELTAS, columns=columns, keyset=unfolded_ranges(watermarks, through), index=DELTAS_BY_COMMIT)
 
 
+def hourly_watermark(folded_through: datetime, hourly_folded_through: datetime | None) -> datetime:
+    """The watermark of a post's PostHourlyCounts rows (NULL: in step with FoldedThrough)."""
+    return folded_through if hourly_folded_through is None else hourly_folded_through
+
+
 def exact_counts(database, post_ids: Iterable[str]) -> list[PostTotals]:
     """Exact counts of the given posts, in the order asked; unknown posts read as zeros."""
     wanted = list(dict.fromkeys(post_ids))

@@ -15,6 +15,10 @@ POSTS_BY_UPVOTES = "PostsByUpvotes"
 POST_KEY_COLUMNS = ("PostHash", "PostId")
 POST_COLUMNS = ("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough")
 WATERMARK_COLUMNS = ("PostHash", "PostId", "FoldedThrough")
+# The watermark of a post's PostHourlyCounts rows; NULL: the same as FoldedThrough.
+HOURLY_WATERMARK = "HourlyFoldedThrough"
+POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK,)
+HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK)
 
 DELTAS = "PostDeltas"
 # The interleaved commit-time index: a post's deltas committed after its watermark are one
@@ -26,12 +30,14 @@ DELTA_COLUMNS = DELTA_KEY_COLUMNS + ("Upvotes", "Shares", "Events", "CommittedAt
 DELTA_RETENTION_DAYS = 30
 # What the fold and the hourly reads take from each unfolded delta.
 DELTA_SUM_COLUMNS = ("EventHour", "Upvotes", "Shares")
+# The same with its commit timestamp, for folds that split a post by commit time.
+DELTA_COMMIT_SUM_COLUMNS = ("CommittedAt",) + DELTA_SUM_COLUMNS
 
 HOURLY = "PostHourlyCounts"
 HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares")
 
 FOLD_RUNS = "FoldRuns"
-FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt")
+FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt", "PostsSkipped")
 
 WRITER_GENERATIONS = "WriterGenerations"
 WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt")

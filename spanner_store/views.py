@@ -81,7 +81,7 @@ from typing import Callable, Iterable, NamedTuple
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from spanner_store.database import commit_mutations, run_transaction, run_with_retries
+from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
 from spanner_store.reads import last_fold_snapshot, ranked_posts
 from spanner_store.tables import (
     VIEW_ACTIVE, VIEW_ACTIVE_COLUMNS, VIEW_LEASE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS,
@@ -93,6 +93,11 @@ Clock = Callable[[], datetime]
 DEFAULT_VIEW = "top-upvotes"
 DEFAULT_K = 100
 DEFAULT_BATCH_ROWS = 100
+# A row write is at most 7 cells, its index entry (4) and the removal of the old entry (1);
+# a delete 1 plus 1 for its entry. Larger asked-for batches are cut to this, so a commit
+# stays within the mutation budget whatever --batch-rows says.
+MUTATIONS_PER_VIEW_ROW = 12
+MAX_BATCH_ROWS = MUTATION_BUDGET // MUTATIONS_PER_VIEW_ROW
 DEFAULT_KEEP_VERSIONS_S = 3600.0
 # A publisher renews its lease with every batch; one that stops for this long is
 # presumed dead and the next publisher takes the view over.
@@ -380,6 +385,7 @@ def publish_top_view(
     """
     if k < 1 or batch_rows < 1:
         raise ValueError("k and batch_rows must be at least 1")
+    batch_rows = min(batch_rows, MAX_BATCH_ROWS)
     started = time.monotonic()
     report = progress or (lambda stage, n: None)
     owner = str(uuid.uuid4())
@@ -429,6 +435,7 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
     Returns (versions newly expired, rows deleted, transactions). Safe to run concurrently
     with readers, publishers and itself: ExpiredThrough only grows, deletes are idempotent.
     """
+    batch_rows = min(batch_rows, MAX_BATCH_ROWS)
     now = clock()
     with database.snapshot(multi_use=True) as snapshot:
         active = list(snapshot.read(VIEW_ACTIVE, columns=("Version", "ExpiredThrough"),

@@ -3,6 +3,11 @@
 Each test module gets a fresh database and fresh topics (`stack`), so modules never see
 each other's rows. Emulators already named by SPANNER_EMULATOR_HOST / PUBSUB_EMULATOR_HOST
 are reused as they are.
+
+Every commit any test makes in this process (the sink and the fold run in-process under
+the DirectRunner) goes through the real client wrapped by `upvotes.commit_meter`, which
+counts its mutations as real Spanner does and fails any commit over Spanner's limit, which
+the emulator does not enforce.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from upvotes import emulators
+from upvotes.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
 from upvotes.provision import Resources, provision
 
@@ -36,6 +42,21 @@ def emulator_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def _metered_commits() -> Iterator[CommitMeter]:
+    with metering_commits() as meter:
+        yield meter
+
+
+@pytest.fixture(autouse=True)
+def commit_meter(_metered_commits: CommitMeter) -> Iterator[CommitMeter]:
+    """The meter of this test's commits; the test fails if any was over Spanner's limit,
+    even one whose error the code under test caught."""
+    _metered_commits.reset()
+    yield _metered_commits
+    assert not _metered_commits.too_large, _metered_commits.too_large
 
 
 def new_resources(prefix: str = "t") -> Resources:

@@ -199,7 +199,10 @@ def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build(moment: da
 
 def test_the_corpus_through_parse_votes_in_a_pipeline() -> None:
     """The DoFn (metrics per reason, tagged outputs) survives the whole corpus in one bundle."""
-    expected = manifest()
+    # The contract rejects these (their UTC hour is outside Spanner's range); the pipeline's
+    # event-time policy counts them in their ingestion hour instead (issue 15).
+    ingestion_hour = {"116-event-time-year-0-in-utc.bin", "117-event-time-year-10000-in-utc.bin"}
+    expected = {n: "accepted" if n in ingestion_hour else r for n, r in manifest().items()}
     messages = [PubsubMessage((CORPUS / name).read_bytes(), {**corpus_attributes(name), "n": name})
                 for name in sorted(expected)]
     messages.append(PubsubMessage(None, {"n": "none"}))  # a message without data

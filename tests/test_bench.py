@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness")
+SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "commit_sizes")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 480
 
@@ -54,6 +54,11 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert all(p["exact"] is True for p in fold["points"]) and all(r["exact"] is True for r in fold["reads"])
     assert document["benchmarks"]["freshness"]["exact"] is True
     assert document["benchmarks"]["freshness"]["markers"] > 0
+
+    sizes = document["benchmarks"]["commit_sizes"]
+    assert sizes["exact"] is True and sizes["components"]["fold"]["posts_split"] == 1
+    assert 0 < document["largest_commit_mutations"] <= sizes["limit"]
+    assert all(b["largest_commit_mutations"] <= sizes["limit"] for b in document["benchmarks"].values())
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000

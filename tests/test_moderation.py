@@ -146,3 +146,19 @@ def test_a_reset_racing_the_streaming_sink_and_a_fold_cancels_exactly_what_was_c
     assert exact(database, post) == hourly_total(database, post) == expected
     fold(stack)
     assert exact(database, post) == folded(database, post) == hourly_total(database, post) == expected
+
+
+def test_a_reset_of_a_post_with_more_hours_than_one_commit_holds_stays_within_the_budget() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from spanner_store.hourly import HourCount
+    from spanner_store.moderation import MAX_HOUR_ROWS, bounded_hours
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    hours = [HourCount(start + timedelta(hours=i), -(i + 1), -i % 3) for i in range(MAX_HOUR_ROWS + 500)]
+    rows = bounded_hours(hours)
+    assert len(rows) == MAX_HOUR_ROWS
+    assert (sum(h.upvotes for h in rows), sum(h.shares for h in rows)) == (
+        sum(h.upvotes for h in hours), sum(h.shares for h in hours))
+    assert rows[1:] == hours[-(MAX_HOUR_ROWS - 1):]  # the newest hours keep their own row
+    assert bounded_hours(hours[:10]) == hours[:10]

@@ -460,7 +460,7 @@ def test_update_replaces_the_streaming_job_and_the_scheduler_job(monkeypatch, ca
 
 
 def test_unset_optional_parameters_are_left_to_the_pipeline(monkeypatch, capsys) -> None:
-    streaming, _ = dry_run("run", monkeypatch, capsys, WINDOW_SECONDS="", ROWS_PER_COMMIT="")
+    streaming, _ = dry_run("run", monkeypatch, capsys, WINDOW_SECONDS="", ROWS_PER_COMMIT="", MAX_CLOCK_SKEW_SECONDS="")
     assert set(parameters_of(streaming)) == {
         p.template_name for p in STREAMING_PARAMS if p.required} | {"sdk_container_image"}
 

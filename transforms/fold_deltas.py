@@ -11,16 +11,21 @@ are read in parallel on Dataflow.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Iterable, Iterator
+import logging
+from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from spanner_store.database import DEFAULT_RETRY, MUTATION_BUDGET, open_database, run_transaction, run_with_retries
-from spanner_store.folding import (
-    FoldOutcome, PostFold, add_hours, apply_folds, choose_snapshot, fold_cost, plan_partitions, read_partition,
-    record_fold_run,
+from spanner_store.database import (
+    DEFAULT_RETRY, MUTATION_BUDGET, TRANSIENT_ERRORS, open_database, run_transaction, run_with_retries,
 )
+from spanner_store.folding import (
+    FoldOutcome, PostFold, add_hours, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps, plan_partitions,
+    read_partition, record_fold_run,
+)
+
+LOG = logging.getLogger(__name__)
 
 
 class SumPostDeltas(beam.CombineFn):
@@ -93,23 +98,54 @@ class _ApplyFoldsFn(_SpannerDoFn):
         self._cost = 0
 
     def process(self, fold: PostFold, snapshot_at: datetime) -> Iterator[FoldOutcome]:
+        self._snapshot_at = snapshot_at
+        if fold_cost(fold) > self._max_mutations:
+            # Too many hours for one commit: this post alone, in bounded steps.
+            yield self._count(self._or_skip(fold, lambda: fold_post_in_steps(
+                self._database, fold, snapshot_at, self._max_mutations, lambda _: self._retries.inc())))
+            return
         if self._buffer and (len(self._buffer) >= self._posts_per_commit or self._cost + fold_cost(fold) > self._max_mutations):
             yield self._flush(snapshot_at)
         self._buffer.append(fold)
         self._cost += fold_cost(fold)
-        self._snapshot_at = snapshot_at
 
     def finish_bundle(self):
         if self._buffer:
             yield beam.transforms.window.GlobalWindows.windowed_value(self._flush(self._snapshot_at))
 
-    def _flush(self, snapshot_at: datetime) -> FoldOutcome:
-        folds, self._buffer, self._cost = self._buffer, [], 0
-        outcome = run_with_retries(
+    def _apply(self, folds: list[PostFold], snapshot_at: datetime) -> FoldOutcome:
+        return run_with_retries(
             lambda: run_transaction(self._database, lambda txn: apply_folds(txn, folds, snapshot_at)),
             DEFAULT_RETRY,
             lambda _: self._retries.inc(),
         )
+
+    def _flush(self, snapshot_at: datetime) -> FoldOutcome:
+        folds, self._buffer, self._cost = self._buffer, [], 0
+        if len(folds) == 1:
+            return self._count(self._or_skip(folds[0], lambda: self._apply(folds, snapshot_at)))
+        try:
+            outcome = self._apply(folds, snapshot_at)
+        except Exception as error:  # noqa: BLE001 - sorted by _skippable
+            if not _skippable(error):
+                raise
+            # Some post of the batch cannot be folded: fold each alone so only it is skipped.
+            outcome = FoldOutcome()
+            for fold in folds:
+                outcome = outcome.plus(self._or_skip(fold, lambda f=fold: self._apply([f], snapshot_at)))
+        return self._count(outcome)
+
+    def _or_skip(self, fold: PostFold, work: Callable[[], FoldOutcome]) -> FoldOutcome:
+        """`work()`, or one skipped post when it fails with a non-transient error."""
+        try:
+            return work()
+        except Exception as error:  # noqa: BLE001 - sorted by _skippable
+            if not _skippable(error):
+                raise
+            LOG.error("fold of post %r skipped; it stays unfolded and reads stay exact: %r", fold.key.post_id, error)
+            return FoldOutcome(posts_skipped=1)
+
+    def _count(self, outcome: FoldOutcome) -> FoldOutcome:
         for name, value in outcome._asdict().items():
             self._metrics[name].inc(value)
         return outcome
@@ -129,8 +165,13 @@ def _to_post_fold(keyed) -> PostFold:
 class FoldDeltas(beam.PTransform):
     """PBegin -> one FoldOutcome: folds every unfolded delta into Posts and PostHourlyCounts.
 
+    A post with more unfolded event hours than fit one commit is folded alone in bounded
+    steps (posts_split); a post whose fold fails with a non-transient error is skipped,
+    logged and counted (posts_skipped, also in its FoldRuns row) and every other post is
+    still folded.
+
     Metrics: FoldDeltas/posts_folded, deltas_folded, posts_refolded, posts_already_folded,
-    transient_retries.
+    posts_split, posts_skipped, transient_retries.
     """
 
     def __init__(
@@ -166,6 +207,13 @@ class FoldDeltas(beam.PTransform):
             | "RecordFoldRun" >> beam.ParDo(
                 _RecordFoldRun(*self._where), at, beam.pvalue.AsSingleton(session))
         )
+
+
+def _skippable(error: Exception) -> bool:
+    """A post's fold failing this way is skipped, so one post never blocks the others.
+    Transient errors that outlast the retries (Spanner unreachable) still fail the whole run,
+    and so do broken invariants (AssertionError, the test suite's commit-size check)."""
+    return not isinstance(error, TRANSIENT_ERRORS + (AssertionError,))
 
 
 def _any_handle(handles: Iterable[dict | None]) -> dict | None:

@@ -15,7 +15,7 @@ import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.metrics import Metrics
 
-from schemas.contract import parse_message, reason_of
+from schemas.contract import DEFAULT_EVENT_TIME_POLICY, EventTimePolicy, parse_message, reason_of
 from schemas.records import UPVOTES, Rejected
 from transforms.windowing import BundleSums
 
@@ -28,15 +28,20 @@ class ParsedVotes(NamedTuple):
 class _ParseAndSumFn(beam.DoFn):
     REJECTED = "rejected"
 
+    def __init__(self, policy: EventTimePolicy) -> None:
+        self._policy = policy
+
     def start_bundle(self) -> None:
         self._sums = BundleSums()
         # Counted locally and reported once per bundle: a metric update per vote costs more
         # than parsing it.
         self._rejected: Counter[str] = Counter()
+        self._ingestion_hour: Counter[str] = Counter()
 
     def process(self, message: PubsubMessage, timestamp=beam.DoFn.TimestampParam):
         add = self._sums.add
-        for result in parse_message(message.data or b"", message.attributes, float(timestamp)):
+        for result in parse_message(message.data or b"", message.attributes, float(timestamp), self._policy,
+                                    self._count_ingestion_hour):
             if type(result) is Rejected:
                 self._rejected[reason_of(result)] += 1
                 yield beam.pvalue.TaggedOutput(self.REJECTED, result)
@@ -45,10 +50,15 @@ class _ParseAndSumFn(beam.DoFn):
             else:
                 add(result.post_id, result.event_hour, 0, result.delta)
 
+    def _count_ingestion_hour(self, reason: str) -> None:
+        self._ingestion_hour[reason] += 1
+
     def finish_bundle(self):
         Metrics.counter("ParseVotes", "accepted").inc(self._sums.votes)
         for reason, count in self._rejected.items():
             Metrics.counter("ParseVotes", f"rejected_{reason}").inc(count)
+        for reason, count in self._ingestion_hour.items():
+            Metrics.counter("ParseVotes", f"ingestion_hour_{reason}").inc(count)
         yield from self._sums.emit()
 
 
@@ -58,10 +68,19 @@ class ParseVotes(beam.PTransform):
     A message is one event, or a batch of them (contract v2). `sums` holds each bundle's
     accepted votes summed per post and event hour, stamped with the bundle's ingestion time
     (what WindowAndSumVotes windows by). The element timestamp (the Pub/Sub publish time,
-    unless the read names a timestamp attribute) stands in for a missing event_time. Metrics: ParseVotes/accepted (votes) and ParseVotes/rejected_<reason>
-    (dead letters: one per rejected line of a batch, or one per message rejected whole).
+    unless the read names a timestamp attribute) stands in for a missing event_time, and for
+    one outside the event-time policy (older than the delta retention, or further ahead than
+    the clock skew it allows): such a vote is counted in its ingestion hour, never dropped.
+    Metrics: ParseVotes/accepted (votes), ParseVotes/rejected_<reason> (dead letters: one per
+    rejected line of a batch, or one per message rejected whole) and
+    ParseVotes/ingestion_hour_<reason> (older_than_retention, ahead_of_clock).
     """
 
+    def __init__(self, policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> None:
+        super().__init__()
+        self._policy = policy
+
     def expand(self, messages: beam.PCollection) -> ParsedVotes:
-        parsed = messages | "Parse" >> beam.ParDo(_ParseAndSumFn()).with_outputs(_ParseAndSumFn.REJECTED, main="sums")
+        parsed = messages | "Parse" >> beam.ParDo(_ParseAndSumFn(self._policy)).with_outputs(
+            _ParseAndSumFn.REJECTED, main="sums")
         return ParsedVotes(sums=parsed.sums, rejected=parsed[_ParseAndSumFn.REJECTED])

@@ -68,6 +68,9 @@ class DeployConfig:
         "WINDOW_SECONDS", "seconds per window: lower is fresher, higher writes fewer rows", "window-seconds"))
     rows_per_commit: str | None = field(default=_param("rows-per-commit").default, metadata=_setting(
         "ROWS_PER_COMMIT", "delta rows per Spanner commit", "rows-per-commit"))
+    max_clock_skew_seconds: str | None = field(default=_param("max-clock-skew-seconds").default, metadata=_setting(
+        "MAX_CLOCK_SKEW_SECONDS", "event times further ahead than this count in their ingestion hour",
+        "max-clock-skew-seconds"))
     posts_per_commit: str | None = field(default=_param("posts-per-commit").default, metadata=_setting(
         "POSTS_PER_COMMIT", "posts per fold transaction", "posts-per-commit"))
     streaming_job: str = field(default="upvotes-streaming", metadata=_setting("STREAMING_JOB", "streaming job name"))
@@ -173,6 +176,7 @@ class DeployConfig:
             "database": self.database,
             "window-seconds": self.window_seconds,
             "rows-per-commit": self.rows_per_commit,
+            "max-clock-skew-seconds": self.max_clock_skew_seconds,
             "posts-per-commit": self.posts_per_commit,
         }
 

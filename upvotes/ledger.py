@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from schemas.contract import event_hour
+from schemas.contract import DEFAULT_EVENT_TIME_POLICY, event_hour
 from schemas.records import COUNTERS, VoteEvent
 
 _COUNTER_INDEX = {counter: index for index, counter in enumerate(COUNTERS)}
@@ -35,8 +35,10 @@ class Ledger:
         self._hourly: dict[str, dict[int, list[int]]] = {}  # post -> hour (epoch s) -> [upvotes, shares]
 
     def add(self, event: dict[str, Any]) -> None:
-        """Counts one valid event dict; like the pipeline, it buckets a missing event_time by the time now."""
-        self._count(event["post_id"], event["counter"], event["delta"], event_hour(event.get("event_time"), time.time()))
+        """Counts one valid event dict; like the pipeline (with its default event-time policy), it
+        buckets a missing or out-of-bounds event_time by the time now."""
+        self._count(event["post_id"], event["counter"], event["delta"],
+                    event_hour(event.get("event_time"), time.time(), DEFAULT_EVENT_TIME_POLICY))
 
     def add_vote(self, vote: VoteEvent) -> None:
         self._count(vote.post_id, vote.counter, vote.delta, vote.event_hour)

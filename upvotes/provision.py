@@ -57,6 +57,51 @@ def missing_ddl(existing: list[str], wanted: list[str]) -> list[str]:
     return [s for s in wanted if ddl_object_name(s) not in have]
 
 
+def _top_level_parts(text: str) -> list[str]:
+    """`a INT64, b STRING(1) OPTIONS (x = y)` split at commas outside parentheses."""
+    parts, depth, current = [], 0, []
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current).strip())
+    return [part for part in parts if part]
+
+
+def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
+    """(table, {column: its definition}) of a CREATE TABLE statement, else None."""
+    name = ddl_object_name(statement)
+    if name is None or not name.startswith("TABLE "):
+        return None
+    text = " ".join(statement.split())
+    start, depth = text.index("("), 0
+    for end in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            break
+    columns = {part.split()[0]: part for part in _top_level_parts(text[start + 1:end])
+               if not part.upper().startswith(("CONSTRAINT ", "FOREIGN KEY"))}
+    return name.split()[1], columns
+
+
+def missing_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
+    """(table, column definition) of each column of a `wanted` table that the existing table
+    lacks. Only nullable columns (or NOT NULL with a DEFAULT) can be added to a table with
+    rows; posts.sql keeps new columns that way."""
+    have = dict(filter(None, map(table_columns, existing)))
+    return [(table, definition)
+            for table, columns in filter(None, map(table_columns, wanted)) if table in have
+            for column, definition in columns.items() if column not in have[table]]
+
+
+def add_column_ddl(table: str, definition: str) -> str:
+    """The DDL adding a column; both parts come from posts.sql itself, never from input."""
+    return f"ALTER TABLE {table} ADD COLUMN {definition}"
+
+
 def provision_pubsub(res: Resources, log: Callable[[str], None]) -> None:
     publisher = pubsub_v1.PublisherClient()
     subscriber = pubsub_v1.SubscriberClient()
@@ -111,8 +156,11 @@ def provision_spanner(
         return
     database.reload()
     todo = missing_ddl(list(database.ddl_statements), wanted)
-    if todo:
-        database.update_ddl(todo).result(OPERATION_TIMEOUT_S)
+    new_columns = missing_columns(list(database.ddl_statements), wanted)
+    if todo or new_columns:
+        database.update_ddl([add_column_ddl(*c) for c in new_columns] + todo).result(OPERATION_TIMEOUT_S)
+        for table, definition in new_columns:
+            log(f"added   column {table}.{definition}")
         for statement in todo:
             log(f"created {ddl_object_name(statement)}")
     log(f"exists  database {res.database} ({len(wanted) - len(todo)} of {len(wanted)} schema objects were there)")

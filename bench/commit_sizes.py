@@ -1,0 +1,83 @@
+"""Benchmark: the largest Spanner commit each component builds, against the 80,000 limit.
+
+The emulator accepts commits of any size, so this is counted, not timed: every commit goes
+through upvotes.commit_meter (the real client, each commit's mutations counted from the DDL
+as Spanner documents them, index entries included). Adversarial input, in a fresh database:
+
+- sink: `plan_commits` + `write_new_deltas` (what WriteDeltaRows does per bundle) for a
+  window of `hours` one-vote deltas over many posts, and a broken-clock post with one
+  delta per hour;
+- fold: one fold run (pipeline.fold, as `upvotes fold` runs it) over the broken-clock post
+  (`hours` distinct event hours) and the others;
+- views: publish_top_view with k = every post and --batch-rows far above the budget.
+
+Baseline, same run: the single commit the fold would have built for that post before
+issue 15 (every hour in one transaction), from the same cost constants.
+`runner.py` also meters every other benchmark's process and reports their largest commit.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.config import Sizes
+from bench.stack import fresh_database, run_fold
+from schemas.records import PostDelta
+from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, run_with_retries
+from spanner_store.deltas import plan_commits, write_new_deltas
+from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
+from spanner_store.hourly import hourly_counts
+from spanner_store.reads import exact_counts
+from spanner_store.views import publish_top_view
+from upvotes.commit_meter import CommitMeter, metering_commits
+from upvotes.provision import Resources
+
+HOUR_2001 = 978_307_200
+ROWS_PER_COMMIT = 1_000  # the streaming default
+OTHER_POSTS = 2_000
+
+
+def _measure(meter: CommitMeter, work) -> dict:
+    meter.reset()
+    result = work()
+    return {"largest_commit": int(meter.largest), "commits": meter.commits, "tables": list(meter.largest_tables),
+            **(result or {})}
+
+
+def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+    hours = 5_000 if sizes.name == "quick" else 20_000
+    database, fresh = fresh_database(res, f"{res.database}-cs")
+    clock = [PostDelta("broken-clock", HOUR_2001 + 3600 * i, f"c:{i}", 1, 0, 1) for i in range(hours)]
+    others = [PostDelta(f"p-{n}", HOUR_2001, f"o:{n}", 1 + n % 5, n % 2, 1) for n in range(OTHER_POSTS)]
+    meter = CommitMeter()
+    with metering_commits(meter):
+        def sink():
+            for batch in plan_commits(clock + others, ROWS_PER_COMMIT):
+                run_with_retries(lambda b=batch: write_new_deltas(database, b))
+
+        def fold():
+            outcome = run_fold(fresh)
+            (total,) = exact_counts(database, ["broken-clock"])
+            folded_hours = hourly_counts(database, "broken-clock", since=datetime(2001, 1, 1, tzinfo=timezone.utc))
+            exact = total.upvotes == hours and len(folded_hours) == hours and all(h.upvotes == 1 for h in folded_hours)
+            return {"posts_split": outcome.get("posts_split"), "deltas_folded": outcome.get("deltas_folded"),
+                    "exact": exact}
+
+        def views():
+            version = publish_top_view(database, k=OTHER_POSTS + 1, view="bench-commit-sizes", batch_rows=1_000_000)
+            return {"ranked_rows": version.ranked_rows}
+
+        components = {"sink": _measure(meter, sink), "fold": _measure(meter, fold), "views": _measure(meter, views)}
+    largest = max(c["largest_commit"] for c in components.values())
+    unbounded = MUTATIONS_PER_POST + MUTATIONS_PER_HOUR * hours
+    return {
+        "hours": hours,
+        "components": components,
+        "largest_commit": largest,
+        "limit": SPANNER_MUTATION_LIMIT,
+        "budget": MUTATION_BUDGET,
+        "largest_over_limit": round(largest / SPANNER_MUTATION_LIMIT, 3),
+        "baseline_one_transaction_fold": unbounded,
+        "baseline_over_limit": round(unbounded / SPANNER_MUTATION_LIMIT, 3),
+        "exact": components["fold"]["exact"],
+    }

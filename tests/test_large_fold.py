@@ -1,0 +1,203 @@
+"""Posts too large for one commit (issue 15): folded exactly, in bounded commits, with reads
+exact at every step, and a post that cannot be folded never blocks the others.
+
+Deltas are written straight with spanner_store.deltas.write_deltas (the sink's own commit),
+in batches under Spanner's limit, so the sizes stay affordable on a small machine. Every
+commit here goes through the suite's mutation meter (tests/conftest.py).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from google.cloud import spanner
+
+import schemas
+from schemas.records import PostDelta
+from spanner_store.database import MUTATION_BUDGET, open_database, run_transaction
+from spanner_store.deltas import write_deltas
+from spanner_store.folding import (
+    HourlyStep, MUTATIONS_PER_HOUR, MUTATIONS_PER_POST, apply_hourly_step, choose_snapshot, plan_hourly_steps,
+    read_post_for_steps,
+)
+from spanner_store.hourly import hourly_counts
+from spanner_store.mutation_count import schema_model
+from spanner_store.reads import exact_counts
+from spanner_store.tables import post_key
+from tests.conftest import new_resources
+from tests.test_fold import fold
+from upvotes.provision import provision_spanner
+
+HOUR_2001 = int(datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp())
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def t(seconds: int) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+def write_in_batches(database, deltas: list[PostDelta], per_commit: int) -> None:
+    for start in range(0, len(deltas), per_commit):
+        write_deltas(database, deltas[start:start + per_commit])
+
+
+def hours_of(database, post_id: str) -> dict[int, tuple[int, int]]:
+    return {int(h.hour.timestamp()): (h.upvotes, h.shares) for h in hourly_counts(database, post_id, EPOCH)}
+
+
+def expected_hours(deltas: list[PostDelta]) -> dict[int, tuple[int, int]]:
+    hours: dict[int, tuple[int, int]] = {}
+    for d in deltas:
+        up, sh = hours.get(d.event_hour, (0, 0))
+        hours[d.event_hour] = (up + d.upvotes, sh + d.shares)
+    return hours
+
+
+def totals(database, post_id: str) -> tuple[int, int]:
+    (found,) = exact_counts(database, [post_id])
+    return found.upvotes, found.shares
+
+
+def distinct_hour_deltas(post_id: str, hours: int, tag: str) -> list[PostDelta]:
+    """One vote per hour from 2001 on, each hour a different one: what a broken client clock makes."""
+    return [PostDelta(post_id, HOUR_2001 + 3600 * i, f"{tag}:{i}", 1 + i % 3, i % 2, 1) for i in range(hours)]
+
+
+# --- planning the steps (pure) --------------------------------------------------------------
+
+def test_steps_keep_whole_commits_bound_their_hours_and_end_at_the_snapshot() -> None:
+    rows = [(t(c), t(3600 * h), 1, 0) for c, h in [(1, 1), (1, 2), (2, 3), (3, 3), (3, 4), (4, 5), (4, 6), (4, 7)]]
+    steps = plan_hourly_steps(reversed(rows), after=t(0), snapshot_at=t(10), max_hours=3)
+    assert [(s.after, s.through) for s in steps] == [(t(0), t(2)), (t(2), t(3)), (t(3), t(10))]
+    assert [len(s.rows) for s in steps] == [3, 2, 3]
+    # One commit with more hours than the bound is a step of its own, never split.
+    wide = [(t(1), t(3600 * h), 1, 0) for h in range(10)] + [(t(2), t(0), 1, 0)]
+    assert [len(s.rows) for s in plan_hourly_steps(wide, t(0), t(10), max_hours=3)] == [10, 1]
+    assert plan_hourly_steps([], t(0), t(10), 3) == [HourlyStep(t(0), t(10), [])]
+
+
+def test_the_fold_cost_constants_cover_what_the_ddl_counts() -> None:
+    model = schema_model()
+    assert MUTATIONS_PER_HOUR >= 5 + sum(len(i.entry) for i in model["PostHourlyCounts"].indexes)
+    posts = model["Posts"]
+    # An update of every Posts column: 6 cells, and each index entry rewritten plus the old one removed.
+    assert MUTATIONS_PER_POST >= 6 + sum(len(i.entry) + 1 for i in posts.indexes)
+
+
+def test_the_delta_retention_is_the_ddl_row_deletion_policy() -> None:
+    assert schemas.delta_retention_days() == 30
+    assert any("PostDeltas" in s and "INTERVAL 30 DAY" in s for s in schemas.ddl_statements())
+
+
+# --- on the emulator --------------------------------------------------------------------------
+
+def test_a_post_with_20000_distinct_hours_is_folded_exactly_in_bounded_commits(stack, database, commit_meter) -> None:
+    deltas = distinct_hour_deltas("clock-20k", 20_000, "a")
+    write_in_batches(database, deltas, per_commit=1_000)
+    small = [PostDelta(f"clock-small-{n}", HOUR_2001, f"s:{n}", 2, 1, 1) for n in range(5)]
+    write_deltas(database, small)
+    want = expected_hours(deltas)
+    want_totals = (sum(d.upvotes for d in deltas), sum(d.shares for d in deltas))
+    assert totals(database, "clock-20k") == want_totals and hours_of(database, "clock-20k") == want
+
+    commit_meter.reset()
+    outcome = fold(stack)
+    assert outcome.posts_split == 1 and outcome.posts_skipped == 0
+    assert outcome.deltas_folded == 20_005 and outcome.posts_folded == 6
+    # 20,000 hours x 5 cells would be one commit of 100,000+ mutations; each step is bounded.
+    assert 0 < commit_meter.largest <= MUTATION_BUDGET
+    assert commit_meter.commits >= 20_000 * MUTATIONS_PER_HOUR // MUTATION_BUDGET + 1
+
+    assert totals(database, "clock-20k") == want_totals
+    assert hours_of(database, "clock-20k") == want
+    assert {p: totals(database, p) for p in (d.post_id for d in small)} == {d.post_id: (2, 1) for d in small}
+    with database.snapshot() as snapshot:
+        rows = list(snapshot.execute_sql(
+            "SELECT COUNT(*) FROM PostHourlyCounts WHERE PostId = 'clock-20k'"))
+    assert rows == [[20_000]]
+    # Nothing left: a second fold folds nothing.
+    assert fold(stack).deltas_folded == 0
+
+
+def test_a_fold_killed_half_way_through_a_large_post_leaves_reads_exact_and_is_completed(stack, database) -> None:
+    first = distinct_hour_deltas("killed", 12_000, "k1")
+    write_in_batches(database, first, per_commit=1_000)
+    snapshot_at = choose_snapshot(database)
+    key = post_key("killed")
+    after, rows = read_post_for_steps(database, *key, snapshot_at)
+    steps = plan_hourly_steps(rows, after, snapshot_at, max_hours=(MUTATION_BUDGET - MUTATIONS_PER_POST) // 5)
+    assert len(steps) >= 3
+    # The killed fold: its first two steps committed, then nothing.
+    for step in steps[:2]:
+        run_transaction(database, lambda txn, s=step: apply_hourly_step(txn, *key, s))
+    # Its hourly watermark is ahead of the counters' now; both reads stay exact.
+    want_totals = (sum(d.upvotes for d in first), sum(d.shares for d in first))
+    assert totals(database, "killed") == want_totals
+    assert hours_of(database, "killed") == expected_hours(first)
+    with database.snapshot() as snapshot:
+        ((hourly_through, folded_through),) = list(snapshot.read(
+            "Posts", columns=("HourlyFoldedThrough", "FoldedThrough"), keyset=spanner.KeySet(keys=[list(key)])))
+    assert hourly_through == steps[1].through and folded_through == EPOCH
+
+    # More votes arrive, then the next fold run completes the post exactly.
+    more = distinct_hour_deltas("killed", 12_100, "k2")[11_950:]
+    write_deltas(database, more)
+    outcome = fold(stack)
+    assert outcome.posts_skipped == 0 and outcome.deltas_folded == len(first) + len(more)
+    every = first + more
+    assert totals(database, "killed") == (sum(d.upvotes for d in every), sum(d.shares for d in every))
+    assert hours_of(database, "killed") == expected_hours(every)
+
+
+def test_a_post_with_100000_unfolded_deltas_is_folded_exactly(stack, database, commit_meter) -> None:
+    deltas = [PostDelta("hot-100k", HOUR_2001 + 3600 * (i % 3), f"h:{i}", 1, i % 2, 1) for i in range(100_000)]
+    write_in_batches(database, deltas, per_commit=4_000)  # 64,007 mutations a commit, under the limit
+    commit_meter.reset()
+    outcome = fold(stack)
+    assert outcome.deltas_folded == 100_000 and outcome.posts_skipped == 0
+    assert commit_meter.largest <= MUTATION_BUDGET
+    assert totals(database, "hot-100k") == (100_000, 50_000)
+    assert hours_of(database, "hot-100k") == expected_hours(deltas)
+
+
+def test_a_post_that_cannot_be_folded_does_not_stop_the_others(stack, database) -> None:
+    # Two deltas at INT64's maximum: their sum cannot be stored, so this post's fold fails
+    # with a non-transient error (not a mock: the emulator rejects the value).
+    biggest = 2**63 - 1
+    write_deltas(database, [PostDelta("overflow", HOUR_2001, f"o:{i}", biggest, 0, 1) for i in range(2)])
+    others = [PostDelta(f"fine-{n}", HOUR_2001, f"f:{n}", 3, 1, 1) for n in range(20)]
+    write_deltas(database, others)
+
+    outcome = fold(stack, posts_per_commit=500)
+    assert outcome.posts_skipped == 1
+    assert {p: totals(database, p) for p in (d.post_id for d in others)} == {d.post_id: (3, 1) for d in others}
+    with database.snapshot(multi_use=True) as snapshot:
+        folded = dict(snapshot.execute_sql("SELECT PostId, Upvotes FROM Posts WHERE STARTS_WITH(PostId, 'fine-')"))
+        skipped_runs = list(snapshot.execute_sql("SELECT PostsSkipped FROM FoldRuns WHERE PostsSkipped > 0"))
+        (watermark,) = list(snapshot.execute_sql("SELECT FoldedThrough FROM Posts WHERE PostId = 'overflow'"))
+    assert folded == {d.post_id: 3 for d in others}  # folded, not only read exactly
+    assert skipped_runs == [[1]]
+    assert watermark == [EPOCH]  # the skipped post stays unfolded, its reads exact
+    assert totals(database, "overflow") == (2 * biggest, 0)
+
+
+def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
+    res = new_resources("old")
+    old_ddl = [s.replace(" HourlyFoldedThrough TIMESTAMP,", "").replace(" PostsSkipped INT64,", "")
+               for s in schemas.ddl_statements()]
+    assert old_ddl != schemas.ddl_statements()
+    client = spanner.Client(project=res.project)
+    client.instance(res.instance).database(res.database, ddl_statements=old_ddl).create().result(300)
+    database = open_database(res.project, res.instance, res.database)
+    write_deltas(database, [PostDelta("before-migration", HOUR_2001, "b:1", 1, 0, 1)])
+
+    logged: list[str] = []
+    provision_spanner(res, False, "unused", logged.append)
+    assert "added   column Posts.HourlyFoldedThrough TIMESTAMP" in logged
+    assert "added   column FoldRuns.PostsSkipped INT64" in logged
+    with database.snapshot() as snapshot:
+        assert list(snapshot.execute_sql("SELECT HourlyFoldedThrough FROM Posts")) == [[None]]
+    # The existing row reads as before (NULL: hourly rows in step with FoldedThrough).
+    assert hourly_counts(database, "before-migration", EPOCH)[0].upvotes == 1
+    again: list[str] = []
+    provision_spanner(res, False, "unused", again.append)
+    assert not [line for line in again if line.startswith(("added", "created"))]

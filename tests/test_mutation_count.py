@@ -1,0 +1,103 @@
+"""The commit mutation counter: Spanner's documented rules applied to the schema's DDL,
+on the real client's mutation objects, and the meter that bounds every test's commits."""
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+import pytest
+from google.cloud import spanner
+from google.cloud.spanner_v1.batch import Batch
+
+from schemas.records import PostDelta
+from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
+from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas
+from spanner_store.mutation_count import commit_mutation_count, schema_model
+from spanner_store.tables import (
+    DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS,
+)
+from upvotes.commit_meter import CommitMeter, CommitTooLarge, metering_commits
+
+MODEL = schema_model()
+HOUR = datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
+
+
+def count(build) -> float:
+    batch = Batch(session=None)
+    build(batch)
+    return commit_mutation_count(batch._mutations, MODEL)
+
+
+def test_the_model_reads_every_index_from_the_ddl() -> None:
+    by_commit = {i.name: i for i in MODEL[DELTAS].indexes}["PostDeltasByCommit"]
+    # The index key, the table key parts it lacks, then the stored columns: 4 key parts,
+    # CommittedAt and 3 stored columns.
+    assert by_commit.entry == ("PostHash", "PostId", "CommittedAt", "EventHour", "DeltaId", "Upvotes", "Shares", "Events")
+    by_upvotes = {i.name: i for i in MODEL[POSTS].indexes}["PostsByUpvotes"]
+    assert set(by_upvotes.entry) == {"Upvotes", "PostHash", "PostId", "Shares", "FoldedThrough"}
+    invalid_since = {i.name: i for i in MODEL[VIEW_ROWS].indexes}["TopPostsViewRowsByInvalidSince"]
+    assert invalid_since.null_filtered and not by_commit.null_filtered
+    assert MODEL["PostHourlyCounts"].indexes == ()
+
+
+def test_an_insert_counts_its_columns_and_every_index_entry() -> None:
+    row = ("p", HOUR, "d", 1, 0, 1, spanner.COMMIT_TIMESTAMP)
+    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(1,) + row])) == 8 + 8
+    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(n,) + row for n in range(10)])) == 160
+    # The sink's planner agrees with the model for a delta and a new parent.
+    assert MUTATIONS_PER_DELTA == 16
+    assert count(lambda b: b.insert_or_update(POSTS, POST_KEY_COLUMNS, [(1, "p")])) <= MUTATIONS_PER_PARENT
+
+
+def test_an_update_counts_an_index_only_when_it_writes_a_column_the_index_holds() -> None:
+    # Only the hourly watermark: PostsByUpvotes holds neither, its entry is untouched.
+    assert count(lambda b: b.update(POSTS, ("PostHash", "PostId", "HourlyFoldedThrough"), [(1, "p", HOUR)])) == 3
+    # Upvotes is the index key: the new entry (5 columns) plus the removal of the old one.
+    assert count(lambda b: b.update(POSTS, ("PostHash", "PostId", "Upvotes"), [(1, "p", 5)])) == 3 + 5 + 1
+    # Shares is stored: the entry is rewritten in place.
+    assert count(lambda b: b.update(POSTS, ("PostHash", "PostId", "Shares"), [(1, "p", 5)])) == 3 + 5
+
+
+def test_a_null_filtered_index_has_no_entry_for_a_null_key() -> None:
+    current = ("top", 1, 1, None, "p", 3, 0)
+    assert count(lambda b: b.insert(VIEW_ROWS, VIEW_ROW_COLUMNS, [current])) == 7
+    retired = ("top", 1, 1, 2, "p", 3, 0)
+    assert count(lambda b: b.insert(VIEW_ROWS, VIEW_ROW_COLUMNS, [retired])) == 7 + 4
+    # Retiring a row creates its entry; un-retiring it (back to NULL) removes it.
+    assert count(lambda b: b.update(VIEW_ROWS, VIEW_RETIRE_COLUMNS, [("top", 1, 1, 2)])) == 4 + 4 + 1
+    assert count(lambda b: b.update(VIEW_ROWS, VIEW_RETIRE_COLUMNS, [("top", 1, 1, None)])) == 4 + 1
+
+
+def test_deletes_count_per_key_plus_each_index_entry_and_ranges_of_indexed_tables_are_unbounded() -> None:
+    assert count(lambda b: b.delete(VIEW_ROWS, spanner.KeySet(keys=[["top", 1, 1], ["top", 2, 1]]))) == 2 * 2
+    assert count(lambda b: b.delete("PostHourlyCounts", spanner.KeySet(keys=[[1, "p", HOUR]]))) == 1
+    assert count(lambda b: b.delete(DELTAS, spanner.KeySet(all_=True))) == math.inf
+
+
+def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) -> None:
+    meter = CommitMeter()
+    deltas = [PostDelta("meter-p", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(1_000)]
+    with metering_commits(meter):
+        write_deltas(database, deltas)
+        # 16 per delta; the parent's key columns (2) and its PostsByUpvotes entry (5).
+        assert (meter.commits, meter.largest) == (1, 1_000 * 16 + 7)
+        assert meter.largest <= mutations_for(deltas)
+        too_many = [PostDelta("meter-q", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(5_000)]
+        with pytest.raises(CommitTooLarge):
+            write_deltas(database, too_many)
+    assert meter.too_large and meter.largest > SPANNER_MUTATION_LIMIT
+    # The oversized commit was never sent.
+    with database.snapshot() as snapshot:
+        assert list(snapshot.execute_sql("SELECT COUNT(*) FROM PostDeltas WHERE PostId = 'meter-q'")) == [[0]]
+
+
+def test_a_view_row_operation_costs_at_most_what_the_view_batches_assume() -> None:
+    from spanner_store.views import MAX_BATCH_ROWS, MUTATIONS_PER_VIEW_ROW
+
+    worst = max(
+        count(lambda b: b.insert_or_update(VIEW_ROWS, VIEW_ROW_COLUMNS, [("top", 1, 2, 3, "p", 3, 0)])),
+        count(lambda b: b.update(VIEW_ROWS, VIEW_RETIRE_COLUMNS, [("top", 1, 1, 2)])),
+        count(lambda b: b.delete(VIEW_ROWS, spanner.KeySet(keys=[["top", 1, 1]]))),
+    )
+    assert worst <= MUTATIONS_PER_VIEW_ROW
+    assert MAX_BATCH_ROWS * MUTATIONS_PER_VIEW_ROW <= MUTATION_BUDGET < SPANNER_MUTATION_LIMIT

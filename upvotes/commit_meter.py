@@ -1,0 +1,86 @@
+"""Counts the mutations of every commit this process makes, against Spanner's real limit.
+
+The emulator accepts commits of any size; real Spanner rejects one of more than
+SPANNER_MUTATION_LIMIT mutations (index entries included). `metering_commits()` wraps the
+real client's `Batch.commit` and `Transaction.commit` (not a mock: the commit still goes to
+the emulator) so every commit made in this process, by any component, is first counted
+with `spanner_store.mutation_count` from the schema's DDL. A commit over the limit raises
+`CommitTooLarge` instead of being sent, and is recorded, so a caller that swallows the
+error is still caught by whoever reads the meter. The tests wrap every test in it
+(tests/conftest.py) and the benchmark reports the largest commit it saw.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from google.cloud.spanner_v1.batch import Batch
+from google.cloud.spanner_v1.transaction import Transaction
+
+import schemas
+from spanner_store.database import SPANNER_MUTATION_LIMIT
+from spanner_store.mutation_count import commit_mutation_count, schema_model
+
+
+class CommitTooLarge(AssertionError):
+    """A commit real Spanner would reject for its size."""
+
+
+@dataclass
+class CommitMeter:
+    """`extra_ddl`: tables of the caller's own beside posts.sql (the benchmark's baselines)."""
+
+    limit: float = SPANNER_MUTATION_LIMIT
+    extra_ddl: tuple[str, ...] = ()
+    commits: int = 0
+    largest: float = 0
+    largest_tables: tuple[str, ...] = ()  # the tables the largest commit wrote
+    too_large: list[str] = field(default_factory=list)  # one line per rejected commit
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self._model = schema_model(schemas.ddl_statements() + list(self.extra_ddl))
+
+    def record(self, mutations) -> None:
+        count = commit_mutation_count(mutations, self._model)
+        tables = tuple(sorted({_table_of(m) for m in mutations}))
+        with self._lock:
+            self.commits += 1
+            if count > self.largest:
+                self.largest, self.largest_tables = count, tables
+            if count > self.limit:
+                message = f"a commit of {count} mutations (over {self.limit}) to {', '.join(tables)}"
+                self.too_large.append(message)
+                raise CommitTooLarge(message)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.commits, self.largest, self.largest_tables, self.too_large = 0, 0, (), []
+
+
+def _table_of(mutation) -> str:
+    pb = type(mutation).pb(mutation)
+    return getattr(pb, pb.WhichOneof("operation")).table
+
+
+@contextlib.contextmanager
+def metering_commits(meter: CommitMeter | None = None) -> Iterator[CommitMeter]:
+    """Counts (and bounds) every commit of this process while the block runs."""
+    meter = meter or CommitMeter()
+    originals = {cls: cls.commit for cls in (Batch, Transaction)}
+
+    def metered(original):
+        def commit(self, *args, **kwargs):
+            meter.record(self._mutations)  # noqa: SLF001 - the mutations the commit sends
+            return original(self, *args, **kwargs)
+        return commit
+
+    for cls, original in originals.items():
+        cls.commit = metered(original)
+    try:
+        yield meter
+    finally:
+        for cls, original in originals.items():
+            cls.commit = original
