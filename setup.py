@@ -28,9 +28,13 @@ setup(
         "google-cloud-spanner>=3.71,<4",
         # Beam's own JSON parsing is the chain's largest per-element cost; orjson halves it.
         "orjson>=3.8,<4",
+        # `upvotes serve`: the HTTP service for app servers (upvotes/service.py).
+        "fastapi>=0.110,<1",
+        "uvicorn>=0.29,<1",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20",
+                 "httpx>=0.27", "selenium>=4.20"],
         "bench": ["matplotlib>=3.8"],
     },
     # The worker image (templates/Dockerfile) copies only the worker packages: no command there.

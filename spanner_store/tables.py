@@ -31,6 +31,11 @@ HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares")
 FOLD_RUNS = "FoldRuns"
 FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt")
 
+# One row per commit of delta rows: that commit's biggest risers (spanner_store/fresh_top.py).
+TOP_CANDIDATES = "TopCandidates"
+TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Threshold")
+TOP_CANDIDATE_SHARDS = 16
+
 VIEW_ACTIVE = "TopPostsActiveVersion"
 VIEW_VERSIONS = "TopPostsVersions"
 VIEW_ROWS = "TopPostsViewRows"
