@@ -24,7 +24,7 @@ from upvotes.emulators import running_emulators
 from upvotes.provision import Resources
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness")
+BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads")
 
 
 def say(message: str) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness")
+SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 240
 
@@ -29,7 +29,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 6 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 7 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -48,6 +48,9 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert all(p["exact"] is True for p in fold["points"]) and all(r["exact"] is True for r in fold["reads"])
     assert document["benchmarks"]["freshness"]["exact"] is True
     assert document["benchmarks"]["freshness"]["markers"] > 0
+    hot_reads = document["benchmarks"]["hot_reads"]
+    assert hot_reads["exact"] is True
+    assert [p["target_reads_per_s"] for p in hot_reads["library"]] == [1_000, 10_000]
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000

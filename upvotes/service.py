@@ -6,7 +6,7 @@ validated vote publishing, on FastAPI + uvicorn.
     GET  /v1/top?n=10               {"posts": [{"post_id", "upvotes", "shares"}...], "as_of", "exact", "bound", "folded_through"}
     POST /v1/votes                  one JSON event (Content-Type application/json) or ndjson, one event a line:
                                     202 {"accepted": n, "rejected": [{"line", "error"}]}; 400 when nothing is valid
-    GET  /healthz                   {"status": "ok"}
+    GET  /healthz                   {"status": "ok", "spanner_reads": n}
     GET  /docs, /openapi.json       the OpenAPI description
     GET  /                          the live page (upvotes/live_page.py)
 
@@ -206,7 +206,8 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
 
     @app.get("/healthz")
     def healthz() -> dict:
-        return {"status": "ok"}
+        """Up, and how many Spanner snapshots this process's reader has opened (for load tests)."""
+        return {"status": "ok", "spanner_reads": reader.spanner_reads}
 
     @app.get("/v1/posts/{post_id:path}", summary="One post's exact counts")
     def read_post(post_id: str) -> dict:

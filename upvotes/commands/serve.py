@@ -50,12 +50,10 @@ def write_token(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from pipeline.options import pubsub_path
     from spanner_store.counts_reader import CountsReader
     from spanner_store.database import open_database
-    from upvotes.service import PubSubVotePublisher, ServiceSettings, create_app, is_loopback, uvicorn_config
+    from upvotes.service import PubSubVotePublisher, ServiceSettings, create_app, is_loopback, start_in_background
 
     token = write_token(args)
     if not is_loopback(args.host) and token is None:
@@ -68,7 +66,12 @@ def run(args: argparse.Namespace) -> int:
                           staleness_s=args.staleness_seconds, refresh_s=args.refresh_seconds)
     publisher = PubSubVotePublisher(pubsub_path(args.project, "topics", args.topic)) if args.topic else None
     app = create_app(reader, publisher, settings)
-    print(f"upvotes serve: http://{args.host}:{args.port}/ (API docs at /docs); writes "
+    running = start_in_background(app, args.host, args.port, settings)
+    print(f"upvotes serve: {running.url}/ (API docs at /docs); writes "
           f"{'need a bearer token' if token else 'are open (loopback only)'}; Ctrl-C to stop", flush=True)
-    uvicorn.Server(uvicorn_config(app, args.host, args.port, settings)).run()
+    try:
+        while running.thread.is_alive():
+            running.thread.join(1.0)
+    except KeyboardInterrupt:
+        running.stop()
     return 0
