@@ -329,3 +329,16 @@ def start_in_background(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
     bound_port = server.servers[0].sockets[0].getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     return RunningService(f"http://{shown}:{bound_port}", server, thread)
+
+
+def serve_in_background(project: str, instance: str, database: str, topic: str | None = None,
+                        host: str = "127.0.0.1", port: int = 0, staleness_s: float = 0.0, refresh_s: float = 1.0,
+                        settings: ServiceSettings = ServiceSettings()) -> RunningService:
+    """The whole service on one database (and votes topic, ID or path), started in a background
+    thread: what `upvotes serve` runs, for the demo and tests. `.url` is the live page."""
+    from pipeline.options import pubsub_path
+    from spanner_store.database import open_database
+
+    reader = CountsReader(open_database(project, instance, database), staleness_s=staleness_s, refresh_s=refresh_s)
+    publisher = PubSubVotePublisher(pubsub_path(project, "topics", topic)) if topic else None
+    return start_in_background(create_app(reader, publisher, settings), host, port, settings)

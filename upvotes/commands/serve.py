@@ -50,10 +50,7 @@ def write_token(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.options import pubsub_path
-    from spanner_store.counts_reader import CountsReader
-    from spanner_store.database import open_database
-    from upvotes.service import PubSubVotePublisher, ServiceSettings, create_app, is_loopback, start_in_background
+    from upvotes.service import ServiceSettings, is_loopback, serve_in_background
 
     token = write_token(args)
     if not is_loopback(args.host) and token is None:
@@ -62,11 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port number")
     settings = ServiceSettings(write_token=token, cors_origins=tuple(args.cors_origin))
-    reader = CountsReader(open_database(args.project, args.instance, args.database),
-                          staleness_s=args.staleness_seconds, refresh_s=args.refresh_seconds)
-    publisher = PubSubVotePublisher(pubsub_path(args.project, "topics", args.topic)) if args.topic else None
-    app = create_app(reader, publisher, settings)
-    running = start_in_background(app, args.host, args.port, settings)
+    running = serve_in_background(args.project, args.instance, args.database, args.topic, args.host, args.port,
+                                  args.staleness_seconds, args.refresh_seconds, settings)
     print(f"upvotes serve: {running.url}/ (API docs at /docs); writes "
           f"{'need a bearer token' if token else 'are open (loopback only)'}; Ctrl-C to stop", flush=True)
     try:
