@@ -32,6 +32,7 @@ from bench.measure import latency_summary
 from bench.stack import fresh_database
 from schemas.records import PostDelta
 from spanner_store.counts_reader import CountsReader
+from spanner_store.database import classic_sessions_for_concurrent_reads
 from spanner_store.deltas import write_deltas
 from spanner_store.reads import exact_counts
 from upvotes.provision import Resources
@@ -160,6 +161,7 @@ def http_points(res: Resources, sizes: Sizes, log_dir: Path) -> list[dict]:
 
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+    classic_sessions_for_concurrent_reads()  # the baseline's 32 threads read at once
     database, hot_res = fresh_database(res, f"{res.database}-hr")
     write_deltas(database, [PostDelta(HOT_POST, 1_795_312_800, "hot:1", HOT_UPVOTES, 0, HOT_UPVOTES)])
     baseline = baseline_point(database, sizes.hot_read_rates[0], sizes)

@@ -4,15 +4,13 @@ A click on a post's vote button must come back as a higher exact count on the pa
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 
 import pytest
 
-from google.cloud import pubsub_v1
-
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
+from tests.traffic import trickle
 from upvotes import local_stream
 from upvotes.service import serve_in_background
 
@@ -37,24 +35,9 @@ def pipeline(stack, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def background_votes(stack, pipeline):
-    """A trickle of other votes, as a live system always has: the DirectRunner's reader waits
-    out a 30 s pull timeout on an idle emulator subscription before its watermark moves, so
-    without traffic a lone click would wait for that, not for the windows."""
-    publisher = pubsub_v1.PublisherClient()
-    stop = threading.Event()
-
-    def trickle() -> None:
-        number = 0
-        while not stop.wait(0.1):
-            number += 1
-            publisher.publish(stack.topic_path(stack.topic),
-                              f'{{"post_id": "background-{number % 50}", "counter": "shares", "delta": 1}}'.encode())
-
-    thread = threading.Thread(target=trickle, daemon=True)
-    thread.start()
-    yield
-    stop.set()
-    thread.join(10)
+    """Other votes trickling in, as on a live system (see tests/traffic.py)."""
+    with trickle(stack.topic_path(stack.topic)):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -133,5 +116,5 @@ def test_a_click_on_vote_is_counted_on_the_live_page(service, browser, pipeline,
     warm = wait_for(lambda: shown_upvotes(browser, POST) == SEEDED + 2, COUNTED_TIMEOUT_S, "the second click")
     screenshot = tmp_path / "live_page.png"
     assert browser.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 1_000
-    print(f"\nfirst click counted on the page after {seconds:.1f} s (pipeline start-up included), "
+    print(f"\nfirst click counted on the page after {seconds:.1f} s, "
           f"the second after {warm:.1f} s ({WINDOW_S} s windows); screenshot {screenshot}")

@@ -50,6 +50,7 @@ def write_token(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spanner_store.database import classic_sessions_for_concurrent_reads
     from upvotes.service import ServiceSettings, is_loopback, serve_in_background
 
     token = write_token(args)
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
                          f"(--token-file) or in ${TOKEN_ENV}, or listen on 127.0.0.1")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port number")
+    classic_sessions_for_concurrent_reads()
     settings = ServiceSettings(write_token=token, cors_origins=tuple(args.cors_origin))
     running = serve_in_background(args.project, args.instance, args.database, args.topic, args.host, args.port,
                                   args.staleness_seconds, args.refresh_seconds, settings)
