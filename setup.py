@@ -31,6 +31,8 @@ setup(
         # `upvotes serve`: the HTTP service for app servers (upvotes/service.py).
         "fastapi>=0.110,<1",
         "uvicorn>=0.29,<1",
+        # `upvotes capacity`'s model sums over every post (also a dependency of Beam's).
+        "numpy>=1.26",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20",

@@ -10,9 +10,13 @@ class Sizes:
 
     name: str
     # hot_post
-    baseline_votes: int  # per read-modify-write / sharded approach
+    sweep_seconds: float  # per read-modify-write / sharded configuration
+    sweep_threads: tuple[int, ...]  # writer threads tried, each with both retry policies
     chain_votes: int  # through the in-memory chain and sink; RSS sampled every tenth
-    e2e_votes: int  # end to end through Pub/Sub
+    e2e_votes: int  # end to end through Pub/Sub, a viral burst
+    e2e_posts: int
+    soak_short_s: int  # streaming peak RSS after this long under a steady load ...
+    soak_long_s: int  # ... and after this long
     reads: int  # total-read latency samples per approach
     # transform_cost
     transform_events: int
@@ -22,7 +26,7 @@ class Sizes:
     amplification_votes: int
     amplification_posts: int
     arrival_rate: int  # votes per second of simulated ingestion time
-    pipeline_sample: int  # the real SumPerWindow runs over 1 in this many posts
+    pipeline_sample: int  # the real WindowAndSumVotes runs over 1 in this many posts
     # fold_scaling
     fold_deltas: tuple[int, ...]
     read_old_deltas: tuple[int, ...]
@@ -42,8 +46,9 @@ class Sizes:
 
 FULL = Sizes(
     name="full",
-    baseline_votes=2_000, chain_votes=300_000, e2e_votes=2_000, reads=50,
-    transform_events=1_000_000, transform_posts=1_000, profile_events=100_000,
+    sweep_seconds=4.0, sweep_threads=(1, 2, 4, 8), chain_votes=1_000_000, e2e_votes=100_000, e2e_posts=1_000,
+    soak_short_s=60, soak_long_s=300, reads=50,
+    transform_events=2_000_000, transform_posts=1_000, profile_events=100_000,
     amplification_votes=1_000_000, amplification_posts=100_000, arrival_rate=50_000, pipeline_sample=10,
     fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100,
     fresh_rate=100, fresh_seconds=60, fresh_window_s=2,
@@ -52,7 +57,8 @@ FULL = Sizes(
 
 QUICK = Sizes(
     name="quick",
-    baseline_votes=200, chain_votes=20_000, e2e_votes=300, reads=20,
+    sweep_seconds=0.5, sweep_threads=(1, 4), chain_votes=50_000, e2e_votes=10_000, e2e_posts=200,
+    soak_short_s=5, soak_long_s=15, reads=20,
     transform_events=20_000, transform_posts=1_000, profile_events=5_000,
     amplification_votes=100_000, amplification_posts=10_000, arrival_rate=5_000, pipeline_sample=10,
     fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.config import Sizes
-from bench.measure import latency_summary, peak_rss_mib
+from bench.measure import current_rss_mib, latency_summary, peak_rss_mib
 from bench.stack import PacedPublisher, check_alive, streaming_pipeline, upvotes_of, with_topics
 from spanner_store.database import open_database
 from upvotes.provision import Resources
@@ -32,14 +32,6 @@ SETTLE_TIMEOUT_S = 90.0
 WARMUP_POST = "fresh-warmup"
 WARMUP_RATE = 10  # events/s until the pipeline counts: no backlog when the measurement starts
 BACKGROUND_POSTS = 1_000
-
-
-def process_rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 class MarkerSource:
@@ -102,7 +94,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
                 if now >= stop_marking and source.measuring:
                     source.measuring = False
                 if now >= next_rss and source.measuring:
-                    rss.append((now - start, process_rss_mib(process.pid)))
+                    rss.append((now - start, current_rss_mib(process.pid)))
                     next_rss += 1.0
                 markers = source.markers()
                 outstanding = [post for post in markers if post not in latencies]

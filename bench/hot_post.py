@@ -1,227 +1,271 @@
-"""Benchmark 1: one post receiving N votes, every approach against the same Spanner emulator.
+"""Benchmark 1: the race. Every approach on the same Spanner emulator, in the same run.
 
-(a) read-modify-write: one transaction per vote on a counter row; (b) sharded counters
-with 10 and 100 shards, read-modify-write on a random shard; both with 4 writer threads
-and our short jittered retry. (c) this project: votes from memory through ParseVotes ->
-WindowAndSumVotes -> WriteDeltaRows on the FnApiRunner, then a fold; (c2) the same, end
-to end through Pub/Sub with the streaming pipeline as a subprocess, whose DirectRunner
-reader pulls at most 10 messages per bundle.
+(a) The baselines, honestly: read-modify-write on one hot counter row, and sharded counters
+(10 and 100 shards), over writer threads {1, 2, 4, 8} x {the client's own abort retry, our
+short jittered retry}, each for a fixed time (upvotes.race). Every configuration is kept in
+the results; the best one of each approach is its baseline.
+(b) This project, the chain and sink fed from memory: batched messages (500 votes each)
+through ParseVotes -> WindowAndSumVotes -> WriteDeltaRows on the FnApiRunner, then a fold.
+(c) This project end to end: a viral burst (Zipf 1.2) published through Pub/Sub in batches
+to the streaming pipeline (a DirectRunner subprocess), timed from the first publish until
+every post's exact count equals the ledger.
+(d) Memory under a sustained load: the same pipeline fed a steady batched load at 80% of
+(c)'s rate; its peak RSS after the first and after the whole soak.
 
-For each: votes/s absorbed, commits per 1,000 votes, transient retries (aborts), whether
-the final count is exact (asserted), and the latency of reading the total.
+For each approach: votes/s, and the Spanner-side cost per 1,000 votes: commits, mutations
+(index entries included) and the Spanner emulator process's own CPU seconds, a proxy for the
+load on the database.
 """
 from __future__ import annotations
 
-import random
-import threading
+import itertools
+import os
 import time
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage
-from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from bench.config import Sizes
 from bench.feeds import RSS_SAMPLES, counter_values, emit_cycled, local_pipeline, set_cycled_feed
-from bench.measure import latency_summary, measured, timed_calls
-from bench.stack import (
-    EXACT_READ_KIND, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of, with_topics,
-)
-from schemas import post_hash
+from bench.measure import current_rss_mib, latency_summary, measured, process_cpu_seconds, timed_calls
+from bench.stack import EXACT_READ_KIND, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of, with_topics
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
+from spanner_store import baseline_counters
+from spanner_store.database import open_database
+from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
+from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
+from spanner_store.reads import verify_totals
 from transforms.parse import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-from spanner_store.database import RetryPolicy, open_database, run_transaction, run_with_retries
+from upvotes import local_stream
+from upvotes.emulators import PID_ENV_VARS, SPANNER
+from upvotes.ledger import Ledger
 from upvotes.provision import Resources
-from upvotes.publishing import event_message, publish_messages
-from upvotes.workload import Workload, generate_events
+from upvotes.publishing import batch_messages, event_message, publish_messages
+from upvotes.race import BASELINE_SWEEP, BaselineRun, race_pipeline, run_baseline
+from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 
-WRITER_THREADS = 4
-# Short, jittered and patient: the emulator aborts every concurrent read-write transaction.
-RMW_RETRY = RetryPolicy(attempts=500, first_delay_s=0.001, max_delay_s=0.05)
-RMW_TABLE, RMW_COLUMNS = "BenchRmwCounters", ("CounterId", "Upvotes")
-SHARDED_TABLE, SHARDED_COLUMNS = "BenchShardedCounters", ("CounterId", "Shard", "Upvotes")
-SHARDED_SUM_SQL = "SELECT SUM(Upvotes) FROM BenchShardedCounters WHERE CounterId = @id"
-CHAIN_POST, E2E_POST, FILLER_POST = "hot-chain", "hot-e2e", "e2e-filler"
-MESSAGE_POOL = 1_000  # distinct pre-encoded messages the in-memory feed cycles through
+CHAIN_POST = "hot-chain"
+MESSAGE_POOL = 200  # distinct pre-encoded batches the in-memory feed cycles through
 RSS_SAMPLES_PER_RUN = 10
 E2E_WINDOW_S = 2
-FILLER_RATE = 10.0  # keeps the DirectRunner's synchronous pull from idling on its 30 s timeout
+E2E_ZIPF = 1.2
 E2E_TIMEOUT_S = 300.0
 READY_TIMEOUT_S = 180.0
-DELTA_STATS_SQL = """SELECT COUNT(*), COUNT(DISTINCT CommittedAt) FROM PostDeltas
-WHERE PostHash = @hash AND PostId = @post"""
+WARM_UP_POST = "bench-warm-up"
+SOAK_LOAD = 0.8  # of the end-to-end rate
+# Per post per commit: distinct (post, commit timestamp) pairs are the parent upserts.
+DELTA_COST_SQL = """SELECT COUNT(*), COUNT(DISTINCT CommittedAt),
+  (SELECT COUNT(*) FROM (SELECT DISTINCT PostId, CommittedAt FROM PostDeltas WHERE STARTS_WITH(PostId, @prefix))),
+  (SELECT COUNT(*) FROM (SELECT DISTINCT PostId, EventHour FROM PostDeltas WHERE STARTS_WITH(PostId, @prefix)))
+FROM PostDeltas WHERE STARTS_WITH(PostId, @prefix)"""
 
 
-def hot_messages(post_id: str, count: int, seed: int = 7) -> list[tuple[bytes, dict[str, str]]]:
-    """`count` upvote messages (+1 each) for one post, as the publisher encodes them."""
-    workload = Workload(events=count, posts=1, seed=seed, unvote_fraction=0.0, share_fraction=0.0,
-                        start_time=datetime.now(timezone.utc))
-    return [event_message({**event, "post_id": post_id}) for event in generate_events(workload)]
+class EmulatorCpu:
+    """CPU seconds the Spanner emulator process spent during a block (None if not started here)."""
+
+    def __init__(self) -> None:
+        pid = os.environ.get(PID_ENV_VARS[SPANNER])
+        self._pid = int(pid) if pid else None
+        self.seconds: float | None = None
+
+    def __enter__(self) -> "EmulatorCpu":
+        self._start = process_cpu_seconds(self._pid) if self._pid else None
+        return self
+
+    def __exit__(self, *_) -> None:
+        if self._pid:
+            self.seconds = process_cpu_seconds(self._pid) - self._start
 
 
-# --- (a) and (b): read-modify-write transactions --------------------------------------------
-
-def _increment(table: str, columns: tuple[str, ...], key: list) -> Callable:
-    """A transaction body: read the row, write it back one higher (creating it at 1)."""
-    def work(transaction) -> None:
-        rows = list(transaction.read(table, columns=columns, keyset=spanner.KeySet(keys=[key])))
-        current = rows[0][-1] if rows else 0
-        transaction.insert_or_update(table, columns=columns, values=[tuple(key) + (current + 1,)])
-    return work
+def _per_1k(value: float | None, votes: int) -> float | None:
+    return None if value is None else round(value / votes * 1000, 4)
 
 
-def _hammer(database, votes: int, table: str, columns: tuple[str, ...], key_for_vote: Callable[[], list]) -> dict:
-    """`votes` read-modify-write transactions from WRITER_THREADS threads; counts retries."""
-    retries = [0]
-    lock = threading.Lock()
-
-    def on_retry(_: Exception) -> None:
-        with lock:
-            retries[0] += 1
-
-    def worker(count: int) -> None:
-        for _ in range(count):
-            body = _increment(table, columns, key_for_vote())
-            run_with_retries(lambda: run_transaction(database, body), RMW_RETRY, on_retry)
-
-    shares = [votes // WRITER_THREADS + (1 if i < votes % WRITER_THREADS else 0) for i in range(WRITER_THREADS)]
-    with measured() as usage, ThreadPoolExecutor(WRITER_THREADS) as pool:
-        for future in [pool.submit(worker, share) for share in shares]:
-            future.result()
+def spanner_cost(votes: int, commits: int, mutations: int, emulator_cpu_s: float | None) -> dict:
     return {
-        "votes": votes, "seconds": round(usage.wall_s, 3), "votes_per_s": votes / usage.wall_s,
-        "commits": votes, "commits_per_1k_votes": 1000.0, "retries": retries[0], "threads": WRITER_THREADS,
+        "commits_per_1k_votes": _per_1k(commits, votes),
+        "mutations_per_1k_votes": _per_1k(mutations, votes),
+        "emulator_cpu_s_per_1k_votes": _per_1k(emulator_cpu_s, votes),
     }
 
 
-def read_modify_write(database, votes: int) -> tuple[dict, Callable[[], int]]:
-    counter = "rmw-hot"
-    result = _hammer(database, votes, RMW_TABLE, RMW_COLUMNS, lambda: [counter])
-
-    def read() -> int:
-        with database.snapshot() as snapshot:
-            rows = list(snapshot.read(RMW_TABLE, columns=RMW_COLUMNS, keyset=spanner.KeySet(keys=[[counter]])))
-        return rows[0][1]
-
-    result["read_kind"] = "strong read of one row"
-    return result, read
+def delta_cost(database, prefix: str) -> dict:
+    """Commits and mutations the sink and the fold spent on posts starting with `prefix`."""
+    with database.snapshot() as snapshot:
+        rows, commits, parents, post_hours = list(snapshot.execute_sql(
+            DELTA_COST_SQL, params={"prefix": prefix}, param_types={"prefix": param_types.STRING}))[0]
+    return {"delta_rows": rows, "sink_commits": commits,
+            "sink_mutations": rows * MUTATIONS_PER_DELTA + parents * MUTATIONS_PER_PARENT,
+            "post_hours": post_hours}
 
 
-def sharded(database, votes: int, shards: int) -> tuple[dict, Callable[[], int]]:
-    counter = f"sharded{shards}-hot"
-    result = _hammer(database, votes, SHARDED_TABLE, SHARDED_COLUMNS, lambda: [counter, random.randrange(shards)])
+# --- (a) the baselines ------------------------------------------------------------------------
 
-    def read() -> int:
-        with database.snapshot() as snapshot:
-            rows = list(snapshot.execute_sql(SHARDED_SUM_SQL, params={"id": counter},
-                                             param_types={"id": param_types.STRING}))
-        return rows[0][0]
+def baseline_sweep(database, seconds: float, threads: tuple[int, ...]) -> tuple[list[dict], dict[str, BaselineRun]]:
+    """Every configuration for `seconds`; returns them all and the best run of each approach."""
+    rows, best = [], {}
+    for config in BASELINE_SWEEP:
+        if config.threads not in threads:
+            continue
+        counter = f"{config.approach}-{uuid.uuid4().hex[:8]}"
+        with EmulatorCpu() as cpu:
+            run = run_baseline(database, counter, config, seconds)
+        assert run.exact, f"{config.label}: the counter does not equal the acknowledged votes"
+        row = {**asdict(config), "approach": config.approach, "counter": counter, "votes": run.votes,
+               "seconds": round(run.seconds, 2),
+               "votes_per_s": round(run.votes_per_s, 1), "aborts": run.aborts, "exact": run.exact,
+               **spanner_cost(run.votes, run.votes, run.votes * baseline_counters.MUTATIONS_PER_INCREMENT, cpu.seconds)}
+        rows.append(row)
+        if config.approach not in best or run.votes_per_s > best[config.approach][0].votes_per_s:
+            best[config.approach] = (run, row)
+    return rows, best
 
-    result.update(shards=shards, read_kind=f"strong read: SUM over {shards} shard rows")
-    return result, read
 
-
-# --- (c) the chain and sink, fed from memory --------------------------------------------------
+# --- (b) the chain and sink, fed from memory --------------------------------------------------
 
 def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable[[], int]]:
-    """ParseVotes -> WindowAndSumVotes -> WriteDeltaRows over `votes` in-memory votes, then a fold."""
-    pool = [PubsubMessage(data, attributes) for data, attributes in hot_messages(CHAIN_POST, MESSAGE_POOL)]
-    set_cycled_feed(pool, votes, RSS_SAMPLES_PER_RUN)
+    """ParseVotes -> WindowAndSumVotes -> WriteDeltaRows over `votes` in-memory votes, in batches, then a fold."""
+    events = generate_events(Workload(events=MESSAGE_POOL * DEFAULT_BATCH_SIZE, posts=1, seed=7, unvote_fraction=0.0,
+                                      share_fraction=0.0))
+    pool = [PubsubMessage(m.data, m.attributes)
+            for m in batch_messages(({**e, "post_id": CHAIN_POST} for e in events), DEFAULT_BATCH_SIZE)]
+    set_cycled_feed(pool, votes // DEFAULT_BATCH_SIZE, RSS_SAMPLES_PER_RUN)
+    streaming = defaults(STREAMING_PARAMS)
     pipeline = local_pipeline()
     parsed = pipeline | "Start" >> beam.Impulse() | "Votes" >> beam.FlatMap(emit_cycled) | "ParseVotes" >> ParseVotes()
-    (parsed.votes
-     | "WindowAndSumVotes" >> WindowAndSumVotes(f"bench-{int(time.time())}", defaults(STREAMING_PARAMS)["window_seconds"])
-     | "WriteDeltaRows" >> WriteDeltaRows(res.project, res.instance, res.database,
-                                                 defaults(STREAMING_PARAMS)["rows_per_commit"]))
-    with measured() as usage:
+    (parsed.sums
+     | "WindowAndSumVotes" >> WindowAndSumVotes(f"bench-{int(time.time())}", streaming["window_seconds"])
+     | "WriteDeltaRows" >> WriteDeltaRows(res.project, res.instance, res.database, streaming["rows_per_commit"]))
+    with EmulatorCpu() as cpu, measured() as usage:
         result = pipeline.run()
         result.wait_until_finish()
     sink = counter_values(result, "WriteDeltaRows")
     before_fold = upvotes_of(database, [CHAIN_POST])[CHAIN_POST]
-    fold = run_fold(res)
+    with EmulatorCpu() as fold_cpu:
+        fold = run_fold(res)
     after_fold = upvotes_of(database, [CHAIN_POST])[CHAIN_POST]
     assert before_fold == votes and after_fold == votes, (
         f"chain and sink: {before_fold} before the fold, {after_fold} after, expected {votes}")
-    fold_commits = -(-fold["posts_folded"] // defaults(FOLD_PARAMS)["posts_per_commit"]) + 1  # fold transactions + FoldRuns row
-    commits = sink.get("commits", 0)
+    cost = delta_cost(database, CHAIN_POST)
+    fold_commits = -(-fold["posts_folded"] // defaults(FOLD_PARAMS)["posts_per_commit"]) + 1  # + the FoldRuns row
+    fold_mutations = fold["posts_folded"] * MUTATIONS_PER_POST + cost["post_hours"] * MUTATIONS_PER_HOUR
+    commits = sink.get("commits", 0) + fold_commits
     samples = list(RSS_SAMPLES)
     memory = {
-        "samples": [{"votes": n, "rss_mib": round(rss, 1)} for n, rss in samples],
-        "n_votes": samples[0][0], "rss_at_n_mib": round(samples[0][1], 1),
-        "ten_n_votes": samples[-1][0], "rss_at_10n_mib": round(samples[-1][1], 1),
+        "samples": [{"votes": n * DEFAULT_BATCH_SIZE, "rss_mib": round(rss, 1)} for n, rss in samples],
+        "n_votes": samples[0][0] * DEFAULT_BATCH_SIZE, "rss_at_n_mib": round(samples[0][1], 1),
+        "ten_n_votes": samples[-1][0] * DEFAULT_BATCH_SIZE, "rss_at_10n_mib": round(samples[-1][1], 1),
         "ratio_10n_to_n": round(samples[-1][1] / samples[0][1], 3),
-        "mib_per_100k_votes": round((samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0]) * 100_000, 2),
     }
+    emulator_cpu = None if cpu.seconds is None else cpu.seconds + fold_cpu.seconds
     return {
         "votes": votes, "seconds": round(usage.wall_s, 3), "cpu_seconds": round(usage.cpu_s, 3),
         "votes_per_s": votes / usage.wall_s, "runner": "FnApiRunner (batch; windows on ingestion time)",
-        "commits": commits, "commits_per_1k_votes": commits / votes * 1000,
-        "commits_per_1k_votes_with_fold": (commits + fold_commits) / votes * 1000,
-        "delta_rows": sink.get("rows_written", 0),
+        "exact": True, "final_count": after_fold,
+        "batch_size": DEFAULT_BATCH_SIZE, "commits": commits, "delta_rows": sink.get("rows_written", 0),
         "retries": sink.get("transient_retries", 0) + fold["retries"],
+        **spanner_cost(votes, commits, cost["sink_mutations"] + fold_mutations, emulator_cpu),
         "fold": fold, "count_before_fold": before_fold, "count_after_fold": after_fold,
-        "read_kind": EXACT_READ_KIND,
-        "memory": memory,
+        "read_kind": EXACT_READ_KIND, "memory": memory,
     }, lambda: upvotes_of(database, [CHAIN_POST])[CHAIN_POST]
 
 
-# --- (c2) end to end through Pub/Sub -----------------------------------------------------------
+# --- (c) and (d): end to end through Pub/Sub, then the soak -----------------------------------
 
-def _wait_for(database, post: str, done: Callable[[int], bool], timeout_s: float, process, log_path: Path) -> int:
-    deadline = time.monotonic() + timeout_s
-    while True:
+def _wait_until_counted(database, post: str, process, log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while upvotes_of(database, [post])[post] < 1:
         check_alive(process, log_path)
-        count = upvotes_of(database, [post])[post]
-        if done(count):
-            return count
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{post}: count {count} after {timeout_s:.0f} s; see {log_path}")
-        time.sleep(0.2)
+            raise TimeoutError(f"the pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")
+        time.sleep(0.5)
 
 
-def end_to_end(res: Resources, database, votes: int, log_dir: Path) -> tuple[dict, Callable[[], int]]:
-    """Publishes `votes` to Pub/Sub as fast as the client goes; seconds until the count is exact."""
+class _SoakSource:
+    """Batches of a steady viral workload for PacedPublisher; each batch's events go into the
+    ledger when the batch is handed out, so the ledger holds exactly what was published."""
+
+    def __init__(self, prefix: str, events: int) -> None:
+        self.ledger = Ledger()
+        self._events = generate_events(Workload(events=events, posts=1_000, zipf=E2E_ZIPF, seed=9, post_prefix=prefix))
+
+    def next_message(self) -> tuple[bytes, dict, None]:
+        events = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
+        [message] = batch_messages(events, DEFAULT_BATCH_SIZE)
+        for event in events:
+            self.ledger.add(event)
+        return message.data, message.attributes, None
+
+
+def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -> tuple[dict, dict, Callable[[], int]]:
     stream_res = with_topics(res, "e2e")
     topic_path = stream_res.topic_path(stream_res.topic)
-    filler_message = event_message({"post_id": FILLER_POST, "counter": "upvotes", "delta": 1})
-    filler = PacedPublisher(topic_path, lambda: (*filler_message, None), FILLER_RATE)
     log_path = log_dir / "hot_post_stream.log"
-    messages = hot_messages(E2E_POST, votes)
-    filler.start()
-    try:
-        with streaming_pipeline(stream_res, E2E_WINDOW_S, log_path) as process:
-            _wait_for(database, FILLER_POST, lambda n: n > 0, READY_TIMEOUT_S, process, log_path)
-            start = time.monotonic()
-            report = publish_messages(topic_path, messages, progress=False)
-            publish_s = time.monotonic() - start
-            count = _wait_for(database, E2E_POST, lambda n: n >= votes, E2E_TIMEOUT_S, process, log_path)
-            seconds = time.monotonic() - start
-            time.sleep(2 * E2E_WINDOW_S + 1)  # a duplicate would show up within two windows
-            settled = upvotes_of(database, [E2E_POST])[E2E_POST]
-    finally:
-        filler.stop()
-    assert report.failed == 0 and count == votes and settled == votes, (
-        f"end to end: {report.failed} failed publishes; count {count}, then {settled}, expected {votes}")
-    with database.snapshot() as snapshot:
-        rows, commits = list(snapshot.execute_sql(
-            DELTA_STATS_SQL, params={"hash": post_hash(E2E_POST), "post": E2E_POST},
-            param_types={"hash": param_types.INT64, "post": param_types.STRING}))[0]
-    return {
-        "votes": votes, "seconds": round(seconds, 3), "votes_per_s": votes / seconds,
-        "publish_seconds": round(publish_s, 3), "window_s": E2E_WINDOW_S,
+    prefix = "e2e-"
+    workload = Workload(events=sizes.e2e_votes, posts=sizes.e2e_posts, zipf=E2E_ZIPF, seed=13, post_prefix=prefix)
+    with streaming_pipeline(stream_res, E2E_WINDOW_S, log_path) as process, local_stream.Heartbeat(topic_path):
+        publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
+                         progress=False)
+        _wait_until_counted(database, WARM_UP_POST, process, log_path)
+        with EmulatorCpu() as cpu:
+            race = race_pipeline(database, topic_path, workload, DEFAULT_BATCH_SIZE, E2E_TIMEOUT_S,
+                                 alive=lambda: check_alive(process, log_path), progress=False)
+        assert race is not None, f"end to end: the counts did not match within {E2E_TIMEOUT_S:.0f} s; see {log_path}"
+        soak = _soak(database, topic_path, process, log_path, SOAK_LOAD * race.votes_per_s, sizes)
+    cost = delta_cost(database, prefix)
+    e2e = {
+        "votes": race.ledger.events, "posts": len(race.ledger.totals), "zipf": E2E_ZIPF, "seconds": round(race.seconds, 3),
+        "votes_per_s": race.votes_per_s, "publish_seconds": round(race.report.seconds, 3),
+        "messages": race.report.messages, "batch_size": DEFAULT_BATCH_SIZE, "window_s": E2E_WINDOW_S,
         "runner": "BundleBasedDirectRunner (streaming subprocess)",
         "cap": "the DirectRunner's Pub/Sub reader pulls at most 10 messages per bundle",
-        "commits": commits, "commits_per_1k_votes": commits / votes * 1000, "delta_rows": rows,
+        "commits": cost["sink_commits"], "delta_rows": cost["delta_rows"],
+        **spanner_cost(race.ledger.events, cost["sink_commits"], cost["sink_mutations"], cpu.seconds),
         "retries": None, "retries_note": "inside the subprocess; not observable from here",
-        "filler_votes_per_s": FILLER_RATE,
-        "read_kind": EXACT_READ_KIND,
-    }, lambda: upvotes_of(database, [E2E_POST])[E2E_POST]
+        "read_kind": EXACT_READ_KIND, "exact": True, "final_count": race.ledger.events,
+    }
+    hottest = max(race.ledger.totals, key=lambda p: race.ledger.totals[p]["upvotes"])
+    want = race.ledger.totals[hottest]["upvotes"]
+    return e2e, soak, lambda: upvotes_of(database, [hottest])[hottest]
+
+
+def _soak(database, topic_path: str, process, log_path: Path, votes_per_s: float, sizes: Sizes) -> dict:
+    """A steady batched load at `votes_per_s` for sizes.soak_long_s; the pipeline's RSS along the way."""
+    messages_per_s = votes_per_s / DEFAULT_BATCH_SIZE
+    source = _SoakSource("soak-", int(votes_per_s * (sizes.soak_long_s + 30)))
+    publisher = PacedPublisher(topic_path, source.next_message, messages_per_s)
+    samples, started = [], time.monotonic()
+    publisher.start()
+    peak_short = None
+    try:
+        while (elapsed := time.monotonic() - started) < sizes.soak_long_s:
+            check_alive(process, log_path)
+            samples.append({"second": round(elapsed, 1), "rss_mib": round(current_rss_mib(process.pid), 1),
+                            "peak_mib": round(current_rss_mib(process.pid, "VmHWM"), 1)})
+            if peak_short is None and elapsed >= sizes.soak_short_s:
+                peak_short = samples[-1]["peak_mib"]
+            time.sleep(1.0)
+    finally:
+        publisher.stop()
+    peak_long = current_rss_mib(process.pid, "VmHWM")
+    deadline = time.monotonic() + E2E_TIMEOUT_S
+    while verify_totals(database, source.ledger.totals):
+        check_alive(process, log_path)
+        assert time.monotonic() < deadline, "soak: the counts did not match the ledger"
+        time.sleep(0.5)
+    return {
+        "votes_per_s": round(votes_per_s, 1), "load_of_e2e_rate": SOAK_LOAD, "votes": source.ledger.events,
+        "short_s": sizes.soak_short_s, "long_s": sizes.soak_long_s,
+        "peak_rss_after_short_mib": peak_short, "peak_rss_after_long_mib": round(peak_long, 1),
+        "ratio_long_to_short": round(peak_long / peak_short, 3), "exact": True, "samples": samples,
+    }
 
 
 # --- the benchmark -------------------------------------------------------------------------
@@ -229,16 +273,17 @@ def end_to_end(res: Resources, database, votes: int, log_dir: Path) -> tuple[dic
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     """Every approach in turn on the bench database, then the interleaved total reads."""
     database = open_database(res.project, res.instance, res.database)
+    sweep, best = baseline_sweep(database, sizes.sweep_seconds, sizes.sweep_threads)
     approaches: dict[str, dict] = {}
     readers: dict[str, Callable[[], int]] = {}
-    for name, measure in (
-        ("rmw", lambda: read_modify_write(database, sizes.baseline_votes)),
-        ("sharded_10", lambda: sharded(database, sizes.baseline_votes, 10)),
-        ("sharded_100", lambda: sharded(database, sizes.baseline_votes, 100)),
-        ("chain_sink", lambda: chain_and_sink(res, database, sizes.chain_votes)),
-        ("e2e_pubsub", lambda: end_to_end(res, database, sizes.e2e_votes, log_dir)),
-    ):
-        approaches[name], readers[name] = measure()
+    for approach, (best_run, row) in best.items():
+        approaches[approach] = {**row, "config": best_run.config.label, "final_count": best_run.votes, "read_kind": (
+            "strong read of one row" if best_run.config.shards == 1
+            else f"strong read: SUM over {best_run.config.shards} shard rows")}
+        readers[approach] = lambda counter=row["counter"]: baseline_counters.total(database, counter)
+    approaches["chain_sink"], readers["chain_sink"] = chain_and_sink(res, database, sizes.chain_votes)
+    e2e, soak, readers["e2e_pubsub"] = end_to_end_and_soak(res, database, sizes, log_dir)
+    approaches["e2e_pubsub"] = e2e
     # Reads last and interleaved, so every approach sees the same database (strong reads on
     # the emulator slow down as commits accumulate).
     samples: dict[str, list[float]] = {name: [] for name in readers}
@@ -246,13 +291,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         for name, read in readers.items():
             samples[name] += timed_calls(read, 1)
     for name, result in approaches.items():
-        final = readers[name]()
-        result["final_count"] = final
-        result["exact"] = final == result["votes"]
-        assert result["exact"], f"{name}: final count {final}, expected {result['votes']}"
         result["read_latency"] = latency_summary(samples[name])
     rmw = approaches["rmw"]
     for result in approaches.values():
         result["votes_per_s_vs_rmw"] = result["votes_per_s"] / rmw["votes_per_s"]
-        result["commits_per_1k_vs_rmw"] = result["commits_per_1k_votes"] / rmw["commits_per_1k_votes"]
-    return {"approaches": approaches, "memory": approaches["chain_sink"]["memory"]}
+    return {"approaches": approaches, "sweep": sweep, "memory": approaches["chain_sink"]["memory"], "soak": soak}

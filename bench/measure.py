@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import resource
 import time
 from contextlib import contextmanager
@@ -54,13 +55,20 @@ def peak_rss_mib() -> dict:
     }
 
 
-def current_rss_mib() -> float:
-    """This process's resident set size now (VmRSS), in MiB."""
-    with open("/proc/self/status", encoding="ascii") as status:
+def current_rss_mib(pid: int | str = "self", field: str = "VmRSS") -> float:
+    """A process's resident set size now (VmRSS), or its high-water mark (VmHWM), in MiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread) a process has used so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

@@ -11,21 +11,15 @@ from typing import Callable
 
 from google.cloud import pubsub_v1
 
-from upvotes import local_stream
+from spanner_store import baseline_counters
 from spanner_store.database import open_database
+from upvotes import local_stream
 from upvotes.provision import Resources, provision, provision_spanner
 from upvotes.publishing import BATCH_SETTINGS
 from spanner_store.reads import exact_counts
 
 PROJECT = "bench-project"
 INSTANCE = "bench"
-# The baselines' tables, next to the project's schema in the same database.
-BENCH_DDL = (
-    "CREATE TABLE BenchRmwCounters (CounterId STRING(64) NOT NULL, Upvotes INT64 NOT NULL) PRIMARY KEY (CounterId)",
-    "CREATE TABLE BenchShardedCounters (CounterId STRING(64) NOT NULL, Shard INT64 NOT NULL, "
-    "Upvotes INT64 NOT NULL) PRIMARY KEY (CounterId, Shard)",
-)
-DDL_TIMEOUT_S = 300
 EXACT_READ_KIND = "exact_counts: strong read-only snapshot, Posts row + index range of unfolded deltas"
 
 
@@ -42,10 +36,9 @@ def bench_resources(tag: str) -> Resources:
 
 
 def provision_bench(res: Resources) -> None:
-    """Provisions `res` (topics, instance, the project's schema) and adds the bench tables."""
+    """Provisions `res` (topics, instance, the project's schema) and adds the baselines' table."""
     provision(res, log=quiet)
-    database = open_database(res.project, res.instance, res.database)
-    database.update_ddl(list(BENCH_DDL)).result(DDL_TIMEOUT_S)
+    baseline_counters.create_tables(open_database(res.project, res.instance, res.database))
 
 
 def with_topics(res: Resources, tag: str) -> Resources:

@@ -9,12 +9,13 @@ upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.workload's.
 
 The lower bound is the number of distinct (post, event hour, window) groups whose votes
 do not cancel out: the sink cannot write fewer delta rows without losing the hourly
-split or the window. The real SumPerWindow (as WindowAndSumVotes uses it, with its
+split or the window. The real WindowAndSumVotes (as WindowAndSumVotes uses it, with its
 trigger) runs over every vote of 1 in `pipeline_sample` posts, chosen by post_hash;
 its PostDelta count must equal the sample's lower bound, and its sums the sample's sums.
 The full stream's figures are then the lower bound plus the parent-row upserts the sink
 adds (one key-only Posts write per distinct post per commit, planned with plan_commits,
-one bundle per window).
+one bundle per window). Beside them, the delta rows `upvotes capacity`'s model
+(upvotes.capacity_model) expects of the same stream, and their ratio to the counted ones.
 """
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ from schemas import post_hash
 from schemas.records import HOUR_S, CounterSums, PostDelta, PostHour
 from spanner_store.deltas import plan_commits
 from pipeline.params import STREAMING_PARAMS, defaults
-from transforms.windowing import SumPerWindow, delta_id
+from transforms.windowing import WindowAndSumVotes, delta_id
+from upvotes.capacity_model import Popularity, stream_delta_rows
+from upvotes.capacity_model import Workload as CapacityWorkload
 from upvotes.provision import Resources
 
 ZIPF = 1.1
@@ -46,10 +49,10 @@ Vote = tuple[float, str, int, int, int]
 Group = tuple[str, int, int]  # (post, event hour, window start)
 
 
-def simulated_stream(sizes: Sizes) -> list[Vote]:
+def simulated_stream(sizes: Sizes, zipf: float = ZIPF) -> list[Vote]:
     rng = random.Random(11)
     posts = sizes.amplification_posts
-    weights = list(itertools.accumulate(rank ** -ZIPF for rank in range(1, posts + 1)))
+    weights = list(itertools.accumulate(rank ** -zipf for rank in range(1, posts + 1)))
     ranks = rng.choices(range(1, posts + 1), cum_weights=weights, k=sizes.amplification_votes)
     votes: list[Vote] = []
     for index, rank in enumerate(ranks):
@@ -80,7 +83,7 @@ def per_post(rows) -> dict[str, tuple[int, int]]:
 
 
 def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
-    """The real SumPerWindow over the votes, each timestamped with its arrival time."""
+    """The real WindowAndSumVotes over the votes, each timestamped with its arrival time."""
     set_feed([TimestampedValue((PostHour(post, hour), CounterSums(up, sh, 1)), arrival)
               for arrival, post, hour, up, sh in votes])
     take_collected()
@@ -88,7 +91,7 @@ def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
     (pipeline
      | "Start" >> beam.Impulse()
      | "Votes" >> beam.FlatMap(emit_feed)
-     | "SumPerWindow" >> SumPerWindow("bench", window_s)
+     | "WindowAndSumVotes" >> WindowAndSumVotes("bench", window_s)
      | "Collect" >> beam.Map(collect))
     pipeline.run().wait_until_finish()
     return take_collected()
@@ -106,8 +109,17 @@ def parent_upserts(groups: dict[Group, tuple[int, int]], window_s: int) -> int:
     )
 
 
+def model_delta_rows(sizes: Sizes, window_s: int, zipf: float = ZIPF) -> float:
+    """The delta rows `upvotes capacity`'s model expects of this stream (a test and the
+    results compare them with the counted ones)."""
+    workload = CapacityWorkload(votes_per_s=sizes.arrival_rate, posts=sizes.amplification_posts, zipf=zipf,
+                                window_s=window_s, client_delay_mean_s=CLIENT_DELAY_MEAN_S)
+    return stream_delta_rows(Popularity.zipf(sizes.amplification_posts, zipf), workload, STREAM_START,
+                             sizes.amplification_votes / sizes.arrival_rate)
+
+
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
-    """The stream, its lower bound, the real SumPerWindow over the sample, the sink's rows."""
+    """The stream, its lower bound, the real WindowAndSumVotes over the sample, the sink's rows."""
     votes = simulated_stream(sizes)
     window_s = defaults(STREAMING_PARAMS)["window_seconds"]
     groups = group_sums(votes, window_s)
@@ -116,10 +128,11 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     with measured() as usage:
         deltas = sum_per_window(sample, window_s)
     exact = per_post((d.post_id, d.upvotes, d.shares) for d in deltas) == per_post((v[1], v[3], v[4]) for v in sample)
-    assert exact, "SumPerWindow's sums differ from the votes' sums"
+    assert exact, "WindowAndSumVotes's sums differ from the votes' sums"
     assert len(deltas) == len(sample_groups), (
-        f"SumPerWindow wrote {len(deltas)} deltas for {len(sample_groups)} (post, hour, window) groups")
+        f"WindowAndSumVotes wrote {len(deltas)} deltas for {len(sample_groups)} (post, hour, window) groups")
     parents = parent_upserts(groups, window_s)
+    model_rows = model_delta_rows(sizes, window_s)
     per_million = 1_000_000 / len(votes)
     return {
         "workload": f"{len(votes):,} votes, Zipf {ZIPF} over {sizes.amplification_posts:,} posts, "
@@ -129,6 +142,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "window_s": window_s,
         "lower_bound_groups": len(groups),
         "delta_rows": len(groups),
+        "model_delta_rows": round(model_rows),
+        "model_vs_delta_rows": model_rows / len(groups),
         "parent_upserts": parents,
         "rows_written": len(groups) + parents,
         "rows_per_1m_votes": (len(groups) + parents) * per_million,

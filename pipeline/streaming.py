@@ -1,6 +1,6 @@
 """Streaming pipeline: Pub/Sub vote events -> validated -> summed per post and window -> Spanner deltas.
 
-    Pub/Sub ──ReadVotes──> ParseVotes ──votes──> WindowAndSumVotes ──PostDelta──> WriteDeltaRows
+    Pub/Sub ──ReadVotes──> ParseVotes ──sums──> WindowAndSumVotes ──PostDelta──> WriteDeltaRows
                                   └──rejected──────────┐                               │ failed
                                                        └──> PublishDeadLetters <───────┘
 
@@ -56,7 +56,7 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> None:
         pubsub_path(project, "subscriptions", settings.subscription), deduplicate=is_dataflow(options))
     parsed = messages | "ParseVotes" >> ParseVotes()
     failed_rows = (
-        parsed.votes
+        parsed.sums
         | "WindowAndSumVotes" >> WindowAndSumVotes(writer_name(options), settings.window_seconds)
         | "WriteDeltaRows" >> WriteDeltaRows(project, settings.instance, settings.database, settings.rows_per_commit)
     )

@@ -12,12 +12,13 @@ from importlib import resources
 from typing import Any
 
 DDL_FILE = "posts.sql"
+BASELINE_DDL_FILE = "baseline_counters.sql"
 EVENT_SCHEMA_FILE = "vote_event.schema.json"
 
 
-def ddl_statements() -> list[str]:
-    """The schema's DDL statements, comments removed, in the order they must be applied."""
-    text = resources.files(__package__).joinpath(DDL_FILE).read_text(encoding="utf-8")
+def ddl_statements(file_name: str = DDL_FILE) -> list[str]:
+    """A DDL file's statements, comments removed, in the order they must be applied."""
+    text = resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8")
     text = re.sub(r"--[^\n]*", "", text)
     return [" ".join(s.split()) for s in text.split(";") if s.strip()]
 

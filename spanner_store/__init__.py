@@ -1,1 +1,3 @@
-"""The Spanner data layer: opening the database, every table name and key, writes, folds and reads."""
+"""The Spanner data layer: every table, column and SQL statement of the system, and the
+transactions over them (delta writes, folds, exact and hourly reads, versioned views).
+Imports only `schemas` and the Spanner client; Beam-free."""

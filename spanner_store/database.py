@@ -64,6 +64,7 @@ def run_with_retries(
 
 
 COMMIT_TIMEOUT_S = 60.0
+OPERATION_TIMEOUT_S = 600  # a long-running operation: creating an instance or a database, a DDL change
 # Real Spanner rejects a commit of more than 80,000 mutations (one per column written, plus
 # one per column of each index entry changed); the emulator does not enforce it. Every
 # writer here plans its commits under a quarter of it, leaving headroom for schema growth.

@@ -27,7 +27,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from transforms.dead_letter import ERROR_ATTRIBUTE, to_dead_letter
-from schemas.contract import MAX_MESSAGE_BYTES, REASONS, parse_vote, reason_of
+from schemas.contract import (
+    FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_MESSAGE_BYTES, REASONS, parse_message, parse_vote, reason_of,
+)
 from transforms.parse import ParseVotes
 from schemas.records import COUNTERS, HOUR_S, PostDelta, Rejected, VoteEvent
 from schemas.records import FailedDelta
@@ -88,17 +90,44 @@ def corpus_params():
         yield pytest.param(name, expected, id=name)
 
 
+def corpus_attributes(name: str) -> dict[str, str]:
+    """The attributes a corpus file is sent with: batches carry their `format`."""
+    if name.endswith(".ndjson"):
+        return {"event_id": "b-corpus", FORMAT_ATTRIBUTE: load_make_corpus().format_of(name)}
+    return {"event_id": "e-corpus"}
+
+
+def batch_outcome(results: list) -> dict:
+    """A batch's results in the manifest's form."""
+    if len(results) == 1 and isinstance(results[0], Rejected) and LINE_ATTRIBUTE not in results[0].attributes:
+        return {"whole": reason_of(results[0])}
+    return {"accepted": sum(isinstance(r, VoteEvent) for r in results),
+            "rejected": {r.attributes[LINE_ATTRIBUTE]: reason_of(r) for r in results if isinstance(r, Rejected)}}
+
+
 @pytest.mark.parametrize("name,expected", list(corpus_params()))
-def test_each_corpus_message_gets_its_expected_outcome(name: str, expected: str) -> None:
+def test_each_corpus_message_gets_its_expected_outcome(name: str, expected: str | dict) -> None:
     data = (CORPUS / name).read_bytes()
-    attributes = {"event_id": "e-corpus"}
-    result = parse_vote(data, attributes, PUBLISHED)
+    attributes = corpus_attributes(name)
+    results = list(parse_message(data, attributes, PUBLISHED))
+    if name.endswith(".ndjson"):
+        assert batch_outcome(results) == expected
+        for result in results:
+            if isinstance(result, VoteEvent):
+                assert_well_formed(b"", {}, result)
+            elif LINE_ATTRIBUTE in result.attributes:  # a rejected line keeps its own bytes whole
+                line = data.split(b"\n")[int(result.attributes[LINE_ATTRIBUTE]) - 1]
+                assert_well_formed(line, {**attributes, LINE_ATTRIBUTE: result.attributes[LINE_ATTRIBUTE]}, result)
+            else:
+                assert_well_formed(data, attributes, result)
+        return
+    [result] = results
     assert_well_formed(data, attributes, result)
     assert outcome(result) == expected, getattr(result, "error", result)
 
 
 def test_the_corpus_is_complete_and_matches_its_generator() -> None:
-    on_disk = {p.name: p.read_bytes() for p in CORPUS.glob("*.bin")}
+    on_disk = {p.name: p.read_bytes() for p in [*CORPUS.glob("*.bin"), *CORPUS.glob("*.ndjson")]}
     expected = manifest()
     generated = load_make_corpus().corpus()
     assert len(on_disk) >= 50
@@ -106,14 +135,18 @@ def test_the_corpus_is_complete_and_matches_its_generator() -> None:
     assert {name: data for name, (data, _) in generated.items()} == on_disk  # regenerates byte for byte
     assert {name: want for name, (_, want) in generated.items()} == expected
     assert max(len(data) for data in on_disk.values()) < 1024 * 1024  # big payloads are made in memory
-    # Every outcome is a reason parse_vote can give, and nearly every reason is exercised.
-    assert set(expected.values()) <= set(REASONS) | {"accepted"}
-    assert set(REASONS) <= set(expected.values())
+    # Every outcome is a reason the contract can give, and every reason is exercised.
+    outcomes = set()
+    for want in expected.values():
+        outcomes |= {want} if isinstance(want, str) else ({want["whole"]} if "whole" in want else set(want["rejected"].values()))
+    assert outcomes <= set(REASONS) | {"accepted"}
+    assert set(REASONS) <= outcomes
 
 
 def test_the_corpus_covers_each_input_class() -> None:
     names = " ".join(manifest())
-    for needed in ("binary-garbage", "empty-payload", "deep-nesting-100k", "post-id-integer", "counter-null",
+    for needed in ("batch-one-bad-line-among-1000", "batch-all-lines-bad", "batch-blank-lines", "batch-1001-events",
+                   "batch-a-line-over-the-event-limit", "batch-bad-format-value", "batch-not-utf8","binary-garbage", "empty-payload", "deep-nesting-100k", "post-id-integer", "counter-null",
                    "delta-nan", "delta-infinity", "delta-1e400", "delta-huge-integer", "delta-true", "post-id-null",
                    "lone-high-surrogate", "utf8-bom-prefix", "overlong-utf8", "raw-nul", "rtl-override",
                    "post-id-128-emoji", "post-id-129-emoji", "sql-drop-table", "control-chars",
@@ -167,20 +200,31 @@ def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build(moment: da
 def test_the_corpus_through_parse_votes_in_a_pipeline() -> None:
     """The DoFn (metrics per reason, tagged outputs) survives the whole corpus in one bundle."""
     expected = manifest()
-    messages = [PubsubMessage((CORPUS / name).read_bytes(), {"n": name}) for name in sorted(expected)]
+    messages = [PubsubMessage((CORPUS / name).read_bytes(), {**corpus_attributes(name), "n": name})
+                for name in sorted(expected)]
     messages.append(PubsubMessage(None, {"n": "none"}))  # a message without data
-    want_rejected = sorted([(n, r) for n, r in expected.items() if r != "accepted"] + [("none", "not_json")])
+    want_rejected = [("none", "not_json")]
+    accepted = 0
+    for name, want in expected.items():
+        if isinstance(want, str):
+            accepted += want == "accepted"
+            want_rejected += [(name, want)] if want != "accepted" else []
+        elif "whole" in want:
+            want_rejected.append((name, want["whole"]))
+        else:
+            accepted += want["accepted"]
+            want_rejected += [(name, reason) for reason in want["rejected"].values()]
     with TestPipeline() as p:
         parsed = (
             p | beam.Create(messages)
             | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
             | ParseVotes()
         )
-        accepted_names = [n for n, r in expected.items() if r == "accepted"]
-        assert_that(parsed.votes | beam.combiners.Count.Globally(), equal_to([len(accepted_names)]), label="votes")
+        events = parsed.sums | beam.Map(lambda keyed: keyed[1].events) | beam.CombineGlobally(sum)
+        assert_that(events, equal_to([accepted]), label="votes")
         assert_that(
             parsed.rejected | beam.Map(lambda r: (r.attributes["n"], reason_of(r))),
-            equal_to(want_rejected),
+            equal_to(sorted(want_rejected)),
             label="rejected",
         )
 
@@ -394,3 +438,38 @@ def test_dead_letters_of_failed_delta_rows_fit_in_pubsub(post_id: str, error: st
     assert_error_kept(message, failed.error)
     assert PostDelta(**json.loads(message.data)) == delta  # the row survives intact for replay
     assert message.attributes["kind"] == "delta_row"
+
+
+# --- property tests of batches (contract v2) ---------------------------------------------------
+
+_LINES = st.lists(
+    st.one_of(
+        MIXED_VOTE.map(lambda fields: json.dumps(fields, ensure_ascii=False).encode("utf-8", "surrogatepass")),
+        st.binary(max_size=64).filter(lambda b: b"\n" not in b),
+        st.sampled_from([b"", b"  ", b"\r", b"[]", b"null"]),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LINES, st.booleans())
+def test_a_batch_is_judged_line_by_line_exactly_like_single_messages(lines: list[bytes], trailing: bool) -> None:
+    data = b"\n".join(lines) + (b"\n" if trailing else b"")
+    attributes = {FORMAT_ATTRIBUTE: "ndjson", "event_id": "b-prop"}
+    results = list(parse_message(data, attributes, PUBLISHED))
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        [whole] = results  # not UTF-8: rejected whole, nothing counted
+        assert reason_of(whole) == "not_utf8" and whole.data == data and whole.attributes == attributes
+        return
+    numbered = [(n, line) for n, line in enumerate(data.split(b"\n"), 1) if line.strip()]
+    assert len(results) == len(numbered)  # blank lines skipped, every other line judged once
+    for (number, line), result in zip(numbered, results):
+        alone = parse_vote(line, attributes, PUBLISHED)
+        if isinstance(alone, VoteEvent):
+            assert result == alone
+        else:
+            assert isinstance(result, Rejected) and result.error == alone.error and result.data == line
+            assert result.attributes == {**attributes, LINE_ATTRIBUTE: str(number)}

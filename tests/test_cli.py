@@ -8,7 +8,7 @@ import pytest
 
 from upvotes.cli import build_parser, main
 
-SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view", "verify",
+SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view", "verify", "capacity",
                "demo", "lint-schema", "deploy"]
 
 

@@ -45,7 +45,6 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from google.api_core import exceptions
-from google.cloud import pubsub_v1
 
 from pipeline.fold import outcome_from_metrics
 from tests.conftest import new_resources
@@ -300,32 +299,12 @@ def test_folds_racing_continuous_writes_stay_exact_and_reads_stay_in_bounds(stac
 
 # --- the streaming pipeline stopped and restarted ----------------------------------------------
 
-class Heartbeat(threading.Thread):
-    """Publishes an invalid message (dead-lettered, counted nowhere) every 100 ms, so the
-    DirectRunner's synchronous pull never idles on its 30 s timeout and every window fires promptly."""
-
-    def __init__(self, topic_path: str) -> None:
-        super().__init__(daemon=True)
-        self.topic_path = topic_path
-        self.stopping = threading.Event()
-        self.sent = 0
-
-    def run(self) -> None:
-        client = pubsub_v1.PublisherClient()
-        try:
-            while not self.stopping.wait(0.1):
-                client.publish(self.topic_path, b"heartbeat", source="heartbeat").result(timeout=30)
-                self.sent += 1
-        finally:
-            client.stop()
-
-
 @pytest.fixture
 def streaming_stack(emulator_env, tmp_path):
     """Resources of their own (no other test's messages or rows), with the heartbeat running."""
     res = new_resources("stream")
     provision(res, log=lambda _: None)
-    heartbeat = Heartbeat(res.topic_path(res.topic))
+    heartbeat = local_stream.Heartbeat(res.topic_path(res.topic))  # windows fire without 30 s idle pulls
     heartbeat.start()
     processes: list[subprocess.Popen] = []
 

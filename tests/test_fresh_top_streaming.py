@@ -1,7 +1,7 @@
 """Fresh top posts through the real streaming pipeline: after a fold, votes published to Pub/Sub
 make a new post overtake the folded leader, and `fresh_top` ranks it first at its exact count
-with no fold in between. The pipeline is warmed up first (a vote counted) and kept busy by a
-trickle of other votes, so the time printed is the freshness a live system sees."""
+with no fold in between. The pipeline is warmed up first (a vote counted) and its idle pulls
+kept short by the local heartbeat, so the time printed is the freshness a live system sees."""
 from __future__ import annotations
 
 import time
@@ -13,7 +13,6 @@ from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from spanner_store.fresh_top import fresh_top
 from spanner_store.reads import exact_counts, last_fold_snapshot, top_posts
-from tests.traffic import trickle
 from upvotes import local_stream
 from upvotes.publishing import event_message
 
@@ -33,14 +32,14 @@ def test_a_streamed_riser_overtakes_the_folded_leader_without_a_fold(stack, data
     process = local_stream.start(stack, WINDOW_S, tmp_path / "stream.log")
     topic = stack.topic_path(stack.topic)
     try:
-        with trickle(topic):
+        with local_stream.Heartbeat(topic):
             seconds = _riser_overtakes(database, process, topic)
     finally:
         local_stream.stop(process)
 
     final = fresh_top(database, k=2)
     assert [(p.post_id, p.upvotes) for p in final.posts] == [("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)]
-    assert final.exact and final.bound is None  # 14 posts < k + extra: every post considered
+    assert final.exact and final.bound is None  # 4 posts < k + extra: every post considered
     with database.snapshot() as snapshot:
         assert last_fold_snapshot(snapshot) == folded_at  # no fold ran meanwhile
     assert top_posts(database, 1).posts[0] == ("leader", LEADER_VOTES, 0)  # the folded index never moved

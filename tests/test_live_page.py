@@ -10,7 +10,6 @@ import pytest
 
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
-from tests.traffic import trickle
 from upvotes import local_stream
 from upvotes.service import serve_in_background
 
@@ -34,14 +33,14 @@ def pipeline(stack, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def background_votes(stack, pipeline):
-    """Other votes trickling in, as on a live system (see tests/traffic.py)."""
-    with trickle(stack.topic_path(stack.topic)):
+def heartbeat(stack, pipeline):
+    """Keeps the DirectRunner's idle pull returning at once (see upvotes.local_stream.Heartbeat)."""
+    with local_stream.Heartbeat(stack.topic_path(stack.topic)):
         yield
 
 
 @pytest.fixture(scope="module")
-def service(stack, database, pipeline, background_votes):
+def service(stack, database, pipeline, heartbeat):
     write_deltas(database, [PostDelta(POST, 1_795_312_800, "seed:1", SEEDED, 0, SEEDED)])
     running = serve_in_background(stack.project, stack.instance, stack.database, stack.topic, refresh_s=0.5)
     yield running

@@ -10,9 +10,12 @@ from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from schemas.contract import REASONS, parse_vote, reason_of
+from schemas.contract import (
+    FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_BATCH_BYTES, MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, NDJSON, REASONS, parse_message,
+    parse_vote, reason_of,
+)
+from schemas.records import CounterSums, PostHour, Rejected, VoteEvent
 from transforms.parse import ParseVotes
-from schemas.records import Rejected, VoteEvent
 
 def epoch(rfc3339: str) -> int:
     return int(datetime.fromisoformat(rfc3339).timestamp())
@@ -83,8 +86,16 @@ def test_invalid_events_are_rejected_with_their_reason(data: bytes, reason: str)
     assert len(result.error) > len(reason) + 2  # a detail follows the reason
 
 
+BATCH_ONLY_REASONS = {"unknown_format", "too_many_events"}  # exercised by the batch tests below
+
+
 def test_every_reason_is_exercised_by_the_table() -> None:
-    assert {reason for _, reason in INVALID} == set(REASONS)
+    assert {reason for _, reason in INVALID} == set(REASONS) - BATCH_ONLY_REASONS
+
+
+def message_sums(event: VoteEvent) -> tuple[PostHour, CounterSums]:
+    sums = CounterSums(event.delta, 0, 1) if event.counter == "upvotes" else CounterSums(0, event.delta, 1)
+    return PostHour(event.post_id, event.event_hour), sums  # VALID[:2] are different posts: one sum each
 
 
 def test_parse_votes_splits_accepted_and_rejected_in_a_pipeline() -> None:
@@ -98,5 +109,89 @@ def test_parse_votes_splits_accepted_and_rejected_in_a_pipeline() -> None:
             | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
             | ParseVotes()
         )
-        assert_that(parsed.votes, equal_to([e for _, e in VALID[:2]]), label="votes")
+        assert_that(parsed.sums, equal_to([message_sums(e) for _, e in VALID[:2]]), label="sums")
         assert_that(parsed.rejected | beam.Map(reason_of), equal_to([r for _, r in INVALID[:3]]), label="rejected")
+
+
+# --- contract v2: batches -------------------------------------------------------------------
+
+BATCH = {FORMAT_ATTRIBUTE: NDJSON, "event_id": "batch-1"}
+
+
+def ndjson(*lines: bytes) -> bytes:
+    return b"\n".join(lines)
+
+
+def results(data: bytes, attributes: dict | None = None) -> list[VoteEvent | Rejected]:
+    return list(parse_message(data, BATCH if attributes is None else attributes, PUBLISHED))
+
+
+def test_a_message_without_format_is_one_event_as_in_v1() -> None:
+    for data, expected in VALID:
+        assert results(data, {}) == [expected]
+    assert [reason_of(r) for r in results(b'[{"post_id": "p", "counter": "upvotes", "delta": 1}]', {})] == ["not_object"]
+
+
+def test_every_valid_line_of_a_batch_is_an_event_and_blank_lines_are_skipped() -> None:
+    data = ndjson(VALID[0][0], b"", b"   ", VALID[1][0], VALID[2][0], b"")  # blank lines and a trailing newline
+    assert results(data) == [VALID[0][1], VALID[1][1], VALID[2][1]]
+    assert results(b"\n\n") == []  # nothing to count, nothing to reject
+    assert results(ndjson(VALID[0][0], VALID[1][0]).replace(b"\n", b"\r\n")) == [VALID[0][1], VALID[1][1]]
+
+
+def test_one_bad_line_among_1000_is_dead_lettered_alone_with_its_line_number() -> None:
+    lines = [VALID[0][0]] * 1000
+    lines[636] = INVALID[12][0]  # delta "1": wrong_type
+    got = results(ndjson(*lines))
+    assert sum(isinstance(r, VoteEvent) for r in got) == 999
+    [bad] = [r for r in got if isinstance(r, Rejected)]
+    assert reason_of(bad) == "wrong_type" and bad.data == INVALID[12][0]
+    assert bad.attributes == {**BATCH, LINE_ATTRIBUTE: "637"}
+
+
+def test_every_line_bad_gives_one_dead_letter_per_line_numbered_past_blank_lines() -> None:
+    data = ndjson(INVALID[1][0], INVALID[3][0], b"", INVALID[4][0], INVALID[20][0])
+    got = results(data)
+    assert all(isinstance(r, Rejected) for r in got)
+    assert [(reason_of(r), r.attributes[LINE_ATTRIBUTE]) for r in got] == [
+        ("not_json", "1"), ("not_json", "2"), ("not_object", "4"), ("unknown_counter", "5")]  # line 3 was blank
+
+
+def test_a_line_over_the_event_limit_is_rejected_alone() -> None:
+    huge = json.dumps({"post_id": "p", "counter": "upvotes", "delta": 1, "pad": "x" * MAX_MESSAGE_BYTES}).encode()
+    got = results(ndjson(VALID[0][0], huge))
+    assert got[0] == VALID[0][1]
+    assert reason_of(got[1]) == "too_large" and got[1].attributes[LINE_ATTRIBUTE] == "2"
+
+
+@pytest.mark.parametrize("data,attributes,reason", [
+    (ndjson(*[VALID[0][0]] * (MAX_BATCH_EVENTS + 1)), BATCH, "too_many_events"),
+    (ndjson(VALID[0][0], b" " * MAX_BATCH_BYTES), BATCH, "too_large"),
+    (ndjson(VALID[0][0], b"\xff"), BATCH, "not_utf8"),
+    (VALID[0][0], {FORMAT_ATTRIBUTE: "json-array"}, "unknown_format"),
+    (VALID[0][0], {FORMAT_ATTRIBUTE: ""}, "unknown_format"),
+])
+def test_a_batch_over_the_limits_or_of_another_format_is_rejected_whole(data, attributes, reason) -> None:
+    [rejected] = results(data, attributes)
+    assert isinstance(rejected, Rejected) and reason_of(rejected) == reason, rejected.error
+    assert rejected.data == data and rejected.attributes == attributes  # the whole message, no line number
+
+
+def test_exactly_the_limits_are_accepted() -> None:
+    assert len(results(ndjson(*[VALID[0][0]] * MAX_BATCH_EVENTS))) == MAX_BATCH_EVENTS
+    padded = ndjson(VALID[0][0], b" " * (MAX_BATCH_BYTES - len(VALID[0][0]) - 1))
+    assert len(padded) == MAX_BATCH_BYTES and results(padded) == [VALID[0][1]]
+
+
+def test_parse_votes_sums_each_batch_per_post_and_hour() -> None:
+    one = json.dumps({"post_id": "hot", "counter": "upvotes", "delta": 1}).encode()
+    share = json.dumps({"post_id": "hot", "counter": "shares", "delta": 1}).encode()
+    unvote = json.dumps({"post_id": "cold", "counter": "upvotes", "delta": -1}).encode()
+    batch = PubsubMessage(ndjson(*[one] * 400, *[share] * 50, unvote, b"oops", b""), BATCH)
+    with TestPipeline() as p:
+        parsed = (p | beam.Create([batch]) | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
+                  | ParseVotes())
+        assert_that(parsed.sums, equal_to([(PostHour("hot", PUBLISHED_HOUR), CounterSums(400, 50, 450)),
+                                           (PostHour("cold", PUBLISHED_HOUR), CounterSums(-1, 0, 1))]), label="sums")
+        assert_that(parsed.rejected | beam.Map(lambda r: (reason_of(r), r.attributes[LINE_ATTRIBUTE])),
+                    equal_to([("not_json", "452")]), label="rejected")

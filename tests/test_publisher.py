@@ -17,14 +17,16 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
-from schemas.contract import parse_vote, reason_of
+from schemas.contract import FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, NDJSON, parse_message, parse_vote, reason_of
 from schemas.records import VoteEvent
 from upvotes.progress import Progress
 from upvotes.provision import Resources
 from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
 from upvotes.ledger import Ledger
-from upvotes.publishing import _interleave, event_message, publish_file, publish_messages, publish_workload
+from upvotes.publishing import (
+    _interleave, batch_messages, event_message, publish_file, publish_messages, publish_workload,
+)
 from upvotes.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
 
 START = datetime(2026, 11, 22, 3, 30, tzinfo=timezone.utc)
@@ -224,23 +226,33 @@ def own_topic(stack: Resources) -> Iterator[tuple[str, str]]:
     yield topic, subscription
 
 
-def test_published_workload_adds_up_to_the_ledger(stack: Resources, tmp_path) -> None:
+@pytest.mark.parametrize("batch_size,messages_sent", [(1, 2020), (500, 24), (333, 27)])
+def test_published_workload_adds_up_to_the_ledger(stack: Resources, tmp_path, batch_size: int, messages_sent: int) -> None:
     workload = Workload(events=2000, posts=200, seed=11, invalid=20)
     ledger_path = tmp_path / "ledger.json"
-    report, ledger = publish_workload(stack.topic_path(stack.topic), workload, str(ledger_path), progress=False)
-    assert (report.published, report.invalid, report.failed) == (2020, 20, 0)
+    subscription = stack.subscription_path(f"{stack.subscription}-{batch_size}")
+    subscriber = pubsub_v1.SubscriberClient()
+    subscriber.create_subscription(name=subscription, topic=stack.topic_path(stack.topic), ack_deadline_seconds=60)
+    subscriber.close()
+    report, ledger = publish_workload(stack.topic_path(stack.topic), workload, str(ledger_path), progress=False,
+                                      batch_size=batch_size)
+    assert (report.published, report.invalid, report.failed, report.messages) == (2020, 20, 0, messages_sent)
     assert Ledger.load(ledger_path).totals == ledger.totals
 
-    messages = pull_all(stack.subscription_path(stack.subscription), report.published)
-    assert len(messages) == report.published
-    votes, rejected = [], []
+    messages = pull_all(subscription, messages_sent)
+    assert len(messages) == messages_sent
+    votes, rejected, batch_ids = [], [], []
     for message in messages:
-        result = parse_vote(message.data, dict(message.attributes), message.publish_time.timestamp())
-        if isinstance(result, VoteEvent):
-            assert {"event_id", "event_time"} <= set(message.attributes)
-            votes.append(result)
-        else:
-            rejected.append(result)
+        attributes = dict(message.attributes)
+        results = list(parse_message(message.data, attributes, message.publish_time.timestamp()))
+        if attributes.get(FORMAT_ATTRIBUTE) == NDJSON:
+            assert len(results) <= batch_size
+            batch_ids.append(attributes["event_id"])
+        elif isinstance(results[0], VoteEvent):
+            assert {"event_id", "event_time"} <= set(attributes)
+        for result in results:
+            (votes if isinstance(result, VoteEvent) else rejected).append(result)
+    assert len(batch_ids) == len(set(batch_ids)) == (0 if batch_size == 1 else -(-2000 // batch_size))
     assert recount(votes) == ledger.totals
     assert len(votes) == ledger.events == 2000
     assert len(rejected) == ledger.invalid == 20
@@ -297,7 +309,7 @@ def test_cli_publishes_and_writes_the_ledger(own_topic: tuple[str, str], tmp_pat
     assert err == ""
     ledger = Ledger.load(ledger_path)
     assert (ledger.events, ledger.invalid) == (300, 5)
-    assert len(pull_all(subscription, 305)) == 305
+    assert len(pull_all(subscription, 6)) == 6  # 300 events in one batch of the default 500, and 5 invalid
 
 
 def test_cli_explains_errors_the_user_can_fix(stack: Resources, tmp_path, capsys) -> None:
@@ -313,3 +325,18 @@ def test_cli_explains_errors_the_user_can_fix(stack: Resources, tmp_path, capsys
         out, err = capsys.readouterr()
         assert out == "" and err.startswith("upvotes: ") and message in err, err
         assert "Traceback" not in err
+
+
+def test_batches_pack_events_within_both_limits_and_read_back_as_the_same_events() -> None:
+    events = list(generate_events(Workload(events=1234, posts=50, seed=3, start_time=START)))
+    batches = list(batch_messages(events, 500))
+    assert [b.events for b in batches] == [500, 500, 234]
+    assert all(b.attributes[FORMAT_ATTRIBUTE] == NDJSON for b in batches)
+    parsed = [r for b in batches for r in parse_message(b.data, b.attributes, 0.0)]
+    assert parsed == [parse_vote(event_message(e)[0], {}, 0.0) for e in events]
+    fat = [dict(e, padding="x" * 5000) for e in events[:600]]  # about 5 KB each: bytes bind first
+    assert all(len(b.data) <= MAX_BATCH_BYTES for b in batch_messages(fat, 1000))
+    assert sum(b.events for b in batch_messages(fat, 1000)) == 600
+    assert [(m.data, m.attributes) for m in batch_messages(events[:3], 1)] == [event_message(e) for e in events[:3]]
+    with pytest.raises(ValueError):
+        list(batch_messages(events, 1001))

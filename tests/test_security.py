@@ -164,7 +164,7 @@ READ_KEYWORDS = {"table", "index"}
 # Text that is SQL (or DDL) if an f-string / .format() / % were ever used to build it.
 SQL_TEXT = re.compile(r"\b(SELECT\b.*\bFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
                       r"DROP\s+(TABLE|INDEX)|ALTER\s+TABLE|CREATE\s+(TABLE|INDEX)|WHERE\s+\w+\s*[=<>])", re.S)
-PROJECT_DIRS = ("pipeline", "transforms", "upvotes", "bench", "schemas", "templates")
+PROJECT_DIRS = ("pipeline", "transforms", "spanner_store", "upvotes", "bench", "schemas", "templates")
 # Documented exceptions, as {(path relative to the repository, line): why it is safe}. Empty:
 # nothing in the project needs one. Bench code that must name a table it chose itself would
 # go here (a table name cannot be a query parameter), with the constant it comes from.

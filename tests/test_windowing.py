@@ -1,17 +1,22 @@
-"""Windowing and triggering of SumPerWindow with TestStream: panes, lateness, discarding."""
+"""Windowing and triggering of WindowAndSumVotes with TestStream: panes, lateness, discarding,
+and the ingestion-time stamp ParseVotes gives each bundle's sums."""
 from __future__ import annotations
 
+import json
 import time
+from datetime import datetime, timezone
 
 import apache_beam as beam
+from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
-from schemas.records import CounterSums, PostDelta, PostHour, VoteEvent
-from transforms.windowing import SumPerWindow, WindowAndSumVotes, delta_id
+from schemas.records import CounterSums, PostDelta, PostHour
+from transforms.parse import ParseVotes
+from transforms.windowing import WindowAndSumVotes, delta_id
 
 HOUR = 1_795_312_800
 WRITER = "test-writer"
@@ -29,9 +34,9 @@ def streaming_pipeline() -> TestPipeline:
 
 
 def run_stream(stream: TestStream, check, window_seconds: int = 10) -> None:
-    """Runs SumPerWindow over the stream; `check` asserts on the list of every delta emitted."""
+    """Runs WindowAndSumVotes over the stream; `check` asserts on the list of every delta emitted."""
     with streaming_pipeline() as p:
-        assert_that(p | stream | SumPerWindow(WRITER, window_seconds), check)
+        assert_that(p | stream | WindowAndSumVotes(WRITER, window_seconds), check)
 
 
 def test_a_hot_post_costs_one_delta_per_window() -> None:
@@ -45,7 +50,7 @@ def test_a_hot_post_costs_one_delta_per_window() -> None:
         .advance_watermark_to_infinity()
     )
     with streaming_pipeline() as p:
-        deltas = p | stream | SumPerWindow(WRITER, window_seconds=10)
+        deltas = p | stream | WindowAndSumVotes(WRITER, window_seconds=10)
         assert_that(
             deltas,
             equal_to([
@@ -64,32 +69,39 @@ def test_a_hot_post_costs_one_delta_per_window() -> None:
         )
 
 
+def message(post: str, event_hour: int, delta: int = 1, counter: str = "upvotes") -> PubsubMessage:
+    event_time = datetime.fromtimestamp(event_hour + 125, tz=timezone.utc).isoformat()
+    return PubsubMessage(json.dumps({"post_id": post, "counter": counter, "delta": delta,
+                                     "event_time": event_time}).encode(), {})
+
+
 def test_a_vote_older_than_the_watermark_is_counted_because_it_is_stamped_on_ingestion() -> None:
-    """Event-time windows would drop it as late; the ingestion timestamp keeps it."""
+    """Event-time windows would drop it as late; ParseVotes stamps its bundle's sums with the
+    ingestion time, so WindowAndSumVotes keeps it."""
     now = int(time.time())  # TestStream watermarks are whole milliseconds
-    days_old = VoteEvent("p", "upvotes", 1, HOUR - 3 * 24 * 3600)
+    days_old = HOUR - 3 * 24 * 3600
     stream = (
         TestStream()
-        .advance_watermark_to(now - 1)  # the watermark is far past the vote's event time
-        .add_elements([TimestampedValue(days_old, HOUR - 3 * 24 * 3600), TimestampedValue(days_old, HOUR)])
+        .advance_watermark_to(now - 1)  # the watermark is far past the votes' event and publish times
+        .add_elements([TimestampedValue(message("p", days_old), days_old), TimestampedValue(message("p", days_old), HOUR)])
         .advance_watermark_to_infinity()
     )
 
     def check(deltas: list[PostDelta]) -> None:
-        assert [(d.post_id, d.event_hour, d.upvotes, d.events) for d in deltas] == [("p", days_old.event_hour, 2, 2)]
+        assert [(d.post_id, d.event_hour, d.upvotes, d.events) for d in deltas] == [("p", days_old, 2, 2)]
 
     with streaming_pipeline() as p:
-        assert_that(p | stream | WindowAndSumVotes(WRITER, window_seconds=10), check)
+        assert_that((p | stream | ParseVotes()).sums | WindowAndSumVotes(WRITER, window_seconds=10), check)
 
     # The same votes windowed by their own (event-time) timestamps are dropped as late.
     late = TestStream().advance_watermark_to(now - 1).add_elements(
-        [TimestampedValue(vote("p"), HOUR - 3 * 24 * 3600)]).advance_watermark_to_infinity()
+        [TimestampedValue(vote("p"), days_old)]).advance_watermark_to_infinity()
 
     def nothing(deltas: list[PostDelta]) -> None:
         assert deltas == []
 
     with streaming_pipeline() as p:
-        assert_that(p | late | SumPerWindow(WRITER, window_seconds=10), nothing)
+        assert_that(p | late | WindowAndSumVotes(WRITER, window_seconds=10), nothing)
 
 
 def test_sum_of_all_panes_equals_sum_of_inputs_for_a_long_irregular_stream() -> None:
@@ -125,11 +137,10 @@ def test_votes_that_cancel_out_write_nothing() -> None:
     run_stream(stream, check)
 
 
-def test_window_and_sum_votes_groups_by_post_and_event_hour() -> None:
-    events = [VoteEvent("p", "upvotes", 1, HOUR), VoteEvent("p", "upvotes", 1, HOUR + 3600),
-              VoteEvent("p", "shares", 1, HOUR), VoteEvent("q", "upvotes", 1, HOUR)]
+def test_parse_and_window_group_by_post_and_event_hour() -> None:
+    messages = [message("p", HOUR), message("p", HOUR + 3600), message("p", HOUR, counter="shares"), message("q", HOUR)]
     with TestPipeline() as p:
-        deltas = p | beam.Create(events) | WindowAndSumVotes(WRITER, window_seconds=3600)
+        deltas = (p | beam.Create(messages) | ParseVotes()).sums | WindowAndSumVotes(WRITER, window_seconds=3600)
         assert_that(
             deltas | beam.Map(lambda d: (d.post_id, d.event_hour, d.upvotes, d.shares, d.events)),
             equal_to([("p", HOUR, 1, 1, 2), ("p", HOUR + 3600, 1, 0, 1), ("q", HOUR, 1, 0, 1)]),

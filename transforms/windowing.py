@@ -1,7 +1,7 @@
 """Windowing and combining: many votes for a post become one delta per window.
 
-Each bundle's votes are first summed per (post, event hour) and stamped with *ingestion
-time* (the wall-clock time their bundle ends). Windows are fixed, `window_seconds` long,
+Each bundle's votes are first summed per (post, event hour) as ParseVotes reads them
+(`BundleSums`), and stamped with *ingestion time* (the wall-clock time their bundle ends). Windows are fixed, `window_seconds` long,
 over that time. The vote's own event time is not lost: its hour is part of the grouping
 key and of the delta row, for hourly counts.
 
@@ -33,7 +33,7 @@ import apache_beam as beam
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import GlobalWindows
 
-from schemas.records import UPVOTES, CounterSums, PostDelta, PostHour, VoteEvent
+from schemas.records import CounterSums, PostDelta, PostHour
 
 
 class SumCounters(beam.CombineFn):
@@ -69,26 +69,32 @@ def delta_id(writer: str, window_start_us: int, pane_index: int) -> str:
     return f"{writer}:{window_start_us}:{pane_index}"
 
 
-class _SumInBundle(beam.DoFn):
-    """Sums each bundle's votes per (post, event hour) in a dict, and emits the sums when the
-    bundle ends, stamped with that moment as their ingestion time. A vote then costs one dict
-    update; windowing and the shuffle see one element per post and hour per bundle. The
-    bundle is not yet committed when it emits, so the watermark is still held behind it."""
+class BundleSums:
+    """Sums per (post, event hour) over one bundle, emitted when the bundle ends, stamped with
+    that moment as their ingestion time (see the module docstring). A vote costs one dict
+    update; windowing and the shuffle see one element per post and hour per bundle. The bundle
+    is not yet committed when it emits, so the watermark is still held behind it. ParseVotes
+    keeps one per bundle, so no element is made per vote at all."""
 
-    def start_bundle(self) -> None:
+    def __init__(self) -> None:
         self._sums: dict[tuple[str, int], list[int]] = {}
 
-    def process(self, event: VoteEvent) -> None:
-        acc = self._sums.get((event.post_id, event.event_hour))
+    def add(self, post_id: str, event_hour: int, upvotes: int, shares: int) -> None:
+        acc = self._sums.get((post_id, event_hour))
         if acc is None:
-            acc = self._sums[(event.post_id, event.event_hour)] = [0, 0, 0]
-        acc[0 if event.counter == UPVOTES else 1] += event.delta
+            acc = self._sums[(post_id, event_hour)] = [0, 0, 0]
+        acc[0] += upvotes
+        acc[1] += shares
         acc[2] += 1
 
-    def finish_bundle(self):
+    @property
+    def votes(self) -> int:
+        return sum(acc[2] for acc in self._sums.values())
+
+    def emit(self):
         now = time.time()
-        for (post_id, event_hour), sums in self._sums.items():
-            yield GlobalWindows.windowed_value((PostHour(post_id, event_hour), CounterSums(*sums)), timestamp=now)
+        for (post_id, event_hour), acc in self._sums.items():
+            yield GlobalWindows.windowed_value((PostHour(post_id, event_hour), CounterSums(*acc)), timestamp=now)
 
 
 class _ToPostDelta(beam.DoFn):
@@ -109,15 +115,9 @@ class _ToPostDelta(beam.DoFn):
         )]
 
 
-class SumVotesInBundle(beam.PTransform):
-    """VoteEvent -> (PostHour, CounterSums): each bundle's sums, timestamped with the ingestion time."""
-
-    def expand(self, votes: beam.PCollection) -> beam.PCollection:
-        return votes | "SumInBundle" >> beam.ParDo(_SumInBundle())
-
-
-class SumPerWindow(beam.PTransform):
-    """(PostHour, CounterSums), timestamped -> PostDelta, one per post, hour and pane.
+class WindowAndSumVotes(beam.PTransform):
+    """(PostHour, CounterSums) stamped with their ingestion time (ParseVotes' sums) -> PostDelta,
+    one per post, event hour and pane of fixed windows.
 
     `writer` names this pipeline run (on Dataflow, the job name, which survives an
     update) so that deltas of different runs never share a key.
@@ -138,20 +138,4 @@ class SumPerWindow(beam.PTransform):
             )
             | "SumPerPostHour" >> beam.CombinePerKey(SumCounters())
             | "ToPostDelta" >> beam.ParDo(_ToPostDelta(self._writer))
-        )
-
-
-class WindowAndSumVotes(beam.PTransform):
-    """VoteEvent -> PostDelta: ingestion-time windows, sums per post and event hour."""
-
-    def __init__(self, writer: str, window_seconds: int) -> None:
-        super().__init__()
-        self._writer = writer
-        self._window_seconds = window_seconds
-
-    def expand(self, votes: beam.PCollection) -> beam.PCollection:
-        return (
-            votes
-            | "SumVotesInBundle" >> SumVotesInBundle()
-            | "SumPerWindow" >> SumPerWindow(self._writer, self._window_seconds)
         )

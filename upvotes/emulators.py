@@ -28,6 +28,8 @@ import grpc
 SPANNER = "spanner"
 PUBSUB = "pubsub"
 ENV_VARS = {SPANNER: "SPANNER_EMULATOR_HOST", PUBSUB: "PUBSUB_EMULATOR_HOST"}
+# Set for emulators started here, so benchmarks can read their CPU time.
+PID_ENV_VARS = {SPANNER: "UPVOTES_SPANNER_EMULATOR_PID", PUBSUB: "UPVOTES_PUBSUB_EMULATOR_PID"}
 PACKAGES = {SPANNER: "google-cloud-cli-spanner-emulator", PUBSUB: "google-cloud-cli-pubsub-emulator"}
 BINARIES = {
     SPANNER: "bin/cloud_spanner_emulator/emulator_main",
@@ -291,6 +293,7 @@ def running_emulators(log_dir: Path, log: Callable[[str], None] = lambda _: None
             emulator = start(name, log_dir)
             started.append(emulator)
             env[emulator.env_var] = emulator.address
+            env[PID_ENV_VARS[name]] = str(emulator.pid)  # its CPU is a proxy for database load
         yield env
     finally:
         for emulator in started:

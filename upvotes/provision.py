@@ -15,11 +15,10 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
 import schemas
-from spanner_store.database import open_database
+from spanner_store.database import OPERATION_TIMEOUT_S, open_database
 
 EMULATOR_INSTANCE_CONFIG = "emulator-config"
 DEFAULT_INSTANCE_CONFIG = "regional-us-central1"
-OPERATION_TIMEOUT_S = 600
 _DDL_OBJECT = re.compile(r"^CREATE\s+(?:UNIQUE\s+)?(?:NULL_FILTERED\s+)?(TABLE|INDEX)\s+(\w+)", re.IGNORECASE)
 
 

@@ -9,36 +9,46 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, NamedTuple, TypeVar
 
 import orjson
 from google.cloud import pubsub_v1
 from google.cloud.pubsub_v1.publisher.futures import Future
 
-from schemas.contract import EVENT_ID_ATTRIBUTE, parse_vote
+from schemas.contract import EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_BATCH_EVENTS, MAX_BATCH_BYTES, NDJSON, parse_vote
 from schemas.records import VoteEvent
 from upvotes.ledger import Ledger
 from upvotes.progress import Progress
-from upvotes.workload import Workload, generate_events, invalid_payloads
+from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events, invalid_payloads
 
 LOG = logging.getLogger(__name__)
 BATCH_SETTINGS = pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05)
-MAX_PENDING = 5000  # publish futures kept alive: five full batches in flight
+MAX_PENDING = 5000  # publish futures kept alive: five full client batches in flight
 T = TypeVar("T")
+
+
+class Message(NamedTuple):
+    """One Pub/Sub message to publish, and how many vote events it carries."""
+
+    data: bytes
+    attributes: dict[str, str]
+    events: int = 1
 
 
 @dataclass(frozen=True)
 class PublishReport:
-    """published: messages Pub/Sub accepted, invalid ones included; invalid: deliberately invalid
-    messages sent (publish_messages does not look inside messages and reports 0); failed:
-    publishes that raised."""
+    """published: events in messages Pub/Sub accepted, invalid ones included; messages: how many
+    messages carried them; invalid: deliberately invalid messages sent (publish_messages does not
+    look inside messages and reports 0); failed: messages whose publish raised."""
 
     published: int
     invalid: int
     failed: int
     seconds: float
+    messages: int = 0
 
     @property
     def events_per_s(self) -> float:
@@ -46,14 +56,14 @@ class PublishReport:
 
 
 class _Pacer:
-    """Spaces messages 1/rate apart on average, sleeping only once 2 ms ahead: smooth, no bursts."""
+    """Spaces events 1/rate apart on average, sleeping only once 2 ms ahead: smooth, no bursts."""
 
     def __init__(self, rate: float) -> None:
         self._interval = 1.0 / rate
         self._next = time.monotonic()
 
-    def wait(self) -> None:
-        self._next += self._interval
+    def wait(self, events: int = 1) -> None:
+        self._next += self._interval * events
         ahead = self._next - time.monotonic()
         if ahead > 0.002:
             time.sleep(ahead)
@@ -63,44 +73,51 @@ class _Pacer:
 
 def publish_messages(
     topic_path: str,
-    messages: Iterable[tuple[bytes, dict[str, str]]],
+    messages: Iterable[Message | tuple[bytes, dict[str, str]]],
     rate: float | None = None,
     total: int | None = None,
     progress: bool = True,
 ) -> PublishReport:
-    """Publishes (data, attributes) pairs and waits for every one; failures are counted, not raised."""
+    """Publishes messages (a (data, attributes) pair is one event) and waits for every one;
+    failures are counted, not raised. `rate` and `total` are in events."""
     if rate is not None and rate <= 0:
         raise ValueError("rate must be positive")
     client = pubsub_v1.PublisherClient(batch_settings=BATCH_SETTINGS)
     pacer = _Pacer(rate) if rate else None
-    pending: deque[Future] = deque()
-    failed = 0
+    pending: deque[tuple[Future, int]] = deque()
+    failed = failed_events = 0
 
     def settle_oldest() -> None:
-        nonlocal failed
-        error = pending.popleft().exception()
+        nonlocal failed, failed_events
+        future, events = pending.popleft()
+        error = future.exception()
         if error is not None:
             failed += 1
+            failed_events += events
             if failed == 1:
                 LOG.warning("publishing to %s failed (further failures are only counted): %s", topic_path, error)
 
     start = time.monotonic()
-    sent = 0
+    sent = sent_events = 0
     try:
         with Progress(total, "publish", enabled=progress) as bar:
-            for data, attributes in messages:
+            for message in messages:
+                data, attributes = message[0], message[1]
+                events = message[2] if len(message) > 2 else 1
                 if pacer:
-                    pacer.wait()
-                pending.append(client.publish(topic_path, data, **attributes))
+                    pacer.wait(events)
+                pending.append((client.publish(topic_path, data, **attributes), events))
                 sent += 1
-                bar.advance()
+                sent_events += events
+                bar.advance(events)
                 if len(pending) > MAX_PENDING:
                     settle_oldest()
             while pending:
                 settle_oldest()
     finally:
         client.stop()
-    return PublishReport(published=sent - failed, invalid=0, failed=failed, seconds=time.monotonic() - start)
+    return PublishReport(published=sent_events - failed_events, invalid=0, failed=failed,
+                         seconds=time.monotonic() - start, messages=sent - failed)
 
 
 def _attributes(fields: dict[str, Any]) -> dict[str, str]:
@@ -109,8 +126,36 @@ def _attributes(fields: dict[str, Any]) -> dict[str, str]:
 
 
 def event_message(event: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
-    """An event's message: compact UTF-8 JSON, with its event_id and event_time as attributes."""
+    """An event's own message (contract v1): compact UTF-8 JSON, with its event_id and event_time
+    as attributes."""
     return orjson.dumps(event), _attributes(event)
+
+
+def batch_messages(events: Iterable[dict[str, Any]], batch_size: int) -> Iterator[Message]:
+    """Events packed into messages of contract v2: ndjson, at most `batch_size` events and
+    MAX_BATCH_BYTES bytes each, with format=ndjson and the batch's own event_id (the ID
+    Dataflow deduplicates a republished batch by). A batch_size of 1 sends v1 messages."""
+    if not 1 <= batch_size <= MAX_BATCH_EVENTS:
+        raise ValueError(f"the batch size must be between 1 and {MAX_BATCH_EVENTS}")
+    if batch_size == 1:
+        yield from (Message(*event_message(event)) for event in events)
+        return
+    lines: list[bytes] = []
+    size = 0
+    for event in events:
+        line = orjson.dumps(event)
+        if lines and (len(lines) == batch_size or size + len(line) + 1 > MAX_BATCH_BYTES):
+            yield _batch(lines)
+            lines, size = [], 0
+        lines.append(line)
+        size += len(line) + 1
+    if lines:
+        yield _batch(lines)
+
+
+def _batch(lines: list[bytes]) -> Message:
+    attributes = {FORMAT_ATTRIBUTE: NDJSON, EVENT_ID_ATTRIBUTE: f"batch-{uuid.uuid4()}"}
+    return Message(b"\n".join(lines), attributes, len(lines))
 
 
 def _interleave(items: Iterator[T], extras: list[T], count: int) -> Iterator[T]:
@@ -130,18 +175,21 @@ def publish_workload(
     ledger_path: str | None = None,
     rate: float | None = None,
     progress: bool = True,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> tuple[PublishReport, Ledger]:
-    """Publishes a generated workload, its invalid messages spread evenly among the valid ones."""
+    """Publishes a generated workload in batches of `batch_size` events, its invalid messages
+    (one each) spread evenly among them."""
     ledger = Ledger()
 
-    def valid_messages() -> Iterator[tuple[bytes, dict[str, str]]]:
+    def valid_events() -> Iterator[dict[str, Any]]:
         for event in generate_events(workload):
             ledger.add(event)
-            yield event_message(event)
+            yield event
 
-    invalid = [(payload, {}) for payload in invalid_payloads(workload.invalid, workload.seed)]
+    batches = batch_messages(valid_events(), batch_size)
+    invalid = [Message(payload, {}) for payload in invalid_payloads(workload.invalid, workload.seed)]
     ledger.add_invalid(len(invalid))
-    messages = _interleave(valid_messages(), invalid, workload.events)
+    messages = _interleave(batches, invalid, -(-workload.events // batch_size))
     report = publish_messages(topic_path, messages, rate, workload.events + workload.invalid, progress)
     if ledger_path:
         ledger.save(ledger_path)
@@ -155,7 +203,7 @@ def publish_file(
     rate: float | None = None,
     progress: bool = True,
 ) -> tuple[PublishReport, Ledger]:
-    """Publishes each line of a JSON-lines file as it is, without its line break.
+    """Publishes each line of a JSON-lines file as it is, without its line break, one message each.
 
     Lines that parse_vote rejects are published too (they exercise the dead-letter path)
     and counted as invalid; accepted ones go into the ledger and get the event_id and
@@ -173,10 +221,10 @@ def publish_file(
                 vote = parse_vote(data, None, publish_time_s=time.time())
                 if isinstance(vote, VoteEvent):
                     ledger.add_vote(vote)
-                    yield data, _attributes(orjson.loads(data))
+                    yield Message(data, _attributes(orjson.loads(data)))
                 else:
                     ledger.add_invalid()
-                    yield data, {}
+                    yield Message(data, {})
 
     with open(path, "rb") as lines:
         total = sum(1 for line in lines if line.rstrip(b"\r\n"))

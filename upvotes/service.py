@@ -15,7 +15,7 @@ costs at most one Spanner read per refresh interval however many viewers ask.
 
 Votes are validated with the pipeline's own parser (schemas.contract.parse_vote) and
 published to the votes topic: one accepted event as a v1 message (its event_id, or a new
-one, as the `event_id` attribute), several as ONE ndjson message (contract v2: attribute
+one, as the `event_id` attribute), several as ONE contract v2 batch (attribute
 format=ndjson, a new event_id for the batch, one v1 event per line, at most MAX_EVENTS
 events and MAX_BODY_BYTES bytes). The reply comes after Pub/Sub has accepted the message.
 
@@ -50,19 +50,20 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from schemas.contract import EVENT_ID_ATTRIBUTE, MAX_POST_ID_CHARS, parse_vote
+from schemas.contract import (
+    EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_BATCH_BYTES, MAX_BATCH_EVENTS, MAX_POST_ID_CHARS, NDJSON,
+    parse_message, parse_vote, reason_of,
+)
 from schemas.records import Rejected
 from spanner_store.counts_reader import CountsReader, PostCount
 from upvotes.live_page import PAGE_HTML
 
 LOG = logging.getLogger(__name__)
-MAX_BODY_BYTES = 1_000_000
-MAX_EVENTS = 1_000
+# A request carries at most what one contract v2 batch may: it is published as one message.
+MAX_BODY_BYTES = MAX_BATCH_BYTES
+MAX_EVENTS = MAX_BATCH_EVENTS
 MAX_IDS_PER_READ = 1_000
 MAX_TOP_N = 1_000
-# Contract v2 (batched messages): the attribute and value that mark an ndjson message.
-FORMAT_ATTRIBUTE = "format"
-NDJSON_FORMAT = "ndjson"
 PUBLISH_TIMEOUT_S = 30.0
 DEFAULT_HEAD_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 10.0
@@ -97,23 +98,29 @@ class ServiceSettings:
 
 @dataclass(frozen=True)
 class ValidatedVotes:
-    events: list[bytes]  # accepted events, each compact one-line JSON
+    events: list[bytes]  # accepted events, each one line of compact JSON
     rejected: list[dict]  # {"line": n (from 1), "error": reason}
+    whole: Rejected | None = None  # the body as a whole broke a batch rule (too many events, not UTF-8)
 
 
 def validate_votes(body: bytes, one_event: bool, now_s: float) -> ValidatedVotes:
-    """The body as one event (`one_event`) or as ndjson lines, each checked with parse_vote."""
-    lines = [body] if one_event else body.split(b"\n")
-    events: list[bytes] = []
-    rejected: list[dict] = []
-    for number, line in enumerate(lines, 1):
-        if not one_event and not line.strip():
-            continue
-        parsed = parse_vote(line, None, now_s)
+    """The body as one v1 event (`one_event`) or as a contract v2 ndjson batch, judged by the
+    pipeline's own parser (schemas.contract): what it accepts here, the pipeline counts."""
+    if one_event:
+        parsed = parse_vote(body, None, now_s)
         if isinstance(parsed, Rejected):
-            rejected.append({"line": number, "error": parsed.error})
+            return ValidatedVotes([], [{"line": 1, "error": parsed.error}])
+        return ValidatedVotes([orjson.dumps(orjson.loads(body))], [])
+    results = list(parse_message(body, {FORMAT_ATTRIBUTE: NDJSON}, now_s))
+    lines = [line for line in body.split(b"\n") if line.strip()]  # the parser's own line rule
+    if len(results) != len(lines):  # one Rejected for the whole batch
+        return ValidatedVotes([], [], results[0])
+    events, rejected = [], []
+    for line, result in zip(lines, results):
+        if isinstance(result, Rejected):
+            rejected.append({"line": int(result.attributes[LINE_ATTRIBUTE]), "error": result.error})
         else:
-            events.append(orjson.dumps(orjson.loads(line)))
+            events.append(line.strip())
     return ValidatedVotes(events, rejected)
 
 
@@ -122,7 +129,7 @@ def message_for(events: list[bytes]) -> tuple[bytes, dict[str, str]]:
     if len(events) == 1:
         event_id = orjson.loads(events[0]).get("event_id") or str(uuid.uuid4())
         return events[0], {EVENT_ID_ATTRIBUTE: event_id}
-    return b"\n".join(events), {FORMAT_ATTRIBUTE: NDJSON_FORMAT, EVENT_ID_ATTRIBUTE: str(uuid.uuid4())}
+    return b"\n".join(events), {FORMAT_ATTRIBUTE: NDJSON, EVENT_ID_ATTRIBUTE: str(uuid.uuid4())}
 
 
 def is_loopback(host: str) -> bool:
@@ -244,9 +251,9 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
             return _error(503, "this server publishes no votes: start it with --topic")
         body = await _read_body(request, settings.body_timeout_s)
         one_event = request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
-        if not one_event and sum(1 for line in body.split(b"\n") if line.strip()) > MAX_EVENTS:
-            return _error(413, f"more than {MAX_EVENTS} events in one request")
         votes = validate_votes(body, one_event, clock())
+        if votes.whole is not None:
+            return _error(413 if reason_of(votes.whole) in ("too_many_events", "too_large") else 400, votes.whole.error)
         if not votes.events:
             return JSONResponse({"error": "no valid event", "accepted": 0, "rejected": votes.rejected}, status_code=400)
         data, attributes = message_for(votes.events)

@@ -20,14 +20,18 @@ import orjson
 from schemas.records import SHARES, UPVOTES
 
 SPAN_MS = 2 * 3600 * 1000  # generated event times cover the two hours before the start time
+# Events per message for generated workloads: each message costs the same fixed work in Pub/Sub
+# and in the pipeline whatever it carries (see the README's benchmarks); 500 events of about
+# 200 bytes are about 100 KB, well inside the 1 MB batch limit.
+DEFAULT_BATCH_SIZE = 500
 
 
 @dataclass(frozen=True)
 class Workload:
     """A viral workload, deterministic for a given seed and start_time.
 
-    Each event goes to post `p-<rank>`, the rank drawn from Zipf(zipf) over `posts` posts
-    (p-1 is the hottest). It is a share (+1 shares) with probability share_fraction, an
+    Each event goes to post `<post_prefix><rank>` (p-<rank> by default), the rank drawn from
+    Zipf(zipf) over `posts` posts (p-1 is the hottest). It is a share (+1 shares) with probability share_fraction, an
     un-vote (-1 upvotes) with probability unvote_fraction, otherwise an upvote (+1).
     Event times rise through the two hours before start_time (default: now; a naive
     datetime is taken as UTC), so at least two event hours appear.
@@ -41,6 +45,7 @@ class Workload:
     share_fraction: float = 0.2
     invalid: int = 0
     start_time: datetime | None = None
+    post_prefix: str = "p-"  # post IDs are <post_prefix><rank>
 
     def __post_init__(self) -> None:
         if self.events < 0 or self.invalid < 0:
@@ -70,7 +75,7 @@ def generate_events(workload: Workload) -> Iterator[dict[str, Any]]:
         # Rising times with jitter, like a live stream, ending just before start_time.
         event_ms = start_ms - int(SPAN_MS * (workload.events - index - rng.random()) / workload.events)
         yield {
-            "post_id": f"p-{rank}",
+            "post_id": f"{workload.post_prefix}{rank}",
             "counter": counter,
             "delta": delta,
             "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),

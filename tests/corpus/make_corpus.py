@@ -3,9 +3,12 @@
     python tests/corpus/make_corpus.py
 
 Deterministic: the same bytes and the same manifest on every run (tests/test_bad_input.py
-checks the files on disk still equal what this script makes). Every entry is a raw Pub/Sub
-message payload with the outcome `transforms.parse.parse_vote` must give it: "accepted",
-or the rejection reason (one of transforms.parse.REASONS).
+checks the files on disk still equal what this script makes). Every .bin entry is a raw Pub/Sub
+message payload (contract v1, no `format` attribute) with the outcome
+`schemas.contract.parse_vote` must give it: "accepted", or the rejection reason (one of
+schemas.contract.REASONS). Every .ndjson entry is a batch (contract v2, sent with the
+attribute format=ndjson) with its outcome: {"whole": reason} for a batch rejected whole, or
+{"accepted": n, "rejected": {line number: reason}} for one read line by line.
 
 The expectations are written down by hand from the event contract
 (schemas/vote_event.schema.json) and the parser's documented behaviour, not recorded from
@@ -204,23 +207,57 @@ def entries() -> list[tuple[str, bytes, str]]:
     ]
 
 
-def file_name(index: int, name: str) -> str:
-    return f"{index:03d}-{name}.bin"
+def batch_entries() -> list[tuple[str, bytes, dict]]:
+    """(name, ndjson payload, expected outcome) of each batch. The limits: 1,000 events, 1 MB."""
+    good = js(vote())
+    one_bad = [good] * 1000
+    one_bad[636] = js(vote(delta="1"))
+    line_too_big = js(vote(pad="x" * 70_000))  # over the 64 KiB limit of one event
+    return [
+        ("batch-one-bad-line-among-1000", b"\n".join(one_bad) + b"\n",
+         {"accepted": 999, "rejected": {"637": "wrong_type"}}),
+        ("batch-all-lines-bad", b"\n".join([b"nope", js([vote()]), js(vote(counter="likes")), js(vote(delta=0))]),
+         {"accepted": 0, "rejected": {"1": "not_json", "2": "not_object", "3": "unknown_counter", "4": "zero_delta"}}),
+        ("batch-blank-lines-and-crlf", b"\n\n" + good + b"\r\n   \n\t\n" + js(vote(counter="shares")) + b"\n\n",
+         {"accepted": 2, "rejected": {}}),
+        ("batch-only-blank-lines", b"\n \n\n", {"accepted": 0, "rejected": {}}),
+        ("batch-a-line-over-the-event-limit", b"\n".join([good, line_too_big, good]),
+         {"accepted": 2, "rejected": {"2": "too_large"}}),
+        ("batch-1001-events", b"\n".join([good] * 1001), {"whole": "too_many_events"}),
+        ("batch-not-utf8", b"\n".join([good, b"\xff\xfe", good]), {"whole": "not_utf8"}),
+        ("batch-bad-format-value", b"\n".join([good, good]), {"whole": "unknown_format"}),
+        ("batch-json-array-is-one-bad-line", js([vote(), vote()]), {"accepted": 0, "rejected": {"1": "not_object"}}),
+    ]
 
 
-def corpus() -> dict[str, tuple[bytes, str]]:
+# The `format` attribute each batch entry is sent with.
+BATCH_FORMATS = {"batch-bad-format-value": "json-seq"}
+
+
+def format_of(file_name: str) -> str:
+    """The `format` attribute of a .ndjson corpus file's message."""
+    stem = file_name.split("-", 1)[1].rsplit(".", 1)[0]
+    return BATCH_FORMATS.get(stem, "ndjson")
+
+
+def file_name(index: int, name: str, suffix: str = ".bin") -> str:
+    return f"{index:03d}-{name}{suffix}"
+
+
+def corpus() -> dict[str, tuple[bytes, str | dict]]:
     """{file name: (payload, expected outcome)}, in order."""
-    items = entries()
-    names = [name for name, _, _ in items]
+    items = [(name, data, expected, ".bin") for name, data, expected in entries()]
+    items += [(name, data, expected, ".ndjson") for name, data, expected in batch_entries()]
+    names = [name for name, *_ in items]
     if len(set(names)) != len(names):
         raise ValueError("duplicate corpus entry names")
-    return {file_name(i, name): (data, expected) for i, (name, data, expected) in enumerate(items, 1)}
+    return {file_name(i, name, suffix): (data, expected) for i, (name, data, expected, suffix) in enumerate(items, 1)}
 
 
 def write(directory: Path = HERE) -> int:
     """Rewrites the corpus files and manifest in `directory`; returns how many files."""
     files = corpus()
-    for stale in directory.glob("*.bin"):
+    for stale in [*directory.glob("*.bin"), *directory.glob("*.ndjson")]:
         if stale.name not in files:
             stale.unlink()
     for name, (data, _) in files.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 COMMANDS = (
     "emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view",
-    "verify", "serve", "demo", "lint-schema", "deploy",
+    "verify", "capacity", "serve", "demo", "lint-schema", "deploy",
 )
 
 

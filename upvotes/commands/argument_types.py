@@ -19,6 +19,13 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
+    return value
+
+
 def utc_time(text: str) -> datetime:
     """RFC 3339 / ISO 8601 ("2026-11-22T00:00:00Z", "2026-11-22"); no zone means UTC."""
     try:

@@ -1,36 +1,43 @@
-"""`upvotes demo`: the whole system, locally, end to end, checked against the publisher's ledger.
+"""`upvotes demo`: the race a newcomer sees, on one machine, checked against the publisher's ledger.
 
-Starts the emulators (unless the environment names running ones), provisions, starts the
-streaming pipeline as a subprocess, publishes a viral workload with some invalid messages,
-waits until every post's exact count matches the ledger, folds, shows the top posts,
-verifies again after the fold, counts the dead letters, and stops everything it started.
+Starts the emulators (unless the environment names running ones) and provisions. Then the
+race: a few seconds of read-modify-write on one hot counter (the approach this design
+replaces, in its best configurations on this emulator), and a viral burst of 100,000 votes
+published through Pub/Sub in batches to the streaming pipeline, timed until every post's
+exact count equals the ledger. Prints both rates and the ratio, folds, shows the top posts,
+verifies every post again after the fold, counts the dead letters, and stops everything it
+started.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import time
+import uuid
 from pathlib import Path
 
 from upvotes import emulators, local_stream
-from upvotes.progress import Progress
 from upvotes.provision import Resources, provision
 
-HELP = "Run everything locally end to end on the emulators and check every count."
+HELP = "Run everything locally end to end on the emulators: the race against read-modify-write, every count checked."
 
 RESOURCES = Resources(
     project="demo-project", instance="upvotes", database="votes", topic="votes",
     subscription="votes-sub", dead_letter_topic="votes-dead-letter",
 )
+WARM_UP_POST = "demo-warm-up"
+READY_TIMEOUT_S = 120.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--events", type=int, default=4000, help="valid vote events to publish (default 4000)")
-    parser.add_argument("--posts", type=int, default=100, help="posts they are spread over (default 100)")
+    parser.add_argument("--events", type=int, default=100_000, help="valid vote events to publish (default 100000)")
+    parser.add_argument("--posts", type=int, default=1000, help="posts they are spread over (default 1000)")
     parser.add_argument("--zipf", type=float, default=1.2, help="skew: higher means fewer, hotter posts (default 1.2)")
     parser.add_argument("--invalid", type=int, default=20, help="invalid messages mixed in (default 20)")
+    parser.add_argument("--batch-size", type=int, default=500, help="events per Pub/Sub message (default 500)")
     parser.add_argument("--window-seconds", type=int, default=2, help="streaming window length (default 2)")
+    parser.add_argument("--rmw-seconds", type=float, default=3.0,
+                        help="seconds of read-modify-write per baseline configuration (default 3)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for the counts to settle")
     parser.add_argument("--work-dir", default=".upvotes/demo", help="logs and the ledger go here")
 
@@ -45,25 +52,6 @@ def run(args: argparse.Namespace) -> int:
     with emulators.running_emulators(work_dir / "logs", say) as env:
         os.environ.update(env)
         return _run_on(env, args, work_dir)
-
-
-def _wait_until_counted(database, ledger, stream: subprocess.Popen, timeout_s: float) -> bool:
-    from spanner_store.reads import verify_totals
-
-    posts = len(ledger.totals)
-    deadline = time.monotonic() + timeout_s
-    with Progress(posts, "posts whose exact count matches the ledger") as progress:
-        matched = 0
-        while time.monotonic() < deadline:
-            if stream.poll() is not None:
-                raise RuntimeError(f"the streaming pipeline exited with code {stream.returncode}; see its log")
-            mismatched = {m.post_id for m in verify_totals(database, ledger.totals)}
-            progress.advance(posts - len(mismatched) - matched)
-            matched = posts - len(mismatched)
-            if not mismatched:
-                return True
-            time.sleep(2)
-    return False
 
 
 def _count_dead_letters(res: Resources, expected: int, timeout_s: float = 60) -> int:
@@ -84,58 +72,101 @@ def _count_dead_letters(res: Resources, expected: int, timeout_s: float = 60) ->
     return len(seen)
 
 
+def _best_read_modify_write(database, seconds: float):
+    """The best of read-modify-write's two best configurations on this emulator (see bench/README.md)."""
+    from upvotes.race import CLIENT_RETRY, JITTERED_RETRY, BaselineConfig, run_baseline
+
+    runs = []
+    for config in (BaselineConfig(1, 1, CLIENT_RETRY), BaselineConfig(1, 2, JITTERED_RETRY)):
+        result = run_baseline(database, f"demo-{uuid.uuid4().hex[:8]}", config, seconds)
+        if not result.exact:
+            raise RuntimeError(f"read-modify-write ({config.label}) lost an increment")
+        say(f"  {config.label}: {result.votes:,} votes in {result.seconds:.1f} s = {result.votes_per_s:,.0f} votes/s "
+            f"({result.aborts:,} aborted attempts)")
+        runs.append(result)
+    return max(runs, key=lambda r: r.votes_per_s)
+
+
+def _wait_until_ready(database, topic_path: str, stream, log_path: Path) -> None:
+    """Publishes one vote and waits until it is counted: the pipeline is up and reading."""
+    from spanner_store.reads import exact_counts
+    from upvotes.publishing import event_message, publish_messages
+
+    publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
+                     progress=False)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while exact_counts(database, [WARM_UP_POST])[0].upvotes < 1:
+        _check_alive(stream, log_path)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the streaming pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")
+        time.sleep(0.5)
+
+
+def _check_alive(stream, log_path: Path) -> None:
+    if stream.poll() is not None:
+        raise RuntimeError(f"the streaming pipeline exited with code {stream.returncode}; see {log_path}")
+
+
 def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> int:
     from pipeline import fold
+    from spanner_store import baseline_counters
     from spanner_store.database import open_database
     from spanner_store.reads import delta_row_counts, top_posts, verify_totals
-    from upvotes.publishing import publish_workload
+    from upvotes.race import race_pipeline
     from upvotes.workload import Workload
 
     res = RESOURCES
     say(f"provisioning {res.instance}/{res.database} and topic {res.topic} on the emulators")
     provision(res, log=lambda line: None)
     database = open_database(res.project, res.instance, res.database)
+    baseline_counters.create_tables(database)
+
+    say(f"race, part 1: read-modify-write, one transaction per vote on one hot counter, {args.rmw_seconds:g} s each")
+    rmw = _best_read_modify_write(database, args.rmw_seconds)
 
     stream_log = work_dir / "stream.log"
+    topic_path = res.topic_path(res.topic)
     say(f"starting the streaming pipeline (DirectRunner, {args.window_seconds} s windows; log: {stream_log})")
     stream = local_stream.start(res, args.window_seconds, stream_log, env)
     try:
-        workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
-        ledger_path = work_dir / "ledger.json"
-        say(f"publishing {args.events:,} votes over {args.posts} posts (Zipf {args.zipf}) and {args.invalid} invalid messages")
-        started = time.monotonic()
-        report, ledger = publish_workload(res.topic_path(res.topic), workload, str(ledger_path))
-        say(f"published in {report.seconds:.1f} s ({report.events_per_s:,.0f} events/s); ledger: {ledger_path}")
-
-        say("waiting for the pipeline to count every vote (the DirectRunner pulls 10 messages at a time)")
-        if not _wait_until_counted(database, ledger, stream, args.timeout):
+        with local_stream.Heartbeat(topic_path):
+            _wait_until_ready(database, topic_path, stream, stream_log)
+            workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
+            say(f"race, part 2: {args.events:,} votes over {args.posts:,} posts (Zipf {args.zipf}), {args.batch_size} "
+                f"per message, and {args.invalid} invalid messages, through Pub/Sub and the pipeline")
+            race = race_pipeline(database, topic_path, workload, args.batch_size, args.timeout,
+                                 alive=lambda: _check_alive(stream, stream_log))
+        if race is None:
             say(f"FAILED: counts did not settle within {args.timeout:.0f} s; see {stream_log}")
             return 1
-        seconds = time.monotonic() - started
-        say(f"all {ledger.events:,} votes counted {seconds:.1f} s after publishing began "
-            f"({ledger.events / seconds:,.0f} events/s end to end)")
+        race.ledger.save(work_dir / "ledger.json")
+        say(f"published {race.report.published:,} events in {race.report.messages:,} messages in "
+            f"{race.report.seconds:.1f} s; every exact count matched the ledger {race.seconds:.1f} s after publishing began")
+        say(f"read-modify-write: {rmw.votes_per_s:>9,.0f} votes/s ({rmw.config.label})")
+        say(f"this pipeline:     {race.votes_per_s:>9,.0f} votes/s, publish -> exact read")
+        say(f"ratio: {race.votes_per_s / rmw.votes_per_s:,.1f}x read-modify-write, on the same emulator")
 
         rows, groups = delta_row_counts(database)
-        say(f"{rows:,} delta rows for {ledger.events:,} votes: {1000 * rows / ledger.events:.0f} per 1,000 votes "
-            f"(one per post, event hour and window; one row per post, counter and pane would be {groups:,})")
+        say(f"{rows:,} delta rows for {race.ledger.events:,} votes: {1000 * rows / race.ledger.events:.1f} per 1,000 "
+            f"votes (one per post, event hour and window), against 1,000 commits per 1,000 votes for read-modify-write")
 
-        outcome, fold_s = fold.run([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"])
+        outcome, fold_s = fold.run([], {"project": res.project, "instance": res.instance, "database": res.database})
         say(f"fold: {outcome.deltas_folded:,} deltas into {outcome.posts_folded} posts in {fold_s:.1f} s")
 
         top = top_posts(database, 5)
         say("top 5 posts by upvotes (folded):")
         for rank, post in enumerate(top.posts, 1):
-            say(f"  {rank}. {post.post_id:<8} {post.upvotes:>6,} upvotes {post.shares:>6,} shares")
+            say(f"  {rank}. {post.post_id:<12} {post.upvotes:>8,} upvotes {post.shares:>8,} shares")
 
-        mismatches = verify_totals(database, ledger.totals)
-        dead = _count_dead_letters(res, ledger.invalid)
-        say(f"dead-letter topic holds {dead} of the {ledger.invalid} invalid messages published")
-        if mismatches or dead != ledger.invalid:
+        mismatches = verify_totals(database, race.ledger.totals)
+        dead = _count_dead_letters(res, race.ledger.invalid)
+        say(f"dead-letter topic holds {dead} of the {race.ledger.invalid} invalid messages published")
+        if mismatches or dead != race.ledger.invalid:
             for m in mismatches[:20]:
                 say(f"MISMATCH {m.post_id} {m.counter}: expected {m.expected}, actual {m.actual}")
             say("FAILED")
             return 1
-        say(f"verified: all {len(ledger.totals)} posts match the ledger exactly after the fold")
+        say(f"verified: all {len(race.ledger.totals)} posts match the ledger exactly after the fold")
         return 0
     finally:
         local_stream.stop(stream)

@@ -6,8 +6,10 @@ import os
 import re
 from pathlib import Path
 
+from schemas.contract import MAX_BATCH_EVENTS
 from upvotes.commands.database_flags import add_project_argument
 from upvotes.errors import UsageError
+from upvotes.workload import DEFAULT_BATCH_SIZE
 
 HELP = (
     "Publish vote events (a generated viral workload or a JSON-lines file) to Pub/Sub, "
@@ -81,8 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help="fraction of events that are un-votes, -1 upvote (default: %(default)s)")
     generated.add_argument("--share-fraction", type=float, default=0.2, metavar="F",
                            help="fraction of events that are shares, +1 share (default: %(default)s)")
+    generated.add_argument("--batch-size", type=int, metavar="N",
+                           help="events per message (contract v2, ndjson), 1 to 1000; 1 sends one event per message "
+                           f"(default: {DEFAULT_BATCH_SIZE})")
     parser.add_argument("--rate", type=float, metavar="R",
-                        help="publish at most R messages per second, evenly paced (default: as fast as possible)")
+                        help="publish at most R events per second, evenly paced (default: as fast as possible)")
     parser.add_argument("--ledger", metavar="FILE",
                         help="write the exact expected totals (per post, and per post and event hour) "
                         "to this JSON file, for `upvotes verify`")
@@ -101,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no such file: {args.file}")
     if args.ledger and not Path(args.ledger).resolve().parent.is_dir():
         raise UsageError(f"the directory of the ledger {args.ledger} does not exist")
+    if args.file and args.batch_size not in (None, 1):
+        raise UsageError("--batch-size packs generated events; --file publishes each line as its own message")
+    batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+    if not 1 <= batch_size <= MAX_BATCH_EVENTS:
+        raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH_EVENTS}")
     try:
         workload = None if args.file else Workload(
             events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid,
@@ -113,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         if workload is None:
             report, _ = publish_file(topic_path, args.file, args.ledger, args.rate, args.progress)
         else:
-            report, _ = publish_workload(topic_path, workload, args.ledger, args.rate, args.progress)
+            report, _ = publish_workload(topic_path, workload, args.ledger, args.rate, args.progress, batch_size)
     except OSError as error:
         raise UsageError(str(error)) from None
     summary = (
