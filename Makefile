@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 $(BIN)/upvotes: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench,serve]'
 	touch $@
 
 install: $(BIN)/upvotes

@@ -33,8 +33,13 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20",
-                 "rfc3339-validator>=0.1.4"],
+                 # jsonschema checks "format": "date-time" only with this installed (tests/test_contract.py).
+                 "rfc3339-validator>=0.1.4",
+                 "httpx>=0.27", "selenium>=4.20"],
         "bench": ["matplotlib>=3.8"],
+        # `upvotes serve`, the HTTP service for app servers (upvotes/service.py): not in the
+        # worker image, which installs only what the pipelines run.
+        "serve": ["fastapi>=0.110,<1", "uvicorn>=0.29,<1"],
     },
     # The worker image (templates/Dockerfile) copies only the worker packages: no command there.
     entry_points={"console_scripts": ["upvotes=upvotes.cli:main"]} if (HERE / "upvotes").is_dir() else {},

@@ -35,6 +35,10 @@ class Sizes:
     fresh_rate: int  # events per second
     fresh_seconds: int
     fresh_window_s: int
+    # hot_reads
+    hot_read_callers: int
+    hot_read_rates: tuple[int, ...]  # combined target reads/s of the one hot post
+    hot_read_seconds: float  # per point
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -48,6 +52,7 @@ FULL = Sizes(
     amplification_votes=1_000_000, amplification_posts=100_000, arrival_rate=50_000, pipeline_sample=10,
     fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100,
     fresh_rate=100, fresh_seconds=60, fresh_window_s=2,
+    hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=5.0,
 )
 
 QUICK = Sizes(
@@ -58,4 +63,5 @@ QUICK = Sizes(
     amplification_votes=100_000, amplification_posts=10_000, arrival_rate=5_000, pipeline_sample=10,
     fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,
     fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
+    hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
 )

@@ -25,7 +25,8 @@ from upvotes.emulators import running_emulators
 from upvotes.provision import Resources
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "commit_sizes")
+BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
+              "commit_sizes")
 
 
 def say(message: str) -> None:

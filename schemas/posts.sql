@@ -159,3 +159,21 @@ CREATE TABLE TopPostsViewRows (
 CREATE NULL_FILTERED INDEX TopPostsViewRowsByInvalidSince
   ON TopPostsViewRows (ViewName, InvalidSince),
   INTERLEAVE IN TopPostsActiveVersion;
+
+-- Fresh top posts without a fold (issue 16). Every commit of delta rows also inserts one
+-- row here, in the same commit: the posts with the largest upvote sums in that commit
+-- (at most TOP_CANDIDATES_PER_COMMIT) and Threshold, the largest upvote sum of any post of
+-- the commit that is NOT listed (0 when every post with a positive sum is listed).
+-- `upvotes top` re-ranks the folded top K+m plus the posts of the rows committed after the
+-- last fold by their exact counts; the thresholds bound what any other post can have
+-- gained (see spanner_store/fresh_top.py). Shard (a hash of CandidateId) leads the key, so
+-- these inserts spread over SHARDS key ranges instead of appending at one end; a reader
+-- seeks each shard's rows committed after the fold.
+CREATE TABLE TopCandidates (
+  Shard       INT64 NOT NULL,
+  CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  CandidateId STRING(36) NOT NULL,
+  PostIds     ARRAY<STRING(128)> NOT NULL,
+  Threshold   INT64 NOT NULL,
+) PRIMARY KEY (Shard, CommittedAt, CandidateId),
+  ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 30 DAY));

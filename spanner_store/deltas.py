@@ -19,34 +19,40 @@ from google.cloud import spanner
 
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
-from spanner_store.tables import DELTA_COLUMNS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, delta_key, post_key
+from spanner_store.fresh_top import candidate_mutation_row
+from spanner_store.tables import (
+    DELTA_COLUMNS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, delta_key,
+    post_key,
+)
 
 # Spanner counts a mutation per column written, plus one per column of each index entry
 # it changes. PostDeltasByCommit holds the 4 key parts, CommittedAt and 3 stored columns;
 # a new Posts row adds its 5 columns to the base table and PostsByUpvotes holds 5.
 MUTATIONS_PER_DELTA = len(DELTA_COLUMNS) + 8
 MUTATIONS_PER_PARENT = len(POST_KEY_COLUMNS) + 5 + 5
+# Each commit also inserts its TopCandidates row (spanner_store/fresh_top.py).
+MUTATIONS_PER_COMMIT = len(TOP_CANDIDATE_COLUMNS)
 
 
 def mutations_for(deltas: list[PostDelta]) -> int:
     """Mutations one commit of these deltas costs, parent rows and index entries included."""
     parents = {d.post_id for d in deltas}
-    return len(deltas) * MUTATIONS_PER_DELTA + len(parents) * MUTATIONS_PER_PARENT
+    return MUTATIONS_PER_COMMIT + len(deltas) * MUTATIONS_PER_DELTA + len(parents) * MUTATIONS_PER_PARENT
 
 
 def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET) -> list[list[PostDelta]]:
     """Splits deltas into commits of at most `max_rows` rows and `max_mutations` mutations."""
-    if MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT > max_mutations:
+    if MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT > max_mutations:
         raise ValueError(f"max_mutations {max_mutations} cannot fit even one delta")
     commits: list[list[PostDelta]] = []
     current: list[PostDelta] = []
     parents: set[str] = set()
-    cost = 0
+    cost = MUTATIONS_PER_COMMIT
     for delta in deltas:
         extra = MUTATIONS_PER_DELTA + (0 if delta.post_id in parents else MUTATIONS_PER_PARENT)
         if current and (len(current) >= max_rows or cost + extra > max_mutations):
             commits.append(current)
-            current, parents, cost = [], set(), 0
+            current, parents, cost = [], set(), MUTATIONS_PER_COMMIT
             extra = MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT
         current.append(delta)
         parents.add(delta.post_id)
@@ -57,13 +63,15 @@ def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int 
 
 
 def write_deltas(database, deltas: list[PostDelta]) -> None:
-    """One commit: the delta rows (insert) and their parents' keys (insert_or_update)."""
+    """One commit: the delta rows (insert), their parents' keys (insert_or_update) and the
+    commit's TopCandidates row (insert), so every delta commit carries its candidates."""
     parents = sorted({post_key(d.post_id) for d in deltas})
     rows = [delta_key(d) + (d.upvotes, d.shares, d.events, spanner.COMMIT_TIMESTAMP) for d in deltas]
 
     def write(batch) -> None:
         batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
         batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
+        batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[candidate_mutation_row(deltas)])
 
     commit_mutations(database, write)
 

@@ -59,20 +59,25 @@ def hourly_watermark(folded_through: datetime, hourly_folded_through: datetime |
 
 def exact_counts(database, post_ids: Iterable[str]) -> list[PostTotals]:
     """Exact counts of the given posts, in the order asked; unknown posts read as zeros."""
+    with database.snapshot(multi_use=True) as snapshot:
+        return counts_in_snapshot(snapshot, post_ids)
+
+
+def counts_in_snapshot(snapshot, post_ids: Iterable[str]) -> list[PostTotals]:
+    """exact_counts inside a multi-use snapshot the caller holds (and reads other things in)."""
     wanted = list(dict.fromkeys(post_ids))
     found: dict[str, list[int]] = {}
-    with database.snapshot(multi_use=True) as snapshot:
-        for start in range(0, len(wanted), READ_CHUNK):
-            keys = [list(post_key(p)) for p in wanted[start:start + READ_CHUNK]]
-            watermarks = {}
-            for h, post_id, upvotes, shares, folded_through in snapshot.read(
-                    POSTS, columns=("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough"),
-                    keyset=spanner.KeySet(keys=keys)):
-                found[post_id] = [upvotes, shares]
-                watermarks[(h, post_id)] = folded_through
-            for post_id, upvotes, shares in read_unfolded(snapshot, watermarks, ("PostId", "Upvotes", "Shares")):
-                found[post_id][0] += upvotes
-                found[post_id][1] += shares
+    for start in range(0, len(wanted), READ_CHUNK):
+        keys = [list(post_key(p)) for p in wanted[start:start + READ_CHUNK]]
+        watermarks = {}
+        for h, post_id, upvotes, shares, folded_through in snapshot.read(
+                POSTS, columns=("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough"),
+                keyset=spanner.KeySet(keys=keys)):
+            found[post_id] = [upvotes, shares]
+            watermarks[(h, post_id)] = folded_through
+        for post_id, upvotes, shares in read_unfolded(snapshot, watermarks, ("PostId", "Upvotes", "Shares")):
+            found[post_id][0] += upvotes
+            found[post_id][1] += shares
     return [PostTotals(p, *found.get(p, (0, 0))) for p in wanted]
 
 

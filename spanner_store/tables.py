@@ -45,6 +45,11 @@ WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt")
 ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind", "Upvotes", "Shares", "Reason", "Actor", "AsOf", "CreatedAt")
 
+# One row per commit of delta rows: that commit's biggest risers (spanner_store/fresh_top.py).
+TOP_CANDIDATES = "TopCandidates"
+TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Threshold")
+TOP_CANDIDATE_SHARDS = 16
+
 VIEW_ACTIVE = "TopPostsActiveVersion"
 VIEW_VERSIONS = "TopPostsVersions"
 VIEW_ROWS = "TopPostsViewRows"

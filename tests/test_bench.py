@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "commit_sizes")
+SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
+            "commit_sizes")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 480
 
@@ -29,7 +30,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 9 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 10 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -54,6 +55,9 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert all(p["exact"] is True for p in fold["points"]) and all(r["exact"] is True for r in fold["reads"])
     assert document["benchmarks"]["freshness"]["exact"] is True
     assert document["benchmarks"]["freshness"]["markers"] > 0
+    hot_reads = document["benchmarks"]["hot_reads"]
+    assert hot_reads["exact"] is True
+    assert [p["target_reads_per_s"] for p in hot_reads["library"]] == [1_000, 10_000]
 
     sizes = document["benchmarks"]["commit_sizes"]
     assert sizes["exact"] is True and sizes["components"]["fold"]["posts_split"] == 1

@@ -8,7 +8,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from tests.faults import FlakyDatabase
 from schemas.records import PostDelta
 from spanner_store.database import SPANNER_MUTATION_LIMIT
-from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, plan_commits
+from spanner_store.deltas import (
+    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, plan_commits,
+)
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
 from spanner_store.reads import exact_counts
 
@@ -28,7 +30,7 @@ def row_count(database, where: str = "") -> int:
 
 @pytest.mark.parametrize("n,posts,max_rows,max_mutations", [
     (0, 1, 10, 1000), (1, 1, 10, 1000), (2500, 7, 1000, 20_000), (2500, 2500, 1000, 20_000),
-    (500, 500, 1000, MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT), (999, 3, 7, 10_000),
+    (500, 500, 1000, MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT), (999, 3, 7, 10_000),
 ])
 def test_plan_commits_keeps_every_delta_once_in_order_within_both_limits(n, posts, max_rows, max_mutations) -> None:
     items = deltas(n, posts, "w")
@@ -45,7 +47,7 @@ def test_plan_commits_counts_index_entries_and_parents() -> None:
     many_posts = plan_commits(deltas(1000, 1000, "w"), max_rows=10_000, max_mutations=20_000)
     assert len(many_posts) > len(one_post)  # each new parent row and its index entry cost mutations
     with pytest.raises(ValueError):
-        plan_commits(deltas(1, 1, "w"), max_rows=10, max_mutations=MUTATIONS_PER_DELTA)
+        plan_commits(deltas(1, 1, "w"), max_rows=10, max_mutations=MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA)
 
 
 # --- writing: on the emulator ------------------------------------------------------------

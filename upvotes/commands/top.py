@@ -1,4 +1,5 @@
-"""`upvotes top`: the top posts by folded upvotes, or a page of a published, versioned view."""
+"""`upvotes top`: the top posts by exact upvotes, fresh without a fold, or a page of a published,
+versioned view."""
 from __future__ import annotations
 
 import argparse
@@ -6,17 +7,22 @@ import json
 import sys
 import time
 
+from spanner_store.fresh_top import DEFAULT_EXTRA
 from spanner_store.views import DEFAULT_VIEW
 from upvotes.commands.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
+from upvotes.errors import UsageError
 
-HELP = ("Top posts by folded upvotes, from the index, with the ranking's age; "
-        "--version/--page page through a published, versioned view.")
+HELP = ("Top posts by exact upvotes (folded + unfolded, one snapshot), fresh without a fold, "
+        "each line saying whether the ranking is certified exact; --version/--page page through a "
+        "published, versioned view.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("-n", type=int, default=10, help="how many posts (default 10)")
+    parser.add_argument("--extra", type=int, default=DEFAULT_EXTRA,
+                        help=f"folded posts read beyond -n, to replace posts that fell back (default {DEFAULT_EXTRA})")
     parser.add_argument("--watch", action="store_true", help="redraw a table every --interval seconds")
     parser.add_argument("--interval", type=float, default=3.0, help="seconds between redraws with --watch")
     parser.add_argument("--version", type=positive_int,
@@ -29,21 +35,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.version is not None or args.page is not None:
         return _print_page(args)
-    from spanner_store.reads import top_posts
+    from spanner_store.fresh_top import fresh_top
 
+    if args.n < 1 or args.extra < 0:
+        raise UsageError("-n must be at least 1 and --extra at least 0")
     database = open_database_of(args)
     while True:
-        top = top_posts(database, args.n)
-        age = "never folded" if top.folded_through is None else (
-            f"folded through {top.folded_through.isoformat()} "
-            f"({time.time() - top.folded_through.timestamp():.0f} s ago)")
+        top = fresh_top(database, args.n, args.extra)
+        folded = None if top.folded_through is None else top.folded_through.isoformat()
+        certified = "certified exact" if top.exact else f"NOT certified: a post left out may have up to {top.bound:,}"
+        summary = (f"exact counts as of {top.as_of.isoformat()}, ranking {certified} "
+                   f"({top.considered} posts considered, {top.candidate_rows} commits since the last fold "
+                   f"{'(never folded)' if folded is None else 'at ' + folded})")
         if not args.watch:
-            print(f"ranking as of the last fold: {age}", file=sys.stderr)
+            print(summary, file=sys.stderr)
             for rank, post in enumerate(top.posts, 1):
-                print(json.dumps({"rank": rank, **post._asdict()}))
+                print(json.dumps({"rank": rank, **post._asdict(), "as_of": top.as_of.isoformat(),
+                                  "exact": top.exact, "folded_through": folded}))
             return 0
         print("\x1b[2J\x1b[H", end="")
-        print(f"top {args.n} posts by upvotes, {age}; Ctrl-C to stop\n")
+        print(f"top {args.n} posts by upvotes; {summary}; Ctrl-C to stop\n")
         print(f"{'rank':>4}  {'post':<32} {'upvotes':>12} {'shares':>10}")
         for rank, post in enumerate(top.posts, 1):
             print(f"{rank:>4}  {post.post_id[:32]:<32} {post.upvotes:>12,} {post.shares:>10,}")

@@ -1,0 +1,99 @@
+"""CountsReader on the Spanner emulator: single flight, batching, refresh by an injected clock,
+exact-staleness snapshots and the as_of of every answer."""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from schemas.records import PostDelta
+from spanner_store.counts_reader import CountsReader
+from spanner_store.deltas import write_deltas
+
+HOUR = 1_795_312_800
+CALLERS = 32
+
+
+class FakeClock:
+    """Monotonic seconds that move only when a test moves them."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def add(database, post_id: str, upvotes: int, tag: str, shares: int = 0) -> None:
+    write_deltas(database, [PostDelta(post_id, HOUR, f"{tag}:{post_id}", upvotes, shares, 1)])
+
+
+def test_concurrent_callers_of_a_hot_post_share_one_spanner_read_per_refresh(database) -> None:
+    add(database, "hot", 7, "a", shares=2)
+    clock = FakeClock()
+    reader = CountsReader(database, refresh_s=1.0, clock=clock)
+    start = threading.Barrier(CALLERS)
+    answers = []
+
+    def call() -> None:
+        start.wait()
+        answers.append(reader.get("hot"))
+
+    threads = [threading.Thread(target=call) for _ in range(CALLERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(answers) == CALLERS and reader.spanner_reads == 1
+    assert {(a.post_id, a.upvotes, a.shares, a.as_of) for a in answers} == {("hot", 7, 2, answers[0].as_of)}
+
+    add(database, "hot", 5, "b")
+    clock.now += 0.5  # still within the refresh interval: the cached answer, no read
+    assert reader.get("hot").upvotes == 7 and reader.spanner_reads == 1
+    clock.now += 0.6  # past it: one read, and the new delta
+    refreshed = reader.get("hot")
+    assert (refreshed.upvotes, reader.spanner_reads) == (12, 2)
+    assert refreshed.as_of > answers[0].as_of
+
+
+def test_get_many_reads_what_is_missing_in_one_batch_in_the_order_asked(database) -> None:
+    add(database, "m-1", 1, "a")
+    add(database, "m-2", 2, "a")
+    reader = CountsReader(database, refresh_s=60.0, clock=FakeClock())
+    assert reader.get("m-1").upvotes == 1 and reader.spanner_reads == 1
+    counts = reader.get_many(["m-2", "never-voted", "m-1", "m-2"])
+    assert [(c.post_id, c.upvotes, c.shares) for c in counts] == [
+        ("m-2", 2, 0), ("never-voted", 0, 0), ("m-1", 1, 0), ("m-2", 2, 0)]
+    assert reader.spanner_reads == 2  # m-2 and never-voted together; m-1 from the cache
+    assert counts[0].as_of == counts[1].as_of  # one snapshot
+
+
+def test_exact_staleness_reads_the_past_and_says_when(database) -> None:
+    add(database, "stale", 10, "a")
+    stale = CountsReader(database, staleness_s=2.0, refresh_s=0.0)
+    strong = CountsReader(database, refresh_s=0.0)
+    deadline = time.monotonic() + 30
+    while stale.get("stale").upvotes != 10:  # until the first write is 2 s in the past
+        assert time.monotonic() < deadline, "the stale reader never saw the first write"
+        time.sleep(0.1)  # polling a condition, with a deadline
+    add(database, "stale", 5, "b")
+    past, now = stale.get("stale"), strong.get("stale")
+    assert (past.upvotes, now.upvotes) == (10, 15)  # the second write is not yet 2 s old
+    lag = (now.as_of - past.as_of).total_seconds()
+    assert 1.5 < lag < 4.0
+    assert now.as_of <= datetime.now(timezone.utc)
+
+
+def test_a_failed_read_reaches_every_waiter_and_is_not_cached(database) -> None:
+    class Broken:
+        def snapshot(self, **_):
+            raise RuntimeError("spanner is down")
+
+    reader = CountsReader(Broken(), clock=FakeClock())
+    with pytest.raises(RuntimeError, match="spanner is down"):
+        reader.get("x")
+    with pytest.raises(RuntimeError):
+        reader.get("x")
+    assert reader.spanner_reads == 2

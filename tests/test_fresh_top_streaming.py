@@ -1,0 +1,80 @@
+"""Fresh top posts through the real streaming pipeline: after a fold, votes published to Pub/Sub
+make a new post overtake the folded leader, and `fresh_top` ranks it first at its exact count
+with no fold in between. The pipeline is warmed up first (a vote counted) and its idle pulls
+kept short by the local heartbeat, so the time printed is the freshness a live system sees."""
+from __future__ import annotations
+
+import time
+
+from google.cloud import pubsub_v1
+
+from pipeline import fold
+from schemas.records import PostDelta
+from spanner_store.deltas import write_deltas
+from spanner_store.fresh_top import fresh_top
+from spanner_store.reads import exact_counts, last_fold_snapshot, top_posts
+from upvotes import local_stream
+from upvotes.publishing import event_message
+
+WINDOW_S = 2
+LEADER_VOTES = 30
+RISER_VOTES = 45
+DEADLINE_S = 120
+
+
+def test_a_streamed_riser_overtakes_the_folded_leader_without_a_fold(stack, database, tmp_path) -> None:
+    write_deltas(database, [PostDelta("leader", 1_795_312_800, "seed:leader", LEADER_VOTES, 0, LEADER_VOTES),
+                            PostDelta("runner-up", 1_795_312_800, "seed:runner-up", 10, 0, 10)])
+    fold.run([f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"])
+    with database.snapshot() as snapshot:
+        folded_at = last_fold_snapshot(snapshot)
+
+    process = local_stream.start(stack, WINDOW_S, tmp_path / "stream.log")
+    topic = stack.topic_path(stack.topic)
+    try:
+        with local_stream.Heartbeat(topic):
+            seconds = _riser_overtakes(database, process, topic)
+    finally:
+        local_stream.stop(process)
+
+    final = fresh_top(database, k=2)
+    assert [(p.post_id, p.upvotes) for p in final.posts] == [("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)]
+    assert final.exact and final.bound is None  # 4 posts < k + extra: every post considered
+    with database.snapshot() as snapshot:
+        assert last_fold_snapshot(snapshot) == folded_at  # no fold ran meanwhile
+    assert top_posts(database, 1).posts[0] == ("leader", LEADER_VOTES, 0)  # the folded index never moved
+    print(f"\nthe riser ranked first {seconds:.1f} s after its votes were published ({WINDOW_S} s windows)")
+
+
+def _riser_overtakes(database, process, topic: str) -> float:
+    """Warms the pipeline up, publishes the riser's and the leader's votes, and waits until the
+    riser is first and both exact counts are final; returns publish-to-first seconds."""
+    publisher = pubsub_v1.PublisherClient()
+    publisher.publish(topic, _vote("warm-up", 1)).result(timeout=60)
+    warm_deadline = time.monotonic() + DEADLINE_S
+    while exact_counts(database, ["warm-up"])[0].upvotes != 1:
+        assert process.poll() is None, "the streaming pipeline died"
+        assert time.monotonic() < warm_deadline, "the pipeline never counted the warm-up vote"
+        time.sleep(0.2)
+    published = time.monotonic()
+    futures = [publisher.publish(topic, _vote("riser", 1)) for _ in range(RISER_VOTES)]
+    futures += [publisher.publish(topic, _vote("leader", -1)) for _ in range(5)]
+    for future in futures:
+        future.result(timeout=60)
+    while True:
+        top = fresh_top(database, k=2)
+        if top.posts and top.posts[0].post_id == "riser":
+            break
+        assert process.poll() is None, "the streaming pipeline died"
+        assert time.monotonic() - published < DEADLINE_S, f"the riser never came first: {top.posts}"
+        time.sleep(0.1)
+    seconds = time.monotonic() - published
+    while [(p.post_id, p.upvotes) for p in fresh_top(database, k=2).posts] != [
+            ("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)]:  # later windows may still be arriving
+        assert time.monotonic() - published < DEADLINE_S, "the counts never settled"
+        time.sleep(0.1)
+    return seconds
+
+
+def _vote(post_id: str, delta: int) -> bytes:
+    return event_message({"post_id": post_id, "counter": "upvotes", "delta": delta})[0]

@@ -1,0 +1,210 @@
+"""`upvotes serve` over real HTTP: uvicorn on a free loopback port, httpx as the client, the
+Spanner and Pub/Sub emulators behind it. Every route, the write token, body limits, hostile
+post IDs, error bodies and a slow-loris client."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+from urllib.parse import quote
+
+import httpx
+import orjson
+import pytest
+from google.cloud import pubsub_v1
+
+from schemas.contract import parse_vote
+from schemas.records import PostDelta, VoteEvent
+from spanner_store.counts_reader import CountsReader
+from spanner_store.deltas import write_deltas
+from upvotes.cli import main
+from upvotes.service import (
+    MAX_BODY_BYTES, MAX_EVENTS, PubSubVotePublisher, ServiceSettings, create_app, start_in_background,
+)
+
+HOUR = 1_795_312_800
+TOKEN = "correct horse battery staple"
+TIMEOUT_S = 1.0
+HOSTILE_IDS = [
+    "a/b/c", "with space", "ünïcødé/☃", "../../etc/passwd", "%2F%20", "?q=1&id=2#frag", "<script>alert(1)</script>",
+    "'; DROP TABLE Posts; --", "tab\there", "x" * 128,
+]
+
+
+@pytest.fixture(scope="module")
+def service(stack, database):
+    settings = ServiceSettings(write_token=TOKEN, head_timeout_s=TIMEOUT_S, body_timeout_s=TIMEOUT_S)
+    app = create_app(CountsReader(database, refresh_s=0.0),
+                     PubSubVotePublisher(stack.topic_path(stack.topic)), settings)
+    running = start_in_background(app, settings=settings)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def client(service):
+    with httpx.Client(base_url=service.url, timeout=30) as http:
+        yield http
+
+
+def auth(token: str = TOKEN) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def pull(stack, want: int, timeout_s: float = 30) -> list:
+    subscriber = pubsub_v1.SubscriberClient()
+    messages = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(messages) < want and time.monotonic() < deadline:
+            response = subscriber.pull(subscription=stack.subscription_path(stack.subscription), max_messages=100,
+                                       timeout=5)
+            messages += [m.message for m in response.received_messages]
+            if response.received_messages:
+                subscriber.acknowledge(subscription=stack.subscription_path(stack.subscription),
+                                       ack_ids=[m.ack_id for m in response.received_messages])
+    finally:
+        subscriber.close()
+    return messages
+
+
+def test_health_docs_and_the_live_page(client) -> None:
+    assert client.get("/healthz").json()["status"] == "ok"
+    assert "swagger" in client.get("/docs").text.lower()
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/posts/{post_id}", "/v1/posts", "/v1/top", "/v1/votes", "/healthz"} <= set(paths)
+    page = client.get("/")
+    assert page.status_code == 200 and "/v1/top" in page.text and "textContent" in page.text
+
+
+def test_posts_with_hostile_ids_read_exactly_in_paths_and_queries(client, database) -> None:
+    write_deltas(database, [PostDelta(p, HOUR, f"h:{i}", 10 + i, i, 1) for i, p in enumerate(HOSTILE_IDS)])
+    for i, post_id in enumerate(HOSTILE_IDS):
+        one = client.get(f"/v1/posts/{quote(post_id, safe='')}")
+        assert one.status_code == 200, (post_id, one.text)
+        body = one.json()
+        assert (body["post_id"], body["upvotes"], body["shares"]) == (post_id, 10 + i, i)
+        assert body["as_of"].startswith("20")
+    many = client.get("/v1/posts", params=[("id", p) for p in HOSTILE_IDS + ["never-voted"]]).json()["posts"]
+    assert [(p["post_id"], p["upvotes"]) for p in many] == [(p, 10 + i) for i, p in enumerate(HOSTILE_IDS)] + [
+        ("never-voted", 0)]
+
+
+def test_bad_reads_answer_json_reasons(client) -> None:
+    for path, status in [("/v1/posts/" + "y" * 129, 400), ("/v1/posts/", 400), ("/v1/posts", 400),
+                         ("/v1/top?n=0", 400), ("/v1/top?n=lots", 400), ("/nowhere", 404)]:
+        response = client.get(path)
+        assert response.status_code == status, path
+        assert response.headers["content-type"] == "application/json"
+        assert response.json()["error"] and "Traceback" not in response.text
+
+
+def test_top_ranks_by_exact_counts(client, database) -> None:
+    write_deltas(database, [PostDelta("top-riser", HOUR, "t:1", 10_000, 3, 1)])
+    top = client.get("/v1/top", params={"n": 3}).json()
+    assert top["posts"][0] == {"post_id": "top-riser", "upvotes": 10_000, "shares": 3}
+    assert top["exact"] is True and top["as_of"].startswith("20")
+
+
+def test_writes_need_the_token(client) -> None:
+    event = {"post_id": "w", "counter": "upvotes", "delta": 1}
+    missing = client.post("/v1/votes", json=event)
+    wrong = client.post("/v1/votes", json=event, headers=auth("correct horse battery stapler"))
+    not_bearer = client.post("/v1/votes", json=event, headers={"Authorization": f"Basic {TOKEN}"})
+    for response in (missing, wrong, not_bearer):
+        assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+        assert "token" in response.json()["error"]
+
+
+def test_votes_are_validated_with_the_pipeline_parser_and_published(client, stack) -> None:
+    single = client.post("/v1/votes", json={"post_id": "a/b c", "counter": "upvotes", "delta": 1, "event_id": "e-1"},
+                         headers=auth())
+    assert (single.status_code, single.json()) == (202, {"accepted": 1, "rejected": []})
+    lines = [
+        json.dumps({"post_id": "n-1", "counter": "upvotes", "delta": 1}),
+        json.dumps({"post_id": "n-2", "counter": "shares", "delta": 2}),
+        json.dumps({"post_id": "n-3", "counter": "upvotes", "delta": 0}),
+        "not json",
+        "",
+        json.dumps({"post_id": "ünï", "counter": "upvotes", "delta": -1}),
+    ]
+    batch = client.post("/v1/votes", content="\n".join(lines).encode(), headers={**auth(), "Content-Type": "application/x-ndjson"})
+    assert batch.status_code == 202
+    assert batch.json()["accepted"] == 3
+    assert [(r["line"], r["error"].split(":")[0]) for r in batch.json()["rejected"]] == [(3, "zero_delta"), (4, "not_json")]
+
+    messages = pull(stack, want=2)
+    assert len(messages) == 2
+    by_format = {m.attributes.get("format", "v1"): m for m in messages}
+    v1 = by_format["v1"]
+    assert v1.attributes["event_id"] == "e-1" and orjson.loads(v1.data)["post_id"] == "a/b c"
+    ndjson = by_format["ndjson"]
+    assert ndjson.attributes["event_id"]
+    events = [parse_vote(line, {}, time.time()) for line in ndjson.data.split(b"\n")]
+    assert all(isinstance(e, VoteEvent) for e in events)
+    assert [(e.post_id, e.counter, e.delta) for e in events] == [("n-1", "upvotes", 1), ("n-2", "shares", 2), ("ünï", "upvotes", -1)]
+
+
+def test_nothing_valid_is_400_and_oversize_bodies_are_413(client) -> None:
+    invalid = client.post("/v1/votes", content=b'{"post_id": ""}\n[1]\n', headers=auth())
+    assert invalid.status_code == 400 and invalid.json()["accepted"] == 0
+    assert [r["line"] for r in invalid.json()["rejected"]] == [1, 2]
+    too_big = client.post("/v1/votes", content=b"x" * (MAX_BODY_BYTES + 1), headers=auth())
+    assert too_big.status_code == 413 and "bytes" in too_big.json()["error"]
+    event = json.dumps({"post_id": "many", "counter": "upvotes", "delta": 1}).encode()
+    too_many = client.post("/v1/votes", content=b"\n".join([event] * (MAX_EVENTS + 1)), headers=auth())
+    assert too_many.status_code == 413 and "events" in too_many.json()["error"]
+
+
+def test_cors_is_off_unless_configured(client) -> None:
+    origin = {"Origin": "https://evil.example"}
+    preflight = client.options("/v1/votes", headers={**origin, "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in preflight.headers
+    assert "access-control-allow-origin" not in client.get("/healthz", headers=origin).headers
+
+
+def test_a_slow_loris_is_cut_off_by_the_head_timeout(service) -> None:
+    host, port = service.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        closed_after = None
+        while time.monotonic() - started < 10 * TIMEOUT_S:
+            try:
+                sock.sendall(b"X")  # one header byte at a time: uvicorn alone would wait forever
+                sock.settimeout(0.2)
+                if sock.recv(1024) == b"":
+                    closed_after = time.monotonic() - started
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+    assert closed_after is not None and closed_after < 3 * TIMEOUT_S
+
+
+def test_a_body_that_never_finishes_gets_408(service) -> None:
+    host, port = service.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"POST /v1/votes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                     "Content-Length: 100\r\n\r\n{\"post_id\"".encode())
+        started = time.monotonic()
+        reply = sock.recv(4096)
+        assert time.monotonic() - started < 5 * TIMEOUT_S
+        head, _, body = reply.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 408") and "within" in json.loads(body)["error"]
+
+
+def test_serve_refuses_a_public_address_without_a_token(stack, monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.delenv("UPVOTES_WRITE_TOKEN", raising=False)
+    flags = ["serve", f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"]
+    assert main([*flags, "--host", "0.0.0.0"]) == 2
+    assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    assert main([*flags, "--host", "0.0.0.0", "--token-file", str(empty)]) == 2
+    assert "is empty" in capsys.readouterr().err
