@@ -19,7 +19,8 @@ from bench import report
 from bench.config import FULL, QUICK, Sizes
 from bench.machine import machine_info
 from bench.measure import peak_rss_mib
-from bench.stack import BENCH_DDL, bench_resources, provision_bench
+import schemas
+from bench.stack import bench_resources, provision_bench
 from upvotes.commit_meter import CommitMeter, metering_commits
 from upvotes.emulators import running_emulators
 from upvotes.provision import Resources
@@ -41,7 +42,7 @@ def _run_benchmark(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> di
     start = time.perf_counter()
     # Every commit this benchmark's process builds, counted as Spanner counts it (the
     # streaming pipeline's child processes are not: commit_sizes covers the sink in-process).
-    with metering_commits(CommitMeter(extra_ddl=BENCH_DDL)) as meter:
+    with metering_commits(CommitMeter(extra_ddl=tuple(schemas.ddl_statements(schemas.BASELINE_DDL_FILE)))) as meter:
         result = module.run(sizes, res, log_dir)
     result["seconds"] = round(time.perf_counter() - start, 1)
     result["largest_commit_mutations"] = int(meter.largest)

@@ -14,7 +14,8 @@ from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
 from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas
 from spanner_store.mutation_count import commit_mutation_count, schema_model
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS,
+    DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS,
+    VIEW_ROWS,
 )
 from upvotes.commit_meter import CommitMeter, CommitTooLarge, metering_commits
 
@@ -79,8 +80,9 @@ def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) 
     deltas = [PostDelta("meter-p", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(1_000)]
     with metering_commits(meter):
         write_deltas(database, deltas)
-        # 16 per delta; the parent's key columns (2) and its PostsByUpvotes entry (5).
-        assert (meter.commits, meter.largest) == (1, 1_000 * 16 + 7)
+        # 16 per delta; the parent's key columns (2) and its PostsByUpvotes entry (5); the
+        # commit's TopCandidates row (one per column, no index).
+        assert (meter.commits, meter.largest) == (1, 1_000 * 16 + 7 + len(TOP_CANDIDATE_COLUMNS))
         assert meter.largest <= mutations_for(deltas)
         too_many = [PostDelta("meter-q", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(5_000)]
         with pytest.raises(CommitTooLarge):

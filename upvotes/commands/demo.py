@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds of read-modify-write per baseline configuration (default 3)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for the counts to settle")
     parser.add_argument("--work-dir", default=".upvotes/demo", help="logs and the ledger go here")
+    parser.add_argument("--keep-serving", action="store_true",
+                        help="at the end, keep the pipeline and the live page up until Ctrl-C, to vote from the page")
 
 
 def say(message: str) -> None:
@@ -102,6 +104,18 @@ def _wait_until_ready(database, topic_path: str, stream, log_path: Path) -> None
         time.sleep(0.5)
 
 
+def _start_live_page(res: Resources):
+    """`upvotes serve` in this process, or None (with a note) where its extra is not installed."""
+    try:
+        from upvotes.service import serve_in_background
+    except ModuleNotFoundError as missing:
+        say(f"no live page: {missing.name} is not installed (pip install -e '.[serve]')")
+        return None
+    service = serve_in_background(res.project, res.instance, res.database, res.topic)
+    say(f"live page: {service.url} (top posts, exact counts, a vote button each; up while the demo runs)")
+    return service
+
+
 def _check_alive(stream, log_path: Path) -> None:
     if stream.poll() is not None:
         raise RuntimeError(f"the streaming pipeline exited with code {stream.returncode}; see {log_path}")
@@ -128,9 +142,11 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     topic_path = res.topic_path(res.topic)
     say(f"starting the streaming pipeline (DirectRunner, {args.window_seconds} s windows; log: {stream_log})")
     stream = local_stream.start(res, args.window_seconds, stream_log, env)
+    service = None
     try:
         with local_stream.Heartbeat(topic_path):
             _wait_until_ready(database, topic_path, stream, stream_log)
+            service = _start_live_page(res)
             workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
             say(f"race, part 2: {args.events:,} votes over {args.posts:,} posts (Zipf {args.zipf}), {args.batch_size} "
                 f"per message, and {args.invalid} invalid messages, through Pub/Sub and the pipeline")
@@ -167,7 +183,14 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
             say("FAILED")
             return 1
         say(f"verified: all {len(race.ledger.totals)} posts match the ledger exactly after the fold")
+        if args.keep_serving and service is not None:
+            say(f"the pipeline and the live page at {service.url} stay up: vote there; Ctrl-C to stop")
+            with local_stream.Heartbeat(topic_path):
+                while stream.poll() is None:
+                    time.sleep(1)
         return 0
     finally:
+        if service is not None:
+            service.stop()
         local_stream.stop(stream)
         say("stopped the streaming pipeline")
