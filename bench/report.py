@@ -169,7 +169,8 @@ def markdown(document: dict) -> str:
         f"Streaming subprocess under a steady batched load of {soak['votes_per_s']:,.0f} votes/s "
         f"({soak['load_of_e2e_rate']:.0%} of the end-to-end rate): peak RSS {soak['peak_rss_after_short_mib']:.0f} MiB "
         f"after {soak['short_s']} s, {soak['peak_rss_after_long_mib']:.0f} MiB after {soak['long_s']} s "
-        f"(ratio {soak['ratio_long_to_short']:.3f}); {soak['votes']:,} votes counted exactly."
+        f"(ratio {soak['ratio_long_to_short']:.3f}); {soak['votes']:,} votes counted exactly, "
+        f"{soak['seconds_to_exact_after_the_load']:.0f} s after the load stopped."
     )
     tc = bench["transform_cost"]
     parts += [f"### 2. Transform CPU cost ({tc['workload']}; {tc['runner']})", _table(
