@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 from transforms.dead_letter import ERROR_ATTRIBUTE, to_dead_letter
 from schemas.contract import (
-    FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_MESSAGE_BYTES, REASONS, parse_message, parse_vote, reason_of,
+    DEFAULT_EVENT_TIME_POLICY, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_MESSAGE_BYTES, REASONS, EventTimePolicy,
+    parse_message, parse_vote, reason_of, sum_message,
 )
 from transforms.parse import ParseVotes
 from schemas.records import COUNTERS, HOUR_S, PostDelta, Rejected, VoteEvent
@@ -476,3 +477,70 @@ def test_a_batch_is_judged_line_by_line_exactly_like_single_messages(lines: list
         else:
             assert isinstance(result, Rejected) and result.error == alone.error and result.data == line
             assert result.attributes == {**attributes, LINE_ATTRIBUTE: str(number)}
+
+
+# --- sum_message: the pipeline's fused parse-and-sum, held to parse_message -------------------
+
+def summed_by_parse_message(data: bytes, attributes: dict, published: float, policy) -> tuple[dict, list]:
+    """What sum_message must produce: parse_message's accepted votes summed, and its rejections."""
+    sums: dict = {}
+    rejected = []
+    ingestion: list[str] = []
+    for result in parse_message(data, attributes, published, policy, ingestion.append):
+        if isinstance(result, Rejected):
+            rejected.append(result)
+            continue
+        acc = sums.setdefault((result.post_id, result.event_hour), [0, 0, 0])
+        acc[0 if result.counter == "upvotes" else 1] += result.delta
+        acc[2] += 1
+    return sums, rejected, sorted(ingestion)
+
+
+def assert_sums_like_parse_message(data: bytes, attributes: dict, published: float, policy) -> None:
+    want_sums, want_rejected, want_ingestion = summed_by_parse_message(data, attributes, published, policy)
+    sums: dict = {}
+    ingestion: list[str] = []
+    rejected = sum_message(data, attributes, published, sums, policy, ingestion.append)
+    assert sums == want_sums
+    assert [(r.data, r.attributes, r.error) for r in rejected] == [(r.data, r.attributes, r.error) for r in want_rejected]
+    assert sorted(ingestion) == want_ingestion
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in [*CORPUS.glob("*.bin"), *CORPUS.glob("*.ndjson")]))
+def test_sum_message_agrees_with_parse_message_on_every_corpus_message(name: str) -> None:
+    assert_sums_like_parse_message((CORPUS / name).read_bytes(), corpus_attributes(name), PUBLISHED,
+                                   DEFAULT_EVENT_TIME_POLICY)
+
+
+# Publish times and event times on both sides of the policy's bounds, and inside one hour of them.
+_SKEWED_POLICY = EventTimePolicy(max_clock_skew_s=600, retention_s=2 * HOUR_S + 30)
+_NEAR_BOUNDS = st.sampled_from([
+    "2026-11-22T01:02:03Z", "2026-11-22T01:12:04Z", "2026-11-22T01:59:59z", "2026-11-22T02:00:00Z",
+    "2026-11-21T23:01:00Z", "2026-11-21T23:02:33Z", "2026-11-21T22:59:59Z", "2026-11-22T01:02:03.5Z",
+    "2026-11-22T01:02:03+00:00", "2026-11-22T01:60:00Z", "2026-11-22T01:02:60Z", "0001-01-01T00:00:00Z",
+    "9999-12-31T23:59:59Z", "2026-02-30T00:00:00Z",
+])
+_EVENTS_NEAR_BOUNDS = st.lists(
+    st.one_of(
+        st.fixed_dictionaries(
+            {"post_id": st.sampled_from(["p-1", "p-2", "ü"]), "counter": st.sampled_from(COUNTERS),
+             "delta": st.sampled_from([1, -1, 3])},
+            optional={"event_time": _NEAR_BOUNDS, "user_id": st.sampled_from(["u", "", "x" * 129]),
+                      "event_id": st.sampled_from(["e", None])},
+        ).map(lambda fields: json.dumps(fields).encode()),
+        _LINES.map(lambda lines: lines[0] if lines else b"{}"),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_EVENTS_NEAR_BOUNDS, st.booleans(), st.sampled_from([PUBLISHED, PUBLISHED + 0.5, 0.0, -1e15, float("inf")]),
+       st.sampled_from([DEFAULT_EVENT_TIME_POLICY, _SKEWED_POLICY, None]))
+def test_sum_message_agrees_with_parse_message_on_generated_batches(lines: list[bytes], batched: bool,
+                                                                    published: float, policy) -> None:
+    if batched:
+        assert_sums_like_parse_message(b"\n".join(lines), {FORMAT_ATTRIBUTE: "ndjson", "event_id": "b"}, published, policy)
+    else:
+        for line in lines:
+            assert_sums_like_parse_message(line, {"event_id": "e"}, published, policy)

@@ -27,13 +27,14 @@ cost). The pane index is still part of each delta's key.
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Callable, Iterable, Mapping
 
 import apache_beam as beam
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import GlobalWindows
 
-from schemas.records import CounterSums, PostDelta, PostHour
+from schemas.contract import EventTimePolicy, Sums, sum_message
+from schemas.records import CounterSums, PostDelta, PostHour, Rejected
 
 
 class SumCounters(beam.CombineFn):
@@ -71,21 +72,19 @@ def delta_id(writer: str, window_start_us: int, pane_index: int) -> str:
 
 class BundleSums:
     """Sums per (post, event hour) over one bundle, emitted when the bundle ends, stamped with
-    that moment as their ingestion time (see the module docstring). A vote costs one dict
-    update; windowing and the shuffle see one element per post and hour per bundle. The bundle
-    is not yet committed when it emits, so the watermark is still held behind it. ParseVotes
-    keeps one per bundle, so no element is made per vote at all."""
+    that moment as their ingestion time (see the module docstring). Each message is parsed
+    and summed in one pass (schemas.contract.sum_message); windowing and the shuffle see one
+    element per post and hour per bundle. The bundle is not yet committed when it emits, so
+    the watermark is still held behind it. ParseVotes keeps one per bundle, so no element is
+    made per vote at all."""
 
     def __init__(self) -> None:
-        self._sums: dict[tuple[str, int], list[int]] = {}
+        self._sums: Sums = {}
 
-    def add(self, post_id: str, event_hour: int, upvotes: int, shares: int) -> None:
-        acc = self._sums.get((post_id, event_hour))
-        if acc is None:
-            acc = self._sums[(post_id, event_hour)] = [0, 0, 0]
-        acc[0] += upvotes
-        acc[1] += shares
-        acc[2] += 1
+    def add_message(self, data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
+                    policy: EventTimePolicy, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
+        """Adds the message's accepted votes; returns its rejected events."""
+        return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour)
 
     @property
     def votes(self) -> int:
