@@ -34,7 +34,7 @@ from schemas import post_hash
 from schemas.records import HOUR_S, CounterSums, PostDelta, PostHour
 from spanner_store.deltas import plan_commits
 from pipeline.params import STREAMING_PARAMS, defaults
-from transforms.windowing import WindowAndSumVotes, delta_id
+from transforms.windowing import WindowAndSumVotes, delta_id, sum_shard
 from upvotes.capacity_model import Popularity, stream_delta_rows
 from upvotes.capacity_model import Workload as CapacityWorkload
 from upvotes.provision import Resources
@@ -84,7 +84,7 @@ def per_post(rows) -> dict[str, tuple[int, int]]:
 
 def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
     """The real WindowAndSumVotes over the votes, each timestamped with its arrival time."""
-    set_feed([TimestampedValue((PostHour(post, hour), CounterSums(up, sh, 1)), arrival)
+    set_feed([TimestampedValue((sum_shard(post), {PostHour(post, hour): CounterSums(up, sh, 1)}), arrival)
               for arrival, post, hour, up, sh in votes])
     take_collected()
     pipeline = local_pipeline()

@@ -16,6 +16,7 @@ from schemas.contract import (
 )
 from schemas.records import CounterSums, PostHour, Rejected, VoteEvent
 from transforms.parse import ParseVotes
+from transforms.windowing import sum_shard
 
 def epoch(rfc3339: str) -> int:
     return int(datetime.fromisoformat(rfc3339).timestamp())
@@ -93,6 +94,13 @@ def test_every_reason_is_exercised_by_the_table() -> None:
     assert {reason for _, reason in INVALID} == set(REASONS) - BATCH_ONLY_REASONS
 
 
+def per_post_hour(keyed: tuple[int, dict[PostHour, CounterSums]]) -> list[tuple[PostHour, CounterSums]]:
+    """A shard's sums, one (PostHour, CounterSums) each; each in the shard of its post."""
+    shard, sums = keyed
+    assert all(sum_shard(key.post_id) == shard for key in sums)
+    return list(sums.items())
+
+
 def message_sums(event: VoteEvent) -> tuple[PostHour, CounterSums]:
     sums = CounterSums(event.delta, 0, 1) if event.counter == "upvotes" else CounterSums(0, event.delta, 1)
     return PostHour(event.post_id, event.event_hour), sums  # VALID[:2] are different posts: one sum each
@@ -109,7 +117,8 @@ def test_parse_votes_splits_accepted_and_rejected_in_a_pipeline() -> None:
             | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
             | ParseVotes()
         )
-        assert_that(parsed.sums, equal_to([message_sums(e) for _, e in VALID[:2]]), label="sums")
+        assert_that(parsed.sums | beam.FlatMap(per_post_hour), equal_to([message_sums(e) for _, e in VALID[:2]]),
+                    label="sums")
         assert_that(parsed.rejected | beam.Map(reason_of), equal_to([r for _, r in INVALID[:3]]), label="rejected")
 
 
@@ -191,7 +200,8 @@ def test_parse_votes_sums_each_batch_per_post_and_hour() -> None:
     with TestPipeline() as p:
         parsed = (p | beam.Create([batch]) | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
                   | ParseVotes())
-        assert_that(parsed.sums, equal_to([(PostHour("hot", PUBLISHED_HOUR), CounterSums(400, 50, 450)),
-                                           (PostHour("cold", PUBLISHED_HOUR), CounterSums(-1, 0, 1))]), label="sums")
+        assert_that(parsed.sums | beam.FlatMap(per_post_hour),
+                    equal_to([(PostHour("hot", PUBLISHED_HOUR), CounterSums(400, 50, 450)),
+                              (PostHour("cold", PUBLISHED_HOUR), CounterSums(-1, 0, 1))]), label="sums")
         assert_that(parsed.rejected | beam.Map(lambda r: (reason_of(r), r.attributes[LINE_ATTRIBUTE])),
                     equal_to([("not_json", "452")]), label="rejected")

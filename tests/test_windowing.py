@@ -16,15 +16,16 @@ from apache_beam.transforms.window import TimestampedValue
 
 from schemas.records import CounterSums, PostDelta, PostHour
 from transforms.parse import ParseVotes
-from transforms.windowing import WindowAndSumVotes, delta_id
+from transforms.windowing import MergeSums, WindowAndSumVotes, delta_id, sum_shard
 
 HOUR = 1_795_312_800
 WRITER = "test-writer"
 
 
-def vote(post: str, delta: int = 1, counter: str = "upvotes") -> tuple[PostHour, CounterSums]:
+def vote(post: str, delta: int = 1, counter: str = "upvotes") -> tuple[int, dict[PostHour, CounterSums]]:
+    """One vote as ParseVotes emits a bundle's sums: keyed by its post's shard."""
     sums = CounterSums(delta, 0, 1) if counter == "upvotes" else CounterSums(0, delta, 1)
-    return PostHour(post, HOUR), sums
+    return sum_shard(post), {PostHour(post, HOUR): sums}
 
 
 def streaming_pipeline() -> TestPipeline:
@@ -145,3 +146,29 @@ def test_parse_and_window_group_by_post_and_event_hour() -> None:
             deltas | beam.Map(lambda d: (d.post_id, d.event_hour, d.upvotes, d.shares, d.events)),
             equal_to([("p", HOUR, 1, 1, 2), ("p", HOUR + 3600, 1, 0, 1), ("q", HOUR, 1, 0, 1)]),
         )
+
+
+def test_posts_sharing_a_shard_each_get_their_own_delta() -> None:
+    posts = [f"p-{i}" for i in range(200)]  # more posts than shards: shards hold many posts
+    assert len({sum_shard(post) for post in posts}) < len(posts)
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue(vote(post, delta=i + 1), 1 + i % 5) for i, post in enumerate(posts)])
+        .add_elements([TimestampedValue(vote(post, 1, "shares"), 6) for post in posts[:10]])
+        .advance_watermark_to_infinity()
+    )
+    expected = [PostDelta(post, HOUR, delta_id(WRITER, 0, 0), i + 1, 1 if i < 10 else 0, 2 if i < 10 else 1)
+                for i, post in enumerate(posts)]
+    run_stream(stream, equal_to(expected))
+
+
+def test_merge_sums_is_order_free_and_copies_its_inputs() -> None:
+    a = {PostHour("x", HOUR): CounterSums(1, 0, 1), PostHour("y", HOUR): CounterSums(0, 2, 2)}
+    b = {PostHour("x", HOUR): CounterSums(-3, 1, 4)}
+    combine = MergeSums()
+    one = combine.add_input(combine.add_input(combine.create_accumulator(), a), b)
+    other = combine.merge_accumulators([combine.add_input(combine.create_accumulator(), b),
+                                        combine.add_input(combine.create_accumulator(), a)])
+    assert combine.extract_output(one) == combine.extract_output(other) == {
+        PostHour("x", HOUR): CounterSums(-2, 1, 5), PostHour("y", HOUR): CounterSums(0, 2, 2)}
+    assert a[PostHour("x", HOUR)] == CounterSums(1, 0, 1)  # inputs are not changed in place

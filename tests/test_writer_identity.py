@@ -21,7 +21,7 @@ from spanner_store.reads import exact_counts
 from spanner_store.tables import DELTAS, post_key, writer_identity
 from spanner_store.writers import claim_generation
 from transforms.spanner_sink import WriteDeltaRows
-from transforms.windowing import WindowAndSumVotes
+from transforms.windowing import ShardSums, WindowAndSumVotes, sum_shard
 
 HOUR = 1_795_312_800
 LONG_WINDOW_S = 10**9
@@ -33,7 +33,7 @@ def launch_claim(stack, job_name: str, update: bool):
     return claim_writer(PipelineOptions(flags), stack.project, stack.instance, stack.database)
 
 
-def run_votes(stack, writer: str, votes: list[tuple[PostHour, CounterSums]]) -> None:
+def run_votes(stack, writer: str, votes: list[tuple[int, ShardSums]]) -> None:
     """One streaming run's window-and-write half, with the writer identity its launch claimed: the
     parsed sums stamped with their ingestion time (now), as ParseVotes emits them."""
     ingested = time.time()
@@ -52,9 +52,9 @@ def delta_ids(database, post_id: str) -> list[str]:
         return sorted(r[0] for r in rows)
 
 
-def upvotes(post_id: str, n: int) -> list[tuple[PostHour, CounterSums]]:
-    """n single upvotes, as n bundles' sums."""
-    return [(PostHour(post_id, HOUR), CounterSums(1, 0, 1)) for _ in range(n)]
+def upvotes(post_id: str, n: int) -> list[tuple[int, ShardSums]]:
+    """n single upvotes, as n bundles' sums, keyed by the post's shard."""
+    return [(sum_shard(post_id), {PostHour(post_id, HOUR): CounterSums(1, 0, 1)}) for _ in range(n)]
 
 
 def test_a_fresh_launch_takes_a_new_generation_and_an_update_keeps_it(database) -> None:

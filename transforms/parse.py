@@ -4,7 +4,7 @@ The rules are `schemas.contract.parse_message`, shared with the publishers; this
 applies them in a DoFn and sums the bundle's accepted votes per (post, event hour) in the
 same pass (`schemas.contract.sum_message`, through transforms.windowing.BundleSums). Why sum here and not downstream: Beam's cost is
 per element (measured: several microseconds each, more than parsing a vote), so no element
-is made per vote or per message, only one per post and hour per bundle.
+is made per vote or per message, only one per shard of posts per bundle.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from transforms.windowing import BundleSums
 
 
 class ParsedVotes(NamedTuple):
-    sums: beam.PCollection  # of (PostHour, CounterSums): per post and event hour per bundle, at ingestion time
+    sums: beam.PCollection  # of (shard, ShardSums): per post and event hour per bundle, at ingestion time
     rejected: beam.PCollection  # of Rejected
 
 
@@ -56,7 +56,7 @@ class _ParseAndSumFn(beam.DoFn):
 
 
 class ParseVotes(beam.PTransform):
-    """PubsubMessage -> ParsedVotes(sums: (PostHour, CounterSums), rejected: Rejected).
+    """PubsubMessage -> ParsedVotes(sums: (shard, ShardSums), rejected: Rejected).
 
     A message is one event, or a batch of them (contract v2). `sums` holds each bundle's
     accepted votes summed per post and event hour, stamped with the bundle's ingestion time

@@ -1,9 +1,9 @@
 """Windowing and combining: many votes for a post become one delta per window.
 
 Each bundle's votes are first summed per (post, event hour) as ParseVotes reads them
-(`BundleSums`), and stamped with *ingestion time* (the wall-clock time their bundle ends). Windows are fixed, `window_seconds` long,
-over that time. The vote's own event time is not lost: its hour is part of the grouping
-key and of the delta row, for hourly counts.
+(`BundleSums`), and stamped with *ingestion time* (the wall-clock time their bundle ends).
+Windows are fixed, `window_seconds` long, over that time. The vote's own event time is not
+lost: its hour is part of each sum's key and of the delta row, for hourly counts.
 
 Why ingestion time and not event time: a counter must never drop a vote for being late.
 With event-time windows, a vote whose event_time is older than the watermark plus the
@@ -14,15 +14,23 @@ freed when it closes, so state stays bounded by the keys of the open windows. A 
 window with a repeating processing-time trigger would also drop nothing, but its state
 (pane counters, trigger state) is never freed for any key ever seen.
 
+Why the grouping key is a shard of posts (SUM_SHARDS of them) and not the post: a runner's
+cost is per key and per element (profiled on the DirectRunner during a viral burst: its
+trigger driver and per-key state copies took 70% of the pipeline's CPU, for ~600 keys per
+bundle), while merging two dicts of sums costs little. A bundle's sums become one element
+per shard, {(post, event hour): sums}, and each window's shard emits one delta per post
+and hour. The shard is a stable hash of the post (schemas.post_hash), so a post's sums
+meet in one shard on every worker and every run: one delta per post, hour and pane.
+
 Accumulation is DISCARDING: every pane is a delta of its own. ACCUMULATING panes (as in
 Beam's leader board example) repeat earlier panes' votes and would count them twice.
 
-The trigger is the default one (one pane when the watermark passes the window's end), and
-deliberately so: a vote stamped on ingestion is held back by the watermark until it reaches
-the combine, so no late pane can occur, and any non-default trigger turns off combiner
-lifting, which merges partial sums before the shuffle (profiled: with the late-firing
-trigger this module used to have, Beam's general trigger driver took most of the per-vote
-cost). The pane index is still part of each delta's key.
+The trigger fires once when the watermark passes the window's end, deliberately: a vote
+stamped on ingestion is held back by the watermark until it reaches the combine, so no
+late pane can occur, and a late-firing trigger turns off combiner lifting, which merges
+partial sums before the shuffle (profiled: with the late-firing trigger this module used
+to have, Beam's general trigger driver took most of the per-vote cost). The pane index is
+still part of each delta's key.
 """
 from __future__ import annotations
 
@@ -33,36 +41,51 @@ import apache_beam as beam
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import GlobalWindows
 
+from schemas import post_hash
 from schemas.contract import EventTimePolicy, Sums, sum_message
 from schemas.records import CounterSums, PostDelta, PostHour, Rejected
 
+# Enough keys to spread the window combine over a few dozen Dataflow workers; few enough
+# that a bundle's elements and a runner's per-key work stay small (see the module docstring).
+SUM_SHARDS = 32
 
-class SumCounters(beam.CombineFn):
-    """Sums CounterSums; runners combine within each bundle before the shuffle.
+ShardSums = dict[PostHour, CounterSums]  # one shard's sums, per post and event hour
 
-    The accumulator is a mutable [upvotes, shares, events] list: add_input runs once per
-    vote, and updating a list in place is cheaper than building a tuple each time.
+
+def sum_shard(post_id: str) -> int:
+    """The grouping key of a post's sums: stable across processes, workers and runs."""
+    return post_hash(post_id) % SUM_SHARDS
+
+
+class MergeSums(beam.CombineFn):
+    """Merges ShardSums; runners combine within each bundle before the shuffle.
+
+    The accumulator maps (post, event hour) to a mutable [upvotes, shares, events] list, so
+    that merging a sum updates it in place.
     """
 
-    def create_accumulator(self) -> list[int]:
-        return [0, 0, 0]
+    def create_accumulator(self) -> dict[PostHour, list[int]]:
+        return {}
 
-    def add_input(self, acc: list[int], value: CounterSums) -> list[int]:
-        acc[0] += value.upvotes
-        acc[1] += value.shares
-        acc[2] += value.events
+    def add_input(self, acc: dict[PostHour, list[int]], sums: ShardSums) -> dict[PostHour, list[int]]:
+        for key, value in sums.items():
+            total = acc.get(key)
+            if total is None:
+                acc[key] = [value[0], value[1], value[2]]
+            else:
+                total[0] += value[0]
+                total[1] += value[1]
+                total[2] += value[2]
         return acc
 
-    def merge_accumulators(self, accumulators: Iterable[list[int]]) -> list[int]:
-        total = [0, 0, 0]
+    def merge_accumulators(self, accumulators: Iterable[dict[PostHour, list[int]]]) -> dict[PostHour, list[int]]:
+        merged: dict[PostHour, list[int]] = {}
         for acc in accumulators:
-            total[0] += acc[0]
-            total[1] += acc[1]
-            total[2] += acc[2]
-        return total
+            self.add_input(merged, acc)
+        return merged
 
-    def extract_output(self, acc: list[int]) -> CounterSums:
-        return CounterSums(*acc)
+    def extract_output(self, acc: dict[PostHour, list[int]]) -> ShardSums:
+        return {key: CounterSums(*total) for key, total in acc.items()}
 
 
 def delta_id(writer: str, window_start_us: int, pane_index: int) -> str:
@@ -74,7 +97,7 @@ class BundleSums:
     """Sums per (post, event hour) over one bundle, emitted when the bundle ends, stamped with
     that moment as their ingestion time (see the module docstring). Each message is parsed
     and summed in one pass (schemas.contract.sum_message); windowing and the shuffle see one
-    element per post and hour per bundle. The bundle is not yet committed when it emits, so
+    element per shard of posts per bundle. The bundle is not yet committed when it emits, so
     the watermark is still held behind it. ParseVotes keeps one per bundle, so no element is
     made per vote at all."""
 
@@ -91,31 +114,35 @@ class BundleSums:
         return sum(acc[2] for acc in self._sums.values())
 
     def emit(self):
+        """One element per shard: (shard, ShardSums), stamped with the bundle's end."""
         now = time.time()
+        shards: dict[int, ShardSums] = {}
+        shard_of: dict[str, int] = {}
         for (post_id, event_hour), acc in self._sums.items():
-            yield GlobalWindows.windowed_value((PostHour(post_id, event_hour), CounterSums(*acc)), timestamp=now)
+            shard = shard_of.get(post_id)
+            if shard is None:
+                shard = shard_of[post_id] = sum_shard(post_id)
+            shards.setdefault(shard, {})[PostHour(post_id, event_hour)] = CounterSums(*acc)
+        for shard, sums in shards.items():
+            yield GlobalWindows.windowed_value((shard, sums), timestamp=now)
 
 
-class _ToPostDelta(beam.DoFn):
+class _ToPostDeltas(beam.DoFn):
     def __init__(self, writer: str) -> None:
         self._writer = writer
 
     def process(self, keyed, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
-        key, sums = keyed
-        if sums.upvotes == 0 and sums.shares == 0:
-            return ()  # votes that cancel out change no count; nothing to write
-        return [PostDelta(
-            post_id=key.post_id,
-            event_hour=key.event_hour,
-            delta_id=delta_id(self._writer, win.start.micros, pane.index),
-            upvotes=sums.upvotes,
-            shares=sums.shares,
-            events=sums.events,
-        )]
+        _, sums = keyed
+        pane_id = delta_id(self._writer, win.start.micros, pane.index)
+        for key, total in sums.items():
+            if total.upvotes == 0 and total.shares == 0:
+                continue  # votes that cancel out change no count; nothing to write
+            yield PostDelta(post_id=key.post_id, event_hour=key.event_hour, delta_id=pane_id,
+                            upvotes=total.upvotes, shares=total.shares, events=total.events)
 
 
 class WindowAndSumVotes(beam.PTransform):
-    """(PostHour, CounterSums) stamped with their ingestion time (ParseVotes' sums) -> PostDelta,
+    """(shard, ShardSums) stamped with their ingestion time (ParseVotes' sums) -> PostDelta,
     one per post, event hour and pane of fixed windows.
 
     `writer` names this pipeline run (the job name and its launch generation, which an
@@ -135,6 +162,6 @@ class WindowAndSumVotes(beam.PTransform):
                 trigger=trigger.AfterWatermark(),
                 accumulation_mode=trigger.AccumulationMode.DISCARDING,
             )
-            | "SumPerPostHour" >> beam.CombinePerKey(SumCounters())
-            | "ToPostDelta" >> beam.ParDo(_ToPostDelta(self._writer))
+            | "SumPerShard" >> beam.CombinePerKey(MergeSums())
+            | "ToPostDeltas" >> beam.ParDo(_ToPostDeltas(self._writer))
         )
