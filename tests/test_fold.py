@@ -6,21 +6,19 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from pipeline.fold import outcome_from_metrics
 
 import apache_beam as beam
 
 import schemas
-from spanner_store.folding import FoldKey, FoldOutcome, PostFold, choose_snapshot, watermark_text
-from transforms.fold_deltas import FoldDeltas, _ApplyFoldsFn
+from spanner_store.folding import FoldKey, PostFold, choose_snapshot, watermark_text
+from transforms.fold_deltas import _ApplyFoldsFn
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from spanner_store.reads import READ_CHUNK, exact_counts, read_unfolded
+from tests.folding import run_fold as fold
 
 HOUR = 1_795_312_800
 
@@ -36,16 +34,6 @@ def add_deltas(database, prefix: str, posts: int, per_post: int, tag: str) -> di
         up, sh = gained.get(d.post_id, (0, 0))
         gained[d.post_id] = (up + d.upvotes, sh + d.shares)
     return gained
-
-
-def fold(stack, snapshot_at=None, posts_per_commit: int = 500) -> FoldOutcome:
-    """One fold run in a test pipeline; its counts come from the run's metrics."""
-    pipeline = TestPipeline()
-    outcome = pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit, snapshot_at)
-    assert_that(outcome | beam.combiners.Count.Globally(), equal_to([1]))  # exactly one FoldRuns record
-    result = pipeline.run()
-    result.wait_until_finish()
-    return outcome_from_metrics(result)
 
 
 def posts_rows(database, prefix: str) -> dict[str, tuple]:

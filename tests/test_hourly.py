@@ -1,23 +1,19 @@
 """Hourly counts on the Spanner emulator: exact before a fold, after one, and across one."""
 from __future__ import annotations
 
-import argparse
 import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
 from google.cloud.spanner_v1 import param_types
 
-from pipeline.fold import outcome_from_metrics
 from schemas import post_hash
 from upvotes.cli import build_parser, main
-from spanner_store.folding import FoldOutcome
-from transforms.fold_deltas import FoldDeltas
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from spanner_store import hourly
 from spanner_store.hourly import HourCount, hourly_counts
+from tests.folding import run_fold as fold
 
 DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)
 H1, H2, H3, H4 = (DAY + timedelta(hours=h) for h in (1, 2, 3, 4))
@@ -42,14 +38,6 @@ def merged(*parts: dict[datetime, tuple[int, int]]) -> list[HourCount]:
             a, b = total.get(hour, (0, 0))
             total[hour] = (a + up, b + sh)
     return [HourCount(hour, up, sh) for hour, (up, sh) in sorted(total.items())]
-
-
-def fold(stack) -> FoldOutcome:
-    pipeline = TestPipeline()
-    pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500)
-    result = pipeline.run()
-    result.wait_until_finish()
-    return outcome_from_metrics(result)
 
 
 def sides(database, post_id: str) -> tuple[dict, dict]:

@@ -13,12 +13,10 @@ import threading
 import time
 
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
 from google.cloud.spanner_v1 import param_types
 
 from schemas import post_hash
 from tests.conftest import new_resources
-from transforms.fold_deltas import FoldDeltas
 from schemas.records import PostDelta
 from upvotes.cli import build_parser, main
 from spanner_store.deltas import write_deltas
@@ -30,6 +28,7 @@ from spanner_store.views import (
 )
 from upvotes.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 from spanner_store.reads import top_posts
+from tests.folding import run_fold as fold
 
 HOUR = 1_795_312_800
 
@@ -69,12 +68,6 @@ def stored_rows(database, view: str = leaderboard.DEFAULT_VIEW) -> list[tuple]:
         return [tuple(r) for r in snapshot.execute_sql(
             "SELECT Rank, ValidSince, InvalidSince FROM TopPostsViewRows WHERE ViewName = @v",
             params={"v": view}, param_types={"v": param_types.STRING})]
-
-
-def fold(resources) -> None:
-    pipeline = TestPipeline()
-    pipeline | FoldDeltas(resources.project, resources.instance, resources.database, posts_per_commit=500)
-    pipeline.run().wait_until_finish()
 
 
 def test_pages_of_a_version_stay_consistent_while_a_fold_publishes_the_next(fresh) -> None:

@@ -7,10 +7,8 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from apache_beam.testing.test_pipeline import TestPipeline
 from google.cloud import spanner
 
-from pipeline.fold import outcome_from_metrics
 from schemas.records import PostDelta
 from spanner_store.database import run_with_retries
 from spanner_store.deltas import write_deltas, write_new_deltas
@@ -18,21 +16,13 @@ from spanner_store.hourly import hourly_counts
 from spanner_store.moderation import current_hour
 from spanner_store.reads import exact_counts
 from spanner_store.tables import DELTAS, POSTS, post_key
-from transforms.fold_deltas import FoldDeltas
 from upvotes.cli import main
+from tests.folding import run_fold as fold
 
 H1 = 1_795_312_800
 H2 = H1 + 3600
 DAY = datetime.fromtimestamp(H1 - 86_400, tz=timezone.utc)
 RACE_DEADLINE_S = 120
-
-
-def fold(stack) -> None:
-    pipeline = TestPipeline()
-    pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500)
-    result = pipeline.run()
-    result.wait_until_finish()
-    assert outcome_from_metrics(result).posts_folded >= 0
 
 
 def cli(stack, capsys, *args: str) -> list[dict]:

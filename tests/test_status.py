@@ -5,27 +5,17 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from apache_beam.testing.test_pipeline import TestPipeline
 from google.cloud import pubsub_v1
 
-from pipeline.fold import outcome_from_metrics
 from schemas.records import PostDelta, Rejected
 from spanner_store.deltas import write_deltas
 from spanner_store.health import DeltaHealth
 from transforms.dead_letter import to_dead_letter
-from transforms.fold_deltas import FoldDeltas
 from upvotes.cli import main
 from upvotes.status import Thresholds, problems, status_report
+from tests.folding import run_fold as fold
 
 HOUR = 1_795_312_800
-
-
-def fold(stack) -> None:
-    pipeline = TestPipeline()
-    pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500)
-    result = pipeline.run()
-    result.wait_until_finish()
-    assert outcome_from_metrics(result).posts_folded >= 0
 
 
 def status(stack, capsys, *extra: str) -> tuple[int, dict]:

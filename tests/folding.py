@@ -1,0 +1,22 @@
+"""One fold run for tests: FoldDeltas in a test pipeline, as the fold job runs it."""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline.fold import outcome_from_metrics
+from spanner_store.folding import FoldOutcome
+from transforms.fold_deltas import FoldDeltas
+
+
+def run_fold(resources, snapshot_at=None, posts_per_commit: int = 500) -> FoldOutcome:
+    """Folds the database of `resources` (project, instance, database); the outcome comes from the
+    run's metrics, and the run must record exactly one FoldRuns row."""
+    pipeline = TestPipeline()
+    outcome = pipeline | FoldDeltas(resources.project, resources.instance, resources.database,
+                                    posts_per_commit, snapshot_at)
+    assert_that(outcome | beam.combiners.Count.Globally(), equal_to([1]))
+    result = pipeline.run()
+    result.wait_until_finish()
+    return outcome_from_metrics(result)
