@@ -6,6 +6,7 @@ from pathlib import Path
 
 JSON_NAME = "latest.json"
 PNG_NAME = "latest.png"
+MARKDOWN_NAME = "latest.md"  # the tables, as printed: what the READMEs link to
 
 APPROACH_LABELS = {
     "rmw": "Read-modify-write, 1 row",
@@ -260,6 +261,7 @@ def markdown(document: dict) -> str:
 
 def write(document: dict, out_dir: Path) -> None:
     (out_dir / JSON_NAME).write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    (out_dir / MARKDOWN_NAME).write_text(markdown(document) + "\n", encoding="utf-8")
     plot(document, out_dir / PNG_NAME)
 
 

@@ -57,7 +57,7 @@ def run_isolated(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> dict
 
 
 def run(quick: bool, out_dir: Path) -> dict:
-    """Every benchmark, then latest.json, latest.png and the markdown tables on stdout."""
+    """Every benchmark, then latest.json, latest.md, latest.png and the markdown tables on stdout."""
     sizes = QUICK if quick else FULL
     out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = out_dir / "logs"
@@ -84,5 +84,5 @@ def run(quick: bool, out_dir: Path) -> dict:
     document["targets"] = report.evaluate_targets(document)
     report.write(document, out_dir)
     print(report.markdown(document), flush=True)
-    say(f"wrote {out_dir / report.JSON_NAME} and {out_dir / report.PNG_NAME} in {document['total_seconds']:.0f} s")
+    say(f"wrote {out_dir / report.JSON_NAME}, {out_dir / report.MARKDOWN_NAME} and {out_dir / report.PNG_NAME} in {document['total_seconds']:.0f} s")
     return document

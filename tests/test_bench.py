@@ -27,6 +27,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
 
     document = json.loads((tmp_path / "latest.json").read_text())
+    assert (tmp_path / "latest.md").read_text().startswith("## Benchmark results (quick run)")
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
