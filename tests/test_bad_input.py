@@ -224,7 +224,8 @@ def test_the_corpus_through_parse_votes_in_a_pipeline() -> None:
             | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
             | ParseVotes()
         )
-        events = parsed.sums | beam.Map(lambda keyed: keyed[1].events) | beam.CombineGlobally(sum)
+        events = (parsed.sums | beam.FlatMap(lambda keyed: [sums.events for sums in keyed[1].values()])
+                  | beam.CombineGlobally(sum))
         assert_that(events, equal_to([accepted]), label="votes")
         assert_that(
             parsed.rejected | beam.Map(lambda r: (r.attributes["n"], reason_of(r))),

@@ -86,7 +86,7 @@ def test_parse_votes_counts_each_ingestion_hour_vote_per_reason() -> None:
     pipeline = TestPipeline()
     parsed = (pipeline | beam.Create(messages)
               | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED)) | ParseVotes())
-    assert_that(parsed.sums | beam.Map(lambda keyed: (keyed[0].event_hour, keyed[1].events)),
+    assert_that(parsed.sums | beam.FlatMap(lambda keyed: [(key.event_hour, sums.events) for key, sums in keyed[1].items()]),
                 equal_to([(hour_of(late), 1), (PUBLISHED_HOUR, 3)]))  # one bundle: summed per hour
     result = pipeline.run()
     result.wait_until_finish()
