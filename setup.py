@@ -30,6 +30,9 @@ setup(
         "orjson>=3.8,<4",
         # `upvotes capacity`'s model sums over every post (also a dependency of Beam's).
         "numpy>=1.26",
+        # Unique voters: Apache DataSketches' HyperLogLog, whose serialised sketches merge across
+        # processes, versions and languages (schemas/voter_sketch.py).
+        "datasketches>=5.1,<6",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20",

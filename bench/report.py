@@ -116,7 +116,22 @@ def evaluate_targets(document: dict) -> list[dict]:
             f"{reads['baseline_uncached']['spanner_reads_per_s']:,.0f} Spanner reads/s",
             per_refresh_max <= 1.0 + 1e-9 and growth >= 9.0,
         ),
+        *_unique_voter_targets(bench),
     ]
+
+
+def _unique_voter_targets(bench: dict) -> list[dict]:
+    if "unique_voters" not in bench:
+        return []
+    uv = bench["unique_voters"]
+    largest, small = uv["errors"][-1], [p for p in uv["errors"] if p["voters"] <= 1_000]
+    return [_target(
+        "Unique voters within 2% at the largest audience (1,000,000 distinct voters in the full run), "
+        "exact or near-exact up to 1,000",
+        f"{largest['relative_error']:.2%} at {largest['voters']:,} ({largest['deltas']} delta sketches unioned); "
+        f"up to 1,000: max {max(p['relative_error'] for p in small):.2%}",
+        largest["relative_error"] <= 0.02 and all(p["relative_error"] <= 0.005 for p in small),
+    )]
 
 
 # --- markdown ---------------------------------------------------------------------------
@@ -243,6 +258,30 @@ def markdown(document: dict) -> str:
             + [["fold before issue 15 (one transaction per post, computed)", f"{cs['baseline_one_transaction_fold']:,}",
                 f"{cs['baseline_over_limit']:.2f}", "1"]],
         )]
+    if "unique_voters" in bench:
+        uv = bench["unique_voters"]
+        ws, wo, cpu = uv["with_sketches"], uv["without_sketches"], uv["cpu"]
+        parts += [f"### 8. Unique voters (HyperLogLog, lg_k {uv['lg_k']}, at most {uv['max_sketch_bytes']:,} bytes)",
+                  _table(["Distinct voters", "Upvotes", "Delta sketches", "Estimate", "Relative error",
+                          "Bytes per delta sketch (mean)", "Folded sketch bytes"],
+                         [[f"{p['voters']:,}", f"{p['votes']:,}", f"{p['deltas']}", f"{p['estimate']:,}",
+                           f"{p['relative_error']:.2%}", f"{p['delta_sketch_bytes_mean']:,}", f"{p['folded_sketch_bytes']:,}"]
+                          for p in uv["errors"]]),
+                  f"Same {uv['workload_votes']:,}-vote Zipf workload, with sketches and without (user IDs removed), "
+                  "same run:",
+                  _table(["", "Delta rows / 1k votes", "Mutations / 1k votes", "Sketch bytes per row (mean / max)",
+                          "Write s", "Fold s", "Exact"],
+                         [[label, f"{r['rows_per_1k_votes']:.1f}", f"{r['mutations_per_1k_votes']:,.0f}",
+                           f"{r['sketch_bytes_per_row']:,.0f} / {r['sketch_bytes_max']:,}", f"{r['write_s']:.2f}",
+                           f"{r['fold_s']:.2f}", "yes" if r["exact"] else "NO"]
+                          for label, r in (("with sketches", ws), ("without", wo))]
+                         + [["ratio"] + [f"{uv['ratios'][k]:.3f}" if uv["ratios"][k] is not None else "-"
+                                         for k in ("rows_per_1k_votes", "mutations_per_1k_votes")]
+                            + ["-"] + [f"{uv['ratios'][k]:.3f}" if uv["ratios"][k] is not None else "-"
+                                       for k in ("write_s", "fold_s")] + ["-"]]),
+                  f"CPU of the chain's parse-and-sum per vote: {cpu['us_per_vote_with_voters']:.2f} µs recording voters "
+                  f"vs {cpu['us_per_vote_without_user_ids']:.2f} µs without user IDs (+{cpu['added_us_per_vote']:.2f} µs, "
+                  f"{cpu['ratio']:.2f}x; best of 3 over {cpu['votes']:,} votes)."]
     parts += ["### Time, peak RSS and largest commit per benchmark (each in its own process)", _table(
         ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB", "Largest commit (mutations)"],
         [[name, f"{b['seconds']:.0f}", f"{b['peak_rss']['self_mib']:.0f}",

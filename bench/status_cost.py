@@ -56,7 +56,7 @@ def populate(database, posts: int, now: datetime) -> None:
     for first in range(0, posts, ROWS_PER_COMMIT // OLD_PER_POST):
         chunk = post_ids[first:first + ROWS_PER_COMMIT // OLD_PER_POST]
         post_rows = [post_key(p) + (1, 0, watermark) for p in chunk]
-        delta_rows = [delta_key(PostDelta(p, HOUR, f"old:{k}:0", 1, 0, 1)) + (1, 0, 1, old_commit)
+        delta_rows = [delta_key(PostDelta(p, HOUR, f"old:{k}:0", 1, 0, 1)) + (1, 0, 1, None, old_commit)
                       for p in chunk for k in range(OLD_PER_POST)]
 
         def write(batch, post_rows=post_rows, delta_rows=delta_rows) -> None:

@@ -166,6 +166,15 @@ def _valid_id(value: object) -> bool:
     return value is _ABSENT or (type(value) is str and 0 < len(value) <= MAX_ID_CHARS)
 
 
+def _is_common_vote(post_id: object, counter: object, delta: object, event_id: object, user_id: object) -> bool:
+    """The fields of a common, valid event, checked in bulk: the fast paths of _validate and
+    sum_message. Anything else takes the step-by-step path, which names the problem."""
+    return (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
+            and (counter == UPVOTES or counter == SHARES)
+            and type(delta) is int and delta != 0 and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
+            and _valid_id(event_id) and _valid_id(user_id))
+
+
 def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None = None,
               on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent:
     """The event of a decoded message. The common, valid event is checked in bulk (this runs
@@ -175,11 +184,8 @@ def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None
         post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
         event_id, user_id = fields.get("event_id", _ABSENT), fields.get("user_id", _ABSENT)
         event_time = fields.get("event_time", _ABSENT)
-        if (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
-                and (counter == UPVOTES or counter == SHARES)
-                and type(delta) is int and delta != 0 and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
-                and (event_time is _ABSENT or type(event_time) is str)
-                and _valid_id(event_id) and _valid_id(user_id)):
+        if ((event_time is _ABSENT or type(event_time) is str)
+                and _is_common_vote(post_id, counter, delta, event_id, user_id)):
             return VoteEvent(
                 post_id, counter, delta,
                 event_hour(None if event_time is _ABSENT else event_time, publish_time_s, policy, on_ingestion_hour),
@@ -304,15 +310,16 @@ def _parse_line(number: int, line: bytes, attributes: Mapping[str, str] | None, 
     return result
 
 
-Sums = dict[tuple[str, int], list[int]]  # (post_id, event hour) -> [upvotes, shares, events]
+# (post_id, event hour) -> [upvotes, shares, events, the upvoters' user IDs or None]
+Sums = dict[tuple[str, int], list]
 
 
 def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float, sums: Sums,
                 policy: EventTimePolicy | None = None,
                 on_ingestion_hour: Callable[[str], None] | None = None) -> list[Rejected]:
-    """parse_message folded into `sums` in one pass: the accepted votes are added to `sums`,
-    the rejected ones returned. Same results as summing parse_message's (a property test
-    holds the two together).
+    """parse_message folded into `sums` in one pass: the accepted votes are added to `sums`
+    (and each upvote's user_id to the post and hour's voters), the rejected ones returned.
+    Same results as summing parse_message's (a property test holds the two together).
 
     Why a second path: for batches the pipeline's cost is this loop, once per vote, and
     parse_message spends most of it on calls (a VoteEvent, event_hour, the policy) that the
@@ -331,7 +338,7 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
     ingestion_hour = None
     if MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
         ingestion_hour = int(publish_time_s // HOUR_S) * HOUR_S
-    loads, utc_hour, rfc3339 = orjson.loads, _utc_hour, _RFC3339.match
+    loads, utc_hour, rfc3339, is_common_vote = orjson.loads, _utc_hour, _RFC3339.match, _is_common_vote
     for number, line in lines:
         fields = None
         if len(line) <= MAX_MESSAGE_BYTES:
@@ -344,11 +351,7 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
             post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
             event_id, user_id = fields.get("event_id", _ABSENT), fields.get("user_id", _ABSENT)
             event_time = fields.get("event_time", _ABSENT)
-            if (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
-                    and (counter == UPVOTES or counter == SHARES)
-                    and type(delta) is int and delta != 0 and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
-                    and (event_id is _ABSENT or (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS))
-                    and (user_id is _ABSENT or (type(user_id) is str and 0 < len(user_id) <= MAX_ID_CHARS))):
+            if is_common_vote(post_id, counter, delta, event_id, user_id):
                 if event_time is _ABSENT:
                     hour = ingestion_hour
                 elif (type(event_time) is str and event_time[-1:] in ("Z", "z") and rfc3339(event_time)
@@ -368,10 +371,19 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
                 rejected.append(result)
                 continue
             post_id, counter, delta, hour = result.post_id, result.counter, result.delta, result.event_hour
+            user_id = result.user_id
         acc = sums.get((post_id, hour))
         if acc is None:
-            acc = sums[(post_id, hour)] = [0, 0, 0]
-        acc[0 if counter == UPVOTES else 1] += delta
+            acc = sums[(post_id, hour)] = [0, 0, 0, None]
+        if counter == UPVOTES:
+            acc[0] += delta
+            if delta > 0 and type(user_id) is str:  # a voter (schemas/voter_sketch.py)
+                if acc[3] is None:
+                    acc[3] = {user_id}
+                else:
+                    acc[3].add(user_id)
+        else:
+            acc[1] += delta
         acc[2] += 1
     return rejected
 

@@ -12,6 +12,9 @@
 -- transaction). A post with too many unfolded event hours for one commit has its hourly
 -- rows folded first, in bounded steps that each move this watermark, so it runs ahead of
 -- FoldedThrough until the post's counters catch up; it is never behind it.
+-- Voters (here, on PostDeltas and on PostHourlyCounts): a serialised HyperLogLog sketch of
+-- the user IDs that upvoted (schemas/voter_sketch.py), folded as a union in the same
+-- transaction as the counts. NULL means no voter recorded (rows written before the column).
 CREATE TABLE Posts (
   PostHash            INT64 NOT NULL,
   PostId              STRING(128) NOT NULL,
@@ -19,6 +22,7 @@ CREATE TABLE Posts (
   Shares              INT64 NOT NULL DEFAULT (0),
   FoldedThrough       TIMESTAMP NOT NULL DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),
   HourlyFoldedThrough TIMESTAMP,
+  Voters              BYTES(MAX),
 ) PRIMARY KEY (PostHash, PostId);
 
 -- Insert-only deltas, one row per (post, event hour, pane) written by the streaming
@@ -34,6 +38,7 @@ CREATE TABLE PostDeltas (
   Upvotes     INT64 NOT NULL,
   Shares      INT64 NOT NULL,
   Events      INT64 NOT NULL,
+  Voters      BYTES(MAX),
   CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (PostHash, PostId, EventHour DESC, DeltaId),
   INTERLEAVE IN PARENT Posts ON DELETE CASCADE,
@@ -43,7 +48,7 @@ CREATE TABLE PostDeltas (
 -- watermark" here, so their cost follows the unfolded deltas, not all deltas kept.
 -- Interleaved, so the commit timestamp never leads a key of its own.
 CREATE INDEX PostDeltasByCommit ON PostDeltas (PostHash, PostId, CommittedAt)
-  STORING (Upvotes, Shares, Events),
+  STORING (Upvotes, Shares, Events, Voters),
   INTERLEAVE IN Posts;
 
 -- "Top posts by upvotes" straight from the index: Shares and FoldedThrough are
@@ -58,6 +63,7 @@ CREATE TABLE PostHourlyCounts (
   EventHour TIMESTAMP NOT NULL,
   Upvotes   INT64 NOT NULL,
   Shares    INT64 NOT NULL,
+  Voters    BYTES(MAX),
 ) PRIMARY KEY (PostHash, PostId, EventHour DESC),
   INTERLEAVE IN PARENT Posts ON DELETE CASCADE;
 

@@ -5,6 +5,7 @@ the per-element path) and Beam pickles them compactly.
 """
 from __future__ import annotations
 
+import base64
 from typing import NamedTuple
 
 UPVOTES = "upvotes"
@@ -45,6 +46,7 @@ class CounterSums(NamedTuple):
     upvotes: int = 0
     shares: int = 0
     events: int = 0
+    voters: bytes | None = None  # serialised sketch of the upvoters (schemas/voter_sketch.py)
 
 
 class PostDelta(NamedTuple):
@@ -60,6 +62,17 @@ class PostDelta(NamedTuple):
     upvotes: int
     shares: int
     events: int
+    voters: bytes | None = None  # sketch of the pane's upvoters; None: no voter recorded
+
+    def to_json(self) -> dict:
+        """The delta as a JSON object (its dead-letter form), the sketch as base64 text."""
+        return {**self._asdict(), "voters": None if self.voters is None else base64.b64encode(self.voters).decode()}
+
+    @classmethod
+    def from_json(cls, fields: dict) -> "PostDelta":
+        """to_json's inverse; a delta dead-lettered before sketches existed has no voters."""
+        voters = fields.get("voters")
+        return cls(**{**fields, "voters": None if voters is None else base64.b64decode(voters)})
 
 
 class FailedDelta(NamedTuple):
@@ -75,3 +88,12 @@ class PostTotals(NamedTuple):
     post_id: str
     upvotes: int
     shares: int
+
+
+class UniqueTotals(NamedTuple):
+    """An exact count with the post's unique voters (an estimate: schemas/voter_sketch.py)."""
+
+    post_id: str
+    upvotes: int
+    shares: int
+    unique_voters: int

@@ -13,6 +13,8 @@ hotspot. A CountsReader, one per process, answers from a per-process cache inste
 - Every answer carries `as_of`: the Spanner timestamp its snapshot read at. An answer is
   at most `staleness_s + refresh_s` (plus one read's duration) older than the moment it is
   returned.
+- `get(post_id, unique=True)` adds the post's unique voters, from the same snapshot; those
+  answers have a cache of their own, so plain reads never carry the sketches' bytes.
 - `top(n)` is `spanner_store.fresh_top.fresh_top`, cached and single-flighted the same way.
 
 The clock (monotonic seconds) is injectable, so tests move time instead of sleeping.
@@ -42,6 +44,7 @@ class PostCount(NamedTuple):
     upvotes: int
     shares: int
     as_of: datetime
+    unique_voters: int | None = None  # distinct upvoters, when asked for (schemas/voter_sketch.py)
 
 
 @dataclass
@@ -126,18 +129,23 @@ class CountsReader:
         self.refresh_s = refresh_s
         self._top_extra = top_extra
         self._counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
+        self._unique_counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
         self._tops: _SingleFlightCache[FreshTop] = _SingleFlightCache(refresh_s, 64, clock)
         self._reads_lock = threading.Lock()
         self.spanner_reads = 0
 
-    def get(self, post_id: str) -> PostCount:
-        """One post's exact counts; a post never voted on reads as zeros."""
-        return self.get_many([post_id])[0]
+    def get(self, post_id: str, unique: bool = False) -> PostCount:
+        """One post's exact counts (and with `unique` its unique voters); a post never voted
+        on reads as zeros."""
+        return self.get_many([post_id], unique)[0]
 
-    def get_many(self, post_ids: Iterable[str]) -> list[PostCount]:
+    def get_many(self, post_ids: Iterable[str], unique: bool = False) -> list[PostCount]:
         """Exact counts of these posts, in the order asked (duplicates answered once each)."""
         wanted = list(post_ids)
-        found = self._counts.get_many(wanted, self._load_counts)
+        if unique:
+            found = self._unique_counts.get_many(wanted, lambda keys: self._load_counts(keys, unique=True))
+        else:
+            found = self._counts.get_many(wanted, self._load_counts)
         return [found[p] for p in wanted]
 
     def top(self, n: int = 10) -> FreshTop:
@@ -154,11 +162,12 @@ class CountsReader:
         with self._reads_lock:
             self.spanner_reads += 1
 
-    def _load_counts(self, post_ids: list[str]) -> dict[str, PostCount]:
+    def _load_counts(self, post_ids: list[str], unique: bool = False) -> dict[str, PostCount]:
         with self._snapshot() as snapshot:
-            totals = counts_in_snapshot(snapshot, post_ids)
+            totals = counts_in_snapshot(snapshot, post_ids, unique)
             as_of = read_timestamp(snapshot)
-        return {t.post_id: PostCount(t.post_id, t.upvotes, t.shares, as_of) for t in totals}
+        return {t.post_id: PostCount(t.post_id, t.upvotes, t.shares, as_of, t.unique_voters if unique else None)
+                for t in totals}
 
     def _load_top(self, n: int) -> FreshTop:
         self._count_read()

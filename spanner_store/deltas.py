@@ -22,13 +22,13 @@ from spanner_store.database import MUTATION_BUDGET, commit_mutations
 from spanner_store.fresh_top import candidate_mutation_row
 from spanner_store.tables import (
     DELTA_COLUMNS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, delta_key,
-    post_key,
+    post_key, sketch_column,
 )
 
 # Spanner counts a mutation per column written, plus one per column of each index entry
-# it changes. PostDeltasByCommit holds the 4 key parts, CommittedAt and 3 stored columns;
+# it changes. PostDeltasByCommit holds the 4 key parts, CommittedAt and 4 stored columns;
 # a new Posts row adds its 5 columns to the base table and PostsByUpvotes holds 5.
-MUTATIONS_PER_DELTA = len(DELTA_COLUMNS) + 8
+MUTATIONS_PER_DELTA = len(DELTA_COLUMNS) + 9
 MUTATIONS_PER_PARENT = len(POST_KEY_COLUMNS) + 5 + 5
 # Each commit also inserts its TopCandidates row (spanner_store/fresh_top.py).
 MUTATIONS_PER_COMMIT = len(TOP_CANDIDATE_COLUMNS)
@@ -66,7 +66,7 @@ def write_deltas(database, deltas: list[PostDelta]) -> None:
     """One commit: the delta rows (insert), their parents' keys (insert_or_update) and the
     commit's TopCandidates row (insert), so every delta commit carries its candidates."""
     parents = sorted({post_key(d.post_id) for d in deltas})
-    rows = [delta_key(d) + (d.upvotes, d.shares, d.events, spanner.COMMIT_TIMESTAMP) for d in deltas]
+    rows = [delta_key(d) + (d.upvotes, d.shares, d.events, sketch_column(d.voters), spanner.COMMIT_TIMESTAMP) for d in deltas]
 
     def write(batch) -> None:
         batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)

@@ -35,16 +35,17 @@ from google.cloud.spanner_v1.database import BatchSnapshot
 
 from spanner_store.database import DEFAULT_RETRY, commit_mutations, run_transaction, run_with_retries
 from spanner_store.reads import READ_CHUNK, hourly_watermark, read_unfolded
+from schemas.voter_sketch import union_of
 from spanner_store.tables import (
     DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS,
-    HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS, POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS,
+    HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS, POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS, sketch_column, sketch_value,
 )
 
-# Posts row (6 columns) + its PostsByUpvotes entry replaced (5 + 1 for the old one), and
-# per hour a PostHourlyCounts row (5, no index): the fold's side of Spanner's
+# Posts row (7 columns) + its PostsByUpvotes entry replaced (5 + 1 for the old one), and
+# per hour a PostHourlyCounts row (6, no index): the fold's side of Spanner's
 # 80,000-mutation commit limit, checked against the DDL by tests/test_large_fold.py.
-MUTATIONS_PER_POST = 15
-MUTATIONS_PER_HOUR = 5
+MUTATIONS_PER_POST = 16
+MUTATIONS_PER_HOUR = 6
 
 
 class FoldKey(NamedTuple):
@@ -66,6 +67,7 @@ def watermark_text(timestamp: datetime) -> str:
 class HourSums(NamedTuple):
     upvotes: int
     shares: int
+    voters: bytes | None = None  # union of the voter sketches (schemas/voter_sketch.py)
 
 
 class PostFold(NamedTuple):
@@ -76,6 +78,7 @@ class PostFold(NamedTuple):
     shares: int
     deltas: int
     hours: dict  # datetime -> HourSums
+    voters: bytes | None = None  # union of the deltas' voter sketches
 
 
 class FoldOutcome(NamedTuple):
@@ -97,10 +100,14 @@ def choose_snapshot(database) -> datetime:
         return snapshot._transaction_read_timestamp  # noqa: SLF001 - the client exposes it only here
 
 
-def add_hours(into: dict, hours: Iterable[tuple[datetime, int, int]]) -> None:
-    for hour, upvotes, shares in hours:
-        current = into.get(hour, HourSums(0, 0))
-        into[hour] = HourSums(current.upvotes + upvotes, current.shares + shares)
+def add_hours(into: dict, hours: Iterable[tuple[datetime, int, int, bytes | None]]) -> None:
+    for hour, upvotes, shares, voters in hours:
+        current = into.get(hour)
+        if current is None:
+            into[hour] = HourSums(upvotes, shares, voters)
+        else:
+            into[hour] = HourSums(current.upvotes + upvotes, current.shares + shares,
+                                  union_of((current.voters, voters)))
 
 
 def fold_cost(fold: PostFold) -> int:
@@ -125,22 +132,24 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
     post_rows, hour_gains = [], {}
     for fold in folds:
         post_hash, post_id, seen = fold.key
-        _, _, upvotes, shares, watermark, hourly_mark = current[(post_hash, post_id)]
+        _, _, upvotes, shares, watermark, hourly_mark, voters = current[(post_hash, post_id)]
+        voters = sketch_value(voters)
         hourly_mark = hourly_watermark(watermark, hourly_mark)
         if watermark >= snapshot_at:
             outcome = outcome.plus(FoldOutcome(posts_already_folded=1))
             continue
         hours_done = hourly_mark >= snapshot_at  # a split fold already folded the hourly rows
         if watermark_text(watermark) == seen and (hours_done or watermark_text(hourly_mark) == seen):
-            gain_up, gain_sh, deltas = fold.upvotes, fold.shares, fold.deltas
+            gain_up, gain_sh, deltas, gain_voters = fold.upvotes, fold.shares, fold.deltas, fold.voters
             hours = {} if hours_done else fold.hours
             outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas))
         else:
-            gain_up, gain_sh, deltas, hours = _refold(transaction, post_hash, post_id, watermark, hourly_mark, snapshot_at)
+            gain_up, gain_sh, deltas, hours, gain_voters = _refold(
+                transaction, post_hash, post_id, watermark, hourly_mark, snapshot_at)
             outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas,
                                                posts_refolded=int(watermark_text(watermark) != seen)))
         post_rows.append((post_hash, post_id, upvotes + gain_up, shares + gain_sh, snapshot_at,
-                          max(hourly_mark, snapshot_at)))
+                          max(hourly_mark, snapshot_at), sketch_column(union_of((voters, gain_voters)))))
         for hour, sums in hours.items():
             hour_gains[(post_hash, post_id, hour)] = sums
     _add_to_hourly(transaction, hour_gains)
@@ -154,19 +163,18 @@ def _add_to_hourly(transaction, hour_gains: dict) -> None:
     if not hour_gains:
         return
     existing = {
-        (r[0], r[1], r[2]): (r[3], r[4])
+        (r[0], r[1], r[2]): HourSums(r[3], r[4], sketch_value(r[5]))
         for r in transaction.read(
             HOURLY, columns=HOURLY_COLUMNS,
             keyset=spanner.KeySet(keys=[list(k) for k in hour_gains]),
         )
     }
-    transaction.insert_or_update(
-        HOURLY, columns=HOURLY_COLUMNS,
-        values=[
-            key + (existing.get(key, (0, 0))[0] + gain.upvotes, existing.get(key, (0, 0))[1] + gain.shares)
-            for key, gain in hour_gains.items()
-        ],
-    )
+    rows = []
+    for key, gain in hour_gains.items():
+        old = existing.get(key, HourSums(0, 0))
+        rows.append(key + (old.upvotes + gain.upvotes, old.shares + gain.shares,
+                           sketch_column(union_of((old.voters, gain.voters)))))
+    transaction.insert_or_update(HOURLY, columns=HOURLY_COLUMNS, values=rows)
 
 
 def _refold(transaction, post_hash: int, post_id: str, after: datetime, hours_after: datetime, through: datetime):
@@ -174,12 +182,15 @@ def _refold(transaction, post_hash: int, post_id: str, after: datetime, hours_af
     and per hour those committed in (hours_after, through] (hours_after >= after)."""
     hours: dict = {}
     upvotes = shares = deltas = 0
-    for committed_at, hour, up, sh in read_unfolded(
+    sketches = []
+    for committed_at, hour, up, sh, voters in read_unfolded(
             transaction, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS, through):
+        voters = sketch_value(voters)
         if committed_at > hours_after:
-            add_hours(hours, [(hour, up, sh)])
+            add_hours(hours, [(hour, up, sh, voters)])
         upvotes, shares, deltas = upvotes + up, shares + sh, deltas + 1
-    return upvotes, shares, deltas, hours
+        sketches.append(voters)
+    return upvotes, shares, deltas, hours, union_of(sketches)
 
 
 class HourlyStep(NamedTuple):
@@ -187,16 +198,16 @@ class HourlyStep(NamedTuple):
 
     after: datetime
     through: datetime
-    rows: list  # (CommittedAt, EventHour, Upvotes, Shares) of those deltas
+    rows: list  # (CommittedAt, EventHour, Upvotes, Shares, Voters) of those deltas
 
 
 def plan_hourly_steps(rows: Iterable[tuple], after: datetime, snapshot_at: datetime, max_hours: int) -> list[HourlyStep]:
-    """Splits a post's unfolded (CommittedAt, hour, upvotes, shares) rows into steps of whole
+    """Splits a post's unfolded (CommittedAt, hour, upvotes, shares, voters) rows into steps of whole
     commits touching at most `max_hours` event hours each; the last step ends at S.
 
     A step never splits one commit's deltas (a watermark is a commit timestamp), so a single
     commit with more hours than `max_hours` is a step of its own: at most 5,000 deltas fit
-    one commit of the sink (16 mutations each), so such a step stays under 5 x 5,000 hourly
+    one commit of the sink (18 mutations each), so such a step stays under 6 x 5,000 hourly
     cells, far below Spanner's limit. Pure: unit-tested without Spanner.
     """
     ordered = sorted(rows, key=lambda row: row[0])
@@ -226,7 +237,7 @@ def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlySte
     # The watermark only grows and the previous step left it at step.after or later, so
     # these rows are a subset of the step's own: the commit stays within its bound.
     hours: dict = {}
-    add_hours(hours, [(hour, up, sh) for committed_at, hour, up, sh in step.rows if committed_at > hourly_mark])
+    add_hours(hours, [row[1:] for row in step.rows if row[0] > hourly_mark])
     _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()})
     transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(post_hash, post_id, step.through)])
     return len(hours)
@@ -238,7 +249,7 @@ def read_post_for_steps(database, post_hash: int, post_id: str, snapshot_at: dat
         rows = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
                                   keyset=spanner.KeySet(keys=[[post_hash, post_id]])))
         after = hourly_watermark(*rows[0])
-        return after, [tuple(row) for row in read_unfolded(
+        return after, [(*row[:-1], sketch_value(row[-1])) for row in read_unfolded(
             snapshot, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS)]
 
 
@@ -274,15 +285,16 @@ def plan_partitions(database, snapshot_at: datetime) -> Iterator[tuple[dict, dic
 
 
 def read_partition(database, handle: dict, partition: dict, snapshot_at: datetime) -> Iterator[tuple[FoldKey, tuple]]:
-    """One partition of Posts -> (FoldKey, (hour, upvotes, shares)) for each unfolded delta,
+    """One partition of Posts -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta,
     read as index ranges, READ_CHUNK posts per read, at exactly the same snapshot S."""
     # One iterator for the whole partition: every iter() of the client's result set starts
     # over and drops the rows the previous one had buffered.
     posts = iter(BatchSnapshot.from_dict(database, handle).process_read_batch(partition))
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
         while chunk := {(h, p): wm for h, p, wm in itertools.islice(posts, READ_CHUNK)}:
-            for h, p, hour, up, sh in read_unfolded(snapshot, chunk, ("PostHash", "PostId") + DELTA_SUM_COLUMNS):
-                yield FoldKey(h, p, watermark_text(chunk[(h, p)])), (hour, up, sh)
+            for h, p, hour, up, sh, voters in read_unfolded(
+                    snapshot, chunk, ("PostHash", "PostId") + DELTA_SUM_COLUMNS):
+                yield FoldKey(h, p, watermark_text(chunk[(h, p)])), (hour, up, sh, sketch_value(voters))
 
 
 def record_fold_run(database, snapshot_at: datetime, outcome: FoldOutcome, handle: dict | None) -> None:

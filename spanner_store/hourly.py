@@ -31,14 +31,16 @@ from typing import NamedTuple
 
 from google.cloud import spanner
 
+from schemas.voter_sketch import estimate, union_of
 from spanner_store.reads import hourly_watermark, read_unfolded
-from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, post_key
+from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, post_key, sketch_value
 
 
 class HourCount(NamedTuple):
     hour: datetime  # start of the event hour, UTC
     upvotes: int
     shares: int
+    unique_voters: int | None = None  # the hour's distinct upvoters, when asked for
 
 
 def _utc(moment: datetime) -> datetime:
@@ -51,25 +53,28 @@ def hour_floor(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def hourly_counts(database, post_id: str, since: datetime, until: datetime | None = None) -> list[HourCount]:
-    """Exact upvotes and shares of `post_id` per event hour overlapping [since, until), oldest first."""
+def hourly_counts(database, post_id: str, since: datetime, until: datetime | None = None,
+                  unique: bool = False) -> list[HourCount]:
+    """Exact upvotes and shares of `post_id` per event hour overlapping [since, until), oldest
+    first; with `unique`, each hour's unique voters too."""
     first, end = hour_floor(since), None if until is None else _utc(until)
     with database.snapshot(multi_use=True) as snapshot:
-        every_hour = hourly_counts_in(snapshot, post_id)
+        every_hour = hourly_counts_in(snapshot, post_id, unique)
     return [h for h in every_hour if h.hour >= first and (end is None or h.hour < end)]
 
 
-def hourly_counts_in(snapshot, post_id: str) -> list[HourCount]:
+def hourly_counts_in(snapshot, post_id: str, unique: bool = False) -> list[HourCount]:
     """Exact counts of `post_id` in every event hour it has, oldest first, read in `snapshot`
     (a multi-use read-only snapshot: both sides must be read at the same timestamp)."""
     key = post_key(post_id)
-    sums: dict[datetime, list[int]] = {}
+    sums: dict[datetime, list] = {}
 
     def add(rows) -> None:
-        for hour, upvotes, shares in rows:
-            acc = sums.setdefault(_plain(hour), [0, 0])
+        for hour, upvotes, shares, voters in rows:
+            acc = sums.setdefault(_plain(hour), [0, 0, []])
             acc[0] += upvotes
             acc[1] += shares
+            acc[2].append(sketch_value(voters))
 
     posts = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
                                keyset=spanner.KeySet(keys=[list(key)])))
@@ -78,7 +83,8 @@ def hourly_counts_in(snapshot, post_id: str) -> list[HourCount]:
     add(snapshot.read(HOURLY, columns=DELTA_SUM_COLUMNS,
                       keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key))])))
     add(read_unfolded(snapshot, {key: hourly_watermark(*posts[0])}, DELTA_SUM_COLUMNS))
-    return [HourCount(hour, *sums[hour]) for hour in sorted(sums)]
+    return [HourCount(hour, up, sh, estimate(union_of(voters)) if unique else None)
+            for hour, (up, sh, voters) in sorted(sums.items())]
 
 
 def _plain(hour: datetime) -> datetime:

@@ -66,7 +66,7 @@ def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
     """One blind commit: the delta rows (one per hour) and the audit row. False if the ID exists."""
     delta_id = adjustment_delta_id(adjustment.adjustment_id)
     rows = [delta_key(PostDelta(adjustment.post_id, int(h.hour.timestamp()), delta_id, h.upvotes, h.shares, 0))
-            + (h.upvotes, h.shares, 0, spanner.COMMIT_TIMESTAMP) for h in hours if h.upvotes or h.shares]
+            + (h.upvotes, h.shares, 0, None, spanner.COMMIT_TIMESTAMP) for h in hours if h.upvotes or h.shares]
     audit = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP)
 
     def write(batch) -> None:

@@ -20,8 +20,9 @@ from typing import Iterable, Mapping, Sequence
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from schemas.records import COUNTERS, PostTotals
-from spanner_store.tables import DELTAS, DELTAS_BY_COMMIT, POSTS, PostKey, post_key
+from schemas.records import COUNTERS, PostTotals, UniqueTotals
+from schemas.voter_sketch import estimate, union_of
+from spanner_store.tables import DELTAS, DELTAS_BY_COMMIT, POSTS, VOTERS, PostKey, post_key, sketch_value
 
 # The ranking is the index order itself (Upvotes DESC, then the Posts key): no sort, and
 # ties always come out in the same order.
@@ -57,28 +58,39 @@ def hourly_watermark(folded_through: datetime, hourly_folded_through: datetime |
     return folded_through if hourly_folded_through is None else hourly_folded_through
 
 
-def exact_counts(database, post_ids: Iterable[str]) -> list[PostTotals]:
-    """Exact counts of the given posts, in the order asked; unknown posts read as zeros."""
+def exact_counts(database, post_ids: Iterable[str], unique: bool = False) -> list[PostTotals] | list[UniqueTotals]:
+    """Exact counts of the given posts, in the order asked; unknown posts read as zeros.
+    With `unique`, also each post's unique voters (schemas/voter_sketch.py), from the same snapshot."""
     with database.snapshot(multi_use=True) as snapshot:
-        return counts_in_snapshot(snapshot, post_ids)
+        return counts_in_snapshot(snapshot, post_ids, unique)
 
 
-def counts_in_snapshot(snapshot, post_ids: Iterable[str]) -> list[PostTotals]:
-    """exact_counts inside a multi-use snapshot the caller holds (and reads other things in)."""
+def counts_in_snapshot(snapshot, post_ids: Iterable[str],
+                       unique: bool = False) -> list[PostTotals] | list[UniqueTotals]:
+    """exact_counts inside a multi-use snapshot the caller holds (and reads other things in).
+
+    Unique voters are the union of the folded sketch and the unfolded deltas' sketches, read
+    in the same snapshot and the same ranges as the counts; only asked for, as they are bytes."""
     wanted = list(dict.fromkeys(post_ids))
-    found: dict[str, list[int]] = {}
+    voters = (VOTERS,) if unique else ()
+    found: dict[str, list] = {}
     for start in range(0, len(wanted), READ_CHUNK):
         keys = [list(post_key(p)) for p in wanted[start:start + READ_CHUNK]]
         watermarks = {}
-        for h, post_id, upvotes, shares, folded_through in snapshot.read(
-                POSTS, columns=("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough"),
+        for h, post_id, upvotes, shares, folded_through, *sketch in snapshot.read(
+                POSTS, columns=("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough") + voters,
                 keyset=spanner.KeySet(keys=keys)):
-            found[post_id] = [upvotes, shares]
+            found[post_id] = [upvotes, shares, [sketch_value(s) for s in sketch]]
             watermarks[(h, post_id)] = folded_through
-        for post_id, upvotes, shares in read_unfolded(snapshot, watermarks, ("PostId", "Upvotes", "Shares")):
+        for post_id, upvotes, shares, *sketch in read_unfolded(
+                snapshot, watermarks, ("PostId", "Upvotes", "Shares") + voters):
             found[post_id][0] += upvotes
             found[post_id][1] += shares
-    return [PostTotals(p, *found.get(p, (0, 0))) for p in wanted]
+            found[post_id][2] += [sketch_value(s) for s in sketch]
+    if unique:
+        return [UniqueTotals(p, *found[p][:2], estimate(union_of(found[p][2]))) if p in found else UniqueTotals(p, 0, 0, 0)
+                for p in wanted]
+    return [PostTotals(p, *found[p][:2]) if p in found else PostTotals(p, 0, 0) for p in wanted]
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,18 @@ class Mismatch:
     counter: str
     expected: int
     actual: int
+
+
+def verify_unique_voters(database, expected: dict[str, int], tolerance: float) -> list[Mismatch]:
+    """Every post's unique voters against the exact {post: distinct voters}: an estimate off by
+    more than `tolerance` (relative; none at all for a post without voters) is a mismatch."""
+    mismatches = []
+    for start in range(0, len(expected), READ_CHUNK):
+        for totals in exact_counts(database, list(expected)[start:start + READ_CHUNK], unique=True):
+            want = expected[totals.post_id]
+            if abs(totals.unique_voters - want) > tolerance * want:
+                mismatches.append(Mismatch(totals.post_id, "unique_voters", want, totals.unique_voters))
+    return mismatches
 
 
 def verify_totals(database, expected: dict[str, dict[str, int]]) -> list[Mismatch]:

@@ -5,6 +5,7 @@ so a schema change is one edit here plus the DDL.
 """
 from __future__ import annotations
 
+import base64
 from datetime import datetime, timezone
 
 from schemas import post_hash
@@ -17,7 +18,10 @@ POST_COLUMNS = ("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough")
 WATERMARK_COLUMNS = ("PostHash", "PostId", "FoldedThrough")
 # The watermark of a post's PostHourlyCounts rows; NULL: the same as FoldedThrough.
 HOURLY_WATERMARK = "HourlyFoldedThrough"
-POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK,)
+# The union of the voter sketches of every delta folded (schemas/voter_sketch.py); on
+# Posts, PostDeltas and PostHourlyCounts alike. NULL: no voter recorded.
+VOTERS = "Voters"
+POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK, VOTERS)
 HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK)
 
 DELTAS = "PostDeltas"
@@ -25,16 +29,16 @@ DELTAS = "PostDeltas"
 # key range of it (PostHash, PostId, CommittedAt), storing Upvotes, Shares and Events.
 DELTAS_BY_COMMIT = "PostDeltasByCommit"
 DELTA_KEY_COLUMNS = ("PostHash", "PostId", "EventHour", "DeltaId")
-DELTA_COLUMNS = DELTA_KEY_COLUMNS + ("Upvotes", "Shares", "Events", "CommittedAt")
+DELTA_COLUMNS = DELTA_KEY_COLUMNS + ("Upvotes", "Shares", "Events", VOTERS, "CommittedAt")
 # The ROW DELETION POLICY of PostDeltas: a delta not folded by then is lost.
 DELTA_RETENTION_DAYS = 30
-# What the fold and the hourly reads take from each unfolded delta.
-DELTA_SUM_COLUMNS = ("EventHour", "Upvotes", "Shares")
+# What the fold and the hourly reads take from each unfolded delta (and from PostHourlyCounts).
+DELTA_SUM_COLUMNS = ("EventHour", "Upvotes", "Shares", VOTERS)
 # The same with its commit timestamp, for folds that split a post by commit time.
 DELTA_COMMIT_SUM_COLUMNS = ("CommittedAt",) + DELTA_SUM_COLUMNS
 
 HOURLY = "PostHourlyCounts"
-HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares")
+HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares", VOTERS)
 
 FOLD_RUNS = "FoldRuns"
 FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt", "PostsSkipped")
@@ -83,6 +87,16 @@ def writer_identity(writer_name: str, generation: int) -> str:
     is the bare name, the identity jobs had before generations existed, so the first in-place
     update of such a job keeps its keys."""
     return writer_name if generation == 0 else f"{writer_name}#g{generation}"
+
+
+def sketch_column(sketch: bytes | None) -> bytes | None:
+    """A voter sketch as the client takes a BYTES value: base64 (it sends bytes as text)."""
+    return None if sketch is None else base64.b64encode(sketch)
+
+
+def sketch_value(column: bytes | None) -> bytes | None:
+    """A BYTES value as the client reads it (still base64) back to the sketch."""
+    return None if column is None else base64.b64decode(column)
 
 
 def adjustment_delta_id(adjustment_id: str) -> str:

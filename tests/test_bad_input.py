@@ -491,9 +491,11 @@ def summed_by_parse_message(data: bytes, attributes: dict, published: float, pol
         if isinstance(result, Rejected):
             rejected.append(result)
             continue
-        acc = sums.setdefault((result.post_id, result.event_hour), [0, 0, 0])
+        acc = sums.setdefault((result.post_id, result.event_hour), [0, 0, 0, None])
         acc[0 if result.counter == "upvotes" else 1] += result.delta
         acc[2] += 1
+        if result.counter == "upvotes" and result.delta > 0 and result.user_id is not None:
+            acc[3] = (acc[3] or set()) | {result.user_id}  # a voter: schemas/voter_sketch.py
     return sums, rejected, sorted(ingestion)
 
 
@@ -526,7 +528,7 @@ _EVENTS_NEAR_BOUNDS = st.lists(
         st.fixed_dictionaries(
             {"post_id": st.sampled_from(["p-1", "p-2", "ü"]), "counter": st.sampled_from(COUNTERS),
              "delta": st.sampled_from([1, -1, 3])},
-            optional={"event_time": _NEAR_BOUNDS, "user_id": st.sampled_from(["u", "", "x" * 129]),
+            optional={"event_time": _NEAR_BOUNDS, "user_id": st.sampled_from(["u", "v", "", "x" * 129, "ü\u0000/"]),
                       "event_id": st.sampled_from(["e", None])},
         ).map(lambda fields: json.dumps(fields).encode()),
         _LINES.map(lambda lines: lines[0] if lines else b"{}"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-            "commit_sizes")
+            "commit_sizes", "unique_voters")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 480
 
@@ -31,7 +31,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 10 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 11 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -64,6 +64,12 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert sizes["exact"] is True and sizes["components"]["fold"]["posts_split"] == 1
     assert 0 < document["largest_commit_mutations"] <= sizes["limit"]
     assert all(b["largest_commit_mutations"] <= sizes["limit"] for b in document["benchmarks"].values())
+
+    unique = document["benchmarks"]["unique_voters"]
+    assert unique["with_sketches"]["exact"] is True and unique["without_sketches"]["exact"] is True
+    assert [p["voters"] for p in unique["errors"]][:3] == [10, 100, 1_000]
+    assert all(p["relative_error"] <= 0.005 for p in unique["errors"][:3])
+    assert unique["with_sketches"]["sketch_bytes_per_row"] > 0 == unique["without_sketches"]["sketch_bytes_per_row"]
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000

@@ -10,6 +10,7 @@ import pytest
 
 from schemas.records import PostDelta
 from spanner_store.counts_reader import CountsReader
+from schemas.voter_sketch import sketch_of
 from spanner_store.deltas import write_deltas
 
 HOUR = 1_795_312_800
@@ -56,6 +57,19 @@ def test_concurrent_callers_of_a_hot_post_share_one_spanner_read_per_refresh(dat
     refreshed = reader.get("hot")
     assert (refreshed.upvotes, reader.spanner_reads) == (12, 2)
     assert refreshed.as_of > answers[0].as_of
+
+
+def test_unique_reads_have_their_own_cache_and_the_same_snapshot_as_the_counts(database) -> None:
+    write_deltas(database, [PostDelta("voted", HOUR, "v:1", 3, 0, 3, sketch_of(["ann", "bo", "cy"]))])
+    clock = FakeClock()
+    reader = CountsReader(database, refresh_s=1.0, clock=clock)
+    assert reader.get("voted").unique_voters is None
+    unique = reader.get("voted", unique=True)
+    assert (unique.upvotes, unique.unique_voters, reader.spanner_reads) == (3, 3, 2)
+    write_deltas(database, [PostDelta("voted", HOUR, "v:2", 1, 0, 1, sketch_of(["ann", "dee"]))])
+    assert reader.get("voted", unique=True).unique_voters == 3 and reader.spanner_reads == 2  # cached
+    clock.now += 1.1
+    assert reader.get("voted", unique=True)[1:] == (4, 0, reader.get("voted", unique=True).as_of, 4)
 
 
 def test_get_many_reads_what_is_missing_in_one_batch_in_the_order_asked(database) -> None:

@@ -11,6 +11,7 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
 from schemas.records import PostDelta, Rejected
+from schemas.voter_sketch import sketch_of
 from spanner_store.deltas import write_new_deltas
 from spanner_store.reads import exact_counts
 from tests.test_faults import flaky_sink  # noqa: F401 - the fixture
@@ -35,7 +36,8 @@ def dead_letters(stack, capsys, action: str, *extra: str) -> list[dict]:
 
 def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, flaky_sink, capsys) -> None:  # noqa: F811
     created = flaky_sink(fail_before=1.0, error=exceptions.PermissionDenied)  # permanent: never retried
-    deltas = [PostDelta(f"dl-{i}", HOUR, f"dl-writer:{i}:0", 3 + i, 1, 4 + i) for i in range(3)]
+    deltas = [PostDelta(f"dl-{i}", HOUR, f"dl-writer:{i}:0", 3 + i, 1, 4 + i, sketch_of([f"v{i}", "both"]))
+              for i in range(3)]
     with TestPipeline() as p:
         failed = p | beam.Create(deltas) | WriteDeltaRows(stack.project, stack.instance, stack.database, 10)
         (failed,) | PublishDeadLetters(f"projects/{stack.project}/topics/{stack.dead_letter_topic}")
@@ -63,6 +65,7 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
     (second,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database)
     assert (second["deltas_written"], second["deltas_already_written"], second["acknowledged"]) == (0, 3, 3)
     assert [t.upvotes for t in exact_counts(database, [d.post_id for d in deltas])] == [3, 4, 5]
+    assert [t.unique_voters for t in exact_counts(database, [d.post_id for d in deltas], unique=True)] == [2, 2, 2]
     assert dead_letters(stack, capsys, "show")[0]["shown"] == 0
 
 

@@ -10,6 +10,7 @@ from google.cloud.spanner_v1 import param_types
 from schemas import post_hash
 from upvotes.cli import build_parser, main
 from schemas.records import PostDelta
+from schemas.voter_sketch import sketch_of
 from spanner_store.deltas import write_deltas
 from spanner_store import hourly
 from spanner_store.hourly import HourCount, hourly_counts
@@ -126,3 +127,19 @@ def test_upvotes_read_hourly_prints_json_lines(stack, database, capsys) -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(where + ["--hourly", "--since", "yesterday", "hr-c"])
     assert "not an RFC 3339 time" in capsys.readouterr().err
+
+
+def test_upvotes_read_unique_adds_unique_voters_in_total_and_per_hour(stack, database, capsys) -> None:
+    hour = lambda moment: int(moment.timestamp())  # noqa: E731
+    write_deltas(database, [PostDelta("uv-c", hour(H1), "u1", 3, 0, 3, sketch_of(["a", "b", "c"])),
+                            PostDelta("uv-c", hour(H2), "u2", 2, 1, 3, sketch_of(["c", "d"]))])
+    fold(stack)  # folded and unfolded sketches meet in one read
+    write_deltas(database, [PostDelta("uv-c", hour(H2), "u3", 1, 0, 1, sketch_of(["e"]))])
+    where = ["read", "--project", stack.project, "--instance", stack.instance, "--database", stack.database]
+    assert main(where + ["--unique", "uv-c", "nobody"]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+        {"post_id": "uv-c", "upvotes": 6, "shares": 1, "unique_voters": 5},
+        {"post_id": "nobody", "upvotes": 0, "shares": 0, "unique_voters": 0}]
+    assert main(where + ["--hourly", "--unique", "--since", "2026-11-22T00:00:00Z", "uv-c"]) == 0
+    assert [(r["hour"][11:13], r["upvotes"], r["unique_voters"])
+            for r in map(json.loads, capsys.readouterr().out.splitlines())] == [("01", 3, 3), ("02", 3, 3)]

@@ -13,7 +13,8 @@ from google.cloud import spanner
 
 import schemas
 from schemas.records import PostDelta
-from spanner_store.database import MUTATION_BUDGET, open_database, run_transaction
+from schemas.voter_sketch import sketch_of
+from spanner_store.database import MUTATION_BUDGET, commit_mutations, open_database, run_transaction
 from spanner_store.deltas import write_deltas
 from spanner_store.folding import (
     HourlyStep, MUTATIONS_PER_HOUR, MUTATIONS_PER_POST, apply_hourly_step, choose_snapshot, plan_hourly_steps,
@@ -22,7 +23,7 @@ from spanner_store.folding import (
 from spanner_store.hourly import hourly_counts
 from spanner_store.mutation_count import schema_model
 from spanner_store.reads import exact_counts
-from spanner_store.tables import post_key
+from spanner_store.tables import delta_key, post_key
 from tests.conftest import new_resources
 from tests.test_fold import fold
 from upvotes.provision import provision_spanner
@@ -183,21 +184,37 @@ def test_a_post_that_cannot_be_folded_does_not_stop_the_others(stack, database) 
 def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
     res = new_resources("old")
     old_ddl = [s.replace(" HourlyFoldedThrough TIMESTAMP,", "").replace(" PostsSkipped INT64,", "")
+               .replace(" Voters BYTES(MAX),", "").replace(", Voters)", ")")
                for s in schemas.ddl_statements()]
     assert old_ddl != schemas.ddl_statements()
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(res.database, ddl_statements=old_ddl).create().result(300)
     database = open_database(res.project, res.instance, res.database)
-    write_deltas(database, [PostDelta("before-migration", HOUR_2001, "b:1", 1, 0, 1)])
+    old = PostDelta("before-migration", HOUR_2001, "b:1", 1, 0, 1)
+    commit_mutations(database, lambda batch: (
+        batch.insert("Posts", columns=("PostHash", "PostId"), values=[post_key(old.post_id)]),
+        batch.insert("PostDeltas", columns=("PostHash", "PostId", "EventHour", "DeltaId", "Upvotes", "Shares", "Events",
+                                            "CommittedAt"),
+                     values=[delta_key(old) + (1, 0, 1, spanner.COMMIT_TIMESTAMP)])))
 
     logged: list[str] = []
     provision_spanner(res, False, "unused", logged.append)
     assert "added   column Posts.HourlyFoldedThrough TIMESTAMP" in logged
     assert "added   column FoldRuns.PostsSkipped INT64" in logged
+    assert {"added   column Posts.Voters BYTES(MAX)", "added   column PostDeltas.Voters BYTES(MAX)",
+            "added   column PostHourlyCounts.Voters BYTES(MAX)",
+            "added   stored column PostDeltasByCommit.Voters"} <= set(logged)
     with database.snapshot() as snapshot:
-        assert list(snapshot.execute_sql("SELECT HourlyFoldedThrough FROM Posts")) == [[None]]
-    # The existing row reads as before (NULL: hourly rows in step with FoldedThrough).
-    assert hourly_counts(database, "before-migration", EPOCH)[0].upvotes == 1
+        assert list(snapshot.execute_sql("SELECT HourlyFoldedThrough, Voters FROM Posts")) == [[None, None]]
+    # The existing row reads as before (NULL: hourly rows in step with FoldedThrough; no
+    # sketch: no voters recorded), and rows with sketches join it.
+    assert hourly_counts(database, "before-migration", EPOCH, unique=True)[0][1:] == (1, 0, 0)
+    assert exact_counts(database, ["before-migration"], unique=True)[0].unique_voters == 0
+    write_deltas(database, [PostDelta(old.post_id, HOUR_2001, "b:2", 2, 0, 2, sketch_of(["u1", "u2"]))])
+    assert exact_counts(database, [old.post_id], unique=True)[0][1:] == (3, 0, 2)
+    fold(res)
+    assert exact_counts(database, [old.post_id], unique=True)[0][1:] == (3, 0, 2)
+    assert hourly_counts(database, old.post_id, EPOCH, unique=True)[0][1:] == (3, 0, 2)
     again: list[str] = []
     provision_spanner(res, False, "unused", again.append)
     assert not [line for line in again if line.startswith(("added", "created"))]

@@ -32,8 +32,9 @@ def count(build) -> float:
 def test_the_model_reads_every_index_from_the_ddl() -> None:
     by_commit = {i.name: i for i in MODEL[DELTAS].indexes}["PostDeltasByCommit"]
     # The index key, the table key parts it lacks, then the stored columns: 4 key parts,
-    # CommittedAt and 3 stored columns.
-    assert by_commit.entry == ("PostHash", "PostId", "CommittedAt", "EventHour", "DeltaId", "Upvotes", "Shares", "Events")
+    # CommittedAt and 4 stored columns.
+    assert by_commit.entry == ("PostHash", "PostId", "CommittedAt", "EventHour", "DeltaId", "Upvotes", "Shares", "Events",
+                               "Voters")
     by_upvotes = {i.name: i for i in MODEL[POSTS].indexes}["PostsByUpvotes"]
     assert set(by_upvotes.entry) == {"Upvotes", "PostHash", "PostId", "Shares", "FoldedThrough"}
     invalid_since = {i.name: i for i in MODEL[VIEW_ROWS].indexes}["TopPostsViewRowsByInvalidSince"]
@@ -42,11 +43,11 @@ def test_the_model_reads_every_index_from_the_ddl() -> None:
 
 
 def test_an_insert_counts_its_columns_and_every_index_entry() -> None:
-    row = ("p", HOUR, "d", 1, 0, 1, spanner.COMMIT_TIMESTAMP)
-    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(1,) + row])) == 8 + 8
-    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(n,) + row for n in range(10)])) == 160
+    row = ("p", HOUR, "d", 1, 0, 1, b"sketch", spanner.COMMIT_TIMESTAMP)
+    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(1,) + row])) == 9 + 9
+    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(n,) + row for n in range(10)])) == 180
     # The sink's planner agrees with the model for a delta and a new parent.
-    assert MUTATIONS_PER_DELTA == 16
+    assert MUTATIONS_PER_DELTA == 18
     assert count(lambda b: b.insert_or_update(POSTS, POST_KEY_COLUMNS, [(1, "p")])) <= MUTATIONS_PER_PARENT
 
 
@@ -82,7 +83,7 @@ def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) 
         write_deltas(database, deltas)
         # 16 per delta; the parent's key columns (2) and its PostsByUpvotes entry (5); the
         # commit's TopCandidates row (one per column, no index).
-        assert (meter.commits, meter.largest) == (1, 1_000 * 16 + 7 + len(TOP_CANDIDATE_COLUMNS))
+        assert (meter.commits, meter.largest) == (1, 1_000 * 18 + 7 + len(TOP_CANDIDATE_COLUMNS))
         assert meter.largest <= mutations_for(deltas)
         too_many = [PostDelta("meter-q", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(5_000)]
         with pytest.raises(CommitTooLarge):

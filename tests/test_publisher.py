@@ -147,16 +147,26 @@ def test_hourly_sums_equal_totals(viral: tuple[Ledger, list[dict]]) -> None:
     assert set().union(*hourly.values()) == {"2026-11-22T01:00:00Z", "2026-11-22T02:00:00Z", "2026-11-22T03:00:00Z"}
 
 
+def test_ledger_counts_distinct_upvoters_exactly(viral: tuple[Ledger, list[dict]]) -> None:
+    ledger, events = viral
+    voters: dict[str, set[str]] = {}
+    for event in events:
+        if event["counter"] == "upvotes" and event["delta"] > 0:
+            voters.setdefault(event["post_id"], set()).add(event["user_id"])
+    assert ledger.unique_voters == {post: len(voters.get(post, ())) for post in ledger.totals}
+    assert 0 < max(ledger.unique_voters.values()) < sum(t["upvotes"] for t in ledger.totals.values())
+
+
 def test_ledger_save_and_load_round_trip(viral: tuple[Ledger, list[dict]], tmp_path) -> None:
     ledger, _ = viral
     path = tmp_path / "ledger.json"
     ledger.save(path)
     document = json.loads(path.read_text())
-    assert list(document) == ["events", "hourly", "invalid", "posts"]
+    assert list(document) == ["events", "hourly", "invalid", "posts", "unique_voters"]
     assert document["posts"] == ledger.totals and document["hourly"] == ledger.hourly()
     loaded = Ledger.load(path)
-    assert (loaded.events, loaded.invalid, loaded.totals, loaded.hourly()) == (
-        ledger.events, ledger.invalid, ledger.totals, ledger.hourly())
+    assert (loaded.events, loaded.invalid, loaded.totals, loaded.hourly(), loaded.unique_voters) == (
+        ledger.events, ledger.invalid, ledger.totals, ledger.hourly(), ledger.unique_voters)
     # A loaded ledger keeps counting where the saved one stopped.
     hour = "2026-11-22T01:00:00Z"
     loaded.add({"post_id": "p-1", "counter": "shares", "delta": 1, "event_time": hour})
@@ -340,3 +350,15 @@ def test_batches_pack_events_within_both_limits_and_read_back_as_the_same_events
     assert [(m.data, m.attributes) for m in batch_messages(events[:3], 1)] == [event_message(e) for e in events[:3]]
     with pytest.raises(ValueError):
         list(batch_messages(events, 1001))
+
+
+def test_voters_bounds_the_user_ids_a_workload_draws() -> None:
+    events = list(generate_events(Workload(events=2_000, posts=3, seed=1, voters=50)))
+    assert {e["user_id"] for e in events} == {f"u-{i}" for i in range(50)}
+    ledger = Ledger()
+    for event in events:
+        ledger.add(event)
+    assert all(40 <= n <= 50 for n in ledger.unique_voters.values())  # far fewer voters than upvotes
+    assert sum(ledger.unique_voters.values()) < sum(t["upvotes"] for t in ledger.totals.values()) / 5
+    with pytest.raises(ValueError, match="voters"):
+        Workload(events=1, posts=1, voters=0)

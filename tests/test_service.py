@@ -15,6 +15,7 @@ from google.cloud import pubsub_v1
 
 from schemas.contract import parse_vote
 from schemas.records import PostDelta, VoteEvent
+from schemas.voter_sketch import sketch_of
 from spanner_store.counts_reader import CountsReader
 from spanner_store.deltas import write_deltas
 from upvotes.cli import main
@@ -88,6 +89,18 @@ def test_posts_with_hostile_ids_read_exactly_in_paths_and_queries(client, databa
     many = client.get("/v1/posts", params=[("id", p) for p in HOSTILE_IDS + ["never-voted"]]).json()["posts"]
     assert [(p["post_id"], p["upvotes"]) for p in many] == [(p, 10 + i) for i, p in enumerate(HOSTILE_IDS)] + [
         ("never-voted", 0)]
+
+
+def test_unique_voters_are_read_on_request_only(client, database) -> None:
+    post = "voted/by ü"
+    write_deltas(database, [PostDelta(post, HOUR, "uv:1", 4, 0, 4, sketch_of(["a", "b", "c"])),
+                            PostDelta(post, HOUR + 3600, "uv:2", 2, 0, 2, sketch_of(["c", "d"]))])
+    plain = client.get(f"/v1/posts/{quote(post, safe='')}").json()
+    assert plain["upvotes"] == 6 and "unique_voters" not in plain
+    one = client.get(f"/v1/posts/{quote(post, safe='')}", params={"unique": "true"}).json()
+    assert (one["upvotes"], one["unique_voters"]) == (6, 4)
+    many = client.get("/v1/posts", params=[("id", post), ("id", "never-voted"), ("unique", "true")]).json()["posts"]
+    assert [(p["post_id"], p["unique_voters"]) for p in many] == [(post, 4), ("never-voted", 0)]
 
 
 def test_bad_reads_answer_json_reasons(client) -> None:

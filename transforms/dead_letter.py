@@ -25,7 +25,7 @@ def to_dead_letter(item: Rejected | FailedDelta) -> PubsubMessage:
     if isinstance(item, Rejected):
         data, attributes, error = item.data, dict(item.attributes), item.error
     else:
-        data = json.dumps(item.delta._asdict()).encode("utf-8")
+        data = json.dumps(item.delta.to_json()).encode("utf-8")
         attributes, error = {"kind": "delta_row"}, item.error
     if len(data) > MAX_DEAD_LETTER_BYTES:
         attributes["truncated_from_bytes"] = str(len(data))

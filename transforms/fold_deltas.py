@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from schemas.voter_sketch import union_of
 from spanner_store.database import (
     DEFAULT_RETRY, MUTATION_BUDGET, TRANSIENT_ERRORS, open_database, run_transaction, run_with_retries,
 )
@@ -29,17 +30,20 @@ LOG = logging.getLogger(__name__)
 
 
 class SumPostDeltas(beam.CombineFn):
-    """(EventHour, Upvotes, Shares) rows of one post -> (upvotes, shares, deltas, {hour: HourSums})."""
+    """(EventHour, Upvotes, Shares, Voters) rows of one post
+    -> (upvotes, shares, deltas, {hour: HourSums}, voters: the union of the post's sketches)."""
 
     def create_accumulator(self):
-        return [0, 0, 0, {}]
+        return [0, 0, 0, {}, None]
 
     def add_input(self, acc, row):
-        hour, upvotes, shares = row
+        hour, upvotes, shares, voters = row
         acc[0] += upvotes
         acc[1] += shares
         acc[2] += 1
-        add_hours(acc[3], [(hour, upvotes, shares)])
+        add_hours(acc[3], [row])
+        if voters:
+            acc[4] = union_of((acc[4], voters))
         return acc
 
     def merge_accumulators(self, accumulators):
@@ -48,7 +52,8 @@ class SumPostDeltas(beam.CombineFn):
             total[0] += acc[0]
             total[1] += acc[1]
             total[2] += acc[2]
-            add_hours(total[3], [(h, s.upvotes, s.shares) for h, s in acc[3].items()])
+            add_hours(total[3], [(h, *sums) for h, sums in acc[3].items()])
+            total[4] = union_of((total[4], acc[4]))
         return total
 
     def extract_output(self, acc):
@@ -71,7 +76,7 @@ class _PlanPartitions(_SpannerDoFn):
 
 
 class _ReadPartition(_SpannerDoFn):
-    """One partition of Posts -> (FoldKey, (hour, upvotes, shares)) for each unfolded delta."""
+    """One partition of Posts -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta."""
 
     def process(self, element, snapshot_at: datetime):
         handle, partition = element
@@ -158,8 +163,8 @@ class _RecordFoldRun(_SpannerDoFn):
 
 
 def _to_post_fold(keyed) -> PostFold:
-    key, (upvotes, shares, deltas, hours) = keyed
-    return PostFold(key, upvotes, shares, deltas, hours)
+    key, (upvotes, shares, deltas, hours, voters) = keyed
+    return PostFold(key, upvotes, shares, deltas, hours, voters)
 
 
 class FoldDeltas(beam.PTransform):

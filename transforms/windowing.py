@@ -44,12 +44,13 @@ from apache_beam.transforms.window import GlobalWindows
 from schemas import post_hash
 from schemas.contract import EventTimePolicy, Sums, sum_message
 from schemas.records import CounterSums, PostDelta, PostHour, Rejected
+from schemas.voter_sketch import VoterUnion, sketch_of
 
 # Enough keys to spread the window combine over a few dozen Dataflow workers; few enough
 # that a bundle's elements and a runner's per-key work stay small (see the module docstring).
 SUM_SHARDS = 32
 
-ShardSums = dict[PostHour, CounterSums]  # one shard's sums, per post and event hour
+ShardSums = dict[PostHour, CounterSums]  # one shard's sums (and voter sketches), per post and event hour
 
 
 def sum_shard(post_id: str) -> int:
@@ -60,32 +61,44 @@ def sum_shard(post_id: str) -> int:
 class MergeSums(beam.CombineFn):
     """Merges ShardSums; runners combine within each bundle before the shuffle.
 
-    The accumulator maps (post, event hour) to a mutable [upvotes, shares, events] list, so
-    that merging a sum updates it in place.
+    The accumulator maps (post, event hour) to a mutable [upvotes, shares, events, voters]
+    list (voters: a VoterUnion or None), so that merging a sum updates it in place.
     """
 
-    def create_accumulator(self) -> dict[PostHour, list[int]]:
+    def create_accumulator(self) -> dict[PostHour, list]:
         return {}
 
-    def add_input(self, acc: dict[PostHour, list[int]], sums: ShardSums) -> dict[PostHour, list[int]]:
+    def add_input(self, acc: dict[PostHour, list], sums: ShardSums) -> dict[PostHour, list]:
         for key, value in sums.items():
             total = acc.get(key)
             if total is None:
-                acc[key] = [value[0], value[1], value[2]]
+                acc[key] = [value[0], value[1], value[2], None if value[3] is None else VoterUnion(value[3])]
             else:
                 total[0] += value[0]
                 total[1] += value[1]
                 total[2] += value[2]
+                if value[3] is not None:
+                    total[3] = (total[3] or VoterUnion()).add(value[3])
         return acc
 
-    def merge_accumulators(self, accumulators: Iterable[dict[PostHour, list[int]]]) -> dict[PostHour, list[int]]:
-        merged: dict[PostHour, list[int]] = {}
+    def merge_accumulators(self, accumulators: Iterable[dict[PostHour, list]]) -> dict[PostHour, list]:
+        accumulators = iter(accumulators)
+        merged = next(accumulators, {})  # Beam lets the first be changed; the others are copied
         for acc in accumulators:
-            self.add_input(merged, acc)
+            for key, value in acc.items():
+                total = merged.get(key)
+                if total is None:
+                    total = merged[key] = [0, 0, 0, None]
+                total[0] += value[0]
+                total[1] += value[1]
+                total[2] += value[2]
+                if value[3] is not None:
+                    total[3] = (total[3] or VoterUnion()).merge(value[3])
         return merged
 
-    def extract_output(self, acc: dict[PostHour, list[int]]) -> ShardSums:
-        return {key: CounterSums(*total) for key, total in acc.items()}
+    def extract_output(self, acc: dict[PostHour, list]) -> ShardSums:
+        return {key: CounterSums(up, sh, events, None if voters is None else voters.to_bytes())
+                for key, (up, sh, events, voters) in acc.items()}
 
 
 def delta_id(writer: str, window_start_us: int, pane_index: int) -> str:
@@ -122,7 +135,9 @@ class BundleSums:
             shard = shard_of.get(post_id)
             if shard is None:
                 shard = shard_of[post_id] = sum_shard(post_id)
-            shards.setdefault(shard, {})[PostHour(post_id, event_hour)] = CounterSums(*acc)
+            voters = acc[3]
+            shards.setdefault(shard, {})[PostHour(post_id, event_hour)] = CounterSums(
+                acc[0], acc[1], acc[2], None if voters is None else sketch_of(voters))
         for shard, sums in shards.items():
             yield GlobalWindows.windowed_value((shard, sums), timestamp=now)
 
@@ -135,10 +150,10 @@ class _ToPostDeltas(beam.DoFn):
         _, sums = keyed
         pane_id = delta_id(self._writer, win.start.micros, pane.index)
         for key, total in sums.items():
-            if total.upvotes == 0 and total.shares == 0:
-                continue  # votes that cancel out change no count; nothing to write
+            if total.upvotes == 0 and total.shares == 0 and total.voters is None:
+                continue  # votes that cancel out and name no voter change nothing; nothing to write
             yield PostDelta(post_id=key.post_id, event_hour=key.event_hour, delta_id=pane_id,
-                            upvotes=total.upvotes, shares=total.shares, events=total.events)
+                            upvotes=total.upvotes, shares=total.shares, events=total.events, voters=total.voters)
 
 
 class WindowAndSumVotes(beam.PTransform):

@@ -61,7 +61,7 @@ class DeadLetter:
 
     def failed_delta(self) -> PostDelta:
         """The delta row of a kind=delta_row dead letter, exactly as the sink tried to write it."""
-        return PostDelta(**json.loads(self.data))
+        return PostDelta.from_json(json.loads(self.data))
 
     def event_id(self) -> str | None:
         """The event_id of a rejected vote: its attribute, or the field of its JSON if readable."""

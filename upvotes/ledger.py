@@ -1,6 +1,7 @@
 """The ledger: the exact totals a correct pipeline must reach for the valid events published.
 
-Per post and per post and event hour, saved as JSON for `upvotes verify` and the tests.
+Per post and per post and event hour, saved as JSON for `upvotes verify` and the tests, with
+each post's exact number of distinct voters (user IDs with an upvote, schemas/voter_sketch.py).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, event_hour
-from schemas.records import COUNTERS, VoteEvent
+from schemas.records import COUNTERS, UPVOTES, VoteEvent
 
 _COUNTER_INDEX = {counter: index for index, counter in enumerate(COUNTERS)}
 
@@ -33,20 +34,24 @@ class Ledger:
         self.invalid = 0
         self._posts: dict[str, list[int]] = {}  # post -> [upvotes, shares]
         self._hourly: dict[str, dict[int, list[int]]] = {}  # post -> hour (epoch s) -> [upvotes, shares]
+        self._voters: dict[str, set[str]] = {}  # post -> user IDs with an upvote
+        self._loaded_unique: dict[str, int] = {}  # distinct voters per post, from a saved ledger
 
     def add(self, event: dict[str, Any]) -> None:
         """Counts one valid event dict; like the pipeline (with its default event-time policy), it
         buckets a missing or out-of-bounds event_time by the time now."""
         self._count(event["post_id"], event["counter"], event["delta"],
-                    event_hour(event.get("event_time"), time.time(), DEFAULT_EVENT_TIME_POLICY))
+                    event_hour(event.get("event_time"), time.time(), DEFAULT_EVENT_TIME_POLICY), event.get("user_id"))
 
     def add_vote(self, vote: VoteEvent) -> None:
-        self._count(vote.post_id, vote.counter, vote.delta, vote.event_hour)
+        self._count(vote.post_id, vote.counter, vote.delta, vote.event_hour, vote.user_id)
 
     def add_invalid(self, n: int = 1) -> None:
         self.invalid += n
 
-    def _count(self, post_id: str, counter: str, delta: int, hour_s: int) -> None:
+    def _count(self, post_id: str, counter: str, delta: int, hour_s: int, user_id: str | None) -> None:
+        if counter == UPVOTES and delta > 0 and user_id is not None:
+            self._voters.setdefault(post_id, set()).add(user_id)
         index = _COUNTER_INDEX[counter]
         self.events += 1
         self._posts.setdefault(post_id, [0, 0])[index] += delta
@@ -57,6 +62,12 @@ class Ledger:
         """{post_id: {"upvotes": n, "shares": m}} for every post with a valid event, net 0 included."""
         return {post: dict(zip(COUNTERS, sums)) for post, sums in self._posts.items()}
 
+    @property
+    def unique_voters(self) -> dict[str, int]:
+        """{post_id: distinct user IDs with an upvote}, for every post with a valid event. A saved
+        ledger keeps these counts, not the IDs: a loaded ledger reports the saved counts."""
+        return {post: len(self._voters.get(post, ())) for post in self._posts} | self._loaded_unique
+
     def hourly(self) -> dict[str, dict[str, dict[str, int]]]:
         """{post_id: {"2026-11-22T01:00:00Z": {"upvotes": n, "shares": m}}}, by event hour."""
         return {
@@ -65,7 +76,8 @@ class Ledger:
         }
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        document = {"events": self.events, "invalid": self.invalid, "posts": self.totals, "hourly": self.hourly()}
+        document = {"events": self.events, "invalid": self.invalid, "posts": self.totals, "hourly": self.hourly(),
+                    "unique_voters": self.unique_voters}
         Path(path).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
     @classmethod
@@ -78,4 +90,5 @@ class Ledger:
             post: {_hour_seconds(hour): [sums[c] for c in COUNTERS] for hour, sums in hours.items()}
             for post, hours in document["hourly"].items()
         }
+        ledger._loaded_unique = document.get("unique_voters", {})  # absent: a ledger from before voters
         return ledger

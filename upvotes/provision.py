@@ -97,6 +97,31 @@ def missing_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, s
             for column, definition in columns.items() if column not in have[table]]
 
 
+_STORING = re.compile(r"\bSTORING\s*\(([^)]*)\)", re.IGNORECASE)
+
+
+def stored_columns(statement: str) -> tuple[str, list[str]] | None:
+    """(index, its STORING columns) of a CREATE INDEX statement, else None."""
+    name = ddl_object_name(statement)
+    if name is None or not name.startswith("INDEX "):
+        return None
+    match = _STORING.search(statement)
+    return name.split()[1], [c.strip() for c in match.group(1).split(",")] if match else []
+
+
+def missing_stored_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
+    """(index, column) of each STORING column of a `wanted` index that the existing index lacks."""
+    have = dict(filter(None, map(stored_columns, existing)))
+    return [(index, column)
+            for index, columns in filter(None, map(stored_columns, wanted)) if index in have
+            for column in columns if column not in have[index]]
+
+
+def add_stored_column_ddl(index: str, column: str) -> str:
+    """The DDL adding a stored column to an index; both parts come from posts.sql itself."""
+    return f"ALTER INDEX {index} ADD STORED COLUMN {column}"
+
+
 def add_column_ddl(table: str, definition: str) -> str:
     """The DDL adding a column; both parts come from posts.sql itself, never from input."""
     return f"ALTER TABLE {table} ADD COLUMN {definition}"
@@ -157,10 +182,15 @@ def provision_spanner(
     database.reload()
     todo = missing_ddl(list(database.ddl_statements), wanted)
     new_columns = missing_columns(list(database.ddl_statements), wanted)
-    if todo or new_columns:
-        database.update_ddl([add_column_ddl(*c) for c in new_columns] + todo).result(OPERATION_TIMEOUT_S)
+    new_stored = missing_stored_columns(list(database.ddl_statements), wanted)
+    if todo or new_columns or new_stored:
+        # Columns first: a stored column must exist in its table before an index stores it.
+        database.update_ddl([add_column_ddl(*c) for c in new_columns] + [add_stored_column_ddl(*c) for c in new_stored]
+                            + todo).result(OPERATION_TIMEOUT_S)
         for table, definition in new_columns:
             log(f"added   column {table}.{definition}")
+        for index, column in new_stored:
+            log(f"added   stored column {index}.{column}")
         for statement in todo:
             log(f"created {ddl_object_name(statement)}")
     log(f"exists  database {res.database} ({len(wanted) - len(todo)} of {len(wanted)} schema objects were there)")

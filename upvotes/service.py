@@ -3,6 +3,7 @@ validated vote publishing, on FastAPI + uvicorn.
 
     GET  /v1/posts/{post_id}        {"post_id", "upvotes", "shares", "as_of"}; unknown posts read as zeros
     GET  /v1/posts?id=a&id=b        {"posts": [...]}
+         (either, with ?unique=true) each count also has "unique_voters"
     GET  /v1/top?n=10               {"posts": [{"post_id", "upvotes", "shares"}...], "as_of", "exact", "bound", "folded_through"}
     POST /v1/votes                  one JSON event (Content-Type application/json) or ndjson, one event a line:
                                     202 {"accepted": n, "rejected": [{"line", "error"}]}; 400 when nothing is valid
@@ -141,9 +142,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+UNIQUE_HELP = "add unique_voters: distinct user IDs that upvoted (a HyperLogLog estimate)"
+
+
 def _count_json(count: PostCount) -> dict:
-    return {"post_id": count.post_id, "upvotes": count.upvotes, "shares": count.shares,
-            "as_of": count.as_of.isoformat()}
+    record = {"post_id": count.post_id, "upvotes": count.upvotes, "shares": count.shares,
+              "as_of": count.as_of.isoformat()}
+    if count.unique_voters is not None:
+        record["unique_voters"] = count.unique_voters
+    return record
 
 
 def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -217,17 +224,18 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
         return {"status": "ok", "spanner_reads": reader.spanner_reads}
 
     @app.get("/v1/posts/{post_id:path}", summary="One post's exact counts")
-    def read_post(post_id: str) -> dict:
+    def read_post(post_id: str, unique: bool = Query(False, description=UNIQUE_HELP)) -> dict:
         _check_post_id(post_id)
-        return _count_json(reader.get(post_id))
+        return _count_json(reader.get(post_id, unique))
 
     @app.get("/v1/posts", summary="Several posts' exact counts, in the order asked")
-    def read_posts(id: list[str] = Query(..., description="a post ID; repeat for more")) -> dict:  # noqa: A002
+    def read_posts(id: list[str] = Query(..., description="a post ID; repeat for more"),  # noqa: A002
+                   unique: bool = Query(False, description=UNIQUE_HELP)) -> dict:
         if len(id) > MAX_IDS_PER_READ:
             raise HTTPException(400, f"{len(id)} ids, at most {MAX_IDS_PER_READ} per request")
         for post_id in id:
             _check_post_id(post_id)
-        return {"posts": [_count_json(count) for count in reader.get_many(id)]}
+        return {"posts": [_count_json(count) for count in reader.get_many(id, unique)]}
 
     @app.get("/v1/top", summary="Top posts by exact upvotes, fresh without a fold")
     def read_top(n: int = Query(10, ge=1, le=MAX_TOP_N)) -> dict:

@@ -46,12 +46,15 @@ class Workload:
     invalid: int = 0
     start_time: datetime | None = None
     post_prefix: str = "p-"  # post IDs are <post_prefix><rank>
+    voters: int = 1_000_000  # user IDs are u-0 .. u-<voters - 1>, drawn uniformly
 
     def __post_init__(self) -> None:
         if self.events < 0 or self.invalid < 0:
             raise ValueError("the numbers of events and invalid messages must not be negative")
         if self.posts < 1:
             raise ValueError("posts must be at least 1")
+        if self.voters < 1:
+            raise ValueError("voters must be at least 1")
         if self.zipf < 0:
             raise ValueError("the Zipf exponent must not be negative (0 spreads votes evenly)")
         fractions = (self.unvote_fraction, self.share_fraction)
@@ -80,7 +83,7 @@ def generate_events(workload: Workload) -> Iterator[dict[str, Any]]:
             "delta": delta,
             "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
             "event_time": _rfc3339_ms(event_ms),
-            "user_id": f"u-{rng.randrange(1_000_000)}",
+            "user_id": f"u-{rng.randrange(workload.voters)}",
         }
 
 

@@ -88,7 +88,7 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
     plan = plan_replay(held, corrected)
     if args.dry_run:
         for letter, delta in plan.deltas:
-            print(json.dumps({"would": "rewrite_delta", "message_id": letter.message_id, "delta": delta._asdict()}))
+            print(json.dumps({"would": "rewrite_delta", "message_id": letter.message_id, "delta": delta.to_json()}))
         for letter, vote in plan.votes:
             print(json.dumps({"would": "publish_corrected_vote", "message_id": letter.message_id,
                               "event_id": vote.event_id, "data": vote.data.decode("utf-8")}))

@@ -27,6 +27,8 @@ RESOURCES = Resources(
 )
 WARM_UP_POST = "demo-warm-up"
 READY_TIMEOUT_S = 120.0
+# unique voters are an estimate (schemas/voter_sketch.py): about 0.8% standard error above 1,000 voters
+UNIQUE_TOLERANCE = 0.03
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,7 +127,7 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     from pipeline import fold
     from spanner_store import baseline_counters
     from spanner_store.database import open_database
-    from spanner_store.reads import delta_row_counts, top_posts, verify_totals
+    from spanner_store.reads import delta_row_counts, exact_counts, top_posts, verify_totals, verify_unique_voters
     from upvotes.race import race_pipeline
     from upvotes.workload import Workload
 
@@ -183,6 +185,18 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
             say("FAILED")
             return 1
         say(f"verified: all {len(race.ledger.totals)} posts match the ledger exactly after the fold")
+        unique = verify_unique_voters(database, race.ledger.unique_voters, UNIQUE_TOLERANCE)
+        hottest = top.posts[0].post_id if top.posts else None
+        if hottest is not None:
+            (voters,) = exact_counts(database, [hottest], unique=True)
+            say(f"unique voters of {hottest}: {voters.unique_voters:,} estimated, "
+                f"{race.ledger.unique_voters[hottest]:,} exact (a HyperLogLog sketch, folded with the counts)")
+        if unique:
+            for m in unique[:20]:
+                say(f"MISMATCH {m.post_id} unique voters: exact {m.expected}, estimated {m.actual}")
+            say("FAILED")
+            return 1
+        say(f"unique voters of every post within {UNIQUE_TOLERANCE:.0%} of the ledger's exact distinct count")
         if args.keep_serving and service is not None:
             say(f"the pipeline and the live page at {service.url} stay up: vote there; Ctrl-C to stop")
             with local_stream.Heartbeat(topic_path):

@@ -77,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "(default: %(default)s)")
     generated.add_argument("--seed", type=int, default=0, metavar="X",
                            help="random seed; the same seed gives the same events (default: %(default)s)")
+    generated.add_argument("--voters", type=int, default=1_000_000, metavar="U",
+                           help="user IDs are drawn from this many users (default 1000000)")
     generated.add_argument("--invalid", type=int, default=0, metavar="K",
                            help="invalid messages to mix in for the dead-letter path (default: %(default)s)")
     generated.add_argument("--unvote-fraction", type=float, default=0.1, metavar="F",
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH_EVENTS}")
     try:
         workload = None if args.file else Workload(
-            events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid,
+            events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid, voters=args.voters,
             unvote_fraction=args.unvote_fraction, share_fraction=args.share_fraction,
         )
     except ValueError as error:

@@ -22,22 +22,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: 24 hours ago)")
     parser.add_argument("--until", type=utc_time, metavar="TIME",
                         help="with --hourly: hours starting before this time (default: no limit)")
+    parser.add_argument("--unique", action="store_true",
+                        help='add "unique_voters": distinct user IDs that upvoted (a HyperLogLog '
+                        "estimate, exact below about 1,000 voters; per hour with --hourly)")
 
 
 def run(args: argparse.Namespace) -> int:
     """JSON lines: {"post_id", "upvotes", "shares"} per post; with --hourly
-    {"post_id", "hour", "upvotes", "shares"}, per post in the order given, hours ascending."""
+    {"post_id", "hour", "upvotes", "shares"}, per post in the order given, hours ascending;
+    with --unique, "unique_voters" too."""
     from spanner_store.hourly import hour_text, hourly_counts
     from spanner_store.reads import exact_counts
 
     database = open_database_of(args)
     if not args.hourly:
-        for totals in exact_counts(database, args.post_ids):
+        for totals in exact_counts(database, args.post_ids, args.unique):
             print(json.dumps(totals._asdict()))
         return 0
     since = args.since or datetime.now(timezone.utc) - timedelta(hours=24)
     for post_id in args.post_ids:
-        for count in hourly_counts(database, post_id, since, args.until):
-            print(json.dumps({"post_id": post_id, "hour": hour_text(count.hour),
-                              "upvotes": count.upvotes, "shares": count.shares}))
+        for count in hourly_counts(database, post_id, since, args.until, args.unique):
+            record = {"post_id": post_id, "hour": hour_text(count.hour), "upvotes": count.upvotes, "shares": count.shares}
+            if args.unique:
+                record["unique_voters"] = count.unique_voters
+            print(json.dumps(record))
     return 0

@@ -12,10 +12,13 @@ HELP = "Compare every post's exact count with a publisher ledger; exit 1 on any 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("--ledger", required=True, help="ledger file written by `upvotes publish --ledger`")
+    parser.add_argument("--unique-tolerance", type=float, metavar="F",
+                        help="also check each post's unique voters against the ledger's exact distinct "
+                        "voters, within this relative error (e.g. 0.03)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanner_store.reads import verify_totals
+    from spanner_store.reads import verify_totals, verify_unique_voters
     from upvotes.ledger import Ledger
 
     try:
@@ -24,12 +27,18 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read the ledger {args.ledger}: {error.strerror}") from None
     except (ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{args.ledger} is not a ledger written by `upvotes publish --ledger`: {error}") from None
-    mismatches = verify_totals(open_database_of(args), ledger.totals)
+    if args.unique_tolerance is not None and not 0 <= args.unique_tolerance < 1:
+        raise UsageError(f"--unique-tolerance must be in [0, 1), got {args.unique_tolerance}")
+    database = open_database_of(args)
+    mismatches = verify_totals(database, ledger.totals)
+    if args.unique_tolerance is not None:
+        mismatches += verify_unique_voters(database, ledger.unique_voters, args.unique_tolerance)
     for m in mismatches:
         print(f"MISMATCH {m.post_id} {m.counter}: expected {m.expected}, actual {m.actual}")
     posts = len(ledger.totals)
     if mismatches:
         print(f"verify: {len(mismatches)} mismatches over {posts} posts")
         return 1
-    print(f"verify: all {posts} posts match the ledger ({ledger.events} events)")
+    checked = "" if args.unique_tolerance is None else f", unique voters within {args.unique_tolerance:.0%}"
+    print(f"verify: all {posts} posts match the ledger ({ledger.events} events{checked})")
     return 0
