@@ -26,6 +26,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
+from pipeline import local_runner
 from pipeline.options import StreamingOptions, pubsub_path, spanner_project
 from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
@@ -93,6 +94,9 @@ def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | 
 def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
     """Builds and submits the pipeline without waiting (what a flex-template launch does)."""
     options = pipeline_options(argv, values)
+    if local_runner.is_local_runner(options.view_as(StandardOptions).runner):
+        # Beam's DirectRunner never frees a fired window's state: pipeline/local_runner.py
+        local_runner.install()
     pipeline = beam.Pipeline(options=options)
     build(pipeline, options)
     return pipeline.run()
