@@ -7,8 +7,9 @@ sketch per bundle), MergeSums per window of 5 bundles (one delta's sketch), and 
 union of every delta's sketch, then the estimate. The error is against the exact distinct
 count (the ledger's definition). Every sketch built is measured in bytes.
 
-Bytes per row and write/fold cost: one Zipf workload (1M-user pool) summed into deltas per post, hour and window, written to two fresh databases, one
-with the sketches and one with the same rows without them (the run without sketches), then
+Bytes per row and write/fold cost: one Zipf workload (1M-user pool) summed into deltas per
+post, hour and window, written to two fresh databases, one with the sketches and one with
+the same workload without user IDs (the run without sketches), then
 each folded once as `upvotes fold` runs it. Reported: bytes of sketch per delta row, rows
 and mutations per 1,000 votes, the time to write and to fold, each pair's ratio.
 
@@ -31,7 +32,7 @@ from schemas.voter_sketch import LG_K, MAX_SKETCH_BYTES, estimate, union_of
 from spanner_store.database import run_with_retries
 from spanner_store.deltas import mutations_for, plan_commits, write_deltas
 from spanner_store.reads import exact_counts
-from transforms.windowing import BundleSums, MergeSums
+from transforms.windowing import BundleSums, MergeSums, post_deltas
 from upvotes.provision import Resources
 from upvotes.workload import Workload, generate_events
 
@@ -46,9 +47,13 @@ ROWS_PER_COMMIT = 1_000
 CPU_REPEATS = 3
 
 
-def _messages(events: list[dict]) -> list[bytes]:
-    lines = [orjson.dumps(e) for e in events]
+def _batches(lines: list[bytes]) -> list[bytes]:
+    """ndjson messages of EVENTS_PER_MESSAGE lines each."""
     return [b"\n".join(lines[i:i + EVENTS_PER_MESSAGE]) for i in range(0, len(lines), EVENTS_PER_MESSAGE)]
+
+
+def _messages(events: list[dict]) -> list[bytes]:
+    return _batches([orjson.dumps(e) for e in events])
 
 
 def _bundle_sums(messages: list[bytes]) -> list[dict]:
@@ -67,8 +72,7 @@ def error_point(voters: int, seed: int) -> dict:
     order = [v for v in range(voters) for _ in range(VOTES_PER_VOTER)]
     random.Random(seed).shuffle(order)
     lines = [b'{"post_id":"viral","counter":"upvotes","delta":1,"user_id":"user-%d-%d"}' % (seed, v) for v in order]
-    shard_sums = _bundle_sums([b"\n".join(lines[i:i + EVENTS_PER_MESSAGE])
-                               for i in range(0, len(lines), EVENTS_PER_MESSAGE)])
+    shard_sums = _bundle_sums(_batches(lines))
     combine, key = MergeSums(), PostHour("viral", HOUR)
     delta_sketches = []
     for first in range(0, len(shard_sums), BUNDLES_PER_WINDOW):
@@ -99,10 +103,7 @@ def workload_deltas(sizes: Sizes, with_voters: bool) -> tuple[list[PostDelta], i
         acc = combine.create_accumulator()
         for sums in _bundle_sums(_messages(chunk)):
             combine.add_input(acc, sums)
-        for key, total in combine.extract_output(acc).items():
-            if total.upvotes or total.shares or total.voters is not None:
-                deltas.append(PostDelta(key.post_id, key.event_hour, f"uv:{number}:0", total.upvotes, total.shares,
-                                        total.events, total.voters))
+        deltas += post_deltas(combine.extract_output(acc), f"uv:{number}:0")
     return deltas, len(events)
 
 

@@ -74,7 +74,8 @@ def hourly_counts_in(snapshot, post_id: str, unique: bool = False) -> list[HourC
             acc = sums.setdefault(_plain(hour), [0, 0, []])
             acc[0] += upvotes
             acc[1] += shares
-            acc[2].append(sketch_value(voters))
+            if unique:
+                acc[2].append(sketch_value(voters))
 
     posts = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
                                keyset=spanner.KeySet(keys=[list(key)])))

@@ -137,11 +137,10 @@ def verify_unique_voters(database, expected: dict[str, int], tolerance: float) -
     """Every post's unique voters against the exact {post: distinct voters}: an estimate off by
     more than `tolerance` (relative; none at all for a post without voters) is a mismatch."""
     mismatches = []
-    for start in range(0, len(expected), READ_CHUNK):
-        for totals in exact_counts(database, list(expected)[start:start + READ_CHUNK], unique=True):
-            want = expected[totals.post_id]
-            if abs(totals.unique_voters - want) > tolerance * want:
-                mismatches.append(Mismatch(totals.post_id, "unique_voters", want, totals.unique_voters))
+    for totals in exact_counts(database, expected, unique=True):
+        want = expected[totals.post_id]
+        if abs(totals.unique_voters - want) > tolerance * want:
+            mismatches.append(Mismatch(totals.post_id, "unique_voters", want, totals.unique_voters))
     return mismatches
 
 

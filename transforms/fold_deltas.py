@@ -30,20 +30,17 @@ LOG = logging.getLogger(__name__)
 
 
 class SumPostDeltas(beam.CombineFn):
-    """(EventHour, Upvotes, Shares, Voters) rows of one post
-    -> (upvotes, shares, deltas, {hour: HourSums}, voters: the union of the post's sketches)."""
+    """(EventHour, Upvotes, Shares, Voters) rows of one post -> (upvotes, shares, deltas, {hour: HourSums})."""
 
     def create_accumulator(self):
-        return [0, 0, 0, {}, None]
+        return [0, 0, 0, {}]
 
     def add_input(self, acc, row):
-        hour, upvotes, shares, voters = row
+        _, upvotes, shares, _ = row
         acc[0] += upvotes
         acc[1] += shares
         acc[2] += 1
         add_hours(acc[3], [row])
-        if voters:
-            acc[4] = union_of((acc[4], voters))
         return acc
 
     def merge_accumulators(self, accumulators):
@@ -53,7 +50,6 @@ class SumPostDeltas(beam.CombineFn):
             total[1] += acc[1]
             total[2] += acc[2]
             add_hours(total[3], [(h, *sums) for h, sums in acc[3].items()])
-            total[4] = union_of((total[4], acc[4]))
         return total
 
     def extract_output(self, acc):
@@ -163,8 +159,9 @@ class _RecordFoldRun(_SpannerDoFn):
 
 
 def _to_post_fold(keyed) -> PostFold:
-    key, (upvotes, shares, deltas, hours, voters) = keyed
-    return PostFold(key, upvotes, shares, deltas, hours, voters)
+    key, (upvotes, shares, deltas, hours) = keyed
+    # Every delta of the fold is in one of its hours: the post's voters are the hours' union.
+    return PostFold(key, upvotes, shares, deltas, hours, union_of(sums.voters for sums in hours.values()))
 
 
 class FoldDeltas(beam.PTransform):

@@ -142,18 +142,22 @@ class BundleSums:
             yield GlobalWindows.windowed_value((shard, sums), timestamp=now)
 
 
+def post_deltas(sums: ShardSums, pane_id: str) -> Iterable[PostDelta]:
+    """One pane's delta rows: one per post and hour, except sums whose votes cancel out and
+    name no voter, which change nothing."""
+    for key, total in sums.items():
+        if total.upvotes or total.shares or total.voters is not None:
+            yield PostDelta(post_id=key.post_id, event_hour=key.event_hour, delta_id=pane_id,
+                            upvotes=total.upvotes, shares=total.shares, events=total.events, voters=total.voters)
+
+
 class _ToPostDeltas(beam.DoFn):
     def __init__(self, writer: str) -> None:
         self._writer = writer
 
     def process(self, keyed, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
         _, sums = keyed
-        pane_id = delta_id(self._writer, win.start.micros, pane.index)
-        for key, total in sums.items():
-            if total.upvotes == 0 and total.shares == 0 and total.voters is None:
-                continue  # votes that cancel out and name no voter change nothing; nothing to write
-            yield PostDelta(post_id=key.post_id, event_hour=key.event_hour, delta_id=pane_id,
-                            upvotes=total.upvotes, shares=total.shares, events=total.events, voters=total.voters)
+        yield from post_deltas(sums, delta_id(self._writer, win.start.micros, pane.index))
 
 
 class WindowAndSumVotes(beam.PTransform):
