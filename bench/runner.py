@@ -7,6 +7,7 @@ the next one's CPU measurements.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import multiprocessing
 import os
@@ -56,13 +57,30 @@ def run_isolated(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> dict
         return pool.submit(_run_benchmark, name, sizes, res, log_dir).result()
 
 
-def run(quick: bool, out_dir: Path) -> dict:
-    """Every benchmark, then latest.json, latest.md, latest.png and the markdown tables on stdout."""
+def _earlier_results(out_dir: Path, sizes: Sizes, fresh: dict) -> dict:
+    """The latest.json a partial run updates: it must exist and be of the same size."""
+    path = out_dir / report.JSON_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: run every benchmark once before --only")
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    if earlier["sizes"]["name"] != sizes.name:
+        raise ValueError(f"{path} holds a {earlier['sizes']['name']} run; --only needs one of size {sizes.name}")
+    return {**earlier, "machine": fresh["machine"]}
+
+
+def run(quick: bool, out_dir: Path, only: tuple[str, ...] = ()) -> dict:
+    """Every benchmark (or `only` these, replacing their results in the existing latest.json of
+    the same size), then latest.json, latest.md, latest.png and the markdown tables on stdout."""
     sizes = QUICK if quick else FULL
+    unknown = set(only) - set(BENCHMARKS)
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {sorted(unknown)}; choose from {', '.join(BENCHMARKS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = out_dir / "logs"
     started = time.perf_counter()
     document: dict = {"machine": machine_info(), "sizes": sizes.as_dict(), "benchmarks": {}}
+    if only:
+        document = _earlier_results(out_dir, sizes, document)
     with running_emulators(log_dir, say) as env:
         os.environ.update(env)
         # A classic session pool: the default multiplexed sessions break concurrent
@@ -71,12 +89,15 @@ def run(quick: bool, out_dir: Path) -> dict:
         res = bench_resources(uuid.uuid4().hex[:8])
         say(f"provisioning {res.instance}/{res.database}")
         provision_bench(res)
-        for name in BENCHMARKS:
+        for name in only or BENCHMARKS:
             say(f"{name} ...")
             result = run_isolated(name, sizes, res, log_dir)
             document["benchmarks"][name] = result
             say(f"{name}: {result['seconds']:.0f} s, peak RSS {result['peak_rss']['self_mib']:.0f} MiB")
     document["total_seconds"] = round(time.perf_counter() - started, 1)
+    if only:
+        document["partial_runs"] = document.get("partial_runs", []) + [
+            {"benchmarks": list(only), "date": document["machine"]["date"]}]
     document["largest_commit_mutations"] = max(b["largest_commit_mutations"] for b in document["benchmarks"].values())
     say(f"largest commit of the run: {document['largest_commit_mutations']:,} mutations "
         f"(Spanner's limit 80,000; the planners' budget 20,000)")
