@@ -44,7 +44,14 @@ FOLD_RUNS = "FoldRuns"
 FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt", "PostsSkipped")
 
 WRITER_GENERATIONS = "WriterGenerations"
-WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt")
+WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt", "KeyFormat")
+# How a generation's delta keys are spelled (transforms/windowing.py delta_id). The first
+# format, writer:window start:pane, let two panes share a key when an in-place update changed
+# the window length or the shard count (an old [T, T+10 s) pane and a new [T, T+20 s) one),
+# and the second was then taken as already written: its votes lost. The second format adds
+# the window's end and the shard count. A generation keeps the format it was claimed with.
+FIRST_KEY_FORMAT = 1
+KEY_FORMAT = 2
 
 ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind", "Upvotes", "Shares", "Reason", "Actor", "AsOf", "CreatedAt")
