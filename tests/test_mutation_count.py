@@ -12,9 +12,10 @@ from google.cloud.spanner_v1.batch import Batch
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
 from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas
-from spanner_store.mutation_count import commit_mutation_count, schema_model
+from spanner_store.mutation_count import KEY_RANGES, commit_key_ranges, commit_mutation_count, schema_model
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS,
+    DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VIEW_RETIRE_COLUMNS,
+    VIEW_ROW_COLUMNS,
     VIEW_ROWS,
 )
 from upvotes.commit_meter import CommitMeter, CommitTooLarge, metering_commits
@@ -104,3 +105,16 @@ def test_a_view_row_operation_costs_at_most_what_the_view_batches_assume() -> No
     )
     assert worst <= MUTATIONS_PER_VIEW_ROW
     assert MAX_BATCH_ROWS * MUTATIONS_PER_VIEW_ROW <= MUTATION_BUDGET < SPANNER_MUTATION_LIMIT
+
+
+def test_key_ranges_count_the_post_hash_ranges_and_other_tables_rows() -> None:
+    model = schema_model()
+    batch = Batch(None)
+    # Two posts in the lowest 1/64 of the hash space, one in the highest: two ranges, plus the
+    # TopCandidates row (a table of its own).
+    low, high = 5, (1 << 63) - 5
+    batch.insert(POSTS, columns=("PostHash", "PostId"), values=[(low, "a"), (low + 1, "b"), (high, "c")])
+    batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS,
+                 values=[(3, spanner.COMMIT_TIMESTAMP, "x", ["a"], 0)])
+    assert commit_key_ranges(batch._mutations, model) == 3
+    assert high * KEY_RANGES >> 63 == KEY_RANGES - 1
