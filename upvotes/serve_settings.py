@@ -202,7 +202,7 @@ TABLE_END = "<!-- serve-flags:end -->"
 
 def flags_table_markdown() -> str:
     rows = ["| Flag | Default | What it sets |", "| --- | --- | --- |"]
-    rows += [f"| `--{f.flag}` | {f.shown_default} | {f.help} |" for f in SERVE_FLAGS]
+    rows += [f"| `--{f.flag}` | {f.shown_default} | {f.help.replace('|', chr(92) + '|')} |" for f in SERVE_FLAGS]
     return "\n".join(rows) + "\n"
 
 
