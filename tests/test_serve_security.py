@@ -1,7 +1,7 @@
 """`upvotes serve` secure by default, over real HTTP: uvicorn on free loopback ports, httpx as
 the client, the Pub/Sub emulator's topic behind it. Every hostile request is refused AND
-nothing reaches the topic (`published_since` publishes a marker straight to the topic and
-pulls everything up to it from the module's subscription):
+nothing reaches the topic (tests/topic_audit.py: a marker published straight to the topic,
+and everything up to it pulled from the module's subscription):
 
 - cross-site simple POSTs (text/plain, form-urlencoded, multipart), with and without Origin;
 - a foreign Host (DNS rebinding), on reads and writes;
@@ -27,12 +27,10 @@ import stat
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import httpx
 import pytest
-from google.cloud import pubsub_v1
 
 from spanner_store.counts_reader import CountsReader
 from upvotes.http_guards import host_of, json_media_type, origin_key
@@ -45,6 +43,8 @@ from upvotes.serve_settings import (
 )
 from upvotes.service import PubSubVotePublisher, create_app, start_in_background
 from upvotes.write_credentials import CredentialError, resolve_write_credential, write_token_file
+
+from tests.topic_audit import TopicAudit
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-" + "x" * 32
@@ -102,29 +102,11 @@ def client(service):
 
 @pytest.fixture(scope="module")
 def published_since(stack):
-    """Call it after the requests under test: it returns every message published to the topic
-    since the previous call (drained first here). A marker published straight to the topic
-    after them marks the end; the refused requests were answered before it was sent, and a
-    service publishes before it answers."""
-    publisher = pubsub_v1.PublisherClient()
-    subscriber = pubsub_v1.SubscriberClient()
-    subscription = stack.subscription_path(stack.subscription)
-
-    def drain() -> list:
-        marker = uuid.uuid4().hex
-        publisher.publish(stack.topic_path(stack.topic), b"marker", marker=marker).result(timeout=30)
-        messages, deadline = [], time.monotonic() + 60
-        while not any(m.attributes.get("marker") == marker for m in messages):
-            assert time.monotonic() < deadline, "the marker never arrived"
-            response = subscriber.pull(subscription=subscription, max_messages=100, timeout=10)
-            if response.received_messages:
-                subscriber.acknowledge(subscription=subscription, ack_ids=[m.ack_id for m in response.received_messages])
-            messages += [m.message for m in response.received_messages]
-        return [m for m in messages if "marker" not in m.attributes]
-
-    drain()
-    yield drain
-    subscriber.close()
+    """Call it after the requests under test: every message published to the topic since the
+    previous call (tests/topic_audit.py)."""
+    audit = TopicAudit(stack.topic_path(stack.topic), stack.subscription_path(stack.subscription))
+    yield audit.published_since
+    audit.close()
 
 
 def new_session(url: str) -> tuple[str, str]:

@@ -168,7 +168,7 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
     ServeFlag("cors-origin", "Exact origin (https://app.example.com) whose pages may call the API with a bearer "
               "token; repeatable. CORS is off without it; never a wildcard.", repeatable=True, metavar="ORIGIN"),
     ServeFlag("trusted-proxy", "Address of a reverse proxy whose X-Forwarded-For and X-Forwarded-Proto are "
-              "believed (client address for rate limits, https for Secure cookies); repeatable. None by default.",
+              "believed (client address for rate limits, https for Secure cookies); repeatable.",
               repeatable=True, metavar="ADDRESS"),
     ServeFlag("max-delta", f"Largest |delta| a bearer-token write may carry (1 to {MAX_ABS_DELTA:,}, the event "
               "contract's limit); a live-page vote is always +1 or -1.", MAX_ABS_DELTA, max_delta),
