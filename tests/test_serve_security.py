@@ -358,11 +358,17 @@ def test_a_csrf_token_replayed_from_another_session_is_refused(service, client, 
     assert published_since() == []
 
 
-def test_a_reloaded_page_keeps_its_session(service, client) -> None:
+def test_a_reloaded_page_keeps_its_session_until_half_its_life(service, client, clock) -> None:
     """Two tabs of the live page share one session: a reload must not break the other tab."""
     cookie, csrf = new_session(service.url)
     again = client.get("/", headers={"Cookie": f"{COOKIE}={cookie}"})
     assert COOKIE not in again.cookies and csrf in again.text
+    clock.skew_s = SESSION_S * 0.6
+    try:
+        late = client.get("/", headers={"Cookie": f"{COOKIE}={cookie}"})
+    finally:
+        clock.skew_s = 0.0
+    assert late.cookies[COOKIE] != cookie and csrf not in late.text  # renewed before it expires
     first = httpx.get(service.url + "/")
     set_cookie = first.headers["set-cookie"].lower()
     for attribute in ("httponly", "samesite=strict", "path=/", f"max-age={int(SESSION_S)}"):

@@ -74,4 +74,4 @@ def resolve_write_credential(token_file: Path | None, environ: Mapping[str, str]
         return WriteCredential(tokens, f"${TOKEN_ENV}")
     token = secrets.token_urlsafe(32)
     write_token_file(generated_file, token)
-    return WriteCredential((token,), f"generated, in {generated_file} (mode 0600)", generated_file)
+    return WriteCredential((token,), f"generated, in {generated_file}, mode 0600", generated_file)
