@@ -224,7 +224,6 @@ class _WriteGate:
 
     def __init__(self, settings: ServiceSettings, sessions: LiveSessions, clock: Callable[[], float],
                  monotonic: Callable[[], float]) -> None:
-        self.settings = settings
         self.sessions = sessions
         self.clock = clock
         self.tokens = [token.encode() for token in settings.write_tokens]
