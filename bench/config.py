@@ -73,7 +73,7 @@ QUICK = Sizes(
     fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,
     fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
-    unpipelined_votes=2_000, crash_seconds=6.0, crash_settle_s=8.0,
+    unpipelined_votes=2_000, crash_seconds=4.0, crash_settle_s=8.0,
 )
 
 

@@ -140,7 +140,15 @@ def write_back_counts(database) -> Counts:
 
 
 def pipeline_counts(database) -> Counts:
-    return lambda posts: {t.post_id: {"upvotes": t.upvotes, "shares": t.shares} for t in exact_counts(database, posts)}
+    """exact_counts, one at a time in this process: the marker poller and the exact-count check
+    run in two threads, and two concurrent multi-use snapshots once failed here on the emulator
+    with FAILED_PRECONDITION "Invalid transaction ID" (under load; not reproduced in isolation)."""
+    lock = threading.Lock()
+
+    def counts(posts: list[str]) -> dict[str, dict[str, int]]:
+        with lock:
+            return {t.post_id: {"upvotes": t.upvotes, "shares": t.shares} for t in exact_counts(database, posts)}
+    return counts
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], None],
