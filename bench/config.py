@@ -1,4 +1,4 @@
-"""Benchmark sizes: the full run (within 10 minutes on 2 cores) and the --quick smoke run."""
+"""Benchmark sizes: the full run (about 20 minutes on 2 cores) and the --quick smoke run."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

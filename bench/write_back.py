@@ -54,8 +54,8 @@ from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes, race_workload
 from bench.measure import current_rss_mib, latency_summary, reset_peak_rss
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import check_alive, streaming_pipeline, with_topics
-from spanner_store.database import open_database
 from schemas.records import COUNTERS
+from spanner_store.database import open_database
 from spanner_store.reads import exact_counts
 from upvotes import local_stream, redis_server, write_back
 from upvotes.ledger import Ledger
