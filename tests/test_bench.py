@@ -14,9 +14,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-            "commit_sizes", "unique_voters")
+            "commit_sizes", "unique_voters", "write_back")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
-TIMEOUT_S = 480
+TIMEOUT_S = 540
 
 
 def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_path: Path) -> None:
@@ -31,7 +31,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 11 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 13 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -70,6 +70,18 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert [p["voters"] for p in unique["errors"]][:3] == [10, 100, 1_000]
     assert all(p["relative_error"] <= 0.005 for p in unique["errors"][:3])
     assert unique["with_sketches"]["sketch_bytes_per_row"] > 0 == unique["without_sketches"]["sketch_bytes_per_row"]
+
+    write_back = document["benchmarks"]["write_back"]
+    assert set(write_back["race"]) == {"none", "aof_everysec", "aof_always", "pipeline"}
+    for name, row in write_back["race"].items():
+        assert row["exact"] is True and row["votes"] == hot["e2e_pubsub"]["votes"] and row["freshness"]["samples"] > 0, name
+    killed = {(c["killed"], c.get("durability")): c for c in write_back["crashes"]}
+    assert len(killed) == 6 and all(c["acknowledged"] > 0 for c in killed.values())
+    for point in ("after rename", "after commit"):  # the flusher, killed at each fault point: exact
+        crash = killed[(f"flusher, {point}", "none")]
+        assert crash["lost"] == crash["doubled"] == 0 and crash["leftover_staging_keys"] == 1, crash
+    assert killed[("redis-server", "aof_always")]["lost"] == 0  # fsynced before the reply
+    assert "| redis-server |" in (tmp_path / "latest.md").read_text()
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000
