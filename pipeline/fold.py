@@ -30,7 +30,8 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> beam.PCollection
     """Adds the fold graph to `pipeline`; returns the PCollection of the run's FoldOutcome."""
     settings = options.view_as(FoldOptions).validated()
     return pipeline | "FoldDeltas" >> FoldDeltas(
-        spanner_project(options), settings.instance, settings.database, settings.posts_per_commit
+        spanner_project(options), settings.instance, settings.database, settings.posts_per_commit,
+        full_scan=settings.full_scan, data_boost=settings.data_boost,
     )
 
 

@@ -171,7 +171,8 @@ def test_a_replay_after_a_fold_is_not_counted_again(stack, database) -> None:
 
 def fold_once(stack: Resources):
     pipeline = TestPipeline()
-    pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=50)
+    pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=50, full_scan=False,
+                          data_boost=False)
     result = pipeline.run()
     result.wait_until_finish()
     return outcome_from_metrics(result)

@@ -64,9 +64,10 @@ def test_dead_letters_make_status_unhealthy_and_are_counted_by_reason(stack, cap
 
 def test_unfolded_deltas_older_than_a_tenth_of_the_retention_cross_a_threshold() -> None:
     now = datetime(2026, 11, 23, tzinfo=timezone.utc)
-    health = DeltaHealth(read_at=now, posts=1, last_fold_snapshot=now - timedelta(seconds=60), unfolded_deltas=1,
-                         oldest_unfolded_commit=now - timedelta(days=3, seconds=1), recent_delta_rows=0,
-                         recent_votes=0, recent_window=timedelta(minutes=10))
+    health = DeltaHealth(read_at=now, posts_with_unfolded_deltas=1, last_fold_snapshot=now - timedelta(seconds=60),
+                         unfolded_deltas=1, oldest_unfolded_commit=now - timedelta(days=3, seconds=1),
+                         recent_delta_rows=0, recent_votes=0, recent_window=timedelta(minutes=10), rows_read=3,
+                         full_scan=False)
     found = problems(status_report(health, None), Thresholds(max_fold_lag_s=1800))
     assert len(found) == 1 and "1/10 of the 30-day retention" in found[0]
     fresher = health.__class__(**{**health.__dict__, "oldest_unfolded_commit": now - timedelta(days=2)})
