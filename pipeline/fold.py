@@ -45,10 +45,14 @@ def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | 
 
 
 def outcome_from_metrics(result) -> FoldOutcome:
-    """The run's counts, read back from its Beam metrics."""
-    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-                if c.key.metric.namespace == "FoldDeltas"}
-    return FoldOutcome(**{name: counters.get(name, 0) or 0 for name in FoldOutcome._fields})
+    """The run's counts, read back from its Beam metrics and summed over the steps that count them
+    (rows_read is counted by every read step)."""
+    counters: dict[str, int] = {}
+    for counter in result.metrics().query()["counters"]:
+        if counter.key.metric.namespace == "FoldDeltas":
+            name = counter.key.metric.name
+            counters[name] = counters.get(name, 0) + (counter.committed or 0)
+    return FoldOutcome(**{name: counters.get(name, 0) for name in FoldOutcome._fields})
 
 
 def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
