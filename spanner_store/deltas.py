@@ -66,22 +66,23 @@ def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int 
     return commits
 
 
-def write_deltas(database, deltas: list[PostDelta]) -> None:
-    """One commit: the delta rows (insert), their parents' keys (insert_or_update), the
-    commit's DeltaCommits row and its TopCandidates row (inserts), so every delta commit
+def add_delta_writes(batch, deltas: list[PostDelta]) -> None:
+    """One commit's mutations: the delta rows (insert), their parents' keys (insert_or_update),
+    the commit's DeltaCommits row and its TopCandidates row (inserts), so every delta commit
     carries its change-log entry and its candidates."""
     parents = sorted({post_key(d.post_id) for d in deltas})
     rows = [delta_key(d) + (d.upvotes, d.shares, d.events, sketch_column(d.voters), spanner.COMMIT_TIMESTAMP) for d in deltas]
     commit_id = new_commit_id()
     logged = delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.events for d in deltas))
+    batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
+    batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
+    batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS, values=[logged])
+    batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[candidate_mutation_row(deltas, commit_id)])
 
-    def write(batch) -> None:
-        batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
-        batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
-        batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS, values=[logged])
-        batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[candidate_mutation_row(deltas, commit_id)])
 
-    commit_mutations(database, write)
+def write_deltas(database, deltas: list[PostDelta]) -> None:
+    """One blind commit of `add_delta_writes`."""
+    commit_mutations(database, lambda batch: add_delta_writes(batch, deltas))
 
 
 def schema_behind(error: Exception) -> bool:

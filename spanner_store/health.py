@@ -12,8 +12,9 @@ Read in one strong read-only snapshot, from the same structure the fold follows
 
 The cost is one row per commit since min(C, now - window), one Posts row per post changed since
 C, and one index entry per unfolded delta: what is unfolded and recent, never the catalogue.
-Without a cursor (no fold has recorded one: a new or migrated database), step 3 reads every
-post's watermark instead, as the fold's full scan does.
+Without a cursor (no fold has recorded one: a new or migrated database), or with `full_scan`
+(`upvotes status --full-scan`), step 3 reads every post's watermark instead, as the fold's full
+scan does.
 """
 from __future__ import annotations
 
@@ -59,15 +60,16 @@ def _candidate_chunks(snapshot, post_ids: Iterable[str]) -> Iterator[dict[PostKe
         yield from _watermark_chunks(snapshot, spanner.KeySet(keys=[list(k) for k in keys[start:start + READ_CHUNK]]))
 
 
-def delta_health(database, recent_window: timedelta = RECENT_WINDOW) -> DeltaHealth:
-    """Unfolded deltas (count, oldest commit, posts) and the last `recent_window`'s rate."""
+def delta_health(database, recent_window: timedelta = RECENT_WINDOW, full_scan: bool = False) -> DeltaHealth:
+    """Unfolded deltas (count, oldest commit, posts) and the last `recent_window`'s rate; with
+    `full_scan`, every post's watermark is read even when a cursor exists (a check of the log)."""
     posts = unfolded = recent_rows = recent_votes = 0
     oldest: datetime | None = None
     with database.snapshot(multi_use=True) as snapshot:
         last_fold = last_fold_snapshot(snapshot)  # also starts the snapshot, fixing its timestamp
         read_at = snapshot._transaction_read_timestamp  # noqa: SLF001 - the client exposes it only here
         recent_since = read_at - recent_window
-        cursor = fold_cursor(snapshot)
+        cursor = None if full_scan else fold_cursor(snapshot)
         rows_read = 1 + (0 if cursor is None else 1 + len(cursor.skipped))
         candidates = set() if cursor is None else {post.post_id for post in cursor.skipped}
         for change in read_changes(snapshot, recent_since if cursor is None else min(cursor.changes_through,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-            "commit_sizes", "unique_voters")
+            "commit_sizes", "unique_voters", "catalogue_cost")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 480
 
@@ -31,7 +31,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 11 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 14 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -70,6 +70,16 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert [p["voters"] for p in unique["errors"]][:3] == [10, 100, 1_000]
     assert all(p["relative_error"] <= 0.005 for p in unique["errors"][:3])
     assert unique["with_sketches"]["sketch_bytes_per_row"] > 0 == unique["without_sketches"]["sketch_bytes_per_row"]
+
+    catalogue = document["benchmarks"]["catalogue_cost"]
+    assert catalogue["exact"] is True and [p["posts"] for p in catalogue["points"]] == [1_000, 3_000, 10_000]
+    # Following the log, the rows a fold and status read do not grow with the catalogue (status also
+    # reads the change rows of its 10-minute rate window: a few more commits each size); a full scan's do.
+    first, last = catalogue["points"][0], catalogue["points"][-1]
+    assert last["fold_rows_read"] == first["fold_rows_read"]
+    assert 0 <= last["status_rows_read"] - first["status_rows_read"] <= 10
+    assert last["full_scan"]["fold_rows_read"] - first["full_scan"]["fold_rows_read"] == 9_000
+    assert catalogue["sink_mutations_per_1k_votes"]["1000_rows_per_commit"]["change_log_ratio"] <= 1.001
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000
