@@ -3,16 +3,19 @@ while the work stays the same, and what the change log costs the sink.
 
 One database grows through the catalogue sizes: posts are seeded straight into Posts (folded,
 nothing unfolded, commits of SEED_ROWS_PER_COMMIT rows within the 20,000-mutation budget). At
-each size the same work arrives: WORK_DELTAS new delta rows over WORK_POSTS posts, written by the
-sink's own commit (spanner_store.deltas.write_deltas, so with its DeltaCommits row). Then, each
-as a user runs it (the installed `upvotes` command in a subprocess, timed whole: interpreter,
-imports, pipeline start):
+each size the same work arrives `sizes.catalogue_rounds` times: WORK_DELTAS new delta rows over
+WORK_POSTS posts, written by the sink's own commit (spanner_store.deltas.write_deltas, so with its
+DeltaCommits row). After each, as a user runs them (the installed `upvotes` command in a
+subprocess, timed whole: interpreter, imports, pipeline start; medians of the rounds, as the
+machine is shared):
 
 - `upvotes status --json`, following the change log from the last fold's cursor;
-- `upvotes fold`, following the log; then `upvotes fold` again with nothing to do;
-- the baseline, same run, same database: `upvotes status --full-scan` (before the fold) and, on a
-  second batch of the same work, `upvotes fold --full-scan` and again with nothing to do: every
-  post's watermark read, as the fold and status did before this change.
+- `upvotes fold`, following the log; then `upvotes fold` again with nothing to do.
+
+Then the baseline, same run, same database, on one more batch of the same work: `upvotes status
+--full-scan`, `upvotes fold --full-scan` and again with nothing to do: every post's watermark
+read, as the fold and status did before this change (one sample each: at 1,000,000 posts they
+take minutes).
 
 Rows read are what each command reports (`rows_read`: FoldRuns, DeltaCommits and Posts rows and
 delta index entries returned by its reads). Every fold must fold exactly the work, and the
@@ -28,6 +31,7 @@ counted on that DDL variant. Per 1,000 votes at one vote per delta row, for full
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -98,42 +102,45 @@ def folded_upvotes(database, post_ids: list[str]) -> dict[str, int]:
                                   keyset=spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])))
 
 
-def measure_size(database, res: Resources, size: int) -> dict:
+def measure_size(database, res: Resources, size: int, rounds: int) -> dict:
+    """`rounds` rounds of the work, each timed through status, fold and an idle fold (medians
+    reported: the machine is shared, one sample is noise), then the full-scan baseline on one more."""
     fold, status = commands(res)
-    log_work = work(size, f"log-{size}")
-    posts = sorted({d.post_id for d in log_work})
+    posts = sorted({d.post_id for d in work(size, "")})
     before = folded_upvotes(database, posts)
-    run_with_retries(lambda: write_deltas(database, log_work))
-    status_s, status_report = timed_json(status)
-    full_status_s, full_status_report = timed_json(status + ["--full-scan"])
-    fold_s, folded = timed_json(fold)
-    idle_s, idle = timed_json(fold)
-    scan_work = work(size, f"scan-{size}")
-    run_with_retries(lambda: write_deltas(database, scan_work))
+    runs: dict[str, list[tuple[float, dict]]] = {"status": [], "fold": [], "fold_idle": []}
+    for round_no in range(rounds):
+        run_with_retries(lambda: write_deltas(database, work(size, f"log-{size}-{round_no}")))
+        runs["status"].append(timed_json(status))
+        runs["fold"].append(timed_json(fold))
+        runs["fold_idle"].append(timed_json(fold))
+    run_with_retries(lambda: write_deltas(database, work(size, f"scan-{size}")))
+    full_status_s, full_status = timed_json(status + ["--full-scan"])
     scan_s, scanned = timed_json(fold + ["--full-scan"])
     scan_idle_s, scan_idle = timed_json(fold + ["--full-scan"])
-    # Every post of the work gained 2 x WORK_DELTAS / WORK_POSTS votes, folded and read exactly.
-    want = {p: before[p] + 2 * WORK_DELTAS // WORK_POSTS for p in posts}
+    # Every post of the work gained WORK_DELTAS / WORK_POSTS votes a round, folded and read exactly.
+    want = {p: before[p] + (rounds + 1) * WORK_DELTAS // WORK_POSTS for p in posts}
     exact = (
-        status_report["unfolded_deltas"] == full_status_report["unfolded_deltas"] == WORK_DELTAS
-        and status_report["posts_with_unfolded_deltas"] == WORK_POSTS
-        and (folded["deltas_folded"], idle["deltas_folded"], scanned["deltas_folded"], scan_idle["deltas_folded"])
-        == (WORK_DELTAS, 0, WORK_DELTAS, 0)
-        and not folded["full_scan"] and scanned["full_scan"]
+        all((r["unfolded_deltas"], r["posts_with_unfolded_deltas"], r["full_scan"]) == (WORK_DELTAS, WORK_POSTS, False)
+            for _, r in runs["status"])
+        and all((r["deltas_folded"], r["full_scan"]) == (WORK_DELTAS, False) for _, r in runs["fold"])
+        and all(r["deltas_folded"] == 0 for _, r in runs["fold_idle"])
+        and full_status["unfolded_deltas"] == WORK_DELTAS and full_status["full_scan"]
+        and (scanned["deltas_folded"], scan_idle["deltas_folded"], scanned["full_scan"]) == (WORK_DELTAS, 0, True)
         and folded_upvotes(database, posts) == want
         and {t.post_id: t.upvotes for t in exact_counts(database, posts)} == want
     )
-    return {
-        "posts": size, "exact": exact,
-        "fold_s": round(fold_s, 2), "fold_rows_read": folded["rows_read"],
-        "fold_idle_s": round(idle_s, 2), "fold_idle_rows_read": idle["rows_read"],
-        "status_s": round(status_s, 2), "status_rows_read": status_report["rows_read"],
-        "full_scan": {
-            "fold_s": round(scan_s, 2), "fold_rows_read": scanned["rows_read"],
-            "fold_idle_s": round(scan_idle_s, 2), "fold_idle_rows_read": scan_idle["rows_read"],
-            "status_s": round(full_status_s, 2), "status_rows_read": full_status_report["rows_read"],
-        },
+    point: dict = {"posts": size, "exact": exact}
+    for name, samples in runs.items():
+        point[f"{name}_s"] = round(statistics.median(seconds for seconds, _ in samples), 2)
+        point[f"{name}_samples_s"] = [round(seconds, 2) for seconds, _ in samples]
+        point[f"{name}_rows_read"] = max(report["rows_read"] for _, report in samples)
+    point["full_scan"] = {
+        "fold_s": round(scan_s, 2), "fold_rows_read": scanned["rows_read"],
+        "fold_idle_s": round(scan_idle_s, 2), "fold_idle_rows_read": scan_idle["rows_read"],
+        "status_s": round(full_status_s, 2), "status_rows_read": full_status["rows_read"],
     }
+    return point
 
 
 def _table(mutation: Mutation) -> str:
@@ -184,7 +191,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         if seeded == 0:
             timed_json(fold)  # no cursor yet: this first run scans every post and records one
         seeded = size
-        point = measure_size(database, fresh, size)
+        point = measure_size(database, fresh, size, sizes.catalogue_rounds)
         point["seed_s"] = round(seed_s, 1)
         points.append(point)
     first, last = points[0], points[-1]

@@ -41,6 +41,7 @@ class Sizes:
     hot_read_seconds: float  # per point
     # catalogue_cost
     catalogue_posts: tuple[int, ...]  # catalogue sizes, the same work at each
+    catalogue_rounds: int  # rounds of the work per size (medians of their timings)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -55,7 +56,7 @@ FULL = Sizes(
     fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100,
     fresh_rate=100, fresh_seconds=60, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=5.0,
-    catalogue_posts=(10_000, 100_000, 1_000_000),
+    catalogue_posts=(10_000, 100_000, 1_000_000), catalogue_rounds=3,
 )
 
 QUICK = Sizes(
@@ -67,5 +68,5 @@ QUICK = Sizes(
     fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,
     fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
-    catalogue_posts=(1_000, 3_000, 10_000),
+    catalogue_posts=(1_000, 3_000, 10_000), catalogue_rounds=1,
 )

@@ -105,3 +105,32 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
     again: list[str] = []
     provision_spanner(res, False, "unused", again.append)
     assert not [line for line in again if line.startswith(("added", "created"))]
+
+
+def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_fix(stack, monkeypatch) -> None:
+    """The other side of the wait: a database never migrated. After SCHEMA_WAIT_S (an hour; here
+    none) the rows go to the dead-letter output with the missing table in the reason, to be
+    replayed once `upvotes provision` has run; nothing is half-written."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that
+
+    from transforms import spanner_sink
+
+    res = new_resources("unmigrated")
+    client = spanner.Client(project=res.project)
+    client.instance(res.instance).database(res.database, ddl_statements=statements(BEFORE)).create().result(300)
+    monkeypatch.setattr(spanner_sink, "SCHEMA_WAIT_S", 0.0)
+    rows = [PostDelta(f"unmigrated-{i}", HOUR, f"u:{i}:0", 1, 0, 1) for i in range(3)]
+
+    def failed_for_the_missing_table(failed) -> None:
+        assert sorted(f.delta.post_id for f in failed) == [d.post_id for d in rows]
+        assert all("DeltaCommits" in f.error and f.error.startswith("spanner_write_failed") for f in failed)
+
+    with TestPipeline() as pipeline:
+        failed = pipeline | beam.Create(rows) | spanner_sink.WriteDeltaRows(
+            res.project, res.instance, res.database, rows_per_commit=10)
+        assert_that(failed, failed_for_the_missing_table)
+    database = open_database(res.project, res.instance, res.database)
+    with database.snapshot() as snapshot:
+        assert list(snapshot.execute_sql("SELECT COUNT(*) FROM PostDeltas")) == [[0]]
