@@ -68,5 +68,5 @@ QUICK = Sizes(
     fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,
     fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
-    catalogue_posts=(1_000, 3_000, 10_000), catalogue_rounds=1,
+    catalogue_posts=(1_000, 10_000), catalogue_rounds=1,
 )

@@ -341,7 +341,7 @@ def _catalogue_cost_markdown(bench: dict) -> list[str]:
                      f"{scan['status_s']:.1f} / {scan['status_rows_read']:,}", "yes" if p["exact"] else "NO"])
     sink = cc["sink_mutations_per_1k_votes"]
     return [
-        f"### 9. Catalogue cost: the same {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts at "
+        f"### 10. Catalogue cost: the same {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts at "
         "each catalogue size (seconds of the whole command / rows read)",
         _table(["Posts", "fold", "fold, nothing to do", "status", "full-scan fold (baseline)",
                 "full-scan fold, nothing to do", "full-scan status", "Exact"], rows),

@@ -74,7 +74,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert unique["with_sketches"]["sketch_bytes_per_row"] > 0 == unique["without_sketches"]["sketch_bytes_per_row"]
 
     catalogue = document["benchmarks"]["catalogue_cost"]
-    assert catalogue["exact"] is True and [p["posts"] for p in catalogue["points"]] == [1_000, 3_000, 10_000]
+    assert catalogue["exact"] is True and [p["posts"] for p in catalogue["points"]] == [1_000, 10_000]
     # Following the log, the rows a fold and status read do not grow with the catalogue (status also
     # reads the change rows of its 10-minute rate window: the 4 commits of each earlier size at most);
     # a full scan's grow by one per post.

@@ -186,6 +186,6 @@ def test_the_models_fold_reads_what_a_fold_run_reads(stack, database) -> None:
     assert outcome.rows_read == fold_rows_read(changed, 150, len(commits))
     # 10x the catalogue for the same votes: a full scan would read 10x; this reads what the long
     # tail adds in posts voted on.
-    reads = {posts: capacity(Workload(votes_per_s=1_000, posts=posts, zipf=1.1, window_s=10), _sink_shape(),
-                             ASSUMPTIONS).fold_rows_read for posts in (10_000_000, 100_000_000)}
-    assert reads[100_000_000] < 1.2 * reads[10_000_000]
+    reads = {posts: capacity(Workload(votes_per_s=100, posts=posts, zipf=1.1, window_s=10), _sink_shape(),
+                             ASSUMPTIONS).fold_rows_read for posts in (100_000, 1_000_000)}
+    assert reads[1_000_000] < 1.2 * reads[100_000]
