@@ -41,6 +41,9 @@ class Sizes:
     hot_read_callers: int
     hot_read_rates: tuple[int, ...]  # combined target reads/s of the one hot post
     hot_read_seconds: float  # per point
+    # catalogue_cost
+    catalogue_posts: tuple[int, ...]  # catalogue sizes, the same work at each
+    catalogue_rounds: int  # rounds of the work per size (medians of their timings)
     # write_back (the race's burst is e2e_votes over e2e_posts, as hot_post's end to end)
     unpipelined_votes: int = 20_000  # one HINCRBY per vote, into Redis only
     crash_rate: int = 2_000  # votes/s of the steady load each crash row runs under
@@ -62,6 +65,7 @@ FULL = Sizes(
     fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100,
     fresh_rate=100, fresh_seconds=60, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=5.0,
+    catalogue_posts=(10_000, 100_000, 1_000_000), catalogue_rounds=3,
 )
 
 QUICK = Sizes(
@@ -74,6 +78,7 @@ QUICK = Sizes(
     fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
     unpipelined_votes=2_000, crash_seconds=4.0, crash_settle_s=8.0,
+    catalogue_posts=(1_000, 10_000), catalogue_rounds=1,
 )
 
 

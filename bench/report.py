@@ -118,6 +118,7 @@ def evaluate_targets(document: dict) -> list[dict]:
         ),
         *_unique_voter_targets(bench),
         *_write_back_targets(bench),
+        *_catalogue_cost_targets(bench),
     ]
 
 
@@ -284,6 +285,7 @@ def markdown(document: dict) -> str:
                   f"vs {cpu['us_per_vote_without_user_ids']:.2f} µs without user IDs (+{cpu['added_us_per_vote']:.2f} µs, "
                   f"{cpu['ratio']:.2f}x; best of 3 over {cpu['votes']:,} votes)."]
     parts += _write_back_markdown(document)
+    parts += _catalogue_cost_markdown(bench)
     parts += ["### Time, peak RSS and largest commit per benchmark (each in its own process)", _table(
         ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB", "Largest commit (mutations)"],
         [[name, f"{b['seconds']:.0f}", f"{b['peak_rss']['self_mib']:.0f}",
@@ -430,6 +432,60 @@ def _race_bars(bench: dict) -> list[tuple[str, float, float, str]]:
     bars += [(f"Write-back\n{m.removeprefix('aof_')}", race[m]["votes_per_s"], race[m]["mutations_per_1k_votes"],
               "tab:red") for m in WRITE_BACK_LABELS if m in race]
     return bars
+
+
+# --- catalogue cost (issue 22) ------------------------------------------------------------
+
+def _catalogue_cost_targets(bench: dict) -> list[dict]:
+    if "catalogue_cost" not in bench:
+        return []
+    cc = bench["catalogue_cost"]
+    first, last = cc["points"][0], cc["points"][-1]
+    span = f"{last['posts']:,} vs {first['posts']:,} posts"
+    sink = cc["sink_mutations_per_1k_votes"]
+    worst = max(shape["change_log_ratio"] for shape in sink.values())
+    return [
+        _target(f"Fold of {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts, whole command: "
+                f"<= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
+                f"{cc['fold_time_ratio']:.2f}x ({last['fold_s']:.1f} s vs {first['fold_s']:.1f} s, {span}; rows read "
+                f"{first['fold_rows_read']:,} -> {last['fold_rows_read']:,}); full scan, same run: "
+                f"{cc['full_scan_fold_time_ratio']:.2f}x", cc["fold_time_ratio"] <= 1.5),
+        _target(f"`upvotes status`, whole command: <= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
+                f"{cc['status_time_ratio']:.2f}x ({last['status_s']:.1f} s vs {first['status_s']:.1f} s; rows read "
+                f"{first['status_rows_read']:,} -> {last['status_rows_read']:,}); full scan, same run: "
+                f"{cc['full_scan_status_time_ratio']:.2f}x", cc["status_time_ratio"] <= 1.5),
+        _target("Sink write cost of the change log: <= +20% mutations per 1,000 votes",
+                "; ".join(f"{name.replace('_', ' ')}: {shape['before']:,} -> {shape['change_log']:,} "
+                          f"({shape['change_log_ratio'] - 1:+.2%}; shard-led index instead: "
+                          f"{shape['shard_index_ratio'] - 1:+.1%})" for name, shape in sink.items()),
+                worst <= 1.2),
+    ]
+
+
+def _catalogue_cost_markdown(bench: dict) -> list[str]:
+    if "catalogue_cost" not in bench:
+        return []
+    cc = bench["catalogue_cost"]
+    rows = []
+    for p in cc["points"]:
+        scan = p["full_scan"]
+        rows.append([f"{p['posts']:,}", f"{p['fold_s']:.1f} / {p['fold_rows_read']:,}",
+                     f"{p['fold_idle_s']:.1f} / {p['fold_idle_rows_read']:,}",
+                     f"{p['status_s']:.1f} / {p['status_rows_read']:,}",
+                     f"{scan['fold_s']:.1f} / {scan['fold_rows_read']:,}",
+                     f"{scan['fold_idle_s']:.1f} / {scan['fold_idle_rows_read']:,}",
+                     f"{scan['status_s']:.1f} / {scan['status_rows_read']:,}", "yes" if p["exact"] else "NO"])
+    sink = cc["sink_mutations_per_1k_votes"]
+    return [
+        f"### 10. Catalogue cost: the same {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts at "
+        "each catalogue size (seconds of the whole command / rows read)",
+        _table(["Posts", "fold", "fold, nothing to do", "status", "full-scan fold (baseline)",
+                "full-scan fold, nothing to do", "full-scan status", "Exact"], rows),
+        "Sink mutations per 1,000 votes (one vote per delta row), by the DDL mutation model: "
+        + "; ".join(f"{name.replace('_', ' ')}: before {s['before']:,}, with the change log {s['change_log']:,} "
+                    f"({s['change_log_ratio'] - 1:+.2%}), a shard-led index on PostDeltas instead {s['shard_index']:,} "
+                    f"({s['shard_index_ratio'] - 1:+.1%})" for name, s in sink.items()) + ".",
+    ]
 
 
 # --- files ------------------------------------------------------------------------------

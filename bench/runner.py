@@ -29,7 +29,8 @@ from upvotes.provision import Resources
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-              "commit_sizes", "unique_voters", "write_back")
+              "commit_sizes", "unique_voters", "write_back",
+              "catalogue_cost")
 
 
 def say(message: str) -> None:

@@ -12,9 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from upvotes.capacity_model import fold_rows_read
+
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-            "commit_sizes", "unique_voters", "write_back")
+            "commit_sizes", "unique_voters", "write_back",
+            "catalogue_cost")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 540
 
@@ -31,7 +34,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 13 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 16 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -82,6 +85,18 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
         assert crash["lost"] == crash["doubled"] == 0 and crash["leftover_staging_keys"] == 1, crash
     assert killed[("redis-server", "aof_always")]["lost"] == 0  # fsynced before the reply
     assert "| redis-server |" in (tmp_path / "latest.md").read_text()
+
+    catalogue = document["benchmarks"]["catalogue_cost"]
+    assert catalogue["exact"] is True and [p["posts"] for p in catalogue["points"]] == [1_000, 10_000]
+    # Following the log, the rows a fold and status read do not grow with the catalogue (status also
+    # reads the change rows of its 10-minute rate window: the 4 commits of each earlier size at most);
+    # a full scan's grow by one per post.
+    first, last = catalogue["points"][0], catalogue["points"][-1]
+    assert last["fold_rows_read"] == first["fold_rows_read"] == fold_rows_read(100, 1_000, 1)  # upvotes capacity's model
+    assert last["fold_idle_rows_read"] == 1
+    assert 0 <= last["status_rows_read"] - first["status_rows_read"] <= 4 * (len(catalogue["points"]) - 1)
+    assert last["full_scan"]["fold_rows_read"] - first["full_scan"]["fold_rows_read"] == 9_000
+    assert catalogue["sink_mutations_per_1k_votes"]["1000_rows_per_commit"]["change_log_ratio"] <= 1.001
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000
