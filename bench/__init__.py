@@ -15,7 +15,10 @@ Modules, one per benchmark:
 - `fold_scaling`: fold time against the number of deltas; exact-read latency against the
   number of old, folded deltas kept.
 - `freshness`: publish-to-visible latency under a steady publish rate.
+- `write_back`: the seed's fourth approach, a write-back cache on a real redis-server, raced
+  beside the pipeline on the same burst, and what a SIGKILL of each process loses.
 
 Support: `config` (sizes), `machine`, `measure`, `stack` (emulators, databases, the
-streaming subprocess, publishing), `feeds` (in-memory sources), `report`, `runner`.
+streaming subprocess, publishing), `feeds` (in-memory sources), `spanner_cost` (commits, mutations and emulator CPU per
+1,000 votes), `report`, `runner`.
 """

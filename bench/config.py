@@ -1,7 +1,9 @@
-"""Benchmark sizes: the full run (within 10 minutes on 2 cores) and the --quick smoke run."""
+"""Benchmark sizes: the full run (about 20 minutes on 2 cores) and the --quick smoke run."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+from upvotes.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,16 @@ class Sizes:
     hot_read_callers: int
     hot_read_rates: tuple[int, ...]  # combined target reads/s of the one hot post
     hot_read_seconds: float  # per point
+    # catalogue_cost
+    catalogue_posts: tuple[int, ...]  # catalogue sizes, the same work at each
+    catalogue_rounds: int  # rounds of the work per size (medians of their timings)
+    # write_back (the race's burst is e2e_votes over e2e_posts, as hot_post's end to end)
+    unpipelined_votes: int = 20_000  # one HINCRBY per vote, into Redis only
+    crash_rate: int = 2_000  # votes/s of the steady load each crash row runs under
+    crash_seconds: float = 20.0  # of steady load; the SIGKILL falls at a seeded time in its middle third
+    # The pipeline's row waits this long for counts that are not exact yet: past the subscription's
+    # 60 s ack deadline, so a redelivery after the kill is seen (and counted, if it counts twice).
+    crash_settle_s: float = 75.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +65,7 @@ FULL = Sizes(
     fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100,
     fresh_rate=100, fresh_seconds=60, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=5.0,
+    catalogue_posts=(10_000, 100_000, 1_000_000), catalogue_rounds=3,
 )
 
 QUICK = Sizes(
@@ -64,4 +77,18 @@ QUICK = Sizes(
     fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,
     fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
+    unpipelined_votes=2_000, crash_seconds=4.0, crash_settle_s=8.0,
+    catalogue_posts=(1_000, 10_000), catalogue_rounds=1,
 )
+
+
+# The race's viral burst, the same for every approach that takes votes through a buffer
+# (bench/hot_post.py's end to end, bench/write_back.py): RACE_WINDOW_S is the pipeline's window
+# there and the write-back flusher's interval, so that their freshness compares.
+RACE_WINDOW_S = 2
+RACE_ZIPF = 1.2
+
+
+def race_workload(sizes: Sizes, prefix: str) -> Workload:
+    """sizes.e2e_votes votes over sizes.e2e_posts posts named <prefix><rank>, Zipf RACE_ZIPF."""
+    return Workload(events=sizes.e2e_votes, posts=sizes.e2e_posts, zipf=RACE_ZIPF, seed=13, post_prefix=prefix)

@@ -19,7 +19,6 @@ load on the database.
 from __future__ import annotations
 
 import itertools
-import os
 import time
 import uuid
 from dataclasses import asdict
@@ -28,23 +27,21 @@ from typing import Callable
 
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage
-from google.cloud.spanner_v1 import param_types
 
-from bench.config import Sizes
+from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes, race_workload
 from bench.feeds import RSS_SAMPLES, counter_values, emit_cycled, local_pipeline, set_cycled_feed
-from bench.measure import current_rss_mib, latency_summary, measured, process_cpu_seconds, timed_calls
+from bench.measure import current_rss_mib, latency_summary, measured, timed_calls
+from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import EXACT_READ_KIND, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of, with_topics
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
 from spanner_store import baseline_counters
 from spanner_store.database import open_database
-from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
 from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
 from spanner_store.reads import verify_totals
 from transforms.parse import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
 from upvotes import local_stream
-from upvotes.emulators import PID_ENV_VARS, SPANNER
 from upvotes.ledger import Ledger
 from upvotes.provision import Resources
 from upvotes.publishing import batch_messages, event_message, publish_messages
@@ -54,8 +51,6 @@ from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 CHAIN_POST = "hot-chain"
 MESSAGE_POOL = 200  # distinct pre-encoded batches the in-memory feed cycles through
 RSS_SAMPLES_PER_RUN = 10
-E2E_WINDOW_S = 2
-E2E_ZIPF = 1.2
 E2E_TIMEOUT_S = 300.0
 READY_TIMEOUT_S = 180.0
 WARM_UP_POST = "bench-warm-up"
@@ -63,50 +58,6 @@ WARM_UP_POST = "bench-warm-up"
 # RSS ratio 1.057, exact 9 s after the load; with Beam's own DirectRunner evaluator instead of
 # pipeline/local_runner.py's (UPVOTES_DIRECT_RUNNER_CLEANUP=off), 1.099 and 25 s.
 SOAK_LOAD = 0.8
-# Per post per commit: distinct (post, commit timestamp) pairs are the parent upserts.
-DELTA_COST_SQL = """SELECT COUNT(*), COUNT(DISTINCT CommittedAt),
-  (SELECT COUNT(*) FROM (SELECT DISTINCT PostId, CommittedAt FROM PostDeltas WHERE STARTS_WITH(PostId, @prefix))),
-  (SELECT COUNT(*) FROM (SELECT DISTINCT PostId, EventHour FROM PostDeltas WHERE STARTS_WITH(PostId, @prefix)))
-FROM PostDeltas WHERE STARTS_WITH(PostId, @prefix)"""
-
-
-class EmulatorCpu:
-    """CPU seconds the Spanner emulator process spent during a block (None if not started here)."""
-
-    def __init__(self) -> None:
-        pid = os.environ.get(PID_ENV_VARS[SPANNER])
-        self._pid = int(pid) if pid else None
-        self.seconds: float | None = None
-
-    def __enter__(self) -> "EmulatorCpu":
-        self._start = process_cpu_seconds(self._pid) if self._pid else None
-        return self
-
-    def __exit__(self, *_) -> None:
-        if self._pid:
-            self.seconds = process_cpu_seconds(self._pid) - self._start
-
-
-def _per_1k(value: float | None, votes: int) -> float | None:
-    return None if value is None else round(value / votes * 1000, 4)
-
-
-def spanner_cost(votes: int, commits: int, mutations: int, emulator_cpu_s: float | None) -> dict:
-    return {
-        "commits_per_1k_votes": _per_1k(commits, votes),
-        "mutations_per_1k_votes": _per_1k(mutations, votes),
-        "emulator_cpu_s_per_1k_votes": _per_1k(emulator_cpu_s, votes),
-    }
-
-
-def delta_cost(database, prefix: str) -> dict:
-    """Commits and mutations the sink and the fold spent on posts starting with `prefix`."""
-    with database.snapshot() as snapshot:
-        rows, commits, parents, post_hours = list(snapshot.execute_sql(
-            DELTA_COST_SQL, params={"prefix": prefix}, param_types={"prefix": param_types.STRING}))[0]
-    return {"delta_rows": rows, "sink_commits": commits,
-            "sink_mutations": rows * MUTATIONS_PER_DELTA + parents * MUTATIONS_PER_PARENT,
-            "post_hours": post_hours}
 
 
 # --- (a) the baselines ------------------------------------------------------------------------
@@ -197,7 +148,7 @@ class _SoakSource:
 
     def __init__(self, prefix: str, events: int) -> None:
         self.ledger = Ledger()
-        self._events = generate_events(Workload(events=events, posts=1_000, zipf=E2E_ZIPF, seed=9, post_prefix=prefix))
+        self._events = generate_events(Workload(events=events, posts=1_000, zipf=RACE_ZIPF, seed=9, post_prefix=prefix))
 
     def next_message(self) -> tuple[bytes, dict, None]:
         events = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
@@ -212,8 +163,8 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
     topic_path = stream_res.topic_path(stream_res.topic)
     log_path = log_dir / "hot_post_stream.log"
     prefix = "e2e-"
-    workload = Workload(events=sizes.e2e_votes, posts=sizes.e2e_posts, zipf=E2E_ZIPF, seed=13, post_prefix=prefix)
-    with streaming_pipeline(stream_res, E2E_WINDOW_S, log_path) as process, local_stream.Heartbeat(topic_path):
+    workload = race_workload(sizes, prefix)
+    with streaming_pipeline(stream_res, RACE_WINDOW_S, log_path) as process, local_stream.Heartbeat(topic_path):
         publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
                          progress=False)
         _wait_until_counted(database, WARM_UP_POST, process, log_path)
@@ -224,9 +175,9 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
         soak = _soak(database, topic_path, process, log_path, SOAK_LOAD * race.votes_per_s, sizes)
     cost = delta_cost(database, prefix)
     e2e = {
-        "votes": race.ledger.events, "posts": len(race.ledger.totals), "zipf": E2E_ZIPF, "seconds": round(race.seconds, 3),
+        "votes": race.ledger.events, "posts": len(race.ledger.totals), "zipf": RACE_ZIPF, "seconds": round(race.seconds, 3),
         "votes_per_s": race.votes_per_s, "publish_seconds": round(race.report.seconds, 3),
-        "messages": race.report.messages, "batch_size": DEFAULT_BATCH_SIZE, "window_s": E2E_WINDOW_S,
+        "messages": race.report.messages, "batch_size": DEFAULT_BATCH_SIZE, "window_s": RACE_WINDOW_S,
         "runner": "BundleBasedDirectRunner (streaming subprocess)",
         "cap": "the DirectRunner's Pub/Sub reader pulls at most 10 messages per bundle",
         "commits": cost["sink_commits"], "delta_rows": cost["delta_rows"],

@@ -64,6 +64,13 @@ def current_rss_mib(pid: int | str = "self", field: str = "VmRSS") -> float:
     raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
 
+def reset_peak_rss(pid: int | str = "self") -> None:
+    """Resets a process's high-water RSS (VmHWM) to its current RSS (Linux: clear_refs 5), so
+    that one phase of a long-lived process has a peak of its own."""
+    with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as clear_refs:
+        clear_refs.write("5")
+
+
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system, every thread) a process has used so far."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:

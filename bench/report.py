@@ -117,6 +117,8 @@ def evaluate_targets(document: dict) -> list[dict]:
             per_refresh_max <= 1.0 + 1e-9 and growth >= 9.0,
         ),
         *_unique_voter_targets(bench),
+        *_write_back_targets(bench),
+        *_catalogue_cost_targets(bench),
     ]
 
 
@@ -284,6 +286,8 @@ def markdown(document: dict) -> str:
                   f"CPU of the chain's parse-and-sum per vote: {cpu['us_per_vote_with_voters']:.2f} µs recording voters "
                   f"vs {cpu['us_per_vote_without_user_ids']:.2f} µs without user IDs (+{cpu['added_us_per_vote']:.2f} µs, "
                   f"{cpu['ratio']:.2f}x; best of 3 over {cpu['votes']:,} votes)."]
+    parts += _write_back_markdown(document)
+    parts += _catalogue_cost_markdown(bench)
     parts += ["### Time, peak RSS and largest commit per benchmark (each in its own process)", _table(
         ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB", "Largest commit (mutations)"],
         [[name, f"{b['seconds']:.0f}", f"{b['peak_rss']['self_mib']:.0f}",
@@ -311,6 +315,194 @@ def _commit_shape_section(shape: dict) -> str:
               "per commit of arrival order, same rows, same run.")
 
 
+# --- write_back: the four approaches, and what a crash loses ------------------------------------
+
+WRITE_BACK_LABELS = {"none": "Redis without persistence", "aof_everysec": "Redis AOF everysec",
+                     "aof_always": "Redis AOF always"}
+
+
+def _write_back_targets(bench: dict) -> list[dict]:
+    if "write_back" not in bench:
+        return []
+    wb = bench["write_back"]
+    flusher = [c for c in wb["crashes"] if c["killed"].startswith("flusher")]
+    race = wb["race"]
+    return [
+        _target("Write-back flusher SIGKILLed at each fault point (after RENAME; after the Spanner commit, before "
+                "the DEL) and restarted at once: nothing lost, nothing doubled",
+                "; ".join(f"{c['killed']}: {c['lost']} lost, {c['doubled']} doubled of {c['acknowledged']:,} "
+                          f"acknowledged (leftover parts applied {c['leftover_parts_applied']}, already applied "
+                          f"{c['leftover_parts_already_applied']})" for c in flusher),
+                len(flusher) == 2 and all(c["lost"] == 0 == c["doubled"] for c in flusher)),
+        _target("Four approaches on the same burst, same run: every write-back mode and the pipeline exact in Spanner",
+                ", ".join(f"{name} {r['votes_per_s']:,.0f} votes/s" for name, r in race.items()),
+                all(r["exact"] for r in race.values())),
+    ]
+
+
+def _seconds(summary: dict) -> str:
+    return f"{summary['p50_ms'] / 1000:.2f} / {summary['p99_ms'] / 1000:.2f}"
+
+
+def _rss(peaks: dict) -> str:
+    return ", ".join(f"{process} {mib:.0f}" for process, mib in peaks.items())
+
+
+def four_approaches_rows(document: dict) -> list[list[str]]:
+    """The four approaches, best configuration of each, with what a crash loses: the table of the
+    bench README and the main README."""
+    bench = document["benchmarks"]
+    hot, wb = bench["hot_post"]["approaches"], bench["write_back"]
+    rmw_rate = hot["rmw"]["votes_per_s"]
+    sharded = max(("sharded_10", "sharded_100"), key=lambda name: hot[name]["votes_per_s"])
+    stream = next(c for c in wb["crashes"] if c["approach"] == "pipeline")
+    by_mode = {c["durability"]: c for c in wb["crashes"] if c["killed"] == "redis-server"}
+    flusher = [c for c in wb["crashes"] if c["killed"].startswith("flusher")]
+    flusher_doubled = sum(c["doubled"] for c in flusher)
+    flusher_lost = sum(c["lost"] for c in flusher)
+    rows = [[f"1. Read-modify-write ({hot['rmw']['config']})", f"{rmw_rate:,.0f}", "1.0",
+             f"{hot['rmw']['commits_per_1k_votes']:,.0f}", "0 (acknowledged = committed)",
+             "0 (acknowledged only after its commit; not killed here)",
+             "0 (retries follow aborts, which commit nothing)"],
+            [f"2. Sharded counter ({hot[sharded]['config']})", f"{hot[sharded]['votes_per_s']:,.0f}",
+             f"{hot[sharded]['votes_per_s'] / rmw_rate:.1f}", f"{hot[sharded]['commits_per_1k_votes']:,.0f}",
+             "0 (acknowledged = committed)", "0 (as 1)", "0 (as 1)"]]
+    pipeline = wb["race"]["pipeline"]
+    rows.append([f"3. This project: Pub/Sub -> pipeline -> blind writes ({pipeline['window_s']} s windows)",
+                 f"{pipeline['votes_per_s']:,.0f} (hot_post, no markers: {hot['e2e_pubsub']['votes_per_s']:,.0f})",
+                 f"{pipeline['votes_per_s'] / rmw_rate:.1f}", f"{pipeline['commits_per_1k_votes']:.2f}",
+                 _seconds(pipeline["freshness"]),
+                 f"stream SIGKILLed: {stream['lost']:,} of {stream['acknowledged']:,}",
+                 f"{stream['doubled']:,} (same kill)"])
+    for mode, label in WRITE_BACK_LABELS.items():
+        r, crash = wb["race"][mode], by_mode[mode]
+        rows.append([f"4. Write-back cache: {label}, flushed every {r['flush_interval_s']} s", f"{r['votes_per_s']:,.0f}",
+                     f"{r['votes_per_s'] / rmw_rate:.1f}", f"{r['commits_per_1k_votes']:.2f}", _seconds(r["freshness"]),
+                     f"redis-server SIGKILLed: {crash['lost']:,} of {crash['acknowledged']:,}"
+                     + ("; a machine crash: up to ~1 s of votes (documented, not measured)" if mode == "aof_everysec"
+                        else "") + f"; flusher SIGKILLed: {flusher_lost}",
+                     f"{flusher_doubled} (flusher killed after its commit, flush retried)"])
+    return rows
+
+
+FOUR_APPROACHES_HEADER = ["Approach", "Votes/s, first send -> exact read in Spanner", "x best RMW",
+                          "Commits / 1k votes", "Freshness p50 / p99 s (ack -> exact read)", "Lost on a crash",
+                          "Doubled on a retry"]
+
+
+def _write_back_markdown(document: dict) -> list[str]:
+    bench = document["benchmarks"]
+    if "write_back" not in bench or "hot_post" not in bench:
+        return []
+    wb = bench["write_back"]
+    race = wb["race"]
+    modes = [m for m in WRITE_BACK_LABELS if m in race]
+    first = race[modes[0]]
+    return [
+        f"### 9. Four approaches, same emulator, same run (redis-server {wb['redis_server_version']})",
+        f"The same Zipf burst ({first['votes']:,} votes over {first['posts']:,} posts, one marker vote per batch of "
+        f"{first['batch_size']}) for the pipeline and the write-back cache; read-modify-write and sharded counters at "
+        "their best from section 1. Crash figures under a steady load of "
+        f"{wb['crash_rate']:,} upvotes/s, one SIGKILL at a seeded time, restarted at once (table below).",
+        _table(FOUR_APPROACHES_HEADER, four_approaches_rows(document)),
+        "The write-back cache and the pipeline, each row its own processes:",
+        _table(["Row", "Votes/s to exact", "Cache alone, pipelined / one command per vote (votes/s)",
+                "Commits / 1k votes", "Mutations / 1k votes", "Emulator CPU s / 1k votes", "Freshness p50 / p99 s",
+                "Exact", "Peak RSS MiB"],
+               [[WRITE_BACK_LABELS.get(name, "Pipeline (Pub/Sub, streaming subprocess)"), f"{r['votes_per_s']:,.0f}",
+                 f"{r['cache_ingest']['pipelined_votes_per_s']:,.0f} / {r['cache_ingest']['unpipelined_votes_per_s']:,.0f}"
+                 if "cache_ingest" in r else "-",
+                 f"{r['commits_per_1k_votes']:.3f}", f"{r['mutations_per_1k_votes']:,.1f}",
+                 "n/a" if r["emulator_cpu_s_per_1k_votes"] is None else f"{r['emulator_cpu_s_per_1k_votes']:.3g}",
+                 _seconds(r["freshness"]), "yes" if r["exact"] else "NO", _rss(r["peak_rss_mib"])]
+                for name, r in race.items()]),
+        f"What a SIGKILL loses, {wb['crash_rate']:,} upvotes/s for {wb['crash_seconds']:g} s; lost: acknowledged "
+        "but never counted; doubled: counted beyond the acknowledged and refused votes (per post, net):",
+        _table(["Killed", "Redis durability", "Kill at s", "Back in s", "Acknowledged", "Refused", "Lost", "Doubled",
+                "Recovery"],
+               [[c["killed"], WRITE_BACK_LABELS.get(c.get("durability"), "-"), f"{c['kill_at_s']:.1f}",
+                 f"{c['restart_s']:.3f}", f"{c['acknowledged']:,}", f"{c['refused']:,}", f"{c['lost']:,}",
+                 f"{c['doubled']:,}", _recovery(c)] for c in wb["crashes"]]),
+        f"AOF everysec on a machine crash: {wb['everysec_machine_crash_window']}. The stream row measures "
+        "`python -m pipeline.streaming` as this checkout builds it (started through bench.stack.streaming_pipeline).",
+    ]
+
+
+def _recovery(crash: dict) -> str:
+    if "leftover_staging_keys" in crash:
+        return (f"flush {crash['kill_on_flush']}: {crash['leftover_staging_keys']} staging key finished on restart, "
+                f"{crash['leftover_parts_applied']} part applied, {crash['leftover_parts_already_applied']} found in the "
+                "flush log")
+    if crash["approach"] == "pipeline":
+        return f"counts settled {crash['settle_s']:.0f} s after the load"
+    return f"the flusher saw {crash['flusher_redis_errors']} Redis errors"
+
+
+def _race_bars(bench: dict) -> list[tuple[str, float, float, str]]:
+    """(label, votes/s, mutations per 1k votes, colour) of every approach in the race, the
+    write-back cache's modes included when it ran."""
+    hot = bench["hot_post"]["approaches"]
+    bars = [(PLOT_LABELS[name], a["votes_per_s"], a["mutations_per_1k_votes"], "tab:blue") for name, a in hot.items()]
+    race = bench.get("write_back", {}).get("race", {})
+    bars += [(f"Write-back\n{m.removeprefix('aof_')}", race[m]["votes_per_s"], race[m]["mutations_per_1k_votes"],
+              "tab:red") for m in WRITE_BACK_LABELS if m in race]
+    return bars
+
+
+# --- catalogue cost (issue 22) ------------------------------------------------------------
+
+def _catalogue_cost_targets(bench: dict) -> list[dict]:
+    if "catalogue_cost" not in bench:
+        return []
+    cc = bench["catalogue_cost"]
+    first, last = cc["points"][0], cc["points"][-1]
+    span = f"{last['posts']:,} vs {first['posts']:,} posts"
+    sink = cc["sink_mutations_per_1k_votes"]
+    worst = max(shape["change_log_ratio"] for shape in sink.values())
+    return [
+        _target(f"Fold of {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts, whole command: "
+                f"<= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
+                f"{cc['fold_time_ratio']:.2f}x ({last['fold_s']:.1f} s vs {first['fold_s']:.1f} s, {span}; rows read "
+                f"{first['fold_rows_read']:,} -> {last['fold_rows_read']:,}); full scan, same run: "
+                f"{cc['full_scan_fold_time_ratio']:.2f}x", cc["fold_time_ratio"] <= 1.5),
+        _target(f"`upvotes status`, whole command: <= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
+                f"{cc['status_time_ratio']:.2f}x ({last['status_s']:.1f} s vs {first['status_s']:.1f} s; rows read "
+                f"{first['status_rows_read']:,} -> {last['status_rows_read']:,}); full scan, same run: "
+                f"{cc['full_scan_status_time_ratio']:.2f}x", cc["status_time_ratio"] <= 1.5),
+        _target("Sink write cost of the change log: <= +20% mutations per 1,000 votes",
+                "; ".join(f"{name.replace('_', ' ')}: {shape['before']:,} -> {shape['change_log']:,} "
+                          f"({shape['change_log_ratio'] - 1:+.2%}; shard-led index instead: "
+                          f"{shape['shard_index_ratio'] - 1:+.1%})" for name, shape in sink.items()),
+                worst <= 1.2),
+    ]
+
+
+def _catalogue_cost_markdown(bench: dict) -> list[str]:
+    if "catalogue_cost" not in bench:
+        return []
+    cc = bench["catalogue_cost"]
+    rows = []
+    for p in cc["points"]:
+        scan = p["full_scan"]
+        rows.append([f"{p['posts']:,}", f"{p['fold_s']:.1f} / {p['fold_rows_read']:,}",
+                     f"{p['fold_idle_s']:.1f} / {p['fold_idle_rows_read']:,}",
+                     f"{p['status_s']:.1f} / {p['status_rows_read']:,}",
+                     f"{scan['fold_s']:.1f} / {scan['fold_rows_read']:,}",
+                     f"{scan['fold_idle_s']:.1f} / {scan['fold_idle_rows_read']:,}",
+                     f"{scan['status_s']:.1f} / {scan['status_rows_read']:,}", "yes" if p["exact"] else "NO"])
+    sink = cc["sink_mutations_per_1k_votes"]
+    return [
+        f"### 10. Catalogue cost: the same {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts at "
+        "each catalogue size (seconds of the whole command / rows read)",
+        _table(["Posts", "fold", "fold, nothing to do", "status", "full-scan fold (baseline)",
+                "full-scan fold, nothing to do", "full-scan status", "Exact"], rows),
+        "Sink mutations per 1,000 votes (one vote per delta row), by the DDL mutation model: "
+        + "; ".join(f"{name.replace('_', ' ')}: before {s['before']:,}, with the change log {s['change_log']:,} "
+                    f"({s['change_log_ratio'] - 1:+.2%}), a shard-led index on PostDeltas instead {s['shard_index']:,} "
+                    f"({s['shard_index_ratio'] - 1:+.1%})" for name, s in sink.items()) + ".",
+    ]
+
+
 # --- files ------------------------------------------------------------------------------
 
 def write(document: dict, out_dir: Path) -> None:
@@ -332,20 +524,20 @@ def plot(document: dict, path: Path) -> None:
     fig.suptitle(f"Upvote counter benchmarks, {document['sizes']['name']} run, {m['date']}, "
                  f"{m['nproc']} x {m['cpu_model']}, Beam {m['apache_beam']}")
 
-    hot = bench["hot_post"]["approaches"]
-    names = list(hot)
-    labels = [PLOT_LABELS[n] for n in names]
+    labels, rates, mutations, colours = zip(*_race_bars(bench))
     ax = axes[0, 0]
-    bars = ax.bar(labels, [hot[n]["votes_per_s"] for n in names], color="tab:blue")
-    ax.bar_label(bars, fmt="%.0f")
+    bars = ax.bar(labels, rates, color=colours)
+    ax.bar_label(bars, fmt="%.0f", fontsize=8)
     ax.set_yscale("log")
-    ax.set_title("1. The race: votes/s, best configuration of each")
+    ax.set_title("1, 9. The race: votes/s, best configuration of each")
+    ax.tick_params(axis="x", labelsize=7, labelrotation=45)
 
     ax = axes[0, 1]
-    bars = ax.bar(labels, [hot[n]["mutations_per_1k_votes"] for n in names], color="tab:orange")
-    ax.bar_label(bars, fmt="%.3g")
+    bars = ax.bar(labels, mutations, color="tab:orange")
+    ax.bar_label(bars, fmt="%.3g", fontsize=8)
     ax.set_yscale("log")
-    ax.set_title("1. Spanner mutations per 1,000 votes (index entries included)")
+    ax.set_title("1, 9. Spanner mutations per 1,000 votes (index entries included)")
+    ax.tick_params(axis="x", labelsize=7, labelrotation=45)
 
     variants = bench["transform_cost"]["variants"]
     ax = axes[0, 2]

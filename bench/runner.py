@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import time
+import traceback
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -28,7 +29,8 @@ from upvotes.provision import Resources
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-              "commit_sizes", "unique_voters")
+              "commit_sizes", "unique_voters", "write_back",
+              "catalogue_cost")
 
 
 def say(message: str) -> None:
@@ -44,7 +46,10 @@ def _run_benchmark(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> di
     # Every commit this benchmark's process builds, counted as Spanner counts it (the
     # streaming pipeline's child processes are not: commit_sizes covers the sink in-process).
     with metering_commits(CommitMeter(extra_ddl=tuple(schemas.ddl_statements(schemas.BASELINE_DDL_FILE)))) as meter:
-        result = module.run(sizes, res, log_dir)
+        try:
+            result = module.run(sizes, res, log_dir)
+        except Exception:  # noqa: BLE001 - a client error may not pickle back to the parent: send its text
+            raise RuntimeError(f"benchmark {name} failed:\n{traceback.format_exc()}") from None
     result["seconds"] = round(time.perf_counter() - start, 1)
     result["largest_commit_mutations"] = int(meter.largest)
     result["peak_rss"] = peak_rss_mib()

@@ -5,14 +5,18 @@
 
 - N posts, each with OLD_PER_POST old deltas committed two days ago (an explicit past CommittedAt, as a
   commit-timestamp column accepts) and a watermark one day ago: folded, and outside the
-  10-minute recent window, like the bulk of the 30 days of deltas kept in production;
-- UNFOLDED fresh deltas over as many posts, committed now (unfolded, recent).
+  10-minute recent window, like the bulk of the 30 days of deltas kept in production; and the
+  FoldRuns row of the fold that folded them (ChangesThrough one day ago: the cursor);
+- UNFOLDED fresh deltas over as many posts, committed now by the sink's own commit (unfolded,
+  recent, with their DeltaCommits row).
 
 Measured in the same run, same database:
 
 - status: spanner_store.health.delta_health, what `upvotes status` reads (a strong read-only
-  snapshot: every Posts row's watermark, then per post the index range after
-  min(watermark, now - 10 min));
+  snapshot: the cursor, the DeltaCommits rows after it, then the watermarks and unfolded index
+  ranges of the posts they name);
+- status --full-scan: the same with every Posts row's watermark read instead (what status read
+  before the change log);
 - baseline: the same unfolded count and oldest commit as one SQL join of PostDeltas to Posts
   on CommittedAt > FoldedThrough, which reads every delta kept.
 
@@ -28,13 +32,17 @@ import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from google.cloud import spanner
+
 from bench.measure import latency_summary, peak_rss_mib, timed_calls
 from bench.stack import bench_resources, fresh_database, quiet
 from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.deltas import write_deltas
 from spanner_store.health import delta_health
-from spanner_store.tables import DELTA_COLUMNS, DELTAS, POST_COLUMNS, POSTS, delta_key, post_key
+from spanner_store.tables import (
+    DELTA_COLUMNS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS, POST_COLUMNS, POSTS, delta_key, post_key,
+)
 from upvotes.emulators import running_emulators
 from upvotes.provision import provision
 
@@ -64,6 +72,9 @@ def populate(database, posts: int, now: datetime) -> None:
             batch.insert(DELTAS, columns=DELTA_COLUMNS, values=delta_rows)
 
         run_with_retries(lambda write=write: commit_mutations(database, write))
+    run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert(
+        FOLD_RUNS, columns=FOLD_RUN_COLUMNS,
+        values=[("seeded", watermark, posts, posts * OLD_PER_POST, spanner.COMMIT_TIMESTAMP, 0, watermark)])))
     fresh = [PostDelta(post_ids[i * posts // UNFOLDED], HOUR, f"fresh:{i}:0", 1, 0, 1) for i in range(UNFOLDED)]
     run_with_retries(lambda: write_deltas(database, fresh))
 
@@ -79,19 +90,25 @@ def measure(posts: int) -> dict:
     database, _ = fresh_database(res, f"bench-status-{posts}")
     populate(database, posts, datetime.now(timezone.utc))
 
-    health = delta_health(database)
+    health, scanned = delta_health(database), delta_health(database, full_scan=True)
     count, _ = join_baseline(database)
-    assert health.unfolded_deltas == count == UNFOLDED, (health, count)
+    assert health.unfolded_deltas == scanned.unfolded_deltas == count == UNFOLDED, (health, scanned, count)
+    assert health.oldest_unfolded_commit == scanned.oldest_unfolded_commit and not health.full_scan
     status_s = timed_calls(lambda: delta_health(database), SAMPLES)
+    full_scan_s = timed_calls(lambda: delta_health(database, full_scan=True), SAMPLES)
     baseline_s = timed_calls(lambda: join_baseline(database), SAMPLES)
-    status, baseline = latency_summary(status_s), latency_summary(baseline_s)
+    status, full_scan, baseline = latency_summary(status_s), latency_summary(full_scan_s), latency_summary(baseline_s)
     return {
         "posts": posts,
         "deltas_kept": posts * OLD_PER_POST + UNFOLDED,
         "unfolded_deltas": health.unfolded_deltas,
-        "status": {**status, "reads": f"{posts} Posts rows + {UNFOLDED} index entries (unfolded or recent)"},
+        "status": {**status, "rows_read": health.rows_read,
+                   "reads": "the cursor, the change rows after it, the posts they name and their unfolded deltas"},
+        "status_full_scan": {**full_scan, "rows_read": scanned.rows_read,
+                             "reads": f"every Posts row ({posts}) and each one's unfolded index range"},
         "baseline_join": {**baseline, "reads": f"every delta kept ({posts * OLD_PER_POST + UNFOLDED}) joined to its Posts row"},
         "status_over_baseline_p50": round(status["p50_ms"] / baseline["p50_ms"], 3),
+        "status_over_full_scan_p50": round(status["p50_ms"] / full_scan["p50_ms"], 3),
         "peak_rss": peak_rss_mib(),
         "read_kind": "strong read-only snapshots on the Spanner emulator",
     }

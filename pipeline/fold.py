@@ -30,7 +30,8 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> beam.PCollection
     """Adds the fold graph to `pipeline`; returns the PCollection of the run's FoldOutcome."""
     settings = options.view_as(FoldOptions).validated()
     return pipeline | "FoldDeltas" >> FoldDeltas(
-        spanner_project(options), settings.instance, settings.database, settings.posts_per_commit
+        spanner_project(options), settings.instance, settings.database, settings.posts_per_commit,
+        full_scan=settings.full_scan, data_boost=settings.data_boost,
     )
 
 
@@ -44,10 +45,14 @@ def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | 
 
 
 def outcome_from_metrics(result) -> FoldOutcome:
-    """The run's counts, read back from its Beam metrics."""
-    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-                if c.key.metric.namespace == "FoldDeltas"}
-    return FoldOutcome(**{name: counters.get(name, 0) or 0 for name in FoldOutcome._fields})
+    """The run's counts, read back from its Beam metrics and summed over the steps that count them
+    (rows_read is counted by every read step)."""
+    counters: dict[str, int] = {}
+    for counter in result.metrics().query()["counters"]:
+        if counter.key.metric.namespace == "FoldDeltas":
+            name = counter.key.metric.name
+            counters[name] = counters.get(name, 0) + (counter.committed or 0)
+    return FoldOutcome(**{name: counters.get(name, 0) for name in FoldOutcome._fields})
 
 
 def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:

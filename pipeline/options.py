@@ -9,6 +9,7 @@ converts them once, into the settings the pipeline is built from.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
@@ -44,6 +45,8 @@ class FoldSettings:
     instance: str
     database: str
     posts_per_commit: int
+    full_scan: bool
+    data_boost: bool
 
 
 def _own(params: tuple[Param, ...]) -> tuple[Param, ...]:
@@ -77,7 +80,11 @@ class FoldOptions(PipelineOptions):
         add_params(parser, _own(FOLD_PARAMS))
 
     def validated(self) -> FoldSettings:
-        return FoldSettings(**parse_values(FOLD_PARAMS, self.get_all_options()))
+        settings = FoldSettings(**parse_values(FOLD_PARAMS, self.get_all_options()))
+        if settings.data_boost and os.environ.get("SPANNER_EMULATOR_HOST"):
+            raise InvalidParameter("--data-boost=true (template parameter dataBoost) is for Cloud Spanner: the "
+                                   "emulator (SPANNER_EMULATOR_HOST is set) has no Data Boost. Leave it off locally.")
+        return settings
 
 
 def pubsub_path(project: str, kind: str, name: str) -> str:

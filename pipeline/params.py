@@ -20,10 +20,16 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 PROJECT_ID = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
 PUBSUB_NAME = r"[a-zA-Z][-a-zA-Z0-9_.~+%]{2,254}"
+BOOLEAN = r"true|false"
+
+
+def boolean(text: str) -> bool:
+    """A BOOLEAN parameter's value ("true" or "false", as the template metadata's regex allows)."""
+    return text == "true"
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,7 @@ class Param:
     regex: str  # the whole value must match
     default: str | None = None  # None: required
     example: str = ""
-    kind: type = str  # what a valid value is converted to: str or int
+    kind: Callable[[str], object] = str  # what a valid value is converted to: str, int or boolean
 
     @property
     def dest(self) -> str:
@@ -48,7 +54,7 @@ class Param:
                 f"--{self.flag}={text!r} is not valid (template parameter {self.template_name}): {self.help} "
                 f"Example: --{self.flag}={self.example}"
             )
-        return self.kind(text)
+        return self.kind(str(text))
 
     @property
     def required(self) -> bool:
@@ -110,6 +116,21 @@ FOLD_PARAMS: tuple[Param, ...] = (
         "Most posts folded in one read-write transaction (each post also writes its hourly rows).",
         r"[1-9][0-9]{0,4}", default="500", example="500", kind=int,
     ),
+    Param(
+        "full-scan", "fullScan", "Scan every post",
+        "true: read every post's watermark (a partitioned read of Posts) instead of following the "
+        "DeltaCommits change log from the previous fold. A fold does this by itself when no fold has "
+        "recorded where it read to (a new or migrated database); ask for it once after an older "
+        "streaming job, which writes no change log, has stopped.",
+        BOOLEAN, default="false", example="false", kind=boolean,
+    ),
+    Param(
+        "data-boost", "dataBoost", "Spanner Data Boost for full scans",
+        "true: run a full scan's partitioned read on Spanner Data Boost (compute billed apart from "
+        "the instance, so it never competes with serving; needs spanner.databases.useDataBoost). "
+        "Not available on the emulator.",
+        BOOLEAN, default="false", example="false", kind=boolean,
+    ),
 )
 
 
@@ -145,7 +166,9 @@ def defaults(params: tuple[Param, ...]) -> dict[str, str | int]:
 def add_params(parser: argparse.ArgumentParser, params: tuple[Param, ...]) -> None:
     """The flags, both spellings each; values stay text until parse_values reads them."""
     for param in params:
+        # A bare boolean flag (`--full-scan`) means true.
+        bare = {"nargs": "?", "const": "true"} if param.kind is boolean else {}
         parser.add_argument(
             f"--{param.flag}", f"--{param.template_name}", dest=param.dest,
-            default=param.default, help=f"{param.help} (template parameter: {param.template_name})",
+            default=param.default, help=f"{param.help} (template parameter: {param.template_name})", **bare,
         )

@@ -72,16 +72,35 @@ CREATE TABLE PostHourlyCounts (
 -- One row per finished fold; `upvotes top` reports the newest as the ranking's age.
 -- PostsSkipped: posts whose fold failed with a non-transient error and were left
 -- unfolded (still counted exactly by reads) so that they did not stop the others.
+-- ChangesThrough: every post with a delta committed at or before it was folded through
+-- SnapshotAt by this run or is listed in FoldRunSkippedPosts under it. The run with the
+-- largest ChangesThrough is the next fold's cursor: that fold reads only the DeltaCommits
+-- rows committed after it (spanner_store/folding.py). NULL: a run that does not vouch for
+-- that (rows written before the column existed, or too many skipped posts to list).
 -- FoldId is random, so fold runs never append at one end of the key space.
 CREATE TABLE FoldRuns (
-  FoldId       STRING(36) NOT NULL,
-  SnapshotAt   TIMESTAMP NOT NULL,
-  PostsFolded  INT64 NOT NULL,
-  DeltasFolded INT64 NOT NULL,
-  FinishedAt   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
-  PostsSkipped INT64,
+  FoldId         STRING(36) NOT NULL,
+  SnapshotAt     TIMESTAMP NOT NULL,
+  PostsFolded    INT64 NOT NULL,
+  DeltasFolded   INT64 NOT NULL,
+  FinishedAt     TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  PostsSkipped   INT64,
+  ChangesThrough TIMESTAMP,
 ) PRIMARY KEY (FoldId),
   ROW DELETION POLICY (OLDER_THAN(FinishedAt, INTERVAL 30 DAY));
+
+-- The posts one fold run skipped (their fold failed with a non-transient error), written in
+-- the same commit as the run's FoldRuns row: the next fold tries them again, and readers
+-- know the run's snapshot does not cover them. A handful per run at most (the run lists at
+-- most MAX_SKIPPED_LISTED; beyond that it leaves ChangesThrough NULL); interleaved, so they
+-- live with their run and expire with it.
+CREATE TABLE FoldRunSkippedPosts (
+  FoldId   STRING(36) NOT NULL,
+  PostHash INT64 NOT NULL,
+  PostId   STRING(128) NOT NULL,
+  Error    STRING(1024) NOT NULL,
+) PRIMARY KEY (FoldId, PostHash, PostId),
+  INTERLEAVE IN PARENT FoldRuns ON DELETE CASCADE;
 
 -- One row per streaming writer name (the Dataflow job name): the generation of its
 -- current run, part of every delta key it writes. A fresh launch claims Generation + 1,
@@ -189,4 +208,26 @@ CREATE TABLE TopCandidates (
   PostIds     ARRAY<STRING(128)> NOT NULL,
   Threshold   INT64 NOT NULL,
 ) PRIMARY KEY (Shard, CommittedAt, CandidateId),
+  ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 30 DAY));
+
+
+-- The change log the fold and `upvotes status` follow (issue 22): every commit of delta rows,
+-- by every writer (the sink, moderation, dead-letter replays), also inserts one row here in
+-- the same commit, listing the distinct posts of that commit, how many delta rows it wrote
+-- and the votes (Events) they hold. A fold reads the rows committed after the previous
+-- fold's ChangesThrough, a seek per shard, and so reads the posts that changed and never the
+-- others: its cost follows the votes, not the catalogue. Shard (a hash of the random
+-- CommitId, the same ID and shard as the commit's TopCandidates row) leads the key, so these
+-- inserts spread over DELTA_COMMIT_SHARDS key ranges instead of appending at one end. About
+-- 6 mutations per commit of up to 1,000 delta rows of 18 each (+0.03%); a shard-led index on
+-- PostDeltas would cost about 7 per delta row instead (see the README, "The fold").
+-- Kept as long as the deltas themselves.
+CREATE TABLE DeltaCommits (
+  Shard       INT64 NOT NULL,
+  CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  CommitId    STRING(36) NOT NULL,
+  PostIds     ARRAY<STRING(128)> NOT NULL,
+  DeltaRows   INT64 NOT NULL,
+  Events      INT64 NOT NULL,
+) PRIMARY KEY (Shard, CommittedAt, CommitId),
   ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 30 DAY));

@@ -9,6 +9,8 @@
 - Bounded: `plan_commits` splits rows into commits under a mutation budget far below
   Spanner's per-commit limit, counting index entries (the emulator does not enforce the
   limit, so the planner is tested directly).
+- Logged: each commit also inserts its DeltaCommits row (spanner_store/delta_commits.py), the
+  change log the fold follows, and its TopCandidates row, under one random commit ID.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from google.cloud import spanner
 
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
+from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
 from spanner_store.fresh_top import candidate_mutation_row
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, delta_key,
-    post_key, sketch_column,
+    DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS,
+    TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, delta_key, post_key, sketch_column,
 )
 
 # Spanner counts a mutation per column written, plus one per column of each index entry
@@ -30,8 +33,9 @@ from spanner_store.tables import (
 # a new Posts row adds its 5 columns to the base table and PostsByUpvotes holds 5.
 MUTATIONS_PER_DELTA = len(DELTA_COLUMNS) + 9
 MUTATIONS_PER_PARENT = len(POST_KEY_COLUMNS) + 5 + 5
-# Each commit also inserts its TopCandidates row (spanner_store/fresh_top.py).
-MUTATIONS_PER_COMMIT = len(TOP_CANDIDATE_COLUMNS)
+# Each commit also inserts its TopCandidates row (spanner_store/fresh_top.py) and its
+# DeltaCommits row (spanner_store/delta_commits.py); neither table has an index.
+MUTATIONS_PER_COMMIT = len(TOP_CANDIDATE_COLUMNS) + MUTATIONS_PER_DELTA_COMMIT
 
 
 def mutations_for(deltas: list[PostDelta]) -> int:
@@ -70,18 +74,30 @@ def cut_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int =
     return commits
 
 
-def write_deltas(database, deltas: list[PostDelta]) -> None:
-    """One commit: the delta rows (insert), their parents' keys (insert_or_update) and the
-    commit's TopCandidates row (insert), so every delta commit carries its candidates."""
+def add_delta_writes(batch, deltas: list[PostDelta]) -> None:
+    """One commit's mutations: the delta rows (insert), their parents' keys (insert_or_update),
+    the commit's DeltaCommits row and its TopCandidates row (inserts), so every delta commit
+    carries its change-log entry and its candidates."""
     parents = sorted({post_key(d.post_id) for d in deltas})
     rows = [delta_key(d) + (d.upvotes, d.shares, d.events, sketch_column(d.voters), spanner.COMMIT_TIMESTAMP) for d in deltas]
+    commit_id = new_commit_id()
+    logged = delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.events for d in deltas))
+    batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
+    batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
+    batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS, values=[logged])
+    batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[candidate_mutation_row(deltas, commit_id)])
 
-    def write(batch) -> None:
-        batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
-        batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
-        batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[candidate_mutation_row(deltas)])
 
-    commit_mutations(database, write)
+def write_deltas(database, deltas: list[PostDelta]) -> None:
+    """One blind commit of `add_delta_writes`."""
+    commit_mutations(database, lambda batch: add_delta_writes(batch, deltas))
+
+
+def schema_behind(error: Exception) -> bool:
+    """True for the error of a write naming a table or column this database does not have yet:
+    code newer than the schema, until `upvotes provision` migrates it (a retry then succeeds)."""
+    text = getattr(error, "message", "") or str(error)
+    return isinstance(error, exceptions.NotFound) and ("Table not found" in text or "Column not found" in text)
 
 
 def existing_delta_keys(database, deltas: list[PostDelta]) -> set[tuple]:

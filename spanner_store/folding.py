@@ -1,31 +1,67 @@
-"""The fold's Spanner side: its snapshot, its reads and its compare-and-set transactions.
+"""The fold's Spanner side: its snapshot, its plan, its reads and its compare-and-set transactions.
 
 `transforms.fold_deltas.FoldDeltas` runs one fold run as a Beam pipeline over these pieces:
 
 1. `choose_snapshot`: a strong read fixes the snapshot timestamp S. Spanner guarantees no
    later commit gets a timestamp <= S, so "deltas committed in (watermark, S]" is a fixed set.
-2. `read_partition`: at exactly S, each partition of a partitioned read of Posts gives each
-   post's watermark, and key-range reads of the interleaved commit-time index give every
-   delta committed after it (a seek: old, folded deltas are never touched).
-3. The transform sums them per post (and per event hour) into `PostFold`s.
-4. `apply_folds`: the body of a short read-write transaction, many posts each, within a
+2. `plan_fold`: at S, the cursor (spanner_store.delta_commits.fold_cursor): the finished run
+   with the largest ChangesThrough C, and the posts it skipped.
+3. The candidates, the only posts the run reads:
+   - following the log (a cursor exists): the posts of the DeltaCommits rows committed in
+     (C, S] (`changed_post_ids`, one key range per shard, read in parallel on Dataflow), plus
+     the cursor run's skipped posts. `read_candidates` then point-reads their watermarks at
+     S and, as key ranges of the interleaved commit-time index, every delta committed after
+     each watermark (a seek: old, folded deltas are never touched). The cost is one row per
+     commit since C, one Posts row per changed post and one index entry per unfolded delta:
+     it follows the votes, not the catalogue.
+   - a full scan (no cursor: a fresh database or one migrated from before the change log;
+     or `--full-scan`): `plan_partitions`/`read_partition`, a partitioned read of every
+     post's watermark at S (with Data Boost when asked), then the same index ranges.
+4. The transform sums them per post (and per event hour) into `PostFold`s.
+5. `apply_folds`: the body of a short read-write transaction, many posts each, within a
    mutation budget (`fold_cost`). For each post: if its watermark is still the one the
    snapshot saw, add the sums and set the watermark to S (compare-and-set, so a delta is
    never folded twice). If another fold moved it to W < S in the meantime, the deltas in
    (W, S] are re-read inside the transaction and folded instead; if it is already >= S,
-   nothing is done. A watermark never moves backwards, two concurrent folds end as one
-   would, and a fold killed between transactions is completed by the next run.
+   nothing is done. A watermark never moves backwards and a fold killed between
+   transactions is completed by the next run.
    A post with more unfolded event hours than fit the budget (a client's clock can spread
    its votes over any number of hours) is folded alone by `fold_post_in_steps`: its hourly
    rows in bounded steps of whole commits, each moving the post's own hourly watermark
    (HourlyFoldedThrough) compare-and-set, then its counters in one small transaction. Every
-   commit stays under the budget whatever one post's deltas look like.
-5. `record_fold_run`: one FoldRuns row with S and the counts, for `upvotes top` to report
-   how fresh the ranking is.
+   commit stays under the budget whatever one post's deltas look like. A post whose fold
+   fails with a non-transient error is skipped: the others are still folded.
+6. `record_fold_run`: one FoldRuns row with S, the counts and ChangesThrough = S, and in the
+   same commit one FoldRunSkippedPosts row per skipped post.
+
+Why following the log is exact. Claim(R) for a finished run R with ChangesThrough S_R: every
+delta committed at or before S_R is folded (inside its post's aggregate), unless its post is
+in R's skipped list. Proof, for a delta d of post p committed at t <= S_R, with P the cursor
+run R started from (ChangesThrough C):
+- t > C: d's commit inserted a DeltaCommits row listing p, in the same commit, so with the
+  same timestamp t in (C, S_R]; R's snapshot at S_R sees it, so p is a candidate.
+- t <= C: Claim(P) holds (induction on finished runs; a full scan proves it directly, every
+  post being a candidate), so d was folded (watermarks never move backwards) or p is in P's
+  skipped list, which R adds to its candidates.
+A candidate is folded through S_R by R (its deltas after its watermark, up to S_R, by the
+compare-and-set above, or already by a concurrent fold whose S is later) or listed as skipped.
+What this does not depend on: concurrent runs (each run's claim is about itself, and the
+cursor is whichever finished run has the largest ChangesThrough: every finished run's claim
+holds); killed runs (a run that dies writes no FoldRuns row, so the next run starts from an
+older cursor and covers the dead run's range again; its completed transactions are
+compare-and-set, so they are not folded twice); late writers (a commit whose timestamp is
+after S_R, however late its writer's clock or commit, is in (S_R, S] of the next run; one at or
+before S_R is visible at S_R). Duplicate DeltaCommits rows (a retried write) only repeat a
+candidate. The one requirement is on writers: every commit of PostDeltas rows carries its
+DeltaCommits row. Every writer here does (spanner_store.deltas.write_deltas, moderation); a
+writer of an older version (before the log) does not, which is why a database without a
+cursor is scanned in full, and why the stream is updated before the first fold (README,
+"Migrating a database").
 """
 from __future__ import annotations
 
 import itertools
+import logging
 import uuid
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Iterator, NamedTuple
@@ -34,18 +70,25 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.database import BatchSnapshot
 
 from spanner_store.database import DEFAULT_RETRY, commit_mutations, run_transaction, run_with_retries
+from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, read_changes
 from spanner_store.reads import READ_CHUNK, hourly_watermark, read_unfolded
 from schemas.voter_sketch import union_of
 from spanner_store.tables import (
-    DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS,
-    HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS, POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS, sketch_column, sketch_value,
+    DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS,
+    FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS, POST_FOLD_COLUMNS, POSTS,
+    WATERMARK_COLUMNS, PostKey, post_key, sketch_column, sketch_value,
 )
 
+LOG = logging.getLogger(__name__)
 # Posts row (7 columns) + its PostsByUpvotes entry replaced (5 + 1 for the old one), and
 # per hour a PostHourlyCounts row (6, no index): the fold's side of Spanner's
 # 80,000-mutation commit limit, checked against the DDL by tests/test_large_fold.py.
 MUTATIONS_PER_POST = 16
 MUTATIONS_PER_HOUR = 6
+# The run's record: its FoldRuns row, and per skipped post a FoldRunSkippedPosts row (no index).
+# A run skipping more posts than it may list in that one commit leaves ChangesThrough NULL:
+# it vouches for nothing and the next run covers its range again (see the module docstring).
+MAX_SKIPPED_LISTED = 1_000
 
 
 class FoldKey(NamedTuple):
@@ -88,6 +131,11 @@ class FoldOutcome(NamedTuple):
     posts_already_folded: int = 0
     posts_split: int = 0  # too many hours for one commit: hourly rows folded in several steps
     posts_skipped: int = 0  # failed with a non-transient error, left unfolded for the next run
+    # Counted by the read steps as metrics, so only in an outcome read back from them
+    # (pipeline.fold.outcome_from_metrics): rows read to find and sum the work (the cursor,
+    # DeltaCommits rows, Posts rows, delta index entries), and 1 if the run scanned every post.
+    rows_read: int = 0
+    full_scans: int = 0
 
     def plus(self, other: "FoldOutcome") -> "FoldOutcome":
         return FoldOutcome(*(a + b for a, b in zip(self, other)))
@@ -275,16 +323,68 @@ def fold_post_in_steps(database, fold: PostFold, snapshot_at: datetime, max_muta
     return outcome.plus(FoldOutcome(posts_split=1))
 
 
-def plan_partitions(database, snapshot_at: datetime) -> Iterator[tuple[dict, dict]]:
-    """(BatchSnapshot handle, partition) pairs of a partitioned read of every post's watermark at S."""
+class FoldPlan(NamedTuple):
+    """What one run reads, fixed at its snapshot S (`plan_fold`)."""
+
+    snapshot_at: datetime
+    cursor: FoldCursor | None  # the run it starts from; None: no run has a ChangesThrough yet
+    full_scan: bool  # read every post (no cursor, or asked for) instead of following the log
+
+    @property
+    def candidates_from_skips(self) -> list[str]:
+        """The cursor run's skipped posts: candidates whatever the log says."""
+        return [] if self.cursor is None else [post.post_id for post in self.cursor.skipped]
+
+
+def plan_fold(database, snapshot_at: datetime, full_scan: bool) -> tuple[FoldPlan, int]:
+    """The run's plan at S, and the rows read to make it."""
+    with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
+        cursor = fold_cursor(snapshot)
+    rows = 0 if cursor is None else 1 + len(cursor.skipped)
+    return FoldPlan(snapshot_at, cursor, full_scan or cursor is None), rows
+
+
+def changed_post_ids(database, plan: FoldPlan, shard: int, count_rows: Callable[[int], None]) -> Iterator[str]:
+    """The posts of one shard's DeltaCommits rows committed in (cursor, S], read at S."""
+    with database.snapshot(read_timestamp=plan.snapshot_at) as snapshot:
+        for change in read_changes(snapshot, plan.cursor.changes_through, shard):
+            count_rows(1)
+            yield from change.post_ids
+
+
+def _unfolded_of(snapshot, watermarks: dict[PostKey, datetime],
+                 count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple]]:
+    """(FoldKey, (hour, upvotes, shares, voters)) for each delta committed after its post's watermark."""
+    for h, p, hour, up, sh, voters in read_unfolded(snapshot, watermarks, ("PostHash", "PostId") + DELTA_SUM_COLUMNS):
+        count_rows(1)
+        yield FoldKey(h, p, watermark_text(watermarks[(h, p)])), (hour, up, sh, sketch_value(voters))
+
+
+def read_candidates(database, post_ids: Iterable[str], snapshot_at: datetime,
+                    count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple]]:
+    """At S, these posts' watermarks (point reads, READ_CHUNK posts per read) and their unfolded deltas."""
+    keys = iter(sorted({post_key(p) for p in post_ids}))
+    with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
+        while chunk := list(itertools.islice(keys, READ_CHUNK)):
+            watermarks = {(h, p): wm for h, p, wm in snapshot.read(
+                POSTS, columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(keys=[list(k) for k in chunk]))}
+            count_rows(len(watermarks))
+            yield from _unfolded_of(snapshot, watermarks, count_rows)
+
+
+def plan_partitions(database, snapshot_at: datetime, data_boost: bool) -> Iterator[tuple[dict, dict]]:
+    """(BatchSnapshot handle, partition) pairs of a partitioned read of every post's watermark at S.
+    With `data_boost`, the partitions run on Spanner Data Boost's independent compute instead of
+    the instance's nodes, so a full scan does not compete with serving."""
     batch_snapshot = database.batch_snapshot(read_timestamp=snapshot_at)
     handle = batch_snapshot.to_dict()
     for partition in batch_snapshot.generate_read_batches(
-            POSTS, columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(all_=True)):
+            POSTS, columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(all_=True), data_boost_enabled=data_boost):
         yield handle, partition
 
 
-def read_partition(database, handle: dict, partition: dict, snapshot_at: datetime) -> Iterator[tuple[FoldKey, tuple]]:
+def read_partition(database, handle: dict, partition: dict, snapshot_at: datetime,
+                   count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple]]:
     """One partition of Posts -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta,
     read as index ranges, READ_CHUNK posts per read, at exactly the same snapshot S."""
     # One iterator for the whole partition: every iter() of the client's result set starts
@@ -292,17 +392,30 @@ def read_partition(database, handle: dict, partition: dict, snapshot_at: datetim
     posts = iter(BatchSnapshot.from_dict(database, handle).process_read_batch(partition))
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
         while chunk := {(h, p): wm for h, p, wm in itertools.islice(posts, READ_CHUNK)}:
-            for h, p, hour, up, sh, voters in read_unfolded(
-                    snapshot, chunk, ("PostHash", "PostId") + DELTA_SUM_COLUMNS):
-                yield FoldKey(h, p, watermark_text(chunk[(h, p)])), (hour, up, sh, sketch_value(voters))
+            count_rows(len(chunk))
+            yield from _unfolded_of(snapshot, chunk, count_rows)
 
 
-def record_fold_run(database, snapshot_at: datetime, outcome: FoldOutcome, handle: dict | None) -> None:
-    """Writes the FoldRuns row, then ends the partitioned read's session."""
-    row = (str(uuid.uuid4()), snapshot_at, outcome.posts_folded, outcome.deltas_folded, spanner.COMMIT_TIMESTAMP,
-           outcome.posts_skipped)
-    run_with_retries(lambda: commit_mutations(
-        database, lambda batch: batch.insert(FOLD_RUNS, columns=FOLD_RUN_COLUMNS, values=[row])
-    ))
+def record_fold_run(database, plan: FoldPlan, outcome: FoldOutcome, skipped: list[SkippedPost],
+                    handle: dict | None) -> None:
+    """Writes the FoldRuns row (ChangesThrough = S) and its skipped posts in one commit, then ends
+    the partitioned read's session. A run with more skipped posts than MAX_SKIPPED_LISTED records
+    ChangesThrough NULL and lists none: it is not a cursor, so the next run covers its range again."""
+    fold_id = str(uuid.uuid4())
+    listed = sorted({(p.post_hash, p.post_id): p for p in skipped}.values())
+    vouches = len(listed) <= MAX_SKIPPED_LISTED
+    if not vouches:
+        LOG.error("%d posts skipped, more than the %d a run lists: this run is not a cursor, the next "
+                  "one reads its range again", len(listed), MAX_SKIPPED_LISTED)
+    row = (fold_id, plan.snapshot_at, outcome.posts_folded, outcome.deltas_folded, spanner.COMMIT_TIMESTAMP,
+           outcome.posts_skipped, plan.snapshot_at if vouches else None)
+    skipped_rows = [(fold_id, p.post_hash, p.post_id, p.error[:1024]) for p in listed] if vouches else []
+
+    def write(batch) -> None:
+        batch.insert(FOLD_RUNS, columns=FOLD_RUN_COLUMNS, values=[row])
+        if skipped_rows:
+            batch.insert(FOLD_RUN_SKIPPED, columns=FOLD_RUN_SKIPPED_COLUMNS, values=skipped_rows)
+
+    run_with_retries(lambda: commit_mutations(database, write))
     if handle is not None:
         BatchSnapshot.from_dict(database, handle).close()

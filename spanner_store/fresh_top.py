@@ -8,7 +8,7 @@ The PostsByUpvotes index is only as fresh as the last fold. To rank by exact cou
   commit (at most CANDIDATES_PER_COMMIT) and Threshold, the largest upvote sum of any post
   of the commit that is not listed (0 if every post with a positive sum is listed). The
   row's key starts with a shard taken from a random ID, so these inserts spread over
-  TOP_CANDIDATE_SHARDS key ranges and no single row or range takes every commit's write.
+  COMMIT_SHARDS key ranges and no single row or range takes every commit's write.
 - Reading (`fresh_top`), in ONE read-only snapshot: S, the snapshot of the newest finished
   fold; the folded top K+m from the index; every candidate row committed after S (a seek
   per shard); then the exact counts of all those posts, ranked.
@@ -28,7 +28,6 @@ out has more than `bound` upvotes.
 from __future__ import annotations
 
 import heapq
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, NamedTuple
@@ -38,7 +37,7 @@ from google.cloud import spanner
 from schemas import post_hash
 from schemas.records import PostDelta, PostTotals
 from spanner_store.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
-from spanner_store.tables import TOP_CANDIDATE_COLUMNS, TOP_CANDIDATE_SHARDS, TOP_CANDIDATES
+from spanner_store.tables import COMMIT_SHARDS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, commit_shard
 
 # Posts listed per commit. A commit holds one bundle's deltas; listing its 16 biggest risers
 # keeps the row small (at most 16 IDs of 128 characters) while the threshold stays 0 for
@@ -68,12 +67,11 @@ def commit_candidates(deltas: Iterable[PostDelta], limit: int = CANDIDATES_PER_C
     return CandidateRow(listed, threshold)
 
 
-def candidate_mutation_row(deltas: list[PostDelta]) -> tuple:
-    """The TopCandidates row to insert in the same commit as `deltas` (TOP_CANDIDATE_COLUMNS)."""
+def candidate_mutation_row(deltas: list[PostDelta], commit_id: str) -> tuple:
+    """The TopCandidates row to insert in the same commit as `deltas` (TOP_CANDIDATE_COLUMNS),
+    keyed by the commit's random ID (the one its DeltaCommits row has too)."""
     row = commit_candidates(deltas)
-    candidate_id = str(uuid.uuid4())
-    return (post_hash(candidate_id) % TOP_CANDIDATE_SHARDS, spanner.COMMIT_TIMESTAMP, candidate_id,
-            row.post_ids, row.threshold)
+    return (commit_shard(commit_id), spanner.COMMIT_TIMESTAMP, commit_id, row.post_ids, row.threshold)
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ def candidates_since(snapshot, since: datetime) -> tuple[set[str], int, int]:
     """Posts listed by candidate rows committed after `since`, the sum of those rows'
     thresholds, and how many rows that was. One key range per shard."""
     keyset = spanner.KeySet(ranges=[
-        spanner.KeyRange(start_open=[shard, since], end_closed=[shard]) for shard in range(TOP_CANDIDATE_SHARDS)
+        spanner.KeyRange(start_open=[shard, since], end_closed=[shard]) for shard in range(COMMIT_SHARDS)
     ])
     posts: set[str] = set()
     threshold_sum = rows = 0

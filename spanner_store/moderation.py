@@ -27,11 +27,12 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_with_retries
+from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
 from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
 from spanner_store.hourly import HourCount, hourly_counts_in
 from spanner_store.tables import (
-    ADJUSTMENT_COLUMNS, ADJUSTMENTS, DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, adjustment_delta_id, delta_key,
-    post_key,
+    ADJUSTMENT_COLUMNS, ADJUSTMENTS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, POST_KEY_COLUMNS,
+    POSTS, adjustment_delta_id, delta_key, post_key,
 )
 from schemas.records import PostDelta
 
@@ -41,8 +42,10 @@ LIST_ADJUSTMENTS_SQL = """SELECT AdjustmentId, PostId, Kind, Upvotes, Shares, Re
 FROM Adjustments ORDER BY CreatedAt DESC LIMIT @limit"""
 
 
-# Delta rows one reset may write: the budget less the parent key and the audit row.
-MAX_HOUR_ROWS = (MUTATION_BUDGET - MUTATIONS_PER_PARENT - len(ADJUSTMENT_COLUMNS)) // MUTATIONS_PER_DELTA
+# Delta rows one reset may write: the budget less the parent key, the audit row and the
+# commit's DeltaCommits row.
+MAX_HOUR_ROWS = (MUTATION_BUDGET - MUTATIONS_PER_PARENT - len(ADJUSTMENT_COLUMNS)
+                 - MUTATIONS_PER_DELTA_COMMIT) // MUTATIONS_PER_DELTA
 
 
 class Adjustment(NamedTuple):
@@ -63,7 +66,8 @@ class AdjustmentResult(NamedTuple):
 
 
 def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
-    """One blind commit: the delta rows (one per hour) and the audit row. False if the ID exists."""
+    """One blind commit: the delta rows (one per hour), their DeltaCommits row (the change log
+    the fold follows) and the audit row. False if the ID exists."""
     delta_id = adjustment_delta_id(adjustment.adjustment_id)
     rows = [delta_key(PostDelta(adjustment.post_id, int(h.hour.timestamp()), delta_id, h.upvotes, h.shares, 0))
             + (h.upvotes, h.shares, 0, None, spanner.COMMIT_TIMESTAMP) for h in hours if h.upvotes or h.shares]
@@ -73,6 +77,8 @@ def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
         batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(adjustment.post_id)])
         if rows:
             batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
+            batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS,
+                         values=[delta_commit_row(new_commit_id(), [adjustment.post_id], len(rows), 0)])
         batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[tuple(audit)])
 
     try:

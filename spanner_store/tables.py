@@ -41,7 +41,11 @@ HOURLY = "PostHourlyCounts"
 HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares", VOTERS)
 
 FOLD_RUNS = "FoldRuns"
-FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt", "PostsSkipped")
+FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt", "PostsSkipped",
+                    "ChangesThrough")
+# The posts a fold run skipped, under its FoldRuns row (spanner_store/delta_commits.py reads them).
+FOLD_RUN_SKIPPED = "FoldRunSkippedPosts"
+FOLD_RUN_SKIPPED_COLUMNS = ("FoldId", "PostHash", "PostId", "Error")
 
 WRITER_GENERATIONS = "WriterGenerations"
 WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt", "KeyFormat")
@@ -56,10 +60,16 @@ KEY_FORMAT = 2
 ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind", "Upvotes", "Shares", "Reason", "Actor", "AsOf", "CreatedAt")
 
+# Rows written once per commit of delta rows are keyed (Shard, CommittedAt, ID) with the shard
+# a hash of a random ID (`commit_shard`): COMMIT_SHARDS key ranges share the appends, and a
+# reader of "committed after T" seeks each.
+COMMIT_SHARDS = 16
 # One row per commit of delta rows: that commit's biggest risers (spanner_store/fresh_top.py).
 TOP_CANDIDATES = "TopCandidates"
 TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Threshold")
-TOP_CANDIDATE_SHARDS = 16
+# One row per commit of delta rows: its posts, the change log the fold follows (spanner_store/delta_commits.py).
+DELTA_COMMITS = "DeltaCommits"
+DELTA_COMMIT_COLUMNS = ("Shard", "CommittedAt", "CommitId", "PostIds", "DeltaRows", "Events")
 
 VIEW_ACTIVE = "TopPostsActiveVersion"
 VIEW_VERSIONS = "TopPostsVersions"
@@ -77,6 +87,11 @@ PostKey = tuple[int, str]  # (PostHash, PostId): a Posts row's primary key
 
 def post_key(post_id: str) -> PostKey:
     return (post_hash(post_id), post_id)
+
+
+def commit_shard(commit_id: str) -> int:
+    """The shard of a per-commit row (TopCandidates, DeltaCommits): its random ID's hash, mod COMMIT_SHARDS."""
+    return post_hash(commit_id) % COMMIT_SHARDS
 
 
 def hour_timestamp(epoch_s: int) -> datetime:

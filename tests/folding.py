@@ -10,12 +10,13 @@ from spanner_store.folding import FoldOutcome
 from transforms.fold_deltas import FoldDeltas
 
 
-def run_fold(resources, snapshot_at=None, posts_per_commit: int = 500) -> FoldOutcome:
+def run_fold(resources, snapshot_at=None, posts_per_commit: int = 500, full_scan: bool = False) -> FoldOutcome:
     """Folds the database of `resources` (project, instance, database); the outcome comes from the
-    run's metrics, and the run must record exactly one FoldRuns row."""
+    run's metrics, and the run must record exactly one FoldRuns row. The fold follows the change
+    log from the previous run's cursor (a full scan when there is none, or when asked)."""
     pipeline = TestPipeline()
     outcome = pipeline | FoldDeltas(resources.project, resources.instance, resources.database,
-                                    posts_per_commit, snapshot_at)
+                                    posts_per_commit, snapshot_at, full_scan=full_scan, data_boost=False)
     assert_that(outcome | beam.combiners.Count.Globally(), equal_to([1]))
     result = pipeline.run()
     result.wait_until_finish()

@@ -12,11 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from upvotes.capacity_model import fold_rows_read
+
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-            "commit_sizes", "unique_voters")
+            "commit_sizes", "unique_voters", "write_back",
+            "catalogue_cost")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
-TIMEOUT_S = 480
+TIMEOUT_S = 540
 
 
 def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_path: Path) -> None:
@@ -31,7 +34,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 11 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 16 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -70,6 +73,30 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert [p["voters"] for p in unique["errors"]][:3] == [10, 100, 1_000]
     assert all(p["relative_error"] <= 0.005 for p in unique["errors"][:3])
     assert unique["with_sketches"]["sketch_bytes_per_row"] > 0 == unique["without_sketches"]["sketch_bytes_per_row"]
+
+    write_back = document["benchmarks"]["write_back"]
+    assert set(write_back["race"]) == {"none", "aof_everysec", "aof_always", "pipeline"}
+    for name, row in write_back["race"].items():
+        assert row["exact"] is True and row["votes"] == hot["e2e_pubsub"]["votes"] and row["freshness"]["samples"] > 0, name
+    killed = {(c["killed"], c.get("durability")): c for c in write_back["crashes"]}
+    assert len(killed) == 6 and all(c["acknowledged"] > 0 for c in killed.values())
+    for point in ("after rename", "after commit"):  # the flusher, killed at each fault point: exact
+        crash = killed[(f"flusher, {point}", "none")]
+        assert crash["lost"] == crash["doubled"] == 0 and crash["leftover_staging_keys"] == 1, crash
+    assert killed[("redis-server", "aof_always")]["lost"] == 0  # fsynced before the reply
+    assert "| redis-server |" in (tmp_path / "latest.md").read_text()
+
+    catalogue = document["benchmarks"]["catalogue_cost"]
+    assert catalogue["exact"] is True and [p["posts"] for p in catalogue["points"]] == [1_000, 10_000]
+    # Following the log, the rows a fold and status read do not grow with the catalogue (status also
+    # reads the change rows of its 10-minute rate window: the 4 commits of each earlier size at most);
+    # a full scan's grow by one per post.
+    first, last = catalogue["points"][0], catalogue["points"][-1]
+    assert last["fold_rows_read"] == first["fold_rows_read"] == fold_rows_read(100, 1_000, 1)  # upvotes capacity's model
+    assert last["fold_idle_rows_read"] == 1
+    assert 0 <= last["status_rows_read"] - first["status_rows_read"] <= 4 * (len(catalogue["points"]) - 1)
+    assert last["full_scan"]["fold_rows_read"] - first["full_scan"]["fold_rows_read"] == 9_000
+    assert catalogue["sink_mutations_per_1k_votes"]["1000_rows_per_commit"]["change_log_ratio"] <= 1.001
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000

@@ -14,9 +14,11 @@ from bench.config import QUICK
 from bench.write_amplification import model_delta_rows, simulated_stream, group_sums
 from schemas.records import PostDelta
 from spanner_store.deltas import plan_commits
+from spanner_store.deltas import write_deltas
+from tests.folding import run_fold
 from upvotes.capacity_model import (
     Assumption, Assumptions, HourSplit, Popularity, SinkShape, Workload, cancel_probability, capacity,
-    expected_groups, expected_touched, rows_per_sink_commit, split_by_hour, stream_delta_rows,
+    expected_groups, expected_touched, fold_rows_read, rows_per_sink_commit, split_by_hour, stream_delta_rows,
 )
 from upvotes.cli import main
 from upvotes.commands.capacity import _sink_shape, chain_rate_from_results
@@ -167,3 +169,23 @@ def test_capacity_command_table_and_a_bad_results_file(tmp_path, capsys) -> None
     bad.write_text("{not json")
     assert main(["capacity", "--posts", "100", "--bench-results", str(bad)]) == 2
     assert capsys.readouterr().err.startswith(f"upvotes: {bad} is not a bench results file")
+
+
+def test_the_models_fold_reads_what_a_fold_run_reads(stack, database) -> None:
+    """The model's fold cost against a real fold following the change log: the rows it read for 6
+    sink commits of 25 deltas over 40 posts, among 500 posts that did not change."""
+    write_deltas(database, [PostDelta(f"cap-idle-{i}", 1_795_312_800, "idle:0", 1, 0, 1) for i in range(500)])
+    run_fold(stack)  # folds those and records the cursor
+    commits = [[PostDelta(f"cap-{(7 * c + i) % 40}", 1_795_312_800, f"cap:{c}:{i}", 1, 0, 1) for i in range(25)]
+               for c in range(6)]
+    for deltas in commits:
+        write_deltas(database, deltas)
+    outcome = run_fold(stack)
+    assert outcome.full_scans == 0 and outcome.deltas_folded == 150
+    changed = len({d.post_id for deltas in commits for d in deltas})
+    assert outcome.rows_read == fold_rows_read(changed, 150, len(commits))
+    # 10x the catalogue for the same votes: a full scan would read 10x; this reads what the long
+    # tail adds in posts voted on.
+    reads = {posts: capacity(Workload(votes_per_s=100, posts=posts, zipf=1.1, window_s=10), _sink_shape(),
+                             ASSUMPTIONS).fold_rows_read for posts in (100_000, 1_000_000)}
+    assert reads[1_000_000] < 1.2 * reads[100_000]

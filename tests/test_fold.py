@@ -128,7 +128,21 @@ def test_a_fold_killed_between_transactions_is_completed_by_the_next_run(stack, 
     assert {p: (up, sh) for p, (up, sh, _) in posts_rows(database, "killed").items()} == gained
 
 
+def fold_runs_since(database, since: datetime) -> list[tuple]:
+    """(SnapshotAt, DeltasFolded, ChangesThrough) of the runs finished after `since`."""
+    with database.snapshot() as snapshot:
+        return [tuple(row) for row in snapshot.execute_sql(
+            "SELECT SnapshotAt, DeltasFolded, ChangesThrough FROM FoldRuns WHERE FinishedAt > @since",
+            params={"since": since}, param_types={"since": param_types.TIMESTAMP})]
+
+
 def test_two_concurrent_folds_end_as_one_would(stack, database, emulator_env) -> None:
+    """What the design guarantees, whatever the two runs' timing: every delta folded by exactly one
+    of them, each post's watermark at one of their snapshots, and nothing left for a third run.
+    (Which snapshot a post ends at is timing: a post the first run folds before the second run's
+    snapshot has nothing left for the second run, and keeps the first run's watermark.)"""
+    fold(stack)  # earlier tests' deltas, so that the two runs below see only these
+    started = choose_snapshot(database)
     gained = add_deltas(database, "race", posts=200, per_post=3, tag="r")
     argv = [sys.executable, "-m", "pipeline.fold", f"--project={stack.project}", f"--instance={stack.instance}",
             f"--database={stack.database}", "--posts-per-commit=20"]
@@ -139,9 +153,11 @@ def test_two_concurrent_folds_end_as_one_would(stack, database, emulator_env) ->
         assert process.returncode == 0, err.decode()[-2000:]
     rows = posts_rows(database, "race")
     assert {p: (up, sh) for p, (up, sh, _) in rows.items()} == gained  # no delta folded twice or lost
-    with database.snapshot() as snapshot:
-        last = list(snapshot.execute_sql("SELECT MAX(SnapshotAt) FROM FoldRuns"))[0][0]
-    assert {wm for *_, wm in rows.values()} == {last}  # every post folded through the later snapshot
+    runs = fold_runs_since(database, started)
+    assert len(runs) == 2 and sum(deltas for _, deltas, _ in runs) == 600  # each delta folded by one run
+    assert all(changes_through == snapshot_at for snapshot_at, _, changes_through in runs)
+    assert {wm for *_, wm in rows.values()} <= {snapshot_at for snapshot_at, _, _ in runs}
+    assert fold(stack).deltas_folded == 0
     assert exact(database, gained) == gained
 
 

@@ -200,13 +200,18 @@ def test_readers_see_the_old_or_the_new_complete_version_never_a_mix(fresh) -> N
             page = read_top_page(own, None, 1, 30)
             seen.append((page.version, page.rows))
 
+    def until(condition, what: str) -> None:  # waited for, not assumed: the reader's pace is the machine's
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
     thread = threading.Thread(target=reader)
     thread.start()
     try:
+        until(lambda: seen, "the reader's first page")  # it reads version 1 before the publication starts
         second = publish_top_view(database, k=30, batch_rows=4, progress=watch)
-        deadline = time.monotonic() + 10
-        while not any(v == 2 for v, _ in seen) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: any(v == 2 for v, _ in seen), "the reader to see version 2")
     finally:
         stop.set()
         thread.join(timeout=30)

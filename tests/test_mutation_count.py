@@ -11,12 +11,16 @@ from google.cloud.spanner_v1.batch import Batch
 
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
-from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas
+from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row
+from spanner_store.deltas import (
+    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas,
+)
+from spanner_store.folding import MAX_SKIPPED_LISTED
 from spanner_store.mutation_count import KEY_RANGES, commit_key_ranges, commit_mutation_count, schema_model
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VIEW_RETIRE_COLUMNS,
-    VIEW_ROW_COLUMNS,
-    VIEW_ROWS,
+    DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
+    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES,
+    VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS,
 )
 from upvotes.commit_meter import CommitMeter, CommitTooLarge, metering_commits
 
@@ -82,9 +86,10 @@ def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) 
     deltas = [PostDelta("meter-p", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(1_000)]
     with metering_commits(meter):
         write_deltas(database, deltas)
-        # 16 per delta; the parent's key columns (2) and its PostsByUpvotes entry (5); the
-        # commit's TopCandidates row (one per column, no index).
-        assert (meter.commits, meter.largest) == (1, 1_000 * 18 + 7 + len(TOP_CANDIDATE_COLUMNS))
+        # 18 per delta; the parent's key columns (2) and its PostsByUpvotes entry (5); the
+        # commit's TopCandidates and DeltaCommits rows (one per column, no index).
+        assert (meter.commits, meter.largest) == (
+            1, 1_000 * 18 + 7 + len(TOP_CANDIDATE_COLUMNS) + len(DELTA_COMMIT_COLUMNS))
         assert meter.largest <= mutations_for(deltas)
         too_many = [PostDelta("meter-q", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(5_000)]
         with pytest.raises(CommitTooLarge):
@@ -118,3 +123,23 @@ def test_key_ranges_count_the_post_hash_ranges_and_other_tables_rows() -> None:
                  values=[(3, spanner.COMMIT_TIMESTAMP, "x", ["a"], 0)])
     assert commit_key_ranges(batch._mutations, model) == 3
     assert high * KEY_RANGES >> 63 == KEY_RANGES - 1
+
+
+def test_the_change_log_costs_a_few_mutations_per_commit_not_per_delta() -> None:
+    """The sink's per-commit rows as the DDL counts them; a full commit of 1,000 delta rows over
+    1,000 posts grows by under 0.1% with its DeltaCommits row."""
+    ids = [f"p-{i}" for i in range(1_000)]
+    logged = delta_commit_row("c", ids, 1_000, 1_000)
+    assert count(lambda b: b.insert(DELTA_COMMITS, DELTA_COMMIT_COLUMNS, [logged])) == MUTATIONS_PER_DELTA_COMMIT == 6
+    candidates = (0, spanner.COMMIT_TIMESTAMP, "c", ids[:16], 0)
+    assert count(lambda b: b.insert(TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS, [candidates])) + 6 == MUTATIONS_PER_COMMIT
+    deltas = [PostDelta(p, 1_795_312_800, "w:0:0", 1, 0, 1) for p in ids]
+    assert MUTATIONS_PER_DELTA_COMMIT / (mutations_for(deltas) - MUTATIONS_PER_DELTA_COMMIT) < 0.001
+
+
+def test_a_fold_run_record_with_every_skipped_post_it_lists_fits_one_commit() -> None:
+    row = ("f", HOUR, 1, 1, spanner.COMMIT_TIMESTAMP, MAX_SKIPPED_LISTED, HOUR)
+    skipped = [("f", n, f"p-{n}", "x" * 1024) for n in range(MAX_SKIPPED_LISTED)]
+    cost = count(lambda b: (b.insert(FOLD_RUNS, FOLD_RUN_COLUMNS, [row]),
+                            b.insert(FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, skipped)))
+    assert cost == len(FOLD_RUN_COLUMNS) + MAX_SKIPPED_LISTED * len(FOLD_RUN_SKIPPED_COLUMNS) <= MUTATION_BUDGET

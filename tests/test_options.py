@@ -83,3 +83,18 @@ def test_the_parameter_table_holds_the_only_defaults() -> None:
 @pytest.mark.parametrize("params,settings_class", [(STREAMING_PARAMS, StreamingSettings), (FOLD_PARAMS, FoldSettings)])
 def test_the_typed_settings_have_one_field_per_parameter(params, settings_class) -> None:
     assert {f.name for f in dataclasses.fields(settings_class)} == {p.dest for p in params}
+
+
+def test_boolean_parameters_take_a_bare_flag_and_data_boost_is_refused_on_the_emulator(monkeypatch) -> None:
+    required = ["--instance=upvotes", "--database=votes"]
+    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+    plain = PipelineOptions(required).view_as(FoldOptions).validated()
+    assert (plain.full_scan, plain.data_boost) == (False, False)
+    asked = PipelineOptions(required + ["--full-scan", "--dataBoost=true"]).view_as(FoldOptions).validated()
+    assert (asked.full_scan, asked.data_boost) == (True, True)
+    assert PipelineOptions(required + ["--fullScan=false"]).view_as(FoldOptions).validated().full_scan is False
+    with pytest.raises(InvalidParameter, match="fullScan"):
+        PipelineOptions(required + ["--full-scan=yes"]).view_as(FoldOptions).validated()
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", "localhost:9010")
+    with pytest.raises(InvalidParameter, match="emulator"):
+        PipelineOptions(required + ["--data-boost"]).view_as(FoldOptions).validated()

@@ -141,7 +141,8 @@ def test_a_mismatch_on_a_hostile_post_id_is_reported_against_that_id(database, h
 def test_hostile_post_ids_survive_a_fold(stack, database, hostile_written) -> None:
     ids, expected = hostile_written
     with TestPipeline() as p:
-        p | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500)
+        p | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500, full_scan=False,
+                       data_boost=False)
     keyset = spanner.KeySet(keys=[[schemas.post_hash(p), p] for p in ids])
     with database.snapshot() as snapshot:
         folded = {r[0]: {"upvotes": r[1], "shares": r[2]}

@@ -64,10 +64,29 @@ def test_dead_letters_make_status_unhealthy_and_are_counted_by_reason(stack, cap
 
 def test_unfolded_deltas_older_than_a_tenth_of_the_retention_cross_a_threshold() -> None:
     now = datetime(2026, 11, 23, tzinfo=timezone.utc)
-    health = DeltaHealth(read_at=now, posts=1, last_fold_snapshot=now - timedelta(seconds=60), unfolded_deltas=1,
-                         oldest_unfolded_commit=now - timedelta(days=3, seconds=1), recent_delta_rows=0,
-                         recent_votes=0, recent_window=timedelta(minutes=10))
+    health = DeltaHealth(read_at=now, posts_with_unfolded_deltas=1, last_fold_snapshot=now - timedelta(seconds=60),
+                         unfolded_deltas=1, oldest_unfolded_commit=now - timedelta(days=3, seconds=1),
+                         recent_delta_rows=0, recent_votes=0, recent_window=timedelta(minutes=10), rows_read=3,
+                         full_scan=False)
     found = problems(status_report(health, None), Thresholds(max_fold_lag_s=1800))
     assert len(found) == 1 and "1/10 of the 30-day retention" in found[0]
     fresher = health.__class__(**{**health.__dict__, "oldest_unfolded_commit": now - timedelta(days=2)})
     assert problems(status_report(fresher, None), Thresholds(max_fold_lag_s=1800)) == []
+
+
+def test_status_follows_the_change_log_and_agrees_with_a_full_scan(stack, database) -> None:
+    from spanner_store.health import delta_health
+
+    write_deltas(database, [PostDelta(f"status-idle-{i}", HOUR, "idle:0", 1, 0, 1) for i in range(200)])
+    fold(stack)  # folds them and records the cursor
+    write_deltas(database, [PostDelta(f"status-new-{i % 6}", HOUR, f"new:{i}", 1, 0, 1) for i in range(18)])
+    write_deltas(database, [PostDelta(f"status-new-{i % 3}", HOUR, f"new2:{i}", 1, 0, 1) for i in range(12)])
+    log, scan = delta_health(database), delta_health(database, full_scan=True)
+    assert (log.unfolded_deltas, log.posts_with_unfolded_deltas) == (scan.unfolded_deltas,
+                                                                     scan.posts_with_unfolded_deltas) == (30, 6)
+    assert log.oldest_unfolded_commit == scan.oldest_unfolded_commit is not None
+    assert not log.full_scan and scan.full_scan
+    # The cursor row and the newest fold's, the change rows of the last 10 minutes, the 6 posts
+    # changed since the fold and their 30 unfolded deltas: not the 200 folded posts.
+    assert log.rows_read < 100 < 200 < scan.rows_read
+    assert (log.recent_delta_rows, log.recent_votes) == (scan.recent_delta_rows, scan.recent_votes)

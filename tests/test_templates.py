@@ -503,7 +503,7 @@ def test_scheduler_job_launches_the_fold_template(posts_per_commit: str | None) 
     assert launch["containerSpecGcsPath"] == config.template_path("fold") == f"gs://{PROJECT}-upvotes/templates/fold.json"
     assert launch["jobName"] == "upvotes-fold"
     required = {p.template_name for p in FOLD_PARAMS if p.required}
-    optional_set = {"postsPerCommit"} if posts_per_commit else set()
+    optional_set = ({"postsPerCommit"} if posts_per_commit else set()) | {"dataBoost", "fullScan"}  # "false" each
     assert set(launch["parameters"]) == required | optional_set
     assert launch["parameters"]["spannerInstanceId"] == "upvotes"
     assert launch["parameters"]["spannerDatabaseId"] == "votes"
@@ -564,6 +564,14 @@ def test_workers_get_exactly_what_they_use() -> None:
     spanner = [c for c in gcloud_steps.iam_commands(cfg()) if c[:3] == ["gcloud", "spanner", "databases"]]
     assert spanner and all("--instance=upvotes" in c for c in spanner)
     assert not any(role.startswith("roles/spanner") and kind != "spanner databases" for kind, _, _, role in found)
+
+
+def test_data_boost_gives_the_fold_the_data_boost_reader_role_on_the_database_only() -> None:
+    fold = f"serviceAccount:upvotes-fold@{PROJECT}.iam.gserviceaccount.com"
+    role = "roles/spanner.databaseReaderWithDataBoost"
+    assert not any(r == role for *_, r in bindings(cfg()))
+    boosted = [(kind, resource, member) for kind, resource, member, r in bindings(cfg(data_boost="true")) if r == role]
+    assert boosted == [("spanner databases", "votes", fold)]
 
 
 def test_the_scheduler_can_launch_folds_only() -> None:

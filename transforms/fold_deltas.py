@@ -1,12 +1,16 @@
 """FoldDeltas: one fold run, as a Beam pipeline over the fold's Spanner pieces.
 
-    Impulse -> ChooseSnapshot S -> PlanPartitions (of Posts, at S) -> Reshuffle
-      -> ReadUnfoldedDeltas (index ranges after each watermark, at S) -> SumPerPost
-      -> ApplyFolds (compare-and-set transactions) -> TotalOutcome -> RecordFoldRun
+    Impulse -> ChooseSnapshot S -> PlanFold (the cursor, at S)
+      following the log:  PlanShards -> Reshuffle -> ReadChangedPosts (DeltaCommits after the
+                          cursor, one shard each) + the cursor run's skipped posts -> Distinct
+                          -> BatchElements -> ReadCandidates (watermarks, unfolded index ranges)
+      or a full scan:     PlanPartitions (of Posts, at S) -> Reshuffle -> ReadUnfoldedDeltas
+      -> SumPerPost -> ApplyFolds (compare-and-set transactions) -> TotalOutcome
+      -> RecordFoldRun (ChangesThrough = S, with the posts skipped)
 
-Why each step is exact (the snapshot, the compare-and-set, concurrent and killed folds) is
-in `spanner_store.folding`, which holds every read and transaction used here. Partitions
-are read in parallel on Dataflow.
+Why each step is exact (the snapshot, the cursor, the compare-and-set, concurrent and killed
+folds) is in `spanner_store.folding`, which holds every read and transaction used here. Shards
+and partitions are read in parallel on Dataflow.
 """
 from __future__ import annotations
 
@@ -21,10 +25,13 @@ from schemas.voter_sketch import union_of
 from spanner_store.database import (
     DEFAULT_RETRY, MUTATION_BUDGET, TRANSIENT_ERRORS, open_database, run_transaction, run_with_retries,
 )
+from spanner_store.delta_commits import SkippedPost
 from spanner_store.folding import (
-    FoldOutcome, PostFold, add_hours, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps, plan_partitions,
-    read_partition, record_fold_run,
+    FoldOutcome, FoldPlan, PostFold, add_hours, apply_folds, changed_post_ids, choose_snapshot, fold_cost,
+    fold_post_in_steps, plan_fold, plan_partitions, read_candidates, read_partition, record_fold_run,
 )
+from spanner_store.reads import READ_CHUNK
+from spanner_store.tables import COMMIT_SHARDS
 
 LOG = logging.getLogger(__name__)
 
@@ -64,19 +71,15 @@ class _SpannerDoFn(beam.DoFn):
         self._database = open_database(*self._where)
 
 
-class _PlanPartitions(_SpannerDoFn):
-    """snapshot S -> (BatchSnapshot handle, partition) pairs of a partitioned read of Posts."""
+class _CountingDoFn(_SpannerDoFn):
+    """A read step: counts the rows it reads in FoldDeltas/rows_read."""
 
-    def process(self, snapshot_at: datetime):
-        yield from plan_partitions(self._database, snapshot_at)
+    def __init__(self, project: str, instance: str, database: str) -> None:
+        super().__init__(project, instance, database)
+        self._rows_read = Metrics.counter("FoldDeltas", "rows_read")
 
-
-class _ReadPartition(_SpannerDoFn):
-    """One partition of Posts -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta."""
-
-    def process(self, element, snapshot_at: datetime):
-        handle, partition = element
-        yield from read_partition(self._database, handle, partition, snapshot_at)
+    def count_rows(self, rows: int) -> None:
+        self._rows_read.inc(rows)
 
 
 class _ChooseSnapshot(_SpannerDoFn):
@@ -84,8 +87,63 @@ class _ChooseSnapshot(_SpannerDoFn):
         yield choose_snapshot(self._database)
 
 
+class _PlanFold(_CountingDoFn):
+    """snapshot S -> the run's FoldPlan: its cursor, and whether it scans every post."""
+
+    def __init__(self, project: str, instance: str, database: str, full_scan: bool) -> None:
+        super().__init__(project, instance, database)
+        self._full_scan = full_scan
+        self._full_scans = Metrics.counter("FoldDeltas", "full_scans")
+
+    def process(self, snapshot_at: datetime):
+        plan, rows = plan_fold(self._database, snapshot_at, self._full_scan)
+        self.count_rows(rows)
+        if plan.full_scan:
+            self._full_scans.inc()
+            LOG.info("fold at %s scans every post (%s)", snapshot_at,
+                     "asked for" if plan.cursor else "no fold has recorded a cursor yet")
+        yield plan
+
+
+class _PlanPartitions(_SpannerDoFn):
+    """FoldPlan -> (BatchSnapshot handle, partition) pairs of a partitioned read of Posts (full scans only)."""
+
+    def __init__(self, project: str, instance: str, database: str, data_boost: bool) -> None:
+        super().__init__(project, instance, database)
+        self._data_boost = data_boost
+
+    def process(self, plan: FoldPlan):
+        if plan.full_scan:
+            yield from plan_partitions(self._database, plan.snapshot_at, self._data_boost)
+
+
+class _ReadPartition(_CountingDoFn):
+    """One partition of Posts -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta."""
+
+    def process(self, element, snapshot_at: datetime):
+        handle, partition = element
+        yield from read_partition(self._database, handle, partition, snapshot_at, self.count_rows)
+
+
+class _ReadChangedPosts(_CountingDoFn):
+    """A shard number -> the post IDs of its DeltaCommits rows committed after the cursor, at S."""
+
+    def process(self, shard: int, plan: FoldPlan):
+        yield from changed_post_ids(self._database, plan, shard, self.count_rows)
+
+
+class _ReadCandidates(_CountingDoFn):
+    """A batch of post IDs -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta."""
+
+    def process(self, post_ids: list[str], snapshot_at: datetime):
+        yield from read_candidates(self._database, post_ids, snapshot_at, self.count_rows)
+
+
 class _ApplyFoldsFn(_SpannerDoFn):
-    """Buffers PostFolds and applies them in transactions of bounded size."""
+    """Buffers PostFolds and applies them in transactions of bounded size. Main output: FoldOutcomes;
+    SKIPPED: a SkippedPost for each post whose fold failed with a non-transient error."""
+
+    SKIPPED = "skipped"
 
     def __init__(self, project, instance, database, posts_per_commit: int, max_mutations: int = MUTATION_BUDGET):
         super().__init__(project, instance, database)
@@ -97,22 +155,32 @@ class _ApplyFoldsFn(_SpannerDoFn):
     def start_bundle(self) -> None:
         self._buffer: list[PostFold] = []
         self._cost = 0
+        self._skipped: list[SkippedPost] = []
 
-    def process(self, fold: PostFold, snapshot_at: datetime) -> Iterator[FoldOutcome]:
+    def process(self, fold: PostFold, snapshot_at: datetime) -> Iterator:
         self._snapshot_at = snapshot_at
         if fold_cost(fold) > self._max_mutations:
             # Too many hours for one commit: this post alone, in bounded steps.
             yield self._count(self._or_skip(fold, lambda: fold_post_in_steps(
                 self._database, fold, snapshot_at, self._max_mutations, lambda _: self._retries.inc())))
-            return
-        if self._buffer and (len(self._buffer) >= self._posts_per_commit or self._cost + fold_cost(fold) > self._max_mutations):
-            yield self._flush(snapshot_at)
-        self._buffer.append(fold)
-        self._cost += fold_cost(fold)
+        else:
+            if self._buffer and (len(self._buffer) >= self._posts_per_commit
+                                 or self._cost + fold_cost(fold) > self._max_mutations):
+                yield self._flush(snapshot_at)
+            self._buffer.append(fold)
+            self._cost += fold_cost(fold)
+        yield from self._skipped_outputs(lambda post: post)
 
     def finish_bundle(self):
+        in_window = beam.transforms.window.GlobalWindows.windowed_value
         if self._buffer:
-            yield beam.transforms.window.GlobalWindows.windowed_value(self._flush(self._snapshot_at))
+            yield in_window(self._flush(self._snapshot_at))
+        yield from self._skipped_outputs(in_window)
+
+    def _skipped_outputs(self, wrap: Callable) -> Iterator[beam.pvalue.TaggedOutput]:
+        skipped, self._skipped = self._skipped, []
+        for post in skipped:
+            yield beam.pvalue.TaggedOutput(self.SKIPPED, wrap(post))
 
     def _apply(self, folds: list[PostFold], snapshot_at: datetime) -> FoldOutcome:
         return run_with_retries(
@@ -144,6 +212,7 @@ class _ApplyFoldsFn(_SpannerDoFn):
             if not _skippable(error):
                 raise
             LOG.error("fold of post %r skipped; it stays unfolded and reads stay exact: %r", fold.key.post_id, error)
+            self._skipped.append(SkippedPost(fold.key.post_hash, fold.key.post_id, repr(error)))
             return FoldOutcome(posts_skipped=1)
 
     def _count(self, outcome: FoldOutcome) -> FoldOutcome:
@@ -153,8 +222,8 @@ class _ApplyFoldsFn(_SpannerDoFn):
 
 
 class _RecordFoldRun(_SpannerDoFn):
-    def process(self, outcome: FoldOutcome, snapshot_at: datetime, handle: dict | None):
-        record_fold_run(self._database, snapshot_at, outcome, handle)
+    def process(self, outcome: FoldOutcome, plan: FoldPlan, skipped: list[SkippedPost], handle: dict | None):
+        record_fold_run(self._database, plan, outcome, skipped, handle)
         yield outcome
 
 
@@ -164,27 +233,37 @@ def _to_post_fold(keyed) -> PostFold:
     return PostFold(key, upvotes, shares, deltas, hours, union_of(sums.voters for sums in hours.values()))
 
 
+def _shards(plan: FoldPlan) -> Iterable[int]:
+    return [] if plan.full_scan else range(COMMIT_SHARDS)
+
+
 class FoldDeltas(beam.PTransform):
     """PBegin -> one FoldOutcome: folds every unfolded delta into Posts and PostHourlyCounts.
 
+    It reads only the posts with deltas committed after the previous run's cursor (the
+    DeltaCommits change log), or every post when no run has recorded a cursor yet or
+    `full_scan` asks for it (with Spanner Data Boost when `data_boost`).
+
     A post with more unfolded event hours than fit one commit is folded alone in bounded
     steps (posts_split); a post whose fold fails with a non-transient error is skipped,
-    logged and counted (posts_skipped, also in its FoldRuns row) and every other post is
-    still folded.
+    logged and counted (posts_skipped, also in its FoldRuns row, and listed in
+    FoldRunSkippedPosts for the next run) and every other post is still folded.
 
     Metrics: FoldDeltas/posts_folded, deltas_folded, posts_refolded, posts_already_folded,
-    posts_split, posts_skipped, transient_retries.
+    posts_split, posts_skipped, rows_read, full_scans, transient_retries.
     """
 
     def __init__(
         self, project: str, instance: str, database: str,
-        posts_per_commit: int, snapshot_at: datetime | None = None,
+        posts_per_commit: int, snapshot_at: datetime | None = None, *, full_scan: bool, data_boost: bool,
     ):
         """`snapshot_at` folds as of a given past timestamp (under an hour old) instead of now."""
         super().__init__()
         self._where = (project, instance, database)
         self._posts_per_commit = posts_per_commit
         self._snapshot_at = snapshot_at
+        self._full_scan = full_scan
+        self._data_boost = data_boost
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
         if self._snapshot_at is not None:
@@ -192,22 +271,52 @@ class FoldDeltas(beam.PTransform):
         else:
             snapshot = begin | "Start" >> beam.Impulse() | "ChooseSnapshot" >> beam.ParDo(_ChooseSnapshot(*self._where))
         at = beam.pvalue.AsSingleton(snapshot)
-        partitions = snapshot | "PlanPartitions" >> beam.ParDo(_PlanPartitions(*self._where))
+        plan = snapshot | "PlanFold" >> beam.ParDo(_PlanFold(*self._where, self._full_scan))
+        planned = beam.pvalue.AsSingleton(plan)
+
+        partitions = plan | "PlanPartitions" >> beam.ParDo(_PlanPartitions(*self._where, self._data_boost))
         session = (
             partitions
             | "HandleOnly" >> beam.Map(lambda planned: planned[0])
             | "SessionHandle" >> beam.CombineGlobally(_any_handle)
         )
-        return (
+        scanned = (
             partitions
             | "SpreadPartitions" >> beam.Reshuffle()
             | "ReadUnfoldedDeltas" >> beam.ParDo(_ReadPartition(*self._where), at)
+        )
+        changed = (
+            plan
+            | "PlanShards" >> beam.FlatMap(_shards)
+            | "SpreadShards" >> beam.Reshuffle()
+            | "ReadChangedPosts" >> beam.ParDo(_ReadChangedPosts(*self._where), planned)
+        )
+        skipped_before = plan | "SkippedByCursorRun" >> beam.FlatMap(
+            lambda p: [] if p.full_scan else p.candidates_from_skips)
+        followed = (
+            (changed, skipped_before)
+            | "Candidates" >> beam.Flatten()
+            | "EachPostOnce" >> beam.Distinct()
+            | "Batches" >> beam.BatchElements(min_batch_size=1, max_batch_size=READ_CHUNK)
+            | "ReadCandidates" >> beam.ParDo(_ReadCandidates(*self._where), at)
+        )
+        applied = (
+            (scanned, followed)
+            | "UnfoldedDeltas" >> beam.Flatten()
             | "SumPerPost" >> beam.CombinePerKey(SumPostDeltas())
             | "ToPostFold" >> beam.Map(_to_post_fold)
-            | "ApplyFolds" >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), at)
+            | "ApplyFolds" >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), at).with_outputs(
+                _ApplyFoldsFn.SKIPPED, main="outcomes")
+        )
+        # ToList, not AsList: the BundleBasedDirectRunner's AsList of a tagged output also holds
+        # the DoFn's main outputs (measured with Beam 2.77).
+        skipped = applied[_ApplyFoldsFn.SKIPPED] | "SkippedPosts" >> beam.combiners.ToList()
+        return (
+            applied.outcomes
             | "TotalOutcome" >> beam.CombineGlobally(_sum_outcomes)
             | "RecordFoldRun" >> beam.ParDo(
-                _RecordFoldRun(*self._where), at, beam.pvalue.AsSingleton(session))
+                _RecordFoldRun(*self._where), planned, beam.pvalue.AsSingleton(skipped),
+                beam.pvalue.AsSingleton(session))
         )
 
 

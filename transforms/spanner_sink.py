@@ -11,9 +11,15 @@ failure means:
   bundle (Dataflow does, indefinitely, and the deterministic keys make that safe).
 - Rows that can never be written (any other error) go to the `failed` output with the
   reason. Rows found already written count as `rows_already_written`, not errors.
+- A database whose schema is behind this code (a table or column it writes is missing: the
+  stream was updated before `upvotes provision` migrated the database) makes the sink wait
+  and retry the same commit every few seconds, up to SCHEMA_WAIT_S, instead of dead-lettering
+  or failing the stream; the migration adds the table and the next attempt commits.
 """
 from __future__ import annotations
 
+import logging
+import time
 from typing import Iterator
 
 import apache_beam as beam
@@ -23,11 +29,17 @@ from google.api_core import exceptions
 
 from schemas.records import FailedDelta, PostDelta
 from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries
-from spanner_store.deltas import plan_commits, write_new_deltas
+from spanner_store.deltas import plan_commits, schema_behind, write_new_deltas
 
+LOG = logging.getLogger(__name__)
 # Long enough to ride out a brief outage or a burst of aborts from a concurrent fold, and
 # bounded: after the last attempt the error is raised (see the module docstring).
 SINK_RETRY = RetryPolicy(attempts=25, first_delay_s=0.005, max_delay_s=2.0)
+# How long the sink waits for a missing table or column (`upvotes provision` takes seconds on
+# the emulator, minutes on a large Spanner database), retrying every SCHEMA_POLL_S; after that
+# the rows are dead-lettered with the error, to be replayed once the database is migrated.
+SCHEMA_WAIT_S = 3600.0
+SCHEMA_POLL_S = 2.0
 
 
 class WriteDeltasFn(beam.DoFn):
@@ -51,6 +63,7 @@ class WriteDeltasFn(beam.DoFn):
         self._commits = Metrics.counter("WriteDeltaRows", "commits")
         self._retries = Metrics.counter("WriteDeltaRows", "transient_retries")
         self._failed = Metrics.counter("WriteDeltaRows", "rows_dead_lettered")
+        self._schema_waits = Metrics.counter("WriteDeltaRows", "schema_waits")
         self._buffer: list[PostDelta] = []
 
     def setup(self) -> None:
@@ -81,7 +94,20 @@ class WriteDeltasFn(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(self.FAILED, FailedDelta(delta, f"spanner_write_failed: {error}"[:1000]))
 
     def _commit_once(self, batch: list[PostDelta]) -> None:
-        result = write_new_deltas(self._database, batch)
+        waited = 0.0
+        while True:
+            try:
+                result = write_new_deltas(self._database, batch)
+                break
+            except exceptions.NotFound as error:
+                if not schema_behind(error) or waited >= SCHEMA_WAIT_S:
+                    raise
+                if waited == 0:
+                    LOG.warning("the database lacks what this version writes (%s): run `upvotes provision`; "
+                                "the sink retries the same rows every %.0f s", error.message, SCHEMA_POLL_S)
+                self._schema_waits.inc()
+                time.sleep(SCHEMA_POLL_S)
+                waited += SCHEMA_POLL_S
         self._rows_written.inc(result.written)
         self._rows_already.inc(result.already_written)
         self._commits.inc()
@@ -91,7 +117,7 @@ class WriteDeltaRows(beam.PTransform):
     """PostDelta -> FailedDelta (rows that can never be written; everything else is in Spanner).
 
     Metrics: WriteDeltaRows/rows_written, rows_already_written, commits,
-    transient_retries, rows_dead_lettered.
+    transient_retries, rows_dead_lettered, schema_waits.
     """
 
     def __init__(self, project: str, instance: str, database: str, rows_per_commit: int) -> None:

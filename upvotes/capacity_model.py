@@ -12,6 +12,11 @@ Zipf popularity p_i, a window of V votes touches post i with probability 1 - (1 
 and its votes cancel (no share, as many un-votes as upvotes) with a probability that depends
 only on how many it got. Votes arriving just after an hour boundary may carry the previous
 hour (clients report late), which splits that window's rows between two hours.
+
+The fold. A run reads what changed since the previous run and nothing else (spanner_store/
+folding.py follows the DeltaCommits change log): `fold_rows_read`, one row per sink commit of the
+interval, one Posts row per post voted on in it, one index entry per delta row written in it.
+The number of posts in the catalogue is not a term: only the posts voted on in the interval are.
 """
 from __future__ import annotations
 
@@ -67,6 +72,7 @@ class SinkShape:
     mutation_budget: int
     mutations_per_delta: int
     mutations_per_parent: int
+    mutations_per_commit: int  # the commit's own rows: its TopCandidates and DeltaCommits rows
     posts_per_fold_commit: int
     fold_mutations_per_post: int
     fold_mutations_per_hour: int
@@ -210,6 +216,7 @@ class CapacityReport(NamedTuple):
     pubsub_messages_per_s: float
     delta_rows_per_window: float
     posts_per_fold: float
+    fold_rows_read: float  # rows one fold run reads to find and sum its work (`fold_rows_read`)
     approaches: tuple[ApproachCapacity, ...]
 
 
@@ -222,7 +229,15 @@ def spanner_nodes(row_writes: float, row_reads: float, assumptions: Assumptions)
 def rows_per_sink_commit(shape: SinkShape) -> int:
     """Delta rows in a full commit: plan_commits' row cap, or its mutation budget when every
     row brings its own parent Posts row (within a window, nearly every row is another post)."""
-    return min(shape.rows_per_commit, shape.mutation_budget // (shape.mutations_per_delta + shape.mutations_per_parent))
+    return min(shape.rows_per_commit, (shape.mutation_budget - shape.mutations_per_commit)
+               // (shape.mutations_per_delta + shape.mutations_per_parent))
+
+
+def fold_rows_read(changed_posts: float, unfolded_deltas: float, delta_commits: float) -> float:
+    """Rows one fold run reads to find and sum its work, following the change log: the cursor
+    (its FoldRuns row), one DeltaCommits row per commit since the previous run, one Posts row per
+    post those commits name and one index entry per unfolded delta. The catalogue is no term."""
+    return 1 + delta_commits + changed_posts + unfolded_deltas
 
 
 def this_design(workload: Workload, rows: float, folded_posts: float, shape: SinkShape,
@@ -232,6 +247,7 @@ def this_design(workload: Workload, rows: float, folded_posts: float, shape: Sin
     as 1 + interval/hour, what a post voted on throughout the interval sees (an upper bound)."""
     sink_commits = rows / rows_per_sink_commit(shape)
     hours_per_post = 1 + workload.fold_interval_s / HOUR_S
+    interval = workload.fold_interval_s
     fold_cost = shape.fold_mutations_per_post + shape.fold_mutations_per_hour * hours_per_post
     posts_per_transaction = min(shape.posts_per_fold_commit, int(shape.mutation_budget // fold_cost))
     fold_transactions = math.ceil(folded_posts / posts_per_transaction) / workload.fold_interval_s
@@ -239,10 +255,12 @@ def this_design(workload: Workload, rows: float, folded_posts: float, shape: Sin
     # An exact read is the Posts row plus the unfolded deltas: on average half a fold
     # interval of the hottest post's windows.
     rows_per_count_read = 1 + workload.fold_interval_s / workload.window_s / 2
-    row_reads = rows + folded_posts_per_s + workload.count_reads_per_s * rows_per_count_read
-    row_writes = rows * 2 + folded_posts_per_s * (1 + hours_per_post)  # each delta touches its parent
+    fold_reads_per_s = fold_rows_read(folded_posts, rows * interval, sink_commits * interval) / interval
+    row_reads = fold_reads_per_s + workload.count_reads_per_s * rows_per_count_read
+    # Each delta touches its parent; each sink commit writes its TopCandidates and DeltaCommits rows.
+    row_writes = rows * 2 + sink_commits * 2 + folded_posts_per_s * (1 + hours_per_post)
     mutations = (rows * (shape.mutations_per_delta + shape.mutations_per_parent)
-                 + folded_posts_per_s * fold_cost)
+                 + sink_commits * shape.mutations_per_commit + folded_posts_per_s * fold_cost)
     vcpus = (workload.votes_per_s / assumptions.chain_events_per_core_s.value
              + rows / assumptions.sink_rows_per_core_s.value)
     hot_limit = assumptions.hot_row_transactions_per_s.value
@@ -294,5 +312,7 @@ def capacity(workload: Workload, shape: SinkShape, assumptions: Assumptions,
         pubsub_messages_per_s=workload.votes_per_s / workload.batch_size,
         delta_rows_per_window=rows * workload.window_s,
         posts_per_fold=folded_posts,
+        fold_rows_read=fold_rows_read(folded_posts, rows * workload.fold_interval_s,
+                                      rows / rows_per_sink_commit(shape) * workload.fold_interval_s),
         approaches=tuple(approaches),
     )

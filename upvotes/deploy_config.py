@@ -73,6 +73,12 @@ class DeployConfig:
         "max-clock-skew-seconds"))
     posts_per_commit: str | None = field(default=_param("posts-per-commit").default, metadata=_setting(
         "POSTS_PER_COMMIT", "posts per fold transaction", "posts-per-commit"))
+    full_scan: str | None = field(default=_param("full-scan").default, metadata=_setting(
+        "FULL_SCAN", "true: the fold reads every post instead of the change log (for a one-off `run` after a "
+        "migration; leave it false for the schedule)", "full-scan"))
+    data_boost: str | None = field(default=_param("data-boost").default, metadata=_setting(
+        "DATA_BOOST", "true: the fold's full scans run on Spanner Data Boost (its account gets the Data Boost "
+        "reader role)", "data-boost"))
     streaming_job: str = field(default="upvotes-streaming", metadata=_setting("STREAMING_JOB", "streaming job name"))
     fold_job: str = field(default="upvotes-fold", metadata=_setting(
         "FOLD_JOB", "fold job name and scheduler job ID; a launch is refused while a fold of this name runs"))
@@ -178,6 +184,8 @@ class DeployConfig:
             "rows-per-commit": self.rows_per_commit,
             "max-clock-skew-seconds": self.max_clock_skew_seconds,
             "posts-per-commit": self.posts_per_commit,
+            "data-boost": self.data_boost,
+            "full-scan": self.full_scan,
         }
 
     def validate(self) -> "DeployConfig":

@@ -141,7 +141,7 @@ def _wait_until_ready(emulator: Emulator, process: subprocess.Popen, timeout_s: 
         except Exception as error:  # noqa: BLE001 - any failure means "not ready yet"
             last_error = error
             time.sleep(0.25)
-    _terminate(emulator.pid)
+    terminate_group(emulator.pid)
     raise EmulatorError(
         f"The {emulator.name} emulator did not answer on {emulator.address} within {timeout_s:.0f} s "
         f"(last error: {last_error}); see its log {emulator.log_path}."
@@ -175,7 +175,7 @@ def is_alive(pid: int) -> bool:
     return True
 
 
-def _terminate(pid: int, grace_s: float = 10.0) -> None:
+def terminate_group(pid: int, grace_s: float = 10.0) -> None:
     """Ends the process group led by `pid`: SIGTERM, then SIGKILL after a grace period."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
@@ -193,7 +193,7 @@ def _terminate(pid: int, grace_s: float = 10.0) -> None:
 
 
 def stop(emulator: Emulator) -> None:
-    _terminate(emulator.pid)
+    terminate_group(emulator.pid)
 
 
 # --- the state file behind `upvotes emulators start|stop|status` -----------------------

@@ -137,6 +137,11 @@ def iam_steps(cfg: DeployConfig) -> list[Step]:
               f"--member={worker}", "--role=roles/pubsub.publisher", *p],
              "streaming workers: publish dead letters, on the dead-letter topic only"),
     ]
+    if cfg.data_boost == "true":
+        steps.append(Step(["gcloud", "spanner", "databases", "add-iam-policy-binding", cfg.database,
+                           f"--instance={cfg.instance}", f"--member={fold}",
+                           "--role=roles/spanner.databaseReaderWithDataBoost", *p],
+                          "fold workers: full scans on Data Boost (spanner.databases.useDataBoost), this database only"))
     for member, kind in ((worker, "streaming"), (fold, "fold")):
         steps += [
             # Read and write rows of this one database (not instance- or project-wide).

@@ -1,9 +1,11 @@
 """`upvotes status`: the health of a deployment as one report, and whether it crosses a threshold.
 
-What it reads (spanner_store/health.py): every Posts row's watermark, and per post the
-commit-time index entries after min(watermark, 10 minutes ago), in one strong read-only
-snapshot; the newest FoldRuns row; with a dead-letter topic, up to `--dead-letter-limit`
-messages of its kept subscription, pulled and released unacknowledged.
+What it reads (spanner_store/health.py), in one strong read-only snapshot: the fold cursor
+(the FoldRuns row with the largest ChangesThrough, and its skipped posts), the DeltaCommits rows
+committed since the cursor or the last 10 minutes, whichever is older, and for the posts those
+rows name, their watermarks and unfolded deltas; with a dead-letter topic, up to
+`--dead-letter-limit` messages of its kept subscription, pulled and released unacknowledged.
+Its cost follows what is unfolded and recent, not the number of posts (`rows_read` says how much).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def status_report(health: DeltaHealth, dead_letter_backlog: dict[str, int] | Non
     minutes = health.recent_window.total_seconds() / 60
     return {
         "read_at": health.read_at.isoformat(),
-        "posts": health.posts,
+        "posts_with_unfolded_deltas": health.posts_with_unfolded_deltas,
         "last_fold_snapshot": None if health.last_fold_snapshot is None else health.last_fold_snapshot.isoformat(),
         "last_fold_age_s": _age_s(health.read_at, health.last_fold_snapshot),
         "unfolded_deltas": health.unfolded_deltas,
@@ -45,6 +47,8 @@ def status_report(health: DeltaHealth, dead_letter_backlog: dict[str, int] | Non
         "votes_per_min": round(health.recent_votes / minutes, 2),
         "dead_letter_backlog": dead_letter_backlog,
         "retention_days": DELTA_RETENTION_DAYS,
+        "rows_read": health.rows_read,
+        "full_scan": health.full_scan,
     }
 
 

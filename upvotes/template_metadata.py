@@ -30,8 +30,10 @@ TEMPLATE_INFO: dict[str, dict[str, object]] = {
     "fold": {
         "name": "Upvotes: fold delta rows into Posts",
         "description": (
-            "Batch pipeline. Folds every unfolded delta row into the Posts aggregate exactly once, one "
-            "read-write transaction per group of posts. Launched every few minutes by Cloud Scheduler."
+            "Batch pipeline. Folds the delta rows committed since the previous fold into the Posts aggregate "
+            "exactly once, one read-write transaction per group of posts. It finds them through the DeltaCommits "
+            "change log, so it reads the posts that changed, not the whole catalogue (a full scan only when no "
+            "fold has recorded a cursor yet, or with fullScan). Launched every few minutes by Cloud Scheduler."
         ),
         "streaming": False,
     },

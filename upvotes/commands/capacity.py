@@ -115,13 +115,14 @@ def _assumption(given: float | None, flag: str, default: tuple[float, str]):
 def _sink_shape():
     from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
     from spanner_store.database import MUTATION_BUDGET
-    from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
+    from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
     from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
     from upvotes.capacity_model import SinkShape
 
     return SinkShape(
         rows_per_commit=defaults(STREAMING_PARAMS)["rows_per_commit"], mutation_budget=MUTATION_BUDGET,
         mutations_per_delta=MUTATIONS_PER_DELTA, mutations_per_parent=MUTATIONS_PER_PARENT,
+        mutations_per_commit=MUTATIONS_PER_COMMIT,
         posts_per_fold_commit=defaults(FOLD_PARAMS)["posts_per_commit"],
         fold_mutations_per_post=MUTATIONS_PER_POST, fold_mutations_per_hour=MUTATIONS_PER_HOUR,
     )
@@ -159,6 +160,7 @@ def report_json(report) -> dict:
         "pubsub_messages_per_s": report.pubsub_messages_per_s,
         "delta_rows_per_window": report.delta_rows_per_window,
         "posts_per_fold": report.posts_per_fold,
+        "fold_rows_read": report.fold_rows_read,
         "approaches": [a._asdict() for a in report.approaches],
         "assumptions": {name: a._asdict() for name, a in asdict(report.assumptions).items()},
     }
@@ -184,7 +186,8 @@ def report_lines(report) -> list[str]:
         f"(sharded counters would need {report.shards_to_hold_hottest:,} shards to hold it).",
         f"This design: {report.delta_rows_per_window:,.0f} delta rows per window "
         f"({w.votes_per_s * w.window_s / max(report.delta_rows_per_window, 1):,.1f} votes per row), "
-        f"{report.posts_per_fold:,.0f} posts per fold.",
+        f"{report.posts_per_fold:,.0f} posts per fold, which reads {report.fold_rows_read:,.0f} rows "
+        f"(what changed in the interval; the other {max(0.0, w.posts - report.posts_per_fold):,.0f} posts are not read).",
         "",
         "".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(COLUMNS)),
     ]

@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "posts_folded": outcome.posts_folded, "deltas_folded": outcome.deltas_folded,
             "posts_refolded": outcome.posts_refolded, "posts_split": outcome.posts_split,
-            "posts_skipped": outcome.posts_skipped, "seconds": round(seconds, 3),
+            "posts_skipped": outcome.posts_skipped, "rows_read": outcome.rows_read,
+            "full_scan": bool(outcome.full_scans), "seconds": round(seconds, 3),
             "deltas_per_s": round(outcome.deltas_folded / seconds, 1) if seconds else None,
         }), flush=True)
         if not args.every:

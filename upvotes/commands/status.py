@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-fold-lag-s", type=float, default=float(DeployConfig.alert_fold_lag_s),
                         help=f"exit 3 when the last fold is older (default {DeployConfig.alert_fold_lag_s}: "
                              "3 intervals of the default 10-minute fold schedule; ALERT_FOLD_LAG_S of `upvotes deploy`)")
+    parser.add_argument("--full-scan", action="store_true",
+                        help="read every post's watermark instead of following the change log from the last "
+                             "fold (a check of the log; costs one row per post)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from upvotes.dead_letters import backlog_by_reason, pull_dead_letters, release
     from upvotes.status import EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, problems, status_report
 
-    health = delta_health(open_database_of(args))
+    health = delta_health(open_database_of(args), full_scan=args.full_scan)
     backlog = None
     subscription = kept_subscription(args)
     if subscription:

@@ -1,0 +1,552 @@
+"""Benchmark: the seed's fourth approach, a write-back cache on Redis (upvotes/write_back.py),
+raced beside the pipeline on the same emulator, and what each approach loses on a crash.
+
+(a) The race. For each Redis durability mode (none, AOF everysec, AOF always): a fresh
+redis-server (upvotes/redis_server.py), the flusher in a process of its own flushing every
+RACE_WINDOW_S (the pipeline's window in the race), and the same Zipf burst as hot_post's end to
+end (bench.config.race_workload) sent by one client as pipelined HINCRBY in batches of 500 (the
+pipeline's message size). Timed, as the pipeline's row, from the first send until every post's
+count in an exact read of Spanner equals the ledger. The pipeline's own row is measured here the
+same way, through Pub/Sub to the streaming subprocess, so that freshness compares like for like:
+each batch carries one marker vote (an upvote on a post of its own), and a marker's freshness
+runs from its batch's acknowledgement (Redis' reply to the pipeline; Pub/Sub's reply to the
+publish) to the end of the first exact read that sees it. hot_post's end-to-end row is the same
+burst without markers. Also, per mode: the cache alone taking the burst's votes, pipelined and
+one command per vote (no flush).
+
+(b) The crash table. A steady load (sizes.crash_rate upvotes/s, Zipf over 1,000 posts, batches of
+500); a batch goes into the ledger once it is acknowledged, or into the refused ledger if the
+client got an error (the app would report a failure; it is not resent, as a resend after a
+crash may double). One SIGKILL at a seeded time in the middle third of the load:
+- redis-server, in each durability mode, restarted at once;
+- the flusher at each fault point (after RENAME; after the Spanner commit, before the DEL), on
+  the flush that falls at the seeded time, restarted at once;
+- the pipeline's stream (`python -m pipeline.streaming`, started and stopped through
+  bench.stack.streaming_pipeline like every benchmark), restarted at once. It measures the stream
+  as this checkout builds it: whatever the drain and acknowledgement work delivers shows here.
+Then the counts settle and every post is compared with the ledgers: lost = acknowledged votes
+never counted, doubled = votes counted beyond those acknowledged and refused. Per post, net:
+exact when a run does not both lose and double votes of one post, lower bounds otherwise.
+
+A process SIGKILL keeps the operating system's page cache, so the AOF everysec row cannot show
+the machine-crash window (up to about one second of acknowledged votes, per Redis' persistence
+documentation); the report states it, never as a measurement.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterator
+
+import redis
+from google.cloud import pubsub_v1
+from google.cloud.spanner_v1 import param_types
+
+from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes, race_workload
+from bench.measure import current_rss_mib, latency_summary, reset_peak_rss
+from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
+from bench.stack import check_alive, streaming_pipeline, with_topics
+from schemas.records import COUNTERS
+from spanner_store.database import open_database
+from spanner_store.reads import exact_counts
+from upvotes import local_stream, redis_server, write_back
+from upvotes.ledger import Ledger
+from upvotes.provision import Resources
+from upvotes.publishing import BATCH_SETTINGS, batch_messages
+from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
+
+MARKER_POLL_S = 0.05  # as bench/freshness.py
+EXACT_POLL_S = 0.25  # as upvotes.race.race_pipeline
+READY_TIMEOUT_S = 180.0
+RACE_TIMEOUT_S = 300.0
+SETTLE_TIMEOUT_S = 120.0
+CRASH_POSTS = 1_000
+SEED = 28
+FLUSHER_MODE = redis_server.NONE  # the flusher rows: Memorystore's basic tier; the server is not killed there
+FLUSH_COST_SQL = """SELECT COUNT(*), COALESCE(SUM(Posts), 0) FROM WriteBackFlushes
+WHERE STARTS_WITH(FlushId, @prefix) AND FlushedAt >= @since"""
+Counts = Callable[[list[str]], dict[str, dict[str, int]]]
+
+
+# --- the two ways in: the app's Redis client, and the pipeline's publisher ----------------------
+
+class RedisVotes:
+    """The app servers' side of the write-back cache: pipelined HINCRBY into the live hash,
+    acknowledged by Redis' reply. A refused batch raises one of `refusals`."""
+
+    refusals = (redis.ConnectionError, redis.TimeoutError)
+
+    def __init__(self, socket_path: str, live_key: str) -> None:
+        self.client = write_back.connect(socket_path)
+        self.live_key = live_key
+
+    def send(self, events: list[dict], on_ack: Callable[[float], None]) -> None:
+        write_back.record_votes(self.client, self.live_key, events)
+        on_ack(time.time())
+
+    def wait_acknowledged(self) -> None:
+        """Every send is acknowledged when it returns."""
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class PubSubVotes:
+    """The pipeline's publishers: one batched message (contract v2) per send, acknowledged by
+    Pub/Sub's reply to the publish. Nothing is killed on this side, so nothing is refused."""
+
+    refusals: tuple[type[Exception], ...] = ()
+
+    def __init__(self, topic_path: str) -> None:
+        self._topic_path = topic_path
+        self._client = pubsub_v1.PublisherClient(batch_settings=BATCH_SETTINGS)
+        self._futures = []
+
+    def send(self, events: list[dict], on_ack: Callable[[float], None]) -> None:
+        [message] = batch_messages(events, len(events))
+        future = self._client.publish(self._topic_path, message.data, **message.attributes)
+        future.add_done_callback(lambda done: done.exception() is None and on_ack(time.time()))
+        self._futures.append(future)
+
+    def wait_acknowledged(self) -> None:
+        for future in self._futures:
+            future.result(timeout=60)
+        self._futures.clear()
+
+    def close(self) -> None:
+        self._client.stop()
+
+
+def upvote(post_id: str) -> dict:
+    return {"post_id": post_id, "counter": "upvotes", "delta": 1,
+            "event_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def batches(events: Iterator[dict], size: int = DEFAULT_BATCH_SIZE) -> Iterator[list[dict]]:
+    while batch := list(itertools.islice(events, size)):
+        yield batch
+
+
+def write_back_counts(database) -> Counts:
+    return lambda posts: write_back.totals(database, posts)
+
+
+def pipeline_counts(database) -> Counts:
+    """exact_counts, one at a time in this process: the marker poller and the exact-count check
+    run in two threads, and two concurrent multi-use snapshots once failed here on the emulator
+    with FAILED_PRECONDITION "Invalid transaction ID" (under load; not reproduced in isolation)."""
+    lock = threading.Lock()
+
+    def counts(posts: list[str]) -> dict[str, dict[str, int]]:
+        with lock:
+            return {t.post_id: {"upvotes": t.upvotes, "shares": t.shares} for t in exact_counts(database, posts)}
+    return counts
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], None],
+             poll_s: float = EXACT_POLL_S) -> float:
+    """Seconds until `condition()` holds; `alive()` raises if a process it needs died."""
+    started = time.monotonic()
+    while not condition():
+        alive()
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
+        time.sleep(poll_s)
+    return time.monotonic() - started
+
+
+def warm_up(sink, counts: Counts, post_id: str, alive: Callable[[], None]) -> None:
+    """One vote, waited for in Spanner: the consumer is up and its Spanner session warm."""
+    sink.send([upvote(post_id)], lambda _: None)
+    sink.wait_acknowledged()
+    wait_for(lambda: counts([post_id])[post_id]["upvotes"] >= 1, READY_TIMEOUT_S, f"the first vote ({post_id})", alive)
+
+
+# --- (a) the race ---------------------------------------------------------------------------
+
+class MarkerPoller(threading.Thread):
+    """Reads the acknowledged, not yet visible markers every MARKER_POLL_S; a marker is visible at
+    the end of the first read that counts it."""
+
+    def __init__(self, counts: Counts) -> None:
+        super().__init__(daemon=True)
+        self._counts = counts
+        self._lock = threading.Lock()
+        self.acked: dict[str, float] = {}
+        self.visible: dict[str, float] = {}
+        self.overcounted: dict[str, int] = {}
+        self.stopping = threading.Event()
+
+    def ack(self, post_id: str, at: float) -> None:
+        with self._lock:
+            self.acked[post_id] = at
+
+    def run(self) -> None:
+        while not self.stopping.wait(MARKER_POLL_S):
+            with self._lock:
+                outstanding = [post for post in self.acked if post not in self.visible]
+            if not outstanding:
+                continue
+            counts = self._counts(outstanding)
+            seen = time.time()
+            for post, count in counts.items():
+                if count["upvotes"]:
+                    self.visible[post] = seen
+                    if count["upvotes"] != 1:
+                        self.overcounted[post] = count["upvotes"]
+
+    def freshness(self) -> list[float]:
+        return [self.visible[post] - at for post, at in self.acked.items()]
+
+
+@dataclass(frozen=True)
+class Burst:
+    votes: int
+    posts: int
+    markers: int
+    seconds: float  # first send -> every count exact in Spanner
+    send_seconds: float  # first send -> last acknowledgement
+    freshness: dict  # marker latency summary (ms)
+    since: datetime  # wall time of the first send
+
+
+def burst(sink, counts: Counts, workload: Workload, marker_prefix: str, alive: Callable[[], None]) -> Burst:
+    """The race's burst through `sink`, a marker in every batch; timed until exact."""
+    ledger = Ledger()
+    poller = MarkerPoller(counts)
+    poller.start()
+    since = datetime.now(timezone.utc)
+    started = time.monotonic()
+
+    def counted(events: Iterator[dict]) -> Iterator[dict]:
+        for event in events:
+            ledger.add(event)
+            yield event
+
+    markers = []
+    for index, batch in enumerate(batches(counted(generate_events(workload)))):
+        markers.append(f"{marker_prefix}{index}")
+        sink.send(batch + [upvote(markers[-1])], lambda at, post=markers[-1]: poller.ack(post, at))
+    sink.wait_acknowledged()
+    send_seconds = time.monotonic() - started
+    expected = ledger.totals | {post: {"upvotes": 1, "shares": 0} for post in markers}
+    try:
+        wait_for(lambda: counts(list(expected)) == expected, RACE_TIMEOUT_S, "the burst's exact counts", alive)
+        seconds = time.monotonic() - started
+        wait_for(lambda: len(poller.visible) == len(markers), READY_TIMEOUT_S, "every marker seen", alive, MARKER_POLL_S)
+    finally:
+        poller.stopping.set()
+        poller.join()
+    assert not poller.overcounted, f"markers counted more than once: {poller.overcounted}"
+    return Burst(ledger.events, len(ledger.totals), len(markers), seconds, send_seconds,
+                 latency_summary(poller.freshness()), since)
+
+
+def flush_cost(database, live_key: str, since: datetime) -> tuple[int, int]:
+    """(commits, mutations) the flusher spent on `live_key` since `since`, from its flush log."""
+    with database.snapshot() as snapshot:
+        parts, posts = list(snapshot.execute_sql(
+            FLUSH_COST_SQL, params={"prefix": f"{live_key}:flush:", "since": since},
+            param_types={"prefix": param_types.STRING, "since": param_types.TIMESTAMP}))[0]
+    return parts, posts * write_back.MUTATIONS_PER_POST + parts * write_back.MUTATIONS_PER_FLUSH
+
+
+def cache_ingest(client, key: str, events: list[dict]) -> dict:
+    """Redis alone taking `events` into an unflushed hash: pipelined in batches, then one command
+    per vote; each checked against the ledger."""
+    ledger = Ledger()
+    for event in events:
+        ledger.add(event)
+    rates = {}
+    for name in ("pipelined", "unpipelined"):
+        hash_key = f"{key}-{name}"
+        started = time.perf_counter()
+        if name == "pipelined":
+            for batch in batches(iter(events)):
+                write_back.record_votes(client, hash_key, batch)
+        else:
+            for event in events:
+                client.hincrby(hash_key, write_back.field(event["post_id"], event["counter"]), event["delta"])
+        rates[f"{name}_votes_per_s"] = round(len(events) / (time.perf_counter() - started), 1)
+        stored = write_back.sums_of(client.hgetall(hash_key))
+        assert {post: dict(zip(COUNTERS, sums)) for post, sums in stored.items()} == ledger.totals, name
+        client.delete(hash_key)
+    return {"votes": len(events), **rates}
+
+
+@contextlib.contextmanager
+def flusher_running(server: redis_server.LocalRedis, live_key: str, res: Resources, log_path: Path,
+                    kill_at: str | None = None, kill_on_flush: int = 1) -> Iterator[list[subprocess.Popen]]:
+    """The flusher process for a block; yields a list whose last item is the one running
+    (restarts append), every one stopped with SIGTERM (a last flush) on the way out."""
+    processes = [write_back.start_process(server.socket_path, live_key, res, RACE_WINDOW_S, log_path,
+                                          kill_at, kill_on_flush)]
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            local_stream.stop(process)
+
+
+def flusher_alive(processes: list[subprocess.Popen], log_path: Path) -> Callable[[], None]:
+    def alive() -> None:
+        if processes[-1].poll() is not None:
+            raise RuntimeError(f"the write-back flusher exited with code {processes[-1].returncode}; see {log_path}")
+    return alive
+
+
+def race_write_back(res: Resources, database, sizes: Sizes, mode: str, log_dir: Path) -> dict:
+    live = f"race-{mode}"
+    log_path = log_dir / f"write_back_flusher_{live}.log"
+    log_path.unlink(missing_ok=True)
+    counts = write_back_counts(database)
+    with redis_server.LocalRedis(mode) as server, flusher_running(server, live, res, log_path) as flushers:
+        alive = flusher_alive(flushers, log_path)
+        sink = RedisVotes(server.socket_path, live)
+        warm_up(sink, counts, f"{live}-warm-up", alive)
+        reset_peak_rss()
+        with EmulatorCpu() as cpu:
+            result = burst(sink, counts, race_workload(sizes, f"{live}-"), f"{live}-m-", alive)
+        client_peak = current_rss_mib("self", "VmHWM")
+        redis_peak = current_rss_mib(server.pid, "VmHWM")
+        flusher_peak = current_rss_mib(flushers[-1].pid, "VmHWM")
+        ingest = cache_ingest(sink.client, f"{live}-ingest", list(itertools.islice(
+            generate_events(race_workload(sizes, f"{live}-ingest-")), sizes.unpipelined_votes)))
+        sink.close()
+    commits, mutations = flush_cost(database, live, result.since)
+    return {
+        "approach": "write_back", "durability": mode, "votes": result.votes, "posts": result.posts,
+        "markers": result.markers, "seconds": round(result.seconds, 3), "votes_per_s": result.votes / result.seconds,
+        "send_seconds": round(result.send_seconds, 3), "send_votes_per_s": round(result.votes / result.send_seconds, 1),
+        "flush_interval_s": RACE_WINDOW_S, "batch_size": DEFAULT_BATCH_SIZE, "commits": commits,
+        **spanner_cost(result.votes, commits, mutations, cpu.seconds),
+        "freshness": result.freshness, "exact": True,
+        "peak_rss_mib": {"redis-server": round(redis_peak, 1), "flusher": round(flusher_peak, 1),
+                         "client (benchmark process)": round(client_peak, 1)},
+        "cache_ingest": ingest,
+    }
+
+
+def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: subprocess.Popen,
+                      alive: Callable[[], None]) -> dict:
+    prefix = "wbrace-e2e-"
+    sink = PubSubVotes(stream_res.topic_path(stream_res.topic))
+    reset_peak_rss()
+    with EmulatorCpu() as cpu:
+        result = burst(sink, pipeline_counts(database), race_workload(sizes, prefix), f"{prefix}m-", alive)
+    sink.close()
+    cost = delta_cost(database, prefix)
+    return {
+        "approach": "pipeline", "votes": result.votes, "posts": result.posts, "markers": result.markers,
+        "seconds": round(result.seconds, 3), "votes_per_s": result.votes / result.seconds,
+        "send_seconds": round(result.send_seconds, 3), "window_s": RACE_WINDOW_S, "batch_size": DEFAULT_BATCH_SIZE,
+        "commits": cost["sink_commits"],
+        **spanner_cost(result.votes, cost["sink_commits"], cost["sink_mutations"], cpu.seconds),
+        "freshness": result.freshness, "exact": True,
+        "peak_rss_mib": {"stream (DirectRunner)": round(current_rss_mib(process.pid, "VmHWM"), 1),
+                         "publisher (benchmark process)": round(current_rss_mib("self", "VmHWM"), 1)},
+    }
+
+
+# --- (b) the crash table --------------------------------------------------------------------
+
+class SteadyLoad(threading.Thread):
+    """Batches of upvotes at `rate` votes/s through `sink` for `seconds`, each waited for: an
+    acknowledged batch goes into `acked`, a refused one into `refused`."""
+
+    def __init__(self, sink, prefix: str, rate: int, seconds: float, seed: int) -> None:
+        super().__init__(daemon=True)
+        self._sink = sink
+        self._events = generate_events(Workload(
+            events=int(rate * (seconds + 10)), posts=CRASH_POSTS, zipf=RACE_ZIPF, seed=seed,
+            unvote_fraction=0.0, share_fraction=0.0, post_prefix=prefix))
+        self._interval = DEFAULT_BATCH_SIZE / rate
+        self._seconds = seconds
+        self.acked, self.refused = Ledger(), Ledger()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            due = started = time.monotonic()
+            while due < started + self._seconds:
+                time.sleep(max(0.0, due - time.monotonic()))
+                due += self._interval
+                batch = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
+                try:
+                    self._sink.send(batch, lambda _: None)
+                    self._sink.wait_acknowledged()
+                    ledger = self.acked
+                except self._sink.refusals:
+                    ledger = self.refused
+                for event in batch:
+                    ledger.add(event)
+        except BaseException as error:  # noqa: BLE001 - re-raised by finish() in the benchmark's thread
+            self.error = error
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+def lost_and_doubled(load: SteadyLoad, counts: Counts) -> dict:
+    acked, refused = load.acked.totals, load.refused.totals
+    posts = sorted(set(acked) | set(refused))
+    counted = counts(posts)
+    lost = doubled = 0
+    for post in posts:
+        want = acked.get(post, {}).get("upvotes", 0)
+        extra = refused.get(post, {}).get("upvotes", 0)
+        have = counted[post]["upvotes"]
+        lost += max(0, want - have)
+        doubled += max(0, have - want - extra)
+    return {"acknowledged": load.acked.events, "refused": load.refused.events, "lost": lost, "doubled": doubled}
+
+
+def kill_time(sizes: Sizes, row: str) -> float:
+    """A seeded time in the middle third of the load."""
+    return sizes.crash_seconds * random.Random(f"{SEED}-{row}").uniform(1 / 3, 2 / 3)
+
+
+def _redis_is_empty(client, live_key: str) -> bool:
+    """The load is over and the flusher has moved everything on (no live hash, no staging key)."""
+    return not client.exists(live_key) and not list(client.scan_iter(match=f"{live_key}:flush:*"))
+
+
+def crash_redis(res: Resources, database, sizes: Sizes, mode: str, log_dir: Path) -> dict:
+    """SIGKILL of redis-server under the load, restarted at once (same directory and mode)."""
+    row = f"crash-redis-{mode}"
+    log_path = log_dir / f"write_back_flusher_{row}.log"
+    log_path.unlink(missing_ok=True)
+    counts = write_back_counts(database)
+    at = kill_time(sizes, row)
+    with redis_server.LocalRedis(mode) as server, flusher_running(server, row, res, log_path) as flushers:
+        alive = flusher_alive(flushers, log_path)
+        sink = RedisVotes(server.socket_path, row)
+        warm_up(sink, counts, f"{row}-warm-up", alive)
+        load = SteadyLoad(sink, f"{row}-", sizes.crash_rate, sizes.crash_seconds, SEED)
+        load.start()
+        time.sleep(at)
+        server.kill()
+        killed = time.monotonic()
+        server.start()
+        restart_s = time.monotonic() - killed
+        load.finish()
+        wait_for(lambda: _redis_is_empty(sink.client, row), SETTLE_TIMEOUT_S, f"{row}: the flusher to empty Redis", alive)
+        sink.close()
+    redis_errors = sum(1 for r in write_back.log_records(log_path) if "redis_error" in r)
+    return {"approach": "write_back", "durability": mode, "killed": "redis-server", "kill_at_s": round(at, 2),
+            "restart_s": round(restart_s, 3), "flusher_redis_errors": redis_errors, **lost_and_doubled(load, counts)}
+
+
+def crash_flusher(res: Resources, database, sizes: Sizes, point: str, log_dir: Path) -> dict:
+    """The flusher SIGKILLs itself at `point` of the flush due at the seeded time; a supervisor
+    (this loop) restarts it at once, and it finishes the staging key it left."""
+    row = f"crash-flusher-{point}"
+    log_path = log_dir / f"write_back_flusher_{row}.log"
+    log_path.unlink(missing_ok=True)
+    counts = write_back_counts(database)
+    at = kill_time(sizes, row)
+    flush_number = 1 + max(1, round(at / RACE_WINDOW_S))  # the warm-up vote is flush 1
+    with (redis_server.LocalRedis(FLUSHER_MODE) as server,
+          flusher_running(server, row, res, log_path, point, flush_number) as flushers):
+        sink = RedisVotes(server.socket_path, row)
+        warm_up(sink, counts, f"{row}-warm-up", flusher_alive(flushers, log_path))
+        load = SteadyLoad(sink, f"{row}-", sizes.crash_rate, sizes.crash_seconds, SEED)
+        load.start()
+        restart_s = None
+        while load.is_alive():
+            if restart_s is None and flushers[0].poll() is not None:
+                died = time.monotonic()
+                assert flushers[0].returncode == -signal.SIGKILL, f"the flusher exited with {flushers[0].returncode}"
+                flushers.append(write_back.start_process(server.socket_path, row, res, RACE_WINDOW_S, log_path))
+                restart_s = time.monotonic() - died
+            time.sleep(0.01)
+        load.finish()
+        assert restart_s is not None, f"{row}: the flusher never reached {point} of flush {flush_number}; see {log_path}"
+        wait_for(lambda: _redis_is_empty(sink.client, row), SETTLE_TIMEOUT_S, f"{row}: the flusher to empty Redis",
+                 flusher_alive(flushers, log_path))
+        sink.close()
+    leftovers = [r for r in write_back.log_records(log_path) if r.get("leftover")]
+    return {"approach": "write_back", "durability": FLUSHER_MODE, "killed": f"flusher, {point.replace('_', ' ')}",
+            "kill_at_s": round(at, 2), "kill_on_flush": flush_number, "restart_s": round(restart_s, 3),
+            "leftover_staging_keys": len(leftovers),
+            "leftover_parts_applied": sum(r["parts_applied"] for r in leftovers),
+            "leftover_parts_already_applied": sum(r["parts"] - r["parts_applied"] for r in leftovers),
+            **lost_and_doubled(load, counts)}
+
+
+def pipeline_race_and_crash(res: Resources, database, sizes: Sizes, log_dir: Path) -> tuple[dict, dict]:
+    """The pipeline's race row, then its crash row, on one stream: SIGKILL and a restart at once."""
+    stream_res = with_topics(res, "wb")
+    topic_path = stream_res.topic_path(stream_res.topic)
+    counts = pipeline_counts(database)
+    row = "crash-stream-"
+    at = kill_time(sizes, row)
+    logs = [log_dir / "write_back_stream.log", log_dir / "write_back_stream_restarted.log"]
+    with contextlib.ExitStack() as stack:
+        process = stack.enter_context(streaming_pipeline(stream_res, RACE_WINDOW_S, logs[0]))
+        stack.enter_context(local_stream.Heartbeat(topic_path))
+        sink = PubSubVotes(topic_path)
+        stack.callback(sink.close)
+        alive = lambda: check_alive(process, logs[0])  # noqa: E731 - rebound to the restarted stream below
+        warm_up(sink, counts, "wbrace-e2e-warm-up", alive)
+        race = race_pipeline_row(stream_res, database, sizes, process, alive)
+        load = SteadyLoad(sink, row, sizes.crash_rate, sizes.crash_seconds, SEED)
+        load.start()
+        time.sleep(at)
+        killed = time.monotonic()
+        assert local_stream.stop(process, signal.SIGKILL) == -signal.SIGKILL
+        process = stack.enter_context(streaming_pipeline(stream_res, RACE_WINDOW_S, logs[1]))
+        restart_s = time.monotonic() - killed
+        alive = lambda: check_alive(process, logs[1])  # noqa: E731
+        load.finish()
+        settle_s = _settle_stream(load, counts, sizes.crash_settle_s, alive)
+    crash = {"approach": "pipeline", "killed": "stream (SIGKILL)", "kill_at_s": round(at, 2),
+             "restart_s": round(restart_s, 3), "settle_s": round(settle_s, 1), **lost_and_doubled(load, counts)}
+    return race, crash
+
+
+def _settle_stream(load: SteadyLoad, counts: Counts, settle_s: float, alive: Callable[[], None]) -> float:
+    """Until the counts equal the acknowledged ledger and stay so for two windows, or `settle_s`
+    after the load: a redelivery comes only after the subscription's ack deadline."""
+    expected = load.acked.totals
+    started = time.monotonic()
+    while time.monotonic() - started < settle_s:
+        alive()
+        if counts(list(expected)) == expected:
+            time.sleep(2 * RACE_WINDOW_S + 1)  # a late duplicate would show up within a few windows
+            break
+        time.sleep(EXACT_POLL_S)
+    return time.monotonic() - started
+
+
+# --- the benchmark --------------------------------------------------------------------------
+
+def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+    redis_server.redis_binary()  # fails at once, naming the package, where redis-server is missing
+    database = open_database(res.project, res.instance, res.database)
+    race = {mode: race_write_back(res, database, sizes, mode, log_dir) for mode in redis_server.DURABILITY_MODES}
+    crashes = [crash_redis(res, database, sizes, mode, log_dir) for mode in redis_server.DURABILITY_MODES]
+    crashes += [crash_flusher(res, database, sizes, point, log_dir) for point in write_back.FAULT_POINTS]
+    race["pipeline"], stream_crash = pipeline_race_and_crash(res, database, sizes, log_dir)
+    crashes.append(stream_crash)
+    return {
+        "race": race, "crashes": crashes, "crash_rate": sizes.crash_rate, "crash_seconds": sizes.crash_seconds,
+        "redis_server_version": _redis_server_version(),
+        "everysec_machine_crash_window": "up to about 1 s of acknowledged writes (Redis persistence documentation; "
+                                          "not measurable with a process kill, which keeps the page cache)",
+    }
+
+
+def _redis_server_version() -> str:
+    out = subprocess.run([redis_server.redis_binary(), "--version"], capture_output=True, text=True, check=True).stdout
+    return out.split()[2].removeprefix("v=")

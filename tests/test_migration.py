@@ -1,0 +1,136 @@
+"""`upvotes provision` migrating a database of the previous schema (tests/fixtures/
+posts_before_issue_22.sql: no change log, no fold cursor) while the streaming pipeline of this
+version writes to it: no vote lost or counted twice, the first fold scans every post, the later
+ones follow the change log, and a second provision changes nothing."""
+from __future__ import annotations
+
+import re
+import signal
+from datetime import datetime, timezone
+from pathlib import Path
+
+from google.cloud import pubsub_v1, spanner
+
+from schemas.records import PostDelta
+from spanner_store.database import commit_mutations, open_database
+from spanner_store.reads import verify_totals
+from spanner_store.tables import DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, delta_key, post_key
+from tests.conftest import new_resources
+from tests.folding import run_fold
+from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events, wait_until
+from upvotes import local_stream
+from upvotes.dead_letters import pull_dead_letters, release
+from upvotes.provision import provision_pubsub, provision_spanner
+from upvotes.workload import Workload, generate_events
+
+BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
+HOUR = 1_795_312_800
+
+
+def statements(path: Path) -> list[str]:
+    """A DDL file's statements, as schemas.ddl_statements reads posts.sql."""
+    text = re.sub(r"--[^\n]*", "", path.read_text(encoding="utf-8"))
+    return [" ".join(s.split()) for s in text.split(";") if s.strip()]
+
+
+def folded(database, post_ids) -> dict[str, dict[str, int]]:
+    keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
+    with database.snapshot() as snapshot:
+        return {p: {"upvotes": up, "shares": sh}
+                for p, up, sh in snapshot.read(POSTS, columns=("PostId", "Upvotes", "Shares"), keyset=keyset)}
+
+
+def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(stack, emulator_env, tmp_path) -> None:
+    """`stack` only creates the instance; this test makes its own database of the previous schema."""
+    res = new_resources("mig")
+    provision_pubsub(res, lambda _: None)
+    client = spanner.Client(project=res.project)
+    client.instance(res.instance).database(res.database, ddl_statements=statements(BEFORE)).create().result(300)
+    database = open_database(res.project, res.instance, res.database)
+    # What the previous version left: deltas without a change-log row, and a fold run without a cursor.
+    old = {f"old-{i}": {"upvotes": 3, "shares": 1} for i in range(5)}
+    commit_mutations(database, lambda batch: (
+        batch.insert(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(p) for p in old]),
+        batch.insert(DELTAS, columns=DELTA_COLUMNS, values=[
+            delta_key(PostDelta(p, HOUR, "old-writer:0:0", 3, 1, 4)) + (3, 1, 4, None, spanner.COMMIT_TIMESTAMP)
+            for p in old]),
+        batch.insert("FoldRuns", columns=("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt"),
+                     values=[("before", datetime(2026, 11, 1, tzinfo=timezone.utc), 0, 0, spanner.COMMIT_TIMESTAMP)])))
+
+    events = list(generate_events(Workload(events=900, posts=30, seed=22)))
+    heartbeat = local_stream.Heartbeat(res.topic_path(res.topic))
+    heartbeat.start()
+    log = tmp_path / "stream.log"
+    stream = local_stream.start(res, WINDOW_S, log, emulator_env)
+    try:
+        publish_events(res, events[:300])
+        # The new sink finds no DeltaCommits table: it waits and retries instead of failing or
+        # dead-lettering (transforms/spanner_sink.py). Migrate while it does.
+        wait_until(lambda: "run `upvotes provision`" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
+                   "the sink to wait for the migration", stream, log)
+        logged: list[str] = []
+        provision_spanner(res, False, "unused", logged.append)
+        assert {"created TABLE DeltaCommits", "created TABLE FoldRunSkippedPosts",
+                "added   column FoldRuns.ChangesThrough TIMESTAMP"} <= set(logged)
+        publish_events(res, events[300:600])
+        first = {**ledger_of(events[:600]).totals, **old}
+        wait_until(lambda: verify_totals(database, first) == [], SETTLE_TIMEOUT_S, "600 votes counted", stream, log)
+
+        # No cursor yet (the old run has none): the first fold scans every post, old deltas included.
+        outcome = run_fold(res)
+        assert outcome.full_scans == 1
+        assert folded(database, first) == first and verify_totals(database, first) == []
+
+        publish_events(res, events[600:])
+        everything = {**ledger_of(events).totals, **old}
+        wait_until(lambda: verify_totals(database, everything) == [], SETTLE_TIMEOUT_S, "900 votes counted",
+                   stream, log)
+    finally:
+        local_stream.stop(stream, signal.SIGTERM)
+        heartbeat.stopping.set()
+        heartbeat.join(timeout=30)
+    # From then on the fold follows the change log, and still folds everything exactly once.
+    outcome = run_fold(res)
+    assert outcome.full_scans == 0 and outcome.deltas_folded > 0
+    assert folded(database, everything) == everything and verify_totals(database, everything) == []
+    assert run_fold(res).deltas_folded == 0
+
+    subscriber = pubsub_v1.SubscriberClient()
+    try:
+        held, _ = pull_dead_letters(subscriber, res.subscription_path(res.dead_letter_subscription_id), 10)
+        release(subscriber, res.subscription_path(res.dead_letter_subscription_id), held)
+    finally:
+        subscriber.close()
+    assert held == []  # the wait dead-lettered nothing
+    again: list[str] = []
+    provision_spanner(res, False, "unused", again.append)
+    assert not [line for line in again if line.startswith(("added", "created"))]
+
+
+def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_fix(stack, monkeypatch) -> None:
+    """The other side of the wait: a database never migrated. After SCHEMA_WAIT_S (an hour; here
+    none) the rows go to the dead-letter output with the missing table in the reason, to be
+    replayed once `upvotes provision` has run; nothing is half-written."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that
+
+    from transforms import spanner_sink
+
+    res = new_resources("unmigrated")
+    client = spanner.Client(project=res.project)
+    client.instance(res.instance).database(res.database, ddl_statements=statements(BEFORE)).create().result(300)
+    monkeypatch.setattr(spanner_sink, "SCHEMA_WAIT_S", 0.0)
+    rows = [PostDelta(f"unmigrated-{i}", HOUR, f"u:{i}:0", 1, 0, 1) for i in range(3)]
+
+    def failed_for_the_missing_table(failed) -> None:
+        assert sorted(f.delta.post_id for f in failed) == [d.post_id for d in rows]
+        assert all("DeltaCommits" in f.error and f.error.startswith("spanner_write_failed") for f in failed)
+
+    with TestPipeline() as pipeline:
+        failed = pipeline | beam.Create(rows) | spanner_sink.WriteDeltaRows(
+            res.project, res.instance, res.database, rows_per_commit=10)
+        assert_that(failed, failed_for_the_missing_table)
+    database = open_database(res.project, res.instance, res.database)
+    with database.snapshot() as snapshot:
+        assert list(snapshot.execute_sql("SELECT COUNT(*) FROM PostDeltas")) == [[0]]

@@ -1,0 +1,147 @@
+"""The write-back cache baseline (upvotes/write_back.py) on a real redis-server and the Spanner
+emulator: a flush neither loses nor doubles a vote, with votes arriving during it and with the
+flusher SIGKILLed at each fault point and restarted; what each durability mode keeps across a
+SIGKILL of the server. Skipped only where redis-server is not installed (CI installs it).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from spanner_store import baseline_counters
+from spanner_store.database import open_database
+from upvotes import redis_server, write_back
+from upvotes.ledger import Ledger
+from upvotes.workload import Workload, generate_events
+
+WINDOW_S = 0.5
+SETTLE_TIMEOUT_S = 60.0
+
+
+def _redis_installed() -> str | None:
+    try:
+        redis_server.redis_binary()
+        return None
+    except redis_server.RedisServerError as error:
+        return str(error)
+
+
+needs_redis = pytest.mark.skipif(_redis_installed() is not None, reason=f"{_redis_installed()} (CI's .ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def wb_database(stack):
+    database = open_database(stack.project, stack.instance, stack.database)
+    baseline_counters.create_tables(database)
+    return database
+
+
+def votes(n: int, seed: int, prefix: str) -> list[dict]:
+    return list(generate_events(Workload(events=n, posts=30, seed=seed, post_prefix=prefix)))
+
+
+def ledger_of(events: list[dict]) -> Ledger:
+    ledger = Ledger()
+    for event in events:
+        ledger.add(event)
+    return ledger
+
+
+def wait_until_exact(database, ledger: Ledger, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while write_back.totals(database, ledger.totals) != ledger.totals:
+        assert time.monotonic() < deadline, "the counts in Spanner never matched the ledger"
+        time.sleep(0.1)
+
+
+def test_sums_of_reads_back_what_record_votes_wrote() -> None:
+    fields = {write_back.field("p:1", "upvotes").encode(): b"3", write_back.field("p:1", "shares").encode(): b"-1",
+              write_back.field("q", "upvotes").encode(): b"2"}
+    assert write_back.sums_of(fields) == {"p:1": [3, -1], "q": [2, 0]}
+
+
+def test_a_missing_redis_server_names_debians_package(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(redis_server.RedisServerError, match=r"apt-get install redis-server"):
+        redis_server.LocalRedis(redis_server.NONE).__enter__()
+
+
+@needs_redis
+def test_durability_modes_across_a_sigkill_of_the_server() -> None:
+    """An acknowledged HINCRBY survives a SIGKILL and a restart with an AOF, and not without one."""
+    kept = {}
+    for mode in redis_server.DURABILITY_MODES:
+        with redis_server.LocalRedis(mode) as server:
+            client = write_back.connect(server.socket_path)
+            client.hincrby("live", "upvotes:p", 7)
+            server.kill()
+            server.start()
+            kept[mode] = client.hget("live", "upvotes:p")
+            client.close()
+    assert kept == {redis_server.NONE: None, redis_server.AOF_EVERYSEC: b"7", redis_server.AOF_ALWAYS: b"7"}
+
+
+@needs_redis
+def test_flushes_during_votes_lose_and_double_nothing(wb_database) -> None:
+    """Votes pour in from another client while the flusher RENAMEs and flushes again and again."""
+    events = votes(20_000, seed=3, prefix="during-")
+    with redis_server.LocalRedis(redis_server.NONE) as server:
+        flusher = write_back.Flusher(write_back.connect(server.socket_path), wb_database, "during")
+        sent = threading.Event()
+
+        def send() -> None:
+            client = write_back.connect(server.socket_path)
+            for start in range(0, len(events), 100):
+                write_back.record_votes(client, "during", events[start:start + 100])
+            sent.set()
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        outcomes = []
+        while not sent.is_set():
+            outcomes.append(flusher.flush())
+        sender.join()
+        outcomes.append(flusher.flush())
+        assert flusher.flush() is None  # nothing left in the live hash
+    assert sum(1 for o in outcomes if o is not None) >= 3  # several flushes raced the votes
+    assert write_back.totals(wb_database, ledger_of(events).totals) == ledger_of(events).totals
+
+
+@needs_redis
+@pytest.mark.parametrize("fault_point", write_back.FAULT_POINTS)
+def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(stack, wb_database, tmp_path: Path,
+                                                                      fault_point: str) -> None:
+    """The flusher SIGKILLs itself at the fault point of its first flush; the restarted one
+    finishes the staging key it left (applying it once: not at all if it had committed) and
+    counts the votes that arrived in between."""
+    live = f"killed-{fault_point}"
+    first, second = votes(3_000, seed=5, prefix=f"{live}-"), votes(2_000, seed=6, prefix=f"{live}-")
+    log_path = tmp_path / "flusher.log"
+    with redis_server.LocalRedis(redis_server.AOF_EVERYSEC) as server:
+        client = write_back.connect(server.socket_path)
+        write_back.record_votes(client, live, first)
+        killed = write_back.start_process(server.socket_path, live, stack, WINDOW_S, log_path, kill_at=fault_point)
+        assert killed.wait(timeout=SETTLE_TIMEOUT_S) == -signal.SIGKILL
+        [staging] = [key.decode() for key in client.scan_iter(match=f"{live}:flush:*")]
+        committed = write_back.totals(wb_database, ledger_of(first).totals)
+        assert committed == (ledger_of(first).totals if fault_point == write_back.AFTER_COMMIT
+                             else {post: {"upvotes": 0, "shares": 0} for post in ledger_of(first).totals})
+
+        write_back.record_votes(client, live, second)  # votes keep coming while no flusher runs
+        restarted = write_back.start_process(server.socket_path, live, stack, WINDOW_S, log_path)
+        try:
+            everything = ledger_of(first + second)
+            wait_until_exact(wb_database, everything)
+            time.sleep(3 * WINDOW_S)  # a few more flushes: nothing is applied twice later
+            assert write_back.totals(wb_database, everything.totals) == everything.totals
+        finally:
+            restarted.send_signal(signal.SIGTERM)
+            assert restarted.wait(timeout=SETTLE_TIMEOUT_S) == 0
+        assert not list(client.scan_iter(match=f"{live}:flush:*"))
+    [leftover] = [r for r in write_back.log_records(log_path) if r.get("leftover")]
+    assert leftover["flush_id"] == staging
+    assert leftover["parts_applied"] == (0 if fault_point == write_back.AFTER_COMMIT else 1)
