@@ -32,6 +32,7 @@ from typing import Iterable, Mapping, Sequence
 from google.cloud.spanner_v1 import Mutation
 
 import schemas
+from spanner_store.tables import key_range
 
 _CREATE_TABLE = re.compile(r"^CREATE TABLE (\w+) \((.*)\) PRIMARY KEY \(([^)]*)\)", re.IGNORECASE)
 _CREATE_INDEX = re.compile(
@@ -115,15 +116,13 @@ def commit_mutation_count(mutations: Iterable[Mutation], model: Mapping[str, Tab
     return total
 
 
-# The proxy's ranges: the key space of every table led by PostHash (Posts and its interleaved
-# children, which live in their parent's split) cut into KEY_RANGES equal ranges of the 63-bit
-# hash (schemas.post_hash); a row of any other table is a range of its own per leading key value.
-KEY_RANGES = 64
 _POST_HASH = "PostHash"
 
 
 def commit_key_ranges(mutations: Iterable[Mutation], model: Mapping[str, TableModel]) -> int:
-    """Distinct key ranges this commit writes: a proxy for the splits it touches."""
+    """Distinct key ranges this commit writes, a proxy for the splits it touches: for the tables
+    led by PostHash (Posts and its interleaved children, which live in their parent's split),
+    tables.key_range of the row; for any other table, a range of its own per leading key value."""
     ranges: set = set()
     for mutation in mutations:
         pb = Mutation.pb(mutation)
@@ -139,7 +138,7 @@ def commit_key_ranges(mutations: Iterable[Mutation], model: Mapping[str, TableMo
             leading = [row.values[position] for row in write.values]
         for value in leading:
             if model[table].key[0] == _POST_HASH:
-                ranges.add(int(value.string_value) * KEY_RANGES >> 63)
+                ranges.add(key_range(int(value.string_value)))
             else:
                 ranges.add((table, value.SerializeToString()))
     return len(ranges)

@@ -89,6 +89,17 @@ def post_key(post_id: str) -> PostKey:
     return (post_hash(post_id), post_id)
 
 
+# Ranges of the PostHash key space (schemas.post_hash: 63 bits), each 1/KEY_RANGES of it: the
+# fold groups a transaction's posts by range, and the commit meter counts the ranges a commit
+# writes, a proxy for the splits it touches on real Spanner (spanner_store/mutation_count.py).
+KEY_RANGES = 64
+
+
+def key_range(post_hash_value: int) -> int:
+    """The range of the PostHash key space a post's rows (and its interleaved children) live in."""
+    return post_hash_value * KEY_RANGES >> 63
+
+
 def commit_shard(commit_id: str) -> int:
     """The shard of a per-commit row (TopCandidates, DeltaCommits): its random ID's hash, mod COMMIT_SHARDS."""
     return post_hash(commit_id) % COMMIT_SHARDS

@@ -16,11 +16,11 @@ from spanner_store.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas,
 )
 from spanner_store.folding import MAX_SKIPPED_LISTED
-from spanner_store.mutation_count import KEY_RANGES, commit_key_ranges, commit_mutation_count, schema_model
+from spanner_store.mutation_count import commit_key_ranges, commit_mutation_count, schema_model
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
+    KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES,
-    VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS,
+    VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS, key_range,
 )
 from upvotes.commit_meter import CommitMeter, CommitTooLarge, metering_commits
 
@@ -122,7 +122,7 @@ def test_key_ranges_count_the_post_hash_ranges_and_other_tables_rows() -> None:
     batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS,
                  values=[(3, spanner.COMMIT_TIMESTAMP, "x", ["a"], 0)])
     assert commit_key_ranges(batch._mutations, model) == 3
-    assert high * KEY_RANGES >> 63 == KEY_RANGES - 1
+    assert (key_range(low), key_range(high)) == (0, KEY_RANGES - 1)
 
 
 def test_the_change_log_costs_a_few_mutations_per_commit_not_per_delta() -> None:
