@@ -492,6 +492,11 @@ def record_fold_run(database, plan: FoldPlan, outcome: FoldOutcome, skipped: lis
         if skipped_rows:
             batch.insert(FOLD_RUN_SKIPPED, columns=FOLD_RUN_SKIPPED_COLUMNS, values=skipped_rows)
 
-    run_with_retries(lambda: commit_mutations(database, write))
+    try:
+        run_with_retries(lambda: commit_mutations(database, write))
+    except exceptions.AlreadyExists:
+        # A retry of a commit that succeeded unseen (the ambiguous commit real Spanner can give):
+        # the row of this fold_id is there, written once.
+        pass
     if handle is not None:
         BatchSnapshot.from_dict(database, handle).close()

@@ -7,21 +7,17 @@ import sys
 from datetime import datetime, timezone
 
 import pytest
-
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-
-import apache_beam as beam
-
 import schemas
-from spanner_store.folding import FoldKey, PostFold, choose_snapshot, watermark_text
-from transforms.fold_deltas import _ApplyFoldsFn
-from tests.faults import FlakyDatabase
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
+from spanner_store.folding import FoldKey, PostFold, choose_snapshot, watermark_text
 from spanner_store.reads import READ_CHUNK, exact_counts, read_unfolded
+from tests.faults import FlakyDatabase
 from tests.folding import run_fold as fold
+from transforms.fold_deltas import _ApplyFoldsFn
 
 HOUR = 1_795_312_800
 
