@@ -26,7 +26,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
-from pipeline import local_runner
+from pipeline import local_reader, local_runner
+from pipeline.drain import DrainReport, StopOnSignals, default_drain_timeout_s, say_now
+from pipeline.local_reader import ReaderControl
 from pipeline.options import StreamingOptions, pubsub_path, spanner_project
 from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
@@ -91,22 +93,48 @@ def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | 
     return options
 
 
-def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
-    """Builds and submits the pipeline without waiting (what a flex-template launch does)."""
-    options = pipeline_options(argv, values)
-    if local_runner.is_local_runner(options.view_as(StandardOptions).runner):
-        # Beam's DirectRunner never frees a fired window's state: pipeline/local_runner.py
-        local_runner.install()
+def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
+    """On the local DirectRunner, installs the project's evaluators (pipeline/local_runner.py:
+    fired windows' state freed; pipeline/local_reader.py: big pulls and a drain) and returns the
+    reader's control; on any other runner, nothing."""
+    if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
+        return None
+    local_runner.install()
+    return local_reader.install()
+
+
+def _start(options: PipelineOptions) -> PipelineResult:
     pipeline = beam.Pipeline(options=options)
     build(pipeline, options)
     return pipeline.run()
 
 
-def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> None:
-    """Runs the pipeline until it is cancelled or fails."""
-    launch(argv, values).wait_until_finish()
+def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
+    """Builds and submits the pipeline without waiting (what a flex-template launch does)."""
+    options = pipeline_options(argv, values)
+    prepare_runner(options)
+    return _start(options)
+
+
+def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None,
+        drain_timeout_s: float | None = None) -> DrainReport | None:
+    """Runs the pipeline until it ends. Locally, until drained by SIGINT or SIGTERM
+    (pipeline/drain.py; `drain_timeout_s` defaults to a few windows): returns what the drain
+    wrote, or ends the process with drain.EXIT_NOT_DRAINED if it is cut short. On Dataflow,
+    until the job ends (drain it with `gcloud dataflow jobs drain`)."""
+    options = pipeline_options(argv, values)
+    control = prepare_runner(options)
+    if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
+        _start(options).wait_until_finish()
+        return None
+    if drain_timeout_s is None:
+        drain_timeout_s = default_drain_timeout_s(options.view_as(StreamingOptions).validated().window_seconds)
+    with StopOnSignals(control, drain_timeout_s) as stopping:
+        return stopping.until_finished(_start(options))
 
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.INFO)
-    run()
+    report = run()
+    if report is not None:
+        say_now(report.text())
