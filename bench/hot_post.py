@@ -43,7 +43,6 @@ from spanner_store.reads import verify_totals
 from transforms.parse import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-from upvotes import local_stream
 from upvotes.emulators import PID_ENV_VARS, SPANNER
 from upvotes.ledger import Ledger
 from upvotes.provision import Resources
@@ -213,7 +212,7 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
     log_path = log_dir / "hot_post_stream.log"
     prefix = "e2e-"
     workload = Workload(events=sizes.e2e_votes, posts=sizes.e2e_posts, zipf=E2E_ZIPF, seed=13, post_prefix=prefix)
-    with streaming_pipeline(stream_res, E2E_WINDOW_S, log_path) as process, local_stream.Heartbeat(topic_path):
+    with streaming_pipeline(stream_res, E2E_WINDOW_S, log_path) as process:
         publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
                          progress=False)
         _wait_until_counted(database, WARM_UP_POST, process, log_path)

@@ -172,8 +172,8 @@ class StopOnSignals:
             return
         self._control.drain()
         self._say(f"{name}: draining: no more pulls, every open window fires and is written; "
-                  f"a second Ctrl-C or SIGTERM, or {self._timeout_s:.0f} s, stops at once")
-        timer = threading.Timer(self._timeout_s, self._stop_now, args=(f"the drain timeout, {self._timeout_s:.0f} s",))
+                  f"a second Ctrl-C or SIGTERM, or {self._timeout_s:g} s, stops at once")
+        timer = threading.Timer(self._timeout_s, self._stop_now, args=(f"the drain timeout, {self._timeout_s:g} s",))
         timer.daemon = True
         timer.start()
 

@@ -32,10 +32,9 @@ def test_a_streamed_riser_overtakes_the_folded_leader_without_a_fold(stack, data
     process = local_stream.start(stack, WINDOW_S, tmp_path / "stream.log")
     topic = stack.topic_path(stack.topic)
     try:
-        with local_stream.Heartbeat(topic):
-            seconds = _riser_overtakes(database, process, topic)
+        seconds = _riser_overtakes(database, process, topic)
     finally:
-        local_stream.stop(process)
+        assert local_stream.stop(process) == 0  # drained
 
     final = fresh_top(database, k=2)
     assert [(p.post_id, p.upvotes) for p in final.posts] == [("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)]

@@ -33,14 +33,7 @@ def pipeline(stack, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def heartbeat(stack, pipeline):
-    """Keeps the DirectRunner's idle pull returning at once (see upvotes.local_stream.Heartbeat)."""
-    with local_stream.Heartbeat(stack.topic_path(stack.topic)):
-        yield
-
-
-@pytest.fixture(scope="module")
-def service(stack, database, pipeline, heartbeat):
+def service(stack, database, pipeline):
     write_deltas(database, [PostDelta(POST, 1_795_312_800, "seed:1", SEEDED, 0, SEEDED)])
     running = serve_in_background(stack.project, stack.instance, stack.database, stack.topic, refresh_s=0.5)
     yield running
