@@ -39,6 +39,13 @@ class Sizes:
     hot_read_callers: int
     hot_read_rates: tuple[int, ...]  # combined target reads/s of the one hot post
     hot_read_seconds: float  # per point
+    # stream_reader
+    single_event_messages: int  # one vote each, through Beam's reader and the project's
+    kill_rate: int  # votes/s of the steady batched load a SIGKILL hits
+    kill_seconds: int
+    # fault_soak
+    fault_soak_rate: int  # votes/s, batched
+    fault_soak_seconds: int
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +60,8 @@ FULL = Sizes(
     fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100,
     fresh_rate=100, fresh_seconds=60, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=5.0,
+    single_event_messages=4_200, kill_rate=2_000, kill_seconds=30,
+    fault_soak_rate=2_000, fault_soak_seconds=120,
 )
 
 QUICK = Sizes(
@@ -64,4 +73,6 @@ QUICK = Sizes(
     fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,
     fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
+    single_event_messages=1_500, kill_rate=1_000, kill_seconds=10,
+    fault_soak_rate=1_000, fault_soak_seconds=20,
 )
