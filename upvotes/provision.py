@@ -15,6 +15,7 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
 import schemas
+from spanner_store import watches
 from spanner_store.database import OPERATION_TIMEOUT_S, open_database
 
 EMULATOR_INSTANCE_CONFIG = "emulator-config"
@@ -205,3 +206,17 @@ def provision(
     """Creates whatever of `res` is missing; safe to run any number of times."""
     provision_pubsub(res, log)
     provision_spanner(res, create_instance, instance_config, log)
+    record_watches(res, log)
+
+
+def record_watches(res: Resources, log: Callable[[str], None]) -> None:
+    """Records in the database the topics and subscriptions `upvotes status` must watch
+    (spanner_store/watches.py), so that it checks them without being told."""
+    watched = {
+        watches.VOTES_TOPIC: res.topic_path(res.topic),
+        watches.VOTES_SUBSCRIPTION: res.subscription_path(res.subscription),
+        watches.DEAD_LETTER_TOPIC: res.topic_path(res.dead_letter_topic),
+        watches.DEAD_LETTER_SUBSCRIPTION: res.subscription_path(res.dead_letter_subscription_id),
+    }
+    watches.record(open_database(res.project, res.instance, res.database), watched)
+    log(f"recorded what `upvotes status` watches: {', '.join(watched.values())}")

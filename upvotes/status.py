@@ -2,8 +2,12 @@
 
 What it reads (spanner_store/health.py): every Posts row's watermark, and per post the
 commit-time index entries after min(watermark, 10 minutes ago), in one strong read-only
-snapshot; the newest FoldRuns row; with a dead-letter topic, up to `--dead-letter-limit`
-messages of its kept subscription, pulled and released unacknowledged.
+snapshot; the newest FoldRuns row; up to `--dead-letter-limit` messages of the dead-letter
+topic's kept subscription, pulled and released unacknowledged. And whether the stream runs
+(`liveness_report`): the last delta commit (spanner_store/liveness.py) and the age of the
+votes subscription's oldest unacknowledged message (upvotes/backlog.py). The subscriptions
+are those `upvotes provision` recorded (spanner_store/watches.py) unless flags name others;
+a check that cannot be made is a problem, never healthy.
 """
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spanner_store.health import DeltaHealth
+from upvotes.backlog import Backlog
 from spanner_store.tables import DELTA_RETENTION_DAYS
 
 # Unfolded deltas older than this share of the retention are a fold that has been broken for
@@ -25,6 +30,7 @@ class Thresholds:
     max_fold_lag_s: float
     max_unfolded_age_s: float = DELTA_RETENTION_DAYS * 86_400 * UNFOLDED_AGE_SHARE_OF_RETENTION
     max_dead_letters: int = 0
+    max_backlog_age_s: float = 300.0  # votes waiting unread longer: the stream is down or behind
 
 
 def _age_s(now: datetime, then: datetime | None) -> float | None:
@@ -64,3 +70,26 @@ def problems(report: dict, thresholds: Thresholds) -> list[str]:
     if backlog is not None and sum(backlog.values()) > thresholds.max_dead_letters:
         found.append(f"{sum(backlog.values())} dead letters kept: " + ", ".join(f"{k}={v}" for k, v in backlog.items()))
     return found
+
+
+def liveness_report(read_at: datetime, last_delta_commit: datetime | None, votes_backlog: Backlog | None,
+                    watching: dict[str, str]) -> dict:
+    """The fields that say whether the stream runs, beside the fold lag."""
+    return {
+        "last_delta_commit": None if last_delta_commit is None else last_delta_commit.isoformat(),
+        "last_delta_commit_age_s": _age_s(read_at, last_delta_commit),
+        "votes_backlog": None if votes_backlog is None else votes_backlog.as_dict(),
+        "watching": watching,
+    }
+
+
+def liveness_problems(report: dict, thresholds: Thresholds) -> list[str]:
+    """Votes waiting unread past the threshold, in words (with the last delta commit's age)."""
+    backlog = report["votes_backlog"]
+    age = None if backlog is None else backlog["oldest_unacked_age_s"]
+    if age is None or age <= thresholds.max_backlog_age_s:
+        return []
+    last = report["last_delta_commit_age_s"]
+    since = "no delta commit is kept" if last is None else f"the last delta commit was {last:.0f} s ago"
+    return [f"votes wait unread: the oldest unacknowledged message of {backlog['subscription']} is {age:.0f} s old "
+            f"(threshold {thresholds.max_backlog_age_s:.0f} s; {backlog['method']}); {since}: is the stream running?"]

@@ -1,4 +1,5 @@
-"""`upvotes status`: fold lag, unfolded deltas, write rate and dead letters; exit 3 past a threshold."""
+"""`upvotes status`: fold lag, unfolded deltas, write rate, dead letters and whether the stream
+runs (last delta commit, votes backlog); exit 3 past a threshold, or when a check cannot be made."""
 from __future__ import annotations
 
 import argparse
@@ -8,52 +9,118 @@ from upvotes.commands.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.deploy_config import DeployConfig
 
-HELP = "Health of a deployment (fold lag, unfolded deltas, rates, dead letters); exit 3 when a threshold is crossed."
+HELP = ("Health of a deployment (fold lag, unfolded deltas, rates, dead letters, last delta commit, votes "
+        "backlog); exit 3 when a threshold is crossed or a check cannot be made.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("--dead-letter-topic",
-                        help="dead-letter topic; its kept subscription <TOPIC>-kept is counted by reason "
-                             "(without it, dead_letter_backlog is null)")
+                        help="dead-letter topic whose kept subscription <TOPIC>-kept is counted by reason "
+                             "(default: the one `upvotes provision` recorded)")
     parser.add_argument("--subscription",
                         help="the kept subscription of the dead-letter topic, if not <DEAD_LETTER_TOPIC>-kept")
+    parser.add_argument("--votes-subscription",
+                        help="the subscription the stream reads (default: the one `upvotes provision` recorded)")
     parser.add_argument("--dead-letter-limit", type=positive_int, default=1000,
                         help="most dead letters to pull and count (default 1000; they are released unacknowledged)")
     parser.add_argument("--max-fold-lag-s", type=float, default=float(DeployConfig.alert_fold_lag_s),
                         help=f"exit 3 when the last fold is older (default {DeployConfig.alert_fold_lag_s}: "
                              "3 intervals of the default 10-minute fold schedule; ALERT_FOLD_LAG_S of `upvotes deploy`)")
+    parser.add_argument("--max-backlog-age-s", type=float, default=float(DeployConfig.alert_data_freshness_s),
+                        help="exit 3 when the votes subscription's oldest unacknowledged message is older "
+                             f"(default {DeployConfig.alert_data_freshness_s}: ALERT_DATA_FRESHNESS_S of `upvotes deploy`)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
-def kept_subscription(args: argparse.Namespace) -> str | None:
+def _path(project: str, name: str) -> str:
+    return name if name.startswith("projects/") else f"projects/{project}/subscriptions/{name}"
+
+
+def kept_subscription(args: argparse.Namespace, watched: dict[str, str]) -> str | None:
+    from spanner_store.watches import DEAD_LETTER_SUBSCRIPTION
+
     if args.subscription:
-        return f"projects/{args.project}/subscriptions/{args.subscription}"
+        return _path(args.project, args.subscription)
     if args.dead_letter_topic:
-        return f"projects/{args.project}/subscriptions/{args.dead_letter_topic}-kept"
-    return None
+        return _path(args.project, f"{args.dead_letter_topic}-kept")
+    return watched.get(DEAD_LETTER_SUBSCRIPTION)
+
+
+def votes_subscription(args: argparse.Namespace, watched: dict[str, str]) -> str | None:
+    from spanner_store.watches import VOTES_SUBSCRIPTION
+
+    return _path(args.project, args.votes_subscription) if args.votes_subscription else watched.get(VOTES_SUBSCRIPTION)
+
+
+def _recorded(database) -> tuple[dict[str, str], str | None]:
+    """What provision recorded, or why it cannot be known."""
+    from google.api_core import exceptions
+
+    from spanner_store import watches
+
+    try:
+        return watches.recorded(database), None
+    except exceptions.NotFound:  # a database provisioned before StatusWatches existed
+        return {}, "this database has no StatusWatches table: run `upvotes provision` again (it adds it)"
+
+
+def dead_letter_backlog(subscription: str, limit: int) -> dict[str, int]:
+    from google.cloud import pubsub_v1
+
+    from upvotes.dead_letters import backlog_by_reason, pull_dead_letters, release
+
+    subscriber = pubsub_v1.SubscriberClient()
+    try:
+        held, _ = pull_dead_letters(subscriber, subscription, limit)
+        release(subscriber, subscription, held)
+    finally:
+        subscriber.close()
+    return backlog_by_reason(held)
 
 
 def run(args: argparse.Namespace) -> int:
-    from google.cloud import pubsub_v1
+    from google.api_core import exceptions
 
     from spanner_store.health import delta_health
-    from upvotes.dead_letters import backlog_by_reason, pull_dead_letters, release
-    from upvotes.status import EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, problems, status_report
+    from spanner_store.liveness import read_last_delta_commit
+    from upvotes.backlog import BacklogUnknown, read_backlog
+    from upvotes.status import (
+        EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, liveness_problems, liveness_report, problems, status_report,
+    )
 
-    health = delta_health(open_database_of(args))
-    backlog = None
-    subscription = kept_subscription(args)
-    if subscription:
-        subscriber = pubsub_v1.SubscriberClient()
+    database = open_database_of(args)
+    health = delta_health(database)
+    read_at, last_commit = read_last_delta_commit(database)
+    watched, unknown = _recorded(database)
+    not_checked = [unknown] if unknown else []
+
+    dead_letters = None
+    kept = kept_subscription(args, watched)
+    if kept is None:
+        not_checked.append("no dead-letter subscription to check: `upvotes provision` records it (or pass "
+                           "--dead-letter-topic)")
+    else:
         try:
-            held, _ = pull_dead_letters(subscriber, subscription, args.dead_letter_limit)
-            release(subscriber, subscription, held)
-        finally:
-            subscriber.close()
-        backlog = backlog_by_reason(held)
-    report = status_report(health, backlog)
-    found = problems(report, Thresholds(max_fold_lag_s=args.max_fold_lag_s))
+            dead_letters = dead_letter_backlog(kept, args.dead_letter_limit)
+        except exceptions.GoogleAPICallError as error:
+            not_checked.append(f"the dead letters of {kept} could not be read: {error}")
+
+    backlog = None
+    subscription = votes_subscription(args, watched)
+    if subscription is None:
+        not_checked.append("no votes subscription to check: `upvotes provision` records it (or pass "
+                           "--votes-subscription)")
+    else:
+        try:
+            backlog = read_backlog(subscription)
+        except (exceptions.GoogleAPICallError, BacklogUnknown) as error:
+            not_checked.append(f"the votes backlog of {subscription} could not be read: {error}")
+
+    report = {**status_report(health, dead_letters), **liveness_report(read_at, last_commit, backlog, watched)}
+    thresholds = Thresholds(max_fold_lag_s=args.max_fold_lag_s, max_backlog_age_s=args.max_backlog_age_s)
+    found = problems(report, thresholds) + liveness_problems(report, thresholds) + [
+        f"not checked: {what}" for what in not_checked]
     report["healthy"], report["problems"] = not found, found
     if args.json:
         print(json.dumps(report))
