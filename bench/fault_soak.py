@@ -55,6 +55,8 @@ SERVE_RESTART = 0.5
 SETTLE_TIMEOUT_S = 240.0
 START_TIMEOUT_S = 120.0
 PREFIX = "fault-"
+SERVE_WITH_CTRL_C = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                     "from upvotes.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
 class Load:
@@ -154,7 +156,9 @@ class Serve:
     def __init__(self, res: Resources, log_path: Path, token: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._command = [sys.executable, "-m", "upvotes.cli", "serve", f"--project={res.project}",
+        # Ctrl-C's own handler, set explicitly: a process started from a non-interactive shell's
+        # background job inherits SIGINT ignored, and Python then never installs it.
+        self._command = [sys.executable, "-c", SERVE_WITH_CTRL_C, "serve", f"--project={res.project}",
                          f"--instance={res.instance}", f"--database={res.database}", f"--topic={res.topic}",
                          f"--port={self.port}"]
         self._env = {**os.environ, TOKEN_ENV: token}

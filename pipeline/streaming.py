@@ -10,6 +10,9 @@ try to download the Prism runner):
     upvotes stream --project demo-project --instance upvotes --database votes \\
         --subscription votes-sub --dead-letter-topic votes-dead-letter
 
+Ctrl-C or SIGTERM drains it: no more pulls, every open window fired and written, then exit
+(pipeline/drain.py, with the project's reader: pipeline/local_reader.py).
+
 On Dataflow (or launch the flex template, see templates/README.md):
 
     python -m pipeline.streaming --runner DataflowRunner --project P --region R \\

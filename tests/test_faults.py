@@ -14,16 +14,16 @@ with an exact verify against a ledger or the expected totals.
 |                                                    |                               | rewrite counted once    |
 | `upvotes verify` on a matching / mismatched ledger | the CLI                       | exit 0 / exit 1         |
 
-What the local DirectRunner can lose on a hard kill (SIGKILL, or SIGTERM, which Python does
-not catch here, so it ends the process just the same): its Pub/Sub reader acknowledges
-messages as soon as it pulls them (at most 10 per bundle), before they are parsed, windowed
-and written. Every vote pulled but not yet in a committed delta row is lost: the votes in
-the open window (up to window_seconds of traffic), the pane being written, and, when the
-runner has fallen behind the pull, its whole backlog (measured: up to 8.6 s of votes). Nothing
-is counted twice: a restarted pipeline has a new writer name, so its delta keys never
-collide with the dead one's, and the dead one's acknowledged messages are never delivered
-again. A message pulled but whose acknowledgement never reached Pub/Sub is redelivered after
-the 60 s ack deadline and counted then (late, not twice: the dead run never wrote it).
+What the local stream can lose. SIGINT and SIGTERM drain it (pipeline/drain.py): nothing
+pulled is lost, tested above under load. A SIGKILL (or a crash, or a drain cut short) loses
+what its reader had pulled and acknowledged but not yet written in a committed delta row:
+pipeline/local_reader.py acknowledges on pull, like Beam's reader, for the reasons in the
+README ("Stopping a stream"). That is the open window (up to window_seconds of traffic), the
+pane being written, and any backlog the runner has pulled. Nothing is counted twice: a
+restarted pipeline has a new writer generation, so its delta keys never collide with the
+dead one's, and the dead one's acknowledged messages are never delivered again. A message
+whose acknowledgement never reached Pub/Sub is redelivered after the 60 s ack deadline and
+counted then (late, not twice: the dead run never wrote it).
 
 On Dataflow none of this loses anything: the Pub/Sub source acknowledges a message only after
 the bundle that read it is durably committed (checkpointed) by the service; ids given by the
@@ -421,11 +421,10 @@ def test_sigkill_mid_stream_never_counts_twice_and_loses_at_most_what_was_in_fli
     it is bounded by what the killed run had pulled, and that nothing is ever counted twice.
 
     Each vote goes to a post of its own, so the lost votes are known one by one. Measured on
-    2 cores, killed 4-5 s into publishing at 50 votes/s: 32-60 of the 210-260 votes published
-    so far were lost, those published 0.1-2.0 s before the kill (the open window and the pane
-    being written). When the runner had fallen behind (1,200-1,500 votes at 100-150/s, all
-    published before the kill), 620-700 votes were lost, published up to 8.6 s before it:
-    the loss is everything pulled and acknowledged but not yet written, however much that is.
+    2 cores with the project's reader, killed 4-5 s into publishing at 50 votes/s: 24 of the
+    214 votes published so far were lost, those published 0.1-0.5 s before the kill (with
+    Beam's reader, before issue 23: 32-60 votes, published 0.1-2.0 s before it; 620-700 when
+    it had fallen behind). The loss is everything pulled and acknowledged but not yet written.
     """
     res, database, start, log = streaming_stack
     events = one_vote_per_post(400, "kill")
