@@ -36,7 +36,6 @@ from bench.stack import lost_and_doubled, run_fold, wait_until_ready, with_topic
 from spanner_store.database import open_database
 from spanner_store.reads import verify_totals
 from upvotes import local_stream
-from upvotes.commands.serve import TOKEN_ENV
 from upvotes.emulators import PID_ENV_VARS, SPANNER, free_port
 from upvotes.ledger import Ledger
 from upvotes.provision import Resources
@@ -156,18 +155,20 @@ class Serve:
     def __init__(self, res: Resources, log_path: Path, token: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        token_file = log_path.with_suffix(".token")
+        token_file.touch(mode=0o600)
+        token_file.write_text(token + "\n", encoding="utf-8")
         # Ctrl-C's own handler, set explicitly: a process started from a non-interactive shell's
         # background job inherits SIGINT ignored, and Python then never installs it.
         self._command = [sys.executable, "-c", SERVE_WITH_CTRL_C, "serve", f"--project={res.project}",
                          f"--instance={res.instance}", f"--database={res.database}", f"--topic={res.topic}",
-                         f"--port={self.port}"]
-        self._env = {**os.environ, TOKEN_ENV: token}
+                         f"--port={self.port}", f"--token-file={token_file}"]
         self._log_path = log_path
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         with open(self._log_path, "ab") as log:
-            self.process = subprocess.Popen(self._command, env=self._env, stdout=log, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
