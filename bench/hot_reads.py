@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -117,7 +118,9 @@ def start_serve(res: Resources, log_path: Path) -> tuple[subprocess.Popen, str]:
     command = [sys.executable, "-m", "upvotes.cli", "serve", f"--project={res.project}", f"--instance={res.instance}",
                f"--database={res.database}", "--port=0", f"--refresh-seconds={REFRESH_S}"]
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=os.environ.copy(), text=True)
+    # Reads only; a token of its own keeps serve from generating one into the user's .upvotes/serve-token.
+    env = {**os.environ, "UPVOTES_WRITE_TOKEN": secrets.token_urlsafe(32)}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env, text=True)
     line = process.stdout.readline()  # "upvotes serve: http://127.0.0.1:PORT/ ..." once it is about to listen
     if not line.startswith("upvotes serve: "):
         process.kill()

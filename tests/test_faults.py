@@ -507,7 +507,7 @@ def test_sigkill_mid_stream_never_counts_twice_and_loses_at_most_what_was_in_fli
     # Everything published after the kill was never pulled by the dead run: the new one counts it.
     wait_until(lambda: all(counted()[published_at_kill:]), SETTLE_TIMEOUT_S,
                "the votes published after the kill to be counted", restarted, log)
-    # Stragglers would show up within a few windows (the heartbeat keeps windows firing): sample
+    # Stragglers would show up within a few windows (windows fire on an idle subscription too): sample
     # throughout, and no sample may count a vote twice.
     assert_stays(lambda: not [c for c in counted() if c not in (0, 1)], 2 * WINDOW_S + 1, "at most one count per vote")
     final = counted()

@@ -1,7 +1,7 @@
 """Fresh top posts through the real streaming pipeline: after a fold, votes published to Pub/Sub
 make a new post overtake the folded leader, and `fresh_top` ranks it first at its exact count
-with no fold in between. The pipeline is warmed up first (a vote counted) and its idle pulls
-kept short by the local heartbeat, so the time printed is the freshness a live system sees."""
+with no fold in between. The pipeline is warmed up first (a vote counted), so the time printed
+is the freshness a live system sees."""
 from __future__ import annotations
 
 import time

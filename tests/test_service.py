@@ -1,6 +1,7 @@
 """`upvotes serve` over real HTTP: uvicorn on a free loopback port, httpx as the client, the
 Spanner and Pub/Sub emulators behind it. Every route, the write token, body limits, hostile
-post IDs, error bodies and a slow-loris client."""
+post IDs, error bodies and a slow-loris client. The hostile requests (foreign hosts and
+origins, cross-site forms, stolen sessions, bursts) are in tests/test_serve_security.py."""
 from __future__ import annotations
 
 import json
@@ -34,22 +35,25 @@ HOSTILE_IDS = [
 
 @pytest.fixture(scope="module")
 def service(stack, database):
-    settings = ServiceSettings(write_token=TOKEN, head_timeout_s=TIMEOUT_S, body_timeout_s=TIMEOUT_S)
+    settings = ServiceSettings(write_tokens=(TOKEN,), head_timeout_s=TIMEOUT_S, body_timeout_s=TIMEOUT_S)
     app = create_app(CountsReader(database, refresh_s=0.0),
                      PubSubVotePublisher(stack.topic_path(stack.topic)), settings)
-    running = start_in_background(app, settings=settings)
+    running = start_in_background(app, settings)
     yield running
     running.stop()
 
 
-@pytest.fixture(scope="module")
-def client(service):
+@pytest.fixture
+def client(service):  # a new one per test: no session cookie carried from one test to the next
     with httpx.Client(base_url=service.url, timeout=30) as http:
         yield http
 
 
 def auth(token: str = TOKEN) -> dict:
     return {"Authorization": f"Bearer {token}"}
+
+
+NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
 def pull(stack, want: int, timeout_s: float = 30) -> list:
@@ -75,7 +79,11 @@ def test_health_docs_and_the_live_page(client) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/v1/posts/{post_id}", "/v1/posts", "/v1/top", "/v1/votes", "/healthz"} <= set(paths)
     page = client.get("/")
-    assert page.status_code == 200 and "/v1/top" in page.text and "textContent" in page.text
+    assert page.status_code == 200 and '<script src="/live-page.js"' in page.text
+    script = client.get("/live-page.js")
+    assert script.headers["content-type"].startswith("text/javascript") and "/v1/top" in script.text
+    assert "textContent" in script.text and "innerHTML" not in script.text
+    assert client.get("/live-page.css").headers["content-type"].startswith("text/css")
 
 
 def test_posts_with_hostile_ids_read_exactly_in_paths_and_queries(client, database) -> None:
@@ -141,7 +149,7 @@ def test_votes_are_validated_with_the_pipeline_parser_and_published(client, stac
         "",
         json.dumps({"post_id": "ünï", "counter": "upvotes", "delta": -1}),
     ]
-    batch = client.post("/v1/votes", content="\n".join(lines).encode(), headers={**auth(), "Content-Type": "application/x-ndjson"})
+    batch = client.post("/v1/votes", content="\n".join(lines).encode(), headers={**auth(), **NDJSON})
     assert batch.status_code == 202
     assert batch.json()["accepted"] == 3
     assert [(r["line"], r["error"].split(":")[0]) for r in batch.json()["rejected"]] == [(3, "zero_delta"), (4, "not_json")]
@@ -159,13 +167,13 @@ def test_votes_are_validated_with_the_pipeline_parser_and_published(client, stac
 
 
 def test_nothing_valid_is_400_and_oversize_bodies_are_413(client) -> None:
-    invalid = client.post("/v1/votes", content=b'{"post_id": ""}\n[1]\n', headers=auth())
+    invalid = client.post("/v1/votes", content=b'{"post_id": ""}\n[1]\n', headers={**auth(), **NDJSON})
     assert invalid.status_code == 400 and invalid.json()["accepted"] == 0
     assert [r["line"] for r in invalid.json()["rejected"]] == [1, 2]
-    too_big = client.post("/v1/votes", content=b"x" * (MAX_BODY_BYTES + 1), headers=auth())
+    too_big = client.post("/v1/votes", content=b"x" * (MAX_BODY_BYTES + 1), headers={**auth(), **NDJSON})
     assert too_big.status_code == 413 and "bytes" in too_big.json()["error"]
     event = json.dumps({"post_id": "many", "counter": "upvotes", "delta": 1}).encode()
-    too_many = client.post("/v1/votes", content=b"\n".join([event] * (MAX_EVENTS + 1)), headers=auth())
+    too_many = client.post("/v1/votes", content=b"\n".join([event] * (MAX_EVENTS + 1)), headers={**auth(), **NDJSON})
     assert too_many.status_code == 413 and "events" in too_many.json()["error"]
 
 
@@ -179,7 +187,7 @@ def test_cors_is_off_unless_configured(client) -> None:
 def test_a_slow_loris_is_cut_off_by_the_head_timeout(service) -> None:
     host, port = service.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         started = time.monotonic()
         closed_after = None
         while time.monotonic() - started < 10 * TIMEOUT_S:
@@ -200,8 +208,8 @@ def test_a_slow_loris_is_cut_off_by_the_head_timeout(service) -> None:
 def test_a_body_that_never_finishes_gets_408(service) -> None:
     host, port = service.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(f"POST /v1/votes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-                     "Content-Length: 100\r\n\r\n{\"post_id\"".encode())
+        sock.sendall(f"POST /v1/votes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"post_id\"".encode())
         started = time.monotonic()
         reply = sock.recv(4096)
         assert time.monotonic() - started < 5 * TIMEOUT_S
@@ -212,12 +220,16 @@ def test_a_body_that_never_finishes_gets_408(service) -> None:
     assert head.startswith(b"HTTP/1.1 408") and "within" in json.loads(body)["error"]
 
 
-def test_serve_refuses_a_public_address_without_a_token(stack, monkeypatch, capsys, tmp_path) -> None:
+def test_serve_refuses_an_empty_or_weak_token(stack, monkeypatch, capsys, tmp_path) -> None:
     monkeypatch.delenv("UPVOTES_WRITE_TOKEN", raising=False)
     flags = ["serve", f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"]
-    assert main([*flags, "--host", "0.0.0.0"]) == 2
-    assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
-    empty = tmp_path / "token"
-    empty.write_text("\n")
-    assert main([*flags, "--host", "0.0.0.0", "--token-file", str(empty)]) == 2
+    token_file = tmp_path / "token"
+    token_file.write_text("\n")
+    assert main([*flags, "--token-file", str(token_file)]) == 2
     assert "is empty" in capsys.readouterr().err
+    token_file.write_text("hunter2\n")
+    assert main([*flags, "--token-file", str(token_file)]) == 2
+    assert "at least 16 characters" in capsys.readouterr().err
+    token_file.write_text(TOKEN)
+    assert main([*flags, "--token-file", str(token_file), "--cors-origin", "*"]) == 2
+    assert "not an exact origin" in capsys.readouterr().err

@@ -5,11 +5,13 @@ validated vote publishing, on FastAPI + uvicorn.
     GET  /v1/posts?id=a&id=b        {"posts": [...]}
          (either, with ?unique=true) each count also has "unique_voters"
     GET  /v1/top?n=10               {"posts": [{"post_id", "upvotes", "shares"}...], "as_of", "exact", "bound", "folded_through"}
-    POST /v1/votes                  one JSON event (Content-Type application/json) or ndjson, one event a line:
+    POST /v1/votes                  one JSON event (Content-Type application/json) or ndjson
+                                    (application/x-ndjson), one event a line, with a credential:
                                     202 {"accepted": n, "rejected": [{"line", "error"}]}; 400 when nothing is valid
-    GET  /healthz                   {"status": "ok", "spanner_reads": n}
+    GET  /healthz                   {"status": "ok", "spanner_reads": n, "limits": {...}, "refused": {...}}
     GET  /docs, /openapi.json       the OpenAPI description
-    GET  /                          the live page (upvotes/live_page.py)
+    GET  /                          the live page (upvotes/live_page.py), with its session cookie
+    GET  /live-page.js, .css        its script and style
 
 Reads go through one spanner_store.counts_reader.CountsReader per process, so a hot post
 costs at most one Spanner read per refresh interval however many viewers ask.
@@ -20,23 +22,33 @@ one, as the `event_id` attribute), several as ONE contract v2 batch (attribute
 format=ndjson, a new event_id for the batch, one v1 event per line, at most MAX_EVENTS
 events and MAX_BODY_BYTES bytes). The reply comes after Pub/Sub has accepted the message.
 
-Security: `serve` binds to loopback unless a write token is configured (see
-upvotes/commands/serve.py); with a token, POST /v1/votes needs `Authorization: Bearer
-<token>`, compared in constant time. Bodies are limited to MAX_BODY_BYTES and MAX_EVENTS
-and must arrive within `body_timeout_s`; a request head must arrive within
-`head_timeout_s` (uvicorn alone resets its idle timer on every byte, so a client sending
-one byte a second could hold a connection forever). Errors are JSON {"error": reason},
-never a traceback. CORS is off unless origins are configured.
+Security (README "Security"): every answer passes the Host allowlist (421) and carries the
+security headers (upvotes/http_guards.py). A write needs a credential: a bearer token
+(upvotes/write_credentials.py), compared in constant time, or the live page's session
+cookie with that session's anti-CSRF token in X-CSRF-Token (upvotes/live_sessions.py). It
+is refused if its Origin is foreign (403), if it is not application/json or
+application/x-ndjson (415: no "simple" cross-site request can write), and past the rate
+limits of its credential and, without a valid token, of its client address (429 with
+Retry-After). A |delta| beyond the credential's cap (±1 for a session, --max-delta for a
+token) rejects that event. Bodies are limited to MAX_BODY_BYTES and MAX_EVENTS and must
+arrive within `body_timeout_s`; a request head must arrive within `head_timeout_s`
+(uvicorn alone resets its idle timer on every byte, so a client sending one byte a second
+could hold a connection forever). Errors are JSON {"error": reason}, never a traceback.
+CORS is off unless exact origins are configured. /healthz shows the limits and how many
+requests each check refused.
 """
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import hmac
-import ipaddress
 import logging
+import re
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -45,19 +57,25 @@ import uvicorn
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from google.api_core import exceptions as google_exceptions
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from schemas.contract import (
-    EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_BATCH_BYTES, MAX_BATCH_EVENTS, MAX_POST_ID_CHARS, NDJSON,
-    parse_message, parse_vote, reason_of,
+    EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_ABS_DELTA, MAX_BATCH_BYTES, MAX_BATCH_EVENTS,
+    MAX_POST_ID_CHARS, NDJSON, parse_message, parse_vote, reason_of,
 )
-from schemas.records import Rejected
+from schemas.records import Rejected, VoteEvent
 from spanner_store.counts_reader import CountsReader, PostCount
-from upvotes.live_page import PAGE_HTML
+from upvotes.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
+from upvotes.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
+from upvotes.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
+from upvotes.rate_limits import TokenBuckets, retry_after
+from upvotes.serve_settings import BURST_SECONDS, SESSION_MAX_DELTA, ServiceSettings
 
 LOG = logging.getLogger(__name__)
 # A request carries at most what one contract v2 batch may: it is published as one message.
@@ -66,9 +84,9 @@ MAX_EVENTS = MAX_BATCH_EVENTS
 MAX_IDS_PER_READ = 1_000
 MAX_TOP_N = 1_000
 PUBLISH_TIMEOUT_S = 30.0
-DEFAULT_HEAD_TIMEOUT_S = 10.0
-DEFAULT_BODY_TIMEOUT_S = 10.0
 STARTUP_TIMEOUT_S = 30.0
+# What each refusal is counted as in /healthz "refused".
+REFUSALS = ("host", "origin", "content_type", "credential", "csrf", "rate_limited")
 
 
 class VotePublisher(Protocol):
@@ -90,36 +108,39 @@ class PubSubVotePublisher:
 
 
 @dataclass(frozen=True)
-class ServiceSettings:
-    write_token: str | None = None  # None: POST /v1/votes is open (loopback only, see serve)
-    cors_origins: tuple[str, ...] = ()
-    head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S
-    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
-
-
-@dataclass(frozen=True)
 class ValidatedVotes:
     events: list[bytes]  # accepted events, each one line of compact JSON
     rejected: list[dict]  # {"line": n (from 1), "error": reason}
     whole: Rejected | None = None  # the body as a whole broke a batch rule (too many events, not UTF-8)
 
 
-def validate_votes(body: bytes, one_event: bool, now_s: float) -> ValidatedVotes:
+def _over_cap(event: VoteEvent, max_delta: int) -> str | None:
+    if abs(event.delta) <= max_delta:
+        return None
+    return f"delta_over_limit: delta {event.delta} is beyond ±{max_delta}, this credential's limit"
+
+
+def validate_votes(body: bytes, one_event: bool, now_s: float, max_delta: int = MAX_ABS_DELTA) -> ValidatedVotes:
     """The body as one v1 event (`one_event`) or as a contract v2 ndjson batch, judged by the
-    pipeline's own parser (schemas.contract): what it accepts here, the pipeline counts."""
+    pipeline's own parser (schemas.contract): what it accepts here, the pipeline counts. An
+    event whose |delta| is above `max_delta` (the credential's cap) is rejected too."""
     if one_event:
         parsed = parse_vote(body, None, now_s)
-        if isinstance(parsed, Rejected):
-            return ValidatedVotes([], [{"line": 1, "error": parsed.error}])
+        error = parsed.error if isinstance(parsed, Rejected) else _over_cap(parsed, max_delta)
+        if error is not None:
+            return ValidatedVotes([], [{"line": 1, "error": error}])
         return ValidatedVotes([orjson.dumps(orjson.loads(body))], [])
     results = list(parse_message(body, {FORMAT_ATTRIBUTE: NDJSON}, now_s))
-    lines = [line for line in body.split(b"\n") if line.strip()]  # the parser's own line rule
+    # (line number from 1, line): the parser's own line rule
+    lines = [(number, line) for number, line in enumerate(body.split(b"\n"), 1) if line.strip()]
     if len(results) != len(lines):  # one Rejected for the whole batch
         return ValidatedVotes([], [], results[0])
     events, rejected = [], []
-    for line, result in zip(lines, results):
+    for (number, line), result in zip(lines, results):
         if isinstance(result, Rejected):
-            rejected.append({"line": int(result.attributes[LINE_ATTRIBUTE]), "error": result.error})
+            rejected.append({"line": number, "error": result.error})
+        elif (error := _over_cap(result, max_delta)) is not None:
+            rejected.append({"line": number, "error": error})
         else:
             events.append(line.strip())
     return ValidatedVotes(events, rejected)
@@ -131,15 +152,6 @@ def message_for(events: list[bytes]) -> tuple[bytes, dict[str, str]]:
         event_id = orjson.loads(events[0]).get("event_id") or str(uuid.uuid4())
         return events[0], {EVENT_ID_ATTRIBUTE: event_id}
     return b"\n".join(events), {FORMAT_ATTRIBUTE: NDJSON, EVENT_ID_ATTRIBUTE: str(uuid.uuid4())}
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 UNIQUE_HELP = "add unique_voters: distinct user IDs that upvoted (a HyperLogLog estimate)"
@@ -186,13 +198,114 @@ async def _read_body(request: Request, timeout_s: float) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: ServiceSettings = ServiceSettings(),
-               clock: Callable[[], float] = time.time) -> FastAPI:
-    """The service's ASGI app. `publisher` None: POST /v1/votes answers 503 (no topic configured)."""
-    app = FastAPI(title="upvotes", version="1", description="Exact upvote and share counts of viral posts.")
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                           allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"])
+def _inline_script_csp(html: str, sources: str) -> str:
+    """A CSP for an HTML page with inline scripts: each allowed by its SHA-256 hash only."""
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
+        for script in re.findall(r"<script>(.*?)</script>", html, re.S))
+    return (f"default-src 'none'; script-src {sources} {hashes}; style-src {sources} 'unsafe-inline'; "
+            "img-src https://fastapi.tiangolo.com data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+            "frame-ancestors 'none'")
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    kind: str  # one of REFUSALS
+    status: int
+    reason: str
+    headers: dict[str, str] | None = None
+
+
+_NEEDS_BEARER = {"WWW-Authenticate": "Bearer"}
+
+
+class _WriteGate:
+    """Decides whether a write may proceed, and under which credential (README "Security")."""
+
+    def __init__(self, settings: ServiceSettings, sessions: LiveSessions, clock: Callable[[], float],
+                 monotonic: Callable[[], float]) -> None:
+        self.sessions = sessions
+        self.clock = clock
+        self.tokens = [token.encode() for token in settings.write_tokens]
+        self.cors_origins = {origin_key(origin) for origin in settings.cors_origins}
+
+        def buckets(rate: float) -> TokenBuckets:
+            return TokenBuckets(rate, max(1.0, rate * BURST_SECONDS), monotonic)
+
+        self.per_token = buckets(settings.token_writes_per_s)
+        self.per_session = buckets(settings.session_writes_per_s)
+        self.per_client = buckets(settings.client_writes_per_s)
+
+    def origin_allowed(self, request: Request) -> bool:
+        """No Origin (not a browser), the service's own origin, or a configured CORS origin."""
+        origin = request.headers.get("origin")
+        if origin is None:
+            return True
+        given = origin_key(origin)
+        own = origin_key(f"{request.url.scheme}://{request.headers.get('host', '')}")
+        return given is not None and (given == own or given in self.cors_origins)
+
+    def _token_index(self, request: Request) -> int | _Refusal | None:
+        given = request.headers.get("authorization")
+        if given is None:
+            return None
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return _Refusal("credential", 401, "a bearer token is required (Authorization: Bearer <token>)",
+                            _NEEDS_BEARER)
+        candidate = token.strip().encode()
+        matches = [hmac.compare_digest(candidate, known) for known in self.tokens]  # every one compared: constant time
+        if True not in matches:
+            return _Refusal("credential", 401, "the bearer token is not valid", _NEEDS_BEARER)
+        return matches.index(True)
+
+    @staticmethod
+    def _limited(wait_s: float, whose: str) -> _Refusal | None:
+        if wait_s <= 0:
+            return None
+        return _Refusal("rate_limited", 429, f"too many writes for this {whose}; retry later",
+                        {"Retry-After": retry_after(wait_s)})
+
+    def admit(self, request: Request) -> int | Session | _Refusal:
+        """The index of the bearer token, the live-page session, or the refusal."""
+        if not self.origin_allowed(request):
+            return _Refusal("origin", 403, f"writes from origin {request.headers['origin'][:100]!r} are not "
+                            "allowed here")
+        _, problem = json_media_type(request.headers.get("content-type"))
+        if problem is not None:
+            return _Refusal("content_type", 415, problem)
+        token = self._token_index(request)
+        if isinstance(token, int):
+            return self._limited(self.per_token.take(token), "token") or token
+        client = request.client.host if request.client else "unknown"
+        limited = self._limited(self.per_client.take(client), "client address")
+        if limited is not None:
+            return limited
+        if token is not None:
+            return token
+        session = self.sessions.check(request.cookies.get(COOKIE), self.clock())
+        if isinstance(session, SessionRefused):
+            return _Refusal("credential", 401, f"writes need a credential: a bearer token (Authorization: Bearer "
+                            f"<token>) or the live page's session ({session.reason})", _NEEDS_BEARER)
+        if not self.sessions.csrf_matches(session, request.headers.get(CSRF_HEADER)):
+            return _Refusal("csrf", 403, f"the {CSRF_HEADER} header does not belong to this live-page session: "
+                            "reload the page")
+        return self._limited(self.per_session.take(session.session_id), "live-page session") or session
+
+
+def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: ServiceSettings,
+               clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> ASGIApp:
+    """The service's ASGI app: the FastAPI routes behind the Host allowlist, CORS (only when
+    origins are configured) and the security headers. `publisher` None: POST /v1/votes
+    answers 503 (no topic configured). `clock` is wall time (votes, sessions), `monotonic`
+    the rate limits' time."""
+    app = FastAPI(title="upvotes", version="1", description="Exact upvote and share counts of viral posts.",
+                  docs_url=None, redoc_url=None)
+    sessions = LiveSessions(settings.write_tokens[0], settings.session_s)
+    gate = _WriteGate(settings, sessions, clock, monotonic)
+    refused: Counter[str] = Counter({kind: 0 for kind in REFUSALS})
+    docs_html = get_swagger_ui_html(openapi_url=app.openapi_url, title="upvotes API").body.decode()
+    docs_csp = _inline_script_csp(docs_html, "https://cdn.jsdelivr.net")
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
@@ -215,13 +328,38 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
         return _error(500, "internal error")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def page() -> HTMLResponse:
-        return HTMLResponse(PAGE_HTML)
+    def page(request: Request) -> HTMLResponse:
+        """The live page, with a session: the one its cookie proves, or a new one when that is
+        missing, invalid or past half its life (the Host was checked before this runs)."""
+        now = clock()
+        session = sessions.check(request.cookies.get(COOKIE), now)
+        renew = isinstance(session, SessionRefused) or session.expires_s - now < sessions.lifetime_s / 2
+        if renew:
+            session, cookie = sessions.issue(now)
+        response = HTMLResponse(page_html(sessions.csrf_token(session)), headers={"Content-Security-Policy": PAGE_CSP})
+        if renew:
+            response.set_cookie(COOKIE, cookie, max_age=int(sessions.lifetime_s), path="/", httponly=True,
+                                samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+    @app.get(SCRIPT_PATH, include_in_schema=False)
+    def page_script() -> Response:
+        return Response(PAGE_SCRIPT, media_type="text/javascript; charset=utf-8")
+
+    @app.get(STYLE_PATH, include_in_schema=False)
+    def page_style() -> Response:
+        return Response(PAGE_STYLE, media_type="text/css; charset=utf-8")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return HTMLResponse(docs_html, headers={"Content-Security-Policy": docs_csp})
 
     @app.get("/healthz")
     def healthz() -> dict:
-        """Up, and how many Spanner snapshots this process's reader has opened (for load tests)."""
-        return {"status": "ok", "spanner_reads": reader.spanner_reads}
+        """Up; how many Spanner snapshots this process's reader has opened (for load tests); the
+        abuse limits in force; how many requests each check refused since the start."""
+        return {"status": "ok", "spanner_reads": reader.spanner_reads, "limits": settings.limits(),
+                "refused": dict(refused)}
 
     @app.get("/v1/posts/{post_id:path}", summary="One post's exact counts")
     def read_post(post_id: str, unique: bool = Query(False, description=UNIQUE_HELP)) -> dict:
@@ -246,20 +384,21 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
             "folded_through": None if top.folded_through is None else top.folded_through.isoformat(),
         }
 
-    @app.post("/v1/votes", status_code=202, summary="Publish votes (one JSON event, or ndjson)")
+    @app.post("/v1/votes", status_code=202,
+              summary="Publish votes (one JSON event, or ndjson) with a bearer token or the live page's session")
     async def post_votes(request: Request) -> Response:
-        if settings.write_token is not None:
-            given = request.headers.get("authorization", "")
-            scheme, _, token = given.partition(" ")
-            if scheme.lower() != "bearer" or not token:
-                return _error(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
-            if not hmac.compare_digest(token.strip().encode(), settings.write_token.encode()):
-                return _error(401, "the bearer token is not valid", {"WWW-Authenticate": "Bearer"})
+        credential = gate.admit(request)
+        if isinstance(credential, _Refusal):
+            refused[credential.kind] += 1
+            return _error(credential.status, credential.reason, credential.headers)
         if publisher is None:
             return _error(503, "this server publishes no votes: start it with --topic")
         body = await _read_body(request, settings.body_timeout_s)
-        one_event = request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
-        votes = validate_votes(body, one_event, clock())
+        one_event = request.headers["content-type"].split(";")[0].strip().lower() == "application/json"
+        if isinstance(credential, Session) and not one_event:
+            return _error(400, "a live-page session sends one application/json event per request")
+        max_delta = SESSION_MAX_DELTA if isinstance(credential, Session) else settings.max_delta
+        votes = validate_votes(body, one_event, clock(), max_delta)
         if votes.whole is not None:
             return _error(413 if reason_of(votes.whole) in ("too_many_events", "too_large") else 400, votes.whole.error)
         if not votes.events:
@@ -268,7 +407,15 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
         await run_in_threadpool(publisher.publish, data, attributes)
         return JSONResponse({"accepted": len(votes.events), "rejected": votes.rejected}, status_code=202)
 
-    return app
+    guarded: ASGIApp = app
+    if settings.cors_origins:  # exact origins, bearer tokens only: no cookies, so no credentials mode
+        guarded = CORSMiddleware(app, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
+                                 allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
+
+    def host_refused() -> None:
+        refused["host"] += 1
+
+    return SecurityHeaders(HostAllowlist(guarded, settings.allowed_hosts, host_refused))
 
 
 # --- running it ---------------------------------------------------------------------------
@@ -308,11 +455,15 @@ def protocol_with_head_timeout(head_timeout_s: float) -> type[H11Protocol]:
     return HeadTimeoutH11Protocol
 
 
-def uvicorn_config(app: FastAPI, host: str, port: int, settings: ServiceSettings) -> uvicorn.Config:
+def uvicorn_config(app: ASGIApp, host: str, port: int, settings: ServiceSettings) -> uvicorn.Config:
+    """uvicorn as the service runs it. X-Forwarded-For/-Proto are believed only from
+    `settings.trusted_proxies` (uvicorn alone believes them from 127.0.0.1 and ::1, so any
+    local client could pick its own address for the rate limits)."""
     return uvicorn.Config(
         app, host=host, port=port, http=protocol_with_head_timeout(settings.head_timeout_s),
         timeout_keep_alive=5, limit_concurrency=1_000, server_header=False, access_log=False,
-        log_level="warning", lifespan="off",
+        log_level="warning", lifespan="off", proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=list(settings.trusted_proxies),
     )
 
 
@@ -329,8 +480,8 @@ class RunningService:
         self.thread.join(timeout_s)
 
 
-def start_in_background(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
-                        settings: ServiceSettings = ServiceSettings()) -> RunningService:
+def start_in_background(app: ASGIApp, settings: ServiceSettings, host: str = "127.0.0.1",
+                        port: int = 0) -> RunningService:
     """Runs `app` on uvicorn in a daemon thread (port 0: a free port); returns once it listens."""
     server = uvicorn.Server(uvicorn_config(app, host, port, settings))
     thread = threading.Thread(target=server.run, name="upvotes-serve", daemon=True)
@@ -346,9 +497,9 @@ def start_in_background(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
     return RunningService(f"http://{shown}:{bound_port}", server, thread)
 
 
-def serve_in_background(project: str, instance: str, database: str, topic: str | None = None,
-                        host: str = "127.0.0.1", port: int = 0, staleness_s: float = 0.0, refresh_s: float = 1.0,
-                        settings: ServiceSettings = ServiceSettings()) -> RunningService:
+def serve_in_background(project: str, instance: str, database: str, topic: str | None, settings: ServiceSettings,
+                        host: str = "127.0.0.1", port: int = 0, staleness_s: float = 0.0,
+                        refresh_s: float = 1.0) -> RunningService:
     """The whole service on one database (and votes topic, ID or path), started in a background
     thread: what `upvotes serve` runs, for the demo and tests. `.url` is the live page."""
     from pipeline.options import pubsub_path
@@ -356,4 +507,4 @@ def serve_in_background(project: str, instance: str, database: str, topic: str |
 
     reader = CountsReader(open_database(project, instance, database), staleness_s=staleness_s, refresh_s=refresh_s)
     publisher = PubSubVotePublisher(pubsub_path(project, "topics", topic)) if topic else None
-    return start_in_background(create_app(reader, publisher, settings), host, port, settings)
+    return start_in_background(create_app(reader, publisher, settings), settings, host, port)

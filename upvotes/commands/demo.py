@@ -106,15 +106,23 @@ def _wait_until_ready(database, topic_path: str, stream, log_path: Path) -> None
         time.sleep(0.5)
 
 
-def _start_live_page(res: Resources):
-    """`upvotes serve` in this process, or None (with a note) where its extra is not installed."""
+def _start_live_page(res: Resources, work_dir: Path):
+    """`upvotes serve` in this process, or None (with a note) where its extra is not installed.
+    Writes need a credential as with `upvotes serve`: $UPVOTES_WRITE_TOKEN, or a token generated
+    into the work directory (mode 0600); the page's own button uses its session."""
     try:
         from upvotes.service import serve_in_background
     except ModuleNotFoundError as missing:
         say(f"no live page: {missing.name} is not installed (pip install -e '.[serve]')")
         return None
-    service = serve_in_background(res.project, res.instance, res.database, res.topic)
-    say(f"live page: {service.url} (top posts, exact counts, a vote button each; up while the demo runs)")
+    from upvotes.serve_settings import ServiceSettings
+    from upvotes.write_credentials import resolve_write_credential
+
+    credential = resolve_write_credential(None, os.environ, work_dir / "serve-token")
+    service = serve_in_background(res.project, res.instance, res.database, res.topic,
+                                  ServiceSettings(write_tokens=credential.tokens))
+    say(f"live page: {service.url} (top posts, exact counts, a vote button each; up while the demo runs); "
+        f"API writes need the bearer token ({credential.source})")
     return service
 
 
@@ -147,7 +155,7 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     service = None
     try:
         _wait_until_ready(database, topic_path, stream, stream_log)
-        service = _start_live_page(res)
+        service = _start_live_page(res, work_dir)
         workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
         say(f"race, part 2: {args.events:,} votes over {args.posts:,} posts (Zipf {args.zipf}), {args.batch_size} "
             f"per message, and {args.invalid} invalid messages, through Pub/Sub and the pipeline")
