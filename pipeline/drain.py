@@ -27,11 +27,12 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from apache_beam.runners.runner import PipelineResult
+if TYPE_CHECKING:  # Beam is imported only once the pipeline starts: see StopOnSignals
+    from apache_beam.runners.runner import PipelineResult
 
-from pipeline.local_reader import ReaderControl
+    from pipeline.local_reader import ReaderControl
 
 EXIT_DRAINED = 0
 EXIT_NOT_DRAINED = 4
@@ -121,16 +122,18 @@ class DrainReport:
 class StopOnSignals:
     """SIGINT/SIGTERM handling for one local streaming run (see the module docstring).
 
-    Use as a context manager around the launch, so that a signal during the launch also drains
-    (the reader then stops at its first bundle); `until_finished(result)` waits for the end."""
+    Entered as early as the process can (`upvotes stream` does before it even imports Beam), so
+    that no signal finds Python's defaults; `attach(control)` once the reader is installed (a
+    signal that came before makes the reader stop at its first bundle), or `detach()` for a
+    runner this does not drive (Dataflow); `until_finished(result)` waits for the end."""
 
-    def __init__(self, control: ReaderControl | None, drain_timeout_s: float,
-                 say: Callable[[str], None] = say_now,
+    def __init__(self, drain_timeout_s: float, say: Callable[[str], None] = say_now,
                  exit_now: Callable[[int], object] = os._exit) -> None:
-        self._control = control
         self._timeout_s = drain_timeout_s
         self._say = say
         self._exit_now = exit_now
+        self._control: ReaderControl | None = None
+        self._attached = False
         self._result: PipelineResult | None = None
         self._lock = threading.Lock()
         self._signal_at: float | None = None
@@ -138,6 +141,7 @@ class StopOnSignals:
         self._at_signal = Progress()
         self._previous: dict[int, object] = {}
         self._stopped = False
+        self._timer: threading.Timer | None = None
 
     def __enter__(self) -> "StopOnSignals":
         for sig in SIGNALS:
@@ -145,8 +149,30 @@ class StopOnSignals:
         return self
 
     def __exit__(self, *_) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        """Python's handlers back, and no drain timeout pending any more."""
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._previous = {}
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def attach(self, control: ReaderControl | None) -> None:
+        """The reader to drain (None: Beam's, which cannot). A signal that came before drains now."""
+        with self._lock:
+            self._control, self._attached = control, True
+            signaled = self._signal_at is not None
+        if signaled:
+            self._begin_drain()
+
+    def detach(self) -> None:
+        """Gives the signals back to Python's handlers (a runner this module does not drive); a
+        signal that already came is raised as Python's own would have been."""
+        self._restore()
+        if self._signal_at is not None:
+            raise KeyboardInterrupt(self._why)
 
     def _progress(self) -> Progress:
         for _ in range(3):  # Beam's metrics map may grow while it is read: read again
@@ -163,19 +189,27 @@ class StopOnSignals:
             if first:
                 self._signal_at = time.monotonic()
                 self._why = name
+            attached = self._attached
         if not first:
             self._stop_now(f"second signal, {name}")
             return
+        self._timer = threading.Timer(self._timeout_s, self._stop_now,
+                                      args=(f"the drain timeout, {self._timeout_s:g} s",))
+        self._timer.daemon = True
+        self._timer.start()
+        if attached:
+            self._begin_drain()
+        else:
+            self._say(f"{name}: stopping: the pipeline stops as soon as it has started, having pulled nothing")
+
+    def _begin_drain(self) -> None:
         self._at_signal = self._progress()
         if self._control is None:
-            self._stop_now(f"{name}; Beam's own Pub/Sub reader cannot drain")
+            self._stop_now(f"{self._why}; Beam's own Pub/Sub reader cannot drain")
             return
         self._control.drain()
-        self._say(f"{name}: draining: no more pulls, every open window fires and is written; "
+        self._say(f"{self._why}: draining: no more pulls, every open window fires and is written; "
                   f"a second Ctrl-C or SIGTERM, or {self._timeout_s:g} s, stops at once")
-        timer = threading.Timer(self._timeout_s, self._stop_now, args=(f"the drain timeout, {self._timeout_s:g} s",))
-        timer.daemon = True
-        timer.start()
 
     def _stop_now(self, why: str) -> None:
         with self._lock:

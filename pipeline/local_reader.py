@@ -37,6 +37,7 @@ pipeline per process: the control is a class attribute, replaced by each `instal
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -107,12 +108,12 @@ class ReaderControl:
         loses updates locally); None before the first bundle or if Beam keeps them elsewhere."""
         return None if self._worker_sampler is None else local_metrics.counters(self._worker_sampler)
 
-    def _pulled(self, messages: int, pulls: int) -> None:
+    def add_pulled(self, messages: int, pulls: int) -> None:
         with self._lock:
             self.messages += messages
             self.pulls += pulls
 
-    def _stop(self) -> None:
+    def mark_stopped(self) -> None:
         self._stopped.set()
 
 
@@ -149,7 +150,7 @@ class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,v
             received.extend(response.received_messages)
         if received:
             client.acknowledge(request={"subscription": self._sub_name, "ack_ids": [m.ack_id for m in received]})
-        self.control._pulled(len(received), pulls)
+        self.control.add_pulled(len(received), pulls)
         return received
 
     def finish_bundle(self) -> TransformResult:
@@ -167,7 +168,7 @@ class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,v
                     message if self.source.with_attributes else message.data, timestamp=timestamp))
             bundles.append(bundle)
         if control.draining:
-            control._stop()
+            control.mark_stopped()
             # No bundle to be scheduled again, no hold: this step's watermark becomes +infinity.
             return TransformResult(self, bundles, [], None, {None: None})
         again = self._evaluation_context.create_bundle(beam.pvalue.PBegin(self._applied_ptransform.transform.pipeline))
@@ -182,8 +183,6 @@ def install() -> ReaderControl | None:
     """Makes DirectRunner pipelines started from now on in this process read Pub/Sub with
     DrainablePubSubReadEvaluator; returns the control of the next such pipeline, or None when
     Beam's reader stays (private names absent, or READER_ENV=beam), with a warning."""
-    import os
-
     if os.environ.get(READER_ENV, "").lower() == "beam":
         _LOG.warning("%s=beam: Beam's own Pub/Sub reader (10 messages per pull, no drain)", READER_ENV)
         uninstall()

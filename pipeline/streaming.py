@@ -120,20 +120,30 @@ def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | Non
 
 
 def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None,
-        drain_timeout_s: float | None = None) -> DrainReport | None:
-    """Runs the pipeline until it ends. Locally, until drained by SIGINT or SIGTERM
-    (pipeline/drain.py; `drain_timeout_s` defaults to a few windows): returns what the drain
-    wrote, or ends the process with drain.EXIT_NOT_DRAINED if it is cut short. On Dataflow,
-    until the job ends (drain it with `gcloud dataflow jobs drain`)."""
+        stopping: StopOnSignals | None = None) -> DrainReport | None:
+    """Runs the pipeline until it ends. Locally, until drained by SIGINT or SIGTERM through
+    `stopping` (pipeline/drain.py; entered by the caller as early as it can, or here with a
+    timeout of a few windows): returns what the drain wrote, or ends the process with
+    drain.EXIT_NOT_DRAINED if it is cut short. On Dataflow, until the job ends (drain it with
+    `gcloud dataflow jobs drain`); `stopping` then hands the signals back."""
     options = pipeline_options(argv, values)
     control = prepare_runner(options)
     if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
+        if stopping is not None:
+            stopping.detach()
         _start(options).wait_until_finish()
         return None
-    if drain_timeout_s is None:
-        drain_timeout_s = default_drain_timeout_s(options.view_as(StreamingOptions).validated().window_seconds)
-    with StopOnSignals(control, drain_timeout_s) as stopping:
-        return stopping.until_finished(_start(options))
+    if stopping is None:
+        window_seconds = options.view_as(StreamingOptions).validated().window_seconds
+        with StopOnSignals(default_drain_timeout_s(window_seconds)) as own:
+            return _run_until_drained(options, control, own)
+    return _run_until_drained(options, control, stopping)
+
+
+def _run_until_drained(options: PipelineOptions, control: ReaderControl | None,
+                       stopping: StopOnSignals) -> DrainReport:
+    stopping.attach(control)
+    return stopping.until_finished(_start(options))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ class Pipeline:
         self._drain_s = drain_s
         self.release = threading.Event()  # ends a drain that would never end (drain_s None)
         if control is not None:
-            control._pulled(10, 1)
+            control.add_pulled(10, 1)
         self.counters = {("ParseVotes", "messages"): 10, ("ParseVotes", "accepted"): 500,
                          ("WriteDeltaRows", "events_written"): 380, ("WriteDeltaRows", "rows_written"): 12,
                          ("WindowAndSumVotes", "events_without_effect"): 20, ("ParseVotes", "rejected_not_json"): 2}
@@ -71,7 +71,8 @@ def test_the_first_signal_drains_and_reports(sig):
     control = ReaderControl()
     codes, exit_now = exits()
     before = signal.getsignal(sig)
-    with StopOnSignals(control, 30, said.append, exit_now) as stopping:
+    with StopOnSignals(30, said.append, exit_now) as stopping:
+        stopping.attach(control)
         signal_soon(sig)
         report = stopping.until_finished(Pipeline(control))
     assert signal.getsignal(sig) == before  # restored
@@ -88,7 +89,8 @@ def test_a_second_signal_stops_at_once_and_says_what_is_lost():
     said: list[str] = []
     control = ReaderControl()
     codes, exit_now = exits()
-    with StopOnSignals(control, 30, said.append, exit_now) as stopping:
+    with StopOnSignals(30, said.append, exit_now) as stopping:
+        stopping.attach(control)
         signal_soon(signal.SIGTERM, 0.1)
         signal_soon(signal.SIGINT, 0.4)
         with pytest.raises(Exited):
@@ -109,7 +111,8 @@ def test_the_drain_timeout_stops_at_once():
         stopped.set()
 
     pipeline = Pipeline(control, drain_s=None)
-    with StopOnSignals(control, 0.5, said.append, exit_now) as stopping:
+    with StopOnSignals(0.5, said.append, exit_now) as stopping:
+        stopping.attach(control)
         signal_soon(signal.SIGTERM, 0.1)
         with pytest.raises(Exited):
             threading.Timer(5, pipeline.release.set).start()
@@ -122,7 +125,8 @@ def test_the_drain_timeout_stops_at_once():
 def test_without_the_projects_reader_the_first_signal_stops_at_once():
     said: list[str] = []
     codes, exit_now = exits()
-    with StopOnSignals(None, 30, said.append, exit_now):
+    with StopOnSignals(30, said.append, exit_now) as stopping:
+        stopping.attach(None)
         with pytest.raises(Exited):  # the handler runs in this thread, at once
             os.kill(os.getpid(), signal.SIGTERM)
     assert codes == [EXIT_NOT_DRAINED] and "cannot drain" in said[-1]
@@ -131,11 +135,40 @@ def test_without_the_projects_reader_the_first_signal_stops_at_once():
 def test_a_late_timer_never_exits_a_process_that_drained():
     control = ReaderControl()
     codes, exit_now = exits()
-    with StopOnSignals(control, 0.3, lambda _: None, exit_now) as stopping:
+    with StopOnSignals(0.3, lambda _: None, exit_now) as stopping:
+        stopping.attach(control)
         signal_soon(signal.SIGINT, 0.05)
         assert stopping.until_finished(Pipeline(control, drain_s=0.0)).drained
         time.sleep(0.5)
     assert codes == []
+
+
+def test_a_signal_before_the_pipeline_starts_stops_it_at_its_first_bundle():
+    """`upvotes stream` handles signals before it imports Beam: a SIGTERM then is kept, and the
+    reader attached later drains at once (having pulled nothing)."""
+    said: list[str] = []
+    control = ReaderControl()
+    codes, exit_now = exits()
+    with StopOnSignals(30, said.append, exit_now) as stopping:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert not control.draining and said[-1].startswith("SIGTERM: stopping")
+        stopping.attach(control)
+        assert control.draining
+        report = stopping.until_finished(Pipeline(control, drain_s=0.0))
+    assert report.drained and codes == [] and said[-1].startswith("SIGTERM: draining")
+
+
+def test_a_runner_this_does_not_drive_gets_the_signals_back():
+    """Dataflow: `upvotes stream` only waits for the job, so Ctrl-C is Python's again (and one
+    that came during the launch is raised as Python's own)."""
+    with StopOnSignals(30, lambda _: None, exits()[1]) as stopping:
+        stopping.detach()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with StopOnSignals(30, lambda _: None, exits()[1]) as stopping:
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            stopping.detach()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_progress_accounts_for_every_vote():
@@ -145,7 +178,7 @@ def test_progress_accounts_for_every_vote():
     assert Progress(messages_pulled=12, messages_parsed=10, votes=500, votes_written=400).votes_unwritten == 100
     assert progress_of(None, None) == Progress()
     control = ReaderControl()
-    control._pulled(7, 1)
+    control.add_pulled(7, 1)
     assert progress_of(control, None).messages_pulled == 7
 
 

@@ -411,6 +411,22 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
           f"{took:.1f} s after the load; votes per run: {[r[2] for r in reports]}")
 
 
+def test_a_sigterm_while_the_stream_starts_stops_it_cleanly(streaming_stack) -> None:
+    """Signals are handled from before Beam is imported: a SIGTERM during the launch is kept, and
+    the pipeline stops at its first bundle having pulled nothing (exit 0); the votes wait."""
+    res, database, start, log = streaming_stack
+    events = one_vote_per_post(20, "early")
+    publish_events(res, events)
+    stream = start()
+    wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
+               "the stream to start", stream, log)
+    assert local_stream.stop(stream, signal.SIGTERM) == 0, log.read_text(errors="replace")[-3000:]
+    assert local_stream.drain_summary(log).endswith("This run: 0 messages, 0 votes, 0 delta rows, 0 dead letters.")
+    restarted = start()
+    wait_until(lambda: verify_totals(database, ledger_of(events).totals) == [], SETTLE_TIMEOUT_S,
+               "the waiting votes to be counted", restarted, log)
+
+
 CUT_SHORT = re.compile(r"^upvotes stream: stopped at once \(second signal, SIGTERM\), [0-9.]+ s into the drain: "
                        r"up to ([0-9,]+) votes pulled and acknowledged but not yet written are lost, "
                        r"and ([0-9,]+) messages pulled but not yet parsed\.")

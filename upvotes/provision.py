@@ -15,7 +15,6 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
 import schemas
-from spanner_store import watches
 from spanner_store.database import OPERATION_TIMEOUT_S, open_database
 
 EMULATOR_INSTANCE_CONFIG = "emulator-config"
@@ -212,6 +211,8 @@ def provision(
 def record_watches(res: Resources, log: Callable[[str], None]) -> None:
     """Records in the database the topics and subscriptions `upvotes status` must watch
     (spanner_store/watches.py), so that it checks them without being told."""
+    from spanner_store import watches
+
     watched = {
         watches.VOTES_TOPIC: res.topic_path(res.topic),
         watches.VOTES_SUBSCRIPTION: res.subscription_path(res.subscription),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.params import STREAMING_PARAMS
+from pipeline.params import STREAMING_PARAMS, WINDOW_SECONDS
 from upvotes.commands.argument_types import positive_float
 from upvotes.commands.pipeline_flags import add_pipeline_arguments, pipeline_inputs
 
@@ -27,12 +27,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline import streaming
-    from pipeline.drain import EXIT_DRAINED
+    # Signals are handled from here on, before Beam (seconds to import) is: pipeline/drain.py.
+    from pipeline.drain import EXIT_DRAINED, StopOnSignals, default_drain_timeout_s
 
-    argv, values = pipeline_inputs(args, STREAMING_PARAMS)
-    print("streaming pipeline starting; Ctrl-C or SIGTERM drains it", file=sys.stderr, flush=True)
-    report = streaming.run(argv, values, args.drain_timeout_s)
+    drain_timeout_s = args.drain_timeout_s or default_drain_timeout_s(WINDOW_SECONDS.parse(args.window_seconds))
+    with StopOnSignals(drain_timeout_s) as stopping:
+        print("streaming pipeline starting; Ctrl-C or SIGTERM drains it", file=sys.stderr, flush=True)
+        from pipeline import streaming
+
+        argv, values = pipeline_inputs(args, STREAMING_PARAMS)
+        report = streaming.run(argv, values, stopping)
     if report is not None:
         print(f"upvotes stream: {report.text()}", file=sys.stderr, flush=True)
     return EXIT_DRAINED
