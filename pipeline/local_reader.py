@@ -29,9 +29,10 @@ How it is installed: like pipeline/local_runner.py, through
 `TransformEvaluatorRegistry._test_evaluators_overrides`, keyed by `_DirectReadFromPubSub`
 (what the DirectRunner replaces ReadFromPubSub with). Those names, `_PubSubReadEvaluator`
 and `TransformResult` are private Beam APIs: this module is written against, and tested on,
-apache-beam TESTED_BEAM_VERSION (tests/test_local_reader.py fails if they change). If they
-are absent, `install()` logs a warning and returns None: the pipeline then runs with Beam's
-reader and cannot drain (pipeline/drain.py says so when stopped). One local streaming
+the apache-beam version pipeline/local_runner.py names (TESTED_BEAM_VERSION;
+tests/test_local_reader.py fails if they change). If they are absent, `install()` logs a
+warning and returns None: the pipeline then runs with Beam's reader and cannot drain
+(pipeline/drain.py says so when stopped). One local streaming
 pipeline per process: the control is a class attribute, replaced by each `install()`.
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from pipeline import local_metrics
 from pipeline.local_metrics import CounterTotals
-from pipeline.local_runner import TESTED_BEAM_VERSION
+from pipeline.local_runner import private_api_usable
 
 PULL_MAX_MESSAGES = 1000
 IDLE_WAIT_S = 0.2
@@ -187,14 +188,9 @@ def install() -> ReaderControl | None:
         _LOG.warning("%s=beam: Beam's own Pub/Sub reader (10 messages per pull, no drain)", READER_ENV)
         uninstall()
         return None
-    if _MISSING is not None:
-        _LOG.warning("apache-beam %s: not installing the local Pub/Sub reader (written for %s; its private API "
-                     "is absent: %s); Beam's reader pulls 10 messages at a time and cannot drain",
-                     beam.__version__, TESTED_BEAM_VERSION, _MISSING)
+    if not private_api_usable("the local Pub/Sub reader", _MISSING,
+                              "Beam's reader pulls 10 messages at a time and cannot drain"):
         return None
-    if beam.__version__ != TESTED_BEAM_VERSION:
-        _LOG.warning("apache-beam %s: the local Pub/Sub reader was written for %s (private Beam API); "
-                     "installing it anyway", beam.__version__, TESTED_BEAM_VERSION)
     DrainablePubSubReadEvaluator.control = ReaderControl()
     _OVERRIDES[_DirectReadFromPubSub] = DrainablePubSubReadEvaluator
     return DrainablePubSubReadEvaluator.control

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Callable, TypeVar
 
 from upvotes.commands.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.deploy_config import DeployConfig
 
+T = TypeVar("T")
 HELP = ("Health of a deployment (fold lag, unfolded deltas, rates, dead letters, last delta commit, votes "
         "backlog); exit 3 when a threshold is crossed or a check cannot be made.")
 
@@ -79,12 +81,27 @@ def dead_letter_backlog(subscription: str, limit: int) -> dict[str, int]:
     return backlog_by_reason(held)
 
 
-def run(args: argparse.Namespace) -> int:
+def _checked(what: str, flag: str, subscription: str | None, read: Callable[[str], T],
+             not_checked: list[str]) -> T | None:
+    """`read(subscription)`, or None with the reason added to `not_checked`."""
     from google.api_core import exceptions
 
+    from upvotes.backlog import BacklogUnknown
+
+    if subscription is None:
+        not_checked.append(f"no {what} to check: `upvotes provision` records it (or pass {flag})")
+        return None
+    try:
+        return read(subscription)
+    except (exceptions.GoogleAPICallError, BacklogUnknown) as error:
+        not_checked.append(f"the {what} {subscription} could not be read: {error}")
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
     from spanner_store.health import delta_health
     from spanner_store.liveness import read_last_delta_commit
-    from upvotes.backlog import BacklogUnknown, read_backlog
+    from upvotes.backlog import read_backlog
     from upvotes.status import (
         EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, liveness_problems, liveness_report, problems, status_report,
     )
@@ -95,27 +112,10 @@ def run(args: argparse.Namespace) -> int:
     watched, unknown = _recorded(database)
     not_checked = [unknown] if unknown else []
 
-    dead_letters = None
-    kept = kept_subscription(args, watched)
-    if kept is None:
-        not_checked.append("no dead-letter subscription to check: `upvotes provision` records it (or pass "
-                           "--dead-letter-topic)")
-    else:
-        try:
-            dead_letters = dead_letter_backlog(kept, args.dead_letter_limit)
-        except exceptions.GoogleAPICallError as error:
-            not_checked.append(f"the dead letters of {kept} could not be read: {error}")
-
-    backlog = None
-    subscription = votes_subscription(args, watched)
-    if subscription is None:
-        not_checked.append("no votes subscription to check: `upvotes provision` records it (or pass "
-                           "--votes-subscription)")
-    else:
-        try:
-            backlog = read_backlog(subscription)
-        except (exceptions.GoogleAPICallError, BacklogUnknown) as error:
-            not_checked.append(f"the votes backlog of {subscription} could not be read: {error}")
+    dead_letters = _checked("dead-letter subscription", "--dead-letter-topic", kept_subscription(args, watched),
+                            lambda kept: dead_letter_backlog(kept, args.dead_letter_limit), not_checked)
+    backlog = _checked("votes subscription", "--votes-subscription", votes_subscription(args, watched),
+                       read_backlog, not_checked)
 
     report = {**status_report(health, dead_letters), **liveness_report(read_at, last_commit, backlog, watched)}
     thresholds = Thresholds(max_fold_lag_s=args.max_fold_lag_s, max_backlog_age_s=args.max_backlog_age_s)
