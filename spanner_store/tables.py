@@ -50,6 +50,9 @@ FOLD_RUN_SKIPPED_COLUMNS = ("FoldId", "PostHash", "PostId", "Error")
 WRITER_GENERATIONS = "WriterGenerations"
 WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt")
 
+STATUS_WATCHES = "StatusWatches"
+STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
+
 ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind", "Upvotes", "Shares", "Reason", "Actor", "AsOf", "CreatedAt")
 
