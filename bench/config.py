@@ -44,6 +44,13 @@ class Sizes:
     # catalogue_cost
     catalogue_posts: tuple[int, ...]  # catalogue sizes, the same work at each
     catalogue_rounds: int  # rounds of the work per size (medians of their timings)
+    # stream_reader
+    single_event_messages: int  # one vote each, through Beam's reader and the project's
+    kill_rate: int  # votes/s of the steady batched load a SIGKILL hits
+    kill_seconds: int
+    # fault_soak
+    fault_soak_rate: int  # votes/s, batched
+    fault_soak_seconds: int
     # write_back (the race's burst is e2e_votes over e2e_posts, as hot_post's end to end)
     unpipelined_votes: int = 20_000  # one HINCRBY per vote, into Redis only
     crash_rate: int = 2_000  # votes/s of the steady load each crash row runs under
@@ -66,6 +73,8 @@ FULL = Sizes(
     fresh_rate=100, fresh_seconds=60, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=5.0,
     catalogue_posts=(10_000, 100_000, 1_000_000), catalogue_rounds=3,
+    single_event_messages=4_200, kill_rate=2_000, kill_seconds=30,
+    fault_soak_rate=2_000, fault_soak_seconds=120,
 )
 
 QUICK = Sizes(
@@ -79,6 +88,8 @@ QUICK = Sizes(
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
     unpipelined_votes=2_000, crash_seconds=4.0, crash_settle_s=8.0,
     catalogue_posts=(1_000, 10_000), catalogue_rounds=1,
+    single_event_messages=1_500, kill_rate=1_000, kill_seconds=10,
+    fault_soak_rate=1_000, fault_soak_seconds=20,
 )
 
 

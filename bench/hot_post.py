@@ -32,7 +32,9 @@ from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes, race_workload
 from bench.feeds import RSS_SAMPLES, counter_values, emit_cycled, local_pipeline, set_cycled_feed
 from bench.measure import current_rss_mib, latency_summary, measured, timed_calls
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
-from bench.stack import EXACT_READ_KIND, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of, with_topics
+from bench.stack import (
+    EXACT_READ_KIND, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of, wait_until_ready, with_topics,
+)
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
 from spanner_store import baseline_counters
 from spanner_store.database import open_database
@@ -41,10 +43,9 @@ from spanner_store.reads import verify_totals
 from transforms.parse import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-from upvotes import local_stream
 from upvotes.ledger import Ledger
 from upvotes.provision import Resources
-from upvotes.publishing import batch_messages, event_message, publish_messages
+from upvotes.publishing import batch_messages
 from upvotes.race import BASELINE_SWEEP, BaselineRun, race_pipeline, run_baseline
 from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 
@@ -52,8 +53,6 @@ CHAIN_POST = "hot-chain"
 MESSAGE_POOL = 200  # distinct pre-encoded batches the in-memory feed cycles through
 RSS_SAMPLES_PER_RUN = 10
 E2E_TIMEOUT_S = 300.0
-READY_TIMEOUT_S = 180.0
-WARM_UP_POST = "bench-warm-up"
 # Of the end-to-end rate, as the issue asks, the publisher on the same 2 cores. Measured at 80%:
 # RSS ratio 1.057, exact 9 s after the load; with Beam's own DirectRunner evaluator instead of
 # pipeline/local_runner.py's (UPVOTES_DIRECT_RUNNER_CLEANUP=off), 1.099 and 25 s.
@@ -133,15 +132,6 @@ def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable
 
 # --- (c) and (d): end to end through Pub/Sub, then the soak -----------------------------------
 
-def _wait_until_counted(database, post: str, process, log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while upvotes_of(database, [post])[post] < 1:
-        check_alive(process, log_path)
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")
-        time.sleep(0.5)
-
-
 class _SoakSource:
     """Batches of a steady viral workload for PacedPublisher; each batch's events go into the
     ledger when the batch is handed out, so the ledger holds exactly what was published."""
@@ -164,10 +154,8 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
     log_path = log_dir / "hot_post_stream.log"
     prefix = "e2e-"
     workload = race_workload(sizes, prefix)
-    with streaming_pipeline(stream_res, RACE_WINDOW_S, log_path) as process, local_stream.Heartbeat(topic_path):
-        publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
-                         progress=False)
-        _wait_until_counted(database, WARM_UP_POST, process, log_path)
+    with streaming_pipeline(stream_res, RACE_WINDOW_S, log_path) as process:
+        wait_until_ready(database, topic_path, process, log_path)
         with EmulatorCpu() as cpu:
             race = race_pipeline(database, topic_path, workload, DEFAULT_BATCH_SIZE, E2E_TIMEOUT_S,
                                  alive=lambda: check_alive(process, log_path), progress=False)

@@ -119,6 +119,7 @@ def evaluate_targets(document: dict) -> list[dict]:
         *_unique_voter_targets(bench),
         *_write_back_targets(bench),
         *_catalogue_cost_targets(bench),
+        *_stream_stop_targets(bench),
     ]
 
 
@@ -288,6 +289,7 @@ def markdown(document: dict) -> str:
                   f"{cpu['ratio']:.2f}x; best of 3 over {cpu['votes']:,} votes)."]
     parts += _write_back_markdown(document)
     parts += _catalogue_cost_markdown(bench)
+    parts += _stream_stop_sections(bench)
     parts += ["### Time, peak RSS and largest commit per benchmark (each in its own process)", _table(
         ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB", "Largest commit (mutations)"],
         [[name, f"{b['seconds']:.0f}", f"{b['peak_rss']['self_mib']:.0f}",
@@ -501,6 +503,69 @@ def _catalogue_cost_markdown(bench: dict) -> list[str]:
                     f"({s['change_log_ratio'] - 1:+.2%}), a shard-led index on PostDeltas instead {s['shard_index']:,} "
                     f"({s['shard_index_ratio'] - 1:+.1%})" for name, s in sink.items()) + ".",
     ]
+
+
+# --- the stream's reader, SIGKILL and the fault soak (bench/stream_reader.py, bench/fault_soak.py) ---
+
+def _stream_stop_targets(bench: dict) -> list[dict]:
+    targets = []
+    if "stream_reader" in bench:
+        sr = bench["stream_reader"]
+        single, kill = sr["single_events"], sr["sigkill"]
+        targets += [
+            _target("Local reader: single-event messages reach the counts >= 3x as fast as with Beam's DirectRunner "
+                    "reader, same run",
+                    f"{single['project']['messages_per_s']:,.0f} vs {single['beam']['messages_per_s']:,.0f} messages/s "
+                    f"({sr['speedup']:.1f}x), {single['project']['messages']:,} messages, exact",
+                    sr["speedup"] >= 3 and sr["exact"]),
+            _target("SIGKILL of the stream under load: nothing counted twice (at-most-once; the loss is measured)",
+                    f"{kill['votes_lost']:,} of {kill['votes']:,} votes lost ({kill['messages_lost']} messages), "
+                    f"{kill['votes_doubled']} doubled",
+                    kill["votes_doubled"] == 0 and kill["markers_counted_twice"] == 0),
+        ]
+    if "fault_soak" in bench:
+        fs = bench["fault_soak"]
+        kinds = {k: v for k, v in fs["faults"].items() if k != "folds_finished_before_the_kill"}
+        targets.append(_target(
+            "Fault soak: every post equal to the ledger (0 lost / 0 doubled) with folds killed, Spanner frozen, "
+            "the stream SIGTERMed and restarted, and `upvotes serve` restarted",
+            f"{fs['votes']:,} votes, {fs['faults_injected']} faults ("
+            + ", ".join(f"{k} {v}" for k, v in kinds.items()) + f"); lost {fs['lost']}, doubled {fs['doubled']}; "
+            + ("exact " + f"{fs['seconds_to_exact_after_the_load']:.0f} s after the load" if fs["exact"] else "NOT exact"),
+            fs["exact"] and all(kinds.values()) and fs["final_stop_exit_code"] == 0,
+        ))
+    return targets
+
+
+def _stream_stop_sections(bench: dict) -> list[str]:
+    parts = []
+    if "stream_reader" in bench:
+        sr = bench["stream_reader"]
+        kill = sr["sigkill"]
+        window = kill["loss_window_s"]
+        parts += [f"### 11. The local stream's Pub/Sub reader (single-event messages, {sr['single_events']['project']['messages']:,})",
+                  _table(["Reader", "Seconds, first publish to exact", "Messages/s", "Exact"],
+                         [[r["reader"], f"{r['seconds']:.1f}", f"{r['messages_per_s']:,.0f}", "yes" if r["exact"] else "NO"]
+                          for r in sr["single_events"].values()]),
+                  f"SIGKILL of the stream under {kill['load_votes_per_s']:,} votes/s (batches of {kill['batch_size']}, "
+                  f"{kill['window_s']} s windows), restarted at once: {kill['messages_lost']} of {kill['messages']} messages "
+                  f"({kill['votes_lost']:,} of {kill['votes']:,} votes) lost"
+                  + (f", published {window['published_before_kill_min']:.1f}-{window['published_before_kill_max']:.1f} s "
+                     "before the kill" if kill["messages_lost"] else "")
+                  + f"; {kill['votes_doubled']} votes counted twice."]
+    if "fault_soak" in bench:
+        fs = bench["fault_soak"]
+        load = fs["load"]
+        parts += [f"### 12. Fault soak: {load['votes_per_s']:,} votes/s for {load['seconds']:.0f} s in batches of "
+                  f"{load['batch_size']} ({load['http_share']:.0%} through `upvotes serve`), {load['posts']} posts",
+                  _table(["Faults injected", "Votes", "Lost", "Doubled", "Seconds to exact after the load",
+                          "After a clean fold", "Stream drains (s, signal to exit)"],
+                         [[", ".join(f"{k.replace('_', ' ')} {v}" for k, v in fs["faults"].items()), f"{fs['votes']:,}",
+                           f"{fs['lost']}", f"{fs['doubled']}",
+                           "-" if fs["seconds_to_exact_after_the_load"] is None else f"{fs['seconds_to_exact_after_the_load']:.1f}",
+                           f"lost {fs['lost_after_fold']}, doubled {fs['doubled_after_fold']}",
+                           ", ".join(f"{d['seconds']:.1f}" for d in fs["drains"])]])]
+    return parts
 
 
 # --- files ------------------------------------------------------------------------------

@@ -15,11 +15,14 @@ from spanner_store import baseline_counters
 from spanner_store.database import open_database
 from upvotes import local_stream
 from upvotes.provision import Resources, provision, provision_spanner
-from upvotes.publishing import BATCH_SETTINGS
-from spanner_store.reads import exact_counts
+from upvotes.publishing import BATCH_SETTINGS, event_message, publish_messages
+from spanner_store.reads import exact_counts, verify_totals
+from upvotes.ledger import Ledger
 
 PROJECT = "bench-project"
 INSTANCE = "bench"
+READY_TIMEOUT_S = 180.0
+WARM_UP_POST = "bench-warm-up"
 EXACT_READ_KIND = "exact_counts: strong read-only snapshot, Posts row + index range of unfolded deltas"
 
 
@@ -79,6 +82,18 @@ def check_alive(process: subprocess.Popen, log_path: Path) -> None:
         raise RuntimeError(f"the streaming pipeline exited with code {process.returncode}; see {log_path}")
 
 
+def wait_until_ready(database, topic_path: str, process: subprocess.Popen, log_path: Path,
+                     post: str = WARM_UP_POST) -> None:
+    """Publishes one upvote to `post` and waits until the streaming pipeline has counted it."""
+    publish_messages(topic_path, [event_message({"post_id": post, "counter": "upvotes", "delta": 1})], progress=False)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while upvotes_of(database, [post])[post] < 1:
+        check_alive(process, log_path)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")
+        time.sleep(0.5)
+
+
 class PacedPublisher(threading.Thread):
     """Publishes `next_message()` at `rate` messages per second in the background until stopped.
 
@@ -120,6 +135,17 @@ class PacedPublisher(threading.Thread):
         for future in self._futures:
             future.result(timeout=60)
         self._client.stop()
+
+
+def lost_and_doubled(database, ledger: Ledger) -> tuple[int, int]:
+    """Votes short of the ledger and votes over it, summed over posts and counters. (With
+    un-votes in the ledger, a lost un-vote shows as one vote over.)"""
+    lost = doubled = 0
+    for mismatch in verify_totals(database, ledger.totals):
+        gap = mismatch.actual - mismatch.expected
+        doubled += max(0, gap)
+        lost += max(0, -gap)
+    return lost, doubled
 
 
 def run_fold(res: Resources) -> dict:

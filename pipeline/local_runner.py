@@ -167,6 +167,20 @@ def is_local_runner(runner: object) -> bool:
     return (name or "").rsplit(".", 1)[-1] in ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 
 
+def private_api_usable(what: str, missing: str | None, without_it: str) -> bool:
+    """Whether `what`, a hook into Beam's private DirectRunner API, can be installed: not if
+    its names are absent (`missing` says which; a warning says what happens `without_it`);
+    on a Beam version it was not tested on, yes, with a warning."""
+    if missing is not None:
+        _LOG.warning("apache-beam %s: not installing %s (written for %s; its private API is absent: %s); %s",
+                     beam.__version__, what, TESTED_BEAM_VERSION, missing, without_it)
+        return False
+    if beam.__version__ != TESTED_BEAM_VERSION:
+        _LOG.warning("apache-beam %s: %s was written for %s (private Beam API); installing it anyway",
+                     beam.__version__, what, TESTED_BEAM_VERSION)
+    return True
+
+
 def installed() -> bool:
     return _MISSING is None and _OVERRIDES.get(_StreamingGroupAlsoByWindow) is ExpiringGroupAlsoByWindowEvaluator
 
@@ -179,14 +193,8 @@ def install() -> bool:
     if os.environ.get(DISABLE_ENV, "").lower() == "off":
         _LOG.warning("%s=off: the DirectRunner keeps every fired window's state", DISABLE_ENV)
         return False
-    if _MISSING is not None:
-        _LOG.warning("apache-beam %s: not installing the DirectRunner window-state cleanup "
-                     "(written for %s; its private API is absent: %s); local state grows per window",
-                     beam.__version__, TESTED_BEAM_VERSION, _MISSING)
+    if not private_api_usable("the DirectRunner window-state cleanup", _MISSING, "local state grows per window"):
         return False
-    if beam.__version__ != TESTED_BEAM_VERSION:
-        _LOG.warning("apache-beam %s: the DirectRunner window-state cleanup was written for %s "
-                     "(private Beam API); installing it anyway", beam.__version__, TESTED_BEAM_VERSION)
     _OVERRIDES[_StreamingGroupAlsoByWindow] = ExpiringGroupAlsoByWindowEvaluator
     _LOG.info("DirectRunner: the state of fired, expired windows is freed (pipeline/local_runner.py)")
     return True

@@ -74,6 +74,13 @@ SPANNER_DATABASE = Param(
 
 SPANNER_PARAMS = (SPANNER_INSTANCE, SPANNER_DATABASE)
 
+WINDOW_SECONDS = Param(
+    "window-seconds", "windowSeconds", "Window length in seconds",
+    "Votes are summed per post over windows of this many seconds (ingestion time): a hot "
+    "post costs about one Spanner row per window. Lower is fresher, higher writes less.",
+    r"[1-9][0-9]{0,4}", default="10", example="10", kind=int,
+)
+
 STREAMING_PARAMS: tuple[Param, ...] = (
     Param(
         "subscription", "inputSubscription", "Pub/Sub input subscription",
@@ -89,12 +96,7 @@ STREAMING_PARAMS: tuple[Param, ...] = (
     ),
     SPANNER_INSTANCE,
     SPANNER_DATABASE,
-    Param(
-        "window-seconds", "windowSeconds", "Window length in seconds",
-        "Votes are summed per post over windows of this many seconds (ingestion time): a hot "
-        "post costs about one Spanner row per window. Lower is fresher, higher writes less.",
-        r"[1-9][0-9]{0,4}", default="10", example="10", kind=int,
-    ),
+    WINDOW_SECONDS,
     Param(
         "rows-per-commit", "rowsPerCommit", "Delta rows per Spanner commit",
         "Most delta rows in one commit (the sink also stays under a mutation budget).",

@@ -10,6 +10,9 @@ try to download the Prism runner):
     upvotes stream --project demo-project --instance upvotes --database votes \\
         --subscription votes-sub --dead-letter-topic votes-dead-letter
 
+Ctrl-C or SIGTERM drains it: no more pulls, every open window fired and written, then exit
+(pipeline/drain.py, with the project's reader: pipeline/local_reader.py).
+
 On Dataflow (or launch the flex template, see templates/README.md):
 
     python -m pipeline.streaming --runner DataflowRunner --project P --region R \\
@@ -26,7 +29,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
-from pipeline import local_runner
+from pipeline import local_reader, local_runner
+from pipeline.drain import DrainReport, StopOnSignals, default_drain_timeout_s, say_now
+from pipeline.local_reader import ReaderControl
 from pipeline.options import StreamingOptions, pubsub_path, spanner_project
 from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
@@ -91,22 +96,58 @@ def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | 
     return options
 
 
-def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
-    """Builds and submits the pipeline without waiting (what a flex-template launch does)."""
-    options = pipeline_options(argv, values)
-    if local_runner.is_local_runner(options.view_as(StandardOptions).runner):
-        # Beam's DirectRunner never frees a fired window's state: pipeline/local_runner.py
-        local_runner.install()
+def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
+    """On the local DirectRunner, installs the project's evaluators (pipeline/local_runner.py:
+    fired windows' state freed; pipeline/local_reader.py: big pulls and a drain) and returns the
+    reader's control; on any other runner, nothing."""
+    if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
+        return None
+    local_runner.install()
+    return local_reader.install()
+
+
+def _start(options: PipelineOptions) -> PipelineResult:
     pipeline = beam.Pipeline(options=options)
     build(pipeline, options)
     return pipeline.run()
 
 
-def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> None:
-    """Runs the pipeline until it is cancelled or fails."""
-    launch(argv, values).wait_until_finish()
+def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
+    """Builds and submits the pipeline without waiting (what a flex-template launch does)."""
+    options = pipeline_options(argv, values)
+    prepare_runner(options)
+    return _start(options)
+
+
+def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None,
+        stopping: StopOnSignals | None = None) -> DrainReport | None:
+    """Runs the pipeline until it ends. Locally, until drained by SIGINT or SIGTERM through
+    `stopping` (pipeline/drain.py; entered by the caller as early as it can, or here with a
+    timeout of a few windows): returns what the drain wrote, or ends the process with
+    drain.EXIT_NOT_DRAINED if it is cut short. On Dataflow, until the job ends (drain it with
+    `gcloud dataflow jobs drain`); `stopping` then hands the signals back."""
+    options = pipeline_options(argv, values)
+    control = prepare_runner(options)
+    if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
+        if stopping is not None:
+            stopping.detach()
+        _start(options).wait_until_finish()
+        return None
+    if stopping is None:
+        window_seconds = options.view_as(StreamingOptions).validated().window_seconds
+        with StopOnSignals(default_drain_timeout_s(window_seconds)) as own:
+            return _run_until_drained(options, control, own)
+    return _run_until_drained(options, control, stopping)
+
+
+def _run_until_drained(options: PipelineOptions, control: ReaderControl | None,
+                       stopping: StopOnSignals) -> DrainReport:
+    stopping.attach(control)
+    return stopping.until_finished(_start(options))
 
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.INFO)
-    run()
+    report = run()
+    if report is not None:
+        say_now(report.text())

@@ -231,3 +231,13 @@ CREATE TABLE DeltaCommits (
   Events      INT64 NOT NULL,
 ) PRIMARY KEY (Shard, CommittedAt, CommitId),
   ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 30 DAY));
+
+-- What `upvotes status` watches (issue 23): the topics and subscriptions `upvotes provision`
+-- created for this database, one row per role (spanner_store/watches.py), so that a plain
+-- `upvotes status --instance I --database D` checks the votes backlog and the dead letters
+-- without being told where they are. A handful of rows, rewritten by every provision.
+CREATE TABLE StatusWatches (
+  Role       STRING(64) NOT NULL,
+  Resource   STRING(MAX) NOT NULL,
+  RecordedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (Role);

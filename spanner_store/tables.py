@@ -57,6 +57,9 @@ WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt", "KeyFormat
 FIRST_KEY_FORMAT = 1
 KEY_FORMAT = 2
 
+STATUS_WATCHES = "StatusWatches"
+STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
+
 ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind", "Upvotes", "Shares", "Reason", "Actor", "AsOf", "CreatedAt")
 

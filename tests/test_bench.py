@@ -17,7 +17,7 @@ from upvotes.capacity_model import fold_rows_read
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
             "commit_sizes", "unique_voters", "write_back",
-            "catalogue_cost")
+            "catalogue_cost", "stream_reader", "fault_soak")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 540
 
@@ -34,7 +34,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 16 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 19 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -97,6 +97,14 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert 0 <= last["status_rows_read"] - first["status_rows_read"] <= 4 * (len(catalogue["points"]) - 1)
     assert last["full_scan"]["fold_rows_read"] - first["full_scan"]["fold_rows_read"] == 9_000
     assert catalogue["sink_mutations_per_1k_votes"]["1000_rows_per_commit"]["change_log_ratio"] <= 1.001
+
+    reader = document["benchmarks"]["stream_reader"]
+    assert all(r["exact"] is True for r in reader["single_events"].values())
+    assert reader["sigkill"]["votes_doubled"] == 0 == reader["sigkill"]["markers_counted_twice"]
+    soak = document["benchmarks"]["fault_soak"]
+    assert soak["exact"] is True and soak["lost"] == soak["doubled"] == 0 and soak["votes"] > 0
+    assert soak["faults"]["stream_sigterms"] == len(soak["drains"]) >= 1 and soak["final_stop_exit_code"] == 0
+    assert soak["faults"]["serve_restarts"] == 1 and soak["faults_injected"] >= 4
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000

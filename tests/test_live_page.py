@@ -64,14 +64,7 @@ def pipeline(stack, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def heartbeat(stack, pipeline):
-    """Keeps the DirectRunner's idle pull returning at once (see upvotes.local_stream.Heartbeat)."""
-    with local_stream.Heartbeat(stack.topic_path(stack.topic)):
-        yield
-
-
-@pytest.fixture(scope="module")
-def service(stack, database, pipeline, heartbeat):
+def service(stack, database, pipeline):
     write_deltas(database, [PostDelta(POST, 1_795_312_800, "seed:1", SEEDED, 0, SEEDED)])
     running = serve_in_background(stack.project, stack.instance, stack.database, stack.topic,
                                   ServiceSettings(write_tokens=(TOKEN,)), refresh_s=0.5)
@@ -251,7 +244,7 @@ def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, 
         wait_for(lambda: shown_upvotes(browser, POST) == shown + 1, COUNTED_TIMEOUT_S, "the page's own vote")
         assert browser.find_element("id", "error").text == ""
         votes = [json.loads(line) for m in audit.published_since() for line in m.data.split(b"\n") if line.strip()]
-        assert [(v["post_id"], v["delta"]) for v in votes] == [(POST, 1)]  # the heartbeat's empty batches aside
+        assert [(v["post_id"], v["delta"]) for v in votes] == [(POST, 1)]
         counts = httpx.get(service.url + "/v1/posts", params=[("id", p) for p in HOSTILE_POSTS]).json()["posts"]
         assert [p["upvotes"] for p in counts] == [0] * len(HOSTILE_POSTS)
         assert pipeline.poll() is None, "the streaming pipeline died"

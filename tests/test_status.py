@@ -3,15 +3,20 @@ as a probe, and the dead-letter backlog by reason."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from google.cloud import pubsub_v1
 
 from schemas.records import PostDelta, Rejected
 from spanner_store.deltas import write_deltas
 from spanner_store.health import DeltaHealth
 from transforms.dead_letter import to_dead_letter
+from tests.conftest import new_resources
 from upvotes.cli import main
+from upvotes.provision import provision, provision_pubsub, provision_spanner
+from upvotes.publishing import event_message
 from upvotes.status import Thresholds, problems, status_report
 from tests.folding import run_fold as fold
 
@@ -32,7 +37,10 @@ def test_unfolded_deltas_before_a_fold_none_after_and_exit_3_on_a_stale_fold(sta
     assert before["unfolded_deltas"] == 40
     assert before["oldest_unfolded_age_s"] >= 0
     assert before["delta_rows_per_min"] == 4.0 and before["votes_per_min"] == 12.0  # 40 rows, 120 votes, 10 min
-    assert before["dead_letter_backlog"] is None and before["retention_days"] == 30
+    assert before["dead_letter_backlog"] == {} and before["retention_days"] == 30  # provision recorded it
+    assert 0 <= before["last_delta_commit_age_s"] < 60  # the commit above
+    assert before["votes_backlog"]["oldest_unacked_age_s"] is None  # nothing waits
+    assert before["watching"]["votes_subscription"] == stack.subscription_path(stack.subscription)
     assert code == 3 and before["problems"]  # never folded, with unfolded deltas
 
     fold(stack)
@@ -54,10 +62,11 @@ def test_dead_letters_make_status_unhealthy_and_are_counted_by_reason(stack, cap
         message = to_dead_letter(Rejected(data, {}, f"{reason}: test"))
         publisher.publish(topic, message.data, **message.attributes).result(timeout=30)
 
-    code, report = status(stack, capsys, "--dead-letter-topic", stack.dead_letter_topic)
+    # As the README writes it, with no dead-letter flag: provision recorded the kept subscription.
+    code, report = status(stack, capsys)
     assert report["dead_letter_backlog"] == {"rejected_vote/not_json": 1, "rejected_vote/not_object": 1}
-    assert code == 3
-    # Released, not consumed: a second look sees the same backlog.
+    assert code == 3 and not report["healthy"]
+    # Released, not consumed: a second look sees the same backlog; the flag still names it too.
     assert status(stack, capsys, "--dead-letter-topic", stack.dead_letter_topic)[1]["dead_letter_backlog"] == \
         report["dead_letter_backlog"]
 
@@ -90,3 +99,95 @@ def test_status_follows_the_change_log_and_agrees_with_a_full_scan(stack, databa
     # changed since the fold and their 30 unfolded deltas: not the 200 folded posts.
     assert log.rows_read < 100 < 200 < scan.rows_read
     assert (log.recent_delta_rows, log.recent_votes) == (scan.recent_delta_rows, scan.recent_votes)
+
+
+def test_votes_waiting_unread_cross_the_backlog_threshold_and_stay_unread(emulator_env, capsys) -> None:
+    """No stream runs: the votes subscription fills up. The peek sees the oldest vote's age, and
+    releases what it saw (a second status sees the same vote)."""
+    res = new_resources("backlog")
+    provision(res, log=lambda _: None)
+    publisher = pubsub_v1.PublisherClient()
+    data, attributes = event_message({"post_id": "waiting", "counter": "upvotes", "delta": 1})
+    publisher.publish(res.topic_path(res.topic), data, **attributes).result(timeout=30)
+    time.sleep(1.2)
+
+    code, report = status(res, capsys, "--max-backlog-age-s", "1")
+    backlog = report["votes_backlog"]
+    assert backlog["oldest_unacked_age_s"] >= 1.2 and backlog["messages_seen"] == 1 and "peek" in backlog["method"]
+    assert code == 3 and any(p.startswith("votes wait unread") and "is the stream running?" in p
+                             for p in report["problems"])
+    assert report["last_delta_commit"] is None  # nothing was ever written
+    code, again = status(res, capsys)  # the default threshold (300 s) is not crossed; the vote is still there
+    assert code == 0 and again["votes_backlog"]["messages_seen"] == 1
+
+
+def test_what_status_cannot_check_is_a_problem_never_healthy(emulator_env, capsys) -> None:
+    """A database provisioned without a record of its subscriptions (as before issue 23)."""
+    res = new_resources("unwatched")
+    provision_pubsub(res, log=lambda _: None)
+    provision_spanner(res, create_instance=False, instance_config="", log=lambda _: None)
+    code, report = status(res, capsys)
+    assert code == 3 and not report["healthy"]
+    assert report["dead_letter_backlog"] is None and report["votes_backlog"] is None
+    assert sum(p.startswith("not checked: no ") for p in report["problems"]) == 2
+    # Named by flags, both are checked.
+    code, named = status(res, capsys, "--dead-letter-topic", res.dead_letter_topic,
+                         "--votes-subscription", res.subscription)
+    assert code == 0 and named["dead_letter_backlog"] == {} and named["votes_backlog"]["messages_seen"] == 0
+    # A subscription that does not exist cannot be read: a problem.
+    code, missing = status(res, capsys, "--dead-letter-topic", res.dead_letter_topic, "--votes-subscription", "nope-sub")
+    assert code == 3 and any("could not be read" in p for p in missing["problems"])
+
+
+def test_the_last_delta_commit_is_found_however_long_ago(database) -> None:
+    """It reads the newest TopCandidates rows within a minute, then wider windows."""
+    from google.cloud import spanner
+
+    from spanner_store.liveness import last_delta_commit
+    from spanner_store.tables import TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES
+
+    with database.snapshot(multi_use=True) as snapshot:
+        list(snapshot.execute_sql("SELECT 1"))
+        now = snapshot._transaction_read_timestamp
+        existing = last_delta_commit(snapshot, now)
+    two_hours_ago = now - timedelta(hours=2)
+    with database.batch() as batch:
+        batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[(3, two_hours_ago, "old-commit", [], 0)])
+    with database.snapshot(multi_use=True) as snapshot:
+        list(snapshot.execute_sql("SELECT 1"))
+        found = last_delta_commit(snapshot, snapshot._transaction_read_timestamp)
+    assert found == (existing if existing and existing > two_hours_ago else two_hours_ago)
+
+
+def test_the_monitoring_backlog_reads_the_newest_sample_of_the_metric() -> None:
+    """Google Cloud's path (no emulator for Cloud Monitoring): the request it makes, and how it
+    reads the answer, with the client's own types."""
+    from google.cloud import monitoring_v3
+
+    from upvotes.backlog import METRIC, MONITORING, BacklogUnknown, monitoring_backlog
+
+    def point(end_s: int, age: int):
+        return monitoring_v3.Point(interval=monitoring_v3.TimeInterval(end_time={"seconds": end_s}),
+                                   value=monitoring_v3.TypedValue(int64_value=age))
+
+    class Client:
+        def __init__(self, series):
+            self.series, self.requests = series, []
+
+        def list_time_series(self, request):
+            self.requests.append(request)
+            return self.series
+
+    client = Client([monitoring_v3.TimeSeries(points=[point(1_000_060, 420), point(1_000_000, 360)])])
+    backlog = monitoring_backlog(client, "projects/my-project/subscriptions/votes-sub", now_s=1_000_100)
+    assert backlog.oldest_unacked_age_s == 420 and backlog.method == MONITORING
+    assert backlog.as_of.timestamp() == 1_000_060
+    [request] = client.requests
+    assert request["name"] == "projects/my-project"
+    assert f'metric.type = "{METRIC}"' in request["filter"]
+    assert 'resource.labels.subscription_id = "votes-sub"' in request["filter"]
+    assert request["interval"].start_time.timestamp() == 1_000_100 - 600
+    with pytest.raises(BacklogUnknown, match="no .* sample"):
+        monitoring_backlog(Client([]), "projects/my-project/subscriptions/votes-sub")
+    with pytest.raises(BacklogUnknown, match="not a subscription path"):
+        monitoring_backlog(Client([]), 'projects/my-project/subscriptions/x" OR "1')

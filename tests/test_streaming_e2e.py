@@ -39,11 +39,11 @@ def streaming(stack, emulator_env):
     process = subprocess.Popen(command, env={**os.environ, **emulator_env}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, start_new_session=True)
     yield process
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-    _, stderr = process.communicate(timeout=30)
-    if process.returncode not in (0, -signal.SIGTERM):
-        print(stderr.decode()[-3000:])
+    assert process.poll() is None, "the stream died"
+    os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=90)
+    assert process.returncode == 0, stderr.decode()[-3000:]  # drained
+    assert "upvotes stream: drained in" in stderr.decode()
 
 
 def publish(stack) -> tuple[dict[str, dict[str, int]], set[bytes]]:

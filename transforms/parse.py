@@ -36,8 +36,10 @@ class _ParseAndSumFn(beam.DoFn):
         # than parsing it.
         self._rejected: Counter[str] = Counter()
         self._ingestion_hour: Counter[str] = Counter()
+        self._messages = 0
 
     def process(self, message: PubsubMessage, timestamp=beam.DoFn.TimestampParam):
+        self._messages += 1
         for rejected in self._sums.add_message(message.data or b"", message.attributes, float(timestamp),
                                                self._policy, self._count_ingestion_hour):
             self._rejected[reason_of(rejected)] += 1
@@ -47,6 +49,7 @@ class _ParseAndSumFn(beam.DoFn):
         self._ingestion_hour[reason] += 1
 
     def finish_bundle(self):
+        Metrics.counter("ParseVotes", "messages").inc(self._messages)
         Metrics.counter("ParseVotes", "accepted").inc(self._sums.votes)
         for reason, count in self._rejected.items():
             Metrics.counter("ParseVotes", f"rejected_{reason}").inc(count)
@@ -64,7 +67,7 @@ class ParseVotes(beam.PTransform):
     unless the read names a timestamp attribute) stands in for a missing event_time, and for
     one outside the event-time policy (older than the delta retention, or further ahead than
     the clock skew it allows): such a vote is counted in its ingestion hour, never dropped.
-    Metrics: ParseVotes/accepted (votes), ParseVotes/rejected_<reason> (dead letters: one per
+    Metrics: ParseVotes/messages, ParseVotes/accepted (votes), ParseVotes/rejected_<reason> (dead letters: one per
     rejected line of a batch, or one per message rejected whole) and
     ParseVotes/ingestion_hour_<reason> (older_than_retention, ahead_of_clock).
     """

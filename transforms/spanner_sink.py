@@ -64,6 +64,8 @@ class WriteDeltasFn(beam.DoFn):
         self._retries = Metrics.counter("WriteDeltaRows", "transient_retries")
         self._failed = Metrics.counter("WriteDeltaRows", "rows_dead_lettered")
         self._schema_waits = Metrics.counter("WriteDeltaRows", "schema_waits")
+        self._events_written = Metrics.counter("WriteDeltaRows", "events_written")
+        self._events_failed = Metrics.counter("WriteDeltaRows", "events_dead_lettered")
         self._buffer: list[PostDelta] = []
 
     def setup(self) -> None:
@@ -90,6 +92,7 @@ class WriteDeltasFn(beam.DoFn):
                 raise  # the runner retries the bundle; deterministic keys make that safe
             except exceptions.GoogleAPICallError as error:
                 self._failed.inc(len(batch))
+                self._events_failed.inc(sum(delta.events for delta in batch))
                 for delta in batch:
                     yield beam.pvalue.TaggedOutput(self.FAILED, FailedDelta(delta, f"spanner_write_failed: {error}"[:1000]))
 
@@ -110,6 +113,7 @@ class WriteDeltasFn(beam.DoFn):
                 waited += SCHEMA_POLL_S
         self._rows_written.inc(result.written)
         self._rows_already.inc(result.already_written)
+        self._events_written.inc(sum(delta.events for delta in batch))
         self._commits.inc()
 
 
@@ -117,7 +121,8 @@ class WriteDeltaRows(beam.PTransform):
     """PostDelta -> FailedDelta (rows that can never be written; everything else is in Spanner).
 
     Metrics: WriteDeltaRows/rows_written, rows_already_written, commits,
-    transient_retries, rows_dead_lettered, schema_waits.
+    transient_retries, rows_dead_lettered, schema_waits, events_written (the votes in rows now
+    in Spanner, written or found written) and events_dead_lettered.
     """
 
     def __init__(self, project: str, instance: str, database: str, rows_per_commit: int) -> None:

@@ -1,13 +1,10 @@
 """The streaming pipeline as a local child process on the DirectRunner, for the demo, the
-tests and the benchmarks. It runs in a process group of its own, so stopping it also stops
-anything it started.
+tests and the benchmarks: `upvotes stream`, in a process group of its own, so stopping it also
+stops anything it started.
 
-`Heartbeat` works around one limit of the DirectRunner's Pub/Sub reader: it pulls
-synchronously with a 30 s timeout, so on an idle subscription the last window of a burst
-fires up to 30 s late. A heartbeat publishes an empty batch (contract v2, no events: nothing
-counted, nothing dead-lettered) every half second, so an idle pull returns within that. Not
-faster: each heartbeat takes one of the reader's 10 messages per pull, which under load belong
-to votes. Dataflow's reader does not need it.
+`stop` sends SIGTERM, which drains it (pipeline/drain.py: no more pulls, every open window
+fired and written, exit 0), and waits for the drain; only past the drain timeout plus a grace
+does it SIGKILL. `drain_summary` reads what the drain reported from the log.
 """
 from __future__ import annotations
 
@@ -16,23 +13,27 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
 from upvotes.provision import Resources
 
-STOP_GRACE_S = 20.0
+DRAIN_TIMEOUT_S = 60.0  # what the stream is given to drain (--drain-timeout-s)
+# The stream exits by itself at DRAIN_TIMEOUT_S (exit 4, saying what it lost); SIGKILL only a
+# process that does not even do that.
+STOP_GRACE_S = DRAIN_TIMEOUT_S + 30.0
+DRAINED_PREFIX = "upvotes stream: drained"
+STOPPED_PREFIX = "upvotes stream: stopped at once"
 
 
 def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
           append: bool = False) -> subprocess.Popen:
-    """Starts `python -m pipeline.streaming` on `res`, its output going to `log_path`."""
+    """Starts `upvotes stream` on `res`, its output going to `log_path`."""
     command = [
-        sys.executable, "-m", "pipeline.streaming", f"--project={res.project}", f"--instance={res.instance}",
+        sys.executable, "-m", "upvotes.cli", "stream", f"--project={res.project}", f"--instance={res.instance}",
         f"--database={res.database}", f"--subscription={res.subscription}",
         f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={window_seconds}",
+        f"--drain-timeout-s={DRAIN_TIMEOUT_S:g}",
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab" if append else "wb") as log:
@@ -41,7 +42,9 @@ def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str,
 
 
 def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> int:
-    """Sends `sig` to the pipeline's process group (SIGKILL after `grace_s`); returns its exit code."""
+    """Sends `sig` to the pipeline's process group (SIGKILL after `grace_s`); returns its exit code:
+    0 after a drain (SIGTERM, SIGINT). A Ctrl-C while it waits sends a second SIGTERM (the
+    stream then stops at once and says what it lost) before it is raised."""
     if process.poll() is None:
         os.killpg(process.pid, sig)
     try:
@@ -49,6 +52,11 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         return process.wait()
+    except KeyboardInterrupt:  # a second Ctrl-C while it drains: stop it at once too
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace_s)
+        raise
 
 
 @contextlib.contextmanager
@@ -62,31 +70,8 @@ def running(res: Resources, window_seconds: int, log_path: Path,
         stop(process)
 
 
-class Heartbeat(threading.Thread):
-    """Publishes an empty batch to `topic_path` every `interval_s` until stopped (see the module docstring)."""
-
-    def __init__(self, topic_path: str, interval_s: float = 0.5) -> None:
-        super().__init__(daemon=True, name="heartbeat")
-        self.topic_path = topic_path
-        self.interval_s = interval_s
-        self.stopping = threading.Event()
-        self.sent = 0
-
-    def run(self) -> None:
-        from google.cloud import pubsub_v1
-
-        client = pubsub_v1.PublisherClient()
-        try:
-            while not self.stopping.wait(self.interval_s):
-                client.publish(self.topic_path, b"\n", **{FORMAT_ATTRIBUTE: NDJSON}).result(timeout=30)
-                self.sent += 1
-        finally:
-            client.stop()
-
-    def __enter__(self) -> "Heartbeat":
-        self.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self.stopping.set()
-        self.join(timeout=30)
+def drain_summary(log_path: Path) -> str | None:
+    """The last line in which the stream said what it drained, or what it lost, if any."""
+    lines = [line for line in log_path.read_text(errors="replace").splitlines()
+             if line.startswith((DRAINED_PREFIX, STOPPED_PREFIX))]
+    return lines[-1] if lines else None

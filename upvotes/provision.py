@@ -205,3 +205,19 @@ def provision(
     """Creates whatever of `res` is missing; safe to run any number of times."""
     provision_pubsub(res, log)
     provision_spanner(res, create_instance, instance_config, log)
+    record_watches(res, log)
+
+
+def record_watches(res: Resources, log: Callable[[str], None]) -> None:
+    """Records in the database the topics and subscriptions `upvotes status` must watch
+    (spanner_store/watches.py), so that it checks them without being told."""
+    from spanner_store import watches
+
+    watched = {
+        watches.VOTES_TOPIC: res.topic_path(res.topic),
+        watches.VOTES_SUBSCRIPTION: res.subscription_path(res.subscription),
+        watches.DEAD_LETTER_TOPIC: res.topic_path(res.dead_letter_topic),
+        watches.DEAD_LETTER_SUBSCRIPTION: res.subscription_path(res.dead_letter_subscription_id),
+    }
+    watches.record(open_database(res.project, res.instance, res.database), watched)
+    log(f"recorded what `upvotes status` watches: {', '.join(watched.values())}")

@@ -6,6 +6,11 @@ committed since the cursor or the last 10 minutes, whichever is older, and for t
 rows name, their watermarks and unfolded deltas; with a dead-letter topic, up to
 `--dead-letter-limit` messages of its kept subscription, pulled and released unacknowledged.
 Its cost follows what is unfolded and recent, not the number of posts (`rows_read` says how much).
+And whether the stream runs (`liveness_report`): the last delta commit
+(spanner_store/liveness.py) and the age of the votes subscription's oldest unacknowledged message
+(upvotes/backlog.py). The subscriptions are those `upvotes provision` recorded
+(spanner_store/watches.py) unless flags name others; a check that cannot be made is a problem,
+never healthy.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spanner_store.health import DeltaHealth
+from upvotes.backlog import Backlog
 from spanner_store.tables import DELTA_RETENTION_DAYS
 
 # Unfolded deltas older than this share of the retention are a fold that has been broken for
@@ -27,6 +33,7 @@ class Thresholds:
     max_fold_lag_s: float
     max_unfolded_age_s: float = DELTA_RETENTION_DAYS * 86_400 * UNFOLDED_AGE_SHARE_OF_RETENTION
     max_dead_letters: int = 0
+    max_backlog_age_s: float = 300.0  # votes waiting unread longer: the stream is down or behind
 
 
 def _age_s(now: datetime, then: datetime | None) -> float | None:
@@ -68,3 +75,26 @@ def problems(report: dict, thresholds: Thresholds) -> list[str]:
     if backlog is not None and sum(backlog.values()) > thresholds.max_dead_letters:
         found.append(f"{sum(backlog.values())} dead letters kept: " + ", ".join(f"{k}={v}" for k, v in backlog.items()))
     return found
+
+
+def liveness_report(read_at: datetime, last_delta_commit: datetime | None, votes_backlog: Backlog | None,
+                    watching: dict[str, str]) -> dict:
+    """The fields that say whether the stream runs, beside the fold lag."""
+    return {
+        "last_delta_commit": None if last_delta_commit is None else last_delta_commit.isoformat(),
+        "last_delta_commit_age_s": _age_s(read_at, last_delta_commit),
+        "votes_backlog": None if votes_backlog is None else votes_backlog.as_dict(),
+        "watching": watching,
+    }
+
+
+def liveness_problems(report: dict, thresholds: Thresholds) -> list[str]:
+    """Votes waiting unread past the threshold, in words (with the last delta commit's age)."""
+    backlog = report["votes_backlog"]
+    age = None if backlog is None else backlog["oldest_unacked_age_s"]
+    if age is None or age <= thresholds.max_backlog_age_s:
+        return []
+    last = report["last_delta_commit_age_s"]
+    since = "no delta commit is kept" if last is None else f"the last delta commit was {last:.0f} s ago"
+    return [f"votes wait unread: the oldest unacknowledged message of {backlog['subscription']} is {age:.0f} s old "
+            f"(threshold {thresholds.max_backlog_age_s:.0f} s; {backlog['method']}); {since}: is the stream running?"]

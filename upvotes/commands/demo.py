@@ -154,14 +154,13 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     stream = local_stream.start(res, args.window_seconds, stream_log, env)
     service = None
     try:
-        with local_stream.Heartbeat(topic_path):
-            _wait_until_ready(database, topic_path, stream, stream_log)
-            service = _start_live_page(res, work_dir)
-            workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
-            say(f"race, part 2: {args.events:,} votes over {args.posts:,} posts (Zipf {args.zipf}), {args.batch_size} "
-                f"per message, and {args.invalid} invalid messages, through Pub/Sub and the pipeline")
-            race = race_pipeline(database, topic_path, workload, args.batch_size, args.timeout,
-                                 alive=lambda: _check_alive(stream, stream_log))
+        _wait_until_ready(database, topic_path, stream, stream_log)
+        service = _start_live_page(res, work_dir)
+        workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
+        say(f"race, part 2: {args.events:,} votes over {args.posts:,} posts (Zipf {args.zipf}), {args.batch_size} "
+            f"per message, and {args.invalid} invalid messages, through Pub/Sub and the pipeline")
+        race = race_pipeline(database, topic_path, workload, args.batch_size, args.timeout,
+                             alive=lambda: _check_alive(stream, stream_log))
         if race is None:
             say(f"FAILED: counts did not settle within {args.timeout:.0f} s; see {stream_log}")
             return 1
@@ -207,12 +206,12 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
         say(f"unique voters of every post within {UNIQUE_TOLERANCE:.0%} of the ledger's exact distinct count")
         if args.keep_serving and service is not None:
             say(f"the pipeline and the live page at {service.url} stay up: vote there; Ctrl-C to stop")
-            with local_stream.Heartbeat(topic_path):
-                while stream.poll() is None:
-                    time.sleep(1)
+            while stream.poll() is None:
+                time.sleep(1)
         return 0
     finally:
         if service is not None:
             service.stop()
-        local_stream.stop(stream)
-        say("stopped the streaming pipeline")
+        say("draining the streaming pipeline (every open window is written) ...")
+        code = local_stream.stop(stream)
+        say(local_stream.drain_summary(stream_log) or f"the streaming pipeline exited with code {code}; see {stream_log}")

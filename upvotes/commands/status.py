@@ -1,23 +1,29 @@
-"""`upvotes status`: fold lag, unfolded deltas, write rate and dead letters; exit 3 past a threshold."""
+"""`upvotes status`: fold lag, unfolded deltas, write rate, dead letters and whether the stream
+runs (last delta commit, votes backlog); exit 3 past a threshold, or when a check cannot be made."""
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Callable, TypeVar
 
 from upvotes.commands.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.deploy_config import DeployConfig
 
-HELP = "Health of a deployment (fold lag, unfolded deltas, rates, dead letters); exit 3 when a threshold is crossed."
+T = TypeVar("T")
+HELP = ("Health of a deployment (fold lag, unfolded deltas, rates, dead letters, last delta commit, votes "
+        "backlog); exit 3 when a threshold is crossed or a check cannot be made.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("--dead-letter-topic",
-                        help="dead-letter topic; its kept subscription <TOPIC>-kept is counted by reason "
-                             "(without it, dead_letter_backlog is null)")
+                        help="dead-letter topic whose kept subscription <TOPIC>-kept is counted by reason "
+                             "(default: the one `upvotes provision` recorded)")
     parser.add_argument("--subscription",
                         help="the kept subscription of the dead-letter topic, if not <DEAD_LETTER_TOPIC>-kept")
+    parser.add_argument("--votes-subscription",
+                        help="the subscription the stream reads (default: the one `upvotes provision` recorded)")
     parser.add_argument("--dead-letter-limit", type=positive_int, default=1000,
                         help="most dead letters to pull and count (default 1000; they are released unacknowledged)")
     parser.add_argument("--max-fold-lag-s", type=float, default=float(DeployConfig.alert_fold_lag_s),
@@ -26,37 +32,98 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--full-scan", action="store_true",
                         help="read every post's watermark instead of following the change log from the last "
                              "fold (a check of the log; costs one row per post)")
+    parser.add_argument("--max-backlog-age-s", type=float, default=float(DeployConfig.alert_data_freshness_s),
+                        help="exit 3 when the votes subscription's oldest unacknowledged message is older "
+                             f"(default {DeployConfig.alert_data_freshness_s}: ALERT_DATA_FRESHNESS_S of `upvotes deploy`)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
-def kept_subscription(args: argparse.Namespace) -> str | None:
+def _path(project: str, name: str) -> str:
+    return name if name.startswith("projects/") else f"projects/{project}/subscriptions/{name}"
+
+
+def kept_subscription(args: argparse.Namespace, watched: dict[str, str]) -> str | None:
+    from spanner_store.watches import DEAD_LETTER_SUBSCRIPTION
+
     if args.subscription:
-        return f"projects/{args.project}/subscriptions/{args.subscription}"
+        return _path(args.project, args.subscription)
     if args.dead_letter_topic:
-        return f"projects/{args.project}/subscriptions/{args.dead_letter_topic}-kept"
-    return None
+        return _path(args.project, f"{args.dead_letter_topic}-kept")
+    return watched.get(DEAD_LETTER_SUBSCRIPTION)
+
+
+def votes_subscription(args: argparse.Namespace, watched: dict[str, str]) -> str | None:
+    from spanner_store.watches import VOTES_SUBSCRIPTION
+
+    return _path(args.project, args.votes_subscription) if args.votes_subscription else watched.get(VOTES_SUBSCRIPTION)
+
+
+def _recorded(database) -> tuple[dict[str, str], str | None]:
+    """What provision recorded, or why it cannot be known."""
+    from google.api_core import exceptions
+
+    from spanner_store import watches
+
+    try:
+        return watches.recorded(database), None
+    except exceptions.NotFound:  # a database provisioned before StatusWatches existed
+        return {}, "this database has no StatusWatches table: run `upvotes provision` again (it adds it)"
+
+
+def dead_letter_backlog(subscription: str, limit: int) -> dict[str, int]:
+    from google.cloud import pubsub_v1
+
+    from upvotes.dead_letters import backlog_by_reason, pull_dead_letters, release
+
+    subscriber = pubsub_v1.SubscriberClient()
+    try:
+        held, _ = pull_dead_letters(subscriber, subscription, limit)
+        release(subscriber, subscription, held)
+    finally:
+        subscriber.close()
+    return backlog_by_reason(held)
+
+
+def _checked(what: str, flag: str, subscription: str | None, read: Callable[[str], T],
+             not_checked: list[str]) -> T | None:
+    """`read(subscription)`, or None with the reason added to `not_checked`."""
+    from google.api_core import exceptions
+
+    from upvotes.backlog import BacklogUnknown
+
+    if subscription is None:
+        not_checked.append(f"no {what} to check: `upvotes provision` records it (or pass {flag})")
+        return None
+    try:
+        return read(subscription)
+    except (exceptions.GoogleAPICallError, BacklogUnknown) as error:
+        not_checked.append(f"the {what} {subscription} could not be read: {error}")
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
-    from google.cloud import pubsub_v1
-
     from spanner_store.health import delta_health
-    from upvotes.dead_letters import backlog_by_reason, pull_dead_letters, release
-    from upvotes.status import EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, problems, status_report
+    from spanner_store.liveness import read_last_delta_commit
+    from upvotes.backlog import read_backlog
+    from upvotes.status import (
+        EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, liveness_problems, liveness_report, problems, status_report,
+    )
 
-    health = delta_health(open_database_of(args), full_scan=args.full_scan)
-    backlog = None
-    subscription = kept_subscription(args)
-    if subscription:
-        subscriber = pubsub_v1.SubscriberClient()
-        try:
-            held, _ = pull_dead_letters(subscriber, subscription, args.dead_letter_limit)
-            release(subscriber, subscription, held)
-        finally:
-            subscriber.close()
-        backlog = backlog_by_reason(held)
-    report = status_report(health, backlog)
-    found = problems(report, Thresholds(max_fold_lag_s=args.max_fold_lag_s))
+    database = open_database_of(args)
+    health = delta_health(database, full_scan=args.full_scan)
+    read_at, last_commit = read_last_delta_commit(database)
+    watched, unknown = _recorded(database)
+    not_checked = [unknown] if unknown else []
+
+    dead_letters = _checked("dead-letter subscription", "--dead-letter-topic", kept_subscription(args, watched),
+                            lambda kept: dead_letter_backlog(kept, args.dead_letter_limit), not_checked)
+    backlog = _checked("votes subscription", "--votes-subscription", votes_subscription(args, watched),
+                       read_backlog, not_checked)
+
+    report = {**status_report(health, dead_letters), **liveness_report(read_at, last_commit, backlog, watched)}
+    thresholds = Thresholds(max_fold_lag_s=args.max_fold_lag_s, max_backlog_age_s=args.max_backlog_age_s)
+    found = problems(report, thresholds) + liveness_problems(report, thresholds) + [
+        f"not checked: {what}" for what in not_checked]
     report["healthy"], report["problems"] = not found, found
     if args.json:
         print(json.dumps(report))

@@ -1,24 +1,42 @@
-"""`upvotes stream`: the streaming pipeline, until Ctrl-C."""
+"""`upvotes stream`: the streaming pipeline, until Ctrl-C or SIGTERM, which drain it."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from pipeline.params import STREAMING_PARAMS
+from pipeline.params import STREAMING_PARAMS, WINDOW_SECONDS
+from upvotes.commands.argument_types import positive_float
 from upvotes.commands.pipeline_flags import add_pipeline_arguments, pipeline_inputs
 
 HELP = "Run the streaming pipeline: Pub/Sub votes to Spanner delta rows."
 PASSES_BEAM_ARGS = True
+DRAIN_EPILOG = (
+    "Locally, Ctrl-C or SIGTERM drains: no more pulls, every open window fires and is written, dead "
+    "letters are published, then exit 0 with what was drained. A second signal, or --drain-timeout-s, "
+    "stops at once and says how many votes pulled but not yet written are lost (exit 4). On Dataflow "
+    "Ctrl-C only stops waiting: drain the job with `gcloud dataflow jobs drain`."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_pipeline_arguments(parser, STREAMING_PARAMS)
+    parser.add_argument("--drain-timeout-s", type=positive_float,
+                        help="local runner: longest drain after Ctrl-C or SIGTERM before stopping at once "
+                             "(default: 3 windows, at least 30 s)")
+    parser.epilog = f"{parser.epilog} {DRAIN_EPILOG}"
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline import streaming
+    # Signals are handled from here on, before Beam (seconds to import) is: pipeline/drain.py.
+    from pipeline.drain import EXIT_DRAINED, StopOnSignals, default_drain_timeout_s
 
-    argv, values = pipeline_inputs(args, STREAMING_PARAMS)
-    print("streaming pipeline starting; stop it with Ctrl-C", file=sys.stderr)
-    streaming.run(argv, values)
-    return 0
+    drain_timeout_s = args.drain_timeout_s or default_drain_timeout_s(WINDOW_SECONDS.parse(args.window_seconds))
+    with StopOnSignals(drain_timeout_s) as stopping:
+        print("streaming pipeline starting; Ctrl-C or SIGTERM drains it", file=sys.stderr, flush=True)
+        from pipeline import streaming
+
+        argv, values = pipeline_inputs(args, STREAMING_PARAMS)
+        report = streaming.run(argv, values, stopping)
+    if report is not None:
+        print(f"upvotes stream: {report.text()}", file=sys.stderr, flush=True)
+    return EXIT_DRAINED
