@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from google.cloud import spanner
 
-from spanner_store.tables import DELTA_RETENTION_DAYS, TOP_CANDIDATE_SHARDS, TOP_CANDIDATES
+from spanner_store.tables import COMMIT_SHARDS, DELTA_RETENTION_DAYS, TOP_CANDIDATES
 
 LOOKBACKS = (timedelta(minutes=1), timedelta(minutes=10), timedelta(hours=1), timedelta(days=1),
              timedelta(days=DELTA_RETENTION_DAYS))
@@ -27,7 +27,7 @@ def last_delta_commit(snapshot, now: datetime) -> datetime | None:
     for lookback in LOOKBACKS:
         since = now - lookback
         keyset = spanner.KeySet(ranges=[spanner.KeyRange(start_open=[shard, since], end_closed=[shard])
-                                        for shard in range(TOP_CANDIDATE_SHARDS)])
+                                        for shard in range(COMMIT_SHARDS)])
         newest = max((row[0] for row in snapshot.read(TOP_CANDIDATES, columns=("CommittedAt",), keyset=keyset)),
                      default=None)
         if newest is not None:
