@@ -26,8 +26,12 @@ import random
 from datetime import datetime, timezone
 from pathlib import Path
 
+from google.cloud import spanner
+
 from bench.config import Sizes
 from bench.stack import fresh_database, run_fold
+from pipeline.params import FOLD_PARAMS, defaults
+from schemas import post_hash
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, run_with_retries
 from spanner_store.deltas import cut_commits, plan_commits, write_new_deltas
@@ -35,12 +39,14 @@ from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
 from spanner_store.hourly import hourly_counts
 from spanner_store.reads import exact_counts
 from spanner_store.views import publish_top_view
+from spanner_store.tables import POSTS, key_range, post_key
 from upvotes.commit_meter import CommitMeter, metering_commits
 from upvotes.provision import Resources
 
 HOUR_2001 = 978_307_200
 ROWS_PER_COMMIT = 1_000  # the streaming default
 OTHER_POSTS = 2_000
+POSTS_PER_COMMIT = defaults(FOLD_PARAMS)["posts_per_commit"]
 
 
 def _measure(meter: CommitMeter, work) -> dict:
@@ -76,6 +82,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 
         components = {"sink": _measure(meter, sink), "fold": _measure(meter, fold), "views": _measure(meter, views)}
         shape = _sink_commit_shape(meter, database, window_rows)
+        fold_shape = _fold_commit_shape(meter, fresh, database, shape.pop("written"))
     largest = max(c["largest_commit"] for c in components.values())
     unbounded = MUTATIONS_PER_POST + MUTATIONS_PER_HOUR * hours
     return {
@@ -87,8 +94,9 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "largest_over_limit": round(largest / SPANNER_MUTATION_LIMIT, 3),
         "baseline_one_transaction_fold": unbounded,
         "baseline_over_limit": round(unbounded / SPANNER_MUTATION_LIMIT, 3),
-        "exact": components["fold"]["exact"] and shape["exact"],
+        "exact": components["fold"]["exact"] and shape["exact"] and fold_shape["exact"],
         "sink_commit_shape": shape,
+        "fold_commit_shape": fold_shape,
     }
 
 
@@ -120,4 +128,29 @@ def _sink_commit_shape(meter: CommitMeter, database, rows: int) -> dict:
         written[d.post_id] += 1
     shapes["exact"] = all(t.upvotes == written[t.post_id] for t in exact_counts(database, written))
     shapes["rows"] = rows
+    shapes["written"] = written
     return shapes
+
+
+def _fold_commit_shape(meter: CommitMeter, fresh: Resources, database, written: dict[str, int]) -> dict:
+    """The fold of those posts, its transactions grouped by key range (today), against the same
+    posts cut into transactions of POSTS_PER_COMMIT in the order a run meets them, as before
+    issue 30 (computed: the ranges each such transaction would have written)."""
+    meter.reset()
+    run_fold(fresh)
+    grouped = _shape(meter)  # the run's compare-and-set transactions and its FoldRuns record
+    posts = list(written)
+    random.Random(31).shuffle(posts)
+    chunks = [posts[i:i + POSTS_PER_COMMIT] for i in range(0, len(posts), POSTS_PER_COMMIT)]
+    ranges = [len({key_range(post_hash(p)) for p in chunk}) for chunk in chunks]
+    folded = _folded_upvotes(database, posts)
+    return {"posts": len(posts), "by_key_range": grouped,
+            "arrival_order_baseline": {"commits": len(chunks), "key_ranges_per_commit": round(sum(ranges) / len(ranges), 1),
+                                       "key_ranges_largest": max(ranges)},
+            "exact": folded == written}
+
+
+def _folded_upvotes(database, post_ids: list[str]) -> dict[str, int]:
+    keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
+    with database.snapshot() as snapshot:
+        return dict(snapshot.read(POSTS, columns=("PostId", "Upvotes"), keyset=keyset))
