@@ -26,7 +26,7 @@ import orjson
 
 from bench.config import Sizes
 from bench.stack import fresh_database, run_fold
-from schemas.contract import FORMAT_ATTRIBUTE, NDJSON, sum_message
+from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
 from schemas.records import PostDelta, PostHour
 from schemas.voter_sketch import LG_K, MAX_SKETCH_BYTES, estimate, union_of
 from spanner_store.database import run_with_retries

@@ -494,7 +494,6 @@ def pipeline_race_and_crash(res: Resources, database, sizes: Sizes, log_dir: Pat
     logs = [log_dir / "write_back_stream.log", log_dir / "write_back_stream_restarted.log"]
     with contextlib.ExitStack() as stack:
         process = stack.enter_context(streaming_pipeline(stream_res, RACE_WINDOW_S, logs[0]))
-        stack.enter_context(local_stream.Heartbeat(topic_path))
         sink = PubSubVotes(topic_path)
         stack.callback(sink.close)
         alive = lambda: check_alive(process, logs[0])  # noqa: E731 - rebound to the restarted stream below

@@ -41,7 +41,7 @@ from schemas import post_hash
 from schemas.records import PostDelta, PostTotals
 from spanner_store.delta_commits import fold_cursor
 from spanner_store.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
-from spanner_store.tables import COMMIT_SHARDS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, commit_shard
+from spanner_store.tables import COMMIT_SHARDS, TOP_CANDIDATES, commit_shard
 
 # Posts listed per commit. A commit holds one bundle's deltas; listing its 16 biggest risers
 # keeps the row small (at most 16 IDs of 128 characters) while the threshold stays 0 for

@@ -12,7 +12,6 @@ from upvotes.cli import build_parser, main
 from schemas.records import PostDelta
 from schemas.voter_sketch import sketch_of
 from spanner_store.deltas import write_deltas
-from spanner_store import hourly
 from spanner_store.hourly import HourCount, hourly_counts
 from tests.folding import run_fold as fold
 

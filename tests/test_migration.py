@@ -58,8 +58,6 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
                      values=[("before", datetime(2026, 11, 1, tzinfo=timezone.utc), 0, 0, spanner.COMMIT_TIMESTAMP)])))
 
     events = list(generate_events(Workload(events=900, posts=30, seed=22)))
-    heartbeat = local_stream.Heartbeat(res.topic_path(res.topic))
-    heartbeat.start()
     log = tmp_path / "stream.log"
     stream = local_stream.start(res, WINDOW_S, log, emulator_env)
     try:
@@ -87,8 +85,6 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
                    stream, log)
     finally:
         local_stream.stop(stream, signal.SIGTERM)
-        heartbeat.stopping.set()
-        heartbeat.join(timeout=30)
     # From then on the fold follows the change log, and still folds everything exactly once.
     outcome = run_fold(res)
     assert outcome.full_scans == 0 and outcome.deltas_folded > 0

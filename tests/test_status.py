@@ -142,8 +142,6 @@ def test_what_status_cannot_check_is_a_problem_never_healthy(emulator_env, capsy
 
 def test_the_last_delta_commit_is_found_however_long_ago(database) -> None:
     """It reads the newest TopCandidates rows within a minute, then wider windows."""
-    from google.cloud import spanner
-
     from spanner_store.liveness import last_delta_commit
     from spanner_store.tables import TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES
 
