@@ -13,28 +13,40 @@ as Spanner documents them, index entries included). Adversarial input, in a fres
 
 Baseline, same run: the single commit the fold would have built for that post before
 issue 15 (every hour in one transaction), from the same cost constants.
+
+Commit shape (a cost the emulator hides: a commit writing many splits coordinates them all):
+distinct key ranges per commit (upvotes.commit_meter, a proxy for splits) and mutations per
+commit of one window of the sink over `OTHER_POSTS` posts in arrival order, planned as today
+(`plan_commits`, key order) against the same rows cut in arrival order (before issue 30).
 `runner.py` also meters every other benchmark's process and reports their largest commit.
 """
 from __future__ import annotations
 
+import random
 from datetime import datetime, timezone
 from pathlib import Path
 
+from google.cloud import spanner
+
 from bench.config import Sizes
 from bench.stack import fresh_database, run_fold
+from pipeline.params import FOLD_PARAMS, defaults
+from schemas import post_hash
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, run_with_retries
-from spanner_store.deltas import plan_commits, write_new_deltas
+from spanner_store.deltas import cut_commits, plan_commits, write_new_deltas
 from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
 from spanner_store.hourly import hourly_counts
 from spanner_store.reads import exact_counts
 from spanner_store.views import publish_top_view
+from spanner_store.tables import POSTS, key_range, post_key
 from upvotes.commit_meter import CommitMeter, metering_commits
 from upvotes.provision import Resources
 
 HOUR_2001 = 978_307_200
 ROWS_PER_COMMIT = 1_000  # the streaming default
 OTHER_POSTS = 2_000
+POSTS_PER_COMMIT = defaults(FOLD_PARAMS)["posts_per_commit"]
 
 
 def _measure(meter: CommitMeter, work) -> dict:
@@ -46,6 +58,7 @@ def _measure(meter: CommitMeter, work) -> dict:
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     hours = 5_000 if sizes.name == "quick" else 20_000
+    window_rows = 2_000 if sizes.name == "quick" else 10_000
     database, fresh = fresh_database(res, f"{res.database}-cs")
     clock = [PostDelta("broken-clock", HOUR_2001 + 3600 * i, f"c:{i}", 1, 0, 1) for i in range(hours)]
     others = [PostDelta(f"p-{n}", HOUR_2001, f"o:{n}", 1 + n % 5, n % 2, 1) for n in range(OTHER_POSTS)]
@@ -68,6 +81,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             return {"ranked_rows": version.ranked_rows}
 
         components = {"sink": _measure(meter, sink), "fold": _measure(meter, fold), "views": _measure(meter, views)}
+        shape = _sink_commit_shape(meter, database, window_rows)
+        fold_shape = _fold_commit_shape(meter, fresh, database, shape.pop("written"))
     largest = max(c["largest_commit"] for c in components.values())
     unbounded = MUTATIONS_PER_POST + MUTATIONS_PER_HOUR * hours
     return {
@@ -79,5 +94,63 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "largest_over_limit": round(largest / SPANNER_MUTATION_LIMIT, 3),
         "baseline_one_transaction_fold": unbounded,
         "baseline_over_limit": round(unbounded / SPANNER_MUTATION_LIMIT, 3),
-        "exact": components["fold"]["exact"],
+        "exact": components["fold"]["exact"] and shape["exact"] and fold_shape["exact"],
+        "sink_commit_shape": shape,
+        "fold_commit_shape": fold_shape,
     }
+
+
+def _shape(meter: CommitMeter) -> dict:
+    return {"commits": meter.commits,
+            "key_ranges_per_commit": round(meter.key_ranges_total / meter.commits, 1),
+            "key_ranges_largest": meter.key_ranges_largest,
+            "mutations_per_commit": round(meter.mutations_total / meter.commits)}
+
+
+def _sink_commit_shape(meter: CommitMeter, database, rows: int) -> dict:
+    """One window's delta rows over many posts, arriving in random post order, written in key
+    order (today) and, as the baseline, in arrival order (before issue 30)."""
+    rng = random.Random(30)
+    arrival = [PostDelta(f"shape-{rng.randrange(10 * rows)}", HOUR_2001, f"shape-{order}:{i}:0", 1, 0, 1)
+               for order in ("key", "arrival") for i in range(rows)]
+    by_key, by_arrival = arrival[:rows], arrival[rows:]
+    shapes = {}
+    meter.reset()
+    for batch in plan_commits(by_key, ROWS_PER_COMMIT):
+        run_with_retries(lambda b=batch: write_new_deltas(database, b))
+    shapes["key_order"] = _shape(meter)
+    meter.reset()
+    for batch in cut_commits(by_arrival, ROWS_PER_COMMIT):
+        run_with_retries(lambda b=batch: write_new_deltas(database, b))
+    shapes["arrival_order_baseline"] = _shape(meter)
+    written = {d.post_id: 0 for d in arrival}
+    for d in arrival:
+        written[d.post_id] += 1
+    shapes["exact"] = all(t.upvotes == written[t.post_id] for t in exact_counts(database, written))
+    shapes["rows"] = rows
+    shapes["written"] = written
+    return shapes
+
+
+def _fold_commit_shape(meter: CommitMeter, fresh: Resources, database, written: dict[str, int]) -> dict:
+    """The fold of those posts, its transactions grouped by key range (today), against the same
+    posts cut into transactions of POSTS_PER_COMMIT in the order a run meets them, as before
+    issue 30 (computed: the ranges each such transaction would have written)."""
+    meter.reset()
+    run_fold(fresh)
+    grouped = _shape(meter)  # the run's compare-and-set transactions and its FoldRuns record
+    posts = list(written)
+    random.Random(31).shuffle(posts)
+    chunks = [posts[i:i + POSTS_PER_COMMIT] for i in range(0, len(posts), POSTS_PER_COMMIT)]
+    ranges = [len({key_range(post_hash(p)) for p in chunk}) for chunk in chunks]
+    folded = _folded_upvotes(database, posts)
+    return {"posts": len(posts), "by_key_range": grouped,
+            "arrival_order_baseline": {"commits": len(chunks), "key_ranges_per_commit": round(sum(ranges) / len(ranges), 1),
+                                       "key_ranges_largest": max(ranges)},
+            "exact": folded == written}
+
+
+def _folded_upvotes(database, post_ids: list[str]) -> dict[str, int]:
+    keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
+    with database.snapshot() as snapshot:
+        return dict(snapshot.read(POSTS, columns=("PostId", "Upvotes"), keyset=keyset))

@@ -261,6 +261,8 @@ def markdown(document: dict) -> str:
             + [["fold before issue 15 (one transaction per post, computed)", f"{cs['baseline_one_transaction_fold']:,}",
                 f"{cs['baseline_over_limit']:.2f}", "1"]],
         )]
+        if "sink_commit_shape" in cs:
+            parts += [_commit_shape_section(cs["sink_commit_shape"], cs["fold_commit_shape"])]
     if "unique_voters" in bench:
         uv = bench["unique_voters"]
         ws, wo, cpu = uv["with_sketches"], uv["without_sketches"], uv["cpu"]
@@ -300,6 +302,27 @@ def markdown(document: dict) -> str:
         [[t["target"], t["measured"], "met" if t["met"] else "NOT met"] for t in document["targets"]],
     )]
     return "\n\n".join(parts) + "\n"
+
+
+def _commit_shape_section(sink: dict, fold: dict) -> str:
+    """Key ranges per commit (a proxy for the splits a commit touches) of the sink and the fold,
+    against the same rows in arrival order, same run."""
+    rows = [[f"sink, one window of {sink['rows']:,} delta rows: {label}", f"{r['commits']}",
+             f"{r['key_ranges_per_commit']:.1f} / {r['key_ranges_largest']}", f"{r['mutations_per_commit']:,}"]
+            for label, r in (("arrival order (before issue 30)", sink["arrival_order_baseline"]),
+                             ("key order (plan_commits)", sink["key_order"]))]
+    before, after = fold["arrival_order_baseline"], fold["by_key_range"]
+    rows += [[f"fold of those {fold['posts']:,} posts: {label}", f"{r['commits']}",
+              f"{r['key_ranges_per_commit']:.1f} / {r['key_ranges_largest']}", mutations]
+             for label, r, mutations in (("transactions of the posts as met (before, computed)", before, "-"),
+                                         ("grouped by key range", after, f"{after['mutations_per_commit']:,}"))]
+    return ("Commit shape: distinct key ranges per commit (1/64 of the PostHash space, a proxy for the splits "
+            "a commit touches on real Spanner), same rows, same run:\n\n"
+            + _table(["Commits", "Commits (n)", "Key ranges per commit (mean / largest)", "Mutations per commit"], rows)
+            + f"\n\nSink: {sink['key_order']['key_ranges_per_commit'] / sink['arrival_order_baseline']['key_ranges_per_commit']:.2f}x "
+              f"the ranges per commit; fold: {after['key_ranges_per_commit'] / before['key_ranges_per_commit']:.2f}x "
+              f"({after['commits']} transactions instead of {before['commits']}). "
+              + ("Exact." if sink["exact"] and fold["exact"] else "NOT EXACT."))
 
 
 # --- write_back: the four approaches, and what a crash loses ------------------------------------

@@ -34,7 +34,7 @@ from schemas import post_hash
 from schemas.records import HOUR_S, CounterSums, PostDelta, PostHour
 from spanner_store.deltas import plan_commits
 from pipeline.params import STREAMING_PARAMS, defaults
-from transforms.windowing import WindowAndSumVotes, delta_id, sum_shard
+from transforms.windowing import SUM_SHARDS, WindowAndSumVotes, delta_id, sum_shard
 from upvotes.capacity_model import Popularity, stream_delta_rows
 from upvotes.capacity_model import Workload as CapacityWorkload
 from upvotes.provision import Resources
@@ -101,7 +101,7 @@ def parent_upserts(groups: dict[Group, tuple[int, int]], window_s: int) -> int:
     """Key-only Posts rows the sink writes beside the deltas: one per post per commit."""
     by_window: dict[int, list[PostDelta]] = defaultdict(list)
     for (post, hour, start), (up, sh) in groups.items():
-        by_window[start].append(PostDelta(post, hour, delta_id("bench", start * 1_000_000, 0), up, sh, 0))
+        by_window[start].append(PostDelta(post, hour, delta_id("bench", start * 1_000_000, 0, (start + window_s) * 1_000_000, SUM_SHARDS), up, sh, 0))
     return sum(
         len({d.post_id for d in commit})
         for deltas in by_window.values()

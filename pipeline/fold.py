@@ -32,6 +32,7 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> beam.PCollection
     return pipeline | "FoldDeltas" >> FoldDeltas(
         spanner_project(options), settings.instance, settings.database, settings.posts_per_commit,
         full_scan=settings.full_scan, data_boost=settings.data_boost,
+        max_delta_rows_per_run=settings.max_delta_rows_per_run,
     )
 
 

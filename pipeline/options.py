@@ -45,6 +45,7 @@ class FoldSettings:
     instance: str
     database: str
     posts_per_commit: int
+    max_delta_rows_per_run: int
     full_scan: bool
     data_boost: bool
 

@@ -75,10 +75,10 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> None:
     messages = pipeline | "ReadVotes" >> ReadVotes(
         pubsub_path(project, "subscriptions", settings.subscription), deduplicate=is_dataflow(options))
     parsed = messages | "ParseVotes" >> ParseVotes(EventTimePolicy(max_clock_skew_s=settings.max_clock_skew_seconds))
+    claim = claim_writer(options, project, settings.instance, settings.database)
     failed_rows = (
         parsed.sums
-        | "WindowAndSumVotes" >> WindowAndSumVotes(
-            claim_writer(options, project, settings.instance, settings.database).identity, settings.window_seconds)
+        | "WindowAndSumVotes" >> WindowAndSumVotes(claim.identity, settings.window_seconds, claim.key_format)
         | "WriteDeltaRows" >> WriteDeltaRows(project, settings.instance, settings.database, settings.rows_per_commit)
     )
     (parsed.rejected, failed_rows) | "PublishDeadLetters" >> PublishDeadLetters(

@@ -26,10 +26,12 @@ CREATE TABLE Posts (
 ) PRIMARY KEY (PostHash, PostId);
 
 -- Insert-only deltas, one row per (post, event hour, pane) written by the streaming
--- pipeline. DeltaId is deterministic (job name and generation, window, pane), so a
--- retried write of the same pane collides with the first instead of counting twice, and
--- a new launch (new generation, see WriterGenerations) never collides with an old one. CommittedAt is stamped by Spanner and
--- is deliberately not in the key: a retry gets a new commit timestamp.
+-- pipeline. DeltaId is deterministic (job name and generation, the window's start and
+-- end, the pane, the shard count), so a retried write of the same pane collides with the
+-- first instead of counting twice; a new launch (new generation, see WriterGenerations)
+-- never collides with an old one; and an update that changes the window length or the
+-- shard count never makes two different panes share a key. CommittedAt is stamped by
+-- Spanner and is deliberately not in the key: a retry gets a new commit timestamp.
 CREATE TABLE PostDeltas (
   PostHash    INT64 NOT NULL,
   PostId      STRING(128) NOT NULL,
@@ -104,11 +106,16 @@ CREATE TABLE FoldRunSkippedPosts (
 -- current run, part of every delta key it writes. A fresh launch claims Generation + 1,
 -- so a job drained and relaunched under the same name never rewrites an old delta key;
 -- an in-place update (--update) keeps the generation, so a replayed pane still collides.
+-- KeyFormat: how this generation's delta keys are spelled (spanner_store/tables.py
+-- delta_key_format). A fresh launch takes the current format; an update keeps the stored one,
+-- so a pane the previous job may have written keeps its key. NULL: the first format, of
+-- generations claimed before the column existed.
 -- Keyed by the name: a handful of rows, written once per launch.
 CREATE TABLE WriterGenerations (
   WriterName  STRING(128) NOT NULL,
   Generation  INT64 NOT NULL,
   ClaimedAt   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  KeyFormat   INT64,
 ) PRIMARY KEY (WriterName);
 
 -- Moderation's audit trail: one row per `upvotes adjust` or `upvotes reset`, written in the

@@ -45,7 +45,15 @@ def mutations_for(deltas: list[PostDelta]) -> int:
 
 
 def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET) -> list[list[PostDelta]]:
-    """Splits deltas into commits of at most `max_rows` rows and `max_mutations` mutations."""
+    """Splits deltas into commits of at most `max_rows` rows and `max_mutations` mutations,
+    in key order: each commit writes one contiguous range of posts, so on real Spanner it
+    touches the few splits of that range instead of up to one per row (PostHash spreads the
+    posts of a window over the whole key space; bench/commit_sizes.py counts the ranges)."""
+    return cut_commits(sorted(deltas, key=delta_key), max_rows, max_mutations)
+
+
+def cut_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET) -> list[list[PostDelta]]:
+    """Cuts deltas, in the order given, into commits within both limits."""
     if MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT > max_mutations:
         raise ValueError(f"max_mutations {max_mutations} cannot fit even one delta")
     commits: list[list[PostDelta]] = []

@@ -34,24 +34,33 @@
 6. `record_fold_run`: one FoldRuns row with S, the counts and ChangesThrough = S, and in the
    same commit one FoldRunSkippedPosts row per skipped post.
 
-Why following the log is exact. Claim(R) for a finished run R with ChangesThrough S_R: every
-delta committed at or before S_R is folded (inside its post's aggregate), unless its post is
-in R's skipped list. Proof, for a delta d of post p committed at t <= S_R, with P the cursor
+A run's work is bounded: it takes the change log's commits oldest first until their delta
+rows reach its budget (`read_shard_changes`, --max-delta-rows-per-run), and records as its
+ChangesThrough C_R the point up to which it took every commit of every shard: S_R, or less
+when the budget left commits to the next run. Every read of a run is at S_R, and Spanner keeps
+versions for an hour only (a read older than that fails with FAILED_PRECONDITION, which fails
+the run: it is never taken for a post that cannot be folded), so the budget keeps a run well
+within the hour (README, "The fold").
+
+Why following the log is exact. Claim(R) for a finished run R with ChangesThrough C_R: every
+delta committed at or before C_R is folded (inside its post's aggregate), unless its post is
+in R's skipped list. Proof, for a delta d of post p committed at t <= C_R, with P the cursor
 run R started from (ChangesThrough C):
 - t > C: d's commit inserted a DeltaCommits row listing p, in the same commit, so with the
-  same timestamp t in (C, S_R]; R's snapshot at S_R sees it, so p is a candidate.
+  same timestamp t in (C, C_R] <= S_R; R's snapshot at S_R sees it and R took every commit of
+  every shard in (C, C_R], so p is a candidate.
 - t <= C: Claim(P) holds (induction on finished runs; a full scan proves it directly, every
   post being a candidate), so d was folded (watermarks never move backwards) or p is in P's
   skipped list, which R adds to its candidates.
-A candidate is folded through S_R by R (its deltas after its watermark, up to S_R, by the
+A candidate is folded through S_R >= C_R by R (its deltas after its watermark, up to S_R, by the
 compare-and-set above, or already by a concurrent fold whose S is later) or listed as skipped.
 What this does not depend on: concurrent runs (each run's claim is about itself, and the
 cursor is whichever finished run has the largest ChangesThrough: every finished run's claim
 holds); killed runs (a run that dies writes no FoldRuns row, so the next run starts from an
 older cursor and covers the dead run's range again; its completed transactions are
 compare-and-set, so they are not folded twice); late writers (a commit whose timestamp is
-after S_R, however late its writer's clock or commit, is in (S_R, S] of the next run; one at or
-before S_R is visible at S_R). Duplicate DeltaCommits rows (a retried write) only repeat a
+after S_R, however late its writer's clock or commit, is after C_R, in the next run's range; one
+at or before S_R is visible at S_R). Duplicate DeltaCommits rows (a retried write) only repeat a
 candidate. The one requirement is on writers: every commit of PostDeltas rows carries its
 DeltaCommits row. Every writer here does (spanner_store.deltas.write_deltas, moderation); a
 writer of an older version (before the log) does not, which is why a database without a
@@ -63,9 +72,10 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Iterator, NamedTuple
 
+from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1.database import BatchSnapshot
 
@@ -74,8 +84,8 @@ from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, re
 from spanner_store.reads import READ_CHUNK, hourly_watermark, read_unfolded
 from schemas.voter_sketch import union_of
 from spanner_store.tables import (
-    DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS,
-    FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS, POST_FOLD_COLUMNS, POSTS,
+    COMMIT_SHARDS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
+    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS, POST_FOLD_COLUMNS, POSTS,
     WATERMARK_COLUMNS, PostKey, post_key, sketch_column, sketch_value,
 )
 
@@ -329,6 +339,7 @@ class FoldPlan(NamedTuple):
     snapshot_at: datetime
     cursor: FoldCursor | None  # the run it starts from; None: no run has a ChangesThrough yet
     full_scan: bool  # read every post (no cursor, or asked for) instead of following the log
+    max_delta_rows: int = 1_000_000  # the run's budget: delta rows of the commits it takes (`read_shard_changes`)
 
     @property
     def candidates_from_skips(self) -> list[str]:
@@ -336,20 +347,45 @@ class FoldPlan(NamedTuple):
         return [] if self.cursor is None else [post.post_id for post in self.cursor.skipped]
 
 
-def plan_fold(database, snapshot_at: datetime, full_scan: bool) -> tuple[FoldPlan, int]:
+def plan_fold(database, snapshot_at: datetime, full_scan: bool, max_delta_rows: int) -> tuple[FoldPlan, int]:
     """The run's plan at S, and the rows read to make it."""
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
         cursor = fold_cursor(snapshot)
     rows = 0 if cursor is None else 1 + len(cursor.skipped)
-    return FoldPlan(snapshot_at, cursor, full_scan or cursor is None), rows
+    return FoldPlan(snapshot_at, cursor, full_scan or cursor is None, max_delta_rows), rows
 
 
-def changed_post_ids(database, plan: FoldPlan, shard: int, count_rows: Callable[[int], None]) -> Iterator[str]:
-    """The posts of one shard's DeltaCommits rows committed in (cursor, S], read at S."""
+class ShardChanges(NamedTuple):
+    """What a run takes from one shard of the change log."""
+
+    post_ids: list[str]  # the posts of the commits taken
+    through: datetime  # every commit of the shard at or before this, and after the cursor, was taken
+
+
+def read_shard_changes(database, plan: FoldPlan, shard: int, count_rows: Callable[[int], None]) -> ShardChanges:
+    """One shard's DeltaCommits rows committed in (cursor, S], read at S, oldest first, until their
+    delta rows reach the shard's share of the run's budget (whole commit timestamps only; at
+    least one). The run then vouches only up to the smallest `through` of its shards, its
+    ChangesThrough: the commits of every shard up to it were all taken (module docstring)."""
+    budget = -(-plan.max_delta_rows // COMMIT_SHARDS)
+    post_ids: list[str] = []
+    taken, through = 0, plan.snapshot_at
     with database.snapshot(read_timestamp=plan.snapshot_at) as snapshot:
-        for change in read_changes(snapshot, plan.cursor.changes_through, shard):
-            count_rows(1)
-            yield from change.post_ids
+        # The Read API yields rows in key order (Shard, CommittedAt, CommitId): oldest first.
+        changes = itertools.groupby(read_changes(snapshot, plan.cursor.changes_through, shard),
+                                    key=lambda change: change.committed_at)
+        for committed_at, same_time in changes:
+            same_time = list(same_time)
+            count_rows(len(same_time))
+            rows = sum(change.delta_rows for change in same_time)
+            if taken and taken + rows > budget:
+                through = previous
+                break
+            taken += rows
+            previous = committed_at
+            for change in same_time:
+                post_ids.extend(change.post_ids)
+    return ShardChanges(post_ids, through)
 
 
 def _unfolded_of(snapshot, watermarks: dict[PostKey, datetime],
@@ -396,19 +432,59 @@ def read_partition(database, handle: dict, partition: dict, snapshot_at: datetim
             yield from _unfolded_of(snapshot, chunk, count_rows)
 
 
+# How long Spanner keeps old versions (the database's version_retention_period, 1 hour by
+# default): every read a run makes is at its snapshot S, so a run must end within it.
+VERSION_RETENTION = timedelta(hours=1)
+
+
+def outlived_snapshot(error: Exception, snapshot_at: datetime, now: datetime | None = None) -> bool:
+    """Whether `error` is Spanner rejecting a read at S because versions that old are gone:
+    FAILED_PRECONDITION, saying so ("maximum timestamp staleness" on the emulator) or with S
+    older than the default retention (Spanner's wording may change; the emulator also uses
+    FAILED_PRECONDITION for values it cannot store, which are a post's own problem)."""
+    if not isinstance(error, exceptions.FailedPrecondition):
+        return False
+    now = now or datetime.now(timezone.utc)
+    return "staleness" in str(error).lower() or now - snapshot_at >= VERSION_RETENTION
+
+
+def oldest_unfolded_commit(database, plan: FoldPlan, skipped: list[SkippedPost],
+                           changes_through: datetime | None) -> tuple[datetime | None, datetime | None]:
+    """After a run, in a strong read: the commit time of the oldest delta the run left unfolded,
+    and the read's time. That is the oldest unfolded delta of its skipped posts, or the first
+    commit past its ChangesThrough when its budget left commits to the next run (an upper bound
+    on the age: that commit's posts may have been folded with others). (None, None) when the run
+    left nothing behind."""
+    cut_short = changes_through is not None and changes_through < plan.snapshot_at
+    if not skipped and not cut_short:
+        return None, None
+    keys = sorted({(post.post_hash, post.post_id) for post in skipped})
+    with database.snapshot(multi_use=True) as snapshot:
+        watermarks = {(h, p): wm for h, p, wm in snapshot.read(
+            POSTS, columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(keys=[list(k) for k in keys]))}
+        commits = [committed_at for (committed_at,) in read_unfolded(snapshot, watermarks, ("CommittedAt",))]
+        if cut_short:
+            commits += [change.committed_at for shard in range(COMMIT_SHARDS)
+                        for change in itertools.islice(read_changes(snapshot, changes_through, shard), 1)]
+        return min(commits, default=None), snapshot._transaction_read_timestamp  # noqa: SLF001
+
+
 def record_fold_run(database, plan: FoldPlan, outcome: FoldOutcome, skipped: list[SkippedPost],
-                    handle: dict | None) -> None:
-    """Writes the FoldRuns row (ChangesThrough = S) and its skipped posts in one commit, then ends
-    the partitioned read's session. A run with more skipped posts than MAX_SKIPPED_LISTED records
-    ChangesThrough NULL and lists none: it is not a cursor, so the next run covers its range again."""
+                    handle: dict | None, changes_through: datetime | None = None) -> None:
+    """Writes the FoldRuns row and its skipped posts in one commit, then ends the partitioned read's
+    session. ChangesThrough is S, or less when the run's budget left commits to the next run
+    (`changes_through`, the smallest of its shards'). A run with more skipped posts than
+    MAX_SKIPPED_LISTED records ChangesThrough NULL and lists none: it is not a cursor, so the
+    next run covers its range again."""
     fold_id = str(uuid.uuid4())
     listed = sorted({(p.post_hash, p.post_id): p for p in skipped}.values())
     vouches = len(listed) <= MAX_SKIPPED_LISTED
     if not vouches:
         LOG.error("%d posts skipped, more than the %d a run lists: this run is not a cursor, the next "
                   "one reads its range again", len(listed), MAX_SKIPPED_LISTED)
+    through = plan.snapshot_at if changes_through is None else min(changes_through, plan.snapshot_at)
     row = (fold_id, plan.snapshot_at, outcome.posts_folded, outcome.deltas_folded, spanner.COMMIT_TIMESTAMP,
-           outcome.posts_skipped, plan.snapshot_at if vouches else None)
+           outcome.posts_skipped, through if vouches else None)
     skipped_rows = [(fold_id, p.post_hash, p.post_id, p.error[:1024]) for p in listed] if vouches else []
 
     def write(batch) -> None:
@@ -416,6 +492,11 @@ def record_fold_run(database, plan: FoldPlan, outcome: FoldOutcome, skipped: lis
         if skipped_rows:
             batch.insert(FOLD_RUN_SKIPPED, columns=FOLD_RUN_SKIPPED_COLUMNS, values=skipped_rows)
 
-    run_with_retries(lambda: commit_mutations(database, write))
+    try:
+        run_with_retries(lambda: commit_mutations(database, write))
+    except exceptions.AlreadyExists:
+        # A retry of a commit that succeeded unseen (the ambiguous commit real Spanner can give):
+        # the row of this fold_id is there, written once.
+        pass
     if handle is not None:
         BatchSnapshot.from_dict(database, handle).close()

@@ -9,17 +9,20 @@ The PostsByUpvotes index is only as fresh as the last fold. To rank by exact cou
   of the commit that is not listed (0 if every post with a positive sum is listed). The
   row's key starts with a shard taken from a random ID, so these inserts spread over
   COMMIT_SHARDS key ranges and no single row or range takes every commit's write.
-- Reading (`fresh_top`), in ONE read-only snapshot: S, the snapshot of the newest finished
-  fold; the folded top K+m from the index; every candidate row committed after S (a seek
-  per shard); then the exact counts of all those posts, ranked.
+- Reading (`fresh_top`), in ONE read-only snapshot: the fold cursor (spanner_store.
+  delta_commits.fold_cursor): C, the ChangesThrough of the finished run that vouches for the
+  most, and the posts it skipped; the folded top K+m from the index; every candidate row
+  committed after C (a seek per shard); then the exact counts of all those posts and of the
+  skipped ones, ranked.
 
 The guarantee. Let F be the lowest folded upvotes among the K+m folded posts read and
 T the sum of the thresholds of the candidate rows read. Any post p not considered has
 folded upvotes <= F (it is not in the folded top K+m of the same snapshot), and each of
-its unfolded deltas was committed after S (assumption: a finished fold folds every delta
-committed at or before its snapshot, so a post's unfolded deltas are all newer than S) in
-a commit whose candidate row does not list p, so that delta adds at most that row's
-Threshold. Hence every post left out has exact upvotes <= F + T =: bound. The answer is
+its unfolded deltas was committed after C (the cursor run vouches that every delta committed
+at or before C is folded, except those of the posts it skipped, which are considered; a run's
+snapshot S is not that bound: a run that reached its budget vouches only up to its
+ChangesThrough < S, see spanner_store/folding.py) in a commit whose candidate row does not
+list p, so that delta adds at most that row's Threshold. Hence every post left out has exact upvotes <= F + T =: bound. The answer is
 certified exact (`exact=True`) when the index held fewer than K+m posts (then every post
 was considered) or when the K-th post's exact upvotes >= bound (ties at the boundary may be
 broken either way). Otherwise the listed posts have their exact counts, and no post left
@@ -36,6 +39,7 @@ from google.cloud import spanner
 
 from schemas import post_hash
 from schemas.records import PostDelta, PostTotals
+from spanner_store.delta_commits import fold_cursor
 from spanner_store.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
 from spanner_store.tables import COMMIT_SHARDS, TOP_CANDIDATES, commit_shard
 
@@ -82,7 +86,7 @@ class FreshTop:
     exact: bool  # certified: these are the top K by exact upvotes (see the module docstring)
     bound: int | None  # no post left out has more upvotes than this; None: every post was considered
     considered: int  # posts whose exact counts were read
-    candidate_rows: int  # TopCandidates rows read (commits since the last fold)
+    candidate_rows: int  # TopCandidates rows read (commits since the fold cursor)
 
 
 def candidates_since(snapshot, since: datetime) -> tuple[set[str], int, int]:
@@ -114,8 +118,12 @@ def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: fl
     with database.snapshot(multi_use=True, **options) as snapshot:
         folded = ranked_posts(snapshot, k + extra)
         folded_through = last_fold_snapshot(snapshot)
-        candidates, threshold_sum, rows = candidates_since(snapshot, folded_through or EPOCH)
-        considered = list(dict.fromkeys([p.post_id for p in folded] + sorted(candidates)))
+        cursor = fold_cursor(snapshot)
+        # No cursor: a database whose folds predate the change log; each of those scanned every post.
+        since = cursor.changes_through if cursor else folded_through or EPOCH
+        skipped = sorted(post.post_id for post in cursor.skipped) if cursor else []
+        candidates, threshold_sum, rows = candidates_since(snapshot, since)
+        considered = list(dict.fromkeys([p.post_id for p in folded] + sorted(candidates) + skipped))
         counts = counts_in_snapshot(snapshot, considered)
         as_of = read_timestamp(snapshot)
     # The index's own tie order (PostHash, PostId), so equal counts always come out the same way.

@@ -3,8 +3,10 @@
 Counts are never edited in place: a correction is one more delta row, so the exact reads,
 the hourly reads and the fold treat it like any vote, and the streaming sink and the fold
 never race with it on a row. Each correction is one blind commit holding its delta rows
-(DeltaId "@adjust/<id>") and its Adjustments audit row, keyed by the adjustment's ID: a retry
-of the same ID fails on ALREADY_EXISTS and writes nothing twice.
+(DeltaId "@adjust/<id>"), written as the sink writes its own (`deltas.add_delta_writes`, so
+with the commit's DeltaCommits row for the fold and its TopCandidates row for the fresh top:
+a large positive adjustment is a riser like any other), and its Adjustments audit row, keyed
+by the adjustment's ID: a retry of the same ID fails on ALREADY_EXISTS and writes nothing twice.
 
 A reset of post P as of snapshot S: a strong read-only snapshot fixes S and reads P's exact
 count per event hour at S (the hourly rollup plus the unfolded deltas, as reads do); the
@@ -27,13 +29,9 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_with_retries
-from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
-from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
+from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
 from spanner_store.hourly import HourCount, hourly_counts_in
-from spanner_store.tables import (
-    ADJUSTMENT_COLUMNS, ADJUSTMENTS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, POST_KEY_COLUMNS,
-    POSTS, adjustment_delta_id, delta_key, post_key,
-)
+from spanner_store.tables import ADJUSTMENT_COLUMNS, ADJUSTMENTS, POST_KEY_COLUMNS, POSTS, adjustment_delta_id, post_key
 from schemas.records import PostDelta
 
 ADJUST = "adjust"
@@ -43,9 +41,9 @@ FROM Adjustments ORDER BY CreatedAt DESC LIMIT @limit"""
 
 
 # Delta rows one reset may write: the budget less the parent key, the audit row and the
-# commit's DeltaCommits row.
+# commit's DeltaCommits and TopCandidates rows.
 MAX_HOUR_ROWS = (MUTATION_BUDGET - MUTATIONS_PER_PARENT - len(ADJUSTMENT_COLUMNS)
-                 - MUTATIONS_PER_DELTA_COMMIT) // MUTATIONS_PER_DELTA
+                 - MUTATIONS_PER_COMMIT) // MUTATIONS_PER_DELTA
 
 
 class Adjustment(NamedTuple):
@@ -66,19 +64,18 @@ class AdjustmentResult(NamedTuple):
 
 
 def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
-    """One blind commit: the delta rows (one per hour), their DeltaCommits row (the change log
-    the fold follows) and the audit row. False if the ID exists."""
+    """One blind commit: the delta rows (one per hour) with the commit's per-commit rows, as the
+    sink writes them, and the audit row. False if the ID exists."""
     delta_id = adjustment_delta_id(adjustment.adjustment_id)
-    rows = [delta_key(PostDelta(adjustment.post_id, int(h.hour.timestamp()), delta_id, h.upvotes, h.shares, 0))
-            + (h.upvotes, h.shares, 0, None, spanner.COMMIT_TIMESTAMP) for h in hours if h.upvotes or h.shares]
+    deltas = [PostDelta(adjustment.post_id, int(h.hour.timestamp()), delta_id, h.upvotes, h.shares, 0)
+              for h in hours if h.upvotes or h.shares]
     audit = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP)
 
     def write(batch) -> None:
-        batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(adjustment.post_id)])
-        if rows:
-            batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
-            batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS,
-                         values=[delta_commit_row(new_commit_id(), [adjustment.post_id], len(rows), 0)])
+        if deltas:
+            add_delta_writes(batch, deltas)
+        else:
+            batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(adjustment.post_id)])
         batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[tuple(audit)])
 
     try:

@@ -48,7 +48,14 @@ FOLD_RUN_SKIPPED = "FoldRunSkippedPosts"
 FOLD_RUN_SKIPPED_COLUMNS = ("FoldId", "PostHash", "PostId", "Error")
 
 WRITER_GENERATIONS = "WriterGenerations"
-WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt")
+WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt", "KeyFormat")
+# How a generation's delta keys are spelled (transforms/windowing.py delta_id). The first
+# format, writer:window start:pane, let two panes share a key when an in-place update changed
+# the window length or the shard count (an old [T, T+10 s) pane and a new [T, T+20 s) one),
+# and the second was then taken as already written: its votes lost. The second format adds
+# the window's end and the shard count. A generation keeps the format it was claimed with.
+FIRST_KEY_FORMAT = 1
+KEY_FORMAT = 2
 
 STATUS_WATCHES = "StatusWatches"
 STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
@@ -83,6 +90,17 @@ PostKey = tuple[int, str]  # (PostHash, PostId): a Posts row's primary key
 
 def post_key(post_id: str) -> PostKey:
     return (post_hash(post_id), post_id)
+
+
+# Ranges of the PostHash key space (schemas.post_hash: 63 bits), each 1/KEY_RANGES of it: the
+# fold groups a transaction's posts by range, and the commit meter counts the ranges a commit
+# writes, a proxy for the splits it touches on real Spanner (spanner_store/mutation_count.py).
+KEY_RANGES = 64
+
+
+def key_range(post_hash_value: int) -> int:
+    """The range of the PostHash key space a post's rows (and its interleaved children) live in."""
+    return post_hash_value * KEY_RANGES >> 63
 
 
 def commit_shard(commit_id: str) -> int:

@@ -11,6 +11,11 @@ claimed here when the pipeline is built (at launch):
   name with no row is a job launched before generations existed: it keeps generation 0, the
   bare job name, which is the identity such a job already writes with.
 
+The claim also fixes how the generation spells its delta keys (tables.KEY_FORMAT): a fresh
+launch takes the current format, an update keeps the stored one (the first format when none
+is stored), so an update to a version with a new format still replays its predecessor's
+panes under their old keys. Only a fresh launch, whose keys are new anyway, changes format.
+
 The claim is one read-write transaction, so two launches racing on one name get different
 generations.
 """
@@ -21,7 +26,9 @@ from typing import NamedTuple
 from google.cloud import spanner
 
 from spanner_store.database import run_transaction, run_with_retries
-from spanner_store.tables import WRITER_GENERATION_COLUMNS, WRITER_GENERATIONS, writer_identity
+from spanner_store.tables import (
+    FIRST_KEY_FORMAT, KEY_FORMAT, WRITER_GENERATION_COLUMNS, WRITER_GENERATIONS, writer_identity,
+)
 
 LEGACY_GENERATION = 0
 
@@ -30,22 +37,25 @@ class WriterClaim(NamedTuple):
     writer_name: str
     generation: int
     identity: str  # what goes into every delta key this run writes (tables.writer_identity)
+    key_format: int  # how this run spells its delta keys (tables.KEY_FORMAT)
 
 
 def claim_generation(database, writer_name: str, update: bool) -> WriterClaim:
     """Claims the generation of a launch of `writer_name`: a new one, or with `update` the current one."""
 
-    def claim(transaction) -> int:
-        rows = list(transaction.read(WRITER_GENERATIONS, columns=("Generation",),
+    def claim(transaction) -> tuple[int, int]:
+        rows = list(transaction.read(WRITER_GENERATIONS, columns=("Generation", "KeyFormat"),
                                      keyset=spanner.KeySet(keys=[[writer_name]])))
-        current = rows[0][0] if rows else None
+        current, stored_format = rows[0] if rows else (None, None)
         if update:
             generation = LEGACY_GENERATION if current is None else current
+            key_format = stored_format or FIRST_KEY_FORMAT
         else:
             generation = 1 if current is None else current + 1
+            key_format = KEY_FORMAT
         transaction.insert_or_update(WRITER_GENERATIONS, columns=WRITER_GENERATION_COLUMNS,
-                                     values=[(writer_name, generation, spanner.COMMIT_TIMESTAMP)])
-        return generation
+                                     values=[(writer_name, generation, spanner.COMMIT_TIMESTAMP, key_format)])
+        return generation, key_format
 
-    generation = run_with_retries(lambda: run_transaction(database, claim))
-    return WriterClaim(writer_name, generation, writer_identity(writer_name, generation))
+    generation, key_format = run_with_retries(lambda: run_transaction(database, claim))
+    return WriterClaim(writer_name, generation, writer_identity(writer_name, generation), key_format)

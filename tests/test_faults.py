@@ -49,11 +49,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from google.api_core import exceptions
 
 from pipeline import drain
-from pipeline.fold import outcome_from_metrics
 from tests.conftest import new_resources
 from tests.faults import FlakyDatabase
+from tests.folding import run_fold
 from transforms import spanner_sink
-from transforms.fold_deltas import FoldDeltas
 from schemas.records import PostDelta
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
 from upvotes import emulators, local_stream
@@ -173,12 +172,7 @@ def test_a_replay_after_a_fold_is_not_counted_again(stack, database) -> None:
 
 
 def fold_once(stack: Resources):
-    pipeline = TestPipeline()
-    pipeline | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=50, full_scan=False,
-                          data_boost=False)
-    result = pipeline.run()
-    result.wait_until_finish()
-    return outcome_from_metrics(result)
+    return run_fold(stack, posts_per_commit=50)
 
 
 # --- folds racing the streaming writes -----------------------------------------------------------

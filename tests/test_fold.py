@@ -6,19 +6,18 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
+import pytest
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-
-import apache_beam as beam
-
 import schemas
-from spanner_store.folding import FoldKey, PostFold, choose_snapshot, watermark_text
-from transforms.fold_deltas import _ApplyFoldsFn
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
+from spanner_store.folding import FoldKey, PostFold, choose_snapshot, watermark_text
 from spanner_store.reads import READ_CHUNK, exact_counts, read_unfolded
+from tests.faults import FlakyDatabase
 from tests.folding import run_fold as fold
+from transforms.fold_deltas import _ApplyFoldsFn
 
 HOUR = 1_795_312_800
 
@@ -115,9 +114,15 @@ def test_a_fold_killed_between_transactions_is_completed_by_the_next_run(stack, 
     # The first transaction (10 posts) commits, then the worker dies: the other 20 are never applied.
     fn = _ApplyFoldsFn(stack.project, stack.instance, stack.database, posts_per_commit=10)
     fn.setup()
+
+    def worker_dies(transaction: int) -> None:
+        if transaction == 2:
+            raise SystemExit("the worker dies before its second transaction")
+
+    fn._database = FlakyDatabase(fn._database, before_transaction=worker_dies)
     fn.start_bundle()
-    for post_fold in folds[:11]:  # the 11th fills the buffer past 10 and flushes the first 10
-        list(fn.process(post_fold, snapshot_at))
+    with pytest.raises(SystemExit):
+        list(fn.process((0, folds), snapshot_at))
     half = posts_rows(database, "killed")
     assert sum(1 for *_, wm in half.values() if wm == snapshot_at) == 10
     assert exact(database, gained) == gained  # partly folded is still exact

@@ -113,7 +113,7 @@ def test_a_killed_run_leaves_no_cursor_and_the_next_run_covers_its_range(stack, 
     with pytest.raises(Exception, match="worker killed"):
         run_fold(stack, posts_per_commit=10)
     monkeypatch.undo()
-    assert applied == [10]
+    assert len(applied) == 1  # one transaction (the posts of one key range) committed
     with database.snapshot(multi_use=True) as snapshot:
         assert fold_cursor(snapshot) == cursor_before  # the dead run recorded nothing
     assert exact(database, gains(before)) == gains(before)  # partly folded is still exact
@@ -121,7 +121,7 @@ def test_a_killed_run_leaves_no_cursor_and_the_next_run_covers_its_range(stack, 
     after = [PostDelta(f"killed-{i}", HOUR, f"k2:{i}", 1, 0, 1) for i in range(0, 30, 3)]
     write_deltas(database, after)
     outcome = fold(stack)
-    assert outcome.deltas_folded == 30 + 10 - 10  # all but the dead run's committed 10
+    assert outcome.deltas_folded == 30 + 10 - applied[0]  # all but the dead run's committed ones
     want = gains(before + after)
     assert folded(database, want) == want == exact(database, want)
 

@@ -25,10 +25,13 @@ REAL_METRIC_TYPES = {
     "dataflow.googleapis.com/job/user_counter",
     "pubsub.googleapis.com/subscription/num_undelivered_messages",
 }
-# Beam counters of this project that the policies and dashboard name (transforms/spanner_sink.py).
+# Beam counters of this project that the policies and dashboard name (transforms/spanner_sink.py,
+# transforms/fold_deltas.py).
 SINK_COUNTERS = {"rows_written", "transient_retries", "rows_dead_lettered"}
+FOLD_COUNTERS = {"oldest_unfolded_age_s"}
 CUSTOM = {"ALERT_FOLD_LAG_S": "1234", "ALERT_DEAD_LETTERS": "7", "ALERT_DATA_FRESHNESS_S": "321",
           "ALERT_SYSTEM_LAG_S": "456", "ALERT_SINK_RETRIES_PER_MIN": "89", "ALERT_DURATION_S": "240",
+          "ALERT_UNFOLDED_AGE_S": "86400",
           "STREAMING_JOB": "stream-x", "FOLD_JOB": "fold-y", "DEAD_LETTER_TOPIC": "dl-z",
           "NOTIFICATION_CHANNELS": "111, projects/p/notificationChannels/222"}
 TEMPLATES = monitoring.alert_templates() + monitoring.dashboard_templates()
@@ -59,7 +62,7 @@ def rendered(path) -> dict:
 def test_the_alerts_and_the_dashboard_exist_with_the_names_asked_for() -> None:
     names = {p.stem for p in TEMPLATES}
     assert names == {"alert-fold-lag", "alert-fold-failures", "alert-dead-letter-backlog", "alert-streaming-lag",
-                     "alert-sink-retries", "dashboard"}
+                     "alert-sink-retries", "alert-unfolded-age", "dashboard"}
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
@@ -69,9 +72,9 @@ def test_every_filter_and_query_names_a_real_metric_type(path) -> None:
     for text in texts:
         types = metric_types(text)
         assert types and types <= REAL_METRIC_TYPES, text
-        if "user_counter" in text:  # a custom Beam counter: it must be one the sink reports
+        if "user_counter" in text:  # a custom Beam counter: it must be one the sink or the fold reports
             named = {n for names in re.findall(r'"metric_name"=~?"([^"]+)"', text) for n in names.split("|")}
-            assert named and named <= SINK_COUNTERS, named
+            assert named and named <= SINK_COUNTERS | FOLD_COUNTERS, named
 
 
 @pytest.mark.parametrize("path", monitoring.alert_templates(), ids=lambda p: p.stem)
@@ -87,8 +90,8 @@ def test_every_threshold_comes_from_the_deploy_configuration(path) -> None:
                 placeholder = re.fullmatch(r"\$\{([A-Z_]+)\}", raw[kind]["thresholdValue"]).group(1)
                 assert condition[kind]["thresholdValue"] == int(CUSTOM[placeholder])
         if kind == "conditionPrometheusQueryLanguage":
-            assert raw[kind]["query"].endswith("> ${ALERT_SINK_RETRIES_PER_MIN}")
-            assert condition[kind]["query"].endswith("> 89")
+            placeholder = re.search(r"> \$\{([A-Z_]+)\}$", raw[kind]["query"]).group(1)
+            assert condition[kind]["query"].endswith(f"> {CUSTOM[placeholder]}")
         duration = raw[kind]["duration"]
         assert duration == "0s" or re.fullmatch(r"\$\{[A-Z_]+\}s", duration), "a hard-coded duration"
     assert policy["notificationChannels"] == ["projects/my-project/notificationChannels/111",
@@ -129,6 +132,18 @@ def test_deploy_alerts_dry_run_prints_one_command_per_policy_and_the_dashboard(m
         (file_flag,) = [a for a in command if a.startswith(("--policy-from-file=", "--config-from-file="))]
         written = json.loads((tmp_path / file_flag.split("=", 1)[1]).read_text())
         assert "${" not in json.dumps(written) and command[-2:] == ["--project", "my-project"]
+
+
+def test_the_unfolded_age_alert_watches_the_folds_own_counter() -> None:
+    from pathlib import Path
+
+    from transforms import fold_deltas
+
+    (alert,) = [rendered(p) for p in monitoring.alert_templates() if p.stem == "alert-unfolded-age"]
+    (query,) = metric_texts(alert)
+    assert '"metric_name"="oldest_unfolded_age_s"' in query and '"job_name"="fold-y"' in query
+    assert query.endswith("> 86400")
+    assert 'Metrics.counter("FoldDeltas", "oldest_unfolded_age_s")' in Path(fold_deltas.__file__).read_text()
 
 
 def test_the_counters_named_are_the_sinks_own() -> None:

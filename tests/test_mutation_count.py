@@ -16,11 +16,11 @@ from spanner_store.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas,
 )
 from spanner_store.folding import MAX_SKIPPED_LISTED
-from spanner_store.mutation_count import commit_mutation_count, schema_model
+from spanner_store.mutation_count import commit_key_ranges, commit_mutation_count, schema_model
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
+    KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES,
-    VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS,
+    VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS, key_range,
 )
 from upvotes.commit_meter import CommitMeter, CommitTooLarge, metering_commits
 
@@ -110,6 +110,19 @@ def test_a_view_row_operation_costs_at_most_what_the_view_batches_assume() -> No
     )
     assert worst <= MUTATIONS_PER_VIEW_ROW
     assert MAX_BATCH_ROWS * MUTATIONS_PER_VIEW_ROW <= MUTATION_BUDGET < SPANNER_MUTATION_LIMIT
+
+
+def test_key_ranges_count_the_post_hash_ranges_and_other_tables_rows() -> None:
+    model = schema_model()
+    batch = Batch(None)
+    # Two posts in the lowest 1/64 of the hash space, one in the highest: two ranges, plus the
+    # TopCandidates row (a table of its own).
+    low, high = 5, (1 << 63) - 5
+    batch.insert(POSTS, columns=("PostHash", "PostId"), values=[(low, "a"), (low + 1, "b"), (high, "c")])
+    batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS,
+                 values=[(3, spanner.COMMIT_TIMESTAMP, "x", ["a"], 0)])
+    assert commit_key_ranges(batch._mutations, model) == 3
+    assert (key_range(low), key_range(high)) == (0, KEY_RANGES - 1)
 
 
 def test_the_change_log_costs_a_few_mutations_per_commit_not_per_delta() -> None:

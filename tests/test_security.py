@@ -25,17 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
 from google.cloud import spanner
 
 import schemas
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
-from transforms.fold_deltas import FoldDeltas
 from schemas.contract import parse_vote
 from schemas.records import PostDelta, VoteEvent
 from spanner_store.deltas import write_deltas
 from upvotes.cli import main
 from spanner_store.reads import exact_counts, verify_totals
+from tests.folding import run_fold
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -140,9 +139,7 @@ def test_a_mismatch_on_a_hostile_post_id_is_reported_against_that_id(database, h
 
 def test_hostile_post_ids_survive_a_fold(stack, database, hostile_written) -> None:
     ids, expected = hostile_written
-    with TestPipeline() as p:
-        p | FoldDeltas(stack.project, stack.instance, stack.database, posts_per_commit=500, full_scan=False,
-                       data_boost=False)
+    run_fold(stack)
     keyset = spanner.KeySet(keys=[[schemas.post_hash(p), p] for p in ids])
     with database.snapshot() as snapshot:
         folded = {r[0]: {"upvotes": r[1], "shares": r[2]}

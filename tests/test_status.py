@@ -71,15 +71,16 @@ def test_dead_letters_make_status_unhealthy_and_are_counted_by_reason(stack, cap
         report["dead_letter_backlog"]
 
 
-def test_unfolded_deltas_older_than_a_tenth_of_the_retention_cross_a_threshold() -> None:
+def test_unfolded_deltas_older_than_the_alert_threshold_cross_it_long_before_the_retention() -> None:
     now = datetime(2026, 11, 23, tzinfo=timezone.utc)
     health = DeltaHealth(read_at=now, posts_with_unfolded_deltas=1, last_fold_snapshot=now - timedelta(seconds=60),
-                         unfolded_deltas=1, oldest_unfolded_commit=now - timedelta(days=3, seconds=1),
+                         unfolded_deltas=1, oldest_unfolded_commit=now - timedelta(days=7, seconds=1),
                          recent_delta_rows=0, recent_votes=0, recent_window=timedelta(minutes=10), rows_read=3,
                          full_scan=False)
     found = problems(status_report(health, None), Thresholds(max_fold_lag_s=1800))
-    assert len(found) == 1 and "1/10 of the 30-day retention" in found[0]
-    fresher = health.__class__(**{**health.__dict__, "oldest_unfolded_commit": now - timedelta(days=2)})
+    assert len(found) == 1 and "deleted 30 days after their commit" in found[0]
+    assert status_report(health, None)["oldest_unfolded_share_of_retention"] == round((7 * 86_400 + 1) / (30 * 86_400), 4)
+    fresher = health.__class__(**{**health.__dict__, "oldest_unfolded_commit": now - timedelta(days=6)})
     assert problems(status_report(fresher, None), Thresholds(max_fold_lag_s=1800)) == []
 
 

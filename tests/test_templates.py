@@ -503,7 +503,7 @@ def test_scheduler_job_launches_the_fold_template(posts_per_commit: str | None) 
     assert launch["containerSpecGcsPath"] == config.template_path("fold") == f"gs://{PROJECT}-upvotes/templates/fold.json"
     assert launch["jobName"] == "upvotes-fold"
     required = {p.template_name for p in FOLD_PARAMS if p.required}
-    optional_set = ({"postsPerCommit"} if posts_per_commit else set()) | {"dataBoost", "fullScan"}  # "false" each
+    optional_set = ({"postsPerCommit"} if posts_per_commit else set()) | {"dataBoost", "fullScan", "maxDeltaRowsPerRun"}  # defaults each
     assert set(launch["parameters"]) == required | optional_set
     assert launch["parameters"]["spannerInstanceId"] == "upvotes"
     assert launch["parameters"]["spannerDatabaseId"] == "votes"

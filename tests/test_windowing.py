@@ -16,7 +16,7 @@ from apache_beam.transforms.window import TimestampedValue
 
 from schemas.records import CounterSums, PostDelta, PostHour
 from transforms.parse import ParseVotes
-from transforms.windowing import MergeSums, WindowAndSumVotes, delta_id, sum_shard
+from transforms.windowing import SUM_SHARDS, MergeSums, WindowAndSumVotes, delta_id, sum_shard
 
 HOUR = 1_795_312_800
 WRITER = "test-writer"
@@ -55,11 +55,11 @@ def test_a_hot_post_costs_one_delta_per_window() -> None:
         assert_that(
             deltas,
             equal_to([
-                PostDelta("hot", HOUR, delta_id(WRITER, 0, 0), 4, 0, 4),
-                PostDelta("cold", HOUR, delta_id(WRITER, 0, 0), 1, 0, 1),
+                PostDelta("hot", HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), 4, 0, 4),
+                PostDelta("cold", HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), 1, 0, 1),
                 # DISCARDING: the second window's pane holds only its own votes.
-                PostDelta("hot", HOUR, delta_id(WRITER, 10_000_000, 0), -1, 1, 2),
-                PostDelta("hot", HOUR, delta_id(WRITER, 20_000_000, 0), 1, 0, 1),
+                PostDelta("hot", HOUR, delta_id(WRITER, 10_000_000, 0, 20_000_000, SUM_SHARDS), -1, 1, 2),
+                PostDelta("hot", HOUR, delta_id(WRITER, 20_000_000, 0, 30_000_000, SUM_SHARDS), 1, 0, 1),
             ]),
         )
         # Per window: exactly one delta per post and window.
@@ -157,7 +157,7 @@ def test_posts_sharing_a_shard_each_get_their_own_delta() -> None:
         .add_elements([TimestampedValue(vote(post, 1, "shares"), 6) for post in posts[:10]])
         .advance_watermark_to_infinity()
     )
-    expected = [PostDelta(post, HOUR, delta_id(WRITER, 0, 0), i + 1, 1 if i < 10 else 0, 2 if i < 10 else 1)
+    expected = [PostDelta(post, HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), i + 1, 1 if i < 10 else 0, 2 if i < 10 else 1)
                 for i, post in enumerate(posts)]
     run_stream(stream, equal_to(expected))
 

@@ -18,10 +18,10 @@ from google.cloud import spanner
 from pipeline.streaming import claim_writer
 from schemas.records import CounterSums, PostHour
 from spanner_store.reads import exact_counts
-from spanner_store.tables import DELTAS, post_key, writer_identity
+from spanner_store.tables import DELTAS, FIRST_KEY_FORMAT, KEY_FORMAT, WRITER_GENERATIONS, post_key, writer_identity
 from spanner_store.writers import claim_generation
 from transforms.spanner_sink import WriteDeltaRows
-from transforms.windowing import ShardSums, WindowAndSumVotes, sum_shard
+from transforms.windowing import ShardSums, WindowAndSumVotes, shards_of_key, sum_shard
 
 HOUR = 1_795_312_800
 LONG_WINDOW_S = 10**9
@@ -91,3 +91,53 @@ def test_drain_and_relaunch_within_one_window_counts_both_runs_and_an_update_rep
     run_votes(stack, updated.identity, upvotes(post, 2))
     assert delta_ids(database, post) == ids
     assert exact_counts(database, [post])[0].upvotes == 5  # the replayed pane counted once
+
+
+# --- an update that changes the window length or the shard count ------------------------------
+
+def run_layouts(stack, writer: str, key_format: int, layouts: list[tuple[int, list[tuple[int, ShardSums]]]]) -> None:
+    """Panes of several window lengths over the same start (0) for one writer, as an update that
+    changed `windowSeconds` leaves them: windows of the old length, buffered, are finished by the
+    new job beside its own."""
+    with TestPipeline() as p:
+        for length, votes in layouts:
+            (p | f"Votes{length}" >> beam.Create(votes)
+             | f"Stamp{length}" >> beam.Map(lambda sums: TimestampedValue(sums, 1))
+             | f"Window{length}" >> WindowAndSumVotes(writer, length, key_format)
+             | f"Write{length}" >> WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=50))
+
+
+def test_panes_of_10_s_and_20_s_windows_of_one_writer_post_and_start_both_count(stack, database) -> None:
+    claim = launch_claim(stack, "resized-job", update=False)
+    assert claim.key_format == KEY_FORMAT
+    post = "resized-post"
+    run_layouts(stack, claim.identity, claim.key_format, [(10, upvotes(post, 3)), (20, upvotes(post, 4))])
+    assert len(delta_ids(database, post)) == 2
+    assert exact_counts(database, [post])[0].upvotes == 7  # the first format took the 20 s pane as already written
+
+
+def test_panes_of_two_shard_counts_of_one_window_both_count(stack, database) -> None:
+    claim = launch_claim(stack, "reshard-job", update=False)
+    post = "resharded-post"
+    old = [(sum_shard(post), {PostHour(post, HOUR): CounterSums(1, 0, 1)}) for _ in range(3)]
+    new = [(sum_shard(post, shards=64), {PostHour(post, HOUR): CounterSums(1, 0, 1)}) for _ in range(5)]
+    assert shards_of_key(old[0][0]) == 32 and shards_of_key(new[0][0]) == 64
+    run_layouts(stack, claim.identity, claim.key_format, [(10, old + new)])
+    assert len(delta_ids(database, post)) == 2
+    assert exact_counts(database, [post])[0].upvotes == 8
+
+
+def test_an_update_keeps_the_key_format_of_its_generation_and_a_fresh_launch_takes_the_new_one(stack, database) -> None:
+    with database.batch() as batch:  # a generation claimed before formats existed
+        batch.insert(WRITER_GENERATIONS, columns=("WriterName", "Generation", "ClaimedAt"),
+                     values=[("old-format-job", 4, spanner.COMMIT_TIMESTAMP)])
+    updated = launch_claim(stack, "old-format-job", update=True)
+    assert (updated.generation, updated.key_format) == (4, FIRST_KEY_FORMAT)
+    post = "old-format-post"
+    run_layouts(stack, updated.identity, updated.key_format, [(10, upvotes(post, 2))])
+    # The key the job before the update wrote for this pane: a replay collides with it.
+    assert delta_ids(database, post) == [f"{updated.identity}:0:0"]
+    assert launch_claim(stack, "old-format-job", update=True).key_format == FIRST_KEY_FORMAT
+    relaunched = launch_claim(stack, "old-format-job", update=False)
+    assert (relaunched.generation, relaunched.key_format) == (5, KEY_FORMAT)
+    assert launch_claim(stack, "old-format-job", update=True).key_format == KEY_FORMAT

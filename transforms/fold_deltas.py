@@ -5,8 +5,8 @@
                           cursor, one shard each) + the cursor run's skipped posts -> Distinct
                           -> BatchElements -> ReadCandidates (watermarks, unfolded index ranges)
       or a full scan:     PlanPartitions (of Posts, at S) -> Reshuffle -> ReadUnfoldedDeltas
-      -> SumPerPost -> ApplyFolds (compare-and-set transactions) -> TotalOutcome
-      -> RecordFoldRun (ChangesThrough = S, with the posts skipped)
+      -> SumPerPost -> ByKeyRange -> ApplyFolds (compare-and-set transactions) -> TotalOutcome
+      -> RecordFoldRun (ChangesThrough: S, or less past the run's budget; the posts skipped)
 
 Why each step is exact (the snapshot, the cursor, the compare-and-set, concurrent and killed
 folds) is in `spanner_store.folding`, which holds every read and transaction used here. Shards
@@ -27,11 +27,12 @@ from spanner_store.database import (
 )
 from spanner_store.delta_commits import SkippedPost
 from spanner_store.folding import (
-    FoldOutcome, FoldPlan, PostFold, add_hours, apply_folds, changed_post_ids, choose_snapshot, fold_cost,
-    fold_post_in_steps, plan_fold, plan_partitions, read_candidates, read_partition, record_fold_run,
+    FoldOutcome, FoldPlan, PostFold, add_hours, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps,
+    oldest_unfolded_commit, outlived_snapshot, plan_fold, plan_partitions, read_candidates, read_partition, read_shard_changes,
+    record_fold_run,
 )
 from spanner_store.reads import READ_CHUNK
-from spanner_store.tables import COMMIT_SHARDS
+from spanner_store.tables import COMMIT_SHARDS, key_range
 
 LOG = logging.getLogger(__name__)
 
@@ -88,15 +89,16 @@ class _ChooseSnapshot(_SpannerDoFn):
 
 
 class _PlanFold(_CountingDoFn):
-    """snapshot S -> the run's FoldPlan: its cursor, and whether it scans every post."""
+    """snapshot S -> the run's FoldPlan: its cursor, its budget, and whether it scans every post."""
 
-    def __init__(self, project: str, instance: str, database: str, full_scan: bool) -> None:
+    def __init__(self, project: str, instance: str, database: str, full_scan: bool, max_delta_rows: int) -> None:
         super().__init__(project, instance, database)
         self._full_scan = full_scan
+        self._max_delta_rows = max_delta_rows
         self._full_scans = Metrics.counter("FoldDeltas", "full_scans")
 
     def process(self, snapshot_at: datetime):
-        plan, rows = plan_fold(self._database, snapshot_at, self._full_scan)
+        plan, rows = plan_fold(self._database, snapshot_at, self._full_scan, self._max_delta_rows)
         self.count_rows(rows)
         if plan.full_scan:
             self._full_scans.inc()
@@ -126,10 +128,15 @@ class _ReadPartition(_CountingDoFn):
 
 
 class _ReadChangedPosts(_CountingDoFn):
-    """A shard number -> the post IDs of its DeltaCommits rows committed after the cursor, at S."""
+    """A shard number -> the post IDs of its DeltaCommits rows committed after the cursor, at S,
+    within the run's budget; THROUGH: how far the shard was taken (folding.read_shard_changes)."""
+
+    THROUGH = "through"
 
     def process(self, shard: int, plan: FoldPlan):
-        yield from changed_post_ids(self._database, plan, shard, self.count_rows)
+        changes = read_shard_changes(self._database, plan, shard, self.count_rows)
+        yield from changes.post_ids
+        yield beam.pvalue.TaggedOutput(self.THROUGH, changes.through)
 
 
 class _ReadCandidates(_CountingDoFn):
@@ -140,8 +147,10 @@ class _ReadCandidates(_CountingDoFn):
 
 
 class _ApplyFoldsFn(_SpannerDoFn):
-    """Buffers PostFolds and applies them in transactions of bounded size. Main output: FoldOutcomes;
-    SKIPPED: a SkippedPost for each post whose fold failed with a non-transient error."""
+    """(key range, its PostFolds) -> the range's posts applied in key order, in transactions of
+    bounded size that never span two ranges (on real Spanner each touches the splits of one
+    range, not one split per post). Main output: FoldOutcomes; SKIPPED: a SkippedPost for each
+    post whose fold failed with a non-transient error."""
 
     SKIPPED = "skipped"
 
@@ -157,30 +166,27 @@ class _ApplyFoldsFn(_SpannerDoFn):
         self._cost = 0
         self._skipped: list[SkippedPost] = []
 
-    def process(self, fold: PostFold, snapshot_at: datetime) -> Iterator:
-        self._snapshot_at = snapshot_at
-        if fold_cost(fold) > self._max_mutations:
-            # Too many hours for one commit: this post alone, in bounded steps.
-            yield self._count(self._or_skip(fold, lambda: fold_post_in_steps(
-                self._database, fold, snapshot_at, self._max_mutations, lambda _: self._retries.inc())))
-        else:
+    def process(self, keyed: tuple[int, Iterable[PostFold]], snapshot_at: datetime) -> Iterator:
+        _, folds = keyed
+        for fold in sorted(folds, key=lambda f: (f.key.post_hash, f.key.post_id)):
+            if fold_cost(fold) > self._max_mutations:
+                # Too many hours for one commit: this post alone, in bounded steps.
+                yield self._count(self._or_skip(fold, snapshot_at, lambda f=fold: fold_post_in_steps(
+                    self._database, f, snapshot_at, self._max_mutations, lambda _: self._retries.inc())))
+                continue
             if self._buffer and (len(self._buffer) >= self._posts_per_commit
                                  or self._cost + fold_cost(fold) > self._max_mutations):
                 yield self._flush(snapshot_at)
             self._buffer.append(fold)
             self._cost += fold_cost(fold)
-        yield from self._skipped_outputs(lambda post: post)
-
-    def finish_bundle(self):
-        in_window = beam.transforms.window.GlobalWindows.windowed_value
         if self._buffer:
-            yield in_window(self._flush(self._snapshot_at))
-        yield from self._skipped_outputs(in_window)
+            yield self._flush(snapshot_at)
+        yield from self._skipped_outputs()
 
-    def _skipped_outputs(self, wrap: Callable) -> Iterator[beam.pvalue.TaggedOutput]:
+    def _skipped_outputs(self) -> Iterator[beam.pvalue.TaggedOutput]:
         skipped, self._skipped = self._skipped, []
         for post in skipped:
-            yield beam.pvalue.TaggedOutput(self.SKIPPED, wrap(post))
+            yield beam.pvalue.TaggedOutput(self.SKIPPED, post)
 
     def _apply(self, folds: list[PostFold], snapshot_at: datetime) -> FoldOutcome:
         return run_with_retries(
@@ -192,24 +198,24 @@ class _ApplyFoldsFn(_SpannerDoFn):
     def _flush(self, snapshot_at: datetime) -> FoldOutcome:
         folds, self._buffer, self._cost = self._buffer, [], 0
         if len(folds) == 1:
-            return self._count(self._or_skip(folds[0], lambda: self._apply(folds, snapshot_at)))
+            return self._count(self._or_skip(folds[0], snapshot_at, lambda: self._apply(folds, snapshot_at)))
         try:
             outcome = self._apply(folds, snapshot_at)
         except Exception as error:  # noqa: BLE001 - sorted by _skippable
-            if not _skippable(error):
+            if not _skippable(error, snapshot_at):
                 raise
             # Some post of the batch cannot be folded: fold each alone so only it is skipped.
             outcome = FoldOutcome()
             for fold in folds:
-                outcome = outcome.plus(self._or_skip(fold, lambda f=fold: self._apply([f], snapshot_at)))
+                outcome = outcome.plus(self._or_skip(fold, snapshot_at, lambda f=fold: self._apply([f], snapshot_at)))
         return self._count(outcome)
 
-    def _or_skip(self, fold: PostFold, work: Callable[[], FoldOutcome]) -> FoldOutcome:
+    def _or_skip(self, fold: PostFold, snapshot_at: datetime, work: Callable[[], FoldOutcome]) -> FoldOutcome:
         """`work()`, or one skipped post when it fails with a non-transient error."""
         try:
             return work()
         except Exception as error:  # noqa: BLE001 - sorted by _skippable
-            if not _skippable(error):
+            if not _skippable(error, snapshot_at):
                 raise
             LOG.error("fold of post %r skipped; it stays unfolded and reads stay exact: %r", fold.key.post_id, error)
             self._skipped.append(SkippedPost(fold.key.post_hash, fold.key.post_id, repr(error)))
@@ -222,8 +228,20 @@ class _ApplyFoldsFn(_SpannerDoFn):
 
 
 class _RecordFoldRun(_SpannerDoFn):
-    def process(self, outcome: FoldOutcome, plan: FoldPlan, skipped: list[SkippedPost], handle: dict | None):
-        record_fold_run(self._database, plan, outcome, skipped, handle)
+    """The run's total -> its FoldRuns row; then FoldDeltas/oldest_unfolded_age_s, the age of the
+    oldest delta the run leaves unfolded (its skipped posts' and the commits past its budget),
+    which the alerts as code watch against the 30-day retention (templates/monitoring)."""
+
+    def __init__(self, project: str, instance: str, database: str) -> None:
+        super().__init__(project, instance, database)
+        self._oldest_unfolded_age = Metrics.counter("FoldDeltas", "oldest_unfolded_age_s")
+
+    def process(self, outcome: FoldOutcome, plan: FoldPlan, skipped: list[SkippedPost], handle: dict | None,
+                changes_through: datetime | None):
+        record_fold_run(self._database, plan, outcome, skipped, handle, changes_through)
+        oldest, now = oldest_unfolded_commit(self._database, plan, skipped, changes_through)
+        if oldest is not None:
+            self._oldest_unfolded_age.inc(int((now - oldest).total_seconds()))
         yield outcome
 
 
@@ -249,13 +267,18 @@ class FoldDeltas(beam.PTransform):
     logged and counted (posts_skipped, also in its FoldRuns row, and listed in
     FoldRunSkippedPosts for the next run) and every other post is still folded.
 
+    A run takes the change log's commits oldest first up to `max_delta_rows_per_run` delta rows
+    and leaves the rest to the next run (spanner_store.folding, "A run's work is bounded"). Posts
+    are applied grouped by key range (tables.key_range), in key order.
+
     Metrics: FoldDeltas/posts_folded, deltas_folded, posts_refolded, posts_already_folded,
-    posts_split, posts_skipped, rows_read, full_scans, transient_retries.
+    posts_split, posts_skipped, rows_read, full_scans, transient_retries, oldest_unfolded_age_s.
     """
 
     def __init__(
         self, project: str, instance: str, database: str,
         posts_per_commit: int, snapshot_at: datetime | None = None, *, full_scan: bool, data_boost: bool,
+        max_delta_rows_per_run: int,
     ):
         """`snapshot_at` folds as of a given past timestamp (under an hour old) instead of now."""
         super().__init__()
@@ -264,6 +287,7 @@ class FoldDeltas(beam.PTransform):
         self._snapshot_at = snapshot_at
         self._full_scan = full_scan
         self._data_boost = data_boost
+        self._max_delta_rows = max_delta_rows_per_run
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
         if self._snapshot_at is not None:
@@ -271,7 +295,7 @@ class FoldDeltas(beam.PTransform):
         else:
             snapshot = begin | "Start" >> beam.Impulse() | "ChooseSnapshot" >> beam.ParDo(_ChooseSnapshot(*self._where))
         at = beam.pvalue.AsSingleton(snapshot)
-        plan = snapshot | "PlanFold" >> beam.ParDo(_PlanFold(*self._where, self._full_scan))
+        plan = snapshot | "PlanFold" >> beam.ParDo(_PlanFold(*self._where, self._full_scan, self._max_delta_rows))
         planned = beam.pvalue.AsSingleton(plan)
 
         partitions = plan | "PlanPartitions" >> beam.ParDo(_PlanPartitions(*self._where, self._data_boost))
@@ -285,12 +309,17 @@ class FoldDeltas(beam.PTransform):
             | "SpreadPartitions" >> beam.Reshuffle()
             | "ReadUnfoldedDeltas" >> beam.ParDo(_ReadPartition(*self._where), at)
         )
-        changed = (
+        shard_reads = (
             plan
             | "PlanShards" >> beam.FlatMap(_shards)
             | "SpreadShards" >> beam.Reshuffle()
-            | "ReadChangedPosts" >> beam.ParDo(_ReadChangedPosts(*self._where), planned)
+            | "ReadChangedPosts" >> beam.ParDo(_ReadChangedPosts(*self._where), planned).with_outputs(
+                _ReadChangedPosts.THROUGH, main="posts")
         )
+        changed = shard_reads.posts
+        # The run vouches up to the least far-taken shard (None: no shard read, a full scan: S).
+        changes_through = shard_reads[_ReadChangedPosts.THROUGH] | "ChangesThrough" >> beam.CombineGlobally(
+            _earliest_or_none)
         skipped_before = plan | "SkippedByCursorRun" >> beam.FlatMap(
             lambda p: [] if p.full_scan else p.candidates_from_skips)
         followed = (
@@ -305,6 +334,7 @@ class FoldDeltas(beam.PTransform):
             | "UnfoldedDeltas" >> beam.Flatten()
             | "SumPerPost" >> beam.CombinePerKey(SumPostDeltas())
             | "ToPostFold" >> beam.Map(_to_post_fold)
+            | "ByKeyRange" >> beam.GroupBy(lambda fold: key_range(fold.key.post_hash))
             | "ApplyFolds" >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), at).with_outputs(
                 _ApplyFoldsFn.SKIPPED, main="outcomes")
         )
@@ -316,15 +346,26 @@ class FoldDeltas(beam.PTransform):
             | "TotalOutcome" >> beam.CombineGlobally(_sum_outcomes)
             | "RecordFoldRun" >> beam.ParDo(
                 _RecordFoldRun(*self._where), planned, beam.pvalue.AsSingleton(skipped),
-                beam.pvalue.AsSingleton(session))
+                beam.pvalue.AsSingleton(session), beam.pvalue.AsSingleton(changes_through))
         )
 
 
-def _skippable(error: Exception) -> bool:
+def _skippable(error: Exception, snapshot_at: datetime) -> bool:
     """A post's fold failing this way is skipped, so one post never blocks the others.
     Transient errors that outlast the retries (Spanner unreachable) still fail the whole run,
-    and so do broken invariants (AssertionError, the test suite's commit-size check)."""
+    and so do broken invariants (AssertionError, the test suite's commit-size check) and a read
+    at the run's snapshot that Spanner rejects as older than its version retention: the run
+    outlived its snapshot, which says nothing about the post (folding.outlived_snapshot)."""
+    if outlived_snapshot(error, snapshot_at):
+        raise RuntimeError(
+            f"the fold's snapshot {snapshot_at.isoformat()} is older than Spanner keeps versions: this run took too "
+            "long to finish. Nothing is lost (the next run folds what this one did not); lower "
+            "--max-delta-rows-per-run (template parameter maxDeltaRowsPerRun) if it happens again.") from error
     return not isinstance(error, TRANSIENT_ERRORS + (AssertionError,))
+
+
+def _earliest_or_none(throughs: Iterable[datetime]) -> datetime | None:
+    return min(throughs, default=None)
 
 
 def _any_handle(handles: Iterable[dict | None]) -> dict | None:

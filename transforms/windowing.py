@@ -25,6 +25,16 @@ meet in one shard on every worker and every run: one delta per post, hour and pa
 Accumulation is DISCARDING: every pane is a delta of its own. ACCUMULATING panes (as in
 Beam's leader board example) repeat earlier panes' votes and would count them twice.
 
+A delta's key names its pane completely: the writer (job name and generation), the window's
+start and end, the pane index and the shard count (`delta_id`). An in-place update may
+change the window length or the shard count while windows of the old layout are still
+open; their panes and the new layout's then share a start and a pane index, and without the
+end and the shard count they would share a key, the second taken as already written. The
+shard count travels in each element's grouping key (`shard_key`) for the same reason: a
+window buffered under the old count fires under the new code. Generations claimed before
+this format keep the first one (spanner_store/writers.py), so an update never re-spells a
+key already written.
+
 The trigger fires once when the watermark passes the window's end, deliberately: a vote
 stamped on ingestion is held back by the watermark until it reaches the combine, so no
 late pane can occur, and a late-firing trigger turns off combiner lifting, which merges
@@ -46,17 +56,32 @@ from schemas import post_hash
 from schemas.contract import EventTimePolicy, Sums, sum_message
 from schemas.records import CounterSums, PostDelta, PostHour, Rejected
 from schemas.voter_sketch import VoterUnion, sketch_of
+from spanner_store.tables import FIRST_KEY_FORMAT, KEY_FORMAT
 
 # Enough keys to spread the window combine over a few dozen Dataflow workers; few enough
 # that a bundle's elements and a runner's per-key work stay small (see the module docstring).
 SUM_SHARDS = 32
+# The shard count of every job before the count was part of the grouping key: its keys are
+# the bare shard numbers, so an update from such a job keeps grouping with its open windows.
+FIRST_SUM_SHARDS = 32
+_SHARDS_KEY_BASE = 1 << 20  # a grouping key is shards * base + shard, for any other count
 
 ShardSums = dict[PostHour, CounterSums]  # one shard's sums (and voter sketches), per post and event hour
 
 
-def sum_shard(post_id: str) -> int:
-    """The grouping key of a post's sums: stable across processes, workers and runs."""
-    return post_hash(post_id) % SUM_SHARDS
+def sum_shard(post_id: str, shards: int = SUM_SHARDS) -> int:
+    """The grouping key of a post's sums: stable across processes, workers and runs, and
+    carrying the shard count it was computed with (`shards_of_key`)."""
+    return shard_key(post_hash(post_id) % shards, shards)
+
+
+def shard_key(shard: int, shards: int) -> int:
+    return shard if shards == FIRST_SUM_SHARDS else shards * _SHARDS_KEY_BASE + shard
+
+
+def shards_of_key(key: int) -> int:
+    """The shard count a grouping key was computed with."""
+    return FIRST_SUM_SHARDS if key < _SHARDS_KEY_BASE else key // _SHARDS_KEY_BASE
 
 
 class MergeSums(beam.CombineFn):
@@ -102,9 +127,13 @@ class MergeSums(beam.CombineFn):
                 for key, (up, sh, events, voters) in acc.items()}
 
 
-def delta_id(writer: str, window_start_us: int, pane_index: int) -> str:
-    """The deterministic identity of one pane's delta: same pane, same ID, on any retry."""
-    return f"{writer}:{window_start_us}:{pane_index}"
+def delta_id(writer: str, window_start_us: int, pane_index: int, window_end_us: int, shards: int,
+             key_format: int = KEY_FORMAT) -> str:
+    """The deterministic identity of one pane's delta: same pane, same ID, on any retry; two
+    different panes, different IDs, whatever an update changed (see the module docstring)."""
+    if key_format == FIRST_KEY_FORMAT:
+        return f"{writer}:{window_start_us}:{pane_index}"
+    return f"{writer}:{window_start_us}:{pane_index}:{window_end_us}:{shards}"
 
 
 class BundleSums:
@@ -153,16 +182,19 @@ def post_deltas(sums: ShardSums, pane_id: str) -> Iterable[PostDelta]:
 
 
 class _ToPostDeltas(beam.DoFn):
-    def __init__(self, writer: str) -> None:
+    def __init__(self, writer: str, key_format: int) -> None:
         self._writer = writer
+        self._key_format = key_format
         # Votes of sums that cancel out and so write no row: what a drain's accounting of
         # pulled-but-unwritten votes (pipeline/drain.py) must not count as missing.
         self._without_effect = Metrics.counter("WindowAndSumVotes", "events_without_effect")
 
     def process(self, keyed, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
-        _, sums = keyed
+        key, sums = keyed
+        pane_id = delta_id(self._writer, win.start.micros, pane.index, win.end.micros, shards_of_key(key),
+                           self._key_format)
         events = 0
-        for delta in post_deltas(sums, delta_id(self._writer, win.start.micros, pane.index)):
+        for delta in post_deltas(sums, pane_id):
             events += delta.events
             yield delta
         self._without_effect.inc(sum(total.events for total in sums.values()) - events)
@@ -173,13 +205,15 @@ class WindowAndSumVotes(beam.PTransform):
     one per post, event hour and pane of fixed windows.
 
     `writer` names this pipeline run (the job name and its launch generation, which an
-    update keeps: spanner_store/writers.py) so that deltas of different runs never share a key.
+    update keeps: spanner_store/writers.py) so that deltas of different runs never share a key;
+    `key_format` is the one its generation was claimed with.
     """
 
-    def __init__(self, writer: str, window_seconds: int) -> None:
+    def __init__(self, writer: str, window_seconds: int, key_format: int = KEY_FORMAT) -> None:
         super().__init__()
         self._writer = writer
         self._window_seconds = window_seconds
+        self._key_format = key_format
 
     def expand(self, keyed: beam.PCollection) -> beam.PCollection:
         return (
@@ -190,5 +224,5 @@ class WindowAndSumVotes(beam.PTransform):
                 accumulation_mode=trigger.AccumulationMode.DISCARDING,
             )
             | "SumPerShard" >> beam.CombinePerKey(MergeSums())
-            | "ToPostDeltas" >> beam.ParDo(_ToPostDeltas(self._writer))
+            | "ToPostDeltas" >> beam.ParDo(_ToPostDeltas(self._writer, self._key_format))
         )

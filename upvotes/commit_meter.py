@@ -21,7 +21,7 @@ from google.cloud.spanner_v1.transaction import Transaction
 
 import schemas
 from spanner_store.database import SPANNER_MUTATION_LIMIT
-from spanner_store.mutation_count import commit_mutation_count, schema_model
+from spanner_store.mutation_count import commit_key_ranges, commit_mutation_count, schema_model
 
 
 class CommitTooLarge(AssertionError):
@@ -38,6 +38,10 @@ class CommitMeter:
     largest: float = 0
     largest_tables: tuple[str, ...] = ()  # the tables the largest commit wrote
     too_large: list[str] = field(default_factory=list)  # one line per rejected commit
+    # Distinct key ranges written, a proxy for splits (mutation_count.commit_key_ranges).
+    key_ranges_total: int = 0
+    key_ranges_largest: int = 0
+    mutations_total: float = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -45,9 +49,13 @@ class CommitMeter:
 
     def record(self, mutations) -> None:
         count = commit_mutation_count(mutations, self._model)
+        ranges = commit_key_ranges(mutations, self._model)
         tables = tuple(sorted({_table_of(m) for m in mutations}))
         with self._lock:
             self.commits += 1
+            self.mutations_total += count
+            self.key_ranges_total += ranges
+            self.key_ranges_largest = max(self.key_ranges_largest, ranges)
             if count > self.largest:
                 self.largest, self.largest_tables = count, tables
             if count > self.limit:
@@ -58,6 +66,8 @@ class CommitMeter:
     def reset(self) -> None:
         with self._lock:
             self.commits, self.largest, self.largest_tables, self.too_large = 0, 0, (), []
+            self.key_ranges_total = self.key_ranges_largest = 0
+            self.mutations_total = 0
 
 
 def _table_of(mutation) -> str:

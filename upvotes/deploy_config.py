@@ -73,6 +73,9 @@ class DeployConfig:
         "max-clock-skew-seconds"))
     posts_per_commit: str | None = field(default=_param("posts-per-commit").default, metadata=_setting(
         "POSTS_PER_COMMIT", "posts per fold transaction", "posts-per-commit"))
+    max_delta_rows_per_run: str | None = field(default=_param("max-delta-rows-per-run").default, metadata=_setting(
+        "MAX_DELTA_ROWS_PER_RUN", "delta rows one fold run takes at most; the rest wait for the next run",
+        "max-delta-rows-per-run"))
     full_scan: str | None = field(default=_param("full-scan").default, metadata=_setting(
         "FULL_SCAN", "true: the fold reads every post instead of the change log (for a one-off `run` after a "
         "migration; leave it false for the schedule)", "full-scan"))
@@ -114,6 +117,9 @@ class DeployConfig:
         "ALERT_SYSTEM_LAG_S", "streaming job system lag (s) above which its alert fires"))
     alert_sink_retries_per_min: int = field(default=600, metadata=_setting(
         "ALERT_SINK_RETRIES_PER_MIN", "sink transient retries per minute above which its alert fires"))
+    alert_unfolded_age_s: int = field(default=7 * 86_400, metadata=_setting(
+        "ALERT_UNFOLDED_AGE_S", "age (s) of the oldest delta a fold left unfolded above which its alert fires "
+                                "(7 days: long before the 30-day row deletion policy deletes it uncounted)"))
     alert_duration_s: int = field(default=300, metadata=_setting(
         "ALERT_DURATION_S", "seconds a rate or lag condition must hold before its alert fires"))
     notification_channels: str = field(default="", metadata=_setting(
@@ -184,6 +190,7 @@ class DeployConfig:
             "rows-per-commit": self.rows_per_commit,
             "max-clock-skew-seconds": self.max_clock_skew_seconds,
             "posts-per-commit": self.posts_per_commit,
+            "max-delta-rows-per-run": self.max_delta_rows_per_run,
             "data-boost": self.data_boost,
             "full-scan": self.full_scan,
         }

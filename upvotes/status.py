@@ -20,10 +20,8 @@ from datetime import datetime
 from spanner_store.health import DeltaHealth
 from upvotes.backlog import Backlog
 from spanner_store.tables import DELTA_RETENTION_DAYS
+from upvotes.deploy_config import DeployConfig
 
-# Unfolded deltas older than this share of the retention are a fold that has been broken for
-# long enough that, left alone, the row deletion policy will delete votes nobody counted.
-UNFOLDED_AGE_SHARE_OF_RETENTION = 0.1
 EXIT_HEALTHY = 0
 EXIT_THRESHOLD_CROSSED = 3
 
@@ -31,7 +29,9 @@ EXIT_THRESHOLD_CROSSED = 3
 @dataclass(frozen=True)
 class Thresholds:
     max_fold_lag_s: float
-    max_unfolded_age_s: float = DELTA_RETENTION_DAYS * 86_400 * UNFOLDED_AGE_SHARE_OF_RETENTION
+    # An unfolded delta this old is a post the fold has skipped (or a fold broken) for long enough
+    # that, left alone, the row deletion policy will delete votes nobody counted.
+    max_unfolded_age_s: float = float(DeployConfig.alert_unfolded_age_s)
     max_dead_letters: int = 0
     max_backlog_age_s: float = 300.0  # votes waiting unread longer: the stream is down or behind
 
@@ -50,6 +50,8 @@ def status_report(health: DeltaHealth, dead_letter_backlog: dict[str, int] | Non
         "last_fold_age_s": _age_s(health.read_at, health.last_fold_snapshot),
         "unfolded_deltas": health.unfolded_deltas,
         "oldest_unfolded_age_s": _age_s(health.read_at, health.oldest_unfolded_commit),
+        "oldest_unfolded_share_of_retention": None if health.oldest_unfolded_commit is None else round(
+            (health.read_at - health.oldest_unfolded_commit).total_seconds() / (DELTA_RETENTION_DAYS * 86_400), 4),
         "delta_rows_per_min": round(health.recent_delta_rows / minutes, 2),
         "votes_per_min": round(health.recent_votes / minutes, 2),
         "dead_letter_backlog": dead_letter_backlog,
@@ -69,8 +71,8 @@ def problems(report: dict, thresholds: Thresholds) -> list[str]:
         found.append(f"last fold finished {fold_age:.0f} s ago (threshold {thresholds.max_fold_lag_s:.0f} s)")
     oldest = report["oldest_unfolded_age_s"]
     if oldest is not None and oldest > thresholds.max_unfolded_age_s:
-        found.append(f"an unfolded delta is {oldest:.0f} s old (threshold {thresholds.max_unfolded_age_s:.0f} s, "
-                     f"1/10 of the {report['retention_days']}-day retention)")
+        found.append(f"an unfolded delta is {oldest:.0f} s old (threshold {thresholds.max_unfolded_age_s:.0f} s; "
+                     f"delta rows are deleted {report['retention_days']} days after their commit, folded or not)")
     backlog = report["dead_letter_backlog"]
     if backlog is not None and sum(backlog.values()) > thresholds.max_dead_letters:
         found.append(f"{sum(backlog.values())} dead letters kept: " + ", ".join(f"{k}={v}" for k, v in backlog.items()))

@@ -1,0 +1,301 @@
+"""What the emulator hides, injected: the sink, the fold and the writer claim against a Spanner
+that aborts, answers ambiguously, forgets old versions and interleaves (tests/faults.py).
+
+Each schedule is drawn from a seed, so a failure names the seed that reproduces it. The
+assertions are the guarantees, whatever the schedule: totals are exact, nothing is skipped
+without a record, and every ambiguous commit resolves to exactly once.
+"""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from google.api_core import exceptions
+from google.cloud import spanner
+
+from schemas.records import PostDelta
+from spanner_store.database import RetryPolicy, open_database, run_with_retries
+from spanner_store.delta_commits import fold_cursor
+from spanner_store.deltas import write_deltas
+from spanner_store.fresh_top import fresh_top
+from spanner_store.moderation import adjust, current_hour
+from spanner_store.reads import verify_totals
+from spanner_store.tables import COMMIT_SHARDS, POSTS, post_key
+from spanner_store.writers import claim_generation
+from tests.conftest import new_resources
+from tests.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
+from tests.folding import run_fold
+from tests.test_large_fold import distinct_hour_deltas
+from transforms import fold_deltas, spanner_sink
+from transforms.spanner_sink import WriteDeltaRows
+from upvotes.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
+
+HOUR = 1_795_312_800
+SEEDS = range(6)
+
+
+def schedule(seed: int) -> dict:
+    """A random fault schedule: every kind of fault, at rates drawn from the seed."""
+    rng = random.Random(seed)
+    return {"fail_before": rng.uniform(0.05, 0.3), "fail_after": rng.uniform(0.05, 0.3),
+            "abort_read": rng.uniform(0.05, 0.3), "abort_commit": rng.uniform(0.05, 0.3),
+            "ambiguous_commit": rng.uniform(0.05, 0.3), "seed": seed}
+
+
+def expected_totals(deltas: list[PostDelta]) -> dict[str, dict[str, int]]:
+    totals: dict[str, dict[str, int]] = {}
+    for d in deltas:
+        sums = totals.setdefault(d.post_id, {"upvotes": 0, "shares": 0})
+        sums["upvotes"] += d.upvotes
+        sums["shares"] += d.shares
+    return totals
+
+
+@pytest.fixture
+def misbehaving(monkeypatch):
+    """Makes the modules named open FlakyDatabase(real database, **settings); returns the shared
+    injection counts. The DirectRunner runs DoFns in this process, and their setup() calls the
+    module-global `open_database`, so patching the module is enough (the counts prove it)."""
+
+    def install(modules, **settings) -> Injected:
+        injected = Injected()
+        opened = []
+        for module in modules:
+            real_open = module.open_database
+
+            def flaky_open(project, instance, database, real_open=real_open):
+                opened.append(1)
+                return FlakyDatabase(real_open(project, instance, database), injected=injected,
+                                     **{**settings, "seed": settings.get("seed", 0) * 100 + len(opened)})
+
+            monkeypatch.setattr(module, "open_database", flaky_open)
+        return injected
+
+    return install
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_sink_under_a_random_fault_schedule_writes_every_delta_exactly_once(stack, database, misbehaving,
+                                                                                seed) -> None:
+    rng = random.Random(seed)
+    deltas = [PostDelta(f"sink-{seed}-{rng.randrange(9)}", HOUR + 3600 * rng.randrange(3), f"w{seed}:{i}:0",
+                        rng.randrange(-2, 9), rng.randrange(3), 1) for i in range(150)]
+    settings = schedule(seed)
+    injected = misbehaving([spanner_sink], **{**settings, "error": exceptions.DeadlineExceeded})
+    pipeline = TestPipeline()
+    pipeline | beam.Create(deltas, reshuffle=False) | WriteDeltaRows(
+        stack.project, stack.instance, stack.database, rows_per_commit=10)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
+                if c.key.metric.namespace == "WriteDeltaRows"}
+
+    assert injected.before + injected.after > 0, f"seed {seed}: no fault was injected"
+    # An ambiguous commit (DEADLINE_EXCEEDED after success) resolves to exactly once: its rows
+    # are found already written on the retry, and nothing is written twice.
+    assert counters["rows_written"] + counters.get("rows_already_written", 0) == len(deltas)
+    if injected.after:
+        assert counters.get("rows_already_written", 0) >= 1
+    assert verify_totals(database, expected_totals(deltas)) == [], f"seed {seed}"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_writer_claims_under_aborts_and_ambiguous_commits_never_share_a_generation(stack, seed) -> None:
+    """A fresh launch must never get a generation an earlier launch of the name holds, even when
+    its claim commits unseen and is retried (it then takes the next one: a gap, never a repeat),
+    and even when another launch claims between its attempts."""
+    real = open_database(stack.project, stack.instance, stack.database)
+    name = f"claims-{seed}"
+    claimed: list[int] = []
+
+    def racing_launch(number: int) -> None:
+        if number % 3 == 0:  # another launch of the same name, between this one's attempts
+            claimed.append(claim_generation(real, name, update=False).generation)
+
+    flaky = FlakyDatabase(real, **schedule(seed), before_transaction=racing_launch)
+    for _ in range(8):
+        claim = run_with_retries(lambda: claim_generation(flaky, name, update=False),
+                                 RetryPolicy(attempts=40, first_delay_s=0.001, max_delay_s=0.01))
+        claimed.append(claim.generation)
+        kept = run_with_retries(lambda: claim_generation(flaky, name, update=True),
+                                RetryPolicy(attempts=40, first_delay_s=0.001, max_delay_s=0.01))
+        assert kept.generation >= claim.generation  # an update keeps the newest generation
+    assert flaky.injected.read_aborts + flaky.injected.commit_aborts + flaky.injected.ambiguous > 0
+    assert len(claimed) == len(set(claimed)), f"seed {seed}: a generation was handed out twice: {claimed}"
+
+
+# --- the fold ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def fresh(emulator_env):
+    """A database of its own, with a first (full-scan) fold run already recorded: a cursor."""
+    resources = new_resources("pf")
+    provision_spanner(resources, False, DEFAULT_INSTANCE_CONFIG, lambda _: None)
+    database = open_database(resources.project, resources.instance, resources.database)
+    assert run_fold(resources).full_scans == 1
+    return resources, database
+
+
+def cursor_of(database):
+    with database.snapshot(multi_use=True) as snapshot:
+        return fold_cursor(snapshot)
+
+
+def folded_totals(database, post_ids) -> dict[str, dict[str, int]]:
+    keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
+    with database.snapshot() as snapshot:
+        return {p: {"upvotes": up, "shares": sh}
+                for p, up, sh in snapshot.read(POSTS, columns=("PostId", "Upvotes", "Shares"), keyset=keyset)}
+
+
+def test_a_run_takes_commits_up_to_its_budget_and_the_next_runs_take_the_rest(fresh) -> None:
+    """40 commits of 100 delta rows (distinct posts each); a budget of 320 rows is 20 per shard, so
+    each shard's run takes its oldest commit only: a run vouches up to its least far-taken shard."""
+    resources, database = fresh
+    commits = [[PostDelta(f"budget-{c}-{i}", HOUR, f"b:{c}:{i}", 1 + i % 3, i % 2, 1) for i in range(100)]
+               for c in range(40)]
+    for commit in commits:
+        write_deltas(database, commit)
+    everything = [d for commit in commits for d in commit]
+    runs = []
+    while True:
+        before = cursor_of(database)
+        outcome = run_fold(resources, max_delta_rows=320)
+        runs.append(outcome)
+        assert outcome.deltas_folded <= COMMIT_SHARDS * 100  # one commit per shard at most
+        assert verify_totals(database, expected_totals(everything)) == []  # exact at every step
+        after = cursor_of(database)
+        assert after.changes_through > before.changes_through
+        if outcome.deltas_folded == 0:
+            break
+    assert len(runs) >= 3  # 40 commits over 16 shards: some shard holds two or more
+    assert sum(r.deltas_folded for r in runs) == len(everything)
+    assert folded_totals(database, expected_totals(everything)) == expected_totals(everything)
+
+
+def test_a_run_that_outlives_its_snapshot_fails_instead_of_skipping_a_post(fresh, monkeypatch) -> None:
+    """Spanner keeps versions for an hour: a read at the run's snapshot after that is rejected.
+    Here the clock jumps two hours once the run starts its transactions, so the split post's
+    second read at S (fold_post_in_steps) is too old. Before, the run took that for a post that
+    cannot be folded, skipped it and recorded S as covering everything."""
+    resources, database = fresh
+    for start in range(0, 4_000, 1_000):
+        write_deltas(database, distinct_hour_deltas("outlived", 4_000, "o")[start:start + 1_000])
+    others = [PostDelta(f"outlived-other-{i}", HOUR, f"oo:{i}", 2, 1, 1) for i in range(20)]
+    write_deltas(database, others)
+    cursor_before = cursor_of(database)
+    offset = [timedelta(0)]
+
+    def two_hours_later(_: int) -> None:
+        offset[0] = timedelta(hours=2)
+
+    real_open = fold_deltas.open_database
+    monkeypatch.setattr(fold_deltas, "open_database", lambda *where: FlakyDatabase(
+        real_open(*where), version_retention=DEFAULT_VERSION_RETENTION,
+        clock=lambda: datetime.now(timezone.utc) + offset[0], before_transaction=two_hours_later))
+    with pytest.raises(Exception, match="older than Spanner keeps versions"):
+        run_fold(resources, posts_per_commit=50)
+    monkeypatch.undo()
+    assert cursor_of(database) == cursor_before  # the failed run vouched for nothing
+    outcome = run_fold(resources)
+    assert outcome.posts_skipped == 0 and outcome.posts_split == 1
+    everything = distinct_hour_deltas("outlived", 4_000, "o") + others
+    assert folded_totals(database, expected_totals(everything)) == expected_totals(everything)
+
+
+def test_a_skipped_post_is_still_ranked_by_the_fresh_top(fresh, monkeypatch) -> None:
+    """The skipped post's deltas are older than the run's snapshot, so no candidate row after it
+    names the post: before, the fresh top certified a ranking without it."""
+    resources, database = fresh
+    write_deltas(database, [PostDelta(f"ranked-{i}", HOUR, f"r:{i}", 10 + i, 0, 1) for i in range(10)])
+    write_deltas(database, [PostDelta("stuck", HOUR, "s:0", 1_000, 0, 1)])
+    real_apply = fold_deltas.apply_folds
+
+    def cannot_fold_stuck(transaction, folds, snapshot_at):
+        if any(f.key.post_id == "stuck" for f in folds):
+            raise ValueError("this post cannot be folded")
+        return real_apply(transaction, folds, snapshot_at)
+
+    monkeypatch.setattr(fold_deltas, "apply_folds", cannot_fold_stuck)
+    assert run_fold(resources).posts_skipped == 1
+    monkeypatch.undo()
+    assert [p.post_id for p in cursor_of(database).skipped] == ["stuck"]  # recorded, per post
+    top = fresh_top(database, k=3, extra=2)
+    assert [p.post_id for p in top.posts] == ["stuck", "ranked-9", "ranked-8"]
+    assert top.posts[0].upvotes == 1_000 and top.exact
+
+
+def test_a_large_moderation_adjustment_is_a_riser_of_the_fresh_top(fresh) -> None:
+    resources, database = fresh
+    write_deltas(database, [PostDelta(f"leader-{i}", HOUR, f"l:{i}", 10 + i, 0, 1) for i in range(10)])
+    run_fold(resources)
+    adjust(database, "boost-1", "boosted", 5_000, 0, "restore votes lost upstream", "test", current_hour())
+    top = fresh_top(database, k=3, extra=2)
+    assert [p.post_id for p in top.posts][:1] == ["boosted"] and top.exact
+
+
+def test_a_fold_whose_compare_and_set_runs_after_another_whole_fold_and_sink_commits_stays_exact(
+        fresh, emulator_env, monkeypatch) -> None:
+    """An order the emulator's one-at-a-time transactions never produce by themselves: fold A
+    takes its snapshot and reads, then, before its first compare-and-set, sink commits land, a
+    whole fold B runs (another process, a later snapshot) and more sink commits land."""
+    resources, database = fresh
+    first = [PostDelta(f"race-{i}", HOUR, f"a:{i}", 2, 1, 1) for i in range(30)]
+    during = [PostDelta(f"race-{i}", HOUR, f"b:{i}", 1, 0, 1) for i in range(0, 30, 2)]
+    after_b = [PostDelta(f"race-{i}", HOUR, f"c:{i}", 5, 0, 1) for i in range(0, 30, 3)]
+    write_deltas(database, first)
+    argv = [sys.executable, "-m", "pipeline.fold", f"--project={resources.project}",
+            f"--instance={resources.instance}", f"--database={resources.database}"]
+
+    def b_runs_between_a_snapshot_and_a_compare_and_set(transaction: int) -> None:
+        if transaction == 1:
+            write_deltas(database, during)
+            done = subprocess.run(argv, env={**os.environ, **emulator_env}, capture_output=True, timeout=300)
+            assert done.returncode == 0, done.stderr.decode()[-2000:]
+            write_deltas(database, after_b)
+
+    real_open = fold_deltas.open_database
+    monkeypatch.setattr(fold_deltas, "open_database", lambda *where: FlakyDatabase(
+        real_open(*where), before_transaction=b_runs_between_a_snapshot_and_a_compare_and_set))
+    a = run_fold(resources)
+    monkeypatch.undo()
+    # B folded everything up to its later snapshot: A's compare-and-sets find the posts done.
+    assert a.deltas_folded == 0 and a.posts_already_folded == 30
+    everything = first + during + after_b
+    assert verify_totals(database, expected_totals(everything)) == []
+    assert run_fold(resources).deltas_folded == len(after_b)  # only what came after B's snapshot
+    assert folded_totals(database, expected_totals(everything)) == expected_totals(everything)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:4])
+def test_folds_under_a_random_fault_schedule_stay_exact_and_skip_nothing(fresh, misbehaving, monkeypatch,
+                                                                       seed) -> None:
+    """Aborted reads and commits, ambiguous commits of the compare-and-set transactions and of the
+    FoldRuns record, between sink commits: every run either finishes or fails whole, the totals
+    are exact after each, and an ambiguous compare-and-set counts its posts once."""
+    resources, database = fresh
+    rng = random.Random(seed)
+    injected = misbehaving([fold_deltas], **schedule(seed))
+    written: list[PostDelta] = []
+    for batch in range(3):
+        deltas = [PostDelta(f"sched-{seed}-{rng.randrange(25)}", HOUR + 3600 * rng.randrange(2),
+                            f"s{seed}:{batch}:{i}", rng.randrange(1, 6), rng.randrange(2), 1) for i in range(60)]
+        write_deltas(database, deltas)
+        written += deltas
+        try:
+            outcome = run_fold(resources, posts_per_commit=5)
+        except Exception as error:  # noqa: BLE001 - a run failing whole is allowed; its work is redone
+            assert "injected" in str(error), error
+        else:
+            assert outcome.posts_skipped == 0  # no fault here is a post's own: nothing skipped
+        assert verify_totals(database, expected_totals(written)) == [], f"seed {seed}"
+    assert injected.read_aborts + injected.commit_aborts + injected.ambiguous + injected.after > 0
+    monkeypatch.undo()  # the faults end; one clean run folds whatever failed runs left
+    run_fold(resources)
+    assert folded_totals(database, expected_totals(written)) == expected_totals(written)
