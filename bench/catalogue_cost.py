@@ -88,7 +88,7 @@ def seed_posts(database, first: int, last: int, folded_at: datetime) -> None:
 def work(size: int, tag: str) -> list[PostDelta]:
     """WORK_DELTAS one-vote deltas over WORK_POSTS posts spread over the catalogue."""
     posts = [f"cat-{n * size // WORK_POSTS}" for n in range(WORK_POSTS)]
-    return [PostDelta(posts[i % WORK_POSTS], HOUR, f"{tag}:{i}", 1, 0, 1) for i in range(WORK_DELTAS)]
+    return [PostDelta.of(posts[i % WORK_POSTS], HOUR, f"{tag}:{i}", upvotes=1, events=1) for i in range(WORK_DELTAS)]
 
 
 def commands(res: Resources) -> tuple[list[str], list[str]]:
@@ -128,7 +128,7 @@ def measure_size(database, res: Resources, size: int, rounds: int) -> dict:
         and full_status["unfolded_deltas"] == WORK_DELTAS and full_status["full_scan"]
         and (scanned["deltas_folded"], scan_idle["deltas_folded"], scanned["full_scan"]) == (WORK_DELTAS, 0, True)
         and folded_upvotes(database, posts) == want
-        and {t.post_id: t.upvotes for t in exact_counts(database, posts)} == want
+        and {t.post_id: t.counts.upvotes for t in exact_counts(database, posts)} == want
     )
     point: dict = {"posts": size, "exact": exact}
     for name, samples in runs.items():
@@ -164,7 +164,7 @@ def sink_cost() -> dict:
     shapes = {}
     for rows in COMMIT_SHAPES:
         batch = Batch(session=None)
-        add_delta_writes(batch, [PostDelta(f"p-{i}", HOUR, f"w:{i}:0", 1, 0, 1) for i in range(rows)])
+        add_delta_writes(batch, [PostDelta.of(f"p-{i}", HOUR, f"w:{i}:0", upvotes=1, events=1) for i in range(rows)])
         mutations = batch._mutations  # noqa: SLF001 - the client's own mutation objects, as they are committed
         previous = [m for m in mutations if _table(m) != DELTA_COMMITS]
         after = commit_mutation_count(mutations, today)

@@ -60,8 +60,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     hours = 5_000 if sizes.name == "quick" else 20_000
     window_rows = 2_000 if sizes.name == "quick" else 10_000
     database, fresh = fresh_database(res, f"{res.database}-cs")
-    clock = [PostDelta("broken-clock", HOUR_2001 + 3600 * i, f"c:{i}", 1, 0, 1) for i in range(hours)]
-    others = [PostDelta(f"p-{n}", HOUR_2001, f"o:{n}", 1 + n % 5, n % 2, 1) for n in range(OTHER_POSTS)]
+    clock = [PostDelta.of("broken-clock", HOUR_2001 + 3600 * i, f"c:{i}", upvotes=1, events=1) for i in range(hours)]
+    others = [PostDelta.of(f"p-{n}", HOUR_2001, f"o:{n}", upvotes=1 + n % 5, shares=n % 2, events=1) for n in range(OTHER_POSTS)]
     meter = CommitMeter()
     with metering_commits(meter):
         def sink():
@@ -72,7 +72,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             outcome = run_fold(fresh)
             (total,) = exact_counts(database, ["broken-clock"])
             folded_hours = hourly_counts(database, "broken-clock", since=datetime(2001, 1, 1, tzinfo=timezone.utc))
-            exact = total.upvotes == hours and len(folded_hours) == hours and all(h.upvotes == 1 for h in folded_hours)
+            exact = (total.counts.upvotes == hours and len(folded_hours) == hours
+                     and all(h.counts.upvotes == 1 for h in folded_hours))
             return {"posts_split": outcome.get("posts_split"), "deltas_folded": outcome.get("deltas_folded"),
                     "exact": exact}
 
@@ -111,7 +112,7 @@ def _sink_commit_shape(meter: CommitMeter, database, rows: int) -> dict:
     """One window's delta rows over many posts, arriving in random post order, written in key
     order (today) and, as the baseline, in arrival order (before issue 30)."""
     rng = random.Random(30)
-    arrival = [PostDelta(f"shape-{rng.randrange(10 * rows)}", HOUR_2001, f"shape-{order}:{i}:0", 1, 0, 1)
+    arrival = [PostDelta.of(f"shape-{rng.randrange(10 * rows)}", HOUR_2001, f"shape-{order}:{i}:0", upvotes=1, events=1)
                for order in ("key", "arrival") for i in range(rows)]
     by_key, by_arrival = arrival[:rows], arrival[rows:]
     shapes = {}
@@ -126,7 +127,7 @@ def _sink_commit_shape(meter: CommitMeter, database, rows: int) -> dict:
     written = {d.post_id: 0 for d in arrival}
     for d in arrival:
         written[d.post_id] += 1
-    shapes["exact"] = all(t.upvotes == written[t.post_id] for t in exact_counts(database, written))
+    shapes["exact"] = all(t.counts.upvotes == written[t.post_id] for t in exact_counts(database, written))
     shapes["rows"] = rows
     shapes["written"] = written
     return shapes

@@ -65,7 +65,7 @@ def fresh_database(res: Resources, name: str):
 
 def upvotes_of(database, post_ids: list[str]) -> dict[str, int]:
     """Exact upvote counts (spanner_store.reads.exact_counts: one strong read-only snapshot)."""
-    return {t.post_id: t.upvotes for t in exact_counts(database, post_ids)}
+    return {t.post_id: t.counts.upvotes for t in exact_counts(database, post_ids)}
 
 
 def streaming_pipeline(res: Resources, window_seconds: int, log_path: Path):

@@ -37,7 +37,7 @@ from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
 from spanner_store.writers import WriterClaim, claim_generation
 from transforms.dead_letter import PublishDeadLetters
-from transforms.parse import ParseVotes
+from transforms.parse_and_sum import ParseVotes
 from transforms.read_votes import ReadVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from google.cloud import pubsub_v1, spanner
 
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, open_database
 from spanner_store.reads import verify_totals
-from spanner_store.tables import DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, delta_key, post_key
+from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, counts_at, delta_key, post_key
 from tests.conftest import new_resources
 from tests.folding import run_fold
 from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events, wait_until
@@ -33,11 +34,16 @@ def statements(path: Path) -> list[str]:
     return [" ".join(s.split()) for s in text.split(";") if s.strip()]
 
 
+# The PostDeltas columns of that schema (tests/fixtures/posts_before_issue_22.sql), as its writers wrote them.
+BEFORE_DELTA_COLUMNS = ("PostHash", "PostId", "EventHour", "DeltaId", "Upvotes", "Shares", "Events", "Voters",
+                        "CommittedAt")
+
+
 def folded(database, post_ids) -> dict[str, dict[str, int]]:
     keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
     with database.snapshot() as snapshot:
-        return {p: {"upvotes": up, "shares": sh}
-                for p, up, sh in snapshot.read(POSTS, columns=("PostId", "Upvotes", "Shares"), keyset=keyset)}
+        return {row[0]: counts_at(row, 1)._asdict()
+                for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)}
 
 
 def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(stack, emulator_env, tmp_path) -> None:
@@ -48,12 +54,12 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
     client.instance(res.instance).database(res.database, ddl_statements=statements(BEFORE)).create().result(300)
     database = open_database(res.project, res.instance, res.database)
     # What the previous version left: deltas without a change-log row, and a fold run without a cursor.
-    old = {f"old-{i}": {"upvotes": 3, "shares": 1} for i in range(5)}
+    old = {f"old-{i}": Counts(upvotes=3, shares=1)._asdict() for i in range(5)}
     commit_mutations(database, lambda batch: (
         batch.insert(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(p) for p in old]),
-        batch.insert(DELTAS, columns=DELTA_COLUMNS, values=[
-            delta_key(PostDelta(p, HOUR, "old-writer:0:0", 3, 1, 4)) + (3, 1, 4, None, spanner.COMMIT_TIMESTAMP)
-            for p in old]),
+        batch.insert(DELTAS, columns=BEFORE_DELTA_COLUMNS, values=[
+            delta_key(PostDelta.of(p, HOUR, "old-writer:0:0", upvotes=3, shares=1, events=4))
+            + (3, 1, 4, None, spanner.COMMIT_TIMESTAMP) for p in old]),
         batch.insert("FoldRuns", columns=("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt"),
                      values=[("before", datetime(2026, 11, 1, tzinfo=timezone.utc), 0, 0, spanner.COMMIT_TIMESTAMP)])))
 
@@ -117,7 +123,7 @@ def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(res.database, ddl_statements=statements(BEFORE)).create().result(300)
     monkeypatch.setattr(spanner_sink, "SCHEMA_WAIT_S", 0.0)
-    rows = [PostDelta(f"unmigrated-{i}", HOUR, f"u:{i}:0", 1, 0, 1) for i in range(3)]
+    rows = [PostDelta.of(f"unmigrated-{i}", HOUR, f"u:{i}:0", upvotes=1, events=1) for i in range(3)]
 
     def failed_for_the_missing_table(failed) -> None:
         assert sorted(f.delta.post_id for f in failed) == [d.post_id for d in rows]

@@ -83,7 +83,7 @@ def test_deletes_count_per_key_plus_each_index_entry_and_ranges_of_indexed_table
 
 def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) -> None:
     meter = CommitMeter()
-    deltas = [PostDelta("meter-p", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(1_000)]
+    deltas = [PostDelta.of("meter-p", 1_795_312_800, f"m:{i}", upvotes=1, events=1) for i in range(1_000)]
     with metering_commits(meter):
         write_deltas(database, deltas)
         # 18 per delta; the parent's key columns (2) and its PostsByUpvotes entry (5); the
@@ -91,7 +91,7 @@ def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) 
         assert (meter.commits, meter.largest) == (
             1, 1_000 * 18 + 7 + len(TOP_CANDIDATE_COLUMNS) + len(DELTA_COMMIT_COLUMNS))
         assert meter.largest <= mutations_for(deltas)
-        too_many = [PostDelta("meter-q", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(5_000)]
+        too_many = [PostDelta.of("meter-q", 1_795_312_800, f"m:{i}", upvotes=1, events=1) for i in range(5_000)]
         with pytest.raises(CommitTooLarge):
             write_deltas(database, too_many)
     assert meter.too_large and meter.largest > SPANNER_MUTATION_LIMIT
@@ -133,7 +133,7 @@ def test_the_change_log_costs_a_few_mutations_per_commit_not_per_delta() -> None
     assert count(lambda b: b.insert(DELTA_COMMITS, DELTA_COMMIT_COLUMNS, [logged])) == MUTATIONS_PER_DELTA_COMMIT == 6
     candidates = (0, spanner.COMMIT_TIMESTAMP, "c", ids[:16], 0)
     assert count(lambda b: b.insert(TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS, [candidates])) + 6 == MUTATIONS_PER_COMMIT
-    deltas = [PostDelta(p, 1_795_312_800, "w:0:0", 1, 0, 1) for p in ids]
+    deltas = [PostDelta.of(p, 1_795_312_800, "w:0:0", upvotes=1, events=1) for p in ids]
     assert MUTATIONS_PER_DELTA_COMMIT / (mutations_for(deltas) - MUTATIONS_PER_DELTA_COMMIT) < 0.001
 
 

@@ -99,7 +99,8 @@ def test_every_invalid_payload_is_rejected_for_its_own_reason() -> None:
 
 
 def test_workload_rejects_impossible_parameters() -> None:
-    for bad in ({"posts": 0}, {"events": -1}, {"share_fraction": 0.7, "unvote_fraction": 0.4}, {"zipf": -1.0}):
+    for bad in ({"posts": 0}, {"events": -1}, {"fractions": {"shares": 0.7}, "unvote_fraction": 0.4}, {"zipf": -1.0},
+                {"fractions": {"likes": 0.1}}, {"fractions": {"shares": -0.1}}):
         with pytest.raises(ValueError):
             Workload(**{"events": 10, "posts": 10, **bad})
 

@@ -101,8 +101,8 @@ def hostile_written(stack, database):
     assert len(ids) >= len(HOSTILE_POST_IDS)
     deltas = []
     for i, post_id in enumerate(ids):
-        deltas.append(PostDelta(post_id, HOUR, f"sec:{i}:0", i + 1, 2 * i, 3))
-        deltas.append(PostDelta(post_id, HOUR + 3600, f"sec:{i}:1", 7, -1, 2))
+        deltas.append(PostDelta.of(post_id, HOUR, f"sec:{i}:0", upvotes=i + 1, shares=2 * i, events=3))
+        deltas.append(PostDelta.of(post_id, HOUR + 3600, f"sec:{i}:1", upvotes=7, shares=-1, events=2))
     for start in range(0, len(deltas), 40):
         write_deltas(database, deltas[start:start + 40])
     expected = {post_id: {"upvotes": i + 1 + 7, "shares": 2 * i - 1} for i, post_id in enumerate(ids)}
@@ -119,7 +119,7 @@ def test_hostile_post_ids_are_stored_and_read_back_verbatim(database, hostile_wr
     ids, expected = hostile_written
     totals = exact_counts(database, ids)
     assert [t.post_id for t in totals] == ids  # same strings, same order, nothing merged or normalised
-    assert {t.post_id: {"upvotes": t.upvotes, "shares": t.shares} for t in totals} == expected
+    assert {t.post_id: {"upvotes": t.counts.upvotes, "shares": t.counts.shares} for t in totals} == expected
     assert verify_totals(database, expected) == []
     # The rows themselves, by primary key: the stored PostId is the exact string, under its hash.
     keyset = spanner.KeySet(keys=[[schemas.post_hash(p), p] for p in ids])

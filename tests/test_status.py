@@ -30,7 +30,7 @@ def status(stack, capsys, *extra: str) -> tuple[int, dict]:
 
 
 def test_unfolded_deltas_before_a_fold_none_after_and_exit_3_on_a_stale_fold(stack, database, capsys) -> None:
-    deltas = [PostDelta(f"status-{i % 7}", HOUR, f"status-w:{i}:0", 2, 1, 3) for i in range(40)]
+    deltas = [PostDelta.of(f"status-{i % 7}", HOUR, f"status-w:{i}:0", upvotes=2, shares=1, events=3) for i in range(40)]
     write_deltas(database, deltas)
 
     code, before = status(stack, capsys)
@@ -87,10 +87,10 @@ def test_unfolded_deltas_older_than_the_alert_threshold_cross_it_long_before_the
 def test_status_follows_the_change_log_and_agrees_with_a_full_scan(stack, database) -> None:
     from spanner_store.health import delta_health
 
-    write_deltas(database, [PostDelta(f"status-idle-{i}", HOUR, "idle:0", 1, 0, 1) for i in range(200)])
+    write_deltas(database, [PostDelta.of(f"status-idle-{i}", HOUR, "idle:0", upvotes=1, events=1) for i in range(200)])
     fold(stack)  # folds them and records the cursor
-    write_deltas(database, [PostDelta(f"status-new-{i % 6}", HOUR, f"new:{i}", 1, 0, 1) for i in range(18)])
-    write_deltas(database, [PostDelta(f"status-new-{i % 3}", HOUR, f"new2:{i}", 1, 0, 1) for i in range(12)])
+    write_deltas(database, [PostDelta.of(f"status-new-{i % 6}", HOUR, f"new:{i}", upvotes=1, events=1) for i in range(18)])
+    write_deltas(database, [PostDelta.of(f"status-new-{i % 3}", HOUR, f"new2:{i}", upvotes=1, events=1) for i in range(12)])
     log, scan = delta_health(database), delta_health(database, full_scan=True)
     assert (log.unfolded_deltas, log.posts_with_unfolded_deltas) == (scan.unfolded_deltas,
                                                                      scan.posts_with_unfolded_deltas) == (30, 6)

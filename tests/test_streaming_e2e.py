@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
 import pytest
 from google.cloud import pubsub_v1
@@ -51,17 +50,17 @@ def publish(stack) -> tuple[dict[str, dict[str, int]], set[bytes]]:
     publisher = pubsub_v1.PublisherClient(
         batch_settings=pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05))
     topic = stack.topic_path(stack.topic)
-    expected: dict[str, dict[str, int]] = defaultdict(lambda: {"upvotes": 0, "shares": 0})
+    ledger = Ledger()
     futures = []
     for event in generate_events(Workload(events=EVENTS, posts=50, zipf=1.2, seed=3)):
-        expected[event["post_id"]][event["counter"]] += event["delta"]
+        ledger.add(event)
         data, attributes = event_message(event)
         futures.append(publisher.publish(topic, data, **attributes))
     invalid = invalid_payloads(INVALID, seed=3)
     futures += [publisher.publish(topic, data, source="e2e-test") for data in invalid]
     for future in futures:
         future.result(timeout=60)
-    return dict(expected), set(invalid)
+    return ledger.totals, set(invalid)
 
 
 def wait_until_exact(stack, database, expected, streaming) -> float:
@@ -71,7 +70,7 @@ def wait_until_exact(stack, database, expected, streaming) -> float:
     while time.monotonic() - started < SETTLE_TIMEOUT_S:
         assert streaming.poll() is None, "the streaming pipeline died"
         fold.run(argv)
-        actual = {t.post_id: {"upvotes": t.upvotes, "shares": t.shares} for t in exact_counts(database, expected)}
+        actual = {t.post_id: t.counts._asdict() for t in exact_counts(database, expected)}
         if actual == expected:
             return time.monotonic() - started
         time.sleep(1)

@@ -1,7 +1,8 @@
 """The HTTP service app servers call (`upvotes serve`): exact counts, fresh top posts, and
 validated vote publishing, on FastAPI + uvicorn.
 
-    GET  /v1/posts/{post_id}        {"post_id", "upvotes", "shares", "as_of"}; unknown posts read as zeros
+    GET  /v1/posts/{post_id}        {"post_id", "upvotes", "shares", "as_of"} (a field per counter,
+                                    schemas/counters.py); unknown posts read as zeros
     GET  /v1/posts?id=a&id=b        {"posts": [...]}
          (either, with ?unique=true) each count also has "unique_voters"
     GET  /v1/top?n=10               {"posts": [{"post_id", "upvotes", "shares"}...], "as_of", "exact", "bound", "folded_through"}
@@ -70,7 +71,7 @@ from schemas.contract import (
     MAX_POST_ID_CHARS, NDJSON, parse_message, parse_vote, reason_of,
 )
 from schemas.records import Rejected, VoteEvent
-from spanner_store.counts_reader import CountsReader, PostCount
+from spanner_store.counts_reader import CountsReader
 from upvotes.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
 from upvotes.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
 from upvotes.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
@@ -155,14 +156,6 @@ def message_for(events: list[bytes]) -> tuple[bytes, dict[str, str]]:
 
 
 UNIQUE_HELP = "add unique_voters: distinct user IDs that upvoted (a HyperLogLog estimate)"
-
-
-def _count_json(count: PostCount) -> dict:
-    record = {"post_id": count.post_id, "upvotes": count.upvotes, "shares": count.shares,
-              "as_of": count.as_of.isoformat()}
-    if count.unique_voters is not None:
-        record["unique_voters"] = count.unique_voters
-    return record
 
 
 def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -364,7 +357,7 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
     @app.get("/v1/posts/{post_id:path}", summary="One post's exact counts")
     def read_post(post_id: str, unique: bool = Query(False, description=UNIQUE_HELP)) -> dict:
         _check_post_id(post_id)
-        return _count_json(reader.get(post_id, unique))
+        return reader.get(post_id, unique).to_json()
 
     @app.get("/v1/posts", summary="Several posts' exact counts, in the order asked")
     def read_posts(id: list[str] = Query(..., description="a post ID; repeat for more"),  # noqa: A002
@@ -373,13 +366,13 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
             raise HTTPException(400, f"{len(id)} ids, at most {MAX_IDS_PER_READ} per request")
         for post_id in id:
             _check_post_id(post_id)
-        return {"posts": [_count_json(count) for count in reader.get_many(id, unique)]}
+        return {"posts": [count.to_json() for count in reader.get_many(id, unique)]}
 
     @app.get("/v1/top", summary="Top posts by exact upvotes, fresh without a fold")
     def read_top(n: int = Query(10, ge=1, le=MAX_TOP_N)) -> dict:
         top = reader.top(n)
         return {
-            "posts": [{"post_id": p.post_id, "upvotes": p.upvotes, "shares": p.shares} for p in top.posts],
+            "posts": [post.to_json() for post in top.posts],
             "as_of": top.as_of.isoformat(), "exact": top.exact, "bound": top.bound,
             "folded_through": None if top.folded_through is None else top.folded_through.isoformat(),
         }

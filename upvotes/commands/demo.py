@@ -181,7 +181,8 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
         top = top_posts(database, 5)
         say("top 5 posts by upvotes (folded):")
         for rank, post in enumerate(top.posts, 1):
-            say(f"  {rank}. {post.post_id:<12} {post.upvotes:>8,} upvotes {post.shares:>8,} shares")
+            counts = " ".join(f"{value:>8,} {name}" for name, value in post.counts._asdict().items())
+            say(f"  {rank}. {post.post_id:<12} {counts}")
 
         mismatches = verify_totals(database, race.ledger.totals)
         dead = _count_dead_letters(res, race.ledger.invalid)

@@ -45,5 +45,4 @@ def required_reason(args: argparse.Namespace) -> str:
 
 def print_result(result) -> None:
     """One JSON line: the adjustment as recorded, and whether this run wrote it."""
-    record = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in result.adjustment._asdict().items()}
-    print(json.dumps({**record, "written_now": result.written}))
+    print(json.dumps({**result.adjustment.to_json(), "written_now": result.written}))
