@@ -64,6 +64,41 @@ def run_with_retries(
     raise AssertionError("unreachable")
 
 
+# How long a writer of this version waits for a table or column it writes and the database
+# lacks (`upvotes provision` takes seconds on the emulator, minutes on a large Spanner
+# database), retrying every SCHEMA_POLL_S.
+SCHEMA_WAIT_S = 3600.0
+SCHEMA_POLL_S = 2.0
+
+
+def schema_behind(error: Exception) -> bool:
+    """True for the error of a write naming a table or column this database does not have yet:
+    code newer than the schema, until `upvotes provision` migrates it (a retry then succeeds)."""
+    text = getattr(error, "message", "") or str(error)
+    return isinstance(error, exceptions.NotFound) and ("Table not found" in text or "Column not found" in text)
+
+
+def wait_for_schema(work: Callable[[], T], writer: str, on_wait: Callable[[], None] | None = None) -> T:
+    """Calls `work`, and while it fails for a schema behind this code (schema_behind), waits for
+    the migration and calls it again, up to SCHEMA_WAIT_S; then the error is raised.
+
+    A writer of a new version may start before `upvotes provision` has migrated the database
+    (a rolling update); waiting is right, failing would lose the launch or the rows."""
+    waited = 0.0
+    while True:
+        try:
+            return work()
+        except exceptions.NotFound as error:
+            if not schema_behind(error) or waited >= SCHEMA_WAIT_S:
+                raise
+            if waited == 0:
+                LOG.warning("the database lacks what this version writes (%s): run `upvotes provision`; "
+                            "the %s retries every %.0f s", error.message, writer, SCHEMA_POLL_S)
+            if on_wait is not None:
+                on_wait()
+            time.sleep(SCHEMA_POLL_S)
+            waited += SCHEMA_POLL_S
+
 COMMIT_TIMEOUT_S = 60.0
 OPERATION_TIMEOUT_S = 600  # a long-running operation: creating an instance or a database, a DDL change
 # Real Spanner rejects a commit of more than 80,000 mutations (one per column written, plus

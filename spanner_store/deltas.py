@@ -94,13 +94,6 @@ def write_deltas(database, deltas: list[PostDelta]) -> None:
     commit_mutations(database, lambda batch: add_delta_writes(batch, deltas))
 
 
-def schema_behind(error: Exception) -> bool:
-    """True for the error of a write naming a table or column this database does not have yet:
-    code newer than the schema, until `upvotes provision` migrates it (a retry then succeeds)."""
-    text = getattr(error, "message", "") or str(error)
-    return isinstance(error, exceptions.NotFound) and ("Table not found" in text or "Column not found" in text)
-
-
 def existing_delta_keys(database, deltas: list[PostDelta]) -> set[tuple]:
     """The keys among these deltas' that are already in Spanner (strong read)."""
     keyset = spanner.KeySet(keys=[list(delta_key(d)) for d in deltas])

@@ -368,6 +368,7 @@ def read_shard_changes(database, plan: FoldPlan, shard: int, count_rows: Callabl
     budget = -(-plan.max_delta_rows // COMMIT_SHARDS)
     post_ids: list[str] = []
     taken, through = 0, plan.snapshot_at
+    previous = through  # the last commit time taken
     with database.snapshot(read_timestamp=plan.snapshot_at) as snapshot:
         # The Read API yields rows in key order (Shard, CommittedAt, CommitId): oldest first.
         changes = itertools.groupby(read_changes(snapshot, plan.cursor.changes_through, shard),

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from google.cloud import spanner
 
-from spanner_store.database import run_transaction, run_with_retries
+from spanner_store.database import run_transaction, run_with_retries, wait_for_schema
 from spanner_store.tables import (
     FIRST_KEY_FORMAT, KEY_FORMAT, WRITER_GENERATION_COLUMNS, WRITER_GENERATIONS, writer_identity,
 )
@@ -57,5 +57,8 @@ def claim_generation(database, writer_name: str, update: bool) -> WriterClaim:
                                      values=[(writer_name, generation, spanner.COMMIT_TIMESTAMP, key_format)])
         return generation, key_format
 
-    generation, key_format = run_with_retries(lambda: run_transaction(database, claim))
+    # A launch of this version before `upvotes provision` added WriterGenerations.KeyFormat
+    # waits for the migration, as the sink does, rather than fail the launch.
+    generation, key_format = wait_for_schema(
+        lambda: run_with_retries(lambda: run_transaction(database, claim)), "writer claim")
     return WriterClaim(writer_name, generation, writer_identity(writer_name, generation), key_format)

@@ -13,6 +13,7 @@ from google.cloud import pubsub_v1, spanner
 
 from schemas.counters import Counts
 from schemas.records import PostDelta
+import spanner_store.database
 from spanner_store.database import commit_mutations, open_database
 from spanner_store.reads import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, counts_at, delta_key, post_key
@@ -122,7 +123,7 @@ def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_
     res = new_resources("unmigrated")
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(res.database, ddl_statements=statements(BEFORE)).create().result(300)
-    monkeypatch.setattr(spanner_sink, "SCHEMA_WAIT_S", 0.0)
+    monkeypatch.setattr(spanner_store.database, "SCHEMA_WAIT_S", 0.0)
     rows = [PostDelta.of(f"unmigrated-{i}", HOUR, f"u:{i}:0", upvotes=1, events=1) for i in range(3)]
 
     def failed_for_the_missing_table(failed) -> None:

@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import apache_beam as beam
@@ -23,11 +24,12 @@ from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import RetryPolicy, open_database, run_with_retries
 from spanner_store.delta_commits import fold_cursor
+from spanner_store import deltas as deltas_module
 from spanner_store.deltas import write_deltas
 from spanner_store.fresh_top import fresh_top
 from spanner_store.moderation import adjust, current_hour
 from spanner_store.reads import verify_totals
-from spanner_store.tables import COMMIT_SHARDS, POSTS, post_key
+from spanner_store.tables import COMMIT_SHARDS, POSTS, commit_shard, post_key
 from spanner_store.writers import claim_generation
 from tests.conftest import new_resources
 from tests.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
@@ -152,54 +154,68 @@ def folded_totals(database, post_ids) -> dict[str, dict[str, int]]:
                 for p, up, sh in snapshot.read(POSTS, columns=("PostId", "Upvotes", "Shares"), keyset=keyset)}
 
 
-def test_a_run_takes_commits_up_to_its_budget_and_the_next_runs_take_the_rest(fresh) -> None:
-    """40 commits of 100 delta rows (distinct posts each); a budget of 320 rows is 20 per shard, so
-    each shard's run takes its oldest commit only: a run vouches up to its least far-taken shard."""
+def ids_in_shard_zero():
+    """Commit IDs (new_commit_id) whose DeltaCommits rows all land in shard 0."""
+    while True:
+        commit_id = str(uuid.uuid4())
+        if commit_shard(commit_id) == 0:
+            yield commit_id
+
+
+def test_a_run_takes_commits_up_to_its_budget_and_the_next_runs_take_the_rest(fresh, monkeypatch) -> None:
+    """3 commits of 10 delta rows, all in shard 0; a budget of 10 rows per shard lets each run take
+    one commit, and vouch (ChangesThrough) only up to it: the next run takes the next commit."""
     resources, database = fresh
-    commits = [[PostDelta.of(f"budget-{c}-{i}", HOUR, f"b:{c}:{i}", upvotes=1 + i % 3, shares=i % 2, events=1) for i in range(100)]
-               for c in range(40)]
+    commit_ids = ids_in_shard_zero()
+    monkeypatch.setattr(deltas_module, "new_commit_id", lambda: next(commit_ids))
+    commits = [[PostDelta.of(f"budget-{c}-{i}", HOUR, f"b:{c}:{i}", upvotes=1 + i % 3, shares=i % 2, events=1)
+                for i in range(10)] for c in range(3)]
     for commit in commits:
         write_deltas(database, commit)
     everything = [d for commit in commits for d in commit]
-    runs = []
-    while True:
+    folded = []
+    for _ in range(len(commits) + 1):
         before = cursor_of(database)
-        outcome = run_fold(resources, max_delta_rows=320)
-        runs.append(outcome)
-        assert outcome.deltas_folded <= COMMIT_SHARDS * 100  # one commit per shard at most
+        folded.append(run_fold(resources, max_delta_rows=10 * COMMIT_SHARDS).deltas_folded)
         assert verify_totals(database, expected_totals(everything)) == []  # exact at every step
-        after = cursor_of(database)
-        assert after.changes_through > before.changes_through
-        if outcome.deltas_folded == 0:
-            break
-    assert len(runs) >= 3  # 40 commits over 16 shards: some shard holds two or more
-    assert sum(r.deltas_folded for r in runs) == len(everything)
+        assert cursor_of(database).changes_through > before.changes_through
+    assert folded == [10, 10, 10, 0]
     assert folded_totals(database, expected_totals(everything)) == expected_totals(everything)
+
+
+CLOCK_OFFSET = [timedelta(0)]  # how far the misbehaving database's clock is ahead
+REAL_TO_POST_FOLD = fold_deltas._to_post_fold
+
+
+def two_hours_pass_before_the_folds(keyed):
+    """fold_deltas._to_post_fold, after which the clock is two hours ahead. It runs once every
+    candidate is read and summed (a GroupByKey before it) and before any fold is applied. A
+    module-level function, so the pipeline pickles it by reference and shares CLOCK_OFFSET."""
+    CLOCK_OFFSET[0] = timedelta(hours=2)
+    return REAL_TO_POST_FOLD(keyed)
 
 
 def test_a_run_that_outlives_its_snapshot_fails_instead_of_skipping_a_post(fresh, monkeypatch) -> None:
     """Spanner keeps versions for an hour: a read at the run's snapshot after that is rejected.
-    Here the clock jumps two hours once the run starts its transactions, so the split post's
-    second read at S (fold_post_in_steps) is too old. Before, the run took that for a post that
-    cannot be folded, skipped it and recorded S as covering everything."""
+    Here the clock jumps two hours between reading the candidates and applying the folds, so
+    the split post's second read at S (fold_post_in_steps) is too old. Before, the run took that
+    for a post that cannot be folded, skipped it and recorded S as covering everything."""
     resources, database = fresh
     for start in range(0, 4_000, 1_000):
         write_deltas(database, distinct_hour_deltas("outlived", 4_000, "o")[start:start + 1_000])
     others = [PostDelta.of(f"outlived-other-{i}", HOUR, f"oo:{i}", upvotes=2, shares=1, events=1) for i in range(20)]
     write_deltas(database, others)
     cursor_before = cursor_of(database)
-    offset = [timedelta(0)]
-
-    def two_hours_later(_: int) -> None:
-        offset[0] = timedelta(hours=2)
-
+    CLOCK_OFFSET[0] = timedelta(0)
     real_open = fold_deltas.open_database
     monkeypatch.setattr(fold_deltas, "open_database", lambda *where: FlakyDatabase(
         real_open(*where), version_retention=DEFAULT_VERSION_RETENTION,
-        clock=lambda: datetime.now(timezone.utc) + offset[0], before_transaction=two_hours_later))
+        clock=lambda: datetime.now(timezone.utc) + CLOCK_OFFSET[0]))
+    monkeypatch.setattr(fold_deltas, "_to_post_fold", two_hours_pass_before_the_folds)
     with pytest.raises(Exception, match="older than Spanner keeps versions"):
         run_fold(resources, posts_per_commit=50)
     monkeypatch.undo()
+    assert CLOCK_OFFSET[0] == timedelta(hours=2)  # the jump happened, inside the run
     assert cursor_of(database) == cursor_before  # the failed run vouched for nothing
     outcome = run_fold(resources)
     assert outcome.posts_skipped == 0 and outcome.posts_split == 1

@@ -19,7 +19,6 @@ failure means:
 from __future__ import annotations
 
 import logging
-import time
 from typing import Iterator
 
 import apache_beam as beam
@@ -28,18 +27,13 @@ from apache_beam.transforms.window import GlobalWindows
 from google.api_core import exceptions
 
 from schemas.records import FailedDelta, PostDelta
-from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries
-from spanner_store.deltas import plan_commits, schema_behind, write_new_deltas
+from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries, wait_for_schema
+from spanner_store.deltas import plan_commits, write_new_deltas
 
 LOG = logging.getLogger(__name__)
 # Long enough to ride out a brief outage or a burst of aborts from a concurrent fold, and
 # bounded: after the last attempt the error is raised (see the module docstring).
 SINK_RETRY = RetryPolicy(attempts=25, first_delay_s=0.005, max_delay_s=2.0)
-# How long the sink waits for a missing table or column (`upvotes provision` takes seconds on
-# the emulator, minutes on a large Spanner database), retrying every SCHEMA_POLL_S; after that
-# the rows are dead-lettered with the error, to be replayed once the database is migrated.
-SCHEMA_WAIT_S = 3600.0
-SCHEMA_POLL_S = 2.0
 
 
 class WriteDeltasFn(beam.DoFn):
@@ -97,20 +91,10 @@ class WriteDeltasFn(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(self.FAILED, FailedDelta(delta, f"spanner_write_failed: {error}"[:1000]))
 
     def _commit_once(self, batch: list[PostDelta]) -> None:
-        waited = 0.0
-        while True:
-            try:
-                result = write_new_deltas(self._database, batch)
-                break
-            except exceptions.NotFound as error:
-                if not schema_behind(error) or waited >= SCHEMA_WAIT_S:
-                    raise
-                if waited == 0:
-                    LOG.warning("the database lacks what this version writes (%s): run `upvotes provision`; "
-                                "the sink retries the same rows every %.0f s", error.message, SCHEMA_POLL_S)
-                self._schema_waits.inc()
-                time.sleep(SCHEMA_POLL_S)
-                waited += SCHEMA_POLL_S
+        # After SCHEMA_WAIT_S the rows are dead-lettered with the error, to be replayed once
+        # the database is migrated.
+        result = wait_for_schema(lambda: write_new_deltas(self._database, batch), "sink",
+                                 self._schema_waits.inc)
         self._rows_written.inc(result.written)
         self._rows_already.inc(result.already_written)
         self._events_written.inc(sum(delta.sums.events for delta in batch))
