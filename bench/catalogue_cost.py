@@ -48,7 +48,8 @@ from bench.stack import fresh_database
 from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.deltas import add_delta_writes, write_deltas
-from spanner_store.mutation_count import commit_mutation_count, schema_model
+from schemas.ddl import schema_model
+from spanner_store.mutation_count import commit_mutation_count
 from spanner_store.reads import exact_counts
 from spanner_store.tables import DELTA_COMMITS, POST_COLUMNS, POSTS, post_key
 from upvotes.provision import Resources, ddl_object_name

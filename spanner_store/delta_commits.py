@@ -21,12 +21,12 @@ from typing import Iterable, Iterator, NamedTuple
 
 from google.cloud import spanner
 
+from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
     DELTA_COMMIT_COLUMNS, DELTA_COMMITS, FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, commit_shard, committed_after,
 )
 
-# The row has no index: one mutation per column.
-MUTATIONS_PER_DELTA_COMMIT = len(DELTA_COMMIT_COLUMNS)
+MUTATIONS_PER_DELTA_COMMIT = insert_cost(DELTA_COMMITS, DELTA_COMMIT_COLUMNS)  # spanner_store/mutation_cost.py
 
 # FoldRuns holds one row per fold for the 30-day retention (4,320 at the default 10-minute
 # schedule): a scan of it is bounded by the schedule, never by the catalogue.

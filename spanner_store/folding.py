@@ -83,6 +83,7 @@ from spanner_store.database import DEFAULT_RETRY, commit_mutations, read_timesta
 from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, read_changes
 from schemas.counters import Counts
 from schemas.voter_sketch import union_of
+from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.reads import READ_CHUNK, HourSums, hour_sums_of, hourly_watermark, read_unfolded
 from spanner_store.tables import (
     COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
@@ -91,11 +92,11 @@ from spanner_store.tables import (
 )
 
 LOG = logging.getLogger(__name__)
-# Posts row (7 columns) + its PostsByUpvotes entry replaced (5 + 1 for the old one), and
-# per hour a PostHourlyCounts row (6, no index): the fold's side of Spanner's
-# 80,000-mutation commit limit, checked against the DDL by tests/test_large_fold.py.
-MUTATIONS_PER_POST = 16
-MUTATIONS_PER_HOUR = 6
+# Per post its Posts row updated (its PostsByUpvotes entry replaced), and per hour a
+# PostHourlyCounts row: the fold's side of Spanner's 80,000-mutation commit limit, from the
+# DDL (spanner_store/mutation_cost.py; a PostHourlyCounts row is new or replaced, the larger).
+MUTATIONS_PER_POST = update_cost(POSTS, POST_FOLD_COLUMNS)
+MUTATIONS_PER_HOUR = max(insert_cost(HOURLY, HOURLY_COLUMNS), update_cost(HOURLY, HOURLY_COLUMNS))
 # The run's record: its FoldRuns row, and per skipped post a FoldRunSkippedPosts row (no index).
 # A run skipping more posts than it may list in that one commit leaves ChangesThrough NULL:
 # it vouches for nothing and the next run covers its range again (see the module docstring).

@@ -83,6 +83,7 @@ from google.cloud.spanner_v1 import param_types
 
 from schemas.counters import Counts
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
+from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.reads import last_fold_snapshot, ranked_posts
 from spanner_store.tables import (
     COUNTER_COLUMNS, VIEW_ACTIVE, VIEW_ACTIVE_COLUMNS, VIEW_LEASE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS,
@@ -94,10 +95,11 @@ Clock = Callable[[], datetime]
 DEFAULT_VIEW = "top-upvotes"
 DEFAULT_K = 100
 DEFAULT_BATCH_ROWS = 100
-# A row write is at most 7 cells, its index entry (4) and the removal of the old entry (1);
-# a delete 1 plus 1 for its entry. Larger asked-for batches are cut to this, so a commit
-# stays within the mutation budget whatever --batch-rows says.
-MUTATIONS_PER_VIEW_ROW = 12
+# A row upsert (its cells, its index entry and the removal of the old entry, from the DDL:
+# spanner_store/mutation_cost.py) costs more than a delete (1 plus 1 for its entry). Larger
+# asked-for batches are cut to this, so a commit stays within the mutation budget whatever
+# --batch-rows says.
+MUTATIONS_PER_VIEW_ROW = max(insert_cost(VIEW_ROWS, VIEW_ROW_COLUMNS), update_cost(VIEW_ROWS, VIEW_ROW_COLUMNS))
 MAX_BATCH_ROWS = MUTATION_BUDGET // MUTATIONS_PER_VIEW_ROW
 DEFAULT_KEEP_VERSIONS_S = 3600.0
 # A publisher renews its lease with every batch; one that stops for this long is

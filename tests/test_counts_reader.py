@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.counts_reader import CountsReader
 from schemas.voter_sketch import sketch_of

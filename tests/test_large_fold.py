@@ -22,7 +22,7 @@ from spanner_store.folding import (
     read_post_for_steps,
 )
 from spanner_store.hourly import hourly_counts
-from spanner_store.mutation_count import schema_model
+from schemas.ddl import schema_model
 from spanner_store.reads import HourSums, exact_counts
 from spanner_store.tables import delta_key, post_key
 from tests.conftest import new_resources

@@ -21,7 +21,8 @@ from google.cloud.spanner_v1.transaction import Transaction
 
 import schemas
 from spanner_store.database import SPANNER_MUTATION_LIMIT
-from spanner_store.mutation_count import commit_key_ranges, commit_mutation_count, schema_model
+from schemas.ddl import schema_model
+from spanner_store.mutation_count import commit_key_ranges, commit_mutation_count
 
 
 class CommitTooLarge(AssertionError):

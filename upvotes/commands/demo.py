@@ -99,7 +99,7 @@ def _wait_until_ready(database, topic_path: str, stream, log_path: Path) -> None
     publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
                      progress=False)
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while exact_counts(database, [WARM_UP_POST])[0].upvotes < 1:
+    while exact_counts(database, [WARM_UP_POST])[0].counts.upvotes < 1:
         _check_alive(stream, log_path)
         if time.monotonic() > deadline:
             raise RuntimeError(f"the streaming pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")
