@@ -158,8 +158,10 @@ def run_fold(res: Resources) -> dict:
 
     from bench.feeds import counter_values
     from pipeline import fold
+    from pipeline.options import pipeline_options
 
-    options = fold.pipeline_options([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"])
+    options = pipeline_options([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"],
+                               streaming=False)
     start = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
     fold.build(pipeline, options)

@@ -495,7 +495,7 @@ def serve_in_background(project: str, instance: str, database: str, topic: str |
                         refresh_s: float = 1.0) -> RunningService:
     """The whole service on one database (and votes topic, ID or path), started in a background
     thread: what `upvotes serve` runs, for the demo and tests. `.url` is the live page."""
-    from pipeline.options import pubsub_path
+    from pipeline.params import pubsub_path
     from spanner_store.database import open_database
 
     reader = CountsReader(open_database(project, instance, database), staleness_s=staleness_s, refresh_s=refresh_s)
