@@ -21,7 +21,7 @@ Rows read are what each command reports (`rows_read`: FoldRuns, DeltaCommits and
 delta index entries returned by its reads). Every fold must fold exactly the work, and the
 posts' folded counts must match what was written.
 
-Sink write cost, by spanner_store.mutation_count's model of Spanner's rules on the DDL (the
+Sink write cost, by upvotes.devtools.mutation_count's model of Spanner's rules on the DDL (the
 emulator does not count): the commit write_deltas builds, with and without its DeltaCommits
 row (without: what the previous version committed), and option (a), a shard-led global index on
 PostDeltas (a stored generated ChangeShard column and an index on (ChangeShard, CommittedAt)),
@@ -49,10 +49,10 @@ from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.deltas import add_delta_writes, write_deltas
 from schemas.ddl import schema_model
-from spanner_store.mutation_count import commit_mutation_count
+from upvotes.devtools.mutation_count import commit_mutation_count
 from spanner_store.reads import exact_counts
 from spanner_store.tables import DELTA_COMMITS, POST_COLUMNS, POSTS, post_key
-from upvotes.provision import Resources, ddl_object_name
+from upvotes.devtools.provision import Resources, ddl_object_name
 
 WORK_DELTAS, WORK_POSTS = 1_000, 100
 # Posts rows (5 cells) and their PostsByUpvotes entries (5): 10 mutations a row, 20,000 a commit.

@@ -1,7 +1,7 @@
 """Benchmark: the largest Spanner commit each component builds, against the 80,000 limit.
 
 The emulator accepts commits of any size, so this is counted, not timed: every commit goes
-through upvotes.commit_meter (the real client, each commit's mutations counted from the DDL
+through upvotes.devtools.commit_meter (the real client, each commit's mutations counted from the DDL
 as Spanner documents them, index entries included). Adversarial input, in a fresh database:
 
 - sink: `plan_commits` + `write_new_deltas` (what WriteDeltaRows does per bundle) for a
@@ -15,7 +15,7 @@ Baseline, same run: the single commit the fold would have built for that post be
 issue 15 (every hour in one transaction), from the same cost constants.
 
 Commit shape (a cost the emulator hides: a commit writing many splits coordinates them all):
-distinct key ranges per commit (upvotes.commit_meter, a proxy for splits) and mutations per
+distinct key ranges per commit (upvotes.devtools.commit_meter, a proxy for splits) and mutations per
 commit of one window of the sink over `OTHER_POSTS` posts in arrival order, planned as today
 (`plan_commits`, key order) against the same rows cut in arrival order (before issue 30).
 `runner.py` also meters every other benchmark's process and reports their largest commit.
@@ -40,8 +40,8 @@ from spanner_store.hourly import hourly_counts
 from spanner_store.reads import exact_counts
 from spanner_store.views import publish_top_view
 from spanner_store.tables import POSTS, key_range, post_key
-from upvotes.commit_meter import CommitMeter, metering_commits
-from upvotes.provision import Resources
+from upvotes.devtools.commit_meter import CommitMeter, metering_commits
+from upvotes.devtools.provision import Resources
 
 HOUR_2001 = 978_307_200
 ROWS_PER_COMMIT = 1_000  # the streaming default

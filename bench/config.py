@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from upvotes.workload import Workload
+from upvotes.devtools.workload import Workload
 
 
 @dataclass(frozen=True)

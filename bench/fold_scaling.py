@@ -32,7 +32,7 @@ from spanner_store.folding import choose_snapshot
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from spanner_store.database import run_with_retries
-from upvotes.provision import Resources
+from upvotes.devtools.provision import Resources
 from spanner_store.reads import exact_counts
 
 FOLD_POSTS = 1_000  # the scaling points: more deltas per post as they grow

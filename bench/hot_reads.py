@@ -36,7 +36,7 @@ from spanner_store.counts_reader import CountsReader
 from spanner_store.database import classic_sessions_for_concurrent_reads
 from spanner_store.deltas import write_deltas
 from spanner_store.reads import exact_counts
-from upvotes.provision import Resources
+from upvotes.devtools.provision import Resources
 
 HOT_POST = "hot/read ☃"
 HOT_UPVOTES = 12_345

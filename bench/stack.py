@@ -11,13 +11,13 @@ from typing import Callable
 
 from google.cloud import pubsub_v1
 
-from spanner_store import baseline_counters
+from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
-from upvotes import local_stream
-from upvotes.provision import Resources, provision, provision_spanner
-from upvotes.publishing import BATCH_SETTINGS, event_message, publish_messages
+from upvotes.devtools import local_stream
+from upvotes.devtools.provision import Resources, provision, provision_spanner
+from upvotes.devtools.publishing import BATCH_SETTINGS, event_message, publish_messages
 from spanner_store.reads import exact_counts, verify_totals
-from upvotes.ledger import Ledger
+from upvotes.devtools.ledger import Ledger
 
 PROJECT = "bench-project"
 INSTANCE = "bench"
@@ -69,7 +69,7 @@ def upvotes_of(database, post_ids: list[str]) -> dict[str, int]:
 
 
 def streaming_pipeline(res: Resources, window_seconds: int, log_path: Path):
-    """`python -m pipeline.streaming` on the DirectRunner for a block (upvotes.local_stream).
+    """`python -m pipeline.streaming` on the DirectRunner for a block (upvotes.devtools.local_stream).
 
     Stopped and waited for on the way out, so its peak RSS shows in this process's
     RUSAGE_CHILDREN.

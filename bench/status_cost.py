@@ -44,8 +44,8 @@ from spanner_store.health import delta_health
 from spanner_store.tables import (
     DELTA_COLUMNS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS, POST_COLUMNS, POSTS, delta_key, post_key,
 )
-from upvotes.emulators import running_emulators
-from upvotes.provision import provision
+from upvotes.devtools.emulators import running_emulators
+from upvotes.devtools.provision import provision
 
 HOUR = 1_795_312_800
 ROWS_PER_COMMIT = 2_000

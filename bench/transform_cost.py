@@ -1,7 +1,7 @@
 """Benchmark 2: CPU per event of the parse-validate-key-combine chain, against plain Python.
 
 Every variant runs in this process over the same pre-generated events (a viral workload:
-Zipf 1.1 over `transform_posts` posts, as upvotes.workload generates it), once as single-event
+Zipf 1.1 over `transform_posts` posts, as upvotes.devtools.workload generates it), once as single-event
 messages (contract v1) and once packed 500 per message (contract v2), and is timed in process
 CPU seconds (every thread). Variants, for each input:
 
@@ -39,9 +39,9 @@ from schemas.counters import CONTRACT_NAMES, Counts, by_contract_name
 from schemas.records import HOUR_S, PostDelta, VoteEvent
 from transforms.parse_and_sum import ParseVotes
 from transforms.windowing import WindowAndSumVotes
-from upvotes.provision import Resources
-from upvotes.publishing import Message, batch_messages
-from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import Message, batch_messages
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 
 POOL = 100_000  # distinct generated events; larger runs cycle through them
 WINDOW_SECONDS = defaults(STREAMING_PARAMS)["window_seconds"]

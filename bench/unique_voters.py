@@ -35,8 +35,8 @@ from spanner_store.deltas import mutations_for, plan_commits, write_deltas
 from spanner_store.reads import exact_counts
 from transforms.parse_and_sum import BundleSums
 from transforms.windowing import MergeSums, post_deltas
-from upvotes.provision import Resources
-from upvotes.workload import Workload, generate_events
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.workload import Workload, generate_events
 
 ATTRIBUTES = {FORMAT_ATTRIBUTE: NDJSON}
 EVENTS_PER_MESSAGE = 1_000

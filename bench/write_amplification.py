@@ -5,7 +5,7 @@ A synthetic stream: `amplification_votes` votes over `amplification_posts` posts
 arrival time (assigned here, so windows are what a live stream would get), its event hour
 that of arrival minus a client delay (exponential, mean 2 s), the stream starting 5 s
 before an hour boundary so that some posts get deltas for two hours. Votes are 70% +1
-upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.workload's.
+upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.devtools.workload's.
 
 The lower bound is the number of distinct (post, event hour, window) groups whose votes
 do not cancel out: the sink cannot write fewer delta rows without losing the hourly
@@ -15,7 +15,7 @@ its PostDelta count must equal the sample's lower bound, and its sums the sample
 The full stream's figures are then the lower bound plus the parent-row upserts the sink
 adds (one key-only Posts write per distinct post per commit, planned with plan_commits,
 one bundle per window). Beside them, the delta rows `upvotes capacity`'s model
-(upvotes.capacity_model) expects of the same stream, and their ratio to the counted ones.
+(upvotes.operations.capacity_model) expects of the same stream, and their ratio to the counted ones.
 """
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ from spanner_store.deltas import plan_commits
 from pipeline.params import STREAMING_PARAMS, defaults
 from transforms.parse_and_sum import SUM_SHARDS, sum_shard
 from transforms.windowing import WindowAndSumVotes, delta_id
-from upvotes.capacity_model import Popularity, stream_delta_rows
-from upvotes.capacity_model import Workload as CapacityWorkload
-from upvotes.provision import Resources
+from upvotes.operations.capacity_model import Popularity, stream_delta_rows
+from upvotes.operations.capacity_model import Workload as CapacityWorkload
+from upvotes.devtools.provision import Resources
 
 ZIPF = 1.1
 CLIENT_DELAY_MEAN_S = 2.0

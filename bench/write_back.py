@@ -1,8 +1,8 @@
-"""Benchmark: the seed's fourth approach, a write-back cache on Redis (upvotes/write_back.py),
+"""Benchmark: the seed's fourth approach, a write-back cache on Redis (upvotes/devtools/write_back.py),
 raced beside the pipeline on the same emulator, and what each approach loses on a crash.
 
 (a) The race. For each Redis durability mode (none, AOF everysec, AOF always): a fresh
-redis-server (upvotes/redis_server.py), the flusher in a process of its own flushing every
+redis-server (upvotes/devtools/redis_server.py), the flusher in a process of its own flushing every
 RACE_WINDOW_S (the pipeline's window in the race), and the same Zipf burst as hot_post's end to
 end (bench.config.race_workload) sent by one client as pipelined HINCRBY in batches of 500 (the
 pipeline's message size). Timed, as the pipeline's row, from the first send until every post's
@@ -56,14 +56,14 @@ from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import check_alive, streaming_pipeline, with_topics
 from spanner_store.database import open_database
 from spanner_store.reads import exact_counts
-from upvotes import local_stream, redis_server, write_back
-from upvotes.ledger import Ledger
-from upvotes.provision import Resources
-from upvotes.publishing import BATCH_SETTINGS, batch_messages
-from upvotes.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
+from upvotes.devtools import local_stream, redis_server, write_back
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
 
 MARKER_POLL_S = 0.05  # as bench/freshness.py
-EXACT_POLL_S = 0.25  # as upvotes.race.race_pipeline
+EXACT_POLL_S = 0.25  # as upvotes.devtools.race.race_pipeline
 READY_TIMEOUT_S = 180.0
 RACE_TIMEOUT_S = 300.0
 SETTLE_TIMEOUT_S = 120.0

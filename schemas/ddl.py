@@ -1,6 +1,6 @@
 """The tables and indexes of a DDL file (default: posts.sql), as a model the code derives
 what depends on the schema from: the mutation cost of each write (spanner_store/mutation_cost.py,
-spanner_store/mutation_count.py).
+upvotes/devtools/mutation_count.py).
 
 Parsed from the DDL itself, so a new column or index is counted without an edit elsewhere.
 """

@@ -2,7 +2,7 @@
 
 Spanner counts a mutation per column written, plus one per column of each index entry the
 write changes, plus one for each old entry an update of an index key removes (the rules:
-spanner_store/mutation_count.py, which counts whole commits in tests and benchmarks). The
+upvotes/devtools/mutation_count.py, which counts whole commits in tests and benchmarks). The
 writers plan their commits with these per-row costs; deriving them from the DDL means a new
 counter column, stored in an index or not, is counted without an edit (hand-counted
 constants would have undercounted it silently: the emulator does not enforce the limit).

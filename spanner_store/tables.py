@@ -105,7 +105,7 @@ def post_key(post_id: str) -> PostKey:
 
 # Ranges of the PostHash key space (schemas.post_hash: 63 bits), each 1/KEY_RANGES of it: the
 # fold groups a transaction's posts by range, and the commit meter counts the ranges a commit
-# writes, a proxy for the splits it touches on real Spanner (spanner_store/mutation_count.py).
+# writes, a proxy for the splits it touches on real Spanner (upvotes/devtools/mutation_count.py).
 KEY_RANGES = 64
 
 

@@ -16,7 +16,7 @@ from schemas.records import PostDelta
 from spanner_store.deltas import plan_commits
 from spanner_store.deltas import write_deltas
 from tests.folding import run_fold
-from upvotes.capacity_model import (
+from upvotes.operations.capacity_model import (
     Assumption, Assumptions, Popularity, Workload, cancel_probability, capacity,
     expected_groups, expected_touched, fold_rows_read, rows_per_sink_commit, split_by_hour, stream_delta_rows,
 )

@@ -10,7 +10,7 @@ import schemas
 from schemas import counters
 from schemas.counters import COLUMNS, CONTRACT_NAMES, COUNTERS, NAMES, Counts, by_contract_name, one, total
 from schemas.ddl import schema_model
-from upvotes.provision import table_columns
+from upvotes.devtools.provision import table_columns
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
 

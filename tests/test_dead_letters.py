@@ -18,7 +18,7 @@ from tests.test_faults import flaky_sink  # noqa: F401 - the fixture
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
-from upvotes.dead_letters import execute_replay, plan_replay, pull_dead_letters, release
+from upvotes.operations.dead_letters import execute_replay, plan_replay, pull_dead_letters, release
 
 HOUR = 1_795_312_800
 

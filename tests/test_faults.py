@@ -56,15 +56,15 @@ from transforms import spanner_sink
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
-from upvotes import emulators, local_stream
+from upvotes.devtools import emulators, local_stream
 from upvotes.cli import main as cli_main
 from spanner_store.deltas import write_deltas
 from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries
-from upvotes.errors import explain
-from upvotes.provision import Resources, provision, provision_spanner
-from upvotes.ledger import Ledger
-from upvotes.publishing import batch_messages, event_message, publish_messages
-from upvotes.workload import Workload, generate_events
+from upvotes.commands.errors import explain
+from upvotes.devtools.provision import Resources, provision, provision_spanner
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.publishing import batch_messages, event_message, publish_messages
+from upvotes.devtools.workload import Workload, generate_events
 from spanner_store.reads import exact_counts, verify_totals
 
 HOUR = 1_795_312_800

@@ -23,7 +23,7 @@ from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
 from tests.folding import run_fold
 from tests.test_large_fold import distinct_hour_deltas
 from transforms import fold_deltas
-from upvotes.dead_letters import DELTA_ROW, ERROR_ATTRIBUTE, KIND_ATTRIBUTE, DeadLetter, execute_replay, plan_replay
+from upvotes.operations.dead_letters import DELTA_ROW, ERROR_ATTRIBUTE, KIND_ATTRIBUTE, DeadLetter, execute_replay, plan_replay
 
 HOUR = 1_795_312_800
 

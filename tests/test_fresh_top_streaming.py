@@ -13,8 +13,8 @@ from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from spanner_store.fresh_top import fresh_top
 from spanner_store.reads import exact_counts, last_fold_snapshot, top_posts
-from upvotes import local_stream
-from upvotes.publishing import event_message
+from upvotes.devtools import local_stream
+from upvotes.devtools.publishing import event_message
 
 WINDOW_S = 2
 LEADER_VOTES = 30

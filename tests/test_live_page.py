@@ -27,10 +27,10 @@ import pytest
 
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
-from upvotes import local_stream
-from upvotes.live_sessions import COOKIE
-from upvotes.serve_settings import ServiceSettings
-from upvotes.service import serve_in_background
+from upvotes.devtools import local_stream
+from upvotes.serving.live_sessions import COOKIE
+from upvotes.serving.serve_settings import ServiceSettings
+from upvotes.serving.service import serve_in_background
 
 from tests.topic_audit import TopicAudit
 

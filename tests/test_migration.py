@@ -20,10 +20,10 @@ from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POST
 from tests.conftest import new_resources
 from tests.folding import run_fold
 from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events, wait_until
-from upvotes import local_stream
-from upvotes.dead_letters import pull_dead_letters, release
-from upvotes.provision import provision_pubsub, provision_spanner
-from upvotes.workload import Workload, generate_events
+from upvotes.devtools import local_stream
+from upvotes.operations.dead_letters import pull_dead_letters, release
+from upvotes.devtools.provision import provision_pubsub, provision_spanner
+from upvotes.devtools.workload import Workload, generate_events
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
 HOUR = 1_795_312_800

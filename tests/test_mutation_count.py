@@ -18,13 +18,13 @@ from spanner_store.deltas import (
 )
 from spanner_store.folding import MAX_SKIPPED_LISTED
 from schemas.ddl import schema_model
-from spanner_store.mutation_count import commit_key_ranges, commit_mutation_count
+from upvotes.devtools.mutation_count import commit_key_ranges, commit_mutation_count
 from spanner_store.tables import (
     COUNTER_COLUMNS, KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES,
     VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS, key_range,
 )
-from upvotes.commit_meter import CommitMeter, CommitTooLarge, metering_commits
+from upvotes.devtools.commit_meter import CommitMeter, CommitTooLarge, metering_commits
 
 MODEL = schema_model()
 HOUR = datetime(2026, 11, 22, 1, tzinfo=timezone.utc)

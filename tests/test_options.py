@@ -48,7 +48,7 @@ def test_readme_maps_each_flag_to_its_template_parameter(pipeline: str, param) -
 
 
 def test_both_readmes_carry_the_generated_parameter_table() -> None:
-    from upvotes.template_metadata import stale_files
+    from upvotes.deploy.template_metadata import stale_files
 
     assert stale_files() == []
 

@@ -19,15 +19,15 @@ from google.pubsub_v1.types import PubsubMessage
 
 from schemas.contract import FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, NDJSON, parse_message, parse_vote, reason_of
 from schemas.records import VoteEvent
-from upvotes.progress import Progress
-from upvotes.provision import Resources
+from upvotes.devtools.progress import Progress
+from upvotes.devtools.provision import Resources
 from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
-from upvotes.ledger import Ledger
-from upvotes.publishing import (
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.publishing import (
     _interleave, batch_messages, event_message, publish_file, publish_messages, publish_workload,
 )
-from upvotes.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
+from upvotes.devtools.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
 
 START = datetime(2026, 11, 22, 3, 30, tzinfo=timezone.utc)
 VIRAL = Workload(events=10_000, posts=100, zipf=1.2, seed=7, start_time=START)

@@ -20,7 +20,7 @@ from schemas.voter_sketch import sketch_of
 from spanner_store.counts_reader import CountsReader
 from spanner_store.deltas import write_deltas
 from upvotes.cli import main
-from upvotes.service import (
+from upvotes.serving.service import (
     MAX_BODY_BYTES, MAX_EVENTS, PubSubVotePublisher, ServiceSettings, create_app, start_in_background,
 )
 

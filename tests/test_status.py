@@ -15,9 +15,9 @@ from spanner_store.health import DeltaHealth
 from transforms.dead_letter import to_dead_letter
 from tests.conftest import new_resources
 from upvotes.cli import main
-from upvotes.provision import provision, provision_pubsub, provision_spanner
-from upvotes.publishing import event_message
-from upvotes.status import Thresholds, problems, status_report
+from upvotes.devtools.provision import provision, provision_pubsub, provision_spanner
+from upvotes.devtools.publishing import event_message
+from upvotes.operations.status import Thresholds, problems, status_report
 from tests.folding import run_fold as fold
 
 HOUR = 1_795_312_800
@@ -163,7 +163,7 @@ def test_the_monitoring_backlog_reads_the_newest_sample_of_the_metric() -> None:
     reads the answer, with the client's own types."""
     from google.cloud import monitoring_v3
 
-    from upvotes.backlog import METRIC, MONITORING, BacklogUnknown, monitoring_backlog
+    from upvotes.operations.backlog import METRIC, MONITORING, BacklogUnknown, monitoring_backlog
 
     def point(end_s: int, age: int):
         return monitoring_v3.Point(interval=monitoring_v3.TimeInterval(end_time={"seconds": end_s}),

@@ -1,4 +1,4 @@
-"""The write-back cache baseline (upvotes/write_back.py) on a real redis-server and the Spanner
+"""The write-back cache baseline (upvotes/devtools/write_back.py) on a real redis-server and the Spanner
 emulator: a flush neither loses nor doubles a vote, with votes arriving during it and with the
 flusher SIGKILLed at each fault point and restarted; what each durability mode keeps across a
 SIGKILL of the server. Skipped only where redis-server is not installed (CI installs it).
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from spanner_store import baseline_counters
+from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
-from upvotes import redis_server, write_back
-from upvotes.ledger import Ledger
-from upvotes.workload import Workload, generate_events
+from upvotes.devtools import redis_server, write_back
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.workload import Workload, generate_events
 
 WINDOW_S = 0.5
 SETTLE_TIMEOUT_S = 60.0

@@ -9,8 +9,8 @@ from pathlib import Path
 from schemas.contract import MAX_BATCH_EVENTS
 from schemas.counters import Counter
 from upvotes.commands.database_flags import add_project_argument
-from upvotes.errors import UsageError
-from upvotes.workload import DEFAULT_BATCH_SIZE, OTHER_COUNTERS
+from upvotes.commands.errors import UsageError
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, OTHER_COUNTERS
 
 HELP = (
     "Publish vote events (a generated viral workload or a JSON-lines file) to Pub/Sub, "
@@ -105,8 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from upvotes.publishing import publish_file, publish_workload
-    from upvotes.workload import Workload
+    from upvotes.devtools.publishing import publish_file, publish_workload
+    from upvotes.devtools.workload import Workload
 
     topic_path = resolve_topic(args.project, args.topic)
     if args.rate is not None and args.rate <= 0:

@@ -5,7 +5,7 @@ import argparse
 import json
 from datetime import datetime, timedelta, timezone
 
-from upvotes.commands.argument_types import utc_time
+from upvotes.argument_types import utc_time
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 
 HELP = ("Exact counts of posts (folded aggregate plus unfolded deltas, one snapshot); "

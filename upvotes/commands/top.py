@@ -10,9 +10,9 @@ import time
 from schemas.counters import NAMES
 from spanner_store.fresh_top import DEFAULT_EXTRA
 from spanner_store.views import DEFAULT_VIEW
-from upvotes.commands.argument_types import positive_int
+from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.errors import UsageError
+from upvotes.commands.errors import UsageError
 
 HELP = ("Top posts by exact upvotes (folded + unfolded, one snapshot), fresh without a fold, "
         "each line saying whether the ranking is certified exact; --version/--page page through a "

@@ -19,7 +19,7 @@ its delete adds the same sums again when it restarts. This one neither loses nor
 A staging key's contents never change, so its parts are the same on every attempt. Spanner's
 serializable transactions make this safe even with two flushers on one key.
 
-It is a baseline, not part of the product: the benchmarks run it (`python -m upvotes.write_back`,
+It is a baseline, not part of the product: the benchmarks run it (`python -m upvotes.devtools.write_back`,
 a process of its own so that it can be killed), never Dataflow. It needs the `bench` extra
 (redis-py with hiredis). The tables are in schemas/baseline_counters.sql. It keeps two counters,
 upvotes and shares (COUNTERS), whatever the system declares: a fixed baseline.
@@ -44,8 +44,8 @@ from typing import Any, Callable, Iterable, Mapping
 from google.cloud import spanner
 
 from spanner_store.database import RetryPolicy, open_database, run_transaction, run_with_retries
-from upvotes.provision import Resources
-from upvotes.workload import DEFAULT_FRACTIONS
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.workload import DEFAULT_FRACTIONS
 
 COUNTERS = ("upvotes", "shares")  # what this baseline counts, in COUNTER_COLUMNS order
 # A generated workload for it: the default mix of the counters it keeps, nothing of the others.
@@ -239,9 +239,9 @@ def run(flusher: Flusher, interval_s: float, stopping: threading.Event,
 
 def start_process(socket_path: str, live_key: str, res: Resources, interval_s: float, log_path: Path,
                   kill_at: str | None = None, kill_on_flush: int = 1) -> subprocess.Popen:
-    """`python -m upvotes.write_back` as a child process (a group of its own), its JSON lines
+    """`python -m upvotes.devtools.write_back` as a child process (a group of its own), its JSON lines
     appended to `log_path`; with `kill_at`, it SIGKILLs itself at that fault point."""
-    command = [sys.executable, "-m", "upvotes.write_back", f"--socket={socket_path}", f"--live-key={live_key}",
+    command = [sys.executable, "-m", "upvotes.devtools.write_back", f"--socket={socket_path}", f"--live-key={live_key}",
                f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}",
                f"--interval-seconds={interval_s}"]
     if kill_at:
@@ -262,8 +262,8 @@ def log_records(log_path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m upvotes.write_back`: the flusher as a process of its own, one JSON line per flush."""
-    parser = argparse.ArgumentParser(prog="python -m upvotes.write_back", description=main.__doc__)
+    """`python -m upvotes.devtools.write_back`: the flusher as a process of its own, one JSON line per flush."""
+    parser = argparse.ArgumentParser(prog="python -m upvotes.devtools.write_back", description=main.__doc__)
     parser.add_argument("--socket", required=True, help="redis-server's unix socket")
     parser.add_argument("--live-key", required=True, help="the hash the app servers increment")
     parser.add_argument("--project", required=True)

@@ -48,7 +48,7 @@ class Workload:
     count_reads_per_s: float = 0  # exact-count reads of the hottest post
     shards: tuple[int, ...] = (10, 100)
     client_delay_mean_s: float = 2.0  # how late clients report, on average (exponential)
-    unvote_fraction: float = 0.1  # as upvotes.workload.Workload's defaults
+    unvote_fraction: float = 0.1  # as upvotes.devtools.workload.Workload's defaults
     # Votes on counters other than upvotes (shares, ...): as the generated workloads' defaults.
     other_fraction: float = sum(counter.generated_fraction for counter in COUNTERS)
 

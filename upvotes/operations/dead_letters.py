@@ -28,7 +28,7 @@ from google.api_core import exceptions
 
 from schemas.contract import EVENT_ID_ATTRIBUTE, parse_vote
 from schemas.records import PostDelta, VoteEvent
-from upvotes.publishing import event_message
+from upvotes.devtools.publishing import event_message
 
 KIND_ATTRIBUTE = "kind"
 DELTA_ROW = "delta_row"

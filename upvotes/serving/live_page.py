@@ -6,7 +6,7 @@ style (PAGE_STYLE, at /live-page.css) are served files, so its Content-Security-
 (PAGE_CSP) allows scripts, styles and connections from its own origin only, and no
 framing. Its vote is +1 with the session cookie the page came with (sent by the browser,
 never visible to the script) and the session's anti-CSRF token, which the page carries in
-a meta tag and the script sends in the X-CSRF-Token header (upvotes/live_sessions.py).
+a meta tag and the script sends in the X-CSRF-Token header (upvotes/serving/live_sessions.py).
 
 Post IDs are user input: the page only ever puts them into the DOM as text (textContent,
 never innerHTML) and into URLs through encodeURIComponent. No external scripts or styles.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from schemas.counters import NAMES
-from upvotes.live_sessions import CSRF_HEADER
+from upvotes.serving.live_sessions import CSRF_HEADER
 
 POLL_MS = 1000
 SCRIPT_PATH = "/live-page.js"

@@ -11,7 +11,7 @@ validated vote publishing, on FastAPI + uvicorn.
                                     202 {"accepted": n, "rejected": [{"line", "error"}]}; 400 when nothing is valid
     GET  /healthz                   {"status": "ok", "spanner_reads": n, "limits": {...}, "refused": {...}}
     GET  /docs, /openapi.json       the OpenAPI description
-    GET  /                          the live page (upvotes/live_page.py), with its session cookie
+    GET  /                          the live page (upvotes/serving/live_page.py), with its session cookie
     GET  /live-page.js, .css        its script and style
 
 Reads go through one spanner_store.counts_reader.CountsReader per process, so a hot post
@@ -24,9 +24,9 @@ format=ndjson, a new event_id for the batch, one v1 event per line, at most MAX_
 events and MAX_BODY_BYTES bytes). The reply comes after Pub/Sub has accepted the message.
 
 Security (README "Security"): every answer passes the Host allowlist (421) and carries the
-security headers (upvotes/http_guards.py). A write needs a credential: a bearer token
-(upvotes/write_credentials.py), compared in constant time, or the live page's session
-cookie with that session's anti-CSRF token in X-CSRF-Token (upvotes/live_sessions.py). It
+security headers (upvotes/serving/http_guards.py). A write needs a credential: a bearer token
+(upvotes/serving/write_credentials.py), compared in constant time, or the live page's session
+cookie with that session's anti-CSRF token in X-CSRF-Token (upvotes/serving/live_sessions.py). It
 is refused if its Origin is foreign (403), if it is not application/json or
 application/x-ndjson (415: no "simple" cross-site request can write), and past the rate
 limits of its credential and, without a valid token, of its client address (429 with
@@ -72,11 +72,11 @@ from schemas.contract import (
 )
 from schemas.records import Rejected, VoteEvent
 from spanner_store.counts_reader import CountsReader
-from upvotes.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
-from upvotes.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
-from upvotes.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
-from upvotes.rate_limits import TokenBuckets, retry_after
-from upvotes.serve_settings import BURST_SECONDS, SESSION_MAX_DELTA, ServiceSettings
+from upvotes.serving.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
+from upvotes.serving.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
+from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
+from upvotes.serving.rate_limits import TokenBuckets, retry_after
+from upvotes.serving.serve_settings import BURST_SECONDS, SESSION_MAX_DELTA, ServiceSettings
 
 LOG = logging.getLogger(__name__)
 # A request carries at most what one contract v2 batch may: it is published as one message.

@@ -19,7 +19,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from schemas.contract import MAX_ABS_DELTA
-from upvotes.commands.argument_types import non_negative_float, positive_float
+from upvotes.argument_types import non_negative_float, positive_float
 
 # Loopback names a browser on this machine may use; the bind address and --allowed-host add to them.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -196,7 +196,7 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
                                 help=flag.help + shown)
 
 
-TABLE_START = "<!-- serve-flags:start (generated from upvotes/serve_settings.py; do not edit) -->"
+TABLE_START = "<!-- serve-flags:start (generated from upvotes/serving/serve_settings.py; do not edit) -->"
 TABLE_END = "<!-- serve-flags:end -->"
 
 
