@@ -10,6 +10,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from pipeline import fold
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import open_database
 from spanner_store.fresh_top import fresh_top
@@ -88,7 +89,7 @@ def test_a_post_overtaking_the_folded_leader_is_first_at_its_exact_count_without
 
     # The post that fell back is ranked by its exact count, 40: last of all 41 posts.
     everyone = fresh_top(database, k=41, extra=0)
-    assert everyone.posts[-1] == ("old-0", 40, 0)
+    assert everyone.posts[-1] == ("old-0", Counts(upvotes=40), None)
     assert [p.counts.upvotes for p in everyone.posts] == sorted((p.counts.upvotes for p in everyone.posts), reverse=True)
 
 

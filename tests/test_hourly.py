@@ -116,8 +116,8 @@ def test_upvotes_read_hourly_prints_json_lines(stack, database, capsys) -> None:
     assert main(where + ["--hourly", "--since", "2026-11-22T00:00:00Z", "hr-c"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == [
-        {"post_id": "hr-c", "hour": "2026-11-22T01:00:00Z", "upvotes": 2, "shares": 1},
-        {"post_id": "hr-c", "hour": "2026-11-22T03:00:00Z", "upvotes": 1, "shares": 0},
+        {"post_id": "hr-c", "hour": "2026-11-22T01:00:00Z", **Counts(upvotes=2, shares=1)._asdict()},
+        {"post_id": "hr-c", "hour": "2026-11-22T03:00:00Z", **Counts(upvotes=1, shares=0)._asdict()},
     ]
 
     assert main(where + ["--hourly", "--since", "2026-11-22T02:00:00+00:00", "--until", "2026-11-22T03:00:00Z",
@@ -138,8 +138,8 @@ def test_upvotes_read_unique_adds_unique_voters_in_total_and_per_hour(stack, dat
     where = ["read", "--project", stack.project, "--instance", stack.instance, "--database", stack.database]
     assert main(where + ["--unique", "uv-c", "nobody"]) == 0
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
-        {"post_id": "uv-c", "upvotes": 6, "shares": 1, "unique_voters": 5},
-        {"post_id": "nobody", "upvotes": 0, "shares": 0, "unique_voters": 0}]
+        {"post_id": "uv-c", **Counts(upvotes=6, shares=1)._asdict(), "unique_voters": 5},
+        {"post_id": "nobody", **Counts(upvotes=0, shares=0)._asdict(), "unique_voters": 0}]
     assert main(where + ["--hourly", "--unique", "--since", "2026-11-22T00:00:00Z", "uv-c"]) == 0
     assert [(r["hour"][11:13], r["upvotes"], r["unique_voters"])
             for r in map(json.loads, capsys.readouterr().out.splitlines())] == [("01", 3, 3), ("02", 3, 3)]

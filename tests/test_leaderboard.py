@@ -322,8 +322,8 @@ def test_cli_subcommands(fresh, capsys) -> None:
     assert main(["top"] + where + ["--version", "1", "--page-size", "2", "--page", "2"]) == 0
     out = capsys.readouterr()
     assert [json.loads(line) for line in out.out.splitlines()] == [
-        {"version": 1, "rank": 3, "post_id": "cli-5", "upvotes": 50, "shares": 5},
-        {"version": 1, "rank": 4, "post_id": "cli-4", "upvotes": 40, "shares": 4},
+        {"version": 1, "rank": 3, "post_id": "cli-5", **Counts(upvotes=50, shares=5)._asdict()},
+        {"version": 1, "rank": 4, "post_id": "cli-4", **Counts(upvotes=40, shares=4)._asdict()},
     ]
     assert "page 2 of 3" in out.err
     assert main(["top"] + where + ["--version", "9"]) == 1

@@ -22,7 +22,7 @@ from tests.folding import run_fold
 from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events, wait_until
 from upvotes.devtools import local_stream
 from upvotes.operations.dead_letters import pull_dead_letters, release
-from upvotes.devtools.provision import provision_pubsub, provision_spanner
+from upvotes.devtools.provision import provision_pubsub, provision_spanner, table_columns
 from upvotes.devtools.workload import Workload, generate_events
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
@@ -77,6 +77,13 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
         provision_spanner(res, False, "unused", logged.append)
         assert {"created TABLE DeltaCommits", "created TABLE FoldRunSkippedPosts",
                 "added   column FoldRuns.ChangesThrough TIMESTAMP"} <= set(logged)
+        # Every counter declared since (schemas/counters.py) is added where counts are kept.
+        before = dict(filter(None, map(table_columns, statements(BEFORE))))
+        newer = [column for column in COUNTER_COLUMNS if column not in before["Posts"]]
+        for table in ("Posts", "PostDeltas", "PostHourlyCounts", "Adjustments", "TopPostsViewRows"):
+            assert {f"added   column {table}.{column} INT64 NOT NULL DEFAULT (0)" for column in newer} <= set(logged)
+        assert {f"added   stored column {index}.{column}" for index in ("PostsByUpvotes", "PostDeltasByCommit")
+                for column in newer} <= set(logged)
         publish_events(res, events[300:600])
         first = {**ledger_of(events[:600]).totals, **old}
         wait_until(lambda: verify_totals(database, first) == [], SETTLE_TIMEOUT_S, "600 votes counted", stream, log)
@@ -112,7 +119,7 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
 
 def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_fix(stack, monkeypatch) -> None:
     """The other side of the wait: a database never migrated. After SCHEMA_WAIT_S (an hour; here
-    none) the rows go to the dead-letter output with the missing table in the reason, to be
+    none) the rows go to the dead-letter output with what is missing in the reason, to be
     replayed once `upvotes provision` has run; nothing is half-written."""
     import apache_beam as beam
     from apache_beam.testing.test_pipeline import TestPipeline
@@ -128,7 +135,9 @@ def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_
 
     def failed_for_the_missing_table(failed) -> None:
         assert sorted(f.delta.post_id for f in failed) == [d.post_id for d in rows]
-        assert all("DeltaCommits" in f.error and f.error.startswith("spanner_write_failed") for f in failed)
+        # The first thing missing (a column of a newer counter, or the DeltaCommits table) is named.
+        assert all(("DeltaCommits" in f.error or "Column not found" in f.error)
+                   and f.error.startswith("spanner_write_failed") for f in failed)
 
     with TestPipeline() as pipeline:
         failed = pipeline | beam.Create(rows) | spanner_sink.WriteDeltaRows(

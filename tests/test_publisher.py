@@ -18,6 +18,7 @@ from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
 from schemas.contract import FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, NDJSON, parse_message, parse_vote, reason_of
+from schemas.counters import Counts
 from schemas.records import VoteEvent
 from upvotes.devtools.progress import Progress
 from upvotes.devtools.provision import Resources
@@ -133,9 +134,9 @@ def test_ledger_keeps_posts_whose_net_is_zero() -> None:
     ledger = Ledger()
     ledger.add({"post_id": "p-9", "counter": "upvotes", "delta": 1, "event_time": "2026-11-22T01:59:59.999Z"})
     ledger.add({"post_id": "p-9", "counter": "upvotes", "delta": -1, "event_time": "2026-11-22T02:00:00.000Z"})
-    assert ledger.totals == {"p-9": {"upvotes": 0, "shares": 0}}
-    assert ledger.hourly() == {"p-9": {"2026-11-22T01:00:00Z": {"upvotes": 1, "shares": 0},
-                                       "2026-11-22T02:00:00Z": {"upvotes": -1, "shares": 0}}}
+    assert ledger.totals == {"p-9": Counts(upvotes=0, shares=0)._asdict()}
+    assert ledger.hourly() == {"p-9": {"2026-11-22T01:00:00Z": Counts(upvotes=1, shares=0)._asdict(),
+                                       "2026-11-22T02:00:00Z": Counts(upvotes=-1, shares=0)._asdict()}}
 
 
 def test_hourly_sums_equal_totals(viral: tuple[Ledger, list[dict]]) -> None:
@@ -285,10 +286,10 @@ def test_publish_file_publishes_lines_as_they_are(own_topic: tuple[str, str], tm
     report, ledger = publish_file(topic, str(path), str(tmp_path / "ledger.json"), None, False)
     assert (report.published, report.invalid, report.failed) == (7, 3, 0)
     assert (ledger.events, ledger.invalid) == (4, 3)
-    assert ledger.totals == {"p-1": {"upvotes": 0, "shares": 0}, "p-2": {"upvotes": 0, "shares": 3},
-                             "p-3": {"upvotes": 1, "shares": 0}}
-    assert ledger.hourly()["p-1"] == {"2026-11-22T01:00:00Z": {"upvotes": 1, "shares": 0},
-                                      "2026-11-22T02:00:00Z": {"upvotes": -1, "shares": 0}}
+    assert ledger.totals == {"p-1": Counts(upvotes=0, shares=0)._asdict(), "p-2": Counts(upvotes=0, shares=3)._asdict(),
+                             "p-3": Counts(upvotes=1, shares=0)._asdict()}
+    assert ledger.hourly()["p-1"] == {"2026-11-22T01:00:00Z": Counts(upvotes=1, shares=0)._asdict(),
+                                      "2026-11-22T02:00:00Z": Counts(upvotes=-1, shares=0)._asdict()}
     assert Ledger.load(tmp_path / "ledger.json").totals == ledger.totals
 
     messages = {message.data: message for message in pull_all(subscription, 7)}

@@ -15,6 +15,7 @@ import pytest
 from google.cloud import pubsub_v1
 
 from schemas.contract import parse_vote
+from schemas.counters import Counts
 from schemas.records import PostDelta, VoteEvent
 from schemas.voter_sketch import sketch_of
 from spanner_store.counts_reader import CountsReader
@@ -123,7 +124,7 @@ def test_bad_reads_answer_json_reasons(client) -> None:
 def test_top_ranks_by_exact_counts(client, database) -> None:
     write_deltas(database, [PostDelta.of("top-riser", HOUR, "t:1", upvotes=10_000, shares=3, events=1)])
     top = client.get("/v1/top", params={"n": 3}).json()
-    assert top["posts"][0] == {"post_id": "top-riser", "upvotes": 10_000, "shares": 3}
+    assert top["posts"][0] == {"post_id": "top-riser", **Counts(upvotes=10_000, shares=3)._asdict()}
     assert top["exact"] is True and top["as_of"].startswith("20")
 
 

@@ -45,9 +45,11 @@ def test_plan_commits_keeps_every_delta_once_in_key_order_within_both_limits(n, 
 
 
 def test_plan_commits_counts_index_entries_and_parents() -> None:
-    one_post = plan_commits(deltas(1000, 1, "w"), max_rows=10_000, max_mutations=20_000)
-    many_posts = plan_commits(deltas(1000, 1000, "w"), max_rows=10_000, max_mutations=20_000)
-    assert len(many_posts) > len(one_post)  # each new parent row and its index entry cost mutations
+    # Just enough for 1,000 deltas of one post in one commit.
+    budget = 1000 * MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT + MUTATIONS_PER_COMMIT
+    one_post = plan_commits(deltas(1000, 1, "w"), max_rows=10_000, max_mutations=budget)
+    many_posts = plan_commits(deltas(1000, 1000, "w"), max_rows=10_000, max_mutations=budget)
+    assert len(one_post) == 1 and len(many_posts) > 1  # each new parent row and its index entry cost mutations
     with pytest.raises(ValueError):
         plan_commits(deltas(1, 1, "w"), max_rows=10, max_mutations=MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA)
 

@@ -29,7 +29,7 @@ from spanner_store.deltas import write_deltas
 from spanner_store.fresh_top import fresh_top
 from spanner_store.moderation import adjust, current_hour
 from spanner_store.reads import verify_totals
-from spanner_store.tables import COMMIT_SHARDS, POSTS, commit_shard, post_key
+from spanner_store.tables import COMMIT_SHARDS, COUNTER_COLUMNS, POSTS, commit_shard, counts_at, post_key
 from spanner_store.writers import claim_generation
 from tests.conftest import new_resources
 from tests.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
@@ -150,8 +150,8 @@ def cursor_of(database):
 def folded_totals(database, post_ids) -> dict[str, dict[str, int]]:
     keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
     with database.snapshot() as snapshot:
-        return {p: {"upvotes": up, "shares": sh}
-                for p, up, sh in snapshot.read(POSTS, columns=("PostId", "Upvotes", "Shares"), keyset=keyset)}
+        return {row[0]: counts_at(row, 1)._asdict()
+                for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)}
 
 
 def ids_in_shard_zero():

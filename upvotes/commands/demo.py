@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+from schemas.counters import COUNTERS, RANKING
 from upvotes.devtools import emulators, local_stream
 from upvotes.devtools.provision import Resources, provision
 
@@ -29,6 +30,9 @@ WARM_UP_POST = "demo-warm-up"
 READY_TIMEOUT_S = 120.0
 # unique voters are an estimate (schemas/voter_sketch.py): about 0.8% standard error above 1,000 voters
 UNIQUE_TOLERANCE = 0.03
+# The race's votes give each counter besides upvotes (schemas/counters.py) a fifth of the
+# events, so every counter shows in the demo, even one `upvotes publish` sends none of unless asked.
+DEMO_FRACTIONS = {counter.name: 0.2 for counter in COUNTERS if counter is not RANKING}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +160,8 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     try:
         _wait_until_ready(database, topic_path, stream, stream_log)
         service = _start_live_page(res, work_dir)
-        workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
+        workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42,
+                            fractions=DEMO_FRACTIONS)
         say(f"race, part 2: {args.events:,} votes over {args.posts:,} posts (Zipf {args.zipf}), {args.batch_size} "
             f"per message, and {args.invalid} invalid messages, through Pub/Sub and the pipeline")
         race = race_pipeline(database, topic_path, workload, args.batch_size, args.timeout,
