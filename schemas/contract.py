@@ -34,6 +34,9 @@ from schemas.records import HOUR_S, Rejected, VoteEvent
 # The attribute a publisher sets to a message's unique ID. Dataflow drops redeliveries and
 # republications that carry an ID it has already seen (the DirectRunner cannot).
 EVENT_ID_ATTRIBUTE = "event_id"
+# The attribute every dead letter carries its reason in ("<reason>: <detail>"): set by the
+# pipeline (transforms/dead_letter.py), read by the re-drive (upvotes/operations/dead_letters.py).
+ERROR_ATTRIBUTE = "error"
 MAX_MESSAGE_BYTES = 64 * 1024  # a vote is about 200 bytes; Pub/Sub allows 10 MB
 MAX_POST_ID_CHARS = 128
 MAX_ID_CHARS = 128

@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from pipeline.params import PUBSUB_NAME
 from schemas.contract import MAX_BATCH_EVENTS
 from schemas.counters import Counter
 from upvotes.commands.database_flags import add_project_argument
@@ -17,7 +18,7 @@ HELP = (
     "with a ledger of the exact expected totals."
 )
 TOPIC_CHECK_TIMEOUT_S = 10.0
-_TOPIC_ID = r"[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}"  # Pub/Sub's resource name rules
+_TOPIC_ID = PUBSUB_NAME  # Pub/Sub's resource name rules, as the pipeline parameters check them
 _TOPIC_PATH = re.compile(rf"projects/[^/]+/topics/{_TOPIC_ID}")
 
 

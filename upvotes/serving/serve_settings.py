@@ -19,6 +19,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from schemas.contract import MAX_ABS_DELTA
+from spanner_store.counts_reader import DEFAULT_REFRESH_S
 from upvotes.argument_types import non_negative_float, positive_float
 
 # Loopback names a browser on this machine may use; the bind address and --allowed-host add to them.
@@ -159,7 +160,7 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
     ServeFlag("staleness-seconds", "Read counts this many seconds in the past (exact staleness: any replica can "
               "serve them); 0 reads strong.", 0.0, non_negative_float),
     ServeFlag("refresh-seconds", "How long a post's count is served from this process's cache before one Spanner "
-              "read refreshes it.", 1.0, non_negative_float),
+              "read refreshes it.", DEFAULT_REFRESH_S, non_negative_float),
     ServeFlag("token-file", f"File holding the bearer token(s) writes need, one a line (or set ${TOKEN_ENV}); "
               "without either, a token is generated at start, printed once and written to "
               ".upvotes/serve-token (mode 0600).", None, Path),

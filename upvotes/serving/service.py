@@ -71,7 +71,7 @@ from schemas.contract import (
     MAX_POST_ID_CHARS, NDJSON, parse_message, parse_vote, reason_of,
 )
 from schemas.records import Rejected, VoteEvent
-from spanner_store.counts_reader import CountsReader
+from spanner_store.counts_reader import DEFAULT_REFRESH_S, CountsReader
 from upvotes.serving.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
 from upvotes.serving.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
 from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
@@ -492,7 +492,7 @@ def start_in_background(app: ASGIApp, settings: ServiceSettings, host: str = "12
 
 def serve_in_background(project: str, instance: str, database: str, topic: str | None, settings: ServiceSettings,
                         host: str = "127.0.0.1", port: int = 0, staleness_s: float = 0.0,
-                        refresh_s: float = 1.0) -> RunningService:
+                        refresh_s: float = DEFAULT_REFRESH_S) -> RunningService:
     """The whole service on one database (and votes topic, ID or path), started in a background
     thread: what `upvotes serve` runs, for the demo and tests. `.url` is the live page."""
     from pipeline.params import pubsub_path
