@@ -227,6 +227,9 @@ def test_dockerfile_beam_version_is_setup_pys() -> None:
     args = [line for line in dockerfile_lines() if line.startswith("ARG BEAM_VERSION=")]
     assert args == [f"ARG BEAM_VERSION={setup_beam_version()}"], "one ARG, equal to setup.py's BEAM_VERSION"
     assert 'f"apache-beam[gcp]=={BEAM_VERSION}"' in (ROOT / "setup.py").read_text(encoding="utf-8")
+    # The local-runner fix is fenced to the Beam it was tested on: the same one.
+    from pipeline.local_runner import TESTED_BEAM_VERSION
+    assert TESTED_BEAM_VERSION == setup_beam_version()
 
 
 def test_base_images_take_their_versions_from_args_only() -> None:
