@@ -52,7 +52,8 @@ from schemas.ddl import schema_model
 from upvotes.devtools.mutation_count import commit_mutation_count
 from spanner_store.reads import exact_counts
 from spanner_store.tables import DELTA_COMMITS, POST_COLUMNS, POSTS, post_key
-from upvotes.devtools.provision import Resources, ddl_object_name
+from schemas.ddl import ddl_object_name
+from upvotes.devtools.provision import Resources
 
 WORK_DELTAS, WORK_POSTS = 1_000, 100
 # Posts rows (5 cells) and their PostsByUpvotes entries (5): 10 mutations a row, 20,000 a commit.

@@ -18,9 +18,12 @@ EVENT_SCHEMA_FILE = "vote_event.schema.json"
 
 def ddl_statements(file_name: str = DDL_FILE) -> list[str]:
     """A DDL file's statements, comments removed, in the order they must be applied."""
-    text = resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8")
-    text = re.sub(r"--[^\n]*", "", text)
-    return [" ".join(s.split()) for s in text.split(";") if s.strip()]
+    return statements_of(resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8"))
+
+
+def statements_of(ddl: str) -> list[str]:
+    """DDL text's statements, comments removed and whitespace folded, in order."""
+    return [" ".join(s.split()) for s in re.sub(r"--[^\n]*", "", ddl).split(";") if s.strip()]
 
 
 _DELTA_RETENTION = re.compile(

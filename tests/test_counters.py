@@ -10,7 +10,8 @@ import schemas
 from schemas import counters
 from schemas.counters import COLUMNS, CONTRACT_NAMES, COUNTERS, NAMES, Counts, by_contract_name, one, total
 from schemas.ddl import schema_model
-from upvotes.devtools.provision import table_columns
+from schemas import statements_of
+from schemas.ddl import table_columns
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
 
@@ -37,8 +38,7 @@ def test_every_index_storing_a_counter_stores_every_counter() -> None:
 
 def test_a_counter_added_since_the_first_schema_can_be_added_to_a_database_with_rows() -> None:
     """`upvotes provision` adds a missing column (tests/test_migration.py): NOT NULL needs a DEFAULT."""
-    before = definitions([" ".join(s.split()) for s in re.sub(r"--[^\n]*", "", BEFORE.read_text()).split(";")
-                          if s.strip()])
+    before = definitions(statements_of(BEFORE.read_text(encoding="utf-8")))
     for name, columns in definitions(schemas.ddl_statements()).items():
         for column in COLUMNS:
             if column in columns and column not in before.get(name, {}):

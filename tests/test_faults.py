@@ -66,6 +66,7 @@ from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.publishing import batch_messages, event_message, publish_messages
 from upvotes.devtools.workload import Workload, generate_events
 from spanner_store.reads import exact_counts, verify_totals
+from spanner_store.tables import COUNTER_COLUMNS, counts_at
 
 HOUR = 1_795_312_800
 WINDOW_S = 2
@@ -280,15 +281,15 @@ def test_folds_racing_continuous_writes_stay_exact_and_reads_stay_in_bounds(stac
 
     committed = writer.snapshot("committed")
     assert committed == writer.snapshot("attempted")  # every attempted batch was acknowledged
-    expected = {post: {"upvotes": up, "shares": sh} for post, (up, sh) in committed.items()}
+    expected = {post: Counts(upvotes=up, shares=sh)._asdict() for post, (up, sh) in committed.items()}
     assert len(expected) == 10 and writer.rows >= 100
     assert verify_totals(database, expected) == []
     # Every delta was folded exactly once over the runs, and the folded aggregate is the whole count.
     assert sum(o.deltas_folded for o in outcomes) == writer.rows
     assert all(o.deltas_folded > 0 for o in outcomes[:-1])  # the folds ran during the writes
     with database.snapshot() as snapshot:
-        folded = {r[0]: {"upvotes": r[1], "shares": r[2]} for r in snapshot.execute_sql(
-            "SELECT PostId, Upvotes, Shares FROM Posts WHERE STARTS_WITH(PostId, 'race-')")}
+        folded = {r[0]: counts_at(r, 1)._asdict() for r in snapshot.execute_sql(
+            f"SELECT PostId, {', '.join(COUNTER_COLUMNS)} FROM Posts WHERE STARTS_WITH(PostId, 'race-')")}
     assert folded == expected
     assert sampler.samples >= 10 and sampler.violations == [], sampler.violations[:5]
     print(f"\nrace: {writer.rows} delta rows in {len(outcomes)} folds, {writer.retries} writer retries, "

@@ -4,7 +4,6 @@ version writes to it: no vote lost or counted twice, the first fold scans every 
 ones follow the change log, and a second provision changes nothing."""
 from __future__ import annotations
 
-import re
 import signal
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +21,9 @@ from tests.folding import run_fold
 from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events, wait_until
 from upvotes.devtools import local_stream
 from upvotes.operations.dead_letters import pull_dead_letters, release
-from upvotes.devtools.provision import provision_pubsub, provision_spanner, table_columns
+from schemas import statements_of
+from schemas.ddl import table_columns
+from upvotes.devtools.provision import provision_pubsub, provision_spanner
 from upvotes.devtools.workload import Workload, generate_events
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
@@ -31,8 +32,7 @@ HOUR = 1_795_312_800
 
 def statements(path: Path) -> list[str]:
     """A DDL file's statements, as schemas.ddl_statements reads posts.sql."""
-    text = re.sub(r"--[^\n]*", "", path.read_text(encoding="utf-8"))
-    return [" ".join(s.split()) for s in text.split(";") if s.strip()]
+    return statements_of(path.read_text(encoding="utf-8"))
 
 
 # The PostDeltas columns of that schema (tests/fixtures/posts_before_issue_22.sql), as its writers wrote them.

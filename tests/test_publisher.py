@@ -18,7 +18,7 @@ from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
 from schemas.contract import FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, NDJSON, parse_message, parse_vote, reason_of
-from schemas.counters import Counts
+from schemas.counters import COUNTERS, Counts
 from schemas.records import VoteEvent
 from upvotes.devtools.progress import Progress
 from upvotes.devtools.provision import Resources
@@ -45,7 +45,7 @@ def recount(votes: list[VoteEvent]) -> dict[str, dict[str, int]]:
     sums: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for vote in votes:
         sums[vote.post_id][vote.counter] += vote.delta
-    return {post: {"upvotes": c["upvotes"], "shares": c["shares"]} for post, c in sums.items()}
+    return {post: {counter.name: c[counter.contract_name] for counter in COUNTERS} for post, c in sums.items()}
 
 
 # --- the workload -------------------------------------------------------------------------
