@@ -52,6 +52,8 @@ COUNTERS: tuple[Counter, ...] = (
             generated_fraction=0.0),
     Counter(name="shares", contract_name="shares", column="Shares", records_voters=False, noun="share",
             generated_fraction=0.2),
+    Counter(name="views", contract_name="views", column="Views", records_voters=False, noun="view",
+            generated_fraction=0.0),
 )
 
 NAMES: tuple[str, ...] = tuple(counter.name for counter in COUNTERS)
