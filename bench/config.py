@@ -86,7 +86,7 @@ QUICK = Sizes(
     fold_deltas=(1_000, 3_000), read_old_deltas=(0, 1_000, 3_000), fold_reads=10,
     fresh_rate=100, fresh_seconds=6, fresh_window_s=2,
     hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.0,
-    unpipelined_votes=2_000, crash_seconds=2.0, crash_settle_s=4.0,
+    unpipelined_votes=2_000, crash_seconds=4.0, crash_settle_s=4.0,
     catalogue_posts=(1_000, 10_000), catalogue_rounds=1,
     single_event_messages=800, kill_rate=1_000, kill_seconds=5,
     fault_soak_rate=1_000, fault_soak_seconds=20,

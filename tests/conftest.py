@@ -23,8 +23,10 @@ from upvotes import emulators
 from upvotes.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
 from upvotes.provision import Resources, provision
+from tests import beam_graph_cache
 
 PROJECT = "test-project"
+beam_graph_cache.install()
 
 
 @pytest.fixture(scope="session")
