@@ -81,15 +81,15 @@ FULL = Sizes(
 QUICK = Sizes(
     name="quick",
     sweep_seconds=0.5, sweep_threads=(1, 4), chain_votes=50_000, e2e_votes=10_000, e2e_posts=200,
-    soak_short_s=5, soak_long_s=15, reads=20,
+    soak_short_s=2, soak_long_s=6, reads=20,
     transform_events=20_000, transform_posts=1_000, profile_events=5_000,
     amplification_votes=100_000, amplification_posts=10_000, arrival_rate=5_000, pipeline_sample=10,
-    fold_deltas=(1_000, 3_000, 10_000), read_old_deltas=(0, 1_000, 10_000), fold_reads=20,
-    fresh_rate=100, fresh_seconds=15, fresh_window_s=2,
-    hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.5,
-    unpipelined_votes=2_000, crash_seconds=4.0, crash_settle_s=8.0,
+    fold_deltas=(1_000, 3_000), read_old_deltas=(0, 1_000, 3_000), fold_reads=10,
+    fresh_rate=100, fresh_seconds=6, fresh_window_s=2,
+    hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.0,
+    unpipelined_votes=2_000, crash_seconds=4.0, crash_settle_s=4.0,
     catalogue_posts=(1_000, 10_000), catalogue_rounds=1,
-    single_event_messages=1_500, kill_rate=1_000, kill_seconds=10,
+    single_event_messages=800, kill_rate=1_000, kill_seconds=5,
     fault_soak_rate=1_000, fault_soak_seconds=20,
 )
 

@@ -23,8 +23,10 @@ from upvotes.devtools import emulators
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
 from upvotes.devtools.provision import Resources, provision
+from tests import beam_graph_cache
 
 PROJECT = "test-project"
+beam_graph_cache.install()
 
 
 @pytest.fixture(scope="session")
