@@ -45,6 +45,7 @@ from google.cloud.spanner_v1.batch import Batch
 import schemas
 from bench.config import Sizes
 from bench.stack import fresh_database
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.deltas import add_delta_writes, write_deltas
@@ -82,7 +83,8 @@ def timed_json(argv: list[str]) -> tuple[float, dict]:
 def seed_posts(database, first: int, last: int, folded_at: datetime) -> None:
     """Posts first..last-1, folded at `folded_at`, with nothing unfolded."""
     for start in range(first, last, SEED_ROWS_PER_COMMIT):
-        rows = [post_key(f"cat-{n}") + (0, 0, folded_at) for n in range(start, min(last, start + SEED_ROWS_PER_COMMIT))]
+        rows = [post_key(f"cat-{n}") + tuple(Counts()) + (folded_at,)
+                for n in range(start, min(last, start + SEED_ROWS_PER_COMMIT))]
         run_with_retries(lambda rows=rows: commit_mutations(
             database, lambda batch: batch.insert(POSTS, columns=POST_COLUMNS, values=rows)))
 

@@ -1,7 +1,7 @@
 """The storage and message contracts: Spanner DDL, the vote event JSON Schema, key hashing.
 
 `posts.sql` is the database schema; `vote_event.schema.json` is the event contract that
-publishers follow and `transforms.parse` enforces.
+publishers follow and the pipeline enforces (transforms/parse_and_sum.py).
 """
 from __future__ import annotations
 

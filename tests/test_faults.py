@@ -281,7 +281,7 @@ def test_folds_racing_continuous_writes_stay_exact_and_reads_stay_in_bounds(stac
 
     committed = writer.snapshot("committed")
     assert committed == writer.snapshot("attempted")  # every attempted batch was acknowledged
-    expected = {post: Counts(upvotes=up, shares=sh)._asdict() for post, (up, sh) in committed.items()}
+    expected = {post: counts._asdict() for post, counts in committed.items()}
     assert len(expected) == 10 and writer.rows >= 100
     assert verify_totals(database, expected) == []
     # Every delta was folded exactly once over the runs, and the folded aggregate is the whole count.
