@@ -368,32 +368,50 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
     counts end exactly equal to the ledger; the drains' own reports add up to every message
     and every vote published, none left unwritten."""
     res, database, start, log = streaming_stack
-    events = list(generate_events(Workload(events=16_000, posts=60, seed=21)))
-    messages = list(batch_messages(events, 100))
-    ledger = ledger_of(events)
+    # Published at 1,000 votes/s until both stops are done and the third run counts: the load
+    # lasts as long as the stops take (a stream's start is slower on a loaded machine), not a
+    # fixed time that might end before the second stop.
+    events = list(generate_events(Workload(events=120_000, posts=60, seed=21)))
+    published: list = []
+    load_done = threading.Event()
+
+    def until_the_stops_are_done():
+        for message in batch_messages(events, 100):
+            if load_done.is_set():
+                return
+            published.append(message)
+            yield message
+
     publisher = threading.Thread(target=publish_messages, kwargs=dict(
-        topic_path=res.topic_path(res.topic), messages=messages, rate=1_000, progress=False), daemon=True)
+        topic_path=res.topic_path(res.topic), messages=until_the_stops_are_done(), rate=1_000, progress=False),
+        daemon=True)
 
     stream = start()
     wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
                "the stream to start", stream, log)
-    publisher.start()  # 16 s of load
-    posts = list(ledger.totals)
+    publisher.start()
+    posts = sorted({event["post_id"] for event in events})
 
     def counted() -> int:
         return sum(sum(map(abs, t.counts)) for t in exact_counts(database, posts))
 
     stops = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, None):
         before = counted()
         wait_until(lambda: counted() > before, SETTLE_TIMEOUT_S, "this run to count votes", stream, log)
+        if sig is None:
+            break  # the third run counts under load: the load may end
         time.sleep(1.5)  # mid-window, mid-load
         stopped_at = time.monotonic()
         assert local_stream.stop(stream, sig) == 0, log.read_text(errors="replace")[-3000:]
         stops.append(time.monotonic() - stopped_at)
         assert publisher.is_alive()  # still under load
         stream = start()
+    load_done.set()
     publisher.join(timeout=120)
+    assert not publisher.is_alive() and len(published) < len(events) // 100  # the load ended before its pool
+    sent = events[:sum(message[2] for message in published)]
+    ledger = ledger_of(sent)
     took = wait_until(lambda: verify_totals(database, ledger.totals) == [], SETTLE_TIMEOUT_S,
                       "every post to match the ledger", stream, log)
     assert_stays(lambda: verify_totals(database, ledger.totals) == [], 2 * WINDOW_S + 1, "the exact count")
@@ -401,7 +419,7 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
 
     reports = drain_reports(log)
     assert [r[0] for r in reports] == ["SIGINT", "SIGTERM", "SIGTERM"], log.read_text(errors="replace")[-3000:]
-    assert sum(r[1] for r in reports) == len(messages) and sum(r[2] for r in reports) == len(events)
+    assert sum(r[1] for r in reports) == len(published) and sum(r[2] for r in reports) == len(sent)
     assert all(r[2] > 0 for r in reports)  # each run counted some of the load
     print(f"\ndrains under load took {', '.join(f'{s:.1f}' for s in stops)} s (signal to exit); exact "
           f"{took:.1f} s after the load; votes per run: {[r[2] for r in reports]}")
