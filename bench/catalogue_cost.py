@@ -21,7 +21,7 @@ Rows read are what each command reports (`rows_read`: FoldRuns, DeltaCommits and
 delta index entries returned by its reads). Every fold must fold exactly the work, and the
 posts' folded counts must match what was written.
 
-Sink write cost, by spanner_store.mutation_count's model of Spanner's rules on the DDL (the
+Sink write cost, by upvotes.devtools.mutation_count's model of Spanner's rules on the DDL (the
 emulator does not count): the commit write_deltas builds, with and without its DeltaCommits
 row (without: what the previous version committed), and option (a), a shard-led global index on
 PostDeltas (a stored generated ChangeShard column and an index on (ChangeShard, CommittedAt)),
@@ -45,13 +45,16 @@ from google.cloud.spanner_v1.batch import Batch
 import schemas
 from bench.config import Sizes
 from bench.stack import fresh_database
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.deltas import add_delta_writes, write_deltas
-from spanner_store.mutation_count import commit_mutation_count, schema_model
+from schemas.ddl import schema_model
+from upvotes.devtools.mutation_count import commit_mutation_count
 from spanner_store.reads import exact_counts
 from spanner_store.tables import DELTA_COMMITS, POST_COLUMNS, POSTS, post_key
-from upvotes.provision import Resources, ddl_object_name
+from schemas.ddl import ddl_object_name
+from upvotes.devtools.provision import Resources
 
 WORK_DELTAS, WORK_POSTS = 1_000, 100
 # Posts rows (5 cells) and their PostsByUpvotes entries (5): 10 mutations a row, 20,000 a commit.
@@ -80,7 +83,8 @@ def timed_json(argv: list[str]) -> tuple[float, dict]:
 def seed_posts(database, first: int, last: int, folded_at: datetime) -> None:
     """Posts first..last-1, folded at `folded_at`, with nothing unfolded."""
     for start in range(first, last, SEED_ROWS_PER_COMMIT):
-        rows = [post_key(f"cat-{n}") + (0, 0, folded_at) for n in range(start, min(last, start + SEED_ROWS_PER_COMMIT))]
+        rows = [post_key(f"cat-{n}") + tuple(Counts()) + (folded_at,)
+                for n in range(start, min(last, start + SEED_ROWS_PER_COMMIT))]
         run_with_retries(lambda rows=rows: commit_mutations(
             database, lambda batch: batch.insert(POSTS, columns=POST_COLUMNS, values=rows)))
 
@@ -88,7 +92,7 @@ def seed_posts(database, first: int, last: int, folded_at: datetime) -> None:
 def work(size: int, tag: str) -> list[PostDelta]:
     """WORK_DELTAS one-vote deltas over WORK_POSTS posts spread over the catalogue."""
     posts = [f"cat-{n * size // WORK_POSTS}" for n in range(WORK_POSTS)]
-    return [PostDelta(posts[i % WORK_POSTS], HOUR, f"{tag}:{i}", 1, 0, 1) for i in range(WORK_DELTAS)]
+    return [PostDelta.of(posts[i % WORK_POSTS], HOUR, f"{tag}:{i}", upvotes=1, events=1) for i in range(WORK_DELTAS)]
 
 
 def commands(res: Resources) -> tuple[list[str], list[str]]:
@@ -128,7 +132,7 @@ def measure_size(database, res: Resources, size: int, rounds: int) -> dict:
         and full_status["unfolded_deltas"] == WORK_DELTAS and full_status["full_scan"]
         and (scanned["deltas_folded"], scan_idle["deltas_folded"], scanned["full_scan"]) == (WORK_DELTAS, 0, True)
         and folded_upvotes(database, posts) == want
-        and {t.post_id: t.upvotes for t in exact_counts(database, posts)} == want
+        and {t.post_id: t.counts.upvotes for t in exact_counts(database, posts)} == want
     )
     point: dict = {"posts": size, "exact": exact}
     for name, samples in runs.items():
@@ -164,7 +168,7 @@ def sink_cost() -> dict:
     shapes = {}
     for rows in COMMIT_SHAPES:
         batch = Batch(session=None)
-        add_delta_writes(batch, [PostDelta(f"p-{i}", HOUR, f"w:{i}:0", 1, 0, 1) for i in range(rows)])
+        add_delta_writes(batch, [PostDelta.of(f"p-{i}", HOUR, f"w:{i}:0", upvotes=1, events=1) for i in range(rows)])
         mutations = batch._mutations  # noqa: SLF001 - the client's own mutation objects, as they are committed
         previous = [m for m in mutations if _table(m) != DELTA_COMMITS]
         after = commit_mutation_count(mutations, today)

@@ -1,7 +1,7 @@
 """Benchmark: the largest Spanner commit each component builds, against the 80,000 limit.
 
 The emulator accepts commits of any size, so this is counted, not timed: every commit goes
-through upvotes.commit_meter (the real client, each commit's mutations counted from the DDL
+through upvotes.devtools.commit_meter (the real client, each commit's mutations counted from the DDL
 as Spanner documents them, index entries included). Adversarial input, in a fresh database:
 
 - sink: `plan_commits` + `write_new_deltas` (what WriteDeltaRows does per bundle) for a
@@ -15,7 +15,7 @@ Baseline, same run: the single commit the fold would have built for that post be
 issue 15 (every hour in one transaction), from the same cost constants.
 
 Commit shape (a cost the emulator hides: a commit writing many splits coordinates them all):
-distinct key ranges per commit (upvotes.commit_meter, a proxy for splits) and mutations per
+distinct key ranges per commit (upvotes.devtools.commit_meter, a proxy for splits) and mutations per
 commit of one window of the sink over `OTHER_POSTS` posts in arrival order, planned as today
 (`plan_commits`, key order) against the same rows cut in arrival order (before issue 30).
 `runner.py` also meters every other benchmark's process and reports their largest commit.
@@ -40,8 +40,8 @@ from spanner_store.hourly import hourly_counts
 from spanner_store.reads import exact_counts
 from spanner_store.views import publish_top_view
 from spanner_store.tables import POSTS, key_range, post_key
-from upvotes.commit_meter import CommitMeter, metering_commits
-from upvotes.provision import Resources
+from upvotes.devtools.commit_meter import CommitMeter, metering_commits
+from upvotes.devtools.provision import Resources
 
 HOUR_2001 = 978_307_200
 ROWS_PER_COMMIT = 1_000  # the streaming default
@@ -60,8 +60,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     hours = 5_000 if sizes.name == "quick" else 20_000
     window_rows = 2_000 if sizes.name == "quick" else 10_000
     database, fresh = fresh_database(res, f"{res.database}-cs")
-    clock = [PostDelta("broken-clock", HOUR_2001 + 3600 * i, f"c:{i}", 1, 0, 1) for i in range(hours)]
-    others = [PostDelta(f"p-{n}", HOUR_2001, f"o:{n}", 1 + n % 5, n % 2, 1) for n in range(OTHER_POSTS)]
+    clock = [PostDelta.of("broken-clock", HOUR_2001 + 3600 * i, f"c:{i}", upvotes=1, events=1) for i in range(hours)]
+    others = [PostDelta.of(f"p-{n}", HOUR_2001, f"o:{n}", upvotes=1 + n % 5, shares=n % 2, events=1) for n in range(OTHER_POSTS)]
     meter = CommitMeter()
     with metering_commits(meter):
         def sink():
@@ -72,7 +72,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             outcome = run_fold(fresh)
             (total,) = exact_counts(database, ["broken-clock"])
             folded_hours = hourly_counts(database, "broken-clock", since=datetime(2001, 1, 1, tzinfo=timezone.utc))
-            exact = total.upvotes == hours and len(folded_hours) == hours and all(h.upvotes == 1 for h in folded_hours)
+            exact = (total.counts.upvotes == hours and len(folded_hours) == hours
+                     and all(h.counts.upvotes == 1 for h in folded_hours))
             return {"posts_split": outcome.get("posts_split"), "deltas_folded": outcome.get("deltas_folded"),
                     "exact": exact}
 
@@ -111,7 +112,7 @@ def _sink_commit_shape(meter: CommitMeter, database, rows: int) -> dict:
     """One window's delta rows over many posts, arriving in random post order, written in key
     order (today) and, as the baseline, in arrival order (before issue 30)."""
     rng = random.Random(30)
-    arrival = [PostDelta(f"shape-{rng.randrange(10 * rows)}", HOUR_2001, f"shape-{order}:{i}:0", 1, 0, 1)
+    arrival = [PostDelta.of(f"shape-{rng.randrange(10 * rows)}", HOUR_2001, f"shape-{order}:{i}:0", upvotes=1, events=1)
                for order in ("key", "arrival") for i in range(rows)]
     by_key, by_arrival = arrival[:rows], arrival[rows:]
     shapes = {}
@@ -126,7 +127,7 @@ def _sink_commit_shape(meter: CommitMeter, database, rows: int) -> dict:
     written = {d.post_id: 0 for d in arrival}
     for d in arrival:
         written[d.post_id] += 1
-    shapes["exact"] = all(t.upvotes == written[t.post_id] for t in exact_counts(database, written))
+    shapes["exact"] = all(t.counts.upvotes == written[t.post_id] for t in exact_counts(database, written))
     shapes["rows"] = rows
     shapes["written"] = written
     return shapes

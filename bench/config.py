@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Mapping
 
-from upvotes.workload import Workload
+from upvotes.devtools.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ RACE_WINDOW_S = 2
 RACE_ZIPF = 1.2
 
 
-def race_workload(sizes: Sizes, prefix: str) -> Workload:
-    """sizes.e2e_votes votes over sizes.e2e_posts posts named <prefix><rank>, Zipf RACE_ZIPF."""
-    return Workload(events=sizes.e2e_votes, posts=sizes.e2e_posts, zipf=RACE_ZIPF, seed=13, post_prefix=prefix)
+def race_workload(sizes: Sizes, prefix: str, fractions: Mapping[str, float] | None = None) -> Workload:
+    """sizes.e2e_votes votes over sizes.e2e_posts posts named <prefix><rank>, Zipf RACE_ZIPF;
+    `fractions` as Workload's (None: the default mix)."""
+    return Workload(events=sizes.e2e_votes, posts=sizes.e2e_posts, zipf=RACE_ZIPF, seed=13, post_prefix=prefix,
+                    fractions=fractions or {})

@@ -35,12 +35,12 @@ from bench.config import Sizes
 from bench.stack import lost_and_doubled, run_fold, wait_until_ready, with_topics
 from spanner_store.database import open_database
 from spanner_store.reads import verify_totals
-from upvotes import local_stream
-from upvotes.emulators import PID_ENV_VARS, SPANNER, free_port
-from upvotes.ledger import Ledger
-from upvotes.provision import Resources
-from upvotes.publishing import BATCH_SETTINGS, batch_messages
-from upvotes.workload import Workload, generate_events
+from upvotes.devtools import local_stream
+from upvotes.devtools.emulators import PID_ENV_VARS, SPANNER, free_port
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages
+from upvotes.devtools.workload import Workload, generate_events
 
 BATCH_SIZE = 500
 POSTS = 300

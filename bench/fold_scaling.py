@@ -32,7 +32,7 @@ from spanner_store.folding import choose_snapshot
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from spanner_store.database import run_with_retries
-from upvotes.provision import Resources
+from upvotes.devtools.provision import Resources
 from spanner_store.reads import exact_counts
 
 FOLD_POSTS = 1_000  # the scaling points: more deltas per post as they grow
@@ -65,12 +65,12 @@ def fold_point(res: Resources, size: int, posts: int) -> dict:
     """
     database, fresh = fresh_database(res, f"{res.database}-f{size}-{posts}")
     post_ids = [f"f-{p}" for p in range(posts)]
-    deltas = [PostDelta(post_ids[i * posts // size], HOUR, f"fold:{i}", 1, 0, 1) for i in range(size)]
+    deltas = [PostDelta.of(post_ids[i * posts // size], HOUR, f"fold:{i}", upvotes=1, events=1) for i in range(size)]
     insert_s = insert_deltas(database, deltas)
     fold = run_fold(fresh)
     with database.snapshot() as snapshot:
         folded_sum, folded_posts = list(snapshot.execute_sql(FOLDED_TOTALS_SQL))[0]
-    read_total = sum(t.upvotes for t in exact_counts(database, post_ids))
+    read_total = sum(t.counts.upvotes for t in exact_counts(database, post_ids))
     exact = (folded_sum, folded_posts) == (fold["deltas_folded"], fold["posts_folded"]) and read_total == size
     assert exact, f"fold of {size}: {fold}, Posts hold {folded_sum} over {folded_posts} posts, exact reads {read_total}"
     return {
@@ -86,7 +86,7 @@ def sink_commit_cost(res: Resources) -> dict:
     database, _ = fresh_database(res, f"{res.database}-c")
     rates = {}
     for name, posts in (("distinct_posts", ROWS_PER_COMMIT), ("ten_deltas_per_post", ROWS_PER_COMMIT // 10)):
-        deltas = [PostDelta(f"{name}-{i % posts}", HOUR, f"{name}:{i}", 1, 0, 1) for i in range(ROWS_PER_COMMIT)]
+        deltas = [PostDelta.of(f"{name}-{i % posts}", HOUR, f"{name}:{i}", upvotes=1, events=1) for i in range(ROWS_PER_COMMIT)]
         rates[name] = {"posts": posts, "rows_per_s": ROWS_PER_COMMIT / insert_deltas(database, deltas)}
     return {"rows": ROWS_PER_COMMIT, **rates}
 
@@ -109,19 +109,20 @@ def read_scaling(res: Resources, stages: tuple[int, ...], reads: int) -> list[di
     points = []
     for stage, old in enumerate(sorted(stages)):
         to_fold = old - written  # the previous stage's fresh deltas are folded with these
-        insert_deltas(database, [PostDelta(READ_POST, HOUR, f"old:{stage}:{i}", 1, 0, 1) for i in range(to_fold)])
+        insert_deltas(database, [PostDelta.of(READ_POST, HOUR, f"old:{stage}:{i}", upvotes=1, events=1) for i in range(to_fold)])
         written += to_fold
         if old:
             fold = run_fold(fresh)
             folded += fold["deltas_folded"]
             assert folded == old, f"{folded} deltas folded, expected {old}"
-        insert_deltas(database, [PostDelta(READ_POST, HOUR, f"fresh:{stage}:{i}", 1, 0, 1) for i in range(FRESH_DELTAS)])
+        insert_deltas(database, [PostDelta.of(READ_POST, HOUR, f"fresh:{stage}:{i}", upvotes=1, events=1) for i in range(FRESH_DELTAS)])
         written += FRESH_DELTAS
         at = choose_snapshot(database)
         strong = timed_calls(lambda: exact_counts(database, [READ_POST]), reads, READ_BUDGET_S)
         pinned_database = _AtTimestamp(database, at)
         pinned = timed_calls(lambda: exact_counts(pinned_database, [READ_POST]), reads, READ_BUDGET_S)
-        counts = (exact_counts(database, [READ_POST])[0].upvotes, exact_counts(pinned_database, [READ_POST])[0].upvotes)
+        counts = (exact_counts(database, [READ_POST])[0].counts.upvotes,
+                  exact_counts(pinned_database, [READ_POST])[0].counts.upvotes)
         assert counts == (written, written), f"exact reads {counts}, expected {written}"
         points.append({
             "old_deltas": old, "unfolded_deltas": FRESH_DELTAS, "count": written, "exact": True,

@@ -21,9 +21,9 @@ from bench.config import Sizes
 from bench.measure import current_rss_mib, latency_summary, peak_rss_mib
 from bench.stack import PacedPublisher, check_alive, streaming_pipeline, upvotes_of, with_topics
 from spanner_store.database import open_database
-from upvotes.provision import Resources
-from upvotes.publishing import event_message
-from upvotes.workload import Workload, generate_events
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import event_message
+from upvotes.devtools.workload import Workload, generate_events
 
 MARKERS_PER_S = 2
 POLL_S = 0.05

@@ -2,7 +2,7 @@
 
 (a) The baselines, honestly: read-modify-write on one hot counter row, and sharded counters
 (10 and 100 shards), over writer threads {1, 2, 4, 8} x {the client's own abort retry, our
-short jittered retry}, each for a fixed time (upvotes.race). Every configuration is kept in
+short jittered retry}, each for a fixed time (upvotes.devtools.race). Every configuration is kept in
 the results; the best one of each approach is its baseline.
 (b) This project, the chain and sink fed from memory: batched messages (500 votes each)
 through ParseVotes -> WindowAndSumVotes -> WriteDeltaRows on the FnApiRunner, then a fold.
@@ -36,18 +36,18 @@ from bench.stack import (
     EXACT_READ_KIND, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of, wait_until_ready, with_topics,
 )
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
-from spanner_store import baseline_counters
+from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
 from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
 from spanner_store.reads import verify_totals
-from transforms.parse import ParseVotes
+from transforms.parse_and_sum import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-from upvotes.ledger import Ledger
-from upvotes.provision import Resources
-from upvotes.publishing import batch_messages
-from upvotes.race import BASELINE_SWEEP, BaselineRun, race_pipeline, run_baseline
-from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import batch_messages
+from upvotes.devtools.race import BASELINE_SWEEP, BaselineRun, race_pipeline, run_baseline
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
 
 CHAIN_POST = "hot-chain"
 MESSAGE_POOL = 200  # distinct pre-encoded batches the in-memory feed cycles through
@@ -86,7 +86,7 @@ def baseline_sweep(database, seconds: float, threads: tuple[int, ...]) -> tuple[
 def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable[[], int]]:
     """ParseVotes -> WindowAndSumVotes -> WriteDeltaRows over `votes` in-memory votes, in batches, then a fold."""
     events = generate_events(Workload(events=MESSAGE_POOL * DEFAULT_BATCH_SIZE, posts=1, seed=7, unvote_fraction=0.0,
-                                      share_fraction=0.0))
+                                      fractions=UPVOTES_ONLY))
     pool = [PubsubMessage(m.data, m.attributes)
             for m in batch_messages(({**e, "post_id": CHAIN_POST} for e in events), DEFAULT_BATCH_SIZE)]
     set_cycled_feed(pool, votes // DEFAULT_BATCH_SIZE, RSS_SAMPLES_PER_RUN)

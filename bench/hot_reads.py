@@ -36,7 +36,7 @@ from spanner_store.counts_reader import CountsReader
 from spanner_store.database import classic_sessions_for_concurrent_reads
 from spanner_store.deltas import write_deltas
 from spanner_store.reads import exact_counts
-from upvotes.provision import Resources
+from upvotes.devtools.provision import Resources
 
 HOT_POST = "hot/read ☃"
 HOT_UPVOTES = 12_345
@@ -97,7 +97,7 @@ def library_point(database, rate: int, sizes: Sizes) -> dict:
     answers = set()
 
     def read(_: int) -> None:
-        answers.add(reader.get(HOT_POST).upvotes)
+        answers.add(reader.get(HOT_POST).counts.upvotes)
 
     point = paced_load(read, rate, sizes.hot_read_callers, sizes.hot_read_seconds)
     return {**_with_spanner_reads(point, reader.spanner_reads), "exact": answers == {HOT_UPVOTES}}
@@ -107,7 +107,7 @@ def baseline_point(database, rate: int, sizes: Sizes) -> dict:
     answers = set()
 
     def read(_: int) -> None:
-        answers.add(exact_counts(database, [HOT_POST])[0].upvotes)
+        answers.add(exact_counts(database, [HOT_POST])[0].counts.upvotes)
 
     point = paced_load(read, rate, sizes.hot_read_callers, sizes.hot_read_seconds)
     return {**_with_spanner_reads(point, point["reads"]), "exact": answers == {HOT_UPVOTES}}
@@ -166,7 +166,7 @@ def http_points(res: Resources, sizes: Sizes, log_dir: Path) -> list[dict]:
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     classic_sessions_for_concurrent_reads()  # the baseline's 32 threads read at once
     database, hot_res = fresh_database(res, f"{res.database}-hr")
-    write_deltas(database, [PostDelta(HOT_POST, 1_795_312_800, "hot:1", HOT_UPVOTES, 0, HOT_UPVOTES)])
+    write_deltas(database, [PostDelta.of(HOT_POST, 1_795_312_800, "hot:1", upvotes=HOT_UPVOTES, events=HOT_UPVOTES)])
     baseline = baseline_point(database, sizes.hot_read_rates[0], sizes)
     library = [library_point(database, rate, sizes) for rate in sizes.hot_read_rates]
     http = http_points(hot_res, sizes, log_dir)

@@ -23,9 +23,9 @@ from bench.machine import machine_info
 from bench.measure import peak_rss_mib
 import schemas
 from bench.stack import bench_resources, provision_bench
-from upvotes.commit_meter import CommitMeter, metering_commits
-from upvotes.emulators import running_emulators
-from upvotes.provision import Resources
+from upvotes.devtools.commit_meter import CommitMeter, metering_commits
+from upvotes.devtools.emulators import running_emulators
+from upvotes.devtools.provision import Resources
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",

@@ -11,13 +11,13 @@ from typing import Callable
 
 from google.cloud import pubsub_v1
 
-from spanner_store import baseline_counters
+from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
-from upvotes import local_stream
-from upvotes.provision import Resources, provision, provision_spanner
-from upvotes.publishing import BATCH_SETTINGS, event_message, publish_messages
+from upvotes.devtools import local_stream
+from upvotes.devtools.provision import Resources, provision, provision_spanner
+from upvotes.devtools.publishing import BATCH_SETTINGS, event_message, publish_messages
 from spanner_store.reads import exact_counts, verify_totals
-from upvotes.ledger import Ledger
+from upvotes.devtools.ledger import Ledger
 
 PROJECT = "bench-project"
 INSTANCE = "bench"
@@ -65,11 +65,11 @@ def fresh_database(res: Resources, name: str):
 
 def upvotes_of(database, post_ids: list[str]) -> dict[str, int]:
     """Exact upvote counts (spanner_store.reads.exact_counts: one strong read-only snapshot)."""
-    return {t.post_id: t.upvotes for t in exact_counts(database, post_ids)}
+    return {t.post_id: t.counts.upvotes for t in exact_counts(database, post_ids)}
 
 
 def streaming_pipeline(res: Resources, window_seconds: int, log_path: Path):
-    """`python -m pipeline.streaming` on the DirectRunner for a block (upvotes.local_stream).
+    """`python -m pipeline.streaming` on the DirectRunner for a block (upvotes.devtools.local_stream).
 
     Stopped and waited for on the way out, so its peak RSS shows in this process's
     RUSAGE_CHILDREN.
@@ -158,8 +158,10 @@ def run_fold(res: Resources) -> dict:
 
     from bench.feeds import counter_values
     from pipeline import fold
+    from pipeline.options import pipeline_options
 
-    options = fold.pipeline_options([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"])
+    options = pipeline_options([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"],
+                               streaming=False)
     start = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
     fold.build(pipeline, options)

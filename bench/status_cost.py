@@ -36,6 +36,7 @@ from google.cloud import spanner
 
 from bench.measure import latency_summary, peak_rss_mib, timed_calls
 from bench.stack import bench_resources, fresh_database, quiet
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.deltas import write_deltas
@@ -43,8 +44,8 @@ from spanner_store.health import delta_health
 from spanner_store.tables import (
     DELTA_COLUMNS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS, POST_COLUMNS, POSTS, delta_key, post_key,
 )
-from upvotes.emulators import running_emulators
-from upvotes.provision import provision
+from upvotes.devtools.emulators import running_emulators
+from upvotes.devtools.provision import provision
 
 HOUR = 1_795_312_800
 ROWS_PER_COMMIT = 2_000
@@ -63,8 +64,9 @@ def populate(database, posts: int, now: datetime) -> None:
     post_ids = [f"s-{i}" for i in range(posts)]
     for first in range(0, posts, ROWS_PER_COMMIT // OLD_PER_POST):
         chunk = post_ids[first:first + ROWS_PER_COMMIT // OLD_PER_POST]
-        post_rows = [post_key(p) + (1, 0, watermark) for p in chunk]
-        delta_rows = [delta_key(PostDelta(p, HOUR, f"old:{k}:0", 1, 0, 1)) + (1, 0, 1, None, old_commit)
+        one_upvote = tuple(Counts(upvotes=1))
+        post_rows = [post_key(p) + one_upvote + (watermark,) for p in chunk]
+        delta_rows = [delta_key(PostDelta.of(p, HOUR, f"old:{k}:0", upvotes=1, events=1)) + one_upvote + (1, None, old_commit)
                       for p in chunk for k in range(OLD_PER_POST)]
 
         def write(batch, post_rows=post_rows, delta_rows=delta_rows) -> None:
@@ -75,7 +77,7 @@ def populate(database, posts: int, now: datetime) -> None:
     run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert(
         FOLD_RUNS, columns=FOLD_RUN_COLUMNS,
         values=[("seeded", watermark, posts, posts * OLD_PER_POST, spanner.COMMIT_TIMESTAMP, 0, watermark)])))
-    fresh = [PostDelta(post_ids[i * posts // UNFOLDED], HOUR, f"fresh:{i}:0", 1, 0, 1) for i in range(UNFOLDED)]
+    fresh = [PostDelta.of(post_ids[i * posts // UNFOLDED], HOUR, f"fresh:{i}:0", upvotes=1, events=1) for i in range(UNFOLDED)]
     run_with_retries(lambda: write_deltas(database, fresh))
 
 

@@ -2,7 +2,7 @@
 
 (a) Single-event messages (one vote each, `single_event_messages` of them over 100 posts),
 published at once to a running `upvotes stream` (2 s windows), timed from the first publish
-until every post's exact count equals the ledger (upvotes.race.race_pipeline): with Beam's
+until every post's exact count equals the ledger (upvotes.devtools.race.race_pipeline): with Beam's
 own DirectRunner reader (READER_ENV=beam: 10 messages per pull; given its best
 configuration, the heartbeat it used to run with, an empty batch every 0.5 s, so that its
 idle pulls return) and with the project's (pipeline/local_reader.py: up to 1,000 messages per
@@ -31,12 +31,12 @@ from bench.stack import PacedPublisher, check_alive, lost_and_doubled, upvotes_o
 from pipeline.local_reader import READER_ENV
 from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
 from spanner_store.database import open_database
-from upvotes import local_stream
-from upvotes.ledger import Ledger
-from upvotes.provision import Resources
-from upvotes.publishing import batch_messages
-from upvotes.race import race_pipeline
-from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
+from upvotes.devtools import local_stream
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import batch_messages
+from upvotes.devtools.race import race_pipeline
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 
 WINDOW_S = 2
 RACE_TIMEOUT_S = 300.0

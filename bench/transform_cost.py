@@ -1,7 +1,7 @@
 """Benchmark 2: CPU per event of the parse-validate-key-combine chain, against plain Python.
 
 Every variant runs in this process over the same pre-generated events (a viral workload:
-Zipf 1.1 over `transform_posts` posts, as upvotes.workload generates it), once as single-event
+Zipf 1.1 over `transform_posts` posts, as upvotes.devtools.workload generates it), once as single-event
 messages (contract v1) and once packed 500 per message (contract v2), and is timed in process
 CPU seconds (every thread). Variants, for each input:
 
@@ -24,7 +24,7 @@ import pstats
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import apache_beam as beam
 import orjson
@@ -35,18 +35,19 @@ from bench.feeds import collect, emit_feed, local_pipeline, set_feed, take_colle
 from bench.measure import measured
 from pipeline.params import STREAMING_PARAMS, defaults
 from schemas.contract import parse_message
-from schemas.records import HOUR_S, UPVOTES, PostDelta, VoteEvent
-from transforms.parse import ParseVotes
+from schemas.counters import CONTRACT_NAMES, Counts, by_contract_name
+from schemas.records import HOUR_S, PostDelta, VoteEvent
+from transforms.parse_and_sum import ParseVotes
 from transforms.windowing import WindowAndSumVotes
-from upvotes.provision import Resources
-from upvotes.publishing import Message, batch_messages
-from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import Message, batch_messages
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 
 POOL = 100_000  # distinct generated events; larger runs cycle through them
 WINDOW_SECONDS = defaults(STREAMING_PARAMS)["window_seconds"]
 ZIPF = 1.1
 TOP_FUNCTIONS = 12
-Totals = dict[str, tuple[int, int]]  # post -> (upvotes, shares)
+Totals = dict[str, Counts]  # post -> its counts
 
 
 def events(sizes: Sizes) -> list[dict]:
@@ -60,13 +61,17 @@ def _lines(items: list[Message]):
         yield from (message.data.split(b"\n") if message.events > 1 else (message.data,))
 
 
+def _new_sums() -> dict[str, int]:
+    return dict.fromkeys(CONTRACT_NAMES, 0)
+
+
 def _plain(items: list[Message], loads: Callable[[bytes], dict]) -> Totals:
-    sums: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    sums: dict[tuple[str, int], dict[str, int]] = defaultdict(_new_sums)
     for line in _lines(items):
         fields = loads(line)
         hour = int(datetime.fromisoformat(fields["event_time"]).timestamp()) // HOUR_S * HOUR_S
-        sums[(fields["post_id"], hour)][0 if fields["counter"] == UPVOTES else 1] += fields["delta"]
-    return _per_post((post, up, sh) for (post, _), (up, sh) in sums.items())
+        sums[(fields["post_id"], hour)][fields["counter"]] += fields["delta"]
+    return _per_post((post, by_contract_name(counts)) for (post, _), counts in sums.items())
 
 
 def plain_json(items: list[Message]) -> Totals:
@@ -78,21 +83,20 @@ def plain_orjson(items: list[Message]) -> Totals:
 
 
 def plain_parse(items: list[Message]) -> Totals:
-    sums: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    sums: dict[tuple[str, int], dict[str, int]] = defaultdict(_new_sums)
     for message in items:
         for vote in parse_message(message.data, message.attributes, 0.0):
             if isinstance(vote, VoteEvent):
-                sums[(vote.post_id, vote.event_hour)][0 if vote.counter == UPVOTES else 1] += vote.delta
-    return _per_post((post, up, sh) for (post, _), (up, sh) in sums.items())
+                sums[(vote.post_id, vote.event_hour)][vote.counter] += vote.delta
+    return _per_post((post, by_contract_name(counts)) for (post, _), counts in sums.items())
 
 
-def _per_post(rows) -> Totals:
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for post, upvotes, shares in rows:
-        totals[post][0] += upvotes
-        totals[post][1] += shares
+def _per_post(rows: Iterable[tuple[str, Counts]]) -> Totals:
+    totals: dict[str, Counts] = defaultdict(Counts)
+    for post, counts in rows:
+        totals[post] = totals[post].plus(counts)
     # Votes that cancel out write no delta, so a post whose sums are all zero is left out.
-    return {post: (up, sh) for post, (up, sh) in totals.items() if up or sh}
+    return {post: counts for post, counts in totals.items() if not counts.is_zero()}
 
 
 def beam_chain(_: list[Message]) -> Totals:
@@ -105,7 +109,7 @@ def beam_chain(_: list[Message]) -> Totals:
      | "Collect" >> beam.Map(collect))
     pipeline.run().wait_until_finish()
     deltas: list[PostDelta] = take_collected()
-    return _per_post((d.post_id, d.upvotes, d.shares) for d in deltas)
+    return _per_post((d.post_id, d.sums.counts) for d in deltas)
 
 
 VARIANTS: dict[str, Callable[[list[Message]], Totals]] = {

@@ -27,14 +27,16 @@ import orjson
 from bench.config import Sizes
 from bench.stack import fresh_database, run_fold
 from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
+from schemas.counters import Counts
 from schemas.records import PostDelta, PostHour
 from schemas.voter_sketch import LG_K, MAX_SKETCH_BYTES, estimate, union_of
 from spanner_store.database import run_with_retries
 from spanner_store.deltas import mutations_for, plan_commits, write_deltas
 from spanner_store.reads import exact_counts
-from transforms.windowing import BundleSums, MergeSums, post_deltas
-from upvotes.provision import Resources
-from upvotes.workload import Workload, generate_events
+from transforms.parse_and_sum import BundleSums
+from transforms.windowing import MergeSums, post_deltas
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.workload import Workload, generate_events
 
 ATTRIBUTES = {FORMAT_ATTRIBUTE: NDJSON}
 EVENTS_PER_MESSAGE = 1_000
@@ -117,18 +119,16 @@ def write_and_fold(res: Resources, name: str, deltas: list[PostDelta], votes: in
     fold = run_fold(fresh)
     sample = sorted({d.post_id for d in deltas})[:200]
     totals = exact_counts(database, sample, unique=True)
-    want: dict[str, list[int]] = {}
+    want: dict[str, Counts] = {}
     for d in deltas:
-        acc = want.setdefault(d.post_id, [0, 0])
-        acc[0] += d.upvotes
-        acc[1] += d.shares
+        want[d.post_id] = want.get(d.post_id, Counts()).plus(d.sums.counts)
     return {
         "rows": len(deltas), "rows_per_1k_votes": round(1000 * len(deltas) / votes, 2),
         "mutations_per_1k_votes": round(1000 * sum(mutations_for(c) for c in commits) / votes, 1),
-        "sketch_bytes_per_row": round(sum(len(d.voters or b"") for d in deltas) / len(deltas), 1),
-        "sketch_bytes_max": max(len(d.voters or b"") for d in deltas),
+        "sketch_bytes_per_row": round(sum(len(d.sums.voters or b"") for d in deltas) / len(deltas), 1),
+        "sketch_bytes_max": max(len(d.sums.voters or b"") for d in deltas),
         "write_s": round(write_s, 2), "fold_s": fold["seconds"],
-        "exact": all([t.upvotes, t.shares] == want[t.post_id] for t in totals),
+        "exact": all(t.counts == want[t.post_id] for t in totals),
     }
 
 

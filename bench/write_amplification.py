@@ -5,7 +5,7 @@ A synthetic stream: `amplification_votes` votes over `amplification_posts` posts
 arrival time (assigned here, so windows are what a live stream would get), its event hour
 that of arrival minus a client delay (exponential, mean 2 s), the stream starting 5 s
 before an hour boundary so that some posts get deltas for two hours. Votes are 70% +1
-upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.workload's.
+upvotes, 20% +1 shares and 10% -1 upvotes, like upvotes.devtools.workload's.
 
 The lower bound is the number of distinct (post, event hour, window) groups whose votes
 do not cancel out: the sink cannot write fewer delta rows without losing the hourly
@@ -15,7 +15,7 @@ its PostDelta count must equal the sample's lower bound, and its sums the sample
 The full stream's figures are then the lower bound plus the parent-row upserts the sink
 adds (one key-only Posts write per distinct post per commit, planned with plan_commits,
 one bundle per window). Beside them, the delta rows `upvotes capacity`'s model
-(upvotes.capacity_model) expects of the same stream, and their ratio to the counted ones.
+(upvotes.operations.capacity_model) expects of the same stream, and their ratio to the counted ones.
 """
 from __future__ import annotations
 
@@ -31,21 +31,26 @@ from bench.config import Sizes
 from bench.feeds import collect, emit_feed, local_pipeline, set_feed, take_collected
 from bench.measure import measured
 from schemas import post_hash
+from schemas.counters import Counts
 from schemas.records import HOUR_S, CounterSums, PostDelta, PostHour
 from spanner_store.deltas import plan_commits
 from pipeline.params import STREAMING_PARAMS, defaults
-from transforms.windowing import SUM_SHARDS, WindowAndSumVotes, delta_id, sum_shard
-from upvotes.capacity_model import Popularity, stream_delta_rows
-from upvotes.capacity_model import Workload as CapacityWorkload
-from upvotes.provision import Resources
+from transforms.parse_and_sum import SUM_SHARDS, sum_shard
+from transforms.windowing import WindowAndSumVotes, delta_id
+from upvotes.operations.capacity_model import Popularity, stream_delta_rows
+from upvotes.operations.capacity_model import Workload as CapacityWorkload
+from upvotes.devtools.provision import Resources
 
 ZIPF = 1.1
 CLIENT_DELAY_MEAN_S = 2.0
 HOUR_BOUNDARY = 1_795_316_400  # an exact hour (epoch seconds)
 STREAM_START = HOUR_BOUNDARY - 5
 WINDOWS_SWEPT = (2, 10, 60)
-# (arrival time, post, event hour, upvotes, shares)
-Vote = tuple[float, str, int, int, int]
+# The stream's own mix, and the capacity model's (which otherwise takes the generated workloads').
+SHARE_FRACTION = 0.2
+UNVOTE_FRACTION = 0.1
+# (arrival time, post, event hour, counts)
+Vote = tuple[float, str, int, Counts]
 Group = tuple[str, int, int]  # (post, event hour, window start)
 
 
@@ -59,33 +64,32 @@ def simulated_stream(sizes: Sizes, zipf: float = ZIPF) -> list[Vote]:
         arrival = STREAM_START + index / sizes.arrival_rate
         hour = int(arrival - rng.expovariate(1 / CLIENT_DELAY_MEAN_S)) // HOUR_S * HOUR_S
         kind = rng.random()
-        upvotes, shares = (0, 1) if kind < 0.2 else ((-1, 0) if kind < 0.3 else (1, 0))
-        votes.append((arrival, f"p-{rank}", hour, upvotes, shares))
+        counts = (Counts(shares=1) if kind < SHARE_FRACTION else
+                  Counts(upvotes=-1) if kind < SHARE_FRACTION + UNVOTE_FRACTION else Counts(upvotes=1))
+        votes.append((arrival, f"p-{rank}", hour, counts))
     return votes
 
 
-def group_sums(votes: list[Vote], window_s: int) -> dict[Group, tuple[int, int]]:
+def group_sums(votes: list[Vote], window_s: int) -> dict[Group, Counts]:
     """Sums per (post, hour, window), groups that cancel out left out: what the sink must write."""
-    sums: dict[Group, list[int]] = defaultdict(lambda: [0, 0])
-    for arrival, post, hour, upvotes, shares in votes:
-        group = sums[(post, hour, int(arrival) // window_s * window_s)]
-        group[0] += upvotes
-        group[1] += shares
-    return {group: (up, sh) for group, (up, sh) in sums.items() if up or sh}
+    sums: dict[Group, Counts] = defaultdict(Counts)
+    for arrival, post, hour, counts in votes:
+        group = (post, hour, int(arrival) // window_s * window_s)
+        sums[group] = sums[group].plus(counts)
+    return {group: counts for group, counts in sums.items() if not counts.is_zero()}
 
 
-def per_post(rows) -> dict[str, tuple[int, int]]:
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for post, upvotes, shares in rows:
-        totals[post][0] += upvotes
-        totals[post][1] += shares
-    return {post: (up, sh) for post, (up, sh) in totals.items() if up or sh}
+def per_post(rows) -> dict[str, Counts]:
+    totals: dict[str, Counts] = defaultdict(Counts)
+    for post, counts in rows:
+        totals[post] = totals[post].plus(counts)
+    return {post: counts for post, counts in totals.items() if not counts.is_zero()}
 
 
 def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
     """The real WindowAndSumVotes over the votes, each timestamped with its arrival time."""
-    set_feed([TimestampedValue((sum_shard(post), {PostHour(post, hour): CounterSums(up, sh, 1)}), arrival)
-              for arrival, post, hour, up, sh in votes])
+    set_feed([TimestampedValue((sum_shard(post), {PostHour(post, hour): CounterSums(counts, 1)}), arrival)
+              for arrival, post, hour, counts in votes])
     take_collected()
     pipeline = local_pipeline()
     (pipeline
@@ -97,11 +101,12 @@ def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
     return take_collected()
 
 
-def parent_upserts(groups: dict[Group, tuple[int, int]], window_s: int) -> int:
+def parent_upserts(groups: dict[Group, Counts], window_s: int) -> int:
     """Key-only Posts rows the sink writes beside the deltas: one per post per commit."""
     by_window: dict[int, list[PostDelta]] = defaultdict(list)
-    for (post, hour, start), (up, sh) in groups.items():
-        by_window[start].append(PostDelta(post, hour, delta_id("bench", start * 1_000_000, 0, (start + window_s) * 1_000_000, SUM_SHARDS), up, sh, 0))
+    for (post, hour, start), counts in groups.items():
+        pane = delta_id("bench", start * 1_000_000, 0, (start + window_s) * 1_000_000, SUM_SHARDS)
+        by_window[start].append(PostDelta(post, hour, pane, CounterSums(counts)))
     return sum(
         len({d.post_id for d in commit})
         for deltas in by_window.values()
@@ -113,7 +118,8 @@ def model_delta_rows(sizes: Sizes, window_s: int, zipf: float = ZIPF) -> float:
     """The delta rows `upvotes capacity`'s model expects of this stream (a test and the
     results compare them with the counted ones)."""
     workload = CapacityWorkload(votes_per_s=sizes.arrival_rate, posts=sizes.amplification_posts, zipf=zipf,
-                                window_s=window_s, client_delay_mean_s=CLIENT_DELAY_MEAN_S)
+                                window_s=window_s, client_delay_mean_s=CLIENT_DELAY_MEAN_S,
+                                unvote_fraction=UNVOTE_FRACTION, other_fraction=SHARE_FRACTION)
     return stream_delta_rows(Popularity.zipf(sizes.amplification_posts, zipf), workload, STREAM_START,
                              sizes.amplification_votes / sizes.arrival_rate)
 
@@ -127,7 +133,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     sample_groups = group_sums(sample, window_s)
     with measured() as usage:
         deltas = sum_per_window(sample, window_s)
-    exact = per_post((d.post_id, d.upvotes, d.shares) for d in deltas) == per_post((v[1], v[3], v[4]) for v in sample)
+    exact = per_post((d.post_id, d.sums.counts) for d in deltas) == per_post((v[1], v[3]) for v in sample)
     assert exact, "WindowAndSumVotes's sums differ from the votes' sums"
     assert len(deltas) == len(sample_groups), (
         f"WindowAndSumVotes wrote {len(deltas)} deltas for {len(sample_groups)} (post, hour, window) groups")

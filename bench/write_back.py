@@ -1,8 +1,8 @@
-"""Benchmark: the seed's fourth approach, a write-back cache on Redis (upvotes/write_back.py),
+"""Benchmark: the seed's fourth approach, a write-back cache on Redis (upvotes/devtools/write_back.py),
 raced beside the pipeline on the same emulator, and what each approach loses on a crash.
 
 (a) The race. For each Redis durability mode (none, AOF everysec, AOF always): a fresh
-redis-server (upvotes/redis_server.py), the flusher in a process of its own flushing every
+redis-server (upvotes/devtools/redis_server.py), the flusher in a process of its own flushing every
 RACE_WINDOW_S (the pipeline's window in the race), and the same Zipf burst as hot_post's end to
 end (bench.config.race_workload) sent by one client as pipelined HINCRBY in batches of 500 (the
 pipeline's message size). Timed, as the pipeline's row, from the first send until every post's
@@ -54,17 +54,16 @@ from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes, race_workload
 from bench.measure import current_rss_mib, latency_summary, reset_peak_rss
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import check_alive, streaming_pipeline, with_topics
-from schemas.records import COUNTERS
 from spanner_store.database import open_database
 from spanner_store.reads import exact_counts
-from upvotes import local_stream, redis_server, write_back
-from upvotes.ledger import Ledger
-from upvotes.provision import Resources
-from upvotes.publishing import BATCH_SETTINGS, batch_messages
-from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
+from upvotes.devtools import local_stream, redis_server, write_back
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
 
 MARKER_POLL_S = 0.05  # as bench/freshness.py
-EXACT_POLL_S = 0.25  # as upvotes.race.race_pipeline
+EXACT_POLL_S = 0.25  # as upvotes.devtools.race.race_pipeline
 READY_TIMEOUT_S = 180.0
 RACE_TIMEOUT_S = 300.0
 SETTLE_TIMEOUT_S = 120.0
@@ -147,7 +146,7 @@ def pipeline_counts(database) -> Counts:
 
     def counts(posts: list[str]) -> dict[str, dict[str, int]]:
         with lock:
-            return {t.post_id: {"upvotes": t.upvotes, "shares": t.shares} for t in exact_counts(database, posts)}
+            return write_back.its_counters({t.post_id: t.counts._asdict() for t in exact_counts(database, posts)})
     return counts
 
 
@@ -237,7 +236,7 @@ def burst(sink, counts: Counts, workload: Workload, marker_prefix: str, alive: C
         sink.send(batch + [upvote(markers[-1])], lambda at, post=markers[-1]: poller.ack(post, at))
     sink.wait_acknowledged()
     send_seconds = time.monotonic() - started
-    expected = ledger.totals | {post: {"upvotes": 1, "shares": 0} for post in markers}
+    expected = write_back.its_counters(ledger.totals | {post: {"upvotes": 1} for post in markers})
     try:
         wait_for(lambda: counts(list(expected)) == expected, RACE_TIMEOUT_S, "the burst's exact counts", alive)
         seconds = time.monotonic() - started
@@ -277,7 +276,7 @@ def cache_ingest(client, key: str, events: list[dict]) -> dict:
                 client.hincrby(hash_key, write_back.field(event["post_id"], event["counter"]), event["delta"])
         rates[f"{name}_votes_per_s"] = round(len(events) / (time.perf_counter() - started), 1)
         stored = write_back.sums_of(client.hgetall(hash_key))
-        assert {post: dict(zip(COUNTERS, sums)) for post, sums in stored.items()} == ledger.totals, name
+        assert stored == write_back.its_counters(ledger.totals), name
         client.delete(hash_key)
     return {"votes": len(events), **rates}
 
@@ -314,12 +313,14 @@ def race_write_back(res: Resources, database, sizes: Sizes, mode: str, log_dir: 
         warm_up(sink, counts, f"{live}-warm-up", alive)
         reset_peak_rss()
         with EmulatorCpu() as cpu:
-            result = burst(sink, counts, race_workload(sizes, f"{live}-"), f"{live}-m-", alive)
+            result = burst(sink, counts, race_workload(sizes, f"{live}-", write_back.WORKLOAD_FRACTIONS), f"{live}-m-",
+                           alive)
         client_peak = current_rss_mib("self", "VmHWM")
         redis_peak = current_rss_mib(server.pid, "VmHWM")
         flusher_peak = current_rss_mib(flushers[-1].pid, "VmHWM")
         ingest = cache_ingest(sink.client, f"{live}-ingest", list(itertools.islice(
-            generate_events(race_workload(sizes, f"{live}-ingest-")), sizes.unpipelined_votes)))
+            generate_events(race_workload(sizes, f"{live}-ingest-", write_back.WORKLOAD_FRACTIONS)),
+            sizes.unpipelined_votes)))
         sink.close()
     commits, mutations = flush_cost(database, live, result.since)
     return {
@@ -341,7 +342,8 @@ def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: su
     sink = PubSubVotes(stream_res.topic_path(stream_res.topic))
     reset_peak_rss()
     with EmulatorCpu() as cpu:
-        result = burst(sink, pipeline_counts(database), race_workload(sizes, prefix), f"{prefix}m-", alive)
+        result = burst(sink, pipeline_counts(database), race_workload(sizes, prefix, write_back.WORKLOAD_FRACTIONS),
+                       f"{prefix}m-", alive)
     sink.close()
     cost = delta_cost(database, prefix)
     return {
@@ -367,7 +369,7 @@ class SteadyLoad(threading.Thread):
         self._sink = sink
         self._events = generate_events(Workload(
             events=int(rate * (seconds + 10)), posts=CRASH_POSTS, zipf=RACE_ZIPF, seed=seed,
-            unvote_fraction=0.0, share_fraction=0.0, post_prefix=prefix))
+            unvote_fraction=0.0, fractions=UPVOTES_ONLY, post_prefix=prefix))
         self._interval = DEFAULT_BATCH_SIZE / rate
         self._seconds = seconds
         self.acked, self.refused = Ledger(), Ledger()
@@ -517,7 +519,7 @@ def pipeline_race_and_crash(res: Resources, database, sizes: Sizes, log_dir: Pat
 def _settle_stream(load: SteadyLoad, counts: Counts, settle_s: float, alive: Callable[[], None]) -> float:
     """Until the counts equal the acknowledged ledger and stay so for two windows, or `settle_s`
     after the load: a redelivery comes only after the subscription's ack deadline."""
-    expected = load.acked.totals
+    expected = write_back.its_counters(load.acked.totals)
     started = time.monotonic()
     while time.monotonic() - started < settle_s:
         alive()

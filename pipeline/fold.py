@@ -16,14 +16,12 @@ import time
 from typing import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult
 
-from pipeline.options import FoldOptions, spanner_project
+from pipeline.options import FoldOptions, pipeline_options, spanner_project
 from spanner_store.folding import FoldOutcome
 from transforms.fold_deltas import FoldDeltas
-
-LOCAL_RUNNER = "BundleBasedDirectRunner"
 
 
 def build(pipeline: beam.Pipeline, options: PipelineOptions) -> beam.PCollection:
@@ -34,15 +32,6 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> beam.PCollection
         full_scan=settings.full_scan, data_boost=settings.data_boost,
         max_delta_rows_per_run=settings.max_delta_rows_per_run,
     )
-
-
-def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | None = None) -> PipelineOptions:
-    """Beam's options from `argv`, with `values` (settings a caller already holds, by dest) on top."""
-    options = PipelineOptions(argv, **(values or {}))
-    options.view_as(SetupOptions).save_main_session = True
-    if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = LOCAL_RUNNER
-    return options
 
 
 def outcome_from_metrics(result) -> FoldOutcome:
@@ -58,7 +47,7 @@ def outcome_from_metrics(result) -> FoldOutcome:
 
 def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
     """Builds and submits one fold without waiting (what a flex-template launch does)."""
-    options = pipeline_options(argv, values)
+    options = pipeline_options(argv, values, streaming=False)
     pipeline = beam.Pipeline(options=options)
     build(pipeline, options)
     return pipeline.run()

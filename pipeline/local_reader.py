@@ -5,7 +5,7 @@ Why: Beam's own reader (`_PubSubReadEvaluator`, BundleBasedDirectRunner) pulls a
 messages per bundle, so with one vote per message the whole local pipeline is capped by its
 per-bundle cost (measured: about 90 single-vote messages/s reached the counts). On an idle
 subscription its synchronous pull blocks for its 30 s timeout, holding the wall-clock
-watermark, so the last window of a burst fired up to 30 s late (upvotes.local_stream used to
+watermark, so the last window of a burst fired up to 30 s late (upvotes.devtools.local_stream used to
 publish a heartbeat every 0.5 s against it). And it cannot stop cleanly: its watermark hold
 is always "now", so the pipeline never ends and no open window fires before the process does.
 

@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions
 
 from pipeline.params import FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, InvalidParameter, Param, add_params, parse_values
+
+# The local runner both pipelines run on unless told otherwise.
+LOCAL_RUNNER = "BundleBasedDirectRunner"
 
 
 def spanner_project(options: PipelineOptions) -> str:
@@ -88,6 +92,15 @@ class FoldOptions(PipelineOptions):
         return settings
 
 
-def pubsub_path(project: str, kind: str, name: str) -> str:
-    """A full Pub/Sub resource path; bare names are taken to be in `project`."""
-    return name if name.startswith("projects/") else f"projects/{project}/{kind}/{name}"
+def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | None = None, *,
+                     streaming: bool) -> PipelineOptions:
+    """Beam's options for either pipeline from `argv`, with `values` (settings a caller already
+    holds, by dest) on top; the main session saved for the workers, the runner LOCAL_RUNNER
+    unless one is named (the DirectRunner would first try to download the Prism runner)."""
+    options = PipelineOptions(argv, **(values or {}))
+    if streaming:
+        options.view_as(StandardOptions).streaming = True
+    options.view_as(SetupOptions).save_main_session = True
+    if not options.view_as(StandardOptions).runner:
+        options.view_as(StandardOptions).runner = LOCAL_RUNNER
+    return options

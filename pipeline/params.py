@@ -27,6 +27,11 @@ PUBSUB_NAME = r"[a-zA-Z][-a-zA-Z0-9_.~+%]{2,254}"
 BOOLEAN = r"true|false"
 
 
+def pubsub_path(project: str, kind: str, name: str) -> str:
+    """A full Pub/Sub resource path; bare names are taken to be in `project`."""
+    return name if name.startswith("projects/") else f"projects/{project}/{kind}/{name}"
+
+
 def boolean(text: str) -> bool:
     """A BOOLEAN parameter's value ("true" or "false", as the template metadata's regex allows)."""
     return text == "true"

@@ -26,23 +26,22 @@ import uuid
 from typing import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
 from pipeline import local_reader, local_runner
 from pipeline.drain import DrainReport, StopOnSignals, default_drain_timeout_s, say_now
 from pipeline.local_reader import ReaderControl
-from pipeline.options import StreamingOptions, pubsub_path, spanner_project
+from pipeline.options import StreamingOptions, pipeline_options, spanner_project
+from pipeline.params import pubsub_path
 from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
 from spanner_store.writers import WriterClaim, claim_generation
 from transforms.dead_letter import PublishDeadLetters
-from transforms.parse import ParseVotes
+from transforms.parse_and_sum import ParseVotes
 from transforms.read_votes import ReadVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-
-LOCAL_RUNNER = "BundleBasedDirectRunner"
 
 
 def is_dataflow(options: PipelineOptions) -> bool:
@@ -56,9 +55,9 @@ def writer_name(options: PipelineOptions) -> str:
 
 
 def claim_writer(options: PipelineOptions, project: str, instance: str, database: str) -> WriterClaim:
-    """Claims this launch's writer generation (spanner_store/writers.py) while the pipeline is
-    built, i.e. once per launch: an update (`--update`) keeps the running job's generation and
-    so its delta keys; any other launch takes a new one, so a drained-and-relaunched job never
+    """Claims this launch's writer generation (spanner_store/writers.py), once per launch, before
+    the pipeline is built: an update (`--update`) keeps the running job's generation and so its
+    delta keys; any other launch takes a new one, so a drained-and-relaunched job never
     rewrites a key of its predecessor."""
     update = bool(options.view_as(GoogleCloudOptions).update)
     claim = claim_generation(open_database(project, instance, database), writer_name(options), update)
@@ -67,15 +66,15 @@ def claim_writer(options: PipelineOptions, project: str, instance: str, database
     return claim
 
 
-def build(pipeline: beam.Pipeline, options: PipelineOptions) -> None:
-    """Adds the streaming graph to `pipeline`; tests and run() share it."""
+def build(pipeline: beam.Pipeline, options: PipelineOptions, claim: WriterClaim) -> None:
+    """Adds the streaming graph to `pipeline`, its delta keys those of the writer `claim`
+    (claim_writer). Pure: it reads and writes nothing; tests and launch share it."""
     settings = options.view_as(StreamingOptions).validated()
     project = spanner_project(options)
 
     messages = pipeline | "ReadVotes" >> ReadVotes(
         pubsub_path(project, "subscriptions", settings.subscription), deduplicate=is_dataflow(options))
     parsed = messages | "ParseVotes" >> ParseVotes(EventTimePolicy(max_clock_skew_s=settings.max_clock_skew_seconds))
-    claim = claim_writer(options, project, settings.instance, settings.database)
     failed_rows = (
         parsed.sums
         | "WindowAndSumVotes" >> WindowAndSumVotes(claim.identity, settings.window_seconds, claim.key_format)
@@ -84,16 +83,6 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions) -> None:
     (parsed.rejected, failed_rows) | "PublishDeadLetters" >> PublishDeadLetters(
         pubsub_path(project, "topics", settings.dead_letter_topic)
     )
-
-
-def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | None = None) -> PipelineOptions:
-    """Beam's options from `argv`, with `values` (settings a caller already holds, by dest) on top."""
-    options = PipelineOptions(argv, **(values or {}))
-    options.view_as(StandardOptions).streaming = True
-    options.view_as(SetupOptions).save_main_session = True
-    if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = LOCAL_RUNNER
-    return options
 
 
 def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
@@ -107,14 +96,18 @@ def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
 
 
 def _start(options: PipelineOptions) -> PipelineResult:
+    """Claims the writer, builds the graph and submits it."""
+    settings = options.view_as(StreamingOptions).validated()
+    claim = claim_writer(options, spanner_project(options), settings.instance, settings.database)
     pipeline = beam.Pipeline(options=options)
-    build(pipeline, options)
+    build(pipeline, options, claim)
     return pipeline.run()
 
 
 def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
-    """Builds and submits the pipeline without waiting (what a flex-template launch does)."""
-    options = pipeline_options(argv, values)
+    """Installs the local runner's evaluators (prepare_runner), claims the writer generation,
+    builds and submits the pipeline without waiting (what a flex-template launch does)."""
+    options = pipeline_options(argv, values, streaming=True)
     prepare_runner(options)
     return _start(options)
 
@@ -126,7 +119,7 @@ def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None =
     timeout of a few windows): returns what the drain wrote, or ends the process with
     drain.EXIT_NOT_DRAINED if it is cut short. On Dataflow, until the job ends (drain it with
     `gcloud dataflow jobs drain`); `stopping` then hands the signals back."""
-    options = pipeline_options(argv, values)
+    options = pipeline_options(argv, values, streaming=True)
     control = prepare_runner(options)
     if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
         if stopping is not None:

@@ -1,7 +1,7 @@
 """The storage and message contracts: Spanner DDL, the vote event JSON Schema, key hashing.
 
 `posts.sql` is the database schema; `vote_event.schema.json` is the event contract that
-publishers follow and `transforms.parse` enforces.
+publishers follow and the pipeline enforces (transforms/parse_and_sum.py).
 """
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ EVENT_SCHEMA_FILE = "vote_event.schema.json"
 
 def ddl_statements(file_name: str = DDL_FILE) -> list[str]:
     """A DDL file's statements, comments removed, in the order they must be applied."""
-    text = resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8")
-    text = re.sub(r"--[^\n]*", "", text)
-    return [" ".join(s.split()) for s in text.split(";") if s.strip()]
+    return statements_of(resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8"))
+
+
+def statements_of(ddl: str) -> list[str]:
+    """DDL text's statements, comments removed and whitespace folded, in order."""
+    return [" ".join(s.split()) for s in re.sub(r"--[^\n]*", "", ddl).split(";") if s.strip()]
 
 
 _DELTA_RETENTION = re.compile(

@@ -2,7 +2,7 @@
 -- the same emulator as the real tables: one counter row per counter and shard, updated by a
 -- read-modify-write transaction per vote. Read-modify-write is one shard (Shard = 0); sharded
 -- counters spread a counter over N rows and read it as their SUM. Not part of the system's
--- schema: `spanner_store.baseline_counters.create_tables` applies it where needed.
+-- schema: `upvotes.devtools.baseline_counters.create_tables` applies it where needed.
 CREATE TABLE BaselineCounters (
   CounterId STRING(64) NOT NULL,
   Shard     INT64 NOT NULL,
@@ -10,7 +10,7 @@ CREATE TABLE BaselineCounters (
 ) PRIMARY KEY (CounterId, Shard);
 
 
--- The write-back cache baseline (upvotes/write_back.py): Redis takes the votes, a flusher adds
+-- The write-back cache baseline (upvotes/devtools/write_back.py): Redis takes the votes, a flusher adds
 -- each window's sums to one row per post here, in the same read-write transaction as the
 -- flush-log row of the Redis staging key it read them from. A flush retried after a crash finds
 -- its log row and applies nothing, so no sum is ever added twice. The log only has to outlive

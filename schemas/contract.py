@@ -13,7 +13,10 @@ batches: every message costs the same fixed work in Pub/Sub and in the pipeline,
 carries; the work per vote inside a message is small (see the README's benchmarks).
 
 `parse_message` applies both versions. It is Beam-free, so publishers, the read service and
-the pipeline's `transforms.parse.ParseVotes` all apply the same rules.
+the pipeline all apply the same rules. The pipeline's fused parse-and-sum
+(transforms/parse_and_sum.py `sum_message`) checks the common event inline with the pieces
+marked below and hands anything else to `parse_line`, the specification; a property test
+holds the two to the same results.
 """
 from __future__ import annotations
 
@@ -25,16 +28,23 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 import orjson
 
 from schemas import delta_retention_days
-from schemas.records import COUNTERS, HOUR_S, SHARES, UPVOTES, Rejected, VoteEvent
+from schemas.counters import CONTRACT_NAMES
+from schemas.records import HOUR_S, Rejected, VoteEvent
 
 # The attribute a publisher sets to a message's unique ID. Dataflow drops redeliveries and
 # republications that carry an ID it has already seen (the DirectRunner cannot).
 EVENT_ID_ATTRIBUTE = "event_id"
+# The attribute every dead letter carries its reason in ("<reason>: <detail>"): set by the
+# pipeline (transforms/dead_letter.py), read by the re-drive (upvotes/operations/dead_letters.py).
+ERROR_ATTRIBUTE = "error"
 MAX_MESSAGE_BYTES = 64 * 1024  # a vote is about 200 bytes; Pub/Sub allows 10 MB
 MAX_POST_ID_CHARS = 128
 MAX_ID_CHARS = 128
 MAX_ABS_DELTA = 1_000_000
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})\Z")
+# The pieces a fused reader of the contract inlines (transforms/parse_and_sum.py): the
+# RFC 3339 pattern, the hours Spanner can store, the hour lookup, `is_common_vote`,
+# `trusted_range`, `batch_lines` and `parse_line`.
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})\Z")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_HOUR_S = -62_135_596_800  # 0001-01-01T00:00:00Z
 MAX_HOUR_S = 253_402_297_200  # 9999-12-31T23:00:00Z
@@ -121,7 +131,7 @@ def event_hour(event_time: str | None, publish_time_s: float, policy: EventTimeP
         seconds = publish_time_s
     else:
         # fromisoformat alone also takes ISO 8601 forms RFC 3339 does not (week dates, no offset).
-        if not _RFC3339.match(event_time):
+        if not RFC3339.match(event_time):
             raise _Invalid("bad_event_time", f"event_time {event_time[:40]!r} is not RFC 3339 with an offset (e.g. Z)")
         seconds = _epoch_seconds(event_time)
         reason = policy.untrusted(seconds, publish_time_s) if policy is not None else None
@@ -142,7 +152,7 @@ def _epoch_seconds(event_time: str) -> int:
     if event_time[-1] in "Zz" and event_time[14:16] < "60" and event_time[17:19] < "60":
         # UTC, the common case: the hour is the text's own, looked up once per hour seen.
         try:
-            return _utc_hour(event_time[:13]) + int(event_time[14:16]) * 60 + int(event_time[17:19])
+            return utc_hour(event_time[:13]) + int(event_time[14:16]) * 60 + int(event_time[17:19])
         except ValueError:
             pass  # no such hour: the general path below names the whole time
     try:
@@ -153,24 +163,25 @@ def _epoch_seconds(event_time: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _utc_hour(date_and_hour: str) -> int:
+def utc_hour(date_and_hour: str) -> int:
     """"2026-11-22T01" -> the epoch seconds of that UTC hour; ValueError if there is no such hour."""
     elapsed = datetime.fromisoformat(f"{date_and_hour}:00:00+00:00") - _EPOCH
     return elapsed.days * 86_400 + elapsed.seconds
 
 
-_ABSENT = object()
+ABSENT = object()  # a field the event does not have
+_COUNTERS = frozenset(CONTRACT_NAMES)
 
 
 def _valid_id(value: object) -> bool:
-    return value is _ABSENT or (type(value) is str and 0 < len(value) <= MAX_ID_CHARS)
+    return value is ABSENT or (type(value) is str and 0 < len(value) <= MAX_ID_CHARS)
 
 
-def _is_common_vote(post_id: object, counter: object, delta: object, event_id: object, user_id: object) -> bool:
+def is_common_vote(post_id: object, counter: object, delta: object, event_id: object, user_id: object) -> bool:
     """The fields of a common, valid event, checked in bulk: the fast paths of _validate and
     sum_message. Anything else takes the step-by-step path, which names the problem."""
     return (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
-            and (counter == UPVOTES or counter == SHARES)
+            and type(counter) is str and counter in _COUNTERS
             and type(delta) is int and delta != 0 and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
             and _valid_id(event_id) and _valid_id(user_id))
 
@@ -182,14 +193,14 @@ def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None
     doubt takes the step-by-step path, which is the specification and names the first problem."""
     if type(fields) is dict:
         post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
-        event_id, user_id = fields.get("event_id", _ABSENT), fields.get("user_id", _ABSENT)
-        event_time = fields.get("event_time", _ABSENT)
-        if ((event_time is _ABSENT or type(event_time) is str)
-                and _is_common_vote(post_id, counter, delta, event_id, user_id)):
+        event_id, user_id = fields.get("event_id", ABSENT), fields.get("user_id", ABSENT)
+        event_time = fields.get("event_time", ABSENT)
+        if ((event_time is ABSENT or type(event_time) is str)
+                and is_common_vote(post_id, counter, delta, event_id, user_id)):
             return VoteEvent(
                 post_id, counter, delta,
-                event_hour(None if event_time is _ABSENT else event_time, publish_time_s, policy, on_ingestion_hour),
-                None if event_id is _ABSENT else event_id, None if user_id is _ABSENT else user_id,
+                event_hour(None if event_time is ABSENT else event_time, publish_time_s, policy, on_ingestion_hour),
+                None if event_id is ABSENT else event_id, None if user_id is ABSENT else user_id,
             )
     return _validate_step_by_step(fields, publish_time_s, policy, on_ingestion_hour)
 
@@ -210,8 +221,8 @@ def _validate_step_by_step(fields: Any, publish_time_s: float, policy: EventTime
         raise _Invalid("post_id_too_long", f"post_id has {len(post_id)} characters, at most {MAX_POST_ID_CHARS}")
     if not isinstance(counter, str):
         raise _Invalid("wrong_type", f"counter must be a string, got {type(counter).__name__}")
-    if counter not in COUNTERS:
-        raise _Invalid("unknown_counter", f"counter {counter[:40]!r} is not one of {', '.join(COUNTERS)}")
+    if counter not in _COUNTERS:
+        raise _Invalid("unknown_counter", f"counter {counter[:40]!r} is not one of {', '.join(CONTRACT_NAMES)}")
     # orjson reads integers beyond 64 bits as floats: report them by their size.
     if isinstance(delta, float) and abs(delta) > MAX_ABS_DELTA:
         raise _Invalid("delta_out_of_range", f"delta {delta:g} is outside [-{MAX_ABS_DELTA}, {MAX_ABS_DELTA}]")
@@ -270,7 +281,7 @@ def parse_message(data: bytes, attributes: Mapping[str, str] | None, publish_tim
     Never raises. A v1 message yields exactly one result; a batch yields one per non-blank
     line, or a single Rejected for the whole message. `policy` as for parse_vote.
     """
-    lines = _batch_lines(data, attributes)
+    lines = batch_lines(data, attributes)
     if lines is None:
         yield parse_vote(data, attributes, publish_time_s, policy, on_ingestion_hour)
         return
@@ -278,10 +289,10 @@ def parse_message(data: bytes, attributes: Mapping[str, str] | None, publish_tim
         yield lines
         return
     for number, line in lines:
-        yield _parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour)
+        yield parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour)
 
 
-def _batch_lines(data: bytes, attributes: Mapping[str, str] | None) -> list[tuple[int, bytes]] | Rejected | None:
+def batch_lines(data: bytes, attributes: Mapping[str, str] | None) -> list[tuple[int, bytes]] | Rejected | None:
     """A batch's non-blank lines with their 1-based numbers; None for a v1 message; the
     whole message's Rejected when the batch breaks a batch rule."""
     message_format = attributes.get(FORMAT_ATTRIBUTE) if attributes else None
@@ -302,7 +313,7 @@ def _batch_lines(data: bytes, attributes: Mapping[str, str] | None) -> list[tupl
     return lines
 
 
-def _parse_line(number: int, line: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
+def parse_line(number: int, line: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
                 policy: EventTimePolicy | None, on_ingestion_hour: Callable[[str], None] | None) -> VoteEvent | Rejected:
     result = parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
     if type(result) is Rejected:
@@ -310,85 +321,7 @@ def _parse_line(number: int, line: bytes, attributes: Mapping[str, str] | None, 
     return result
 
 
-# (post_id, event hour) -> [upvotes, shares, events, the upvoters' user IDs or None]
-Sums = dict[tuple[str, int], list]
-
-
-def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float, sums: Sums,
-                policy: EventTimePolicy | None = None,
-                on_ingestion_hour: Callable[[str], None] | None = None) -> list[Rejected]:
-    """parse_message folded into `sums` in one pass: the accepted votes are added to `sums`
-    (and each upvote's user_id to the post and hour's voters), the rejected ones returned.
-    Same results as summing parse_message's (a property test holds the two together).
-
-    Why a second path: for batches the pipeline's cost is this loop, once per vote, and
-    parse_message spends most of it on calls (a VoteEvent, event_hour, the policy) that the
-    common event does not need. Here the common event (a dict of the right types, a UTC
-    time whose whole hour lies inside the policy's bounds) is checked inline and summed;
-    anything else takes parse_vote, the specification, for that line alone.
-    """
-    lines = _batch_lines(data, attributes)
-    if lines is None:
-        lines = ((0, data),)
-    elif type(lines) is Rejected:
-        return [lines]
-    rejected: list[Rejected] = []
-    lowest, highest = _trusted_range(publish_time_s, policy)
-    # The hour of events without a time, when storable; otherwise parse_vote rejects them.
-    ingestion_hour = None
-    if MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
-        ingestion_hour = int(publish_time_s // HOUR_S) * HOUR_S
-    loads, utc_hour, rfc3339, is_common_vote = orjson.loads, _utc_hour, _RFC3339.match, _is_common_vote
-    for number, line in lines:
-        fields = None
-        if len(line) <= MAX_MESSAGE_BYTES:
-            try:
-                fields = loads(line)
-            except orjson.JSONDecodeError:
-                pass
-        hour = None
-        if type(fields) is dict:
-            post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
-            event_id, user_id = fields.get("event_id", _ABSENT), fields.get("user_id", _ABSENT)
-            event_time = fields.get("event_time", _ABSENT)
-            if is_common_vote(post_id, counter, delta, event_id, user_id):
-                if event_time is _ABSENT:
-                    hour = ingestion_hour
-                elif (type(event_time) is str and event_time[-1:] in ("Z", "z") and rfc3339(event_time)
-                        and event_time[14:16] < "60" and event_time[17:19] < "60"):
-                    try:
-                        hour = utc_hour(event_time[:13])
-                    except ValueError:
-                        pass  # no such hour: parse_vote names the problem
-                    # An hour that straddles a policy bound needs the time to the second.
-                    if hour is not None and not (lowest <= hour and hour + HOUR_S - 1 <= highest
-                                                 and MIN_HOUR_S <= hour <= MAX_HOUR_S):
-                        hour = None
-        if hour is None:
-            result = _parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour) if number \
-                else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
-            if type(result) is Rejected:
-                rejected.append(result)
-                continue
-            post_id, counter, delta, hour = result.post_id, result.counter, result.delta, result.event_hour
-            user_id = result.user_id
-        acc = sums.get((post_id, hour))
-        if acc is None:
-            acc = sums[(post_id, hour)] = [0, 0, 0, None]
-        if counter == UPVOTES:
-            acc[0] += delta
-            if delta > 0 and type(user_id) is str:  # a voter (schemas/voter_sketch.py)
-                if acc[3] is None:
-                    acc[3] = {user_id}
-                else:
-                    acc[3].add(user_id)
-        else:
-            acc[1] += delta
-        acc[2] += 1
-    return rejected
-
-
-def _trusted_range(publish_time_s: float, policy: EventTimePolicy | None) -> tuple[float, float]:
+def trusted_range(publish_time_s: float, policy: EventTimePolicy | None) -> tuple[float, float]:
     """The event times (seconds) `policy` keeps for a message published at `publish_time_s`."""
     if policy is None or not MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
         return float("-inf"), float("inf")

@@ -5,7 +5,7 @@
 -- Folded counters per post. PostHash (a hash of PostId, computed by the writers)
 -- leads the key so that sequential post IDs ("p-1", "p-2", ...) spread over the key
 -- space instead of piling onto one split. FoldedThrough is the fold watermark: every
--- delta committed at or before it is already inside Upvotes and Shares.
+-- delta committed at or before it is already inside the counters (Upvotes, Shares, Views).
 -- HourlyFoldedThrough is the watermark of the post's PostHourlyCounts rows: every delta
 -- committed at or before it is already inside them. NULL means "the same as
 -- FoldedThrough" (rows written before the column existed, and posts folded in one
@@ -20,6 +20,7 @@ CREATE TABLE Posts (
   PostId              STRING(128) NOT NULL,
   Upvotes             INT64 NOT NULL DEFAULT (0),
   Shares              INT64 NOT NULL DEFAULT (0),
+  Views               INT64 NOT NULL DEFAULT (0),
   FoldedThrough       TIMESTAMP NOT NULL DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),
   HourlyFoldedThrough TIMESTAMP,
   Voters              BYTES(MAX),
@@ -39,6 +40,7 @@ CREATE TABLE PostDeltas (
   DeltaId     STRING(256) NOT NULL,
   Upvotes     INT64 NOT NULL,
   Shares      INT64 NOT NULL,
+  Views       INT64 NOT NULL DEFAULT (0),
   Events      INT64 NOT NULL,
   Voters      BYTES(MAX),
   CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
@@ -50,12 +52,12 @@ CREATE TABLE PostDeltas (
 -- watermark" here, so their cost follows the unfolded deltas, not all deltas kept.
 -- Interleaved, so the commit timestamp never leads a key of its own.
 CREATE INDEX PostDeltasByCommit ON PostDeltas (PostHash, PostId, CommittedAt)
-  STORING (Upvotes, Shares, Events, Voters),
+  STORING (Upvotes, Shares, Views, Events, Voters),
   INTERLEAVE IN Posts;
 
--- "Top posts by upvotes" straight from the index: Shares and FoldedThrough are
+-- "Top posts by upvotes" straight from the index: the other counters and FoldedThrough are
 -- stored, PostId is part of every index key, so there is no back-join.
-CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC) STORING (Shares, FoldedThrough);
+CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC) STORING (Shares, Views, FoldedThrough);
 
 -- Per-hour folded counts (event time), written by the fold in the same
 -- transaction as Posts; hourly reads add the unfolded deltas on top.
@@ -65,6 +67,7 @@ CREATE TABLE PostHourlyCounts (
   EventHour TIMESTAMP NOT NULL,
   Upvotes   INT64 NOT NULL,
   Shares    INT64 NOT NULL,
+  Views     INT64 NOT NULL DEFAULT (0),
   Voters    BYTES(MAX),
 ) PRIMARY KEY (PostHash, PostId, EventHour DESC),
   INTERLEAVE IN PARENT Posts ON DELETE CASCADE;
@@ -128,6 +131,7 @@ CREATE TABLE Adjustments (
   Kind         STRING(16) NOT NULL,
   Upvotes      INT64 NOT NULL,
   Shares       INT64 NOT NULL,
+  Views        INT64 NOT NULL DEFAULT (0),
   Reason       STRING(1024) NOT NULL,
   Actor        STRING(256) NOT NULL,
   AsOf         TIMESTAMP,
@@ -182,6 +186,7 @@ CREATE TABLE TopPostsViewRows (
   PostId       STRING(128) NOT NULL,
   Upvotes      INT64 NOT NULL,
   Shares       INT64 NOT NULL,
+  Views        INT64 NOT NULL DEFAULT (0),
 ) PRIMARY KEY (ViewName, Rank, ValidSince DESC),
   INTERLEAVE IN PARENT TopPostsActiveVersion ON DELETE CASCADE;
 

@@ -1,16 +1,16 @@
 """Typed, immutable records that flow between the transforms.
 
 NamedTuples rather than dataclasses: they are immutable, typed, cheap to create (this is
-the per-element path) and Beam pickles them compactly.
+the per-element path) and Beam pickles them compactly. Every count travels as one `Counts`
+(schemas/counters.py), never as one field per counter.
 """
 from __future__ import annotations
 
 import base64
 from typing import NamedTuple
 
-UPVOTES = "upvotes"
-SHARES = "shares"
-COUNTERS = (UPVOTES, SHARES)
+from schemas.counters import NAMES, Counts
+
 HOUR_S = 3600
 
 
@@ -18,7 +18,7 @@ class VoteEvent(NamedTuple):
     """One accepted vote, as the event contract (schemas/vote_event.schema.json) defines it."""
 
     post_id: str
-    counter: str  # UPVOTES or SHARES
+    counter: str  # one of schemas.counters.CONTRACT_NAMES
     delta: int
     event_hour: int  # start of the event's hour, epoch seconds (UTC)
     event_id: str | None = None
@@ -30,7 +30,7 @@ class Rejected(NamedTuple):
 
     data: bytes
     attributes: dict[str, str]
-    error: str  # "<reason>: <detail>"; reason is one of transforms.parse.REASONS
+    error: str  # "<reason>: <detail>"; reason is one of schemas.contract.REASONS
 
 
 class PostHour(NamedTuple):
@@ -41,38 +41,49 @@ class PostHour(NamedTuple):
 
 
 class CounterSums(NamedTuple):
-    """Net change of both counters over some votes, and how many votes that was."""
+    """The sums of some votes of one post and event hour: what each counter gained, how many
+    votes that was, and who voted. The one record of a window's sums, from the bundle that
+    first sums them (transforms/parse_and_sum.py) through the window combine
+    (transforms/windowing.py) to the delta row (PostDelta.sums)."""
 
-    upvotes: int = 0
-    shares: int = 0
+    counts: Counts = Counts()
     events: int = 0
-    voters: bytes | None = None  # serialised sketch of the upvoters (schemas/voter_sketch.py)
+    voters: bytes | None = None  # serialised sketch of the voters (schemas/voter_sketch.py); None: none
 
 
 class PostDelta(NamedTuple):
     """One delta row for Spanner: the sums of one pane for one post and hour.
 
-    delta_id is deterministic ("<writer>:<window start us>:<pane index>"), so writing the
+    delta_id is deterministic ("<writer>:<window start us>:<pane index>:..."), so writing the
     same pane twice hits the same primary key.
     """
 
     post_id: str
     event_hour: int
     delta_id: str
-    upvotes: int
-    shares: int
-    events: int
-    voters: bytes | None = None  # sketch of the pane's upvoters; None: no voter recorded
-
-    def to_json(self) -> dict:
-        """The delta as a JSON object (its dead-letter form), the sketch as base64 text."""
-        return {**self._asdict(), "voters": None if self.voters is None else base64.b64encode(self.voters).decode()}
+    sums: CounterSums
 
     @classmethod
-    def from_json(cls, fields: dict) -> "PostDelta":
-        """to_json's inverse; a delta dead-lettered before sketches existed has no voters."""
+    def of(cls, post_id: str, event_hour: int, delta_id: str, *, events: int = 0, voters: bytes | None = None,
+           **counts: int) -> PostDelta:
+        """A delta from counts by name (`upvotes=3`), as moderation, tests and benchmarks build one."""
+        return cls(post_id, event_hour, delta_id, CounterSums(Counts(**counts), events, voters))
+
+    def to_json(self) -> dict:
+        """The delta as a flat JSON object (its dead-letter form), the sketch as base64 text."""
+        voters = self.sums.voters
+        return {"post_id": self.post_id, "event_hour": self.event_hour, "delta_id": self.delta_id,
+                **self.sums.counts._asdict(), "events": self.sums.events,
+                "voters": None if voters is None else base64.b64encode(voters).decode()}
+
+    @classmethod
+    def from_json(cls, fields: dict) -> PostDelta:
+        """to_json's inverse. A delta dead-lettered before sketches existed has no voters, one
+        dead-lettered before a counter existed reads 0 of it."""
         voters = fields.get("voters")
-        return cls(**{**fields, "voters": None if voters is None else base64.b64decode(voters)})
+        counts = Counts(**{name: fields[name] for name in NAMES if name in fields})
+        return cls(fields["post_id"], fields["event_hour"], fields["delta_id"],
+                   CounterSums(counts, fields["events"], None if voters is None else base64.b64decode(voters)))
 
 
 class FailedDelta(NamedTuple):
@@ -83,17 +94,16 @@ class FailedDelta(NamedTuple):
 
 
 class PostTotals(NamedTuple):
-    """An exact count as served to readers."""
+    """An exact count as served to readers; with the post's unique voters (an estimate:
+    schemas/voter_sketch.py) when asked for."""
 
     post_id: str
-    upvotes: int
-    shares: int
+    counts: Counts
+    unique_voters: int | None = None
 
-
-class UniqueTotals(NamedTuple):
-    """An exact count with the post's unique voters (an estimate: schemas/voter_sketch.py)."""
-
-    post_id: str
-    upvotes: int
-    shares: int
-    unique_voters: int
+    def to_json(self) -> dict:
+        """{"post_id", one field per counter[, "unique_voters"]}: what `upvotes read` prints."""
+        record = {"post_id": self.post_id, **self.counts._asdict()}
+        if self.unique_voters is not None:
+            record["unique_voters"] = self.unique_voters
+        return record

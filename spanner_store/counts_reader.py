@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable, Generic, Hashable, Iterable, NamedTuple, TypeVar
 
-from spanner_store.fresh_top import DEFAULT_EXTRA, FreshTop, fresh_top, read_timestamp
+from schemas.counters import Counts
+from spanner_store.database import read_timestamp
+from spanner_store.fresh_top import DEFAULT_EXTRA, FreshTop, fresh_top
 from spanner_store.reads import counts_in_snapshot
 
 T = TypeVar("T")
@@ -41,10 +43,16 @@ class PostCount(NamedTuple):
     """One post's exact counts and the Spanner timestamp they were read at."""
 
     post_id: str
-    upvotes: int
-    shares: int
+    counts: Counts
     as_of: datetime
     unique_voters: int | None = None  # distinct upvoters, when asked for (schemas/voter_sketch.py)
+
+    def to_json(self) -> dict:
+        """{"post_id", one field per counter, "as_of"[, "unique_voters"]}: what the service answers."""
+        record = {"post_id": self.post_id, **self.counts._asdict(), "as_of": self.as_of.isoformat()}
+        if self.unique_voters is not None:
+            record["unique_voters"] = self.unique_voters
+        return record
 
 
 @dataclass
@@ -166,8 +174,7 @@ class CountsReader:
         with self._snapshot() as snapshot:
             totals = counts_in_snapshot(snapshot, post_ids, unique)
             as_of = read_timestamp(snapshot)
-        return {t.post_id: PostCount(t.post_id, t.upvotes, t.shares, as_of, t.unique_voters if unique else None)
-                for t in totals}
+        return {t.post_id: PostCount(t.post_id, t.counts, as_of, t.unique_voters) for t in totals}
 
     def _load_top(self, n: int) -> FreshTop:
         self._count_read()

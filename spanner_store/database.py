@@ -12,6 +12,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, TypeVar
 
 from google.api_core import exceptions, gapic_v1
@@ -148,6 +149,12 @@ def commit_mutations(database: Database, write: Callable[[spanner.Batch], None])
     with database.batch(timeout_secs=0) as batch:
         write(batch)
     return batch.committed
+
+
+def read_timestamp(snapshot) -> datetime:
+    """The timestamp a multi-use read-only snapshot reads at, known once it has read. The client
+    keeps it in a private attribute, with no public accessor: every reader asks here."""
+    return snapshot._transaction_read_timestamp  # noqa: SLF001
 
 
 def run_transaction(database: Database, work: Callable[..., T]) -> T:

@@ -21,12 +21,12 @@ from typing import Iterable, Iterator, NamedTuple
 
 from google.cloud import spanner
 
+from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
-    COMMIT_SHARDS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, commit_shard,
+    DELTA_COMMIT_COLUMNS, DELTA_COMMITS, FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, commit_shard, committed_after,
 )
 
-# The row has no index: one mutation per column.
-MUTATIONS_PER_DELTA_COMMIT = len(DELTA_COMMIT_COLUMNS)
+MUTATIONS_PER_DELTA_COMMIT = insert_cost(DELTA_COMMITS, DELTA_COMMIT_COLUMNS)  # spanner_store/mutation_cost.py
 
 # FoldRuns holds one row per fold for the 30-day retention (4,320 at the default 10-minute
 # schedule): a scan of it is bounded by the schedule, never by the catalogue.
@@ -53,18 +53,10 @@ class Change(NamedTuple):
     events: int
 
 
-def changes_after(after: datetime) -> spanner.KeySet:
-    """Every shard's rows committed after `after`: one key range per shard."""
-    return spanner.KeySet(ranges=[spanner.KeyRange(start_open=[shard, after], end_closed=[shard])
-                                  for shard in range(COMMIT_SHARDS)])
-
-
 def read_changes(snapshot, after: datetime, shard: int | None = None) -> Iterator[Change]:
     """The commits after `after` in the snapshot, of every shard or of one (for parallel readers)."""
-    keyset = changes_after(after) if shard is None else spanner.KeySet(
-        ranges=[spanner.KeyRange(start_open=[shard, after], end_closed=[shard])])
     for committed_at, post_ids, delta_rows, events in snapshot.read(
-            DELTA_COMMITS, columns=("CommittedAt", "PostIds", "DeltaRows", "Events"), keyset=keyset):
+            DELTA_COMMITS, columns=("CommittedAt", "PostIds", "DeltaRows", "Events"), keyset=committed_after(after, shard)):
         yield Change(committed_at, post_ids, delta_rows, events)
 
 

@@ -22,20 +22,21 @@ from google.cloud import spanner
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
-from spanner_store.fresh_top import candidate_mutation_row
+from spanner_store.mutation_cost import insert_cost, new_row_cost
+from spanner_store.top_candidates import candidate_mutation_row
 from spanner_store.tables import (
     DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS,
     TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, delta_key, post_key, sketch_column,
 )
 
-# Spanner counts a mutation per column written, plus one per column of each index entry
-# it changes. PostDeltasByCommit holds the 4 key parts, CommittedAt and 4 stored columns;
-# a new Posts row adds its 5 columns to the base table and PostsByUpvotes holds 5.
-MUTATIONS_PER_DELTA = len(DELTA_COLUMNS) + 9
-MUTATIONS_PER_PARENT = len(POST_KEY_COLUMNS) + 5 + 5
-# Each commit also inserts its TopCandidates row (spanner_store/fresh_top.py) and its
-# DeltaCommits row (spanner_store/delta_commits.py); neither table has an index.
-MUTATIONS_PER_COMMIT = len(TOP_CANDIDATE_COLUMNS) + MUTATIONS_PER_DELTA_COMMIT
+# What each row of a commit costs against Spanner's mutation limit, from the DDL
+# (spanner_store/mutation_cost.py): a delta row and its PostDeltasByCommit entry; a parent
+# Posts row that may be new (every column, and its PostsByUpvotes entry).
+MUTATIONS_PER_DELTA = insert_cost(DELTAS, DELTA_COLUMNS)
+MUTATIONS_PER_PARENT = new_row_cost(POSTS)
+# Each commit also inserts its TopCandidates row (spanner_store/top_candidates.py) and its
+# DeltaCommits row (spanner_store/delta_commits.py).
+MUTATIONS_PER_COMMIT = insert_cost(TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS) + MUTATIONS_PER_DELTA_COMMIT
 
 
 def mutations_for(deltas: list[PostDelta]) -> int:
@@ -79,9 +80,10 @@ def add_delta_writes(batch, deltas: list[PostDelta]) -> None:
     the commit's DeltaCommits row and its TopCandidates row (inserts), so every delta commit
     carries its change-log entry and its candidates."""
     parents = sorted({post_key(d.post_id) for d in deltas})
-    rows = [delta_key(d) + (d.upvotes, d.shares, d.events, sketch_column(d.voters), spanner.COMMIT_TIMESTAMP) for d in deltas]
+    rows = [delta_key(d) + tuple(d.sums.counts) + (d.sums.events, sketch_column(d.sums.voters), spanner.COMMIT_TIMESTAMP)
+            for d in deltas]
     commit_id = new_commit_id()
-    logged = delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.events for d in deltas))
+    logged = delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.sums.events for d in deltas))
     batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
     batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
     batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS, values=[logged])

@@ -79,22 +79,24 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1.database import BatchSnapshot
 
-from spanner_store.database import DEFAULT_RETRY, commit_mutations, run_transaction, run_with_retries
+from spanner_store.database import DEFAULT_RETRY, commit_mutations, read_timestamp, run_transaction, run_with_retries
 from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, read_changes
-from spanner_store.reads import READ_CHUNK, hourly_watermark, read_unfolded
+from schemas.counters import Counts
 from schemas.voter_sketch import union_of
+from spanner_store.mutation_cost import insert_cost, update_cost
+from spanner_store.reads import READ_CHUNK, HourSums, hour_sums_of, hourly_watermark, read_unfolded
 from spanner_store.tables import (
-    COMMIT_SHARDS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
-    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS, POST_FOLD_COLUMNS, POSTS,
-    WATERMARK_COLUMNS, PostKey, post_key, sketch_column, sketch_value,
+    COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
+    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS,
+    POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS, PostKey, counts_at, post_key, sketch_column, sketch_value,
 )
 
 LOG = logging.getLogger(__name__)
-# Posts row (7 columns) + its PostsByUpvotes entry replaced (5 + 1 for the old one), and
-# per hour a PostHourlyCounts row (6, no index): the fold's side of Spanner's
-# 80,000-mutation commit limit, checked against the DDL by tests/test_large_fold.py.
-MUTATIONS_PER_POST = 16
-MUTATIONS_PER_HOUR = 6
+# Per post its Posts row updated (its PostsByUpvotes entry replaced), and per hour a
+# PostHourlyCounts row: the fold's side of Spanner's 80,000-mutation commit limit, from the
+# DDL (spanner_store/mutation_cost.py; a PostHourlyCounts row is new or replaced, the larger).
+MUTATIONS_PER_POST = update_cost(POSTS, POST_FOLD_COLUMNS)
+MUTATIONS_PER_HOUR = max(insert_cost(HOURLY, HOURLY_COLUMNS), update_cost(HOURLY, HOURLY_COLUMNS))
 # The run's record: its FoldRuns row, and per skipped post a FoldRunSkippedPosts row (no index).
 # A run skipping more posts than it may list in that one commit leaves ChangesThrough NULL:
 # it vouches for nothing and the next run covers its range again (see the module docstring).
@@ -117,21 +119,18 @@ def watermark_text(timestamp: datetime) -> str:
     return timestamp.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class HourSums(NamedTuple):
-    upvotes: int
-    shares: int
-    voters: bytes | None = None  # union of the voter sketches (schemas/voter_sketch.py)
-
-
 class PostFold(NamedTuple):
     """Everything one post gains in this fold."""
 
     key: FoldKey
-    upvotes: int
-    shares: int
+    counts: Counts
     deltas: int
-    hours: dict  # datetime -> HourSums
+    hours: dict[datetime, HourSums]
     voters: bytes | None = None  # union of the deltas' voter sketches
+
+
+# An unfolded delta as a fold reads it: (CommittedAt, EventHour, its sums).
+TimedDelta = tuple[datetime, datetime, HourSums]
 
 
 class FoldOutcome(NamedTuple):
@@ -155,17 +154,13 @@ def choose_snapshot(database) -> datetime:
     """The timestamp of a fresh strong read: every delta committed at or before it is visible."""
     with database.snapshot(multi_use=True) as snapshot:
         list(snapshot.execute_sql("SELECT 1"))
-        return snapshot._transaction_read_timestamp  # noqa: SLF001 - the client exposes it only here
+        return read_timestamp(snapshot)
 
 
-def add_hours(into: dict, hours: Iterable[tuple[datetime, int, int, bytes | None]]) -> None:
-    for hour, upvotes, shares, voters in hours:
+def add_hours(into: dict[datetime, HourSums], hours: Iterable[tuple[datetime, HourSums]]) -> None:
+    for hour, sums in hours:
         current = into.get(hour)
-        if current is None:
-            into[hour] = HourSums(upvotes, shares, voters)
-        else:
-            into[hour] = HourSums(current.upvotes + upvotes, current.shares + shares,
-                                  union_of((current.voters, voters)))
+        into[hour] = sums if current is None else current.plus(sums)
 
 
 def fold_cost(fold: PostFold) -> int:
@@ -190,7 +185,9 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
     post_rows, hour_gains = [], {}
     for fold in folds:
         post_hash, post_id, seen = fold.key
-        _, _, upvotes, shares, watermark, hourly_mark, voters = current[(post_hash, post_id)]
+        row = current[(post_hash, post_id)]
+        counts = counts_at(row, 2)
+        watermark, hourly_mark, voters = row[2 + len(COUNTER_COLUMNS):]
         voters = sketch_value(voters)
         hourly_mark = hourly_watermark(watermark, hourly_mark)
         if watermark >= snapshot_at:
@@ -198,16 +195,15 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
             continue
         hours_done = hourly_mark >= snapshot_at  # a split fold already folded the hourly rows
         if watermark_text(watermark) == seen and (hours_done or watermark_text(hourly_mark) == seen):
-            gain_up, gain_sh, deltas, gain_voters = fold.upvotes, fold.shares, fold.deltas, fold.voters
+            gain, deltas, gain_voters = fold.counts, fold.deltas, fold.voters
             hours = {} if hours_done else fold.hours
             outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas))
         else:
-            gain_up, gain_sh, deltas, hours, gain_voters = _refold(
-                transaction, post_hash, post_id, watermark, hourly_mark, snapshot_at)
+            gain, deltas, hours, gain_voters = _refold(transaction, post_hash, post_id, watermark, hourly_mark, snapshot_at)
             outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas,
                                                posts_refolded=int(watermark_text(watermark) != seen)))
-        post_rows.append((post_hash, post_id, upvotes + gain_up, shares + gain_sh, snapshot_at,
-                          max(hourly_mark, snapshot_at), sketch_column(union_of((voters, gain_voters)))))
+        post_rows.append((post_hash, post_id, *counts.plus(gain), snapshot_at, max(hourly_mark, snapshot_at),
+                          sketch_column(union_of((voters, gain_voters)))))
         for hour, sums in hours.items():
             hour_gains[(post_hash, post_id, hour)] = sums
     _add_to_hourly(transaction, hour_gains)
@@ -221,7 +217,7 @@ def _add_to_hourly(transaction, hour_gains: dict) -> None:
     if not hour_gains:
         return
     existing = {
-        (r[0], r[1], r[2]): HourSums(r[3], r[4], sketch_value(r[5]))
+        (r[0], r[1], r[2]): hour_sums_of(r[2:])[1]
         for r in transaction.read(
             HOURLY, columns=HOURLY_COLUMNS,
             keyset=spanner.KeySet(keys=[list(k) for k in hour_gains]),
@@ -229,26 +225,29 @@ def _add_to_hourly(transaction, hour_gains: dict) -> None:
     }
     rows = []
     for key, gain in hour_gains.items():
-        old = existing.get(key, HourSums(0, 0))
-        rows.append(key + (old.upvotes + gain.upvotes, old.shares + gain.shares,
-                           sketch_column(union_of((old.voters, gain.voters)))))
+        total = existing.get(key, HourSums(Counts())).plus(gain)
+        rows.append(key + tuple(total.counts) + (sketch_column(total.voters),))
     transaction.insert_or_update(HOURLY, columns=HOURLY_COLUMNS, values=rows)
 
 
 def _refold(transaction, post_hash: int, post_id: str, after: datetime, hours_after: datetime, through: datetime):
     """Inside the fold transaction: the sums of one post's deltas committed in (after, through],
     and per hour those committed in (hours_after, through] (hours_after >= after)."""
-    hours: dict = {}
-    upvotes = shares = deltas = 0
+    hours: dict[datetime, HourSums] = {}
+    gain, deltas = Counts(), 0
     sketches = []
-    for committed_at, hour, up, sh, voters in read_unfolded(
-            transaction, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS, through):
-        voters = sketch_value(voters)
+    for committed_at, hour, sums in _timed_deltas(read_unfolded(
+            transaction, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS, through)):
         if committed_at > hours_after:
-            add_hours(hours, [(hour, up, sh, voters)])
-        upvotes, shares, deltas = upvotes + up, shares + sh, deltas + 1
-        sketches.append(voters)
-    return upvotes, shares, deltas, hours, union_of(sketches)
+            add_hours(hours, [(hour, sums)])
+        gain, deltas = gain.plus(sums.counts), deltas + 1
+        sketches.append(sums.voters)
+    return gain, deltas, hours, union_of(sketches)
+
+
+def _timed_deltas(rows: Iterable) -> list[TimedDelta]:
+    """Rows of DELTA_COMMIT_SUM_COLUMNS as (CommittedAt, EventHour, sums)."""
+    return [(row[0], *hour_sums_of(row[1:])) for row in rows]
 
 
 class HourlyStep(NamedTuple):
@@ -256,11 +255,12 @@ class HourlyStep(NamedTuple):
 
     after: datetime
     through: datetime
-    rows: list  # (CommittedAt, EventHour, Upvotes, Shares, Voters) of those deltas
+    rows: list[TimedDelta]  # those deltas
 
 
-def plan_hourly_steps(rows: Iterable[tuple], after: datetime, snapshot_at: datetime, max_hours: int) -> list[HourlyStep]:
-    """Splits a post's unfolded (CommittedAt, hour, upvotes, shares, voters) rows into steps of whole
+def plan_hourly_steps(rows: Iterable[TimedDelta], after: datetime, snapshot_at: datetime,
+                      max_hours: int) -> list[HourlyStep]:
+    """Splits a post's unfolded (CommittedAt, hour, sums) deltas into steps of whole
     commits touching at most `max_hours` event hours each; the last step ends at S.
 
     A step never splits one commit's deltas (a watermark is a commit timestamp), so a single
@@ -294,21 +294,20 @@ def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlySte
         return 0
     # The watermark only grows and the previous step left it at step.after or later, so
     # these rows are a subset of the step's own: the commit stays within its bound.
-    hours: dict = {}
-    add_hours(hours, [row[1:] for row in step.rows if row[0] > hourly_mark])
+    hours: dict[datetime, HourSums] = {}
+    add_hours(hours, [(hour, sums) for committed_at, hour, sums in step.rows if committed_at > hourly_mark])
     _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()})
     transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(post_hash, post_id, step.through)])
     return len(hours)
 
 
-def read_post_for_steps(database, post_hash: int, post_id: str, snapshot_at: datetime) -> tuple[datetime, list]:
+def read_post_for_steps(database, post_hash: int, post_id: str, snapshot_at: datetime) -> tuple[datetime, list[TimedDelta]]:
     """At S: the post's hourly watermark and its deltas committed after it (with commit times)."""
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
         rows = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
                                   keyset=spanner.KeySet(keys=[[post_hash, post_id]])))
         after = hourly_watermark(*rows[0])
-        return after, [(*row[:-1], sketch_value(row[-1])) for row in read_unfolded(
-            snapshot, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS)]
+        return after, _timed_deltas(read_unfolded(snapshot, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS))
 
 
 def fold_post_in_steps(database, fold: PostFold, snapshot_at: datetime, max_mutations: int,
@@ -390,15 +389,16 @@ def read_shard_changes(database, plan: FoldPlan, shard: int, count_rows: Callabl
 
 
 def _unfolded_of(snapshot, watermarks: dict[PostKey, datetime],
-                 count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple]]:
-    """(FoldKey, (hour, upvotes, shares, voters)) for each delta committed after its post's watermark."""
-    for h, p, hour, up, sh, voters in read_unfolded(snapshot, watermarks, ("PostHash", "PostId") + DELTA_SUM_COLUMNS):
+                 count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, HourSums]]]:
+    """(FoldKey, (hour, sums)) for each delta committed after its post's watermark."""
+    for row in read_unfolded(snapshot, watermarks, ("PostHash", "PostId") + DELTA_SUM_COLUMNS):
         count_rows(1)
-        yield FoldKey(h, p, watermark_text(watermarks[(h, p)])), (hour, up, sh, sketch_value(voters))
+        h, p = row[:2]
+        yield FoldKey(h, p, watermark_text(watermarks[(h, p)])), hour_sums_of(row[2:])
 
 
 def read_candidates(database, post_ids: Iterable[str], snapshot_at: datetime,
-                    count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple]]:
+                    count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, HourSums]]]:
     """At S, these posts' watermarks (point reads, READ_CHUNK posts per read) and their unfolded deltas."""
     keys = iter(sorted({post_key(p) for p in post_ids}))
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
@@ -421,8 +421,8 @@ def plan_partitions(database, snapshot_at: datetime, data_boost: bool) -> Iterat
 
 
 def read_partition(database, handle: dict, partition: dict, snapshot_at: datetime,
-                   count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple]]:
-    """One partition of Posts -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta,
+                   count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, HourSums]]]:
+    """One partition of Posts -> (FoldKey, (hour, sums)) for each unfolded delta,
     read as index ranges, READ_CHUNK posts per read, at exactly the same snapshot S."""
     # One iterator for the whole partition: every iter() of the client's result set starts
     # over and drops the rows the previous one had buffered.
@@ -467,7 +467,7 @@ def oldest_unfolded_commit(database, plan: FoldPlan, skipped: list[SkippedPost],
         if cut_short:
             commits += [change.committed_at for shard in range(COMMIT_SHARDS)
                         for change in itertools.islice(read_changes(snapshot, changes_through, shard), 1)]
-        return min(commits, default=None), snapshot._transaction_read_timestamp  # noqa: SLF001
+        return min(commits, default=None), read_timestamp(snapshot)
 
 
 def record_fold_run(database, plan: FoldPlan, outcome: FoldOutcome, skipped: list[SkippedPost],

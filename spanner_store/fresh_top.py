@@ -3,12 +3,9 @@
 The PostsByUpvotes index is only as fresh as the last fold. To rank by exact counts
 (folded plus unfolded) without scanning every post's unfolded deltas:
 
-- Writing: every commit of delta rows (spanner_store.deltas.write_deltas) also inserts one
-  TopCandidates row *in the same commit*: the posts with the largest upvote sums in that
-  commit (at most CANDIDATES_PER_COMMIT) and Threshold, the largest upvote sum of any post
-  of the commit that is not listed (0 if every post with a positive sum is listed). The
-  row's key starts with a shard taken from a random ID, so these inserts spread over
-  COMMIT_SHARDS key ranges and no single row or range takes every commit's write.
+- Writing: every commit of delta rows also inserts one TopCandidates row *in the same
+  commit* (spanner_store/top_candidates.py): the posts with the largest upvote sums in that
+  commit and Threshold, the largest upvote sum of any post of the commit that is not listed.
 - Reading (`fresh_top`), in ONE read-only snapshot: the fold cursor (spanner_store.
   delta_commits.fold_cursor): C, the ChangesThrough of the finished run that vouches for the
   most, and the posts it skipped; the folded top K+m from the index; every candidate row
@@ -30,52 +27,19 @@ out has more than `bound` upvotes.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, NamedTuple
-
-from google.cloud import spanner
 
 from schemas import post_hash
-from schemas.records import PostDelta, PostTotals
+from schemas.records import PostTotals
+from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import fold_cursor
 from spanner_store.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
-from spanner_store.tables import COMMIT_SHARDS, TOP_CANDIDATES, commit_shard
+from spanner_store.top_candidates import candidates_since
 
-# Posts listed per commit. A commit holds one bundle's deltas; listing its 16 biggest risers
-# keeps the row small (at most 16 IDs of 128 characters) while the threshold stays 0 for
-# any commit touching 16 posts or fewer.
-CANDIDATES_PER_COMMIT = 16
 # m: folded posts read beyond K, so that posts falling back can be replaced by the next ones.
 DEFAULT_EXTRA = 20
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-class CandidateRow(NamedTuple):
-    """One commit's biggest risers and the bound on every other post of that commit."""
-
-    post_ids: list[str]
-    threshold: int
-
-
-def commit_candidates(deltas: Iterable[PostDelta], limit: int = CANDIDATES_PER_COMMIT) -> CandidateRow:
-    """The `limit` posts with the largest positive upvote sums in these deltas, and the largest
-    sum of any post not listed (clipped at 0: a falling post cannot overtake anyone)."""
-    sums: dict[str, int] = {}
-    for delta in deltas:
-        sums[delta.post_id] = sums.get(delta.post_id, 0) + delta.upvotes
-    ranked = heapq.nsmallest(limit + 1, sums.items(), key=lambda item: (-item[1], item[0]))
-    listed = [post_id for post_id, total in ranked[:limit] if total > 0]
-    threshold = max(0, ranked[limit][1]) if len(ranked) > limit else 0
-    return CandidateRow(listed, threshold)
-
-
-def candidate_mutation_row(deltas: list[PostDelta], commit_id: str) -> tuple:
-    """The TopCandidates row to insert in the same commit as `deltas` (TOP_CANDIDATE_COLUMNS),
-    keyed by the commit's random ID (the one its DeltaCommits row has too)."""
-    row = commit_candidates(deltas)
-    return (commit_shard(commit_id), spanner.COMMIT_TIMESTAMP, commit_id, row.post_ids, row.threshold)
 
 
 @dataclass(frozen=True)
@@ -87,26 +51,6 @@ class FreshTop:
     bound: int | None  # no post left out has more upvotes than this; None: every post was considered
     considered: int  # posts whose exact counts were read
     candidate_rows: int  # TopCandidates rows read (commits since the fold cursor)
-
-
-def candidates_since(snapshot, since: datetime) -> tuple[set[str], int, int]:
-    """Posts listed by candidate rows committed after `since`, the sum of those rows'
-    thresholds, and how many rows that was. One key range per shard."""
-    keyset = spanner.KeySet(ranges=[
-        spanner.KeyRange(start_open=[shard, since], end_closed=[shard]) for shard in range(COMMIT_SHARDS)
-    ])
-    posts: set[str] = set()
-    threshold_sum = rows = 0
-    for post_ids, threshold in snapshot.read(TOP_CANDIDATES, columns=("PostIds", "Threshold"), keyset=keyset):
-        posts.update(post_ids)
-        threshold_sum += threshold
-        rows += 1
-    return posts, threshold_sum, rows
-
-
-def read_timestamp(snapshot) -> datetime:
-    """The timestamp a multi-use snapshot reads at, known once it has read."""
-    return snapshot._transaction_read_timestamp  # noqa: SLF001 - the client keeps it here, with no public accessor
 
 
 def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0) -> FreshTop:
@@ -127,8 +71,8 @@ def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: fl
         counts = counts_in_snapshot(snapshot, considered)
         as_of = read_timestamp(snapshot)
     # The index's own tie order (PostHash, PostId), so equal counts always come out the same way.
-    ranked = sorted(counts, key=lambda t: (-t.upvotes, post_hash(t.post_id), t.post_id))[:k]
+    ranked = sorted(counts, key=lambda t: (-t.counts.upvotes, post_hash(t.post_id), t.post_id))[:k]
     complete = len(folded) < k + extra
-    bound = None if complete else folded[-1].upvotes + threshold_sum
-    exact = complete or (len(ranked) == k and ranked[-1].upvotes >= bound)
+    bound = None if complete else folded[-1].counts.upvotes + threshold_sum
+    exact = complete or (len(ranked) == k and ranked[-1].counts.upvotes >= bound)
     return FreshTop(ranked, as_of, folded_through, exact, bound, len(considered), rows)

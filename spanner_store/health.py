@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 
 from google.cloud import spanner
 
+from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import fold_cursor, read_changes
 from spanner_store.reads import READ_CHUNK, last_fold_snapshot, read_unfolded
 from spanner_store.tables import POSTS, WATERMARK_COLUMNS, PostKey, post_key
@@ -67,7 +68,7 @@ def delta_health(database, recent_window: timedelta = RECENT_WINDOW, full_scan: 
     oldest: datetime | None = None
     with database.snapshot(multi_use=True) as snapshot:
         last_fold = last_fold_snapshot(snapshot)  # also starts the snapshot, fixing its timestamp
-        read_at = snapshot._transaction_read_timestamp  # noqa: SLF001 - the client exposes it only here
+        read_at = read_timestamp(snapshot)
         recent_since = read_at - recent_window
         cursor = None if full_scan else fold_cursor(snapshot)
         rows_read = 1 + (0 if cursor is None else 1 + len(cursor.skipped))

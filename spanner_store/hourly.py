@@ -31,15 +31,15 @@ from typing import NamedTuple
 
 from google.cloud import spanner
 
+from schemas.counters import Counts
 from schemas.voter_sketch import estimate, union_of
-from spanner_store.reads import hourly_watermark, read_unfolded
-from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, post_key, sketch_value
+from spanner_store.reads import hour_sums_of, hourly_watermark, read_unfolded
+from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, post_key
 
 
 class HourCount(NamedTuple):
     hour: datetime  # start of the event hour, UTC
-    upvotes: int
-    shares: int
+    counts: Counts
     unique_voters: int | None = None  # the hour's distinct upvoters, when asked for
 
 
@@ -55,8 +55,8 @@ def hour_floor(moment: datetime) -> datetime:
 
 def hourly_counts(database, post_id: str, since: datetime, until: datetime | None = None,
                   unique: bool = False) -> list[HourCount]:
-    """Exact upvotes and shares of `post_id` per event hour overlapping [since, until), oldest
-    first; with `unique`, each hour's unique voters too."""
+    """Exact counts of `post_id` per event hour overlapping [since, until), oldest first; with
+    `unique`, each hour's unique voters too."""
     first, end = hour_floor(since), None if until is None else _utc(until)
     with database.snapshot(multi_use=True) as snapshot:
         every_hour = hourly_counts_in(snapshot, post_id, unique)
@@ -67,15 +67,15 @@ def hourly_counts_in(snapshot, post_id: str, unique: bool = False) -> list[HourC
     """Exact counts of `post_id` in every event hour it has, oldest first, read in `snapshot`
     (a multi-use read-only snapshot: both sides must be read at the same timestamp)."""
     key = post_key(post_id)
-    sums: dict[datetime, list] = {}
+    counts: dict[datetime, Counts] = {}
+    voters: dict[datetime, list[bytes | None]] = {}
 
     def add(rows) -> None:
-        for hour, upvotes, shares, voters in rows:
-            acc = sums.setdefault(_plain(hour), [0, 0, []])
-            acc[0] += upvotes
-            acc[1] += shares
-            if unique:
-                acc[2].append(sketch_value(voters))
+        for row in rows:
+            hour, sums = hour_sums_of(row)
+            hour = _plain(hour)
+            counts[hour] = counts.get(hour, Counts()).plus(sums.counts)
+            voters.setdefault(hour, []).append(sums.voters)
 
     posts = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
                                keyset=spanner.KeySet(keys=[list(key)])))
@@ -84,8 +84,8 @@ def hourly_counts_in(snapshot, post_id: str, unique: bool = False) -> list[HourC
     add(snapshot.read(HOURLY, columns=DELTA_SUM_COLUMNS,
                       keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key))])))
     add(read_unfolded(snapshot, {key: hourly_watermark(*posts[0])}, DELTA_SUM_COLUMNS))
-    return [HourCount(hour, up, sh, estimate(union_of(voters)) if unique else None)
-            for hour, (up, sh, voters) in sorted(sums.items())]
+    return [HourCount(hour, counts[hour], estimate(union_of(voters[hour])) if unique else None)
+            for hour in sorted(counts)]
 
 
 def _plain(hour: datetime) -> datetime:

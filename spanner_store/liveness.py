@@ -2,7 +2,7 @@
 the fold lag, so that a stream that stopped writing is visible.
 
 Every delta commit also inserts one TopCandidates row in the same commit (spanner_store/
-fresh_top.py), keyed (Shard, CommittedAt, ...), so the newest CommittedAt over the shards is
+top_candidates.py), keyed (Shard, CommittedAt, ...), so the newest CommittedAt over the shards is
 the last delta commit. Reading it costs what was committed recently, never the table: each
 shard's key range after `now - lookback` is read (CommittedAt only), for lookbacks of a
 minute, then ten, an hour, a day and the 30-day retention, stopping at the first that finds
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from google.cloud import spanner
-
-from spanner_store.tables import COMMIT_SHARDS, DELTA_RETENTION_DAYS, TOP_CANDIDATES
+from spanner_store.database import read_timestamp
+from spanner_store.tables import DELTA_RETENTION_DAYS, TOP_CANDIDATES, committed_after
 
 LOOKBACKS = (timedelta(minutes=1), timedelta(minutes=10), timedelta(hours=1), timedelta(days=1),
              timedelta(days=DELTA_RETENTION_DAYS))
@@ -26,9 +25,8 @@ def last_delta_commit(snapshot, now: datetime) -> datetime | None:
     if none is kept (never written, or older than the retention)."""
     for lookback in LOOKBACKS:
         since = now - lookback
-        keyset = spanner.KeySet(ranges=[spanner.KeyRange(start_open=[shard, since], end_closed=[shard])
-                                        for shard in range(COMMIT_SHARDS)])
-        newest = max((row[0] for row in snapshot.read(TOP_CANDIDATES, columns=("CommittedAt",), keyset=keyset)),
+        newest = max((row[0] for row in snapshot.read(TOP_CANDIDATES, columns=("CommittedAt",),
+                                                      keyset=committed_after(since))),
                      default=None)
         if newest is not None:
             return newest
@@ -39,5 +37,5 @@ def read_last_delta_commit(database) -> tuple[datetime, datetime | None]:
     """(the strong read's timestamp, the last delta commit then)."""
     with database.snapshot(multi_use=True) as snapshot:
         list(snapshot.execute_sql("SELECT 1"))  # starts the snapshot, fixing its timestamp
-        read_at = snapshot._transaction_read_timestamp  # noqa: SLF001 - the client exposes it only here
+        read_at = read_timestamp(snapshot)
         return read_at, last_delta_commit(snapshot, read_at)

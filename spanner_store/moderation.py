@@ -28,15 +28,18 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_with_retries
+from spanner_store.database import MUTATION_BUDGET, commit_mutations, read_timestamp, run_with_retries
 from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
 from spanner_store.hourly import HourCount, hourly_counts_in
-from spanner_store.tables import ADJUSTMENT_COLUMNS, ADJUSTMENTS, POST_KEY_COLUMNS, POSTS, adjustment_delta_id, post_key
-from schemas.records import PostDelta
+from schemas.counters import Counts, total
+from schemas.records import CounterSums, PostDelta
+from spanner_store.tables import (
+    ADJUSTMENT_COLUMNS, ADJUSTMENTS, COUNTER_COLUMNS, POST_KEY_COLUMNS, POSTS, adjustment_delta_id, counts_at, post_key,
+)
 
 ADJUST = "adjust"
 RESET = "reset"
-LIST_ADJUSTMENTS_SQL = """SELECT AdjustmentId, PostId, Kind, Upvotes, Shares, Reason, Actor, AsOf, CreatedAt
+LIST_ADJUSTMENTS_SQL = f"""SELECT {", ".join(ADJUSTMENT_COLUMNS)}
 FROM Adjustments ORDER BY CreatedAt DESC LIMIT @limit"""
 
 
@@ -50,12 +53,28 @@ class Adjustment(NamedTuple):
     adjustment_id: str
     post_id: str
     kind: str  # ADJUST or RESET
-    upvotes: int  # the compensating change written, summed over its hours
-    shares: int
+    counts: Counts  # the compensating change written, summed over its hours
     reason: str
     actor: str
     as_of: datetime | None  # a reset's snapshot S
     created_at: datetime | None  # commit time; None until read back
+
+    def row(self) -> tuple:
+        """Its Adjustments row (ADJUSTMENT_COLUMNS)."""
+        return (self.adjustment_id, self.post_id, self.kind, *self.counts, self.reason, self.actor, self.as_of,
+                self.created_at)
+
+    @classmethod
+    def from_row(cls, row) -> Adjustment:
+        after = 3 + len(COUNTER_COLUMNS)
+        return cls(*row[:3], counts_at(row, 3), *row[after:])
+
+    def to_json(self) -> dict:
+        """Flat: one field per counter, times as RFC 3339 text (`upvotes adjust --list` prints it)."""
+        return {"adjustment_id": self.adjustment_id, "post_id": self.post_id, "kind": self.kind,
+                **self.counts._asdict(), "reason": self.reason, "actor": self.actor,
+                "as_of": None if self.as_of is None else self.as_of.isoformat(),
+                "created_at": None if self.created_at is None else self.created_at.isoformat()}
 
 
 class AdjustmentResult(NamedTuple):
@@ -67,8 +86,8 @@ def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
     """One blind commit: the delta rows (one per hour) with the commit's per-commit rows, as the
     sink writes them, and the audit row. False if the ID exists."""
     delta_id = adjustment_delta_id(adjustment.adjustment_id)
-    deltas = [PostDelta(adjustment.post_id, int(h.hour.timestamp()), delta_id, h.upvotes, h.shares, 0)
-              for h in hours if h.upvotes or h.shares]
+    deltas = [PostDelta(adjustment.post_id, int(h.hour.timestamp()), delta_id, CounterSums(h.counts))
+              for h in hours if not h.counts.is_zero()]
     audit = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP)
 
     def write(batch) -> None:
@@ -76,7 +95,7 @@ def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
             add_delta_writes(batch, deltas)
         else:
             batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(adjustment.post_id)])
-        batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[tuple(audit)])
+        batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[audit.row()])
 
     try:
         run_with_retries(lambda: commit_mutations(database, write))
@@ -89,7 +108,7 @@ def _existing(database, adjustment_id: str) -> Adjustment | None:
     with database.snapshot() as snapshot:
         rows = list(snapshot.read(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS,
                                   keyset=spanner.KeySet(keys=[[adjustment_id]])))
-    return Adjustment(*rows[0]) if rows else None
+    return Adjustment.from_row(rows[0]) if rows else None
 
 
 def _result(database, adjustment: Adjustment, hours: list[HourCount]) -> AdjustmentResult:
@@ -101,21 +120,20 @@ def _result(database, adjustment: Adjustment, hours: list[HourCount]) -> Adjustm
     return AdjustmentResult(existing, False)
 
 
-def adjust(database, adjustment_id: str, post_id: str, upvotes: int, shares: int, reason: str, actor: str,
+def adjust(database, adjustment_id: str, post_id: str, counts: Counts, reason: str, actor: str,
            event_hour: datetime) -> AdjustmentResult:
-    """Adds (upvotes, shares) to `post_id` in `event_hour`, audited; idempotent per adjustment_id."""
-    adjustment = Adjustment(adjustment_id, post_id, ADJUST, upvotes, shares, reason, actor, None, None)
-    return _result(database, adjustment, [HourCount(event_hour, upvotes, shares)])
+    """Adds `counts` to `post_id` in `event_hour`, audited; idempotent per adjustment_id."""
+    adjustment = Adjustment(adjustment_id, post_id, ADJUST, counts, reason, actor, None, None)
+    return _result(database, adjustment, [HourCount(event_hour, counts)])
 
 
 def reset(database, adjustment_id: str, post_id: str, reason: str, actor: str) -> AdjustmentResult:
     """Sets `post_id` to zero as of a snapshot S (now): minus its exact count at S, per event hour."""
     with database.snapshot(multi_use=True) as snapshot:
         hours = hourly_counts_in(snapshot, post_id)
-        as_of = snapshot._transaction_read_timestamp  # noqa: SLF001 - the client exposes it only here
-    minus = bounded_hours([HourCount(h.hour, -h.upvotes, -h.shares) for h in hours if h.upvotes or h.shares])
-    adjustment = Adjustment(adjustment_id, post_id, RESET, sum(h.upvotes for h in minus),
-                            sum(h.shares for h in minus), reason, actor, as_of, None)
+        as_of = read_timestamp(snapshot)
+    minus = bounded_hours([HourCount(h.hour, h.counts.negated()) for h in hours if not h.counts.is_zero()])
+    adjustment = Adjustment(adjustment_id, post_id, RESET, total(h.counts for h in minus), reason, actor, as_of, None)
     return _result(database, adjustment, minus)
 
 
@@ -125,7 +143,7 @@ def bounded_hours(hours: list[HourCount], limit: int = MAX_HOUR_ROWS) -> list[Ho
     if len(hours) <= limit:
         return hours
     merged = hours[:len(hours) - limit + 1]
-    oldest = HourCount(merged[0].hour, sum(h.upvotes for h in merged), sum(h.shares for h in merged))
+    oldest = HourCount(merged[0].hour, total(h.counts for h in merged))
     return [oldest] + hours[len(merged):]
 
 
@@ -134,7 +152,7 @@ def list_adjustments(database, limit: int = 100) -> list[Adjustment]:
     with database.snapshot() as snapshot:
         rows = snapshot.execute_sql(LIST_ADJUSTMENTS_SQL, params={"limit": limit},
                                     param_types={"limit": param_types.INT64})
-        return [Adjustment(*row) for row in rows]
+        return [Adjustment.from_row(row) for row in rows]
 
 
 def current_hour() -> datetime:

@@ -15,19 +15,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from schemas.records import COUNTERS, PostTotals, UniqueTotals
+from schemas.counters import NAMES, Counts
+from schemas.records import PostTotals
 from schemas.voter_sketch import estimate, union_of
-from spanner_store.tables import DELTAS, DELTAS_BY_COMMIT, POSTS, VOTERS, PostKey, post_key, sketch_value
+from spanner_store.tables import (
+    COUNTER_COLUMNS, DELTAS, DELTAS_BY_COMMIT, POSTS, VOTERS, PostKey, counts_at, post_key, sketch_value,
+)
 
 # The ranking is the index order itself (Upvotes DESC, then the Posts key): no sort, and
-# ties always come out in the same order.
-TOP_POSTS_SQL = """SELECT PostId, Upvotes, Shares
-FROM Posts@{FORCE_INDEX=PostsByUpvotes}
+# ties always come out in the same order. (Column names come from schemas/counters.py, never input.)
+TOP_POSTS_SQL = f"""SELECT PostId, {", ".join(COUNTER_COLUMNS)}
+FROM Posts@{{FORCE_INDEX=PostsByUpvotes}}
 ORDER BY Upvotes DESC, PostHash, PostId
 LIMIT @limit"""
 
@@ -53,44 +56,59 @@ def read_unfolded(snapshot, watermarks: Mapping[PostKey, datetime], columns: Seq
     return snapshot.read(DELTAS, columns=columns, keyset=unfolded_ranges(watermarks, through), index=DELTAS_BY_COMMIT)
 
 
+class HourSums(NamedTuple):
+    """What some deltas of one post and event hour add up to: the counts and the union of
+    their voter sketches (schemas/voter_sketch.py; None: no voter)."""
+
+    counts: Counts
+    voters: bytes | None = None
+
+    def plus(self, other: HourSums) -> HourSums:
+        return HourSums(self.counts.plus(other.counts), union_of((self.voters, other.voters)))
+
+
+def hour_sums_of(row) -> tuple[datetime, HourSums]:
+    """A row of DELTA_SUM_COLUMNS (EventHour, the counters, Voters), of PostDeltas or
+    PostHourlyCounts, as (its event hour, its sums)."""
+    return row[0], HourSums(counts_at(row, 1), sketch_value(row[-1]))
+
+
 def hourly_watermark(folded_through: datetime, hourly_folded_through: datetime | None) -> datetime:
     """The watermark of a post's PostHourlyCounts rows (NULL: in step with FoldedThrough)."""
     return folded_through if hourly_folded_through is None else hourly_folded_through
 
 
-def exact_counts(database, post_ids: Iterable[str], unique: bool = False) -> list[PostTotals] | list[UniqueTotals]:
+def exact_counts(database, post_ids: Iterable[str], unique: bool = False) -> list[PostTotals]:
     """Exact counts of the given posts, in the order asked; unknown posts read as zeros.
     With `unique`, also each post's unique voters (schemas/voter_sketch.py), from the same snapshot."""
     with database.snapshot(multi_use=True) as snapshot:
         return counts_in_snapshot(snapshot, post_ids, unique)
 
 
-def counts_in_snapshot(snapshot, post_ids: Iterable[str],
-                       unique: bool = False) -> list[PostTotals] | list[UniqueTotals]:
+def counts_in_snapshot(snapshot, post_ids: Iterable[str], unique: bool = False) -> list[PostTotals]:
     """exact_counts inside a multi-use snapshot the caller holds (and reads other things in).
 
     Unique voters are the union of the folded sketch and the unfolded deltas' sketches, read
     in the same snapshot and the same ranges as the counts; only asked for, as they are bytes."""
     wanted = list(dict.fromkeys(post_ids))
     voters = (VOTERS,) if unique else ()
-    found: dict[str, list] = {}
+    counts: dict[str, Counts] = {}
+    sketches: dict[str, list[bytes | None]] = {}
     for start in range(0, len(wanted), READ_CHUNK):
         keys = [list(post_key(p)) for p in wanted[start:start + READ_CHUNK]]
         watermarks = {}
-        for h, post_id, upvotes, shares, folded_through, *sketch in snapshot.read(
-                POSTS, columns=("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough") + voters,
-                keyset=spanner.KeySet(keys=keys)):
-            found[post_id] = [upvotes, shares, [sketch_value(s) for s in sketch]]
-            watermarks[(h, post_id)] = folded_through
-        for post_id, upvotes, shares, *sketch in read_unfolded(
-                snapshot, watermarks, ("PostId", "Upvotes", "Shares") + voters):
-            found[post_id][0] += upvotes
-            found[post_id][1] += shares
-            found[post_id][2] += [sketch_value(s) for s in sketch]
-    if unique:
-        return [UniqueTotals(p, *found[p][:2], estimate(union_of(found[p][2]))) if p in found else UniqueTotals(p, 0, 0, 0)
-                for p in wanted]
-    return [PostTotals(p, *found[p][:2]) if p in found else PostTotals(p, 0, 0) for p in wanted]
+        for row in snapshot.read(POSTS, columns=("PostHash", "PostId", "FoldedThrough") + COUNTER_COLUMNS + voters,
+                                 keyset=spanner.KeySet(keys=keys)):
+            post_hash, post_id, folded_through = row[:3]
+            counts[post_id] = counts_at(row, 3)
+            sketches[post_id] = [sketch_value(s) for s in row[3 + len(COUNTER_COLUMNS):]]
+            watermarks[(post_hash, post_id)] = folded_through
+        for row in read_unfolded(snapshot, watermarks, ("PostId",) + COUNTER_COLUMNS + voters):
+            post_id = row[0]
+            counts[post_id] = counts[post_id].plus(counts_at(row, 1))
+            sketches[post_id] += [sketch_value(s) for s in row[1 + len(COUNTER_COLUMNS):]]
+    return [PostTotals(p, counts.get(p, Counts()), estimate(union_of(sketches.get(p, ()))) if unique else None)
+            for p in wanted]
 
 
 @dataclass(frozen=True)
@@ -102,7 +120,7 @@ class TopPosts:
 def ranked_posts(snapshot, limit: int) -> list[PostTotals]:
     """The top `limit` posts by folded upvotes, straight from the PostsByUpvotes index."""
     rows = snapshot.execute_sql(TOP_POSTS_SQL, params={"limit": limit}, param_types={"limit": param_types.INT64})
-    return [PostTotals(post_id, upvotes, shares) for post_id, upvotes, shares in rows]
+    return [PostTotals(row[0], counts_at(row, 1)) for row in rows]
 
 
 def last_fold_snapshot(snapshot) -> datetime | None:
@@ -117,12 +135,16 @@ def top_posts(database, limit: int = 10) -> TopPosts:
         return TopPosts(ranked_posts(snapshot, limit), last_fold_snapshot(snapshot))
 
 
+# Column names from schemas/counters.py, never input.
+DELTA_ROW_COUNTS_SQL = f"""SELECT COUNT(*), {" + ".join(f"COUNTIF({c} != 0)" for c in COUNTER_COLUMNS)}
+FROM PostDeltas"""
+
+
 def delta_row_counts(database) -> tuple[int, int]:
     """Delta rows kept, and the (post, counter, pane) groups they hold: what one row per post,
     counter and pane would have cost. A full scan, for the demo and benchmarks only."""
     with database.snapshot() as snapshot:
-        rows = snapshot.execute_sql("SELECT COUNT(*), COUNTIF(Upvotes != 0) + COUNTIF(Shares != 0) FROM PostDeltas")
-        return tuple(list(rows)[0])
+        return tuple(list(snapshot.execute_sql(DELTA_ROW_COUNTS_SQL))[0])
 
 
 @dataclass(frozen=True)
@@ -145,12 +167,11 @@ def verify_unique_voters(database, expected: dict[str, int], tolerance: float) -
 
 
 def verify_totals(database, expected: dict[str, dict[str, int]]) -> list[Mismatch]:
-    """Every post's exact count against the expected {post: {"upvotes": n, "shares": m}}."""
+    """Every post's exact count against the expected {post: {counter name: n}} (a missing counter: 0)."""
     mismatches = []
     for totals in exact_counts(database, expected):
         want = expected[totals.post_id]
-        for counter in COUNTERS:
-            actual = getattr(totals, counter)
+        for counter, actual in zip(NAMES, totals.counts):
             if actual != want.get(counter, 0):
                 mismatches.append(Mismatch(totals.post_id, counter, want.get(counter, 0), actual))
     return mismatches

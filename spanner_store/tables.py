@@ -1,20 +1,25 @@
 """The names this code uses from schemas/posts.sql, each defined once, and the key builders.
 
 Every table, index and column name, and every key a row is addressed by, comes from here,
-so a schema change is one edit here plus the DDL.
+so a schema change is one edit here plus the DDL. The counter columns come from the counters'
+declaration (schemas/counters.py COLUMNS), in its order, in every table that keeps counts.
 """
 from __future__ import annotations
 
 import base64
 from datetime import datetime, timezone
 
-from schemas import post_hash
+from google.cloud import spanner
+
+from schemas import delta_retention_days, post_hash
+from schemas.counters import COLUMNS as COUNTER_COLUMNS
+from schemas.counters import Counts
 from schemas.records import PostDelta
 
 POSTS = "Posts"
 POSTS_BY_UPVOTES = "PostsByUpvotes"
 POST_KEY_COLUMNS = ("PostHash", "PostId")
-POST_COLUMNS = ("PostHash", "PostId", "Upvotes", "Shares", "FoldedThrough")
+POST_COLUMNS = ("PostHash", "PostId") + COUNTER_COLUMNS + ("FoldedThrough",)
 WATERMARK_COLUMNS = ("PostHash", "PostId", "FoldedThrough")
 # The watermark of a post's PostHourlyCounts rows; NULL: the same as FoldedThrough.
 HOURLY_WATERMARK = "HourlyFoldedThrough"
@@ -26,19 +31,20 @@ HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK)
 
 DELTAS = "PostDeltas"
 # The interleaved commit-time index: a post's deltas committed after its watermark are one
-# key range of it (PostHash, PostId, CommittedAt), storing Upvotes, Shares and Events.
+# key range of it (PostHash, PostId, CommittedAt), storing the counters, Events and Voters.
 DELTAS_BY_COMMIT = "PostDeltasByCommit"
 DELTA_KEY_COLUMNS = ("PostHash", "PostId", "EventHour", "DeltaId")
-DELTA_COLUMNS = DELTA_KEY_COLUMNS + ("Upvotes", "Shares", "Events", VOTERS, "CommittedAt")
-# The ROW DELETION POLICY of PostDeltas: a delta not folded by then is lost.
-DELTA_RETENTION_DAYS = 30
-# What the fold and the hourly reads take from each unfolded delta (and from PostHourlyCounts).
-DELTA_SUM_COLUMNS = ("EventHour", "Upvotes", "Shares", VOTERS)
+DELTA_COLUMNS = DELTA_KEY_COLUMNS + COUNTER_COLUMNS + ("Events", VOTERS, "CommittedAt")
+# The ROW DELETION POLICY of PostDeltas (read from posts.sql): a delta not folded by then is lost.
+DELTA_RETENTION_DAYS = delta_retention_days()
+# What the fold and the hourly reads take from each unfolded delta (and from PostHourlyCounts):
+# EventHour, the counters, Voters (`hour_sums_of` reads such a row).
+DELTA_SUM_COLUMNS = ("EventHour",) + COUNTER_COLUMNS + (VOTERS,)
 # The same with its commit timestamp, for folds that split a post by commit time.
 DELTA_COMMIT_SUM_COLUMNS = ("CommittedAt",) + DELTA_SUM_COLUMNS
 
 HOURLY = "PostHourlyCounts"
-HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour", "Upvotes", "Shares", VOTERS)
+HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour") + COUNTER_COLUMNS + (VOTERS,)
 
 FOLD_RUNS = "FoldRuns"
 FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt", "PostsSkipped",
@@ -61,13 +67,13 @@ STATUS_WATCHES = "StatusWatches"
 STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
 
 ADJUSTMENTS = "Adjustments"
-ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind", "Upvotes", "Shares", "Reason", "Actor", "AsOf", "CreatedAt")
+ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind") + COUNTER_COLUMNS + ("Reason", "Actor", "AsOf", "CreatedAt")
 
 # Rows written once per commit of delta rows are keyed (Shard, CommittedAt, ID) with the shard
 # a hash of a random ID (`commit_shard`): COMMIT_SHARDS key ranges share the appends, and a
 # reader of "committed after T" seeks each.
 COMMIT_SHARDS = 16
-# One row per commit of delta rows: that commit's biggest risers (spanner_store/fresh_top.py).
+# One row per commit of delta rows: that commit's biggest risers (spanner_store/top_candidates.py).
 TOP_CANDIDATES = "TopCandidates"
 TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Threshold")
 # One row per commit of delta rows: its posts, the change log the fold follows (spanner_store/delta_commits.py).
@@ -82,10 +88,15 @@ VIEW_ACTIVE_COLUMNS = ("ViewName", "Version", "ExpiredThrough", "PendingVersion"
 VIEW_LEASE_COLUMNS = ("ViewName", "PendingVersion", "PendingOwner", "PendingUntil")
 VIEW_VERSION_COLUMNS = ("ViewName", "Version", "CreatedAt", "ExpiresAt", "RankedRows", "RowsWritten",
                         "RowsRetired", "FoldedThrough")
-VIEW_ROW_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince", "PostId", "Upvotes", "Shares")
+VIEW_ROW_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince", "PostId") + COUNTER_COLUMNS
 VIEW_RETIRE_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince")
 
 PostKey = tuple[int, str]  # (PostHash, PostId): a Posts row's primary key
+
+
+def counts_at(row, start: int) -> Counts:
+    """The Counts in a row read with COUNTER_COLUMNS at `start` (their declared order)."""
+    return Counts(*row[start:start + len(COUNTER_COLUMNS)])
 
 
 def post_key(post_id: str) -> PostKey:
@@ -94,13 +105,20 @@ def post_key(post_id: str) -> PostKey:
 
 # Ranges of the PostHash key space (schemas.post_hash: 63 bits), each 1/KEY_RANGES of it: the
 # fold groups a transaction's posts by range, and the commit meter counts the ranges a commit
-# writes, a proxy for the splits it touches on real Spanner (spanner_store/mutation_count.py).
+# writes, a proxy for the splits it touches on real Spanner (upvotes/devtools/mutation_count.py).
 KEY_RANGES = 64
 
 
 def key_range(post_hash_value: int) -> int:
     """The range of the PostHash key space a post's rows (and its interleaved children) live in."""
     return post_hash_value * KEY_RANGES >> 63
+
+
+def committed_after(after: datetime, shard: int | None = None) -> spanner.KeySet:
+    """The rows of a per-commit table (TopCandidates, DeltaCommits) committed after `after`: one
+    key range per shard, of every shard or of one (for parallel readers)."""
+    shards = range(COMMIT_SHARDS) if shard is None else (shard,)
+    return spanner.KeySet(ranges=[spanner.KeyRange(start_open=[s, after], end_closed=[s]) for s in shards])
 
 
 def commit_shard(commit_id: str) -> int:

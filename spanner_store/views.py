@@ -28,7 +28,7 @@ Publishing (`publish_top_view`), one publisher per view at a time:
    ties broken by the index's own key order, so a ranking is deterministic) and the
    newest fold's snapshot, which tells readers how fresh the ranking is.
 3. Diff: the stored rows still valid at the active version are compared rank by rank
-   with the new ranking. A rank whose (post, upvotes, shares) is unchanged is kept as it
+   with the new ranking. A rank whose (post, counts) is unchanged is kept as it
    is; a changed one gets a new row (ValidSince = new version) and its old row is retired
    (InvalidSince = new version). Rows a crashed publisher left for the same version number
    are reused when right and undone when not, so a retry after a crash converges.
@@ -81,11 +81,13 @@ from typing import Callable, Iterable, NamedTuple
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
+from schemas.counters import Counts
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
+from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.reads import last_fold_snapshot, ranked_posts
 from spanner_store.tables import (
-    VIEW_ACTIVE, VIEW_ACTIVE_COLUMNS, VIEW_LEASE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS,
-    VIEW_VERSION_COLUMNS, VIEW_VERSIONS,
+    COUNTER_COLUMNS, VIEW_ACTIVE, VIEW_ACTIVE_COLUMNS, VIEW_LEASE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS,
+    VIEW_ROWS, VIEW_VERSION_COLUMNS, VIEW_VERSIONS, counts_at,
 )
 
 Clock = Callable[[], datetime]
@@ -93,10 +95,11 @@ Clock = Callable[[], datetime]
 DEFAULT_VIEW = "top-upvotes"
 DEFAULT_K = 100
 DEFAULT_BATCH_ROWS = 100
-# A row write is at most 7 cells, its index entry (4) and the removal of the old entry (1);
-# a delete 1 plus 1 for its entry. Larger asked-for batches are cut to this, so a commit
-# stays within the mutation budget whatever --batch-rows says.
-MUTATIONS_PER_VIEW_ROW = 12
+# A row upsert (its cells, its index entry and the removal of the old entry, from the DDL:
+# spanner_store/mutation_cost.py) costs more than a delete (1 plus 1 for its entry). Larger
+# asked-for batches are cut to this, so a commit stays within the mutation budget whatever
+# --batch-rows says.
+MUTATIONS_PER_VIEW_ROW = max(insert_cost(VIEW_ROWS, VIEW_ROW_COLUMNS), update_cost(VIEW_ROWS, VIEW_ROW_COLUMNS))
 MAX_BATCH_ROWS = MUTATION_BUDGET // MUTATIONS_PER_VIEW_ROW
 DEFAULT_KEEP_VERSIONS_S = 3600.0
 # A publisher renews its lease with every batch; one that stops for this long is
@@ -105,11 +108,12 @@ DEFAULT_LEASE_S = 300.0
 
 # Every row still valid at the active version (@base), plus rows a crashed publisher
 # wrote for the next version. Rows retired at or before @base are not needed.
-STORED_ROWS_SQL = """SELECT Rank, ValidSince, InvalidSince, PostId, Upvotes, Shares
+# (Column names come from schemas/counters.py, never input.)
+STORED_ROWS_SQL = f"""SELECT Rank, ValidSince, InvalidSince, PostId, {", ".join(COUNTER_COLUMNS)}
 FROM TopPostsViewRows
 WHERE ViewName = @view AND (InvalidSince IS NULL OR InvalidSince > @base)"""
 
-PAGE_SQL = """SELECT Rank, PostId, Upvotes, Shares
+PAGE_SQL = f"""SELECT Rank, PostId, {", ".join(COUNTER_COLUMNS)}
 FROM TopPostsViewRows
 WHERE ViewName = @view AND Rank BETWEEN @first AND @last
   AND ValidSince <= @version AND (InvalidSince IS NULL OR InvalidSince > @version)
@@ -152,8 +156,10 @@ class LeaseLost(ViewError):
 class ViewRow(NamedTuple):
     rank: int
     post_id: str
-    upvotes: int
-    shares: int
+    counts: Counts
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "post_id": self.post_id, **self.counts._asdict()}
 
 
 @dataclass(frozen=True)
@@ -189,17 +195,19 @@ class ViewVersion:
     seconds: float
 
 
+Ranked = tuple[str, Counts]  # one rank's content: (post_id, its counts)
+
+
 class StoredRow(NamedTuple):
     rank: int
     valid_since: int
     invalid_since: int | None
     post_id: str
-    upvotes: int
-    shares: int
+    counts: Counts
 
     @property
-    def content(self) -> tuple[str, int, int]:
-        return (self.post_id, self.upvotes, self.shares)
+    def content(self) -> Ranked:
+        return (self.post_id, self.counts)
 
 
 # --- planning: a pure function of the stored rows and the new ranking ----------------------
@@ -218,11 +226,10 @@ class Plan:
                 + [("delete", k) for k in self.deletes])
 
 
-def plan_version(view: str, stored: Iterable[StoredRow], ranking: list[tuple[str, int, int]],
-                 base: int, new: int) -> Plan:
+def plan_version(view: str, stored: Iterable[StoredRow], ranking: list[Ranked], base: int, new: int) -> Plan:
     """The writes that turn the rows valid at version `base` into version `new`.
 
-    `ranking` is the new version's (post_id, upvotes, shares), best first. `stored` holds
+    `ranking` is the new version's (post_id, counts), best first. `stored` holds
     the rows valid at `base` (InvalidSince NULL, or `new` if a crashed publisher already
     retired them) and rows with ValidSince = `new` that such a publisher left.
     """
@@ -233,7 +240,7 @@ def plan_version(view: str, stored: Iterable[StoredRow], ranking: list[tuple[str
             leftover[row.rank] = row
         elif row.valid_since <= base and (row.invalid_since is None or row.invalid_since > base):
             live[row.rank] = row
-    wanted = {rank: tuple(content) for rank, content in enumerate(ranking, 1)}
+    wanted = {rank: (post_id, counts) for rank, (post_id, counts) in enumerate(ranking, 1)}
     plan = Plan([], [], [])
     for rank in sorted(set(live) | set(leftover) | set(wanted)):
         want, old, left = wanted.get(rank), live.get(rank), leftover.get(rank)
@@ -252,7 +259,7 @@ def plan_version(view: str, stored: Iterable[StoredRow], ranking: list[tuple[str
         if want is not None:
             plan.rows_written += 1
             if left is None or left.content != want or left.invalid_since is not None:
-                plan.upserts.append((view, rank, new, None) + want)
+                plan.upserts.append((view, rank, new, None, want[0], *want[1]))
         elif left is not None:
             plan.deletes.append((view, rank, left.valid_since))
             plan.rows_repaired += 1
@@ -325,14 +332,14 @@ def _query(snapshot, sql: str, **params):
     return snapshot.execute_sql(sql, params=params, param_types=_param_types(params))
 
 
-def _rank(database, k: int) -> tuple[list[tuple[str, int, int]], datetime | None]:
+def _rank(database, k: int) -> tuple[list[Ranked], datetime | None]:
     with database.snapshot(multi_use=True) as snapshot:
-        return [tuple(post) for post in ranked_posts(snapshot, k)], last_fold_snapshot(snapshot)
+        return [(post.post_id, post.counts) for post in ranked_posts(snapshot, k)], last_fold_snapshot(snapshot)
 
 
 def _stored_rows(database, view: str, base: int) -> list[StoredRow]:
     with database.snapshot() as snapshot:
-        return [StoredRow(*row) for row in _query(snapshot, STORED_ROWS_SQL, view=view, base=base)]
+        return [StoredRow(*row[:4], counts_at(row, 4)) for row in _query(snapshot, STORED_ROWS_SQL, view=view, base=base)]
 
 
 def _write_batch(transaction, view: str, owner: str, base: int, new: int, lease_s: float,
@@ -502,6 +509,6 @@ def read_top_page(database, version: int | None, page: int, page_size: int, view
         if expires_at is not None and expires_at <= clock():
             raise VersionNotAvailable(f"view {view}: version {wanted} expired at {expires_at.isoformat()}")
         first = (page - 1) * page_size + 1
-        rows = [ViewRow(*row) for row in _query(
+        rows = [ViewRow(row[0], row[1], counts_at(row, 2)) for row in _query(
             snapshot, PAGE_SQL, view=view, version=wanted, first=first, last=first + page_size - 1)]
     return TopPage(view, wanted, page, page_size, ranked_rows, created_at, folded_through, rows)

@@ -5,7 +5,7 @@ each other's rows. Emulators already named by SPANNER_EMULATOR_HOST / PUBSUB_EMU
 are reused as they are.
 
 Every commit any test makes in this process (the sink and the fold run in-process under
-the DirectRunner) goes through the real client wrapped by `upvotes.commit_meter`, which
+the DirectRunner) goes through the real client wrapped by `upvotes.devtools.commit_meter`, which
 counts its mutations as real Spanner does and fails any commit over Spanner's limit, which
 the emulator does not enforce.
 """
@@ -19,10 +19,10 @@ from typing import Iterator
 import pytest
 
 import schemas
-from upvotes import emulators
-from upvotes.commit_meter import CommitMeter, metering_commits
+from upvotes.devtools import emulators
+from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
-from upvotes.provision import Resources, provision
+from upvotes.devtools.provision import Resources, provision
 from tests import beam_graph_cache
 
 PROJECT = "test-project"

@@ -29,11 +29,12 @@ from hypothesis import strategies as st
 from transforms.dead_letter import ERROR_ATTRIBUTE, to_dead_letter
 from schemas.contract import (
     DEFAULT_EVENT_TIME_POLICY, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_MESSAGE_BYTES, REASONS, EventTimePolicy,
-    parse_message, parse_vote, reason_of, sum_message,
+    parse_message, parse_vote, reason_of,
 )
-from transforms.parse import ParseVotes
-from schemas.records import COUNTERS, HOUR_S, PostDelta, Rejected, VoteEvent
-from schemas.records import FailedDelta
+from schemas.counters import CONTRACT_NAMES as COUNTERS
+from schemas.counters import VOTER_CONTRACT_NAMES
+from schemas.records import HOUR_S, FailedDelta, PostDelta, Rejected, VoteEvent
+from transforms.parse_and_sum import ParseVotes, RunningSums, sum_message
 from spanner_store.tables import delta_key
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -194,7 +195,7 @@ def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build(moment: da
     data = json.dumps({"post_id": "p", "counter": "upvotes", "delta": 1, "event_time": event_time}).encode()
     result = parse_vote(data, {}, PUBLISHED)
     assert isinstance(result, VoteEvent), result
-    key = delta_key(PostDelta(result.post_id, result.event_hour, "w:0:0", 1, 0, 1))
+    key = delta_key(PostDelta.of(result.post_id, result.event_hour, "w:0:0", upvotes=1, events=1))
     assert key[2] == moment.replace(minute=0, second=0, microsecond=0)
 
 
@@ -436,12 +437,12 @@ def test_a_truncated_dead_letter_says_how_long_it_was_when_there_is_room() -> No
 @settings(max_examples=100, deadline=None)
 @given(post_id=st.text(NO_SURROGATES, min_size=1, max_size=200), error=st.text(NO_SURROGATES, max_size=5000))
 def test_dead_letters_of_failed_delta_rows_fit_in_pubsub(post_id: str, error: str) -> None:
-    delta = PostDelta(post_id, PUBLISHED_HOUR, "w:1:0", 1, -1, 2)
+    delta = PostDelta.of(post_id, PUBLISHED_HOUR, "w:1:0", upvotes=1, shares=-1, events=2)
     failed = FailedDelta(delta, "spanner_write_failed: " + error)
     message = to_dead_letter(failed)
     assert_within_pubsub_limits(message)
     assert_error_kept(message, failed.error)
-    assert PostDelta(**json.loads(message.data)) == delta  # the row survives intact for replay
+    assert PostDelta.from_json(json.loads(message.data)) == delta  # the row survives intact for replay
     assert message.attributes["kind"] == "delta_row"
 
 
@@ -491,11 +492,11 @@ def summed_by_parse_message(data: bytes, attributes: dict, published: float, pol
         if isinstance(result, Rejected):
             rejected.append(result)
             continue
-        acc = sums.setdefault((result.post_id, result.event_hour), [0, 0, 0, None])
-        acc[0 if result.counter == "upvotes" else 1] += result.delta
-        acc[2] += 1
-        if result.counter == "upvotes" and result.delta > 0 and result.user_id is not None:
-            acc[3] = (acc[3] or set()) | {result.user_id}  # a voter: schemas/voter_sketch.py
+        acc = sums.setdefault((result.post_id, result.event_hour), RunningSums())
+        acc.counts[result.counter] += result.delta
+        acc.events += 1
+        if result.counter in VOTER_CONTRACT_NAMES and result.delta > 0 and result.user_id is not None:
+            acc.voters = (acc.voters or set()) | {result.user_id}  # a voter: schemas/voter_sketch.py
     return sums, rejected, sorted(ingestion)
 
 

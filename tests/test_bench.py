@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from upvotes.capacity_model import fold_rows_read
+from upvotes.operations.capacity_model import fold_rows_read
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",

@@ -16,7 +16,7 @@ from schemas.records import PostDelta
 from spanner_store.deltas import plan_commits
 from spanner_store.deltas import write_deltas
 from tests.folding import run_fold
-from upvotes.capacity_model import (
+from upvotes.operations.capacity_model import (
     Assumption, Assumptions, Popularity, Workload, cancel_probability, capacity,
     expected_groups, expected_touched, fold_rows_read, rows_per_sink_commit, split_by_hour, stream_delta_rows,
 )
@@ -74,7 +74,7 @@ def test_split_by_hour_puts_late_reports_in_the_previous_hour() -> None:
 
 def test_rows_per_sink_commit_is_the_largest_commit_plan_commits_makes() -> None:
     shape = _sink_shape()
-    deltas = [PostDelta(f"p-{i}", 0, "w:0:0", 1, 0, 1) for i in range(5_000)]
+    deltas = [PostDelta.of(f"p-{i}", 0, "w:0:0", upvotes=1, events=1) for i in range(5_000)]
     assert max(len(commit) for commit in plan_commits(deltas, shape.rows_per_commit)) == rows_per_sink_commit(shape)
 
 
@@ -174,9 +174,9 @@ def test_capacity_command_table_and_a_bad_results_file(tmp_path, capsys) -> None
 def test_the_models_fold_reads_what_a_fold_run_reads(stack, database) -> None:
     """The model's fold cost against a real fold following the change log: the rows it read for 6
     sink commits of 25 deltas over 40 posts, among 500 posts that did not change."""
-    write_deltas(database, [PostDelta(f"cap-idle-{i}", 1_795_312_800, "idle:0", 1, 0, 1) for i in range(500)])
+    write_deltas(database, [PostDelta.of(f"cap-idle-{i}", 1_795_312_800, "idle:0", upvotes=1, events=1) for i in range(500)])
     run_fold(stack)  # folds those and records the cursor
-    commits = [[PostDelta(f"cap-{(7 * c + i) % 40}", 1_795_312_800, f"cap:{c}:{i}", 1, 0, 1) for i in range(25)]
+    commits = [[PostDelta.of(f"cap-{(7 * c + i) % 40}", 1_795_312_800, f"cap:{c}:{i}", upvotes=1, events=1) for i in range(25)]
                for c in range(6)]
     for deltas in commits:
         write_deltas(database, deltas)

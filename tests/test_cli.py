@@ -62,7 +62,7 @@ def test_emulators_start_status_stop_round_trip(tmp_path, monkeypatch) -> None:
 
 
 def test_a_missing_emulator_names_the_package_to_install(tmp_path) -> None:
-    from upvotes.emulators import PACKAGES, EmulatorError, emulator_binary
+    from upvotes.devtools.emulators import PACKAGES, EmulatorError, emulator_binary
 
     for name, package in PACKAGES.items():
         with pytest.raises(EmulatorError, match=package):

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.counts_reader import CountsReader
 from schemas.voter_sketch import sketch_of
@@ -31,7 +32,7 @@ class FakeClock:
 def add(database, post_id: str, upvotes: int, tag: str, shares: int = 0) -> datetime:
     """Commits one delta; returns its commit timestamp."""
     return commit_mutations(database, lambda batch: add_delta_writes(
-        batch, [PostDelta(post_id, HOUR, f"{tag}:{post_id}", upvotes, shares, 1)]))
+        batch, [PostDelta.of(post_id, HOUR, f"{tag}:{post_id}", upvotes=upvotes, shares=shares, events=1)]))
 
 
 def test_concurrent_callers_of_a_hot_post_share_one_spanner_read_per_refresh(database) -> None:
@@ -51,37 +52,37 @@ def test_concurrent_callers_of_a_hot_post_share_one_spanner_read_per_refresh(dat
     for thread in threads:
         thread.join(30)
     assert len(answers) == CALLERS and reader.spanner_reads == 1
-    assert {(a.post_id, a.upvotes, a.shares, a.as_of) for a in answers} == {("hot", 7, 2, answers[0].as_of)}
+    assert {(a.post_id, a.counts, a.as_of) for a in answers} == {("hot", Counts(upvotes=7, shares=2), answers[0].as_of)}
 
     add(database, "hot", 5, "b")
     clock.now += 0.5  # still within the refresh interval: the cached answer, no read
-    assert reader.get("hot").upvotes == 7 and reader.spanner_reads == 1
+    assert reader.get("hot").counts.upvotes == 7 and reader.spanner_reads == 1
     clock.now += 0.6  # past it: one read, and the new delta
     refreshed = reader.get("hot")
-    assert (refreshed.upvotes, reader.spanner_reads) == (12, 2)
+    assert (refreshed.counts.upvotes, reader.spanner_reads) == (12, 2)
     assert refreshed.as_of > answers[0].as_of
 
 
 def test_unique_reads_have_their_own_cache_and_the_same_snapshot_as_the_counts(database) -> None:
-    write_deltas(database, [PostDelta("voted", HOUR, "v:1", 3, 0, 3, sketch_of(["ann", "bo", "cy"]))])
+    write_deltas(database, [PostDelta.of("voted", HOUR, "v:1", upvotes=3, events=3, voters=sketch_of(["ann", "bo", "cy"]))])
     clock = FakeClock()
     reader = CountsReader(database, refresh_s=1.0, clock=clock)
     assert reader.get("voted").unique_voters is None
     unique = reader.get("voted", unique=True)
-    assert (unique.upvotes, unique.unique_voters, reader.spanner_reads) == (3, 3, 2)
-    write_deltas(database, [PostDelta("voted", HOUR, "v:2", 1, 0, 1, sketch_of(["ann", "dee"]))])
+    assert (unique.counts.upvotes, unique.unique_voters, reader.spanner_reads) == (3, 3, 2)
+    write_deltas(database, [PostDelta.of("voted", HOUR, "v:2", upvotes=1, events=1, voters=sketch_of(["ann", "dee"]))])
     assert reader.get("voted", unique=True).unique_voters == 3 and reader.spanner_reads == 2  # cached
     clock.now += 1.1
-    assert reader.get("voted", unique=True)[1:] == (4, 0, reader.get("voted", unique=True).as_of, 4)
+    assert reader.get("voted", unique=True)[1:] == (Counts(upvotes=4), reader.get("voted", unique=True).as_of, 4)
 
 
 def test_get_many_reads_what_is_missing_in_one_batch_in_the_order_asked(database) -> None:
     add(database, "m-1", 1, "a")
     add(database, "m-2", 2, "a")
     reader = CountsReader(database, refresh_s=60.0, clock=FakeClock())
-    assert reader.get("m-1").upvotes == 1 and reader.spanner_reads == 1
+    assert reader.get("m-1").counts.upvotes == 1 and reader.spanner_reads == 1
     counts = reader.get_many(["m-2", "never-voted", "m-1", "m-2"])
-    assert [(c.post_id, c.upvotes, c.shares) for c in counts] == [
+    assert [(c.post_id, c.counts.upvotes, c.counts.shares) for c in counts] == [
         ("m-2", 2, 0), ("never-voted", 0, 0), ("m-1", 1, 0), ("m-2", 2, 0)]
     assert reader.spanner_reads == 2  # m-2 and never-voted together; m-1 from the cache
     assert counts[0].as_of == counts[1].as_of  # one snapshot
@@ -92,14 +93,14 @@ def test_exact_staleness_reads_the_past_and_says_when(database) -> None:
     stale = CountsReader(database, staleness_s=2.0, refresh_s=0.0)
     strong = CountsReader(database, refresh_s=0.0)
     deadline = time.monotonic() + 30
-    while stale.get("stale").upvotes != 10:  # until the first write is 2 s in the past
+    while stale.get("stale").counts.upvotes != 10:  # until the first write is 2 s in the past
         assert time.monotonic() < deadline, "the stale reader never saw the first write"
         time.sleep(0.1)  # polling a condition, with a deadline
     written_at = add(database, "stale", 5, "b")
     past, now = stale.get("stale"), strong.get("stale")
     # The stale read is 2 s behind the moment it was made, whatever the machine's pace: it sees the
     # second write exactly when its snapshot is at or after that write's commit.
-    assert past.upvotes == (15 if past.as_of >= written_at else 10) and now.upvotes == 15
+    assert past.counts.upvotes == (15 if past.as_of >= written_at else 10) and now.counts.upvotes == 15
     assert now.as_of >= written_at
     assert (now.as_of - past.as_of).total_seconds() >= 2.0 - 0.05  # exact staleness: read time minus 2 s
     assert now.as_of <= datetime.now(timezone.utc)

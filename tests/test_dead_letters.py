@@ -18,7 +18,7 @@ from tests.test_faults import flaky_sink  # noqa: F401 - the fixture
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
-from upvotes.dead_letters import execute_replay, plan_replay, pull_dead_letters, release
+from upvotes.operations.dead_letters import execute_replay, plan_replay, pull_dead_letters, release
 
 HOUR = 1_795_312_800
 
@@ -36,13 +36,13 @@ def dead_letters(stack, capsys, action: str, *extra: str) -> list[dict]:
 
 def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, flaky_sink, capsys) -> None:  # noqa: F811
     created = flaky_sink(fail_before=1.0, error=exceptions.PermissionDenied)  # permanent: never retried
-    deltas = [PostDelta(f"dl-{i}", HOUR, f"dl-writer:{i}:0", 3 + i, 1, 4 + i, sketch_of([f"v{i}", "both"]))
+    deltas = [PostDelta.of(f"dl-{i}", HOUR, f"dl-writer:{i}:0", upvotes=3 + i, shares=1, events=4 + i, voters=sketch_of([f"v{i}", "both"]))
               for i in range(3)]
     with TestPipeline() as p:
         failed = p | beam.Create(deltas) | WriteDeltaRows(stack.project, stack.instance, stack.database, 10)
         (failed,) | PublishDeadLetters(f"projects/{stack.project}/topics/{stack.dead_letter_topic}")
     assert sum(f.injected_before for f in created) >= 1
-    assert [t.upvotes for t in exact_counts(database, [d.post_id for d in deltas])] == [0, 0, 0]
+    assert [t.counts.upvotes for t in exact_counts(database, [d.post_id for d in deltas])] == [0, 0, 0]
 
     shown = dead_letters(stack, capsys, "show")
     assert shown[0] == {"backlog_by_reason": {"delta_row/spanner_write_failed": 3}, "shown": 3}
@@ -50,7 +50,7 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
 
     dry = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database, "--dry-run")
     assert sorted(d["delta"]["post_id"] for d in dry) == ["dl-0", "dl-1", "dl-2"]
-    assert [t.upvotes for t in exact_counts(database, ["dl-0"])] == [0]
+    assert [t.counts.upvotes for t in exact_counts(database, ["dl-0"])] == [0]
 
     # First replay: the rows are written, but the acknowledgement is lost (the replaying
     # process died before it), so the dead letters come back.
@@ -64,7 +64,7 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
     # Second replay, through the command: the same rows collide, nothing is added, all acknowledged.
     (second,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database)
     assert (second["deltas_written"], second["deltas_already_written"], second["acknowledged"]) == (0, 3, 3)
-    assert [t.upvotes for t in exact_counts(database, [d.post_id for d in deltas])] == [3, 4, 5]
+    assert [t.counts.upvotes for t in exact_counts(database, [d.post_id for d in deltas])] == [3, 4, 5]
     assert [t.unique_voters for t in exact_counts(database, [d.post_id for d in deltas], unique=True)] == [2, 2, 2]
     assert dead_letters(stack, capsys, "show")[0]["shown"] == 0
 

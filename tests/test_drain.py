@@ -16,7 +16,7 @@ from pipeline.drain import (
     DRAIN_MIN_S, EXIT_NOT_DRAINED, DrainReport, Progress, StopOnSignals, default_drain_timeout_s, progress_of,
 )
 from pipeline.local_reader import ReaderControl
-from upvotes import local_stream
+from upvotes.devtools import local_stream
 
 
 class Exited(Exception):

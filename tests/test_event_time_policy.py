@@ -14,7 +14,7 @@ import schemas
 from pipeline.params import STREAMING_PARAMS, defaults
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, EventTimePolicy, event_hour, parse_vote
 from schemas.records import VoteEvent
-from transforms.parse import ParseVotes
+from transforms.parse_and_sum import ParseVotes
 
 PUBLISHED_AT = datetime(2026, 11, 22, 0, 22, 3, tzinfo=timezone.utc)
 PUBLISHED = PUBLISHED_AT.timestamp()

@@ -53,18 +53,20 @@ from tests.conftest import new_resources
 from tests.faults import FlakyDatabase
 from tests.folding import run_fold
 from transforms import spanner_sink
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
-from upvotes import emulators, local_stream
+from upvotes.devtools import emulators, local_stream
 from upvotes.cli import main as cli_main
 from spanner_store.deltas import write_deltas
 from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries
-from upvotes.errors import explain
-from upvotes.provision import Resources, provision, provision_spanner
-from upvotes.ledger import Ledger
-from upvotes.publishing import batch_messages, event_message, publish_messages
-from upvotes.workload import Workload, generate_events
+from upvotes.commands.errors import explain
+from upvotes.devtools.provision import Resources, provision, provision_spanner
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.publishing import batch_messages, event_message, publish_messages
+from upvotes.devtools.workload import Workload, generate_events
 from spanner_store.reads import exact_counts, verify_totals
+from spanner_store.tables import COUNTER_COLUMNS, counts_at
 
 HOUR = 1_795_312_800
 WINDOW_S = 2
@@ -72,16 +74,14 @@ SETTLE_TIMEOUT_S = 120
 
 
 def totals_of(deltas: list[PostDelta]) -> dict[str, dict[str, int]]:
-    expected: dict[str, dict[str, int]] = {}
+    expected: dict[str, Counts] = {}
     for d in deltas:
-        sums = expected.setdefault(d.post_id, {"upvotes": 0, "shares": 0})
-        sums["upvotes"] += d.upvotes
-        sums["shares"] += d.shares
-    return expected
+        expected[d.post_id] = expected.get(d.post_id, Counts()).plus(d.sums.counts)
+    return {post: counts._asdict() for post, counts in expected.items()}
 
 
 def make_deltas(prefix: str, n: int, posts: int, writer: str) -> list[PostDelta]:
-    return [PostDelta(f"{prefix}-{i % posts}", HOUR + 3600 * (i % 3), f"{writer}:{i}:0", 1 + i % 4, i % 2, 1 + i % 4)
+    return [PostDelta.of(f"{prefix}-{i % posts}", HOUR + 3600 * (i % 3), f"{writer}:{i}:0", upvotes=1 + i % 4, shares=i % 2, events=1 + i % 4)
             for i in range(n)]
 
 
@@ -187,31 +187,28 @@ class ContinuousWriter(threading.Thread):
         self.fn._database = open_database(stack.project, stack.instance, stack.database)
         self.prefix, self.posts, self.pause_s = prefix, posts, pause_s
         self.lock = threading.Lock()
-        self.committed: dict[str, list[int]] = {}  # post -> [upvotes, shares] acknowledged
-        self.attempted: dict[str, list[int]] = {}  # post -> [upvotes, shares] whose commit has begun
+        self.committed: dict[str, Counts] = {}  # post -> the counts acknowledged
+        self.attempted: dict[str, Counts] = {}  # post -> the counts whose commit has begun
         self.rows = 0
         self.retries = 0
         self.error: BaseException | None = None
         self.stopping = threading.Event()
 
     @staticmethod
-    def _add(into: dict[str, list[int]], batch: list[PostDelta]) -> None:
+    def _add(into: dict[str, Counts], batch: list[PostDelta]) -> None:
         for d in batch:
-            sums = into.setdefault(d.post_id, [0, 0])
-            sums[0] += d.upvotes
-            sums[1] += d.shares
+            into[d.post_id] = into.get(d.post_id, Counts()).plus(d.sums.counts)
 
-    def snapshot(self, which: str) -> dict[str, list[int]]:
+    def snapshot(self, which: str) -> dict[str, Counts]:
         with self.lock:
-            return {p: list(s) for p, s in getattr(self, which).items()}
+            return dict(getattr(self, which))
 
     def run(self) -> None:
         policy = RetryPolicy(attempts=60, first_delay_s=0.002, max_delay_s=0.2)
         batch_no = 0
         try:
             while not self.stopping.is_set():
-                batch = [PostDelta(f"{self.prefix}-{(batch_no + k) % self.posts}", HOUR + 3600 * (k % 2),
-                                   f"{self.prefix}:{batch_no}:{k}", 1 + k % 3, k % 2, 1) for k in range(4)]
+                batch = [PostDelta.of(f"{self.prefix}-{(batch_no + k) % self.posts}", HOUR + 3600 * (k % 2), f"{self.prefix}:{batch_no}:{k}", upvotes=1 + k % 3, shares=k % 2, events=1) for k in range(4)]
                 with self.lock:
                     self._add(self.attempted, batch)
                 run_with_retries(lambda: self.fn._commit_once(batch), policy, lambda _: self._count_retry())
@@ -244,11 +241,11 @@ class BoundsSampler(threading.Thread):
         try:
             while not self.writer.stopping.is_set():
                 low = self.writer.snapshot("committed")
-                read = {t.post_id: [t.upvotes, t.shares] for t in exact_counts(self.database, posts)}
+                read = {t.post_id: t.counts for t in exact_counts(self.database, posts)}
                 high = self.writer.snapshot("attempted")
                 for post in posts:
-                    lo, hi = low.get(post, [0, 0]), high.get(post, [0, 0])
-                    if not (lo[0] <= read[post][0] <= hi[0] and lo[1] <= read[post][1] <= hi[1]):
+                    lo, hi = low.get(post, Counts()), high.get(post, Counts())
+                    if not all(a <= b <= c for a, b, c in zip(lo, read[post], hi)):
                         self.violations.append(f"{post}: read {read[post]}, acknowledged {lo}, attempted {hi}")
                 self.samples += 1
         except BaseException as error:  # noqa: BLE001 - reported by the test
@@ -284,15 +281,15 @@ def test_folds_racing_continuous_writes_stay_exact_and_reads_stay_in_bounds(stac
 
     committed = writer.snapshot("committed")
     assert committed == writer.snapshot("attempted")  # every attempted batch was acknowledged
-    expected = {post: {"upvotes": up, "shares": sh} for post, (up, sh) in committed.items()}
+    expected = {post: counts._asdict() for post, counts in committed.items()}
     assert len(expected) == 10 and writer.rows >= 100
     assert verify_totals(database, expected) == []
     # Every delta was folded exactly once over the runs, and the folded aggregate is the whole count.
     assert sum(o.deltas_folded for o in outcomes) == writer.rows
     assert all(o.deltas_folded > 0 for o in outcomes[:-1])  # the folds ran during the writes
     with database.snapshot() as snapshot:
-        folded = {r[0]: {"upvotes": r[1], "shares": r[2]} for r in snapshot.execute_sql(
-            "SELECT PostId, Upvotes, Shares FROM Posts WHERE STARTS_WITH(PostId, 'race-')")}
+        folded = {r[0]: counts_at(r, 1)._asdict() for r in snapshot.execute_sql(
+            f"SELECT PostId, {', '.join(COUNTER_COLUMNS)} FROM Posts WHERE STARTS_WITH(PostId, 'race-')")}
     assert folded == expected
     assert sampler.samples >= 10 and sampler.violations == [], sampler.violations[:5]
     print(f"\nrace: {writer.rows} delta rows in {len(outcomes)} folds, {writer.retries} writer retries, "
@@ -396,7 +393,7 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
     posts = sorted({event["post_id"] for event in events})
 
     def counted() -> int:
-        return sum(abs(t.upvotes) + t.shares for t in exact_counts(database, posts))
+        return sum(sum(map(abs, t.counts)) for t in exact_counts(database, posts))
 
     stops = []
     for sig in (signal.SIGINT, signal.SIGTERM, None):
@@ -479,7 +476,7 @@ def test_a_second_sigterm_stops_at_once_and_says_what_it_loses(streaming_stack) 
     time.sleep(3 * WINDOW_S)
     assert local_stream.stop(restarted) == 0
     assert verify_totals(database, ledger_of(counted).totals) == []
-    lost = len(stuck) - sum(t.upvotes for t in exact_counts(database, [e["post_id"] for e in stuck]))
+    lost = len(stuck) - sum(t.counts.upvotes for t in exact_counts(database, [e["post_id"] for e in stuck]))
     assert lost == len(stuck)  # nothing of it was written before the stop
     assert unwritten + 100 * unparsed >= lost  # the report is an upper bound of the loss
     print(f"\nsecond SIGTERM: reported up to {unwritten} votes unwritten and {unparsed} messages unparsed; lost {lost}")
@@ -517,7 +514,7 @@ def test_sigkill_mid_stream_never_counts_twice_and_loses_at_most_what_was_in_fli
     over_counted: list[str] = []
 
     def counted() -> list[int]:
-        counts = [t.upvotes for t in exact_counts(database, posts)]
+        counts = [t.counts.upvotes for t in exact_counts(database, posts)]
         over_counted.extend(p for p, c in zip(posts, counts) if c not in (0, 1))
         return counts
 
@@ -548,7 +545,7 @@ def test_sigkill_mid_stream_never_counts_twice_and_loses_at_most_what_was_in_fli
     lost = [i for i, c in enumerate(final) if c == 0]
     assert all(i < published_at_kill for i in lost)  # only votes the dead run could have pulled
     assert all(final[i] == 1 for i, c in enumerate(at_kill) if c == 1)  # nothing counted is ever undone
-    expected = {p: {"upvotes": c, "shares": 0} for p, c in zip(posts, final)}
+    expected = {p: Counts(upvotes=c)._asdict() for p, c in zip(posts, final)}
     ledger = ledger_of([e for i, e in enumerate(events) if i not in set(lost)])
     assert verify_totals(database, ledger.totals) == [] and ledger.totals == {p: t for p, t in expected.items() if t["upvotes"]}
     window_lost = [killed_at - sent_at[i] for i in lost]
@@ -618,8 +615,7 @@ def spanner_outage(emulator_env, tmp_path_factory):
             again.setup()
             seen["rewrites"] = [write_bundle(again, during), write_bundle(again, during)]
             database = open_database(res.project, res.instance, res.database)
-            seen["after"] = {t.post_id: {"upvotes": t.upvotes, "shares": t.shares}
-                             for t in exact_counts(database, totals_of(during))}
+            seen["after"] = {t.post_id: t.counts._asdict() for t in exact_counts(database, totals_of(during))}
             seen["mismatches"] = verify_totals(database, totals_of(during))
             seen["before_after_restart"] = exact_counts(database, totals_of(before))
         finally:
@@ -646,7 +642,7 @@ def test_after_the_outage_a_new_emulator_rewritten_twice_counts_once(spanner_out
     assert spanner_outage["after"] == spanner_outage["expected"]
     # The emulator keeps nothing across restarts: what was written before the outage is gone,
     # which is why the test re-provisions (on real Spanner it would still be there).
-    assert all(t.upvotes == 0 and t.shares == 0 for t in spanner_outage["before_after_restart"])
+    assert all(t.counts.is_zero() for t in spanner_outage["before_after_restart"])
 
 
 def test_explain_gives_one_readable_line_for_an_unavailable_spanner(monkeypatch) -> None:
@@ -663,7 +659,7 @@ def verify_ledger(stack, database, tmp_path_factory):
     """A ledger of a small workload, with exactly its totals written as deltas."""
     events = [dict(e, post_id="verify-" + e["post_id"]) for e in generate_events(Workload(events=300, posts=15, seed=5))]
     ledger = ledger_of(events)
-    deltas = [PostDelta(post, HOUR, f"verify:{i}:0", sums["upvotes"], sums["shares"], 1)
+    deltas = [PostDelta.of(post, HOUR, f"verify:{i}:0", upvotes=sums["upvotes"], shares=sums["shares"], events=1)
               for i, (post, sums) in enumerate(sorted(ledger.totals.items()))]
     write_deltas(database, deltas)
     path = Path(tmp_path_factory.mktemp("verify")) / "ledger.json"

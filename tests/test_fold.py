@@ -11,10 +11,12 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 import schemas
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from spanner_store.folding import FoldKey, PostFold, choose_snapshot, watermark_text
 from spanner_store.reads import READ_CHUNK, exact_counts, read_unfolded
+from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from tests.faults import FlakyDatabase
 from tests.folding import run_fold as fold
 from transforms.fold_deltas import _ApplyFoldsFn
@@ -22,39 +24,41 @@ from transforms.fold_deltas import _ApplyFoldsFn
 HOUR = 1_795_312_800
 
 
-def add_deltas(database, prefix: str, posts: int, per_post: int, tag: str) -> dict[str, tuple[int, int]]:
+def add_deltas(database, prefix: str, posts: int, per_post: int, tag: str) -> dict[str, Counts]:
     """Commits per_post deltas to each post; returns what each post gained."""
-    items = [PostDelta(f"{prefix}-{p}", HOUR + 3600 * (i % 2), f"{tag}:{p}:{i}", 1 + i % 4, i % 2, 1)
+    items = [PostDelta.of(f"{prefix}-{p}", HOUR + 3600 * (i % 2), f"{tag}:{p}:{i}", upvotes=1 + i % 4, shares=i % 2, events=1)
              for p in range(posts) for i in range(per_post)]
     for start in range(0, len(items), 500):
         write_deltas(database, items[start:start + 500])
-    gained: dict[str, tuple[int, int]] = {}
+    gained: dict[str, Counts] = {}
     for d in items:
-        up, sh = gained.get(d.post_id, (0, 0))
-        gained[d.post_id] = (up + d.upvotes, sh + d.shares)
+        gained[d.post_id] = gained.get(d.post_id, Counts()).plus(d.sums.counts)
     return gained
 
 
-def posts_rows(database, prefix: str) -> dict[str, tuple]:
+def posts_rows(database, prefix: str) -> dict[str, tuple[Counts, datetime]]:
     with database.snapshot() as snapshot:
         rows = snapshot.execute_sql(
-            "SELECT PostId, Upvotes, Shares, FoldedThrough FROM Posts WHERE STARTS_WITH(PostId, @prefix)",
+            f"SELECT PostId, FoldedThrough, {', '.join(COUNTER_COLUMNS)} FROM Posts WHERE STARTS_WITH(PostId, @prefix)",
             params={"prefix": prefix + "-"}, param_types={"prefix": param_types.STRING},
         )
-        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+        return {r[0]: (counts_at(r, 2), r[1]) for r in rows}
 
 
-def expected_from(*gains: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-    total: dict[str, tuple[int, int]] = {}
+def folded_counts(database, prefix: str) -> dict[str, Counts]:
+    return {post: counts for post, (counts, _) in posts_rows(database, prefix).items()}
+
+
+def expected_from(*gains: dict[str, Counts]) -> dict[str, Counts]:
+    total: dict[str, Counts] = {}
     for gain in gains:
-        for post, (up, sh) in gain.items():
-            a, b = total.get(post, (0, 0))
-            total[post] = (a + up, b + sh)
+        for post, counts in gain.items():
+            total[post] = total.get(post, Counts()).plus(counts)
     return total
 
 
-def exact(database, posts) -> dict[str, tuple[int, int]]:
-    return {t.post_id: (t.upvotes, t.shares) for t in exact_counts(database, posts)}
+def exact(database, posts) -> dict[str, Counts]:
+    return {t.post_id: t.counts for t in exact_counts(database, posts)}
 
 
 def test_fold_takes_deltas_up_to_the_snapshot_and_reads_stay_exact(stack, database) -> None:
@@ -65,14 +69,14 @@ def test_fold_takes_deltas_up_to_the_snapshot_and_reads_stay_exact(stack, databa
     outcome = fold(stack, snapshot_at)
     assert (outcome.posts_folded, outcome.deltas_folded) == (20, 100)
     rows = posts_rows(database, "exact")
-    assert {p: (up, sh) for p, (up, sh, _) in rows.items()} == before  # deltas after S stay unfolded
+    assert {p: counts for p, (counts, _) in rows.items()} == before  # deltas after S stay unfolded
     assert {wm for *_, wm in rows.values()} == {snapshot_at}
     assert exact(database, before) == expected_from(before, after)  # folded + unfolded
 
     outcome = fold(stack)
     assert outcome.deltas_folded == 60
     rows = posts_rows(database, "exact")
-    assert {p: (up, sh) for p, (up, sh, _) in rows.items()} == expected_from(before, after)
+    assert {p: counts for p, (counts, _) in rows.items()} == expected_from(before, after)
     assert exact(database, before) == expected_from(before, after)
 
 
@@ -82,7 +86,7 @@ def test_one_run_folds_every_post_however_many_there_are(stack, database) -> Non
     outcome = fold(stack)
     assert outcome.posts_folded >= posts and outcome.deltas_folded >= posts
     assert fold(stack).posts_folded == 0
-    assert {p: (up, sh) for p, (up, sh, _) in posts_rows(database, "many").items()} == gained
+    assert folded_counts(database, "many") == gained
 
 
 def test_hourly_rollup_matches_the_folded_deltas(stack, database) -> None:
@@ -90,10 +94,10 @@ def test_hourly_rollup_matches_the_folded_deltas(stack, database) -> None:
     fold(stack)
     with database.snapshot() as snapshot:
         rows = list(snapshot.execute_sql(
-            "SELECT PostId, SUM(Upvotes), SUM(Shares), COUNT(*) FROM PostHourlyCounts "
+            f"SELECT PostId, COUNT(*), {', '.join(f'SUM({c})' for c in COUNTER_COLUMNS)} FROM PostHourlyCounts "
             "WHERE STARTS_WITH(PostId, 'hourly-') GROUP BY PostId"))
-    assert {r[0]: (r[1], r[2]) for r in rows} == gained
-    assert {r[3] for r in rows} == {2}  # two event hours per post
+    assert {r[0]: counts_at(r, 2) for r in rows} == gained
+    assert {r[1] for r in rows} == {2}  # two event hours per post
 
 
 def test_a_second_fold_changes_nothing(stack, database) -> None:
@@ -110,7 +114,7 @@ def test_a_fold_killed_between_transactions_is_completed_by_the_next_run(stack, 
     gained = add_deltas(database, "killed", posts=30, per_post=2, tag="k")
     snapshot_at = choose_snapshot(database)
     never_folded = watermark_text(datetime(1970, 1, 1, tzinfo=timezone.utc))
-    folds = [PostFold(FoldKey(schemas.post_hash(p), p, never_folded), up, sh, 2, {}) for p, (up, sh) in gained.items()]
+    folds = [PostFold(FoldKey(schemas.post_hash(p), p, never_folded), counts, 2, {}) for p, counts in gained.items()]
     # The first transaction (10 posts) commits, then the worker dies: the other 20 are never applied.
     fn = _ApplyFoldsFn(stack.project, stack.instance, stack.database, posts_per_commit=10)
     fn.setup()
@@ -130,7 +134,7 @@ def test_a_fold_killed_between_transactions_is_completed_by_the_next_run(stack, 
     outcome = fold(stack)
     assert outcome.posts_folded == 20  # the 10 folded through S have no newer deltas
     assert exact(database, gained) == gained
-    assert {p: (up, sh) for p, (up, sh, _) in posts_rows(database, "killed").items()} == gained
+    assert folded_counts(database, "killed") == gained
 
 
 def fold_runs_since(database, since: datetime) -> list[tuple]:
@@ -157,7 +161,7 @@ def test_two_concurrent_folds_end_as_one_would(stack, database, emulator_env) ->
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err.decode()[-2000:]
     rows = posts_rows(database, "race")
-    assert {p: (up, sh) for p, (up, sh, _) in rows.items()} == gained  # no delta folded twice or lost
+    assert {p: counts for p, (counts, _) in rows.items()} == gained  # no delta folded twice or lost
     runs = fold_runs_since(database, started)
     assert len(runs) == 2 and sum(deltas for _, deltas, _ in runs) == 600  # each delta folded by one run
     assert all(changes_through == snapshot_at for snapshot_at, _, changes_through in runs)

@@ -12,38 +12,38 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import spanner
 
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.delta_commits import fold_cursor, read_changes
 from spanner_store.deltas import write_deltas, write_new_deltas
 from spanner_store.folding import FoldOutcome, choose_snapshot
 from spanner_store.moderation import adjust, current_hour, reset
 from spanner_store.reads import exact_counts
-from spanner_store.tables import POSTS, post_key
+from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
 from tests.folding import run_fold
 from tests.test_large_fold import distinct_hour_deltas
 from transforms import fold_deltas
-from upvotes.dead_letters import DELTA_ROW, ERROR_ATTRIBUTE, KIND_ATTRIBUTE, DeadLetter, execute_replay, plan_replay
+from upvotes.operations.dead_letters import DELTA_ROW, ERROR_ATTRIBUTE, KIND_ATTRIBUTE, DeadLetter, execute_replay, plan_replay
 
 HOUR = 1_795_312_800
 
 
-def gains(deltas: list[PostDelta]) -> dict[str, tuple[int, int]]:
-    total: dict[str, tuple[int, int]] = {}
+def gains(deltas: list[PostDelta]) -> dict[str, Counts]:
+    total: dict[str, Counts] = {}
     for d in deltas:
-        up, sh = total.get(d.post_id, (0, 0))
-        total[d.post_id] = (up + d.upvotes, sh + d.shares)
+        total[d.post_id] = total.get(d.post_id, Counts()).plus(d.sums.counts)
     return total
 
 
-def folded(database, post_ids) -> dict[str, tuple[int, int]]:
+def folded(database, post_ids) -> dict[str, Counts]:
     keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
     with database.snapshot() as snapshot:
-        return {p: (up, sh) for p, up, sh in snapshot.read(POSTS, columns=("PostId", "Upvotes", "Shares"),
-                                                           keyset=keyset)}
+        return {row[0]: counts_at(row, 1) for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS,
+                                                                  keyset=keyset)}
 
 
-def exact(database, post_ids) -> dict[str, tuple[int, int]]:
-    return {t.post_id: (t.upvotes, t.shares) for t in exact_counts(database, post_ids)}
+def exact(database, post_ids) -> dict[str, Counts]:
+    return {t.post_id: t.counts for t in exact_counts(database, post_ids)}
 
 
 def fold(stack, *args, **kwargs) -> FoldOutcome:
@@ -60,10 +60,10 @@ def cursor(stack) -> None:
 
 
 def test_the_fold_reads_the_changed_posts_not_the_catalogue(stack, database) -> None:
-    idle = [PostDelta(f"idle-{i}", HOUR, "i:0", 1, 0, 1) for i in range(400)]
+    idle = [PostDelta.of(f"idle-{i}", HOUR, "i:0", upvotes=1, events=1) for i in range(400)]
     write_deltas(database, idle)
     fold(stack)  # 400 posts now sit folded, with nothing new
-    changed = [PostDelta(f"changed-{i % 5}", HOUR, f"c:{i}", 1, 0, 1) for i in range(20)]
+    changed = [PostDelta.of(f"changed-{i % 5}", HOUR, f"c:{i}", upvotes=1, events=1) for i in range(20)]
     write_deltas(database, changed)
     outcome = fold(stack)
     assert (outcome.posts_folded, outcome.deltas_folded) == (5, 20)
@@ -75,13 +75,13 @@ def test_the_fold_reads_the_changed_posts_not_the_catalogue(stack, database) -> 
 def test_runs_that_overlap_in_time_fold_each_delta_once(stack, database) -> None:
     """Two runs from the same cursor, finishing in the opposite order of their snapshots (the
     later S first): deterministic, and the worst order for a cursor."""
-    first = [PostDelta(f"overlap-{i % 10}", HOUR, f"o1:{i}", 1 + i % 3, i % 2, 1) for i in range(40)]
+    first = [PostDelta.of(f"overlap-{i % 10}", HOUR, f"o1:{i}", upvotes=1 + i % 3, shares=i % 2, events=1) for i in range(40)]
     write_deltas(database, first)
     s1 = choose_snapshot(database)
-    second = [PostDelta(f"overlap-{i % 10}", HOUR, f"o2:{i}", 2, 1, 1) for i in range(30)]
+    second = [PostDelta.of(f"overlap-{i % 10}", HOUR, f"o2:{i}", upvotes=2, shares=1, events=1) for i in range(30)]
     write_deltas(database, second)
     s2 = choose_snapshot(database)
-    third = [PostDelta(f"overlap-{i % 10}", HOUR, f"o3:{i}", 5, 0, 1) for i in range(10)]
+    third = [PostDelta.of(f"overlap-{i % 10}", HOUR, f"o3:{i}", upvotes=5, events=1) for i in range(10)]
     write_deltas(database, third)
 
     later = fold(stack, s2)
@@ -96,7 +96,7 @@ def test_runs_that_overlap_in_time_fold_each_delta_once(stack, database) -> None
 
 
 def test_a_killed_run_leaves_no_cursor_and_the_next_run_covers_its_range(stack, database, monkeypatch) -> None:
-    before = [PostDelta(f"killed-{i}", HOUR, f"k1:{i}", 3, 1, 1) for i in range(30)]
+    before = [PostDelta.of(f"killed-{i}", HOUR, f"k1:{i}", upvotes=3, shares=1, events=1) for i in range(30)]
     write_deltas(database, before)
     applied: list[int] = []
     real = fold_deltas.apply_folds
@@ -118,7 +118,7 @@ def test_a_killed_run_leaves_no_cursor_and_the_next_run_covers_its_range(stack, 
         assert fold_cursor(snapshot) == cursor_before  # the dead run recorded nothing
     assert exact(database, gains(before)) == gains(before)  # partly folded is still exact
 
-    after = [PostDelta(f"killed-{i}", HOUR, f"k2:{i}", 1, 0, 1) for i in range(0, 30, 3)]
+    after = [PostDelta.of(f"killed-{i}", HOUR, f"k2:{i}", upvotes=1, events=1) for i in range(0, 30, 3)]
     write_deltas(database, after)
     outcome = fold(stack)
     assert outcome.deltas_folded == 30 + 10 - applied[0]  # all but the dead run's committed ones
@@ -138,7 +138,7 @@ def test_a_split_post_is_found_through_the_log_and_folded_in_bounded_steps(stack
 
 
 def test_a_skipped_post_is_folded_by_the_next_run_without_a_new_delta(stack, database, monkeypatch) -> None:
-    deltas = [PostDelta(p, HOUR, f"sk:{p}", 4, 2, 1) for p in ("skip-me", "skip-not-1", "skip-not-2")]
+    deltas = [PostDelta.of(p, HOUR, f"sk:{p}", upvotes=4, shares=2, events=1) for p in ("skip-me", "skip-not-1", "skip-not-2")]
     write_deltas(database, deltas)
     real = fold_deltas.apply_folds
 
@@ -155,32 +155,33 @@ def test_a_skipped_post_is_folded_by_the_next_run_without_a_new_delta(stack, dat
         cursor = fold_cursor(snapshot)
         assert [p.post_id for p in cursor.skipped] == ["skip-me"] and "injected" in cursor.skipped[0].error
         assert not list(read_changes(snapshot, cursor.changes_through))  # nothing new names it
-    assert folded(database, ["skip-me"]) == {"skip-me": (0, 0)} and exact(database, ["skip-me"]) == {"skip-me": (4, 2)}
+    assert folded(database, ["skip-me"]) == {"skip-me": Counts()}
+    assert exact(database, ["skip-me"]) == {"skip-me": Counts(upvotes=4, shares=2)}
 
     again = fold(stack)  # from the cursor's skipped list alone
     assert (again.posts_folded, again.deltas_folded, again.posts_skipped) == (1, 1, 0)
-    assert folded(database, ["skip-me"]) == {"skip-me": (4, 2)}
+    assert folded(database, ["skip-me"]) == {"skip-me": Counts(upvotes=4, shares=2)}
     with database.snapshot(multi_use=True) as snapshot:
         assert fold_cursor(snapshot).skipped == ()
     assert fold(stack).deltas_folded == 0
 
 
 def test_moderation_deltas_are_in_the_log(stack, database) -> None:
-    write_deltas(database, [PostDelta("moderated", HOUR, "m:0", 100, 10, 110)])
+    write_deltas(database, [PostDelta.of("moderated", HOUR, "m:0", upvotes=100, shares=10, events=110)])
     fold(stack)
-    adjust(database, "mod-log-1", "moderated", -40, -2, "brigade", "alice", current_hour())
+    adjust(database, "mod-log-1", "moderated", Counts(upvotes=-40, shares=-2), "brigade", "alice", current_hour())
     assert fold(stack).deltas_folded == 1
-    assert folded(database, ["moderated"]) == {"moderated": (60, 8)}
+    assert folded(database, ["moderated"]) == {"moderated": Counts(upvotes=60, shares=8)}
     reset(database, "mod-log-2", "moderated", "spam", "bob")
     assert fold(stack).deltas_folded >= 1
-    assert folded(database, ["moderated"]) == {"moderated": (0, 0)} == exact(database, ["moderated"])
+    assert folded(database, ["moderated"]) == {"moderated": Counts()} == exact(database, ["moderated"])
 
 
 def test_a_dead_letter_replay_after_a_fold_is_in_the_log_and_counted_once(stack, database) -> None:
-    written = [PostDelta("replayed", HOUR, f"r:{i}:0", 2, 0, 2) for i in range(3)]
+    written = [PostDelta.of("replayed", HOUR, f"r:{i}:0", upvotes=2, events=2) for i in range(3)]
     write_deltas(database, written)
     fold(stack)
-    never_written = PostDelta("replayed", HOUR, "r:9:0", 5, 1, 5)
+    never_written = PostDelta.of("replayed", HOUR, "r:9:0", upvotes=5, shares=1, events=5)
     letters = [DeadLetter(f"ack-{d.delta_id}", f"m-{d.delta_id}", json.dumps(d.to_json()).encode(),
                           {KIND_ATTRIBUTE: DELTA_ROW, ERROR_ATTRIBUTE: "spanner_write_failed: test"})
                for d in (written[0], never_written)]  # one already in Spanner, one not
@@ -188,7 +189,7 @@ def test_a_dead_letter_replay_after_a_fold_is_in_the_log_and_counted_once(stack,
                                         lambda v: None, ack=lambda held: None)
     assert (report.deltas_written, report.deltas_already_written) == (1, 1) and still_held == []
     assert fold(stack).deltas_folded == 1
-    assert folded(database, ["replayed"]) == {"replayed": (11, 1)} == exact(database, ["replayed"])
+    assert folded(database, ["replayed"]) == {"replayed": Counts(upvotes=11, shares=1)} == exact(database, ["replayed"])
 
 
 def test_a_commit_after_the_snapshot_is_left_to_the_next_run_whatever_its_event_time(stack, database) -> None:
@@ -196,10 +197,10 @@ def test_a_commit_after_the_snapshot_is_left_to_the_next_run_whatever_its_event_
     # Committed after S (Spanner's commit timestamps are after every earlier snapshot), by a writer
     # whose votes carry an event time weeks old: the log orders by commit, not by event time.
     weeks_ago = int((datetime.now(timezone.utc) - timedelta(days=25)).timestamp()) // 3600 * 3600
-    late = [PostDelta("late-writer", weeks_ago, "late:0", 7, 0, 7), PostDelta("late-writer", HOUR, "late:1", 1, 1, 1)]
+    late = [PostDelta.of("late-writer", weeks_ago, "late:0", upvotes=7, events=7), PostDelta.of("late-writer", HOUR, "late:1", upvotes=1, shares=1, events=1)]
     write_deltas(database, late)
     run = fold(stack, snapshot_at)  # a run whose S was chosen before the late commit
-    assert folded(database, ["late-writer"]) == {"late-writer": (0, 0)}
+    assert folded(database, ["late-writer"]) == {"late-writer": Counts()}
     assert run.deltas_folded == 0
     assert fold(stack).deltas_folded == 2  # (S, now] of the next run holds it
-    assert folded(database, ["late-writer"]) == {"late-writer": (8, 1)} == exact(database, ["late-writer"])
+    assert folded(database, ["late-writer"]) == {"late-writer": Counts(upvotes=8, shares=1)} == exact(database, ["late-writer"])

@@ -10,20 +10,22 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from pipeline import fold
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import open_database
-from spanner_store.fresh_top import CANDIDATES_PER_COMMIT, CandidateRow, commit_candidates, fresh_top
+from spanner_store.fresh_top import fresh_top
+from spanner_store.top_candidates import CANDIDATES_PER_COMMIT, CandidateRow, commit_candidates
 from spanner_store.reads import exact_counts, top_posts
 from tests.conftest import new_resources
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
-from upvotes.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
+from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
 HOUR = 1_795_312_800
 
 
 def delta(post_id: str, upvotes: int, delta_id: str, hour: int = HOUR, shares: int = 0) -> PostDelta:
-    return PostDelta(post_id, hour, delta_id, upvotes, shares, abs(upvotes) + shares)
+    return PostDelta.of(post_id, hour, delta_id, upvotes=upvotes, shares=shares, events=abs(upvotes) + shares)
 
 
 # --- the candidates of one commit: pure ------------------------------------------------------
@@ -78,7 +80,7 @@ def test_a_post_overtaking_the_folded_leader_is_first_at_its_exact_count_without
 
     top = fresh_top(database, k=5, extra=10)
     assert top_posts(database, 1).posts[0].post_id == "old-0"  # the index has not moved: no fold ran
-    assert [(p.post_id, p.upvotes, p.shares) for p in top.posts] == [
+    assert [(p.post_id, p.counts.upvotes, p.counts.shares) for p in top.posts] == [
         ("riser", 150, 7), ("old-5", 105, 0), ("old-1", 99, 0), ("old-2", 98, 0), ("old-3", 97, 0)]
     # 40 posts > k + extra, so certified by the bound: the 15th folded post (86) plus the
     # candidate rows' thresholds (0: the commit listed all its risers).
@@ -87,8 +89,8 @@ def test_a_post_overtaking_the_folded_leader_is_first_at_its_exact_count_without
 
     # The post that fell back is ranked by its exact count, 40: last of all 41 posts.
     everyone = fresh_top(database, k=41, extra=0)
-    assert everyone.posts[-1] == ("old-0", 40, 0)
-    assert [p.upvotes for p in everyone.posts] == sorted((p.upvotes for p in everyone.posts), reverse=True)
+    assert everyone.posts[-1] == ("old-0", Counts(upvotes=40), None)
+    assert [p.counts.upvotes for p in everyone.posts] == sorted((p.counts.upvotes for p in everyone.posts), reverse=True)
 
 
 def test_the_bound_holds_for_every_post_left_out_and_decides_exact(fresh) -> None:
@@ -102,8 +104,8 @@ def test_the_bound_holds_for_every_post_left_out_and_decides_exact(fresh) -> Non
     top = fresh_top(database, k=3, extra=2)
     listed = {p.post_id for p in top.posts}
     everyone = exact_counts(database, [f"base-{i}" for i in range(30)] + [d.post_id for d in risers])
-    assert all(t.upvotes <= top.bound for t in everyone if t.post_id not in listed)
-    assert [p.upvotes for p in top.posts] == [50, 50, 50]
+    assert all(t.counts.upvotes <= top.bound for t in everyone if t.post_id not in listed)
+    assert [p.counts.upvotes for p in top.posts] == [50, 50, 50]
     # The 5th folded post has 50 and the commit's threshold is its 17th-largest sum, 13: a
     # post left out could have 63 > 50, so this answer is not certified.
     assert (top.bound, top.exact) == (50 + 13, False)

@@ -9,12 +9,13 @@ import time
 from google.cloud import pubsub_v1
 
 from pipeline import fold
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from spanner_store.fresh_top import fresh_top
 from spanner_store.reads import exact_counts, last_fold_snapshot, top_posts
-from upvotes import local_stream
-from upvotes.publishing import event_message
+from upvotes.devtools import local_stream
+from upvotes.devtools.publishing import event_message
 
 WINDOW_S = 2
 LEADER_VOTES = 30
@@ -23,8 +24,8 @@ DEADLINE_S = 120
 
 
 def test_a_streamed_riser_overtakes_the_folded_leader_without_a_fold(stack, database, tmp_path) -> None:
-    write_deltas(database, [PostDelta("leader", 1_795_312_800, "seed:leader", LEADER_VOTES, 0, LEADER_VOTES),
-                            PostDelta("runner-up", 1_795_312_800, "seed:runner-up", 10, 0, 10)])
+    write_deltas(database, [PostDelta.of("leader", 1_795_312_800, "seed:leader", upvotes=LEADER_VOTES, events=LEADER_VOTES),
+                            PostDelta.of("runner-up", 1_795_312_800, "seed:runner-up", upvotes=10, events=10)])
     fold.run([f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"])
     with database.snapshot() as snapshot:
         folded_at = last_fold_snapshot(snapshot)
@@ -37,11 +38,11 @@ def test_a_streamed_riser_overtakes_the_folded_leader_without_a_fold(stack, data
         assert local_stream.stop(process) == 0  # drained
 
     final = fresh_top(database, k=2)
-    assert [(p.post_id, p.upvotes) for p in final.posts] == [("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)]
+    assert [(p.post_id, p.counts.upvotes) for p in final.posts] == [("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)]
     assert final.exact and final.bound is None  # 4 posts < k + extra: every post considered
     with database.snapshot() as snapshot:
         assert last_fold_snapshot(snapshot) == folded_at  # no fold ran meanwhile
-    assert top_posts(database, 1).posts[0] == ("leader", LEADER_VOTES, 0)  # the folded index never moved
+    assert top_posts(database, 1).posts[0] == ("leader", Counts(upvotes=LEADER_VOTES), None)  # the folded index never moved
     print(f"\nthe riser ranked first {seconds:.1f} s after its votes were published ({WINDOW_S} s windows)")
 
 
@@ -51,7 +52,7 @@ def _riser_overtakes(database, process, topic: str) -> float:
     publisher = pubsub_v1.PublisherClient()
     publisher.publish(topic, _vote("warm-up", 1)).result(timeout=60)
     warm_deadline = time.monotonic() + DEADLINE_S
-    while exact_counts(database, ["warm-up"])[0].upvotes != 1:
+    while exact_counts(database, ["warm-up"])[0].counts.upvotes != 1:
         assert process.poll() is None, "the streaming pipeline died"
         assert time.monotonic() < warm_deadline, "the pipeline never counted the warm-up vote"
         time.sleep(0.2)
@@ -68,7 +69,7 @@ def _riser_overtakes(database, process, topic: str) -> float:
         assert time.monotonic() - published < DEADLINE_S, f"the riser never came first: {top.posts}"
         time.sleep(0.1)
     seconds = time.monotonic() - published
-    while [(p.post_id, p.upvotes) for p in fresh_top(database, k=2).posts] != [
+    while [(p.post_id, p.counts.upvotes) for p in fresh_top(database, k=2).posts] != [
             ("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)]:  # later windows may still be arriving
         assert time.monotonic() - published < DEADLINE_S, "the counts never settled"
         time.sleep(0.1)

@@ -9,6 +9,7 @@ from google.cloud.spanner_v1 import param_types
 
 from schemas import post_hash
 from upvotes.cli import build_parser, main
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from schemas.voter_sketch import sketch_of
 from spanner_store.deltas import write_deltas
@@ -21,7 +22,7 @@ H1, H2, H3, H4 = (DAY + timedelta(hours=h) for h in (1, 2, 3, 4))
 
 def add(database, post_id: str, tag: str, deltas: list[tuple[datetime, int, int]]) -> dict[datetime, tuple[int, int]]:
     """Writes (event hour, upvotes, shares) deltas of one post; returns their per-hour sums."""
-    rows = [PostDelta(post_id, int(hour.timestamp()), f"{tag}:{i}", up, sh, abs(up) + abs(sh))
+    rows = [PostDelta.of(post_id, int(hour.timestamp()), f"{tag}:{i}", upvotes=up, shares=sh, events=abs(up) + abs(sh))
             for i, (hour, up, sh) in enumerate(deltas)]
     write_deltas(database, rows)
     sums: dict[datetime, tuple[int, int]] = {}
@@ -37,7 +38,7 @@ def merged(*parts: dict[datetime, tuple[int, int]]) -> list[HourCount]:
         for hour, (up, sh) in part.items():
             a, b = total.get(hour, (0, 0))
             total[hour] = (a + up, b + sh)
-    return [HourCount(hour, up, sh) for hour, (up, sh) in sorted(total.items())]
+    return [HourCount(hour, Counts(upvotes=up, shares=sh)) for hour, (up, sh) in sorted(total.items())]
 
 
 def sides(database, post_id: str) -> tuple[dict, dict]:
@@ -61,7 +62,7 @@ def test_hourly_counts_are_exact_before_a_fold_after_it_and_across_it(stack, dat
     other = add(database, "hr-b", "b1", [(H1, 100, 100), (H2, 100, 100)])  # must never leak into hr-a
 
     assert hourly_counts(database, "hr-a", DAY) == merged(first) == [
-        HourCount(H1, 5, 1), HourCount(H2, 5, 2), HourCount(H3, 5, 3)]
+        HourCount(H1, Counts(upvotes=5, shares=1)), HourCount(H2, Counts(upvotes=5, shares=2)), HourCount(H3, Counts(upvotes=5, shares=3))]
     assert sides(database, "hr-a")[0] == {}  # before the fold: all from the deltas
 
     assert fold(stack).deltas_folded == 7
@@ -73,7 +74,7 @@ def test_hourly_counts_are_exact_before_a_fold_after_it_and_across_it(stack, dat
     rollup, unfolded = sides(database, "hr-a")
     assert rollup == {H1: (5, 1), H2: (5, 2), H3: (5, 3)} and unfolded == {H2: (7, 0), H3: (1, 1)}
     expected = merged(first, second)
-    assert expected == [HourCount(H1, 5, 1), HourCount(H2, 12, 2), HourCount(H3, 6, 4)]
+    assert expected == [HourCount(H1, Counts(upvotes=5, shares=1)), HourCount(H2, Counts(upvotes=12, shares=2)), HourCount(H3, Counts(upvotes=6, shares=4))]
     assert hourly_counts(database, "hr-a", DAY) == expected  # rollup + unfolded, per hour
 
     assert fold(stack).deltas_folded == 3
@@ -95,7 +96,7 @@ def test_since_and_until_select_whole_hours_on_both_sides(stack, database) -> No
     assert hourly_counts(database, "hr-f", DAY) == every
     assert hourly_counts(database, "hr-f", H2) == every[1:]
     assert hourly_counts(database, "hr-f", H2, until=H4) == every[1:3]  # until is exclusive
-    assert hourly_counts(database, "hr-f", H1, until=H2) == [HourCount(H1, 11, 0)]
+    assert hourly_counts(database, "hr-f", H1, until=H2) == [HourCount(H1, Counts(upvotes=11))]
     # Mid-hour bounds: an hour counts when it overlaps [since, until).
     assert hourly_counts(database, "hr-f", H2 + timedelta(minutes=30), until=H3 + timedelta(minutes=1)) == every[1:3]
     assert hourly_counts(database, "hr-f", H4 + timedelta(hours=1)) == []
@@ -115,8 +116,8 @@ def test_upvotes_read_hourly_prints_json_lines(stack, database, capsys) -> None:
     assert main(where + ["--hourly", "--since", "2026-11-22T00:00:00Z", "hr-c"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == [
-        {"post_id": "hr-c", "hour": "2026-11-22T01:00:00Z", "upvotes": 2, "shares": 1},
-        {"post_id": "hr-c", "hour": "2026-11-22T03:00:00Z", "upvotes": 1, "shares": 0},
+        {"post_id": "hr-c", "hour": "2026-11-22T01:00:00Z", **Counts(upvotes=2, shares=1)._asdict()},
+        {"post_id": "hr-c", "hour": "2026-11-22T03:00:00Z", **Counts(upvotes=1, shares=0)._asdict()},
     ]
 
     assert main(where + ["--hourly", "--since", "2026-11-22T02:00:00+00:00", "--until", "2026-11-22T03:00:00Z",
@@ -130,15 +131,15 @@ def test_upvotes_read_hourly_prints_json_lines(stack, database, capsys) -> None:
 
 def test_upvotes_read_unique_adds_unique_voters_in_total_and_per_hour(stack, database, capsys) -> None:
     hour = lambda moment: int(moment.timestamp())  # noqa: E731
-    write_deltas(database, [PostDelta("uv-c", hour(H1), "u1", 3, 0, 3, sketch_of(["a", "b", "c"])),
-                            PostDelta("uv-c", hour(H2), "u2", 2, 1, 3, sketch_of(["c", "d"]))])
+    write_deltas(database, [PostDelta.of("uv-c", hour(H1), "u1", upvotes=3, events=3, voters=sketch_of(["a", "b", "c"])),
+                            PostDelta.of("uv-c", hour(H2), "u2", upvotes=2, shares=1, events=3, voters=sketch_of(["c", "d"]))])
     fold(stack)  # folded and unfolded sketches meet in one read
-    write_deltas(database, [PostDelta("uv-c", hour(H2), "u3", 1, 0, 1, sketch_of(["e"]))])
+    write_deltas(database, [PostDelta.of("uv-c", hour(H2), "u3", upvotes=1, events=1, voters=sketch_of(["e"]))])
     where = ["read", "--project", stack.project, "--instance", stack.instance, "--database", stack.database]
     assert main(where + ["--unique", "uv-c", "nobody"]) == 0
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
-        {"post_id": "uv-c", "upvotes": 6, "shares": 1, "unique_voters": 5},
-        {"post_id": "nobody", "upvotes": 0, "shares": 0, "unique_voters": 0}]
+        {"post_id": "uv-c", **Counts(upvotes=6, shares=1)._asdict(), "unique_voters": 5},
+        {"post_id": "nobody", **Counts(upvotes=0, shares=0)._asdict(), "unique_voters": 0}]
     assert main(where + ["--hourly", "--unique", "--since", "2026-11-22T00:00:00Z", "uv-c"]) == 0
     assert [(r["hour"][11:13], r["upvotes"], r["unique_voters"])
             for r in map(json.loads, capsys.readouterr().out.splitlines())] == [("01", 3, 3), ("02", 3, 3)]

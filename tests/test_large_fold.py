@@ -12,21 +12,22 @@ from datetime import datetime, timedelta, timezone
 from google.cloud import spanner
 
 import schemas
+from schemas.counters import Counts, total
 from schemas.records import PostDelta
 from schemas.voter_sketch import sketch_of
-from spanner_store.database import MUTATION_BUDGET, commit_mutations, open_database, run_transaction
-from spanner_store.deltas import write_deltas
+from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, commit_mutations, open_database, run_transaction
+from spanner_store.deltas import MUTATIONS_PER_DELTA, write_deltas
 from spanner_store.folding import (
     HourlyStep, MUTATIONS_PER_HOUR, MUTATIONS_PER_POST, apply_hourly_step, choose_snapshot, plan_hourly_steps,
     read_post_for_steps,
 )
 from spanner_store.hourly import hourly_counts
-from spanner_store.mutation_count import schema_model
-from spanner_store.reads import exact_counts
+from schemas.ddl import schema_model
+from spanner_store.reads import HourSums, exact_counts
 from spanner_store.tables import delta_key, post_key
 from tests.conftest import new_resources
 from tests.test_fold import fold
-from upvotes.provision import provision_spanner
+from upvotes.devtools.provision import provision_spanner
 
 HOUR_2001 = int(datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp())
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -41,37 +42,37 @@ def write_in_batches(database, deltas: list[PostDelta], per_commit: int) -> None
         write_deltas(database, deltas[start:start + per_commit])
 
 
-def hours_of(database, post_id: str) -> dict[int, tuple[int, int]]:
-    return {int(h.hour.timestamp()): (h.upvotes, h.shares) for h in hourly_counts(database, post_id, EPOCH)}
+def hours_of(database, post_id: str) -> dict[int, Counts]:
+    return {int(h.hour.timestamp()): h.counts for h in hourly_counts(database, post_id, EPOCH)}
 
 
-def expected_hours(deltas: list[PostDelta]) -> dict[int, tuple[int, int]]:
-    hours: dict[int, tuple[int, int]] = {}
+def expected_hours(deltas: list[PostDelta]) -> dict[int, Counts]:
+    hours: dict[int, Counts] = {}
     for d in deltas:
-        up, sh = hours.get(d.event_hour, (0, 0))
-        hours[d.event_hour] = (up + d.upvotes, sh + d.shares)
+        hours[d.event_hour] = hours.get(d.event_hour, Counts()).plus(d.sums.counts)
     return hours
 
 
-def totals(database, post_id: str) -> tuple[int, int]:
+def totals(database, post_id: str) -> Counts:
     (found,) = exact_counts(database, [post_id])
-    return found.upvotes, found.shares
+    return found.counts
 
 
 def distinct_hour_deltas(post_id: str, hours: int, tag: str) -> list[PostDelta]:
     """One vote per hour from 2001 on, each hour a different one: what a broken client clock makes."""
-    return [PostDelta(post_id, HOUR_2001 + 3600 * i, f"{tag}:{i}", 1 + i % 3, i % 2, 1) for i in range(hours)]
+    return [PostDelta.of(post_id, HOUR_2001 + 3600 * i, f"{tag}:{i}", upvotes=1 + i % 3, shares=i % 2, events=1) for i in range(hours)]
 
 
 # --- planning the steps (pure) --------------------------------------------------------------
 
 def test_steps_keep_whole_commits_bound_their_hours_and_end_at_the_snapshot() -> None:
-    rows = [(t(c), t(3600 * h), 1, 0) for c, h in [(1, 1), (1, 2), (2, 3), (3, 3), (3, 4), (4, 5), (4, 6), (4, 7)]]
+    one = HourSums(Counts(upvotes=1))
+    rows = [(t(c), t(3600 * h), one) for c, h in [(1, 1), (1, 2), (2, 3), (3, 3), (3, 4), (4, 5), (4, 6), (4, 7)]]
     steps = plan_hourly_steps(reversed(rows), after=t(0), snapshot_at=t(10), max_hours=3)
     assert [(s.after, s.through) for s in steps] == [(t(0), t(2)), (t(2), t(3)), (t(3), t(10))]
     assert [len(s.rows) for s in steps] == [3, 2, 3]
     # One commit with more hours than the bound is a step of its own, never split.
-    wide = [(t(1), t(3600 * h), 1, 0) for h in range(10)] + [(t(2), t(0), 1, 0)]
+    wide = [(t(1), t(3600 * h), one) for h in range(10)] + [(t(2), t(0), one)]
     assert [len(s.rows) for s in plan_hourly_steps(wide, t(0), t(10), max_hours=3)] == [10, 1]
     assert plan_hourly_steps([], t(0), t(10), 3) == [HourlyStep(t(0), t(10), [])]
 
@@ -94,10 +95,10 @@ def test_the_delta_retention_is_the_ddl_row_deletion_policy() -> None:
 def test_a_post_with_20000_distinct_hours_is_folded_exactly_in_bounded_commits(stack, database, commit_meter) -> None:
     deltas = distinct_hour_deltas("clock-20k", 20_000, "a")
     write_in_batches(database, deltas, per_commit=1_000)
-    small = [PostDelta(f"clock-small-{n}", HOUR_2001, f"s:{n}", 2, 1, 1) for n in range(5)]
+    small = [PostDelta.of(f"clock-small-{n}", HOUR_2001, f"s:{n}", upvotes=2, shares=1, events=1) for n in range(5)]
     write_deltas(database, small)
     want = expected_hours(deltas)
-    want_totals = (sum(d.upvotes for d in deltas), sum(d.shares for d in deltas))
+    want_totals = total(d.sums.counts for d in deltas)
     assert totals(database, "clock-20k") == want_totals and hours_of(database, "clock-20k") == want
 
     commit_meter.reset()
@@ -110,7 +111,8 @@ def test_a_post_with_20000_distinct_hours_is_folded_exactly_in_bounded_commits(s
 
     assert totals(database, "clock-20k") == want_totals
     assert hours_of(database, "clock-20k") == want
-    assert {p: totals(database, p) for p in (d.post_id for d in small)} == {d.post_id: (2, 1) for d in small}
+    assert {p: totals(database, p) for p in (d.post_id for d in small)} == {
+        d.post_id: Counts(upvotes=2, shares=1) for d in small}
     with database.snapshot() as snapshot:
         rows = list(snapshot.execute_sql(
             "SELECT COUNT(*) FROM PostHourlyCounts WHERE PostId = 'clock-20k'"))
@@ -131,7 +133,7 @@ def test_a_fold_killed_half_way_through_a_large_post_leaves_reads_exact_and_is_c
     for step in steps[:2]:
         run_transaction(database, lambda txn, s=step: apply_hourly_step(txn, *key, s))
     # Its hourly watermark is ahead of the counters' now; both reads stay exact.
-    want_totals = (sum(d.upvotes for d in first), sum(d.shares for d in first))
+    want_totals = total(d.sums.counts for d in first)
     assert totals(database, "killed") == want_totals
     assert hours_of(database, "killed") == expected_hours(first)
     with database.snapshot() as snapshot:
@@ -145,18 +147,19 @@ def test_a_fold_killed_half_way_through_a_large_post_leaves_reads_exact_and_is_c
     outcome = fold(stack)
     assert outcome.posts_skipped == 0 and outcome.deltas_folded == len(first) + len(more)
     every = first + more
-    assert totals(database, "killed") == (sum(d.upvotes for d in every), sum(d.shares for d in every))
+    assert totals(database, "killed") == total(d.sums.counts for d in every)
     assert hours_of(database, "killed") == expected_hours(every)
 
 
 def test_a_post_with_100000_unfolded_deltas_is_folded_exactly(stack, database, commit_meter) -> None:
-    deltas = [PostDelta("hot-100k", HOUR_2001 + 3600 * (i % 3), f"h:{i}", 1, i % 2, 1) for i in range(100_000)]
-    write_in_batches(database, deltas, per_commit=4_000)  # 64,007 mutations a commit, under the limit
+    deltas = [PostDelta.of("hot-100k", HOUR_2001 + 3600 * (i % 3), f"h:{i}", upvotes=1, shares=i % 2, events=1) for i in range(100_000)]
+    # Big commits, each under Spanner's limit whatever the counters cost (about 3/4 of it).
+    write_in_batches(database, deltas, per_commit=3 * SPANNER_MUTATION_LIMIT // 4 // MUTATIONS_PER_DELTA)
     commit_meter.reset()
     outcome = fold(stack)
     assert outcome.deltas_folded == 100_000 and outcome.posts_skipped == 0
     assert commit_meter.largest <= MUTATION_BUDGET
-    assert totals(database, "hot-100k") == (100_000, 50_000)
+    assert totals(database, "hot-100k") == Counts(upvotes=100_000, shares=50_000)
     assert hours_of(database, "hot-100k") == expected_hours(deltas)
 
 
@@ -164,13 +167,13 @@ def test_a_post_that_cannot_be_folded_does_not_stop_the_others(stack, database) 
     # Two deltas at INT64's maximum: their sum cannot be stored, so this post's fold fails
     # with a non-transient error (not a mock: the emulator rejects the value).
     biggest = 2**63 - 1
-    write_deltas(database, [PostDelta("overflow", HOUR_2001, f"o:{i}", biggest, 0, 1) for i in range(2)])
-    others = [PostDelta(f"fine-{n}", HOUR_2001, f"f:{n}", 3, 1, 1) for n in range(20)]
+    write_deltas(database, [PostDelta.of("overflow", HOUR_2001, f"o:{i}", upvotes=biggest, events=1) for i in range(2)])
+    others = [PostDelta.of(f"fine-{n}", HOUR_2001, f"f:{n}", upvotes=3, shares=1, events=1) for n in range(20)]
     write_deltas(database, others)
 
     outcome = fold(stack, posts_per_commit=500)
     assert outcome.posts_skipped == 1
-    assert {p: totals(database, p) for p in (d.post_id for d in others)} == {d.post_id: (3, 1) for d in others}
+    assert {p: totals(database, p) for p in (d.post_id for d in others)} == {d.post_id: Counts(upvotes=3, shares=1) for d in others}
     with database.snapshot(multi_use=True) as snapshot:
         folded = dict(snapshot.execute_sql("SELECT PostId, Upvotes FROM Posts WHERE STARTS_WITH(PostId, 'fine-')"))
         skipped_runs = list(snapshot.execute_sql("SELECT PostsSkipped FROM FoldRuns WHERE PostsSkipped > 0"))
@@ -178,7 +181,7 @@ def test_a_post_that_cannot_be_folded_does_not_stop_the_others(stack, database) 
     assert folded == {d.post_id: 3 for d in others}  # folded, not only read exactly
     assert skipped_runs == [[1]]
     assert watermark == [EPOCH]  # the skipped post stays unfolded, its reads exact
-    assert totals(database, "overflow") == (2 * biggest, 0)
+    assert totals(database, "overflow") == Counts(upvotes=2 * biggest)
 
 
 def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
@@ -190,7 +193,7 @@ def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(res.database, ddl_statements=old_ddl).create().result(300)
     database = open_database(res.project, res.instance, res.database)
-    old = PostDelta("before-migration", HOUR_2001, "b:1", 1, 0, 1)
+    old = PostDelta.of("before-migration", HOUR_2001, "b:1", upvotes=1, events=1)
     commit_mutations(database, lambda batch: (
         batch.insert("Posts", columns=("PostHash", "PostId"), values=[post_key(old.post_id)]),
         batch.insert("PostDeltas", columns=("PostHash", "PostId", "EventHour", "DeltaId", "Upvotes", "Shares", "Events",
@@ -208,13 +211,13 @@ def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
         assert list(snapshot.execute_sql("SELECT HourlyFoldedThrough, Voters FROM Posts")) == [[None, None]]
     # The existing row reads as before (NULL: hourly rows in step with FoldedThrough; no
     # sketch: no voters recorded), and rows with sketches join it.
-    assert hourly_counts(database, "before-migration", EPOCH, unique=True)[0][1:] == (1, 0, 0)
+    assert hourly_counts(database, "before-migration", EPOCH, unique=True)[0][1:] == (Counts(upvotes=1), 0)
     assert exact_counts(database, ["before-migration"], unique=True)[0].unique_voters == 0
-    write_deltas(database, [PostDelta(old.post_id, HOUR_2001, "b:2", 2, 0, 2, sketch_of(["u1", "u2"]))])
-    assert exact_counts(database, [old.post_id], unique=True)[0][1:] == (3, 0, 2)
+    write_deltas(database, [PostDelta.of(old.post_id, HOUR_2001, "b:2", upvotes=2, events=2, voters=sketch_of(["u1", "u2"]))])
+    assert exact_counts(database, [old.post_id], unique=True)[0][1:] == (Counts(upvotes=3), 2)
     fold(res)
-    assert exact_counts(database, [old.post_id], unique=True)[0][1:] == (3, 0, 2)
-    assert hourly_counts(database, old.post_id, EPOCH, unique=True)[0][1:] == (3, 0, 2)
+    assert exact_counts(database, [old.post_id], unique=True)[0][1:] == (Counts(upvotes=3), 2)
+    assert hourly_counts(database, old.post_id, EPOCH, unique=True)[0][1:] == (Counts(upvotes=3), 2)
     again: list[str] = []
     provision_spanner(res, False, "unused", again.append)
     assert not [line for line in again if line.startswith(("added", "created"))]

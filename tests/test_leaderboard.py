@@ -17,6 +17,7 @@ from google.cloud.spanner_v1 import param_types
 
 from schemas import post_hash
 from tests.conftest import new_resources
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from upvotes.cli import build_parser, main
 from spanner_store.deltas import write_deltas
@@ -26,7 +27,7 @@ from spanner_store.views import (
     LeaseLost, NoActiveVersion, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow,
     expire_versions, plan_version, publish_top_view, read_top_page,
 )
-from upvotes.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
+from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 from spanner_store.reads import top_posts
 from tests.folding import run_fold as fold
 
@@ -51,8 +52,8 @@ def set_counts(database, counts: dict[str, tuple[int, int]]) -> None:
 def expected_top(database, k: int) -> list[ViewRow]:
     """The live ranking (`upvotes top`); counts in these tests are distinct, so ties never decide."""
     posts = top_posts(database, k).posts
-    assert len({p.upvotes for p in posts}) == len(posts)
-    return [ViewRow(rank, p.post_id, p.upvotes, p.shares) for rank, p in enumerate(posts, 1)]
+    assert len({p.counts.upvotes for p in posts}) == len(posts)
+    return [ViewRow(rank, p.post_id, p.counts) for rank, p in enumerate(posts, 1)]
 
 
 def all_pages(database, version: int | None, page_size: int) -> list[ViewRow]:
@@ -73,7 +74,7 @@ def stored_rows(database, view: str = leaderboard.DEFAULT_VIEW) -> list[tuple]:
 def test_pages_of_a_version_stay_consistent_while_a_fold_publishes_the_next(fresh) -> None:
     resources, database = fresh
     # 30 posts with distinct totals: post i has 10 * (i + 1) upvotes.
-    write_deltas(database, [PostDelta(f"c-{i}", HOUR, f"a:{i}", 10 * (i + 1), i, 1) for i in range(30)])
+    write_deltas(database, [PostDelta.of(f"c-{i}", HOUR, f"a:{i}", upvotes=10 * (i + 1), shares=i, events=1) for i in range(30)])
     fold(resources)
     published = publish_top_view(database, k=20, batch_rows=7)
     v = published.version
@@ -85,7 +86,7 @@ def test_pages_of_a_version_stay_consistent_while_a_fold_publishes_the_next(fres
     assert (page_1.version, page_1.pages, page_1.rows) == (v, 4, as_of_v[:6])
 
     # Posts from below the top 20 jump in, reshuffling every page; fold and publish V+1.
-    write_deltas(database, [PostDelta(f"c-{i}", HOUR + 3600, f"b:{i}", 155 + 20 * i, 1, 1) for i in range(8)])
+    write_deltas(database, [PostDelta.of(f"c-{i}", HOUR + 3600, f"b:{i}", upvotes=155 + 20 * i, shares=1, events=1) for i in range(8)])
     fold(resources)
     next_version = publish_top_view(database, k=20, batch_rows=7)
     assert next_version.version == v + 1 and next_version.rows_written > 10
@@ -179,7 +180,7 @@ def test_readers_see_the_old_or_the_new_complete_version_never_a_mix(fresh) -> N
     assert publish_top_view(database, k=30).version == 1
     old = expected_top(database, 30)
     set_counts(database, {f"sw-{i}": (1000 - i, i) for i in range(40)})  # the order reverses: every rank changes
-    reversed_rows = [ViewRow(r, f"sw-{r - 1}", 1000 - (r - 1), r - 1) for r in range(1, 31)]
+    reversed_rows = [ViewRow(r, f"sw-{r - 1}", Counts(upvotes=1000 - (r - 1), shares=r - 1)) for r in range(1, 31)]
 
     during: list[str] = []
 
@@ -290,16 +291,18 @@ def test_one_publisher_at_a_time_and_a_crashed_publication_is_repaired(fresh) ->
 def test_plan_reuses_and_undoes_a_crashed_attempts_rows() -> None:
     base, new = 4, 5
     stored = [
-        StoredRow(1, 2, None, "a", 9, 0),   # unchanged
-        StoredRow(2, 3, 5, "b", 8, 0),      # a crash retired it, but it is still rank 2: undo
-        StoredRow(3, 1, None, "c", 7, 0),   # changes
-        StoredRow(3, 5, None, "x", 6, 0),   # the crash's rank 3, wrong now: overwrite
-        StoredRow(4, 4, 5, "d", 5, 0),      # retired by the crash, and rightly
-        StoredRow(4, 5, None, "e", 4, 0),   # the crash's rank 4, right: reuse
-        StoredRow(5, 5, None, "f", 3, 0),   # the crash's rank 5, not in the new ranking: delete
+        StoredRow(1, 2, None, "a", Counts(upvotes=9)),   # unchanged
+        StoredRow(2, 3, 5, "b", Counts(upvotes=8)),      # a crash retired it, but it is still rank 2: undo
+        StoredRow(3, 1, None, "c", Counts(upvotes=7)),   # changes
+        StoredRow(3, 5, None, "x", Counts(upvotes=6)),   # the crash's rank 3, wrong now: overwrite
+        StoredRow(4, 4, 5, "d", Counts(upvotes=5)),      # retired by the crash, and rightly
+        StoredRow(4, 5, None, "e", Counts(upvotes=4)),   # the crash's rank 4, right: reuse
+        StoredRow(5, 5, None, "f", Counts(upvotes=3)),   # the crash's rank 5, not in the new ranking: delete
     ]
-    plan = plan_version("v", stored, [("a", 9, 0), ("b", 8, 0), ("y", 7, 1), ("e", 4, 0)], base, new)
-    assert plan.upserts == [("v", 3, 5, None, "y", 7, 1)]
+    ranking = [("a", Counts(upvotes=9)), ("b", Counts(upvotes=8)), ("y", Counts(upvotes=7, shares=1)),
+               ("e", Counts(upvotes=4))]
+    plan = plan_version("v", stored, ranking, base, new)
+    assert plan.upserts == [("v", 3, 5, None, "y", *Counts(upvotes=7, shares=1))]
     assert plan.updates == [("v", 2, 3, None), ("v", 3, 1, 5)]
     assert plan.deletes == [("v", 5, 5)]
     assert (plan.rows_written, plan.rows_retired, plan.rows_repaired) == (2, 2, 2)
@@ -319,8 +322,8 @@ def test_cli_subcommands(fresh, capsys) -> None:
     assert main(["top"] + where + ["--version", "1", "--page-size", "2", "--page", "2"]) == 0
     out = capsys.readouterr()
     assert [json.loads(line) for line in out.out.splitlines()] == [
-        {"version": 1, "rank": 3, "post_id": "cli-5", "upvotes": 50, "shares": 5},
-        {"version": 1, "rank": 4, "post_id": "cli-4", "upvotes": 40, "shares": 4},
+        {"version": 1, "rank": 3, "post_id": "cli-5", **Counts(upvotes=50, shares=5)._asdict()},
+        {"version": 1, "rank": 4, "post_id": "cli-4", **Counts(upvotes=40, shares=4)._asdict()},
     ]
     assert "page 2 of 3" in out.err
     assert main(["top"] + where + ["--version", "9"]) == 1

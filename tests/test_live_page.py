@@ -27,10 +27,10 @@ import pytest
 
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
-from upvotes import local_stream
-from upvotes.live_sessions import COOKIE
-from upvotes.serve_settings import ServiceSettings
-from upvotes.service import serve_in_background
+from upvotes.devtools import local_stream
+from upvotes.serving.live_sessions import COOKIE
+from upvotes.serving.serve_settings import ServiceSettings
+from upvotes.serving.service import serve_in_background
 
 from tests.topic_audit import TopicAudit
 
@@ -65,7 +65,7 @@ def pipeline(stack, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def service(stack, database, pipeline):
-    write_deltas(database, [PostDelta(POST, 1_795_312_800, "seed:1", SEEDED, 0, SEEDED)])
+    write_deltas(database, [PostDelta.of(POST, 1_795_312_800, "seed:1", upvotes=SEEDED, events=SEEDED)])
     running = serve_in_background(stack.project, stack.instance, stack.database, stack.topic,
                                   ServiceSettings(write_tokens=(TOKEN,)), refresh_s=0.5)
     yield running

@@ -4,25 +4,27 @@ version writes to it: no vote lost or counted twice, the first fold scans every 
 ones follow the change log, and a second provision changes nothing."""
 from __future__ import annotations
 
-import re
 import signal
 from datetime import datetime, timezone
 from pathlib import Path
 
 from google.cloud import pubsub_v1, spanner
 
+from schemas.counters import Counts
 from schemas.records import PostDelta
 import spanner_store.database
 from spanner_store.database import commit_mutations, open_database
 from spanner_store.reads import verify_totals
-from spanner_store.tables import DELTA_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, delta_key, post_key
+from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, counts_at, delta_key, post_key
 from tests.conftest import new_resources
 from tests.folding import run_fold
 from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events, wait_until
-from upvotes import local_stream
-from upvotes.dead_letters import pull_dead_letters, release
-from upvotes.provision import provision_pubsub, provision_spanner
-from upvotes.workload import Workload, generate_events
+from upvotes.devtools import local_stream
+from upvotes.operations.dead_letters import pull_dead_letters, release
+from schemas import statements_of
+from schemas.ddl import table_columns
+from upvotes.devtools.provision import provision_pubsub, provision_spanner
+from upvotes.devtools.workload import Workload, generate_events
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
 HOUR = 1_795_312_800
@@ -30,15 +32,19 @@ HOUR = 1_795_312_800
 
 def statements(path: Path) -> list[str]:
     """A DDL file's statements, as schemas.ddl_statements reads posts.sql."""
-    text = re.sub(r"--[^\n]*", "", path.read_text(encoding="utf-8"))
-    return [" ".join(s.split()) for s in text.split(";") if s.strip()]
+    return statements_of(path.read_text(encoding="utf-8"))
+
+
+# The PostDeltas columns of that schema (tests/fixtures/posts_before_issue_22.sql), as its writers wrote them.
+BEFORE_DELTA_COLUMNS = ("PostHash", "PostId", "EventHour", "DeltaId", "Upvotes", "Shares", "Events", "Voters",
+                        "CommittedAt")
 
 
 def folded(database, post_ids) -> dict[str, dict[str, int]]:
     keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
     with database.snapshot() as snapshot:
-        return {p: {"upvotes": up, "shares": sh}
-                for p, up, sh in snapshot.read(POSTS, columns=("PostId", "Upvotes", "Shares"), keyset=keyset)}
+        return {row[0]: counts_at(row, 1)._asdict()
+                for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)}
 
 
 def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(stack, emulator_env, tmp_path) -> None:
@@ -49,12 +55,12 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
     client.instance(res.instance).database(res.database, ddl_statements=statements(BEFORE)).create().result(300)
     database = open_database(res.project, res.instance, res.database)
     # What the previous version left: deltas without a change-log row, and a fold run without a cursor.
-    old = {f"old-{i}": {"upvotes": 3, "shares": 1} for i in range(5)}
+    old = {f"old-{i}": Counts(upvotes=3, shares=1)._asdict() for i in range(5)}
     commit_mutations(database, lambda batch: (
         batch.insert(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(p) for p in old]),
-        batch.insert(DELTAS, columns=DELTA_COLUMNS, values=[
-            delta_key(PostDelta(p, HOUR, "old-writer:0:0", 3, 1, 4)) + (3, 1, 4, None, spanner.COMMIT_TIMESTAMP)
-            for p in old]),
+        batch.insert(DELTAS, columns=BEFORE_DELTA_COLUMNS, values=[
+            delta_key(PostDelta.of(p, HOUR, "old-writer:0:0", upvotes=3, shares=1, events=4))
+            + (3, 1, 4, None, spanner.COMMIT_TIMESTAMP) for p in old]),
         batch.insert("FoldRuns", columns=("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt"),
                      values=[("before", datetime(2026, 11, 1, tzinfo=timezone.utc), 0, 0, spanner.COMMIT_TIMESTAMP)])))
 
@@ -71,6 +77,13 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
         provision_spanner(res, False, "unused", logged.append)
         assert {"created TABLE DeltaCommits", "created TABLE FoldRunSkippedPosts",
                 "added   column FoldRuns.ChangesThrough TIMESTAMP"} <= set(logged)
+        # Every counter declared since (schemas/counters.py) is added where counts are kept.
+        before = dict(filter(None, map(table_columns, statements(BEFORE))))
+        newer = [column for column in COUNTER_COLUMNS if column not in before["Posts"]]
+        for table in ("Posts", "PostDeltas", "PostHourlyCounts", "Adjustments", "TopPostsViewRows"):
+            assert {f"added   column {table}.{column} INT64 NOT NULL DEFAULT (0)" for column in newer} <= set(logged)
+        assert {f"added   stored column {index}.{column}" for index in ("PostsByUpvotes", "PostDeltasByCommit")
+                for column in newer} <= set(logged)
         publish_events(res, events[300:600])
         first = {**ledger_of(events[:600]).totals, **old}
         wait_until(lambda: verify_totals(database, first) == [], SETTLE_TIMEOUT_S, "600 votes counted", stream, log)
@@ -106,7 +119,7 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
 
 def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_fix(stack, monkeypatch) -> None:
     """The other side of the wait: a database never migrated. After SCHEMA_WAIT_S (an hour; here
-    none) the rows go to the dead-letter output with the missing table in the reason, to be
+    none) the rows go to the dead-letter output with what is missing in the reason, to be
     replayed once `upvotes provision` has run; nothing is half-written."""
     import apache_beam as beam
     from apache_beam.testing.test_pipeline import TestPipeline
@@ -118,11 +131,13 @@ def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(res.database, ddl_statements=statements(BEFORE)).create().result(300)
     monkeypatch.setattr(spanner_store.database, "SCHEMA_WAIT_S", 0.0)
-    rows = [PostDelta(f"unmigrated-{i}", HOUR, f"u:{i}:0", 1, 0, 1) for i in range(3)]
+    rows = [PostDelta.of(f"unmigrated-{i}", HOUR, f"u:{i}:0", upvotes=1, events=1) for i in range(3)]
 
     def failed_for_the_missing_table(failed) -> None:
         assert sorted(f.delta.post_id for f in failed) == [d.post_id for d in rows]
-        assert all("DeltaCommits" in f.error and f.error.startswith("spanner_write_failed") for f in failed)
+        # The first thing missing (a column of a newer counter, or the DeltaCommits table) is named.
+        assert all(("DeltaCommits" in f.error or "Column not found" in f.error)
+                   and f.error.startswith("spanner_write_failed") for f in failed)
 
     with TestPipeline() as pipeline:
         failed = pipeline | beam.Create(rows) | spanner_sink.WriteDeltaRows(

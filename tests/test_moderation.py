@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 from google.cloud import spanner
 
+from schemas.counters import Counts, total
 from schemas.records import PostDelta
 from spanner_store.database import run_with_retries
 from spanner_store.deltas import write_deltas, write_new_deltas
@@ -32,8 +33,8 @@ def cli(stack, capsys, *args: str) -> list[dict]:
 
 
 def exact(database, post_id: str) -> tuple[int, int]:
-    totals = exact_counts(database, [post_id])[0]
-    return totals.upvotes, totals.shares
+    counts = exact_counts(database, [post_id])[0].counts
+    return counts.upvotes, counts.shares
 
 
 def folded(database, post_id: str) -> tuple[int, int]:
@@ -44,17 +45,17 @@ def folded(database, post_id: str) -> tuple[int, int]:
 
 def hourly_total(database, post_id: str) -> tuple[int, int]:
     hours = hourly_counts(database, post_id, DAY)
-    return sum(h.upvotes for h in hours), sum(h.shares for h in hours)
+    return sum(h.counts.upvotes for h in hours), sum(h.counts.shares for h in hours)
 
 
 def test_adjust_is_audited_idempotent_per_id_and_survives_a_fold(stack, database, capsys) -> None:
-    write_deltas(database, [PostDelta("brigaded", H1, "w:1:0", 500, 20, 520)])
+    write_deltas(database, [PostDelta.of("brigaded", H1, "w:1:0", upvotes=500, shares=20, events=520)])
     (first,) = cli(stack, capsys, "adjust", "brigaded", "--upvotes", "-300", "--shares", "-5",
                    "--reason", "brigade from one ASN", "--id", "mod-1", "--actor", "alice")
     assert first["written_now"] and (first["kind"], first["upvotes"], first["shares"]) == ("adjust", -300, -5)
     assert exact(database, "brigaded") == (200, 15)
     hour_now = [h for h in hourly_counts(database, "brigaded", DAY) if h.hour == current_hour()]
-    assert [(h.upvotes, h.shares) for h in hour_now] == [(-300, -5)]
+    assert [(h.counts.upvotes, h.counts.shares) for h in hour_now] == [(-300, -5)]
 
     (again,) = cli(stack, capsys, "adjust", "brigaded", "--upvotes", "-300", "--shares", "-5",
                    "--reason", "brigade from one ASN", "--id", "mod-1", "--actor", "alice")
@@ -68,16 +69,16 @@ def test_adjust_is_audited_idempotent_per_id_and_survives_a_fold(stack, database
 
 
 def test_reset_zeroes_every_hour_as_of_its_snapshot_and_later_votes_count(stack, database, capsys) -> None:
-    write_deltas(database, [PostDelta("to-reset", H1, "w:2:0", 40, 4, 44)])
+    write_deltas(database, [PostDelta.of("to-reset", H1, "w:2:0", upvotes=40, shares=4, events=44)])
     fold(stack)  # part of the count folded, part not
-    write_deltas(database, [PostDelta("to-reset", H2, "w:3:0", 7, 1, 8)])
+    write_deltas(database, [PostDelta.of("to-reset", H2, "w:3:0", upvotes=7, shares=1, events=8)])
 
     (reset,) = cli(stack, capsys, "reset", "to-reset", "--reason", "spam post", "--id", "reset-1", "--actor", "bob")
     assert (reset["kind"], reset["upvotes"], reset["shares"]) == ("reset", -47, -5) and reset["as_of"]
     assert exact(database, "to-reset") == (0, 0)
-    assert [(h.upvotes, h.shares) for h in hourly_counts(database, "to-reset", DAY)] == [(0, 0), (0, 0)]
+    assert [h.counts for h in hourly_counts(database, "to-reset", DAY)] == [Counts(), Counts()]
 
-    write_deltas(database, [PostDelta("to-reset", H2, "w:4:0", 3, 0, 3)])  # after S: counts
+    write_deltas(database, [PostDelta.of("to-reset", H2, "w:4:0", upvotes=3, events=3)])  # after S: counts
     assert exact(database, "to-reset") == (3, 0)
     fold(stack)
     assert exact(database, "to-reset") == folded(database, "to-reset") == hourly_total(database, "to-reset") == (3, 0)
@@ -94,7 +95,7 @@ def test_a_reset_racing_the_streaming_sink_and_a_fold_cancels_exactly_what_was_c
             for i in range(10_000):
                 if stop.is_set():
                     return
-                delta = PostDelta(post, H1 + 3600 * (i % 2), f"race:{i}:0", 1 + i % 3, i % 2, 1)
+                delta = PostDelta.of(post, H1 + 3600 * (i % 2), f"race:{i}:0", upvotes=1 + i % 3, shares=i % 2, events=1)
                 run_with_retries(lambda d=delta: write_new_deltas(database, [d]))
         except Exception as error:  # noqa: BLE001 - reported below
             errors.append(error)
@@ -145,10 +146,10 @@ def test_a_reset_of_a_post_with_more_hours_than_one_commit_holds_stays_within_th
     from spanner_store.moderation import MAX_HOUR_ROWS, bounded_hours
 
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    hours = [HourCount(start + timedelta(hours=i), -(i + 1), -i % 3) for i in range(MAX_HOUR_ROWS + 500)]
+    hours = [HourCount(start + timedelta(hours=i), Counts(upvotes=-(i + 1), shares=-i % 3))
+             for i in range(MAX_HOUR_ROWS + 500)]
     rows = bounded_hours(hours)
     assert len(rows) == MAX_HOUR_ROWS
-    assert (sum(h.upvotes for h in rows), sum(h.shares for h in rows)) == (
-        sum(h.upvotes for h in hours), sum(h.shares for h in hours))
+    assert total(h.counts for h in rows) == total(h.counts for h in hours)
     assert rows[1:] == hours[-(MAX_HOUR_ROWS - 1):]  # the newest hours keep their own row
     assert bounded_hours(hours[:10]) == hours[:10]

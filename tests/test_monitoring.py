@@ -11,9 +11,9 @@ import shlex
 
 import pytest
 
-from upvotes import gcloud_steps, monitoring
+from upvotes.deploy import gcloud_steps, monitoring
 from upvotes.commands import deploy as deploy_command
-from upvotes.deploy_config import DeployConfig
+from upvotes.deploy.deploy_config import DeployConfig
 
 # Metric types as Cloud Monitoring exports them (Dataflow and Pub/Sub metric lists; custom Beam
 # counters arrive as dataflow.googleapis.com/job/user_counter with a metric_name label).

@@ -9,6 +9,7 @@ import pytest
 from google.cloud import spanner
 from google.cloud.spanner_v1.batch import Batch
 
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row
@@ -16,16 +17,19 @@ from spanner_store.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas,
 )
 from spanner_store.folding import MAX_SKIPPED_LISTED
-from spanner_store.mutation_count import commit_key_ranges, commit_mutation_count, schema_model
+from schemas.ddl import schema_model
+from upvotes.devtools.mutation_count import commit_key_ranges, commit_mutation_count
 from spanner_store.tables import (
-    KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
+    COUNTER_COLUMNS, KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES,
     VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS, key_range,
 )
-from upvotes.commit_meter import CommitMeter, CommitTooLarge, metering_commits
+from upvotes.devtools.commit_meter import CommitMeter, CommitTooLarge, metering_commits
 
 MODEL = schema_model()
 HOUR = datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
+COUNTS = tuple(Counts(upvotes=3))  # one value per counter column, in COUNTER_COLUMNS order
+BY_UPVOTES = {i.name: i for i in MODEL[POSTS].indexes}["PostsByUpvotes"]
 
 
 def count(build) -> float:
@@ -37,39 +41,42 @@ def count(build) -> float:
 def test_the_model_reads_every_index_from_the_ddl() -> None:
     by_commit = {i.name: i for i in MODEL[DELTAS].indexes}["PostDeltasByCommit"]
     # The index key, the table key parts it lacks, then the stored columns: 4 key parts,
-    # CommittedAt and 4 stored columns.
-    assert by_commit.entry == ("PostHash", "PostId", "CommittedAt", "EventHour", "DeltaId", "Upvotes", "Shares", "Events",
-                               "Voters")
-    by_upvotes = {i.name: i for i in MODEL[POSTS].indexes}["PostsByUpvotes"]
-    assert set(by_upvotes.entry) == {"Upvotes", "PostHash", "PostId", "Shares", "FoldedThrough"}
+    # CommittedAt, every counter, Events and Voters.
+    assert by_commit.entry == ("PostHash", "PostId", "CommittedAt", "EventHour", "DeltaId") + COUNTER_COLUMNS + (
+        "Events", "Voters")
+    assert set(BY_UPVOTES.entry) == {"PostHash", "PostId", "FoldedThrough", *COUNTER_COLUMNS}
     invalid_since = {i.name: i for i in MODEL[VIEW_ROWS].indexes}["TopPostsViewRowsByInvalidSince"]
     assert invalid_since.null_filtered and not by_commit.null_filtered
     assert MODEL["PostHourlyCounts"].indexes == ()
 
 
 def test_an_insert_counts_its_columns_and_every_index_entry() -> None:
-    row = ("p", HOUR, "d", 1, 0, 1, b"sketch", spanner.COMMIT_TIMESTAMP)
-    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(1,) + row])) == 9 + 9
-    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(n,) + row for n in range(10)])) == 180
+    row = ("p", HOUR, "d") + COUNTS + (1, b"sketch", spanner.COMMIT_TIMESTAMP)
+    (by_commit,) = MODEL[DELTAS].indexes
+    one = len(DELTA_COLUMNS) + len(by_commit.entry)
+    assert one == 9 + 9 + 2 * (len(COUNTER_COLUMNS) - 2)  # 18 with two counters
+    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(1,) + row])) == one
+    assert count(lambda b: b.insert(DELTAS, DELTA_COLUMNS, [(n,) + row for n in range(10)])) == 10 * one
     # The sink's planner agrees with the model for a delta and a new parent.
-    assert MUTATIONS_PER_DELTA == 18
+    assert MUTATIONS_PER_DELTA == one
     assert count(lambda b: b.insert_or_update(POSTS, POST_KEY_COLUMNS, [(1, "p")])) <= MUTATIONS_PER_PARENT
 
 
 def test_an_update_counts_an_index_only_when_it_writes_a_column_the_index_holds() -> None:
     # Only the hourly watermark: PostsByUpvotes holds neither, its entry is untouched.
     assert count(lambda b: b.update(POSTS, ("PostHash", "PostId", "HourlyFoldedThrough"), [(1, "p", HOUR)])) == 3
-    # Upvotes is the index key: the new entry (5 columns) plus the removal of the old one.
-    assert count(lambda b: b.update(POSTS, ("PostHash", "PostId", "Upvotes"), [(1, "p", 5)])) == 3 + 5 + 1
+    # Upvotes is the index key: the new entry plus the removal of the old one.
+    entry = len(BY_UPVOTES.entry)
+    assert count(lambda b: b.update(POSTS, ("PostHash", "PostId", "Upvotes"), [(1, "p", 5)])) == 3 + entry + 1
     # Shares is stored: the entry is rewritten in place.
-    assert count(lambda b: b.update(POSTS, ("PostHash", "PostId", "Shares"), [(1, "p", 5)])) == 3 + 5
+    assert count(lambda b: b.update(POSTS, ("PostHash", "PostId", "Shares"), [(1, "p", 5)])) == 3 + entry
 
 
 def test_a_null_filtered_index_has_no_entry_for_a_null_key() -> None:
-    current = ("top", 1, 1, None, "p", 3, 0)
-    assert count(lambda b: b.insert(VIEW_ROWS, VIEW_ROW_COLUMNS, [current])) == 7
-    retired = ("top", 1, 1, 2, "p", 3, 0)
-    assert count(lambda b: b.insert(VIEW_ROWS, VIEW_ROW_COLUMNS, [retired])) == 7 + 4
+    current = ("top", 1, 1, None, "p") + COUNTS
+    assert count(lambda b: b.insert(VIEW_ROWS, VIEW_ROW_COLUMNS, [current])) == len(VIEW_ROW_COLUMNS)
+    retired = ("top", 1, 1, 2, "p") + COUNTS
+    assert count(lambda b: b.insert(VIEW_ROWS, VIEW_ROW_COLUMNS, [retired])) == len(VIEW_ROW_COLUMNS) + 4
     # Retiring a row creates its entry; un-retiring it (back to NULL) removes it.
     assert count(lambda b: b.update(VIEW_ROWS, VIEW_RETIRE_COLUMNS, [("top", 1, 1, 2)])) == 4 + 4 + 1
     assert count(lambda b: b.update(VIEW_ROWS, VIEW_RETIRE_COLUMNS, [("top", 1, 1, None)])) == 4 + 1
@@ -83,15 +90,16 @@ def test_deletes_count_per_key_plus_each_index_entry_and_ranges_of_indexed_table
 
 def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) -> None:
     meter = CommitMeter()
-    deltas = [PostDelta("meter-p", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(1_000)]
+    deltas = [PostDelta.of("meter-p", 1_795_312_800, f"m:{i}", upvotes=1, events=1) for i in range(1_000)]
     with metering_commits(meter):
         write_deltas(database, deltas)
-        # 18 per delta; the parent's key columns (2) and its PostsByUpvotes entry (5); the
-        # commit's TopCandidates and DeltaCommits rows (one per column, no index).
+        # Per delta its row and index entry; the parent's key columns (2) and its PostsByUpvotes
+        # entry; the commit's TopCandidates and DeltaCommits rows (one per column, no index).
         assert (meter.commits, meter.largest) == (
-            1, 1_000 * 18 + 7 + len(TOP_CANDIDATE_COLUMNS) + len(DELTA_COMMIT_COLUMNS))
+            1, 1_000 * MUTATIONS_PER_DELTA + 2 + len(BY_UPVOTES.entry) + len(TOP_CANDIDATE_COLUMNS)
+            + len(DELTA_COMMIT_COLUMNS))
         assert meter.largest <= mutations_for(deltas)
-        too_many = [PostDelta("meter-q", 1_795_312_800, f"m:{i}", 1, 0, 1) for i in range(5_000)]
+        too_many = [PostDelta.of("meter-q", 1_795_312_800, f"m:{i}", upvotes=1, events=1) for i in range(5_000)]
         with pytest.raises(CommitTooLarge):
             write_deltas(database, too_many)
     assert meter.too_large and meter.largest > SPANNER_MUTATION_LIMIT
@@ -104,7 +112,7 @@ def test_a_view_row_operation_costs_at_most_what_the_view_batches_assume() -> No
     from spanner_store.views import MAX_BATCH_ROWS, MUTATIONS_PER_VIEW_ROW
 
     worst = max(
-        count(lambda b: b.insert_or_update(VIEW_ROWS, VIEW_ROW_COLUMNS, [("top", 1, 2, 3, "p", 3, 0)])),
+        count(lambda b: b.insert_or_update(VIEW_ROWS, VIEW_ROW_COLUMNS, [("top", 1, 2, 3, "p") + COUNTS])),
         count(lambda b: b.update(VIEW_ROWS, VIEW_RETIRE_COLUMNS, [("top", 1, 1, 2)])),
         count(lambda b: b.delete(VIEW_ROWS, spanner.KeySet(keys=[["top", 1, 1]]))),
     )
@@ -133,7 +141,7 @@ def test_the_change_log_costs_a_few_mutations_per_commit_not_per_delta() -> None
     assert count(lambda b: b.insert(DELTA_COMMITS, DELTA_COMMIT_COLUMNS, [logged])) == MUTATIONS_PER_DELTA_COMMIT == 6
     candidates = (0, spanner.COMMIT_TIMESTAMP, "c", ids[:16], 0)
     assert count(lambda b: b.insert(TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS, [candidates])) + 6 == MUTATIONS_PER_COMMIT
-    deltas = [PostDelta(p, 1_795_312_800, "w:0:0", 1, 0, 1) for p in ids]
+    deltas = [PostDelta.of(p, 1_795_312_800, "w:0:0", upvotes=1, events=1) for p in ids]
     assert MUTATIONS_PER_DELTA_COMMIT / (mutations_for(deltas) - MUTATIONS_PER_DELTA_COMMIT) < 0.001
 
 
@@ -143,3 +151,17 @@ def test_a_fold_run_record_with_every_skipped_post_it_lists_fits_one_commit() ->
     cost = count(lambda b: (b.insert(FOLD_RUNS, FOLD_RUN_COLUMNS, [row]),
                             b.insert(FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, skipped)))
     assert cost == len(FOLD_RUN_COLUMNS) + MAX_SKIPPED_LISTED * len(FOLD_RUN_SKIPPED_COLUMNS) <= MUTATION_BUDGET
+
+
+def test_the_writers_planned_costs_are_what_the_model_counts_for_their_writes() -> None:
+    """The per-row costs the writers plan with (spanner_store/mutation_cost.py, from the DDL)
+    against this model on real client mutations: a new counter column is counted in both."""
+    from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
+    from spanner_store.tables import HOURLY, HOURLY_COLUMNS, POST_FOLD_COLUMNS
+
+    post = (1, "p") + COUNTS + (HOUR, HOUR, None)
+    assert count(lambda b: b.update(POSTS, POST_FOLD_COLUMNS, [post])) == MUTATIONS_PER_POST
+    assert count(lambda b: b.insert_or_update(HOURLY, HOURLY_COLUMNS, [(1, "p", HOUR) + COUNTS + (None,)])) \
+        == MUTATIONS_PER_HOUR
+    assert count(lambda b: b.insert_or_update(POSTS, POST_KEY_COLUMNS, [(1, "p")])) + len(MODEL[POSTS].columns) - 2 \
+        == MUTATIONS_PER_PARENT

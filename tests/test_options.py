@@ -48,7 +48,7 @@ def test_readme_maps_each_flag_to_its_template_parameter(pipeline: str, param) -
 
 
 def test_both_readmes_carry_the_generated_parameter_table() -> None:
-    from upvotes.template_metadata import stale_files
+    from upvotes.deploy.template_metadata import stale_files
 
     assert stale_files() == []
 
@@ -98,3 +98,28 @@ def test_boolean_parameters_take_a_bare_flag_and_data_boost_is_refused_on_the_em
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", "localhost:9010")
     with pytest.raises(InvalidParameter, match="emulator"):
         PipelineOptions(required + ["--data-boost"]).view_as(FoldOptions).validated()
+
+
+def test_both_pipelines_take_their_options_from_one_function_and_build_without_io(monkeypatch) -> None:
+    """build() only wires: the writer claim is the launch's (no emulator runs here, and no
+    Spanner call may happen); the options of both pipelines come from pipeline_options."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from pipeline import fold, streaming
+    from pipeline.options import LOCAL_RUNNER, pipeline_options
+    from spanner_store.writers import WriterClaim
+
+    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+    monkeypatch.setattr(streaming, "claim_writer", lambda *a: pytest.fail("build() claimed a writer"))
+    argv = ["--project=build-project"] + [f"--{p.flag}={p.example}" for p in STREAMING_PARAMS]
+    options = pipeline_options(argv, streaming=True)
+    assert options.view_as(StandardOptions).streaming and options.view_as(StandardOptions).runner == LOCAL_RUNNER
+    pipeline = beam.Pipeline(options=options)
+    streaming.build(pipeline, options, WriterClaim("job", 3, "job#g3", 2))
+    assert "WindowAndSumVotes" in {t.full_label for t in pipeline.transforms_stack[0].parts}
+
+    fold_options = pipeline_options(["--project=build-project"] + [f"--{p.flag}={p.example}" for p in FOLD_PARAMS],
+                                    streaming=False)
+    assert not fold_options.view_as(StandardOptions).streaming
+    fold.build(beam.Pipeline(options=fold_options), fold_options)

@@ -14,9 +14,10 @@ from schemas.contract import (
     FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_BATCH_BYTES, MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, NDJSON, REASONS, parse_message,
     parse_vote, reason_of,
 )
+from schemas.counters import Counts, one
 from schemas.records import CounterSums, PostHour, Rejected, VoteEvent
-from transforms.parse import ParseVotes
-from transforms.windowing import sum_shard
+from transforms.parse_and_sum import ParseVotes
+from transforms.parse_and_sum import sum_shard
 
 def epoch(rfc3339: str) -> int:
     return int(datetime.fromisoformat(rfc3339).timestamp())
@@ -102,7 +103,7 @@ def per_post_hour(keyed: tuple[int, dict[PostHour, CounterSums]]) -> list[tuple[
 
 
 def message_sums(event: VoteEvent) -> tuple[PostHour, CounterSums]:
-    sums = CounterSums(event.delta, 0, 1) if event.counter == "upvotes" else CounterSums(0, event.delta, 1)
+    sums = CounterSums(one(event.counter, event.delta), 1)
     return PostHour(event.post_id, event.event_hour), sums  # VALID[:2] are different posts: one sum each
 
 
@@ -201,7 +202,7 @@ def test_parse_votes_sums_each_batch_per_post_and_hour() -> None:
         parsed = (p | beam.Create([batch]) | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
                   | ParseVotes())
         assert_that(parsed.sums | beam.FlatMap(per_post_hour),
-                    equal_to([(PostHour("hot", PUBLISHED_HOUR), CounterSums(400, 50, 450)),
-                              (PostHour("cold", PUBLISHED_HOUR), CounterSums(-1, 0, 1))]), label="sums")
+                    equal_to([(PostHour("hot", PUBLISHED_HOUR), CounterSums(Counts(upvotes=400, shares=50), 450)),
+                              (PostHour("cold", PUBLISHED_HOUR), CounterSums(Counts(upvotes=-1), 1))]), label="sums")
         assert_that(parsed.rejected | beam.Map(lambda r: (reason_of(r), r.attributes[LINE_ATTRIBUTE])),
                     equal_to([("not_json", "452")]), label="rejected")

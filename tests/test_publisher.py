@@ -18,16 +18,17 @@ from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
 from schemas.contract import FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, NDJSON, parse_message, parse_vote, reason_of
+from schemas.counters import COUNTERS, Counts
 from schemas.records import VoteEvent
-from upvotes.progress import Progress
-from upvotes.provision import Resources
+from upvotes.devtools.progress import Progress
+from upvotes.devtools.provision import Resources
 from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
-from upvotes.ledger import Ledger
-from upvotes.publishing import (
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.publishing import (
     _interleave, batch_messages, event_message, publish_file, publish_messages, publish_workload,
 )
-from upvotes.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
+from upvotes.devtools.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
 
 START = datetime(2026, 11, 22, 3, 30, tzinfo=timezone.utc)
 VIRAL = Workload(events=10_000, posts=100, zipf=1.2, seed=7, start_time=START)
@@ -44,7 +45,7 @@ def recount(votes: list[VoteEvent]) -> dict[str, dict[str, int]]:
     sums: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for vote in votes:
         sums[vote.post_id][vote.counter] += vote.delta
-    return {post: {"upvotes": c["upvotes"], "shares": c["shares"]} for post, c in sums.items()}
+    return {post: {counter.name: c[counter.contract_name] for counter in COUNTERS} for post, c in sums.items()}
 
 
 # --- the workload -------------------------------------------------------------------------
@@ -99,7 +100,8 @@ def test_every_invalid_payload_is_rejected_for_its_own_reason() -> None:
 
 
 def test_workload_rejects_impossible_parameters() -> None:
-    for bad in ({"posts": 0}, {"events": -1}, {"share_fraction": 0.7, "unvote_fraction": 0.4}, {"zipf": -1.0}):
+    for bad in ({"posts": 0}, {"events": -1}, {"fractions": {"shares": 0.7}, "unvote_fraction": 0.4}, {"zipf": -1.0},
+                {"fractions": {"likes": 0.1}}, {"fractions": {"shares": -0.1}}):
         with pytest.raises(ValueError):
             Workload(**{"events": 10, "posts": 10, **bad})
 
@@ -132,9 +134,9 @@ def test_ledger_keeps_posts_whose_net_is_zero() -> None:
     ledger = Ledger()
     ledger.add({"post_id": "p-9", "counter": "upvotes", "delta": 1, "event_time": "2026-11-22T01:59:59.999Z"})
     ledger.add({"post_id": "p-9", "counter": "upvotes", "delta": -1, "event_time": "2026-11-22T02:00:00.000Z"})
-    assert ledger.totals == {"p-9": {"upvotes": 0, "shares": 0}}
-    assert ledger.hourly() == {"p-9": {"2026-11-22T01:00:00Z": {"upvotes": 1, "shares": 0},
-                                       "2026-11-22T02:00:00Z": {"upvotes": -1, "shares": 0}}}
+    assert ledger.totals == {"p-9": Counts(upvotes=0, shares=0)._asdict()}
+    assert ledger.hourly() == {"p-9": {"2026-11-22T01:00:00Z": Counts(upvotes=1, shares=0)._asdict(),
+                                       "2026-11-22T02:00:00Z": Counts(upvotes=-1, shares=0)._asdict()}}
 
 
 def test_hourly_sums_equal_totals(viral: tuple[Ledger, list[dict]]) -> None:
@@ -284,10 +286,10 @@ def test_publish_file_publishes_lines_as_they_are(own_topic: tuple[str, str], tm
     report, ledger = publish_file(topic, str(path), str(tmp_path / "ledger.json"), None, False)
     assert (report.published, report.invalid, report.failed) == (7, 3, 0)
     assert (ledger.events, ledger.invalid) == (4, 3)
-    assert ledger.totals == {"p-1": {"upvotes": 0, "shares": 0}, "p-2": {"upvotes": 0, "shares": 3},
-                             "p-3": {"upvotes": 1, "shares": 0}}
-    assert ledger.hourly()["p-1"] == {"2026-11-22T01:00:00Z": {"upvotes": 1, "shares": 0},
-                                      "2026-11-22T02:00:00Z": {"upvotes": -1, "shares": 0}}
+    assert ledger.totals == {"p-1": Counts(upvotes=0, shares=0)._asdict(), "p-2": Counts(upvotes=0, shares=3)._asdict(),
+                             "p-3": Counts(upvotes=1, shares=0)._asdict()}
+    assert ledger.hourly()["p-1"] == {"2026-11-22T01:00:00Z": Counts(upvotes=1, shares=0)._asdict(),
+                                      "2026-11-22T02:00:00Z": Counts(upvotes=-1, shares=0)._asdict()}
     assert Ledger.load(tmp_path / "ledger.json").totals == ledger.totals
 
     messages = {message.data: message for message in pull_all(subscription, 7)}

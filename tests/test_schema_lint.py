@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from upvotes.commands.lint_schema import add_arguments, run
-from upvotes.schema_lint import Finding, lint_ddl, lint_files
+from upvotes.devtools.schema_lint import Finding, lint_ddl, lint_files
 
 POSTS_SQL = Path(__file__).parent.parent / "schemas" / "posts.sql"
 

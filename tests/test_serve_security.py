@@ -33,16 +33,16 @@ import httpx
 import pytest
 
 from spanner_store.counts_reader import CountsReader
-from upvotes.http_guards import host_of, json_media_type, origin_key
-from upvotes.live_page import CSRF_META
-from upvotes.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
-from upvotes.rate_limits import TokenBuckets, retry_after
-from upvotes.serve_settings import (
+from upvotes.serving.http_guards import host_of, json_media_type, origin_key
+from upvotes.serving.live_page import CSRF_META
+from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
+from upvotes.serving.rate_limits import TokenBuckets, retry_after
+from upvotes.serving.serve_settings import (
     BURST_SECONDS, SESSION_MAX_DELTA, InvalidServeSetting, ServiceSettings, allowed_hosts_for, flags_table_markdown,
     readme_table,
 )
-from upvotes.service import PubSubVotePublisher, create_app, start_in_background
-from upvotes.write_credentials import CredentialError, resolve_write_credential, write_token_file
+from upvotes.serving.service import PubSubVotePublisher, create_app, start_in_background
+from upvotes.serving.write_credentials import CredentialError, resolve_write_credential, write_token_file
 
 from tests.topic_audit import TopicAudit
 

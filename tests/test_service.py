@@ -15,12 +15,13 @@ import pytest
 from google.cloud import pubsub_v1
 
 from schemas.contract import parse_vote
+from schemas.counters import Counts
 from schemas.records import PostDelta, VoteEvent
 from schemas.voter_sketch import sketch_of
 from spanner_store.counts_reader import CountsReader
 from spanner_store.deltas import write_deltas
 from upvotes.cli import main
-from upvotes.service import (
+from upvotes.serving.service import (
     MAX_BODY_BYTES, MAX_EVENTS, PubSubVotePublisher, ServiceSettings, create_app, start_in_background,
 )
 
@@ -87,7 +88,7 @@ def test_health_docs_and_the_live_page(client) -> None:
 
 
 def test_posts_with_hostile_ids_read_exactly_in_paths_and_queries(client, database) -> None:
-    write_deltas(database, [PostDelta(p, HOUR, f"h:{i}", 10 + i, i, 1) for i, p in enumerate(HOSTILE_IDS)])
+    write_deltas(database, [PostDelta.of(p, HOUR, f"h:{i}", upvotes=10 + i, shares=i, events=1) for i, p in enumerate(HOSTILE_IDS)])
     for i, post_id in enumerate(HOSTILE_IDS):
         one = client.get(f"/v1/posts/{quote(post_id, safe='')}")
         assert one.status_code == 200, (post_id, one.text)
@@ -101,8 +102,8 @@ def test_posts_with_hostile_ids_read_exactly_in_paths_and_queries(client, databa
 
 def test_unique_voters_are_read_on_request_only(client, database) -> None:
     post = "voted/by ü"
-    write_deltas(database, [PostDelta(post, HOUR, "uv:1", 4, 0, 4, sketch_of(["a", "b", "c"])),
-                            PostDelta(post, HOUR + 3600, "uv:2", 2, 0, 2, sketch_of(["c", "d"]))])
+    write_deltas(database, [PostDelta.of(post, HOUR, "uv:1", upvotes=4, events=4, voters=sketch_of(["a", "b", "c"])),
+                            PostDelta.of(post, HOUR + 3600, "uv:2", upvotes=2, events=2, voters=sketch_of(["c", "d"]))])
     plain = client.get(f"/v1/posts/{quote(post, safe='')}").json()
     assert plain["upvotes"] == 6 and "unique_voters" not in plain
     one = client.get(f"/v1/posts/{quote(post, safe='')}", params={"unique": "true"}).json()
@@ -121,9 +122,9 @@ def test_bad_reads_answer_json_reasons(client) -> None:
 
 
 def test_top_ranks_by_exact_counts(client, database) -> None:
-    write_deltas(database, [PostDelta("top-riser", HOUR, "t:1", 10_000, 3, 1)])
+    write_deltas(database, [PostDelta.of("top-riser", HOUR, "t:1", upvotes=10_000, shares=3, events=1)])
     top = client.get("/v1/top", params={"n": 3}).json()
-    assert top["posts"][0] == {"post_id": "top-riser", "upvotes": 10_000, "shares": 3}
+    assert top["posts"][0] == {"post_id": "top-riser", **Counts(upvotes=10_000, shares=3)._asdict()}
     assert top["exact"] is True and top["as_of"].startswith("20")
 
 

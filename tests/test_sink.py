@@ -6,7 +6,8 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from tests.faults import FlakyDatabase
-from schemas.records import PostDelta
+from schemas.counters import Counts
+from schemas.records import PostDelta, PostTotals
 from spanner_store.database import SPANNER_MUTATION_LIMIT
 from spanner_store.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, plan_commits,
@@ -19,7 +20,7 @@ HOUR = 1_795_312_800
 
 
 def deltas(n: int, posts: int, writer: str) -> list[PostDelta]:
-    return [PostDelta(f"p-{i % posts}", HOUR + 3600 * (i % 2), f"{writer}:{i}:0", 1 + i % 3, i % 2, 1) for i in range(n)]
+    return [PostDelta.of(f"p-{i % posts}", HOUR + 3600 * (i % 2), f"{writer}:{i}:0", upvotes=1 + i % 3, shares=i % 2, events=1) for i in range(n)]
 
 
 def row_count(database, where: str = "") -> int:
@@ -44,9 +45,11 @@ def test_plan_commits_keeps_every_delta_once_in_key_order_within_both_limits(n, 
 
 
 def test_plan_commits_counts_index_entries_and_parents() -> None:
-    one_post = plan_commits(deltas(1000, 1, "w"), max_rows=10_000, max_mutations=20_000)
-    many_posts = plan_commits(deltas(1000, 1000, "w"), max_rows=10_000, max_mutations=20_000)
-    assert len(many_posts) > len(one_post)  # each new parent row and its index entry cost mutations
+    # Just enough for 1,000 deltas of one post in one commit.
+    budget = 1000 * MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT + MUTATIONS_PER_COMMIT
+    one_post = plan_commits(deltas(1000, 1, "w"), max_rows=10_000, max_mutations=budget)
+    many_posts = plan_commits(deltas(1000, 1000, "w"), max_rows=10_000, max_mutations=budget)
+    assert len(one_post) == 1 and len(many_posts) > 1  # each new parent row and its index entry cost mutations
     with pytest.raises(ValueError):
         plan_commits(deltas(1, 1, "w"), max_rows=10, max_mutations=MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA)
 
@@ -63,14 +66,14 @@ def test_writing_the_same_batch_twice_leaves_one_copy(stack, database) -> None:
     write(stack, items)
     write(stack, items)
     assert row_count(database, "WHERE STARTS_WITH(DeltaId, 'twice:')") == 120
-    counts = {t.post_id: t.upvotes for t in exact_counts(database, [f"p-{i}" for i in range(10)])}
-    assert sum(counts.values()) >= sum(d.upvotes for d in items)
+    counts = {t.post_id: t.counts.upvotes for t in exact_counts(database, [f"p-{i}" for i in range(10)])}
+    assert sum(counts.values()) >= sum(d.sums.counts.upvotes for d in items)
 
 
 def test_deltas_for_a_post_without_a_posts_row_are_counted(stack, database) -> None:
-    items = [PostDelta("brand-new-post", HOUR, "new:1:0", 5, 2, 7)]
+    items = [PostDelta.of("brand-new-post", HOUR, "new:1:0", upvotes=5, shares=2, events=7)]
     write(stack, items)
-    assert exact_counts(database, ["brand-new-post"])[0]._asdict() == {"post_id": "brand-new-post", "upvotes": 5, "shares": 2}
+    assert exact_counts(database, ["brand-new-post"])[0] == PostTotals("brand-new-post", Counts(upvotes=5, shares=2))
 
 
 @pytest.mark.parametrize("fail_before,fail_after", [(0.5, 0.0), (0.0, 0.5), (0.3, 0.3)])
@@ -78,7 +81,7 @@ def test_injected_aborts_are_retried_and_unseen_successes_are_not_counted_twice(
     stack, database, fail_before, fail_after
 ) -> None:
     writer = f"flaky{int(fail_before * 10)}{int(fail_after * 10)}"
-    items = [PostDelta(f"flaky-{writer}-{i % 5}", HOUR, f"{writer}:{i}:0", 1, 0, 1) for i in range(200)]
+    items = [PostDelta.of(f"flaky-{writer}-{i % 5}", HOUR, f"{writer}:{i}:0", upvotes=1, events=1) for i in range(200)]
     flaky = FlakyDatabase(database, fail_before=fail_before, fail_after=fail_after, seed=7)
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
     fn._database = flaky  # the real emulator database, with faults injected around its commits
@@ -87,11 +90,11 @@ def test_injected_aborts_are_retried_and_unseen_successes_are_not_counted_twice(
     assert failed == []
     assert flaky.injected_before + flaky.injected_after > 0
     totals = exact_counts(database, [f"flaky-{writer}-{i}" for i in range(5)])
-    assert [t.upvotes for t in totals] == [40] * 5
+    assert [t.counts.upvotes for t in totals] == [40] * 5
 
 
 def test_rows_that_can_never_be_written_go_to_the_failed_output(stack, database) -> None:
-    bad = PostDelta("x" * 129, HOUR, "bad:1:0", 1, 0, 1)  # longer than the STRING(128) key column
+    bad = PostDelta.of("x" * 129, HOUR, "bad:1:0", upvotes=1, events=1)  # longer than the STRING(128) key column
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=1000)
     fn.setup()
     fn.start_bundle()

@@ -20,6 +20,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from google.api_core import exceptions
 from google.cloud import spanner
 
+from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import RetryPolicy, open_database, run_with_retries
 from spanner_store.delta_commits import fold_cursor
@@ -28,7 +29,7 @@ from spanner_store.deltas import write_deltas
 from spanner_store.fresh_top import fresh_top
 from spanner_store.moderation import adjust, current_hour
 from spanner_store.reads import verify_totals
-from spanner_store.tables import COMMIT_SHARDS, POSTS, commit_shard, post_key
+from spanner_store.tables import COMMIT_SHARDS, COUNTER_COLUMNS, POSTS, commit_shard, counts_at, post_key
 from spanner_store.writers import claim_generation
 from tests.conftest import new_resources
 from tests.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
@@ -36,7 +37,7 @@ from tests.folding import run_fold
 from tests.test_large_fold import distinct_hour_deltas
 from transforms import fold_deltas, spanner_sink
 from transforms.spanner_sink import WriteDeltaRows
-from upvotes.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
+from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
 HOUR = 1_795_312_800
 SEEDS = range(6)
@@ -51,12 +52,10 @@ def schedule(seed: int) -> dict:
 
 
 def expected_totals(deltas: list[PostDelta]) -> dict[str, dict[str, int]]:
-    totals: dict[str, dict[str, int]] = {}
+    totals: dict[str, Counts] = {}
     for d in deltas:
-        sums = totals.setdefault(d.post_id, {"upvotes": 0, "shares": 0})
-        sums["upvotes"] += d.upvotes
-        sums["shares"] += d.shares
-    return totals
+        totals[d.post_id] = totals.get(d.post_id, Counts()).plus(d.sums.counts)
+    return {post: counts._asdict() for post, counts in totals.items()}
 
 
 @pytest.fixture
@@ -86,8 +85,7 @@ def misbehaving(monkeypatch):
 def test_the_sink_under_a_random_fault_schedule_writes_every_delta_exactly_once(stack, database, misbehaving,
                                                                                 seed) -> None:
     rng = random.Random(seed)
-    deltas = [PostDelta(f"sink-{seed}-{rng.randrange(9)}", HOUR + 3600 * rng.randrange(3), f"w{seed}:{i}:0",
-                        rng.randrange(-2, 9), rng.randrange(3), 1) for i in range(150)]
+    deltas = [PostDelta.of(f"sink-{seed}-{rng.randrange(9)}", HOUR + 3600 * rng.randrange(3), f"w{seed}:{i}:0", upvotes=rng.randrange(-2, 9), shares=rng.randrange(3), events=1) for i in range(150)]
     settings = schedule(seed)
     injected = misbehaving([spanner_sink], **{**settings, "error": exceptions.DeadlineExceeded})
     pipeline = TestPipeline()
@@ -152,8 +150,8 @@ def cursor_of(database):
 def folded_totals(database, post_ids) -> dict[str, dict[str, int]]:
     keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
     with database.snapshot() as snapshot:
-        return {p: {"upvotes": up, "shares": sh}
-                for p, up, sh in snapshot.read(POSTS, columns=("PostId", "Upvotes", "Shares"), keyset=keyset)}
+        return {row[0]: counts_at(row, 1)._asdict()
+                for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)}
 
 
 def ids_in_shard_zero():
@@ -170,8 +168,8 @@ def test_a_run_takes_commits_up_to_its_budget_and_the_next_runs_take_the_rest(fr
     resources, database = fresh
     commit_ids = ids_in_shard_zero()
     monkeypatch.setattr(deltas_module, "new_commit_id", lambda: next(commit_ids))
-    commits = [[PostDelta(f"budget-{c}-{i}", HOUR, f"b:{c}:{i}", 1 + i % 3, i % 2, 1) for i in range(10)]
-               for c in range(3)]
+    commits = [[PostDelta.of(f"budget-{c}-{i}", HOUR, f"b:{c}:{i}", upvotes=1 + i % 3, shares=i % 2, events=1)
+                for i in range(10)] for c in range(3)]
     for commit in commits:
         write_deltas(database, commit)
     everything = [d for commit in commits for d in commit]
@@ -205,7 +203,7 @@ def test_a_run_that_outlives_its_snapshot_fails_instead_of_skipping_a_post(fresh
     resources, database = fresh
     for start in range(0, 4_000, 1_000):
         write_deltas(database, distinct_hour_deltas("outlived", 4_000, "o")[start:start + 1_000])
-    others = [PostDelta(f"outlived-other-{i}", HOUR, f"oo:{i}", 2, 1, 1) for i in range(20)]
+    others = [PostDelta.of(f"outlived-other-{i}", HOUR, f"oo:{i}", upvotes=2, shares=1, events=1) for i in range(20)]
     write_deltas(database, others)
     cursor_before = cursor_of(database)
     CLOCK_OFFSET[0] = timedelta(0)
@@ -229,8 +227,8 @@ def test_a_skipped_post_is_still_ranked_by_the_fresh_top(fresh, monkeypatch) -> 
     """The skipped post's deltas are older than the run's snapshot, so no candidate row after it
     names the post: before, the fresh top certified a ranking without it."""
     resources, database = fresh
-    write_deltas(database, [PostDelta(f"ranked-{i}", HOUR, f"r:{i}", 10 + i, 0, 1) for i in range(10)])
-    write_deltas(database, [PostDelta("stuck", HOUR, "s:0", 1_000, 0, 1)])
+    write_deltas(database, [PostDelta.of(f"ranked-{i}", HOUR, f"r:{i}", upvotes=10 + i, events=1) for i in range(10)])
+    write_deltas(database, [PostDelta.of("stuck", HOUR, "s:0", upvotes=1_000, events=1)])
     real_apply = fold_deltas.apply_folds
 
     def cannot_fold_stuck(transaction, folds, snapshot_at):
@@ -244,14 +242,14 @@ def test_a_skipped_post_is_still_ranked_by_the_fresh_top(fresh, monkeypatch) -> 
     assert [p.post_id for p in cursor_of(database).skipped] == ["stuck"]  # recorded, per post
     top = fresh_top(database, k=3, extra=2)
     assert [p.post_id for p in top.posts] == ["stuck", "ranked-9", "ranked-8"]
-    assert top.posts[0].upvotes == 1_000 and top.exact
+    assert top.posts[0].counts.upvotes == 1_000 and top.exact
 
 
 def test_a_large_moderation_adjustment_is_a_riser_of_the_fresh_top(fresh) -> None:
     resources, database = fresh
-    write_deltas(database, [PostDelta(f"leader-{i}", HOUR, f"l:{i}", 10 + i, 0, 1) for i in range(10)])
+    write_deltas(database, [PostDelta.of(f"leader-{i}", HOUR, f"l:{i}", upvotes=10 + i, events=1) for i in range(10)])
     run_fold(resources)
-    adjust(database, "boost-1", "boosted", 5_000, 0, "restore votes lost upstream", "test", current_hour())
+    adjust(database, "boost-1", "boosted", Counts(upvotes=5_000), "restore votes lost upstream", "test", current_hour())
     top = fresh_top(database, k=3, extra=2)
     assert [p.post_id for p in top.posts][:1] == ["boosted"] and top.exact
 
@@ -262,9 +260,9 @@ def test_a_fold_whose_compare_and_set_runs_after_another_whole_fold_and_sink_com
     takes its snapshot and reads, then, before its first compare-and-set, sink commits land, a
     whole fold B runs (another process, a later snapshot) and more sink commits land."""
     resources, database = fresh
-    first = [PostDelta(f"race-{i}", HOUR, f"a:{i}", 2, 1, 1) for i in range(30)]
-    during = [PostDelta(f"race-{i}", HOUR, f"b:{i}", 1, 0, 1) for i in range(0, 30, 2)]
-    after_b = [PostDelta(f"race-{i}", HOUR, f"c:{i}", 5, 0, 1) for i in range(0, 30, 3)]
+    first = [PostDelta.of(f"race-{i}", HOUR, f"a:{i}", upvotes=2, shares=1, events=1) for i in range(30)]
+    during = [PostDelta.of(f"race-{i}", HOUR, f"b:{i}", upvotes=1, events=1) for i in range(0, 30, 2)]
+    after_b = [PostDelta.of(f"race-{i}", HOUR, f"c:{i}", upvotes=5, events=1) for i in range(0, 30, 3)]
     write_deltas(database, first)
     argv = [sys.executable, "-m", "pipeline.fold", f"--project={resources.project}",
             f"--instance={resources.instance}", f"--database={resources.database}"]
@@ -300,8 +298,7 @@ def test_folds_under_a_random_fault_schedule_stay_exact_and_skip_nothing(fresh, 
     injected = misbehaving([fold_deltas], **schedule(seed))
     written: list[PostDelta] = []
     for batch in range(3):
-        deltas = [PostDelta(f"sched-{seed}-{rng.randrange(25)}", HOUR + 3600 * rng.randrange(2),
-                            f"s{seed}:{batch}:{i}", rng.randrange(1, 6), rng.randrange(2), 1) for i in range(60)]
+        deltas = [PostDelta.of(f"sched-{seed}-{rng.randrange(25)}", HOUR + 3600 * rng.randrange(2), f"s{seed}:{batch}:{i}", upvotes=rng.randrange(1, 6), shares=rng.randrange(2), events=1) for i in range(60)]
         write_deltas(database, deltas)
         written += deltas
         try:

@@ -15,9 +15,9 @@ from spanner_store.health import DeltaHealth
 from transforms.dead_letter import to_dead_letter
 from tests.conftest import new_resources
 from upvotes.cli import main
-from upvotes.provision import provision, provision_pubsub, provision_spanner
-from upvotes.publishing import event_message
-from upvotes.status import Thresholds, problems, status_report
+from upvotes.devtools.provision import provision, provision_pubsub, provision_spanner
+from upvotes.devtools.publishing import event_message
+from upvotes.operations.status import Thresholds, problems, status_report
 from tests.folding import run_fold as fold
 
 HOUR = 1_795_312_800
@@ -30,7 +30,7 @@ def status(stack, capsys, *extra: str) -> tuple[int, dict]:
 
 
 def test_unfolded_deltas_before_a_fold_none_after_and_exit_3_on_a_stale_fold(stack, database, capsys) -> None:
-    deltas = [PostDelta(f"status-{i % 7}", HOUR, f"status-w:{i}:0", 2, 1, 3) for i in range(40)]
+    deltas = [PostDelta.of(f"status-{i % 7}", HOUR, f"status-w:{i}:0", upvotes=2, shares=1, events=3) for i in range(40)]
     write_deltas(database, deltas)
 
     code, before = status(stack, capsys)
@@ -87,10 +87,10 @@ def test_unfolded_deltas_older_than_the_alert_threshold_cross_it_long_before_the
 def test_status_follows_the_change_log_and_agrees_with_a_full_scan(stack, database) -> None:
     from spanner_store.health import delta_health
 
-    write_deltas(database, [PostDelta(f"status-idle-{i}", HOUR, "idle:0", 1, 0, 1) for i in range(200)])
+    write_deltas(database, [PostDelta.of(f"status-idle-{i}", HOUR, "idle:0", upvotes=1, events=1) for i in range(200)])
     fold(stack)  # folds them and records the cursor
-    write_deltas(database, [PostDelta(f"status-new-{i % 6}", HOUR, f"new:{i}", 1, 0, 1) for i in range(18)])
-    write_deltas(database, [PostDelta(f"status-new-{i % 3}", HOUR, f"new2:{i}", 1, 0, 1) for i in range(12)])
+    write_deltas(database, [PostDelta.of(f"status-new-{i % 6}", HOUR, f"new:{i}", upvotes=1, events=1) for i in range(18)])
+    write_deltas(database, [PostDelta.of(f"status-new-{i % 3}", HOUR, f"new2:{i}", upvotes=1, events=1) for i in range(12)])
     log, scan = delta_health(database), delta_health(database, full_scan=True)
     assert (log.unfolded_deltas, log.posts_with_unfolded_deltas) == (scan.unfolded_deltas,
                                                                      scan.posts_with_unfolded_deltas) == (30, 6)
@@ -163,7 +163,7 @@ def test_the_monitoring_backlog_reads_the_newest_sample_of_the_metric() -> None:
     reads the answer, with the client's own types."""
     from google.cloud import monitoring_v3
 
-    from upvotes.backlog import METRIC, MONITORING, BacklogUnknown, monitoring_backlog
+    from upvotes.operations.backlog import METRIC, MONITORING, BacklogUnknown, monitoring_backlog
 
     def point(end_s: int, age: int):
         return monitoring_v3.Point(interval=monitoring_v3.TimeInterval(end_time={"seconds": end_s}),

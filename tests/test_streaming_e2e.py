@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
 import pytest
 from google.cloud import pubsub_v1
@@ -18,10 +17,12 @@ from google.cloud import pubsub_v1
 from pipeline import fold
 from transforms.dead_letter import ERROR_ATTRIBUTE
 from schemas.contract import REASONS
-from upvotes.ledger import Ledger
-from upvotes.publishing import batch_messages, event_message
-from upvotes.workload import Workload, generate_events, invalid_payloads
+from schemas.counters import Counts
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.publishing import batch_messages, event_message
+from upvotes.devtools.workload import Workload, generate_events, invalid_payloads
 from spanner_store.reads import exact_counts
+from spanner_store.tables import COUNTER_COLUMNS, counts_at
 
 EVENTS = 3000
 INVALID = 30
@@ -51,17 +52,17 @@ def publish(stack) -> tuple[dict[str, dict[str, int]], set[bytes]]:
     publisher = pubsub_v1.PublisherClient(
         batch_settings=pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05))
     topic = stack.topic_path(stack.topic)
-    expected: dict[str, dict[str, int]] = defaultdict(lambda: {"upvotes": 0, "shares": 0})
+    ledger = Ledger()
     futures = []
     for event in generate_events(Workload(events=EVENTS, posts=50, zipf=1.2, seed=3)):
-        expected[event["post_id"]][event["counter"]] += event["delta"]
+        ledger.add(event)
         data, attributes = event_message(event)
         futures.append(publisher.publish(topic, data, **attributes))
     invalid = invalid_payloads(INVALID, seed=3)
     futures += [publisher.publish(topic, data, source="e2e-test") for data in invalid]
     for future in futures:
         future.result(timeout=60)
-    return dict(expected), set(invalid)
+    return ledger.totals, set(invalid)
 
 
 def wait_until_exact(stack, database, expected, streaming) -> float:
@@ -71,7 +72,7 @@ def wait_until_exact(stack, database, expected, streaming) -> float:
     while time.monotonic() - started < SETTLE_TIMEOUT_S:
         assert streaming.poll() is None, "the streaming pipeline died"
         fold.run(argv)
-        actual = {t.post_id: {"upvotes": t.upvotes, "shares": t.shares} for t in exact_counts(database, expected)}
+        actual = {t.post_id: t.counts._asdict() for t in exact_counts(database, expected)}
         if actual == expected:
             return time.monotonic() - started
         time.sleep(1)
@@ -104,13 +105,13 @@ def test_streaming_counts_every_vote_exactly_once_and_dead_letters_every_invalid
     expected, invalid = publish(stack)
     seconds = wait_until_exact(stack, database, expected, streaming)
 
+    sums = ", ".join(f"SUM({column})" for column in COUNTER_COLUMNS)
     with database.snapshot() as snapshot:
-        rows = list(snapshot.execute_sql(
-            "SELECT PostId, SUM(Upvotes), SUM(Shares), COUNT(*), SUM(Events) FROM PostDeltas GROUP BY PostId"))
-    deltas = {r[0]: {"upvotes": r[1], "shares": r[2]} for r in rows}
-    nonzero = {p: c for p, c in expected.items() if c != {"upvotes": 0, "shares": 0}}
+        rows = list(snapshot.execute_sql(f"SELECT PostId, COUNT(*), {sums} FROM PostDeltas GROUP BY PostId"))
+    deltas = {r[0]: counts_at(r, 2)._asdict() for r in rows}
+    nonzero = {p: c for p, c in expected.items() if any(c.values())}
     assert {p: c for p, c in deltas.items() if p in nonzero} == nonzero  # the raw deltas, folded or not
-    delta_rows = sum(r[3] for r in rows)
+    delta_rows = sum(r[1] for r in rows)
     print(f"\n{EVENTS} events over {len(expected)} posts counted exactly in {seconds:.1f} s; "
           f"{delta_rows} delta rows ({1000 * delta_rows / EVENTS:.1f} per 1,000 events)")
 
@@ -139,7 +140,7 @@ def test_unique_voters_of_a_burst_are_within_three_percent_of_the_ledger(stack, 
             # up in the folded sketch, half in unfolded deltas.
             half = ledger.totals["burst-1"]
             deadline = time.monotonic() + SETTLE_TIMEOUT_S
-            while exact_counts(database, ["burst-1"])[0][1:] != (half["upvotes"], half["shares"]):
+            while exact_counts(database, ["burst-1"])[0].counts != Counts(**half):
                 assert time.monotonic() < deadline and streaming.poll() is None, "the first half was never counted"
                 time.sleep(0.5)
             outcome, _ = fold.run([f"--project={stack.project}", f"--instance={stack.instance}",

@@ -22,9 +22,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.options import FoldOptions, StreamingOptions
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, Param, parse_values
-from upvotes import gcloud_steps, template_metadata
+from upvotes.deploy import gcloud_steps, template_metadata
 from upvotes.commands import deploy as deploy_command
-from upvotes.deploy_config import DeployConfig, all_params
+from upvotes.deploy.deploy_config import DeployConfig, all_params
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
@@ -227,6 +227,9 @@ def test_dockerfile_beam_version_is_setup_pys() -> None:
     args = [line for line in dockerfile_lines() if line.startswith("ARG BEAM_VERSION=")]
     assert args == [f"ARG BEAM_VERSION={setup_beam_version()}"], "one ARG, equal to setup.py's BEAM_VERSION"
     assert 'f"apache-beam[gcp]=={BEAM_VERSION}"' in (ROOT / "setup.py").read_text(encoding="utf-8")
+    # The local-runner fix is fenced to the Beam it was tested on: the same one.
+    from pipeline.local_runner import TESTED_BEAM_VERSION
+    assert TESTED_BEAM_VERSION == setup_beam_version()
 
 
 def test_base_images_take_their_versions_from_args_only() -> None:
@@ -285,6 +288,34 @@ def test_every_copied_source_exists() -> None:
     assert "WORKDIR /template" in dockerfile_lines()
     for image_path, source in copied_into_image().items():
         assert source.exists(), f"{source} (copied to {image_path}) is missing"
+
+
+def test_the_image_holds_exactly_the_modules_the_pipelines_import() -> None:
+    """The worker image's Python is what the entry files reach through the import graph: no
+    module a pipeline needs is missing, and none it never imports (the read side, the tools)
+    ships to the workers."""
+    import ast
+
+    import grimp
+
+    worker_packages = ("pipeline", "transforms", "spanner_store", "schemas")
+    graph = grimp.build_graph(*worker_packages, include_external_packages=False)
+    reached: set[str] = set()
+    pending = [node.module for kind in KINDS
+               for node in ast.walk(ast.parse((TEMPLATES / f"launch_{kind}.py").read_text(encoding="utf-8")))
+               if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in worker_packages]
+    while pending:
+        module = pending.pop()
+        if module not in reached:
+            reached.add(module)
+            pending.extend(graph.find_modules_directly_imported_by(module))
+    packages = {".".join(module.split(".")[:depth]) for module in reached for depth in (1, 2)}
+    needed = {Path(importlib.util.find_spec(name).origin).relative_to(ROOT) for name in reached | packages}
+    shipped = set()
+    for source in copied_into_image().values():
+        files = source.rglob("*.py") if source.is_dir() else [source]
+        shipped |= {f.relative_to(ROOT) for f in files if f.suffix == ".py" and "templates" not in f.parts}
+    assert shipped - {Path("setup.py")} == needed
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -10,11 +10,13 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms.window import TimestampedValue
 
-from schemas.contract import FORMAT_ATTRIBUTE, NDJSON, sum_message
+from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
+from schemas.counters import Counts
 from schemas.records import CounterSums, PostDelta, PostHour
 from schemas.voter_sketch import MAX_SKETCH_BYTES, VoterUnion, estimate, sketch_of, union_of
 from tests.test_windowing import HOUR, WRITER, streaming_pipeline
-from transforms.windowing import BundleSums, MergeSums, WindowAndSumVotes, sum_shard
+from transforms.parse_and_sum import BundleSums, sum_message, sum_shard
+from transforms.windowing import MergeSums, WindowAndSumVotes
 
 PUBLISHED = HOUR + 60.0
 HOSTILE_IDS = ["'; DROP TABLE Posts; --", "ü", "\u0000", "x" * 128, "a/b?c=d#e", " ", "🙂", "u-1", "U-1", "u-1 "]
@@ -33,7 +35,7 @@ def voters_of(*events: dict) -> set[str] | None:
     sums: dict = {}
     assert sum_message(batch(*events), {FORMAT_ATTRIBUTE: NDJSON}, PUBLISHED, sums) == []
     (acc,) = sums.values()
-    return acc[3]
+    return acc.voters
 
 
 def upvote(user: str | None, delta: int = 1, counter: str = "upvotes") -> dict:
@@ -111,14 +113,14 @@ def test_a_bundle_emits_one_sketch_per_post_and_hour() -> None:
     ((shard, sums),) = [value.value for value in bundle.emit()]
     assert shard == sum_shard("p")
     ((key, total),) = sums.items()
-    assert total[:3] == (95, 0, 95) and estimate(total.voters) == 30
+    assert (total.counts, total.events) == (Counts(upvotes=95), 95) and estimate(total.voters) == 30
 
 
 # --- the window combine -------------------------------------------------------------------
 
 def shard_sums(post: str, voters: list[str], upvotes: int | None = None) -> tuple[int, dict[PostHour, CounterSums]]:
     n = len(voters) if upvotes is None else upvotes
-    return sum_shard(post), {PostHour(post, HOUR): CounterSums(n, 0, n, sketch_of(voters) if voters else None)}
+    return sum_shard(post), {PostHour(post, HOUR): CounterSums(Counts(upvotes=n), n, sketch_of(voters) if voters else None)}
 
 
 def test_merge_sums_unions_sketches_in_any_order_and_copies_its_inputs() -> None:
@@ -129,9 +131,9 @@ def test_merge_sums_unions_sketches_in_any_order_and_copies_its_inputs() -> None
     first = combine.add_input(combine.create_accumulator(), b)
     second = combine.add_input(combine.create_accumulator(), a)
     other = combine.extract_output(combine.merge_accumulators([first, pickle.loads(pickle.dumps(second))]))
-    assert one[key][:3] == other[key][:3] == (1_000, 0, 1_000)
+    assert one[key][:2] == other[key][:2] == (Counts(upvotes=1_000), 1_000)
     assert estimate(one[key].voters) == estimate(other[key].voters) == 700
-    assert estimate(second[key][3].to_bytes()) == 600  # a later accumulator is not changed
+    assert estimate(second[key].voters.to_bytes()) == 600  # a later accumulator is not changed
     assert estimate(a[key].voters) == 600  # nor an input
 
 
@@ -150,28 +152,28 @@ def test_voters_seen_in_many_windows_and_replayed_are_counted_once() -> None:
 
     def check(deltas) -> None:
         by_window = sorted(deltas, key=lambda d: d.delta_id)
-        assert [(d.upvotes, estimate(d.voters)) for d in by_window] == [(757, 500), (500, 500)]
-        assert estimate(union_of(d.voters for d in deltas)) == 600
+        assert [(d.sums.counts.upvotes, estimate(d.sums.voters)) for d in by_window] == [(757, 500), (500, 500)]
+        assert estimate(union_of(d.sums.voters for d in deltas)) == 600
 
     with streaming_pipeline() as p:
         assert_that(p | stream | WindowAndSumVotes(WRITER, window_seconds=10), check)
 
 
 def test_a_pane_whose_votes_cancel_out_is_still_written_for_its_voters() -> None:
-    cancelled = (sum_shard("p"), {PostHour("p", HOUR): CounterSums(0, 0, 2, sketch_of(["alice"]))})
+    cancelled = (sum_shard("p"), {PostHour("p", HOUR): CounterSums(Counts(), 2, sketch_of(["alice"]))})
     stream = TestStream().add_elements([TimestampedValue(cancelled, 1)]).advance_watermark_to_infinity()
 
     def check(deltas) -> None:
-        assert [(d.upvotes, d.shares, estimate(d.voters)) for d in deltas] == [(0, 0, 1)]
+        assert [(d.sums.counts, estimate(d.sums.voters)) for d in deltas] == [(Counts(), 1)]
 
     with streaming_pipeline() as p:
         assert_that(p | stream | WindowAndSumVotes(WRITER, window_seconds=10), check)
 
 
 def test_a_delta_keeps_its_sketch_through_its_dead_letter_json() -> None:
-    delta = PostDelta("p/ü", HOUR, "w:0:0", 3, 0, 3, sketch_of(HOSTILE_IDS))
+    delta = PostDelta.of("p/ü", HOUR, "w:0:0", upvotes=3, events=3, voters=sketch_of(HOSTILE_IDS))
     fields = json.loads(json.dumps(delta.to_json()))
-    assert PostDelta.from_json(fields) == delta and estimate(PostDelta.from_json(fields).voters) == len(HOSTILE_IDS)
-    assert PostDelta.from_json(PostDelta("p", HOUR, "w", 1, 0, 1).to_json()).voters is None
-    legacy = {k: v for k, v in delta._asdict().items() if k != "voters"}  # dead-lettered before sketches
-    assert PostDelta.from_json(legacy) == delta._replace(voters=None)
+    assert PostDelta.from_json(fields) == delta and estimate(PostDelta.from_json(fields).sums.voters) == len(HOSTILE_IDS)
+    assert PostDelta.from_json(PostDelta.of("p", HOUR, "w", upvotes=1, events=1).to_json()).sums.voters is None
+    legacy = {k: v for k, v in delta.to_json().items() if k != "voters"}  # dead-lettered before sketches
+    assert PostDelta.from_json(legacy) == delta._replace(sums=delta.sums._replace(voters=None))

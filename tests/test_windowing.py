@@ -14,9 +14,11 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
+from schemas.counters import Counts, one
 from schemas.records import CounterSums, PostDelta, PostHour
-from transforms.parse import ParseVotes
-from transforms.windowing import SUM_SHARDS, MergeSums, WindowAndSumVotes, delta_id, sum_shard
+from transforms.parse_and_sum import ParseVotes
+from transforms.parse_and_sum import SUM_SHARDS, sum_shard
+from transforms.windowing import MergeSums, WindowAndSumVotes, delta_id
 
 HOUR = 1_795_312_800
 WRITER = "test-writer"
@@ -24,7 +26,7 @@ WRITER = "test-writer"
 
 def vote(post: str, delta: int = 1, counter: str = "upvotes") -> tuple[int, dict[PostHour, CounterSums]]:
     """One vote as ParseVotes emits a bundle's sums: keyed by its post's shard."""
-    sums = CounterSums(delta, 0, 1) if counter == "upvotes" else CounterSums(0, delta, 1)
+    sums = CounterSums(one(counter, delta), 1)
     return sum_shard(post), {PostHour(post, HOUR): sums}
 
 
@@ -55,11 +57,11 @@ def test_a_hot_post_costs_one_delta_per_window() -> None:
         assert_that(
             deltas,
             equal_to([
-                PostDelta("hot", HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), 4, 0, 4),
-                PostDelta("cold", HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), 1, 0, 1),
+                PostDelta.of("hot", HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=4, events=4),
+                PostDelta.of("cold", HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=1, events=1),
                 # DISCARDING: the second window's pane holds only its own votes.
-                PostDelta("hot", HOUR, delta_id(WRITER, 10_000_000, 0, 20_000_000, SUM_SHARDS), -1, 1, 2),
-                PostDelta("hot", HOUR, delta_id(WRITER, 20_000_000, 0, 30_000_000, SUM_SHARDS), 1, 0, 1),
+                PostDelta.of("hot", HOUR, delta_id(WRITER, 10_000_000, 0, 20_000_000, SUM_SHARDS), upvotes=-1, shares=1, events=2),
+                PostDelta.of("hot", HOUR, delta_id(WRITER, 20_000_000, 0, 30_000_000, SUM_SHARDS), upvotes=1, events=1),
             ]),
         )
         # Per window: exactly one delta per post and window.
@@ -89,7 +91,7 @@ def test_a_vote_older_than_the_watermark_is_counted_because_it_is_stamped_on_ing
     )
 
     def check(deltas: list[PostDelta]) -> None:
-        assert [(d.post_id, d.event_hour, d.upvotes, d.events) for d in deltas] == [("p", days_old, 2, 2)]
+        assert [(d.post_id, d.event_hour, d.sums.counts.upvotes, d.sums.events) for d in deltas] == [("p", days_old, 2, 2)]
 
     with streaming_pipeline() as p:
         assert_that((p | stream | ParseVotes()).sums | WindowAndSumVotes(WRITER, window_seconds=10), check)
@@ -117,8 +119,8 @@ def test_sum_of_all_panes_equals_sum_of_inputs_for_a_long_irregular_stream() -> 
     def check(deltas: list[PostDelta]) -> None:
         for post in {p for p, *_ in inputs}:
             got = [d for d in deltas if d.post_id == post]
-            assert sum(d.upvotes for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "upvotes")
-            assert sum(d.shares for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "shares")
+            assert sum(d.sums.counts.upvotes for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "upvotes")
+            assert sum(d.sums.counts.shares for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "shares")
         ids = [(d.post_id, d.event_hour, d.delta_id) for d in deltas]
         assert len(ids) == len(set(ids)), "two panes share a delta key"
         assert len(deltas) > 7 * 5, "every window should have produced a pane per post"
@@ -143,8 +145,9 @@ def test_parse_and_window_group_by_post_and_event_hour() -> None:
     with TestPipeline() as p:
         deltas = (p | beam.Create(messages) | ParseVotes()).sums | WindowAndSumVotes(WRITER, window_seconds=3600)
         assert_that(
-            deltas | beam.Map(lambda d: (d.post_id, d.event_hour, d.upvotes, d.shares, d.events)),
-            equal_to([("p", HOUR, 1, 1, 2), ("p", HOUR + 3600, 1, 0, 1), ("q", HOUR, 1, 0, 1)]),
+            deltas | beam.Map(lambda d: (d.post_id, d.event_hour, d.sums.counts, d.sums.events)),
+            equal_to([("p", HOUR, Counts(upvotes=1, shares=1), 2), ("p", HOUR + 3600, Counts(upvotes=1), 1),
+                      ("q", HOUR, Counts(upvotes=1), 1)]),
         )
 
 
@@ -157,18 +160,19 @@ def test_posts_sharing_a_shard_each_get_their_own_delta() -> None:
         .add_elements([TimestampedValue(vote(post, 1, "shares"), 6) for post in posts[:10]])
         .advance_watermark_to_infinity()
     )
-    expected = [PostDelta(post, HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), i + 1, 1 if i < 10 else 0, 2 if i < 10 else 1)
+    pane = delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS)
+    expected = [PostDelta.of(post, HOUR, pane, upvotes=i + 1, shares=1 if i < 10 else 0, events=2 if i < 10 else 1)
                 for i, post in enumerate(posts)]
     run_stream(stream, equal_to(expected))
 
 
 def test_merge_sums_is_order_free_and_copies_its_inputs() -> None:
-    a = {PostHour("x", HOUR): CounterSums(1, 0, 1), PostHour("y", HOUR): CounterSums(0, 2, 2)}
-    b = {PostHour("x", HOUR): CounterSums(-3, 1, 4)}
+    a = {PostHour("x", HOUR): CounterSums(Counts(upvotes=1), 1), PostHour("y", HOUR): CounterSums(Counts(shares=2), 2)}
+    b = {PostHour("x", HOUR): CounterSums(Counts(upvotes=-3, shares=1), 4)}
     combine = MergeSums()
     one = combine.add_input(combine.add_input(combine.create_accumulator(), a), b)
     other = combine.merge_accumulators([combine.add_input(combine.create_accumulator(), b),
                                         combine.add_input(combine.create_accumulator(), a)])
     assert combine.extract_output(one) == combine.extract_output(other) == {
-        PostHour("x", HOUR): CounterSums(-2, 1, 5), PostHour("y", HOUR): CounterSums(0, 2, 2)}
-    assert a[PostHour("x", HOUR)] == CounterSums(1, 0, 1)  # inputs are not changed in place
+        PostHour("x", HOUR): CounterSums(Counts(upvotes=-2, shares=1), 5), PostHour("y", HOUR): CounterSums(Counts(shares=2), 2)}
+    assert a[PostHour("x", HOUR)] == CounterSums(Counts(upvotes=1), 1)  # inputs are not changed in place

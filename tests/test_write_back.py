@@ -1,4 +1,4 @@
-"""The write-back cache baseline (upvotes/write_back.py) on a real redis-server and the Spanner
+"""The write-back cache baseline (upvotes/devtools/write_back.py) on a real redis-server and the Spanner
 emulator: a flush neither loses nor doubles a vote, with votes arriving during it and with the
 flusher SIGKILLed at each fault point and restarted; what each durability mode keeps across a
 SIGKILL of the server. Skipped only where redis-server is not installed (CI installs it).
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from spanner_store import baseline_counters
+from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
-from upvotes import redis_server, write_back
-from upvotes.ledger import Ledger
-from upvotes.workload import Workload, generate_events
+from upvotes.devtools import redis_server, write_back
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.workload import Workload, generate_events
 
 WINDOW_S = 0.5
 SETTLE_TIMEOUT_S = 60.0
@@ -41,7 +41,8 @@ def wb_database(stack):
 
 
 def votes(n: int, seed: int, prefix: str) -> list[dict]:
-    return list(generate_events(Workload(events=n, posts=30, seed=seed, post_prefix=prefix)))
+    return list(generate_events(Workload(events=n, posts=30, seed=seed, post_prefix=prefix,
+                                         fractions=write_back.WORKLOAD_FRACTIONS)))
 
 
 def ledger_of(events: list[dict]) -> Ledger:
@@ -51,9 +52,14 @@ def ledger_of(events: list[dict]) -> Ledger:
     return ledger
 
 
+def expected(ledger: Ledger) -> dict[str, dict[str, int]]:
+    """The ledger's totals as the baseline keeps them (write_back.COUNTERS)."""
+    return write_back.its_counters(ledger.totals)
+
+
 def wait_until_exact(database, ledger: Ledger, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
-    while write_back.totals(database, ledger.totals) != ledger.totals:
+    while write_back.totals(database, ledger.totals) != expected(ledger):
         assert time.monotonic() < deadline, "the counts in Spanner never matched the ledger"
         time.sleep(0.1)
 
@@ -61,7 +67,7 @@ def wait_until_exact(database, ledger: Ledger, timeout_s: float = SETTLE_TIMEOUT
 def test_sums_of_reads_back_what_record_votes_wrote() -> None:
     fields = {write_back.field("p:1", "upvotes").encode(): b"3", write_back.field("p:1", "shares").encode(): b"-1",
               write_back.field("q", "upvotes").encode(): b"2"}
-    assert write_back.sums_of(fields) == {"p:1": [3, -1], "q": [2, 0]}
+    assert write_back.sums_of(fields) == {"p:1": {"upvotes": 3, "shares": -1}, "q": {"upvotes": 2, "shares": 0}}
 
 
 def test_a_missing_redis_server_names_debians_package(monkeypatch, tmp_path: Path) -> None:
@@ -108,7 +114,7 @@ def test_flushes_during_votes_lose_and_double_nothing(wb_database) -> None:
         outcomes.append(flusher.flush())
         assert flusher.flush() is None  # nothing left in the live hash
     assert sum(1 for o in outcomes if o is not None) >= 3  # several flushes raced the votes
-    assert write_back.totals(wb_database, ledger_of(events).totals) == ledger_of(events).totals
+    assert write_back.totals(wb_database, ledger_of(events).totals) == expected(ledger_of(events))
 
 
 @needs_redis
@@ -128,8 +134,8 @@ def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(stack, wb_d
         assert killed.wait(timeout=SETTLE_TIMEOUT_S) == -signal.SIGKILL
         [staging] = [key.decode() for key in client.scan_iter(match=f"{live}:flush:*")]
         committed = write_back.totals(wb_database, ledger_of(first).totals)
-        assert committed == (ledger_of(first).totals if fault_point == write_back.AFTER_COMMIT
-                             else {post: {"upvotes": 0, "shares": 0} for post in ledger_of(first).totals})
+        assert committed == (expected(ledger_of(first)) if fault_point == write_back.AFTER_COMMIT
+                             else {post: dict.fromkeys(write_back.COUNTERS, 0) for post in ledger_of(first).totals})
 
         write_back.record_votes(client, live, second)  # votes keep coming while no flusher runs
         restarted = write_back.start_process(server.socket_path, live, stack, WINDOW_S, log_path)
@@ -137,7 +143,7 @@ def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(stack, wb_d
             everything = ledger_of(first + second)
             wait_until_exact(wb_database, everything)
             time.sleep(3 * WINDOW_S)  # a few more flushes: nothing is applied twice later
-            assert write_back.totals(wb_database, everything.totals) == everything.totals
+            assert write_back.totals(wb_database, everything.totals) == expected(everything)
         finally:
             restarted.send_signal(signal.SIGTERM)
             assert restarted.wait(timeout=SETTLE_TIMEOUT_S) == 0

@@ -16,12 +16,14 @@ from apache_beam.transforms.window import TimestampedValue
 from google.cloud import spanner
 
 from pipeline.streaming import claim_writer
+from schemas.counters import Counts
 from schemas.records import CounterSums, PostHour
 from spanner_store.reads import exact_counts
 from spanner_store.tables import DELTAS, FIRST_KEY_FORMAT, KEY_FORMAT, WRITER_GENERATIONS, post_key, writer_identity
 from spanner_store.writers import claim_generation
 from transforms.spanner_sink import WriteDeltaRows
-from transforms.windowing import ShardSums, WindowAndSumVotes, shards_of_key, sum_shard
+from transforms.parse_and_sum import ShardSums, shards_of_key, sum_shard
+from transforms.windowing import WindowAndSumVotes
 
 HOUR = 1_795_312_800
 LONG_WINDOW_S = 10**9
@@ -54,7 +56,7 @@ def delta_ids(database, post_id: str) -> list[str]:
 
 def upvotes(post_id: str, n: int) -> list[tuple[int, ShardSums]]:
     """n single upvotes, as n bundles' sums, keyed by the post's shard."""
-    return [(sum_shard(post_id), {PostHour(post_id, HOUR): CounterSums(1, 0, 1)}) for _ in range(n)]
+    return [(sum_shard(post_id), {PostHour(post_id, HOUR): CounterSums(Counts(upvotes=1), 1)}) for _ in range(n)]
 
 
 def test_a_fresh_launch_takes_a_new_generation_and_an_update_keeps_it(database) -> None:
@@ -83,14 +85,14 @@ def test_drain_and_relaunch_within_one_window_counts_both_runs_and_an_update_rep
     ids = delta_ids(database, post)
     assert len(ids) == 2
     assert {i.split(":", 1)[1] for i in ids} == {ids[0].split(":", 1)[1]}  # same window and pane: a collision before
-    assert exact_counts(database, [post])[0].upvotes == 5  # counted once each
+    assert exact_counts(database, [post])[0].counts.upvotes == 5  # counted once each
 
     # An in-place update keeps the relaunch's identity; the pane it replays collides.
     updated = launch_claim(stack, "upvotes-streaming", update=True)
     assert updated.identity == relaunch.identity
     run_votes(stack, updated.identity, upvotes(post, 2))
     assert delta_ids(database, post) == ids
-    assert exact_counts(database, [post])[0].upvotes == 5  # the replayed pane counted once
+    assert exact_counts(database, [post])[0].counts.upvotes == 5  # the replayed pane counted once
 
 
 # --- an update that changes the window length or the shard count ------------------------------
@@ -113,18 +115,18 @@ def test_panes_of_10_s_and_20_s_windows_of_one_writer_post_and_start_both_count(
     post = "resized-post"
     run_layouts(stack, claim.identity, claim.key_format, [(10, upvotes(post, 3)), (20, upvotes(post, 4))])
     assert len(delta_ids(database, post)) == 2
-    assert exact_counts(database, [post])[0].upvotes == 7  # the first format took the 20 s pane as already written
+    assert exact_counts(database, [post])[0].counts.upvotes == 7  # the first format took the 20 s pane as already written
 
 
 def test_panes_of_two_shard_counts_of_one_window_both_count(stack, database) -> None:
     claim = launch_claim(stack, "reshard-job", update=False)
     post = "resharded-post"
-    old = [(sum_shard(post), {PostHour(post, HOUR): CounterSums(1, 0, 1)}) for _ in range(3)]
-    new = [(sum_shard(post, shards=64), {PostHour(post, HOUR): CounterSums(1, 0, 1)}) for _ in range(5)]
+    old = [(sum_shard(post), {PostHour(post, HOUR): CounterSums(Counts(upvotes=1), 1)}) for _ in range(3)]
+    new = [(sum_shard(post, shards=64), {PostHour(post, HOUR): CounterSums(Counts(upvotes=1), 1)}) for _ in range(5)]
     assert shards_of_key(old[0][0]) == 32 and shards_of_key(new[0][0]) == 64
     run_layouts(stack, claim.identity, claim.key_format, [(10, old + new)])
     assert len(delta_ids(database, post)) == 2
-    assert exact_counts(database, [post])[0].upvotes == 8
+    assert exact_counts(database, [post])[0].counts.upvotes == 8
 
 
 def test_an_update_keeps_the_key_format_of_its_generation_and_a_fresh_launch_takes_the_new_one(stack, database) -> None:

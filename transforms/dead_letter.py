@@ -12,9 +12,9 @@ import json
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage, WriteToPubSub
 
+from schemas.contract import ERROR_ATTRIBUTE
 from schemas.records import FailedDelta, Rejected
 
-ERROR_ATTRIBUTE = "error"
 MAX_ATTRIBUTES = 100  # Pub/Sub's limit per message
 MAX_ATTRIBUTE_VALUE_BYTES = 1024
 MAX_DEAD_LETTER_BYTES = 9 * 1024 * 1024  # under Pub/Sub's 10 MB, leaving room for attributes

@@ -14,53 +14,61 @@ and partitions are read in parallel on Dataflow.
 """
 from __future__ import annotations
 
-from datetime import datetime
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from schemas.counters import Counts
 from schemas.voter_sketch import union_of
 from spanner_store.database import (
     DEFAULT_RETRY, MUTATION_BUDGET, TRANSIENT_ERRORS, open_database, run_transaction, run_with_retries,
 )
 from spanner_store.delta_commits import SkippedPost
 from spanner_store.folding import (
-    FoldOutcome, FoldPlan, PostFold, add_hours, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps,
+    FoldKey, FoldOutcome, FoldPlan, PostFold, add_hours, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps,
     oldest_unfolded_commit, outlived_snapshot, plan_fold, plan_partitions, read_candidates, read_partition, read_shard_changes,
     record_fold_run,
 )
-from spanner_store.reads import READ_CHUNK
+from spanner_store.reads import READ_CHUNK, HourSums
 from spanner_store.tables import COMMIT_SHARDS, key_range
 
 LOG = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class PostGain:
+    """What one post's unfolded deltas add up to: the counts, how many deltas, and per event hour."""
+
+    counts: Counts
+    deltas: int
+    hours: dict[datetime, HourSums]
+
+
 class SumPostDeltas(beam.CombineFn):
-    """(EventHour, Upvotes, Shares, Voters) rows of one post -> (upvotes, shares, deltas, {hour: HourSums})."""
+    """(event hour, HourSums) of each unfolded delta of one post -> its PostGain."""
 
-    def create_accumulator(self):
-        return [0, 0, 0, {}]
+    def create_accumulator(self) -> PostGain:
+        return PostGain(Counts(), 0, {})
 
-    def add_input(self, acc, row):
-        _, upvotes, shares, _ = row
-        acc[0] += upvotes
-        acc[1] += shares
-        acc[2] += 1
-        add_hours(acc[3], [row])
+    def add_input(self, acc: PostGain, delta: tuple[datetime, HourSums]) -> PostGain:
+        acc.counts = acc.counts.plus(delta[1].counts)
+        acc.deltas += 1
+        add_hours(acc.hours, [delta])
         return acc
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[PostGain]) -> PostGain:
         total = self.create_accumulator()
         for acc in accumulators:
-            total[0] += acc[0]
-            total[1] += acc[1]
-            total[2] += acc[2]
-            add_hours(total[3], [(h, *sums) for h, sums in acc[3].items()])
+            total.counts = total.counts.plus(acc.counts)
+            total.deltas += acc.deltas
+            add_hours(total.hours, acc.hours.items())
         return total
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: PostGain) -> PostGain:
         return acc
 
 
@@ -120,7 +128,7 @@ class _PlanPartitions(_SpannerDoFn):
 
 
 class _ReadPartition(_CountingDoFn):
-    """One partition of Posts -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta."""
+    """One partition of Posts -> (FoldKey, (hour, HourSums)) for each unfolded delta."""
 
     def process(self, element, snapshot_at: datetime):
         handle, partition = element
@@ -140,7 +148,7 @@ class _ReadChangedPosts(_CountingDoFn):
 
 
 class _ReadCandidates(_CountingDoFn):
-    """A batch of post IDs -> (FoldKey, (hour, upvotes, shares, voters)) for each unfolded delta."""
+    """A batch of post IDs -> (FoldKey, (hour, HourSums)) for each unfolded delta."""
 
     def process(self, post_ids: list[str], snapshot_at: datetime):
         yield from read_candidates(self._database, post_ids, snapshot_at, self.count_rows)
@@ -245,10 +253,10 @@ class _RecordFoldRun(_SpannerDoFn):
         yield outcome
 
 
-def _to_post_fold(keyed) -> PostFold:
-    key, (upvotes, shares, deltas, hours) = keyed
+def _to_post_fold(keyed: tuple[FoldKey, PostGain]) -> PostFold:
+    key, gain = keyed
     # Every delta of the fold is in one of its hours: the post's voters are the hours' union.
-    return PostFold(key, upvotes, shares, deltas, hours, union_of(sums.voters for sums in hours.values()))
+    return PostFold(key, gain.counts, gain.deltas, gain.hours, union_of(sums.voters for sums in gain.hours.values()))
 
 
 def _shards(plan: FoldPlan) -> Iterable[int]:

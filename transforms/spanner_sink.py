@@ -86,7 +86,7 @@ class WriteDeltasFn(beam.DoFn):
                 raise  # the runner retries the bundle; deterministic keys make that safe
             except exceptions.GoogleAPICallError as error:
                 self._failed.inc(len(batch))
-                self._events_failed.inc(sum(delta.events for delta in batch))
+                self._events_failed.inc(sum(delta.sums.events for delta in batch))
                 for delta in batch:
                     yield beam.pvalue.TaggedOutput(self.FAILED, FailedDelta(delta, f"spanner_write_failed: {error}"[:1000]))
 
@@ -97,7 +97,7 @@ class WriteDeltasFn(beam.DoFn):
                                  self._schema_waits.inc)
         self._rows_written.inc(result.written)
         self._rows_already.inc(result.already_written)
-        self._events_written.inc(sum(delta.events for delta in batch))
+        self._events_written.inc(sum(delta.sums.events for delta in batch))
         self._commits.inc()
 
 

@@ -1,9 +1,11 @@
 """Windowing and combining: many votes for a post become one delta per window.
 
-Each bundle's votes are first summed per (post, event hour) as ParseVotes reads them
-(`BundleSums`), and stamped with *ingestion time* (the wall-clock time their bundle ends).
-Windows are fixed, `window_seconds` long, over that time. The vote's own event time is not
-lost: its hour is part of each sum's key and of the delta row, for hourly counts.
+ParseVotes (transforms/parse_and_sum.py) has already summed each bundle's votes per (post,
+event hour), one element per shard of posts, and stamped them with *ingestion time* (the
+wall-clock time their bundle ends). Windows are fixed, `window_seconds` long, over that time,
+and each window's shard emits one delta per post and hour (`MergeSums`, `post_deltas`). The
+vote's own event time is not lost: its hour is part of each sum's key and of the delta row,
+for hourly counts.
 
 Why ingestion time and not event time: a counter must never drop a vote for being late.
 With event-time windows, a vote whose event_time is older than the watermark plus the
@@ -14,14 +16,6 @@ freed when it closes, so state stays bounded by the keys of the open windows. A 
 window with a repeating processing-time trigger would also drop nothing, but its state
 (pane counters, trigger state) is never freed for any key ever seen.
 
-Why the grouping key is a shard of posts (SUM_SHARDS of them) and not the post: a runner's
-cost is per key and per element (profiled on the DirectRunner during a viral burst: its
-trigger driver and per-key state copies took 70% of the pipeline's CPU, for ~600 keys per
-bundle), while merging two dicts of sums costs little. A bundle's sums become one element
-per shard, {(post, event hour): sums}, and each window's shard emits one delta per post
-and hour. The shard is a stable hash of the post (schemas.post_hash), so a post's sums
-meet in one shard on every worker and every run: one delta per post, hour and pane.
-
 Accumulation is DISCARDING: every pane is a delta of its own. ACCUMULATING panes (as in
 Beam's leader board example) repeat earlier panes' votes and would count them twice.
 
@@ -30,8 +24,8 @@ start and end, the pane index and the shard count (`delta_id`). An in-place upda
 change the window length or the shard count while windows of the old layout are still
 open; their panes and the new layout's then share a start and a pane index, and without the
 end and the shard count they would share a key, the second taken as already written. The
-shard count travels in each element's grouping key (`shard_key`) for the same reason: a
-window buffered under the old count fires under the new code. Generations claimed before
+shard count travels in each element's grouping key (parse_and_sum.shard_key) for the same
+reason: a window buffered under the old count fires under the new code. Generations claimed before
 this format keep the first one (spanner_store/writers.py), so an update never re-spells a
 key already written.
 
@@ -44,87 +38,73 @@ still part of each delta's key.
 """
 from __future__ import annotations
 
-import time
-from typing import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Iterable
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import trigger, window
-from apache_beam.transforms.window import GlobalWindows
 
-from schemas import post_hash
-from schemas.contract import EventTimePolicy, Sums, sum_message
-from schemas.records import CounterSums, PostDelta, PostHour, Rejected
-from schemas.voter_sketch import VoterUnion, sketch_of
+from schemas.counters import Counts
+from schemas.records import CounterSums, PostDelta, PostHour
+from schemas.voter_sketch import VoterUnion
 from spanner_store.tables import FIRST_KEY_FORMAT, KEY_FORMAT
-
-# Enough keys to spread the window combine over a few dozen Dataflow workers; few enough
-# that a bundle's elements and a runner's per-key work stay small (see the module docstring).
-SUM_SHARDS = 32
-# The shard count of every job before the count was part of the grouping key: its keys are
-# the bare shard numbers, so an update from such a job keeps grouping with its open windows.
-FIRST_SUM_SHARDS = 32
-_SHARDS_KEY_BASE = 1 << 20  # a grouping key is shards * base + shard, for any other count
-
-ShardSums = dict[PostHour, CounterSums]  # one shard's sums (and voter sketches), per post and event hour
+from transforms.parse_and_sum import ShardSums, shards_of_key
 
 
-def sum_shard(post_id: str, shards: int = SUM_SHARDS) -> int:
-    """The grouping key of a post's sums: stable across processes, workers and runs, and
-    carrying the shard count it was computed with (`shards_of_key`)."""
-    return shard_key(post_hash(post_id) % shards, shards)
+@dataclass(slots=True)
+class _Merged:
+    """One (post, event hour)'s sums within a combine, merged in place; the voters as a
+    growing union, so that each sketch is read once and the union written once."""
 
+    counts: Counts
+    events: int
+    voters: VoterUnion | None
 
-def shard_key(shard: int, shards: int) -> int:
-    return shard if shards == FIRST_SUM_SHARDS else shards * _SHARDS_KEY_BASE + shard
+    def add(self, sums: CounterSums) -> None:
+        self.counts = self.counts.plus(sums.counts)
+        self.events += sums.events
+        if sums.voters is not None:
+            self.voters = (self.voters or VoterUnion()).add(sums.voters)
 
+    def merge(self, other: _Merged) -> None:
+        self.counts = self.counts.plus(other.counts)
+        self.events += other.events
+        if other.voters is not None:
+            self.voters = (self.voters or VoterUnion()).merge(other.voters)
 
-def shards_of_key(key: int) -> int:
-    """The shard count a grouping key was computed with."""
-    return FIRST_SUM_SHARDS if key < _SHARDS_KEY_BASE else key // _SHARDS_KEY_BASE
+    def to_sums(self) -> CounterSums:
+        return CounterSums(self.counts, self.events, None if self.voters is None else self.voters.to_bytes())
 
 
 class MergeSums(beam.CombineFn):
-    """Merges ShardSums; runners combine within each bundle before the shuffle.
+    """Merges ShardSums; runners combine within each bundle before the shuffle."""
 
-    The accumulator maps (post, event hour) to a mutable [upvotes, shares, events, voters]
-    list (voters: a VoterUnion or None), so that merging a sum updates it in place.
-    """
-
-    def create_accumulator(self) -> dict[PostHour, list]:
+    def create_accumulator(self) -> dict[PostHour, _Merged]:
         return {}
 
-    def add_input(self, acc: dict[PostHour, list], sums: ShardSums) -> dict[PostHour, list]:
+    def add_input(self, acc: dict[PostHour, _Merged], sums: ShardSums) -> dict[PostHour, _Merged]:
         for key, value in sums.items():
             total = acc.get(key)
             if total is None:
-                acc[key] = [value[0], value[1], value[2], None if value[3] is None else VoterUnion(value[3])]
+                acc[key] = _Merged(value.counts, value.events, None if value.voters is None else VoterUnion(value.voters))
             else:
-                total[0] += value[0]
-                total[1] += value[1]
-                total[2] += value[2]
-                if value[3] is not None:
-                    total[3] = (total[3] or VoterUnion()).add(value[3])
+                total.add(value)
         return acc
 
-    def merge_accumulators(self, accumulators: Iterable[dict[PostHour, list]]) -> dict[PostHour, list]:
+    def merge_accumulators(self, accumulators: Iterable[dict[PostHour, _Merged]]) -> dict[PostHour, _Merged]:
         accumulators = iter(accumulators)
         merged = next(accumulators, {})  # Beam lets the first be changed; the others are copied
         for acc in accumulators:
             for key, value in acc.items():
                 total = merged.get(key)
                 if total is None:
-                    total = merged[key] = [0, 0, 0, None]
-                total[0] += value[0]
-                total[1] += value[1]
-                total[2] += value[2]
-                if value[3] is not None:
-                    total[3] = (total[3] or VoterUnion()).merge(value[3])
+                    merged[key] = total = _Merged(Counts(), 0, None)
+                total.merge(value)
         return merged
 
-    def extract_output(self, acc: dict[PostHour, list]) -> ShardSums:
-        return {key: CounterSums(up, sh, events, None if voters is None else voters.to_bytes())
-                for key, (up, sh, events, voters) in acc.items()}
+    def extract_output(self, acc: dict[PostHour, _Merged]) -> ShardSums:
+        return {key: total.to_sums() for key, total in acc.items()}
 
 
 def delta_id(writer: str, window_start_us: int, pane_index: int, window_end_us: int, shards: int,
@@ -136,49 +116,12 @@ def delta_id(writer: str, window_start_us: int, pane_index: int, window_end_us: 
     return f"{writer}:{window_start_us}:{pane_index}:{window_end_us}:{shards}"
 
 
-class BundleSums:
-    """Sums per (post, event hour) over one bundle, emitted when the bundle ends, stamped with
-    that moment as their ingestion time (see the module docstring). Each message is parsed
-    and summed in one pass (schemas.contract.sum_message); windowing and the shuffle see one
-    element per shard of posts per bundle. The bundle is not yet committed when it emits, so
-    the watermark is still held behind it. ParseVotes keeps one per bundle, so no element is
-    made per vote at all."""
-
-    def __init__(self) -> None:
-        self._sums: Sums = {}
-
-    def add_message(self, data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
-                    policy: EventTimePolicy, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
-        """Adds the message's accepted votes; returns its rejected events."""
-        return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour)
-
-    @property
-    def votes(self) -> int:
-        return sum(acc[2] for acc in self._sums.values())
-
-    def emit(self):
-        """One element per shard: (shard, ShardSums), stamped with the bundle's end."""
-        now = time.time()
-        shards: dict[int, ShardSums] = {}
-        shard_of: dict[str, int] = {}
-        for (post_id, event_hour), acc in self._sums.items():
-            shard = shard_of.get(post_id)
-            if shard is None:
-                shard = shard_of[post_id] = sum_shard(post_id)
-            voters = acc[3]
-            shards.setdefault(shard, {})[PostHour(post_id, event_hour)] = CounterSums(
-                acc[0], acc[1], acc[2], None if voters is None else sketch_of(voters))
-        for shard, sums in shards.items():
-            yield GlobalWindows.windowed_value((shard, sums), timestamp=now)
-
-
 def post_deltas(sums: ShardSums, pane_id: str) -> Iterable[PostDelta]:
     """One pane's delta rows: one per post and hour, except sums whose votes cancel out and
     name no voter, which change nothing."""
     for key, total in sums.items():
-        if total.upvotes or total.shares or total.voters is not None:
-            yield PostDelta(post_id=key.post_id, event_hour=key.event_hour, delta_id=pane_id,
-                            upvotes=total.upvotes, shares=total.shares, events=total.events, voters=total.voters)
+        if not total.counts.is_zero() or total.voters is not None:
+            yield PostDelta(key.post_id, key.event_hour, pane_id, total)
 
 
 class _ToPostDeltas(beam.DoFn):
@@ -195,7 +138,7 @@ class _ToPostDeltas(beam.DoFn):
                            self._key_format)
         events = 0
         for delta in post_deltas(sums, pane_id):
-            events += delta.events
+            events += delta.sums.events
             yield delta
         self._without_effect.inc(sum(total.events for total in sums.values()) - events)
 

@@ -1,6 +1,6 @@
 """`upvotes capacity`: what this design, read-modify-write and sharded counters need at a workload.
 
-The arithmetic is upvotes.capacity_model (pure, unit-tested, checked against the
+The arithmetic is upvotes.operations.capacity_model (pure, unit-tested, checked against the
 write-amplification benchmark). This module gathers its inputs: the workload from flags, the
 sink's batching from pipeline.params and spanner_store, the pipeline's per-core rate from the
 benchmark's results file when there is one, and the named assumptions, each overridable.
@@ -12,8 +12,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from upvotes.commands.argument_types import non_negative_float, positive_float, positive_int
-from upvotes.errors import UsageError
+from upvotes.argument_types import non_negative_float, positive_float, positive_int
+from upvotes.commands.errors import UsageError
 
 HELP = "Model what the design, read-modify-write and sharded counters need at a workload (no cloud calls)."
 
@@ -38,7 +38,7 @@ SINK_ROWS_PER_CORE = (10_000.0, "assumed: client-side mutation encoding and gRPC
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from pipeline.params import STREAMING_PARAMS, defaults
-    from upvotes.workload import DEFAULT_BATCH_SIZE
+    from upvotes.devtools.workload import DEFAULT_BATCH_SIZE
 
     work = parser.add_argument_group("workload")
     work.add_argument("--votes-per-s", type=positive_float, default=1_000_000, help="votes per second (default 1000000)")
@@ -107,7 +107,7 @@ def _chain_rate(args: argparse.Namespace) -> tuple[float, str]:
 
 
 def _assumption(given: float | None, flag: str, default: tuple[float, str]):
-    from upvotes.capacity_model import Assumption
+    from upvotes.operations.capacity_model import Assumption
 
     return Assumption(given, f"given by --{flag}") if given else Assumption(*default)
 
@@ -117,7 +117,7 @@ def _sink_shape():
     from spanner_store.database import MUTATION_BUDGET
     from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
     from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
-    from upvotes.capacity_model import SinkShape
+    from upvotes.operations.capacity_model import SinkShape
 
     return SinkShape(
         rows_per_commit=defaults(STREAMING_PARAMS)["rows_per_commit"], mutation_budget=MUTATION_BUDGET,
@@ -129,7 +129,7 @@ def _sink_shape():
 
 
 def run(args: argparse.Namespace) -> int:
-    from upvotes.capacity_model import Assumption, Assumptions, Workload, capacity
+    from upvotes.operations.capacity_model import Assumption, Assumptions, Workload, capacity
 
     workload = Workload(
         votes_per_s=args.votes_per_s, posts=args.posts, zipf=args.zipf, batch_size=args.batch_size,

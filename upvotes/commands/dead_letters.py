@@ -6,9 +6,9 @@ import json
 import sys
 import time
 
-from upvotes.commands.argument_types import positive_int
+from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_project_argument, open_database_of
-from upvotes.errors import UsageError
+from upvotes.commands.errors import UsageError
 
 HELP = "Show the kept dead letters by reason, or replay them (failed delta rows, corrected votes)."
 
@@ -39,7 +39,7 @@ def _kept_subscription(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from google.cloud import pubsub_v1
 
-    from upvotes.dead_letters import backlog_by_reason, pull_dead_letters, release
+    from upvotes.operations.dead_letters import backlog_by_reason, pull_dead_letters, release
 
     if args.action == "replay" and not (args.instance and args.database):
         raise UsageError("replay needs --instance and --database (where failed delta rows are re-written)")
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_corrected(path: str) -> dict:
-    from upvotes.dead_letters import read_corrected_votes
+    from upvotes.operations.dead_letters import read_corrected_votes
 
     try:
         with open(path, "rb") as lines:
@@ -83,7 +83,7 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
 
     from spanner_store.database import run_with_retries
     from spanner_store.deltas import write_new_deltas
-    from upvotes.dead_letters import acknowledge, execute_replay, plan_replay
+    from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay
 
     plan = plan_replay(held, corrected)
     if args.dry_run:

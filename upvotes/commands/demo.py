@@ -16,8 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-from upvotes import emulators, local_stream
-from upvotes.provision import Resources, provision
+from schemas.counters import COUNTERS, RANKING
+from upvotes.devtools import emulators, local_stream
+from upvotes.devtools.provision import Resources, provision
 
 HELP = "Run everything locally end to end on the emulators: the race against read-modify-write, every count checked."
 
@@ -29,6 +30,9 @@ WARM_UP_POST = "demo-warm-up"
 READY_TIMEOUT_S = 120.0
 # unique voters are an estimate (schemas/voter_sketch.py): about 0.8% standard error above 1,000 voters
 UNIQUE_TOLERANCE = 0.03
+# The race's votes give each counter besides upvotes (schemas/counters.py) a fifth of the
+# events, so every counter shows in the demo, even one `upvotes publish` sends none of unless asked.
+DEMO_FRACTIONS = {counter.name: 0.2 for counter in COUNTERS if counter is not RANKING}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +82,7 @@ def _count_dead_letters(res: Resources, expected: int, timeout_s: float = 60) ->
 
 def _best_read_modify_write(database, seconds: float):
     """The best of read-modify-write's two best configurations on this emulator (see bench/README.md)."""
-    from upvotes.race import CLIENT_RETRY, JITTERED_RETRY, BaselineConfig, run_baseline
+    from upvotes.devtools.race import CLIENT_RETRY, JITTERED_RETRY, BaselineConfig, run_baseline
 
     runs = []
     for config in (BaselineConfig(1, 1, CLIENT_RETRY), BaselineConfig(1, 2, JITTERED_RETRY)):
@@ -94,12 +98,12 @@ def _best_read_modify_write(database, seconds: float):
 def _wait_until_ready(database, topic_path: str, stream, log_path: Path) -> None:
     """Publishes one vote and waits until it is counted: the pipeline is up and reading."""
     from spanner_store.reads import exact_counts
-    from upvotes.publishing import event_message, publish_messages
+    from upvotes.devtools.publishing import event_message, publish_messages
 
     publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
                      progress=False)
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while exact_counts(database, [WARM_UP_POST])[0].upvotes < 1:
+    while exact_counts(database, [WARM_UP_POST])[0].counts.upvotes < 1:
         _check_alive(stream, log_path)
         if time.monotonic() > deadline:
             raise RuntimeError(f"the streaming pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")
@@ -111,12 +115,12 @@ def _start_live_page(res: Resources, work_dir: Path):
     Writes need a credential as with `upvotes serve`: $UPVOTES_WRITE_TOKEN, or a token generated
     into the work directory (mode 0600); the page's own button uses its session."""
     try:
-        from upvotes.service import serve_in_background
+        from upvotes.serving.service import serve_in_background
     except ModuleNotFoundError as missing:
         say(f"no live page: {missing.name} is not installed (pip install -e '.[serve]')")
         return None
-    from upvotes.serve_settings import ServiceSettings
-    from upvotes.write_credentials import resolve_write_credential
+    from upvotes.serving.serve_settings import ServiceSettings
+    from upvotes.serving.write_credentials import resolve_write_credential
 
     credential = resolve_write_credential(None, os.environ, work_dir / "serve-token")
     service = serve_in_background(res.project, res.instance, res.database, res.topic,
@@ -133,11 +137,11 @@ def _check_alive(stream, log_path: Path) -> None:
 
 def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> int:
     from pipeline import fold
-    from spanner_store import baseline_counters
+    from upvotes.devtools import baseline_counters
     from spanner_store.database import open_database
     from spanner_store.reads import delta_row_counts, exact_counts, top_posts, verify_totals, verify_unique_voters
-    from upvotes.race import race_pipeline
-    from upvotes.workload import Workload
+    from upvotes.devtools.race import race_pipeline
+    from upvotes.devtools.workload import Workload
 
     res = RESOURCES
     say(f"provisioning {res.instance}/{res.database} and topic {res.topic} on the emulators")
@@ -156,7 +160,8 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     try:
         _wait_until_ready(database, topic_path, stream, stream_log)
         service = _start_live_page(res, work_dir)
-        workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42)
+        workload = Workload(events=args.events, posts=args.posts, zipf=args.zipf, invalid=args.invalid, seed=42,
+                            fractions=DEMO_FRACTIONS)
         say(f"race, part 2: {args.events:,} votes over {args.posts:,} posts (Zipf {args.zipf}), {args.batch_size} "
             f"per message, and {args.invalid} invalid messages, through Pub/Sub and the pipeline")
         race = race_pipeline(database, topic_path, workload, args.batch_size, args.timeout,
@@ -181,7 +186,8 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
         top = top_posts(database, 5)
         say("top 5 posts by upvotes (folded):")
         for rank, post in enumerate(top.posts, 1):
-            say(f"  {rank}. {post.post_id:<12} {post.upvotes:>8,} upvotes {post.shares:>8,} shares")
+            counts = " ".join(f"{value:>8,} {name}" for name, value in post.counts._asdict().items())
+            say(f"  {rank}. {post.post_id:<12} {counts}")
 
         mismatches = verify_totals(database, race.ledger.totals)
         dead = _count_dead_letters(res, race.ledger.invalid)

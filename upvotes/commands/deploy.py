@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TextIO
 
 from pipeline.params import InvalidParameter
-from upvotes.deploy_config import REPO_ROOT, DeployConfig, environment_help
-from upvotes.gcloud_steps import ACTIONS, execute_steps, print_steps, steps_for
-from upvotes.template_metadata import parameter_table_markdown, stale_files, write_metadata
-from upvotes.errors import UsageError
+from upvotes.deploy.deploy_config import REPO_ROOT, DeployConfig, environment_help
+from upvotes.deploy.gcloud_steps import ACTIONS, execute_steps, print_steps, steps_for
+from upvotes.deploy.template_metadata import parameter_table_markdown, stale_files, write_metadata
+from upvotes.commands.errors import UsageError
 
 HELP = "Dataflow flex templates, launch commands, scheduler job and IAM for Google Cloud."
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             if not args.dry_run:
                 return 1
     if args.action == "alerts":
-        from upvotes.monitoring import alert_steps, write_rendered
+        from upvotes.deploy.monitoring import alert_steps, write_rendered
 
         for path in write_rendered(cfg, root):  # local files only; the commands below read them
             print(f"# rendered {path}", file=out)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from upvotes import emulators
+from upvotes.devtools import emulators
 
 HELP = "Start, stop or check the local Spanner and Pub/Sub emulators."
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from upvotes.schema_lint import lint_files
+from upvotes.devtools.schema_lint import lint_files
 
 HELP = "Check Spanner DDL files for write hotspots."
 

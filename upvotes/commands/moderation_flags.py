@@ -7,7 +7,7 @@ import json
 import re
 import uuid
 
-from upvotes.errors import UsageError
+from upvotes.commands.errors import UsageError
 
 ADJUSTMENT_ID = r"[A-Za-z0-9][-A-Za-z0-9_.]{0,63}"
 
@@ -45,5 +45,4 @@ def required_reason(args: argparse.Namespace) -> str:
 
 def print_result(result) -> None:
     """One JSON line: the adjustment as recorded, and whether this run wrote it."""
-    record = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in result.adjustment._asdict().items()}
-    print(json.dumps({**record, "written_now": result.written}))
+    print(json.dumps({**result.adjustment.to_json(), "written_now": result.written}))

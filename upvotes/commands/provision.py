@@ -9,7 +9,7 @@ HELP = "Create the topics, subscriptions, Spanner instance (emulator) and databa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from upvotes.provision import DEFAULT_INSTANCE_CONFIG
+    from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG
 
     add_database_arguments(parser)
     parser.add_argument("--topic", required=True, help="Pub/Sub topic the publishers send votes to")
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from upvotes.provision import Resources, provision
+    from upvotes.devtools.provision import Resources, provision
 
     resources = Resources(args.project, args.instance, args.database, args.topic, args.subscription,
                           args.dead_letter_topic, args.dead_letter_subscription or "")

@@ -6,17 +6,19 @@ import os
 import re
 from pathlib import Path
 
+from pipeline.params import PUBSUB_NAME
 from schemas.contract import MAX_BATCH_EVENTS
+from schemas.counters import Counter
 from upvotes.commands.database_flags import add_project_argument
-from upvotes.errors import UsageError
-from upvotes.workload import DEFAULT_BATCH_SIZE
+from upvotes.commands.errors import UsageError
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, OTHER_COUNTERS
 
 HELP = (
     "Publish vote events (a generated viral workload or a JSON-lines file) to Pub/Sub, "
     "with a ledger of the exact expected totals."
 )
 TOPIC_CHECK_TIMEOUT_S = 10.0
-_TOPIC_ID = r"[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}"  # Pub/Sub's resource name rules
+_TOPIC_ID = PUBSUB_NAME  # Pub/Sub's resource name rules, as the pipeline parameters check them
 _TOPIC_PATH = re.compile(rf"projects/[^/]+/topics/{_TOPIC_ID}")
 
 
@@ -58,6 +60,10 @@ def _check_topic(topic_path: str) -> None:
         raise UsageError(f"cannot reach {where}: {error}{hint}") from None
 
 
+def _fraction_dest(counter: Counter) -> str:
+    return f"{counter.noun}_fraction"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_project_argument(parser)
     parser.add_argument("--topic", required=True, help="topic to publish to: a bare name or projects/P/topics/T")
@@ -83,8 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help="invalid messages to mix in for the dead-letter path (default: %(default)s)")
     generated.add_argument("--unvote-fraction", type=float, default=0.1, metavar="F",
                            help="fraction of events that are un-votes, -1 upvote (default: %(default)s)")
-    generated.add_argument("--share-fraction", type=float, default=0.2, metavar="F",
-                           help="fraction of events that are shares, +1 share (default: %(default)s)")
+    for counter in OTHER_COUNTERS:
+        generated.add_argument(f"--{counter.noun}-fraction", type=float, default=counter.generated_fraction,
+                               metavar="F", dest=_fraction_dest(counter),
+                               help=f"fraction of events that are {counter.name}, +1 {counter.noun} (default: %(default)s)")
     generated.add_argument("--batch-size", type=int, metavar="N",
                            help="events per message (contract v2, ndjson), 1 to 1000; 1 sends one event per message "
                            f"(default: {DEFAULT_BATCH_SIZE})")
@@ -98,8 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from upvotes.publishing import publish_file, publish_workload
-    from upvotes.workload import Workload
+    from upvotes.devtools.publishing import publish_file, publish_workload
+    from upvotes.devtools.workload import Workload
 
     topic_path = resolve_topic(args.project, args.topic)
     if args.rate is not None and args.rate <= 0:
@@ -116,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         workload = None if args.file else Workload(
             events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid, voters=args.voters,
-            unvote_fraction=args.unvote_fraction, share_fraction=args.share_fraction,
+            unvote_fraction=args.unvote_fraction,
+            fractions={counter.name: getattr(args, _fraction_dest(counter)) for counter in OTHER_COUNTERS},
         )
     except ValueError as error:
         raise UsageError(str(error)) from None

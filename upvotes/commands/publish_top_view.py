@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 
 from spanner_store.views import DEFAULT_BATCH_ROWS, DEFAULT_K, DEFAULT_KEEP_VERSIONS_S, DEFAULT_VIEW
-from upvotes.commands.argument_types import non_negative_float, positive_int
+from upvotes.argument_types import non_negative_float, positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 
 HELP = "Publish the top K posts as a new, incrementally written view version."

@@ -5,7 +5,7 @@ import argparse
 import json
 from datetime import datetime, timedelta, timezone
 
-from upvotes.commands.argument_types import utc_time
+from upvotes.argument_types import utc_time
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 
 HELP = ("Exact counts of posts (folded aggregate plus unfolded deltas, one snapshot); "
@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """JSON lines: {"post_id", "upvotes", "shares"} per post; with --hourly
-    {"post_id", "hour", "upvotes", "shares"}, per post in the order given, hours ascending;
+    """JSON lines: {"post_id", one field per counter} per post; with --hourly
+    {"post_id", "hour", one field per counter}, per post in the order given, hours ascending;
     with --unique, "unique_voters" too."""
     from spanner_store.hourly import hour_text, hourly_counts
     from spanner_store.reads import exact_counts
@@ -37,12 +37,12 @@ def run(args: argparse.Namespace) -> int:
     database = open_database_of(args)
     if not args.hourly:
         for totals in exact_counts(database, args.post_ids, args.unique):
-            print(json.dumps(totals._asdict()))
+            print(json.dumps(totals.to_json()))
         return 0
     since = args.since or datetime.now(timezone.utc) - timedelta(hours=24)
     for post_id in args.post_ids:
         for count in hourly_counts(database, post_id, since, args.until, args.unique):
-            record = {"post_id": post_id, "hour": hour_text(count.hour), "upvotes": count.upvotes, "shares": count.shares}
+            record = {"post_id": post_id, "hour": hour_text(count.hour), **count.counts._asdict()}
             if args.unique:
                 record["unique_voters"] = count.unique_voters
             print(json.dumps(record))

@@ -1,15 +1,15 @@
-"""`upvotes serve`: the HTTP service for app servers (upvotes/service.py) and the live page at /.
+"""`upvotes serve`: the HTTP service for app servers (upvotes/serving/service.py) and the live page at /.
 
-Its flags, defaults and limits live in upvotes/serve_settings.py; its write credential
-comes from upvotes/write_credentials.py (README "Security")."""
+Its flags, defaults and limits live in upvotes/serving/serve_settings.py; its write credential
+comes from upvotes/serving/write_credentials.py (README "Security")."""
 from __future__ import annotations
 
 import argparse
 import os
 
 from upvotes.commands.database_flags import add_database_arguments
-from upvotes.errors import UsageError
-from upvotes.serve_settings import (
+from upvotes.commands.errors import UsageError
+from upvotes.serving.serve_settings import (
     InvalidServeSetting, ServiceSettings, add_serve_flags, allowed_hosts_for,
 )
 
@@ -34,10 +34,10 @@ def settings_of(args: argparse.Namespace, tokens: tuple[str, ...]) -> ServiceSet
 
 def run(args: argparse.Namespace) -> int:
     from spanner_store.database import classic_sessions_for_concurrent_reads
-    from upvotes.write_credentials import CredentialError, resolve_write_credential
+    from upvotes.serving.write_credentials import CredentialError, resolve_write_credential
 
     try:
-        from upvotes.service import serve_in_background
+        from upvotes.serving.service import serve_in_background
     except ModuleNotFoundError as missing:
         raise UsageError(f"upvotes serve needs {missing.name}: pip install -e '.[serve]' "
                          "(make install does)") from None

@@ -6,9 +6,9 @@ import argparse
 import json
 from typing import Callable, TypeVar
 
-from upvotes.commands.argument_types import positive_int
+from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.deploy_config import DeployConfig
+from upvotes.deploy.deploy_config import DeployConfig
 
 T = TypeVar("T")
 HELP = ("Health of a deployment (fold lag, unfolded deltas, rates, dead letters, last delta commit, votes "
@@ -73,7 +73,7 @@ def _recorded(database) -> tuple[dict[str, str], str | None]:
 def dead_letter_backlog(subscription: str, limit: int) -> dict[str, int]:
     from google.cloud import pubsub_v1
 
-    from upvotes.dead_letters import backlog_by_reason, pull_dead_letters, release
+    from upvotes.operations.dead_letters import backlog_by_reason, pull_dead_letters, release
 
     subscriber = pubsub_v1.SubscriberClient()
     try:
@@ -89,7 +89,7 @@ def _checked(what: str, flag: str, subscription: str | None, read: Callable[[str
     """`read(subscription)`, or None with the reason added to `not_checked`."""
     from google.api_core import exceptions
 
-    from upvotes.backlog import BacklogUnknown
+    from upvotes.operations.backlog import BacklogUnknown
 
     if subscription is None:
         not_checked.append(f"no {what} to check: `upvotes provision` records it (or pass {flag})")
@@ -104,8 +104,8 @@ def _checked(what: str, flag: str, subscription: str | None, read: Callable[[str
 def run(args: argparse.Namespace) -> int:
     from spanner_store.health import delta_health
     from spanner_store.liveness import read_last_delta_commit
-    from upvotes.backlog import read_backlog
-    from upvotes.status import (
+    from upvotes.operations.backlog import read_backlog
+    from upvotes.operations.status import (
         EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, liveness_problems, liveness_report, problems, status_report,
     )
 

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from pipeline.params import STREAMING_PARAMS, WINDOW_SECONDS
-from upvotes.commands.argument_types import positive_float
+from upvotes.argument_types import positive_float
 from upvotes.commands.pipeline_flags import add_pipeline_arguments, pipeline_inputs
 
 HELP = "Run the streaming pipeline: Pub/Sub votes to Spanner delta rows."

@@ -7,11 +7,12 @@ import json
 import sys
 import time
 
+from schemas.counters import NAMES
 from spanner_store.fresh_top import DEFAULT_EXTRA
 from spanner_store.views import DEFAULT_VIEW
-from upvotes.commands.argument_types import positive_int
+from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.errors import UsageError
+from upvotes.commands.errors import UsageError
 
 HELP = ("Top posts by exact upvotes (folded + unfolded, one snapshot), fresh without a fold, "
         "each line saying whether the ranking is certified exact; --version/--page page through a "
@@ -50,20 +51,20 @@ def run(args: argparse.Namespace) -> int:
         if not args.watch:
             print(summary, file=sys.stderr)
             for rank, post in enumerate(top.posts, 1):
-                print(json.dumps({"rank": rank, **post._asdict(), "as_of": top.as_of.isoformat(),
+                print(json.dumps({"rank": rank, **post.to_json(), "as_of": top.as_of.isoformat(),
                                   "exact": top.exact, "folded_through": folded}))
             return 0
         print("\x1b[2J\x1b[H", end="")
         print(f"top {args.n} posts by upvotes; {summary}; Ctrl-C to stop\n")
-        print(f"{'rank':>4}  {'post':<32} {'upvotes':>12} {'shares':>10}")
+        print(f"{'rank':>4}  {'post':<32}" + "".join(f" {name:>12}" for name in NAMES))
         for rank, post in enumerate(top.posts, 1):
-            print(f"{rank:>4}  {post.post_id[:32]:<32} {post.upvotes:>12,} {post.shares:>10,}")
+            print(f"{rank:>4}  {post.post_id[:32]:<32}" + "".join(f" {value:>12,}" for value in post.counts))
         sys.stdout.flush()
         time.sleep(args.interval)
 
 
 def _print_page(args: argparse.Namespace) -> int:
-    """One page of a view as JSON lines (version, rank, post_id, upvotes, shares)."""
+    """One page of a view as JSON lines (version, rank, post_id, one field per counter)."""
     from spanner_store.views import read_top_page
 
     top = read_top_page(open_database_of(args), args.version, args.page or 1, args.page_size, view=args.view)
@@ -71,5 +72,5 @@ def _print_page(args: argparse.Namespace) -> int:
     print(f"view {top.view} version {top.version} ({age}): page {top.page} of {top.pages}, "
           f"{top.ranked_rows} ranked rows", file=sys.stderr)
     for row in top.rows:
-        print(json.dumps({"version": top.version, **row._asdict()}))
+        print(json.dumps({"version": top.version, **row.to_json()}))
     return 0

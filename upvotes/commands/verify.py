@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.errors import UsageError
+from upvotes.commands.errors import UsageError
 
 HELP = "Compare every post's exact count with a publisher ledger; exit 1 on any mismatch."
 
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spanner_store.reads import verify_totals, verify_unique_voters
-    from upvotes.ledger import Ledger
+    from upvotes.devtools.ledger import Ledger
 
     try:
         ledger = Ledger.load(args.ledger)

@@ -1,7 +1,8 @@
 """The HTTP service app servers call (`upvotes serve`): exact counts, fresh top posts, and
 validated vote publishing, on FastAPI + uvicorn.
 
-    GET  /v1/posts/{post_id}        {"post_id", "upvotes", "shares", "as_of"}; unknown posts read as zeros
+    GET  /v1/posts/{post_id}        {"post_id", "upvotes", "shares", "as_of"} (a field per counter,
+                                    schemas/counters.py); unknown posts read as zeros
     GET  /v1/posts?id=a&id=b        {"posts": [...]}
          (either, with ?unique=true) each count also has "unique_voters"
     GET  /v1/top?n=10               {"posts": [{"post_id", "upvotes", "shares"}...], "as_of", "exact", "bound", "folded_through"}
@@ -10,7 +11,7 @@ validated vote publishing, on FastAPI + uvicorn.
                                     202 {"accepted": n, "rejected": [{"line", "error"}]}; 400 when nothing is valid
     GET  /healthz                   {"status": "ok", "spanner_reads": n, "limits": {...}, "refused": {...}}
     GET  /docs, /openapi.json       the OpenAPI description
-    GET  /                          the live page (upvotes/live_page.py), with its session cookie
+    GET  /                          the live page (upvotes/serving/live_page.py), with its session cookie
     GET  /live-page.js, .css        its script and style
 
 Reads go through one spanner_store.counts_reader.CountsReader per process, so a hot post
@@ -23,9 +24,9 @@ format=ndjson, a new event_id for the batch, one v1 event per line, at most MAX_
 events and MAX_BODY_BYTES bytes). The reply comes after Pub/Sub has accepted the message.
 
 Security (README "Security"): every answer passes the Host allowlist (421) and carries the
-security headers (upvotes/http_guards.py). A write needs a credential: a bearer token
-(upvotes/write_credentials.py), compared in constant time, or the live page's session
-cookie with that session's anti-CSRF token in X-CSRF-Token (upvotes/live_sessions.py). It
+security headers (upvotes/serving/http_guards.py). A write needs a credential: a bearer token
+(upvotes/serving/write_credentials.py), compared in constant time, or the live page's session
+cookie with that session's anti-CSRF token in X-CSRF-Token (upvotes/serving/live_sessions.py). It
 is refused if its Origin is foreign (403), if it is not application/json or
 application/x-ndjson (415: no "simple" cross-site request can write), and past the rate
 limits of its credential and, without a valid token, of its client address (429 with
@@ -70,12 +71,12 @@ from schemas.contract import (
     MAX_POST_ID_CHARS, NDJSON, parse_message, parse_vote, reason_of,
 )
 from schemas.records import Rejected, VoteEvent
-from spanner_store.counts_reader import CountsReader, PostCount
-from upvotes.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
-from upvotes.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
-from upvotes.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
-from upvotes.rate_limits import TokenBuckets, retry_after
-from upvotes.serve_settings import BURST_SECONDS, SESSION_MAX_DELTA, ServiceSettings
+from spanner_store.counts_reader import DEFAULT_REFRESH_S, CountsReader
+from upvotes.serving.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
+from upvotes.serving.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
+from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
+from upvotes.serving.rate_limits import TokenBuckets, retry_after
+from upvotes.serving.serve_settings import BURST_SECONDS, SESSION_MAX_DELTA, ServiceSettings
 
 LOG = logging.getLogger(__name__)
 # A request carries at most what one contract v2 batch may: it is published as one message.
@@ -155,14 +156,6 @@ def message_for(events: list[bytes]) -> tuple[bytes, dict[str, str]]:
 
 
 UNIQUE_HELP = "add unique_voters: distinct user IDs that upvoted (a HyperLogLog estimate)"
-
-
-def _count_json(count: PostCount) -> dict:
-    record = {"post_id": count.post_id, "upvotes": count.upvotes, "shares": count.shares,
-              "as_of": count.as_of.isoformat()}
-    if count.unique_voters is not None:
-        record["unique_voters"] = count.unique_voters
-    return record
 
 
 def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -364,7 +357,7 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
     @app.get("/v1/posts/{post_id:path}", summary="One post's exact counts")
     def read_post(post_id: str, unique: bool = Query(False, description=UNIQUE_HELP)) -> dict:
         _check_post_id(post_id)
-        return _count_json(reader.get(post_id, unique))
+        return reader.get(post_id, unique).to_json()
 
     @app.get("/v1/posts", summary="Several posts' exact counts, in the order asked")
     def read_posts(id: list[str] = Query(..., description="a post ID; repeat for more"),  # noqa: A002
@@ -373,13 +366,13 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
             raise HTTPException(400, f"{len(id)} ids, at most {MAX_IDS_PER_READ} per request")
         for post_id in id:
             _check_post_id(post_id)
-        return {"posts": [_count_json(count) for count in reader.get_many(id, unique)]}
+        return {"posts": [count.to_json() for count in reader.get_many(id, unique)]}
 
     @app.get("/v1/top", summary="Top posts by exact upvotes, fresh without a fold")
     def read_top(n: int = Query(10, ge=1, le=MAX_TOP_N)) -> dict:
         top = reader.top(n)
         return {
-            "posts": [{"post_id": p.post_id, "upvotes": p.upvotes, "shares": p.shares} for p in top.posts],
+            "posts": [post.to_json() for post in top.posts],
             "as_of": top.as_of.isoformat(), "exact": top.exact, "bound": top.bound,
             "folded_through": None if top.folded_through is None else top.folded_through.isoformat(),
         }
@@ -499,10 +492,10 @@ def start_in_background(app: ASGIApp, settings: ServiceSettings, host: str = "12
 
 def serve_in_background(project: str, instance: str, database: str, topic: str | None, settings: ServiceSettings,
                         host: str = "127.0.0.1", port: int = 0, staleness_s: float = 0.0,
-                        refresh_s: float = 1.0) -> RunningService:
+                        refresh_s: float = DEFAULT_REFRESH_S) -> RunningService:
     """The whole service on one database (and votes topic, ID or path), started in a background
     thread: what `upvotes serve` runs, for the demo and tests. `.url` is the live page."""
-    from pipeline.options import pubsub_path
+    from pipeline.params import pubsub_path
     from spanner_store.database import open_database
 
     reader = CountsReader(open_database(project, instance, database), staleness_s=staleness_s, refresh_s=refresh_s)

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, event_hour
-from schemas.records import COUNTERS, UPVOTES, VoteEvent
-
-_COUNTER_INDEX = {counter: index for index, counter in enumerate(COUNTERS)}
+from schemas.counters import NAME_OF, NAMES, VOTER_CONTRACT_NAMES
+from schemas.records import VoteEvent
 
 
 def _hour_text(hour_s: int) -> str:
@@ -26,15 +25,27 @@ def _hour_seconds(hour_text: str) -> int:
     return int(datetime.fromisoformat(hour_text).timestamp())
 
 
+def _sums(sums_by_key: dict, key) -> dict[str, int]:
+    found = sums_by_key.get(key)
+    if found is None:
+        found = sums_by_key[key] = dict.fromkeys(NAMES, 0)
+    return found
+
+
+def _counts(saved: dict[str, int]) -> dict[str, int]:
+    """A saved ledger's sums; a counter it does not name (one added since it was written) is 0."""
+    return {name: saved.get(name, 0) for name in NAMES}
+
+
 class Ledger:
     """The exact totals that a correct pipeline reaches for the valid events published."""
 
     def __init__(self) -> None:
         self.events = 0
         self.invalid = 0
-        self._posts: dict[str, list[int]] = {}  # post -> [upvotes, shares]
-        self._hourly: dict[str, dict[int, list[int]]] = {}  # post -> hour (epoch s) -> [upvotes, shares]
-        self._voters: dict[str, set[str]] = {}  # post -> user IDs with an upvote
+        self._posts: dict[str, dict[str, int]] = {}  # post -> {counter name: sum}
+        self._hourly: dict[str, dict[int, dict[str, int]]] = {}  # post -> hour (epoch s) -> {counter name: sum}
+        self._voters: dict[str, set[str]] = {}  # post -> user IDs of its voters (schemas/voter_sketch.py)
         self._loaded_unique: dict[str, int] = {}  # distinct voters per post, from a saved ledger
 
     def add(self, event: dict[str, Any]) -> None:
@@ -50,17 +61,17 @@ class Ledger:
         self.invalid += n
 
     def _count(self, post_id: str, counter: str, delta: int, hour_s: int, user_id: str | None) -> None:
-        if counter == UPVOTES and delta > 0 and user_id is not None:
+        if counter in VOTER_CONTRACT_NAMES and delta > 0 and user_id is not None:
             self._voters.setdefault(post_id, set()).add(user_id)
-        index = _COUNTER_INDEX[counter]
+        name = NAME_OF[counter]
         self.events += 1
-        self._posts.setdefault(post_id, [0, 0])[index] += delta
-        self._hourly.setdefault(post_id, {}).setdefault(hour_s, [0, 0])[index] += delta
+        _sums(self._posts, post_id)[name] += delta
+        _sums(self._hourly.setdefault(post_id, {}), hour_s)[name] += delta
 
     @property
     def totals(self) -> dict[str, dict[str, int]]:
-        """{post_id: {"upvotes": n, "shares": m}} for every post with a valid event, net 0 included."""
-        return {post: dict(zip(COUNTERS, sums)) for post, sums in self._posts.items()}
+        """{post_id: {counter name: n}} for every post with a valid event, net 0 included."""
+        return {post: dict(sums) for post, sums in self._posts.items()}
 
     @property
     def unique_voters(self) -> dict[str, int]:
@@ -69,9 +80,9 @@ class Ledger:
         return {post: len(self._voters.get(post, ())) for post in self._posts} | self._loaded_unique
 
     def hourly(self) -> dict[str, dict[str, dict[str, int]]]:
-        """{post_id: {"2026-11-22T01:00:00Z": {"upvotes": n, "shares": m}}}, by event hour."""
+        """{post_id: {"2026-11-22T01:00:00Z": {counter name: n}}}, by event hour."""
         return {
-            post: {_hour_text(hour): dict(zip(COUNTERS, sums)) for hour, sums in sorted(hours.items())}
+            post: {_hour_text(hour): dict(sums) for hour, sums in sorted(hours.items())}
             for post, hours in self._hourly.items()
         }
 
@@ -85,9 +96,9 @@ class Ledger:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
         ledger = cls()
         ledger.events, ledger.invalid = document["events"], document["invalid"]
-        ledger._posts = {post: [sums[c] for c in COUNTERS] for post, sums in document["posts"].items()}
+        ledger._posts = {post: _counts(sums) for post, sums in document["posts"].items()}
         ledger._hourly = {
-            post: {_hour_seconds(hour): [sums[c] for c in COUNTERS] for hour, sums in hours.items()}
+            post: {_hour_seconds(hour): _counts(sums) for hour, sums in hours.items()}
             for post, hours in document["hourly"].items()
         }
         ledger._loaded_unique = document.get("unique_voters", {})  # absent: a ledger from before voters

@@ -8,7 +8,7 @@ rows name, their watermarks and unfolded deltas; with a dead-letter topic, up to
 Its cost follows what is unfolded and recent, not the number of posts (`rows_read` says how much).
 And whether the stream runs (`liveness_report`): the last delta commit
 (spanner_store/liveness.py) and the age of the votes subscription's oldest unacknowledged message
-(upvotes/backlog.py). The subscriptions are those `upvotes provision` recorded
+(upvotes/operations/backlog.py). The subscriptions are those `upvotes provision` recorded
 (spanner_store/watches.py) unless flags name others; a check that cannot be made is a problem,
 never healthy.
 """
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spanner_store.health import DeltaHealth
-from upvotes.backlog import Backlog
+from upvotes.operations.backlog import Backlog
 from spanner_store.tables import DELTA_RETENTION_DAYS
-from upvotes.deploy_config import DeployConfig
+from upvotes.deploy.deploy_config import DeployConfig
 
 EXIT_HEALTHY = 0
 EXIT_THRESHOLD_CROSSED = 3

@@ -11,13 +11,19 @@ import itertools
 import random
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import orjson
 
-from schemas.records import SHARES, UPVOTES
+from schemas.counters import COUNTERS, RANKING
+
+# The counters a workload sends besides the ranking counter (upvotes, which takes the rest),
+# with the share of events each gets unless told otherwise (schemas/counters.py).
+OTHER_COUNTERS = tuple(counter for counter in COUNTERS if counter is not RANKING)
+DEFAULT_FRACTIONS: Mapping[str, float] = {counter.name: counter.generated_fraction for counter in OTHER_COUNTERS}
+UPVOTES_ONLY: Mapping[str, float] = {counter.name: 0.0 for counter in OTHER_COUNTERS}
 
 SPAN_MS = 2 * 3600 * 1000  # generated event times cover the two hours before the start time
 # Events per message for generated workloads: each message costs the same fixed work in Pub/Sub
@@ -31,8 +37,10 @@ class Workload:
     """A viral workload, deterministic for a given seed and start_time.
 
     Each event goes to post `<post_prefix><rank>` (p-<rank> by default), the rank drawn from
-    Zipf(zipf) over `posts` posts (p-1 is the hottest). It is a share (+1 shares) with probability share_fraction, an
-    un-vote (-1 upvotes) with probability unvote_fraction, otherwise an upvote (+1).
+    Zipf(zipf) over `posts` posts (p-1 is the hottest). It is +1 of another counter than upvotes
+    with the probability `fractions` gives it (by counter name; DEFAULT_FRACTIONS for those it
+    does not name), an un-vote (-1 upvotes) with probability unvote_fraction, otherwise an
+    upvote (+1).
     Event times rise through the two hours before start_time (default: now; a naive
     datetime is taken as UTC), so at least two event hours appear.
     """
@@ -42,7 +50,7 @@ class Workload:
     zipf: float = 1.2
     seed: int = 0
     unvote_fraction: float = 0.1
-    share_fraction: float = 0.2
+    fractions: Mapping[str, float] = field(default_factory=dict)
     invalid: int = 0
     start_time: datetime | None = None
     post_prefix: str = "p-"  # post IDs are <post_prefix><rank>
@@ -57,9 +65,19 @@ class Workload:
             raise ValueError("voters must be at least 1")
         if self.zipf < 0:
             raise ValueError("the Zipf exponent must not be negative (0 spreads votes evenly)")
-        fractions = (self.unvote_fraction, self.share_fraction)
+        unknown = set(self.fractions) - set(DEFAULT_FRACTIONS)
+        if unknown:
+            raise ValueError(f"no fraction can be given for {', '.join(sorted(unknown))}: only for "
+                             f"{', '.join(DEFAULT_FRACTIONS)}")
+        fractions = (self.unvote_fraction, *self.counter_fractions.values())
         if min(fractions) < 0 or sum(fractions) > 1:
-            raise ValueError("unvote and share fractions must be at least 0 and add up to at most 1")
+            raise ValueError(f"the fractions of un-votes and of {', '.join(DEFAULT_FRACTIONS)} must be at least 0 "
+                             "and add up to at most 1")
+
+    @property
+    def counter_fractions(self) -> dict[str, float]:
+        """The share of events of each counter other than upvotes, by name."""
+        return {name: self.fractions.get(name, default) for name, default in DEFAULT_FRACTIONS.items()}
 
 
 def generate_events(workload: Workload) -> Iterator[dict[str, Any]]:
@@ -69,12 +87,15 @@ def generate_events(workload: Workload) -> Iterator[dict[str, Any]]:
     weight = cumulative[-1]
     start = workload.start_time or datetime.now(timezone.utc)
     start_ms = int((start if start.tzinfo else start.replace(tzinfo=timezone.utc)).timestamp() * 1000)
-    unvote_below = workload.share_fraction + workload.unvote_fraction
+    # Each kind of event below a cut of the unit interval: the other counters, un-votes, upvotes.
+    cuts = list(zip(itertools.accumulate(workload.counter_fractions.values()),
+                    [(counter.contract_name, 1) for counter in OTHER_COUNTERS]))
+    cuts.append(((cuts[-1][0] if cuts else 0.0) + workload.unvote_fraction, (RANKING.contract_name, -1)))
     for index in range(workload.events):
         # min(): a draw rounding up to exactly `weight` would index one past the last post.
         rank = min(bisect.bisect_right(cumulative, rng.random() * weight), workload.posts - 1) + 1
         kind = rng.random()
-        counter, delta = (SHARES, 1) if kind < workload.share_fraction else (UPVOTES, -1 if kind < unvote_below else 1)
+        counter, delta = next((event for cut, event in cuts if kind < cut), (RANKING.contract_name, 1))
         # Rising times with jitter, like a live stream, ending just before start_time.
         event_ms = start_ms - int(SPAN_MS * (workload.events - index - rng.random()) / workload.events)
         yield {
@@ -118,7 +139,7 @@ def invalid_payloads(count: int, seed: int = 0) -> list[bytes]:
     for index in range(count):
         vote = {
             "post_id": f"p-{rng.randint(1, 100)}",
-            "counter": UPVOTES,
+            "counter": RANKING.contract_name,
             "delta": 1,
             "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
             "event_time": "2026-11-22T01:02:03.456Z",

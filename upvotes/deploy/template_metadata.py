@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from pipeline.params import Param
-from upvotes.deploy_config import KINDS, PARAMS, REPO_ROOT, DeployConfig, all_params
+from upvotes.deploy.deploy_config import KINDS, PARAMS, REPO_ROOT, DeployConfig, all_params
 
 TEMPLATE_INFO: dict[str, dict[str, object]] = {
     "streaming": {

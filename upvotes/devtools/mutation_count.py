@@ -16,7 +16,8 @@ including indexes"):
 
 Range and whole-table deletes of an indexed table cannot be counted without reading the
 rows, so they are reported as unbounded (`math.inf`): code in this project must not build
-them. The schema is parsed from posts.sql, so a new index is counted without an edit here.
+them. The schema is parsed from posts.sql (schemas/ddl.py), so a new index is counted without
+an edit here.
 
 `commit_key_ranges` counts a second cost the emulator hides: on real Spanner a commit that
 writes rows in many splits coordinates all of them (two-phase commit across participants),
@@ -25,58 +26,12 @@ so the distinct key ranges a commit writes are a proxy for its splits.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from google.cloud.spanner_v1 import Mutation
 
-import schemas
+from schemas.ddl import TableModel
 from spanner_store.tables import key_range
-
-_CREATE_TABLE = re.compile(r"^CREATE TABLE (\w+) \((.*)\) PRIMARY KEY \(([^)]*)\)", re.IGNORECASE)
-_CREATE_INDEX = re.compile(
-    r"^CREATE (?:UNIQUE )?(NULL_FILTERED )?INDEX (\w+) ON (\w+) \(([^)]*)\)(?: STORING \(([^)]*)\))?",
-    re.IGNORECASE)
-_ALTER_ADD_COLUMN = re.compile(r"^ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+)", re.IGNORECASE)
-
-
-def _names(column_list: str) -> tuple[str, ...]:
-    """"PostHash, EventHour DESC" -> ("PostHash", "EventHour")."""
-    return tuple(part.split()[0] for part in column_list.split(",") if part.strip())
-
-
-@dataclass(frozen=True)
-class IndexModel:
-    name: str
-    table: str
-    key: tuple[str, ...]  # the index's own key columns
-    entry: tuple[str, ...]  # every column an entry holds: its key, the table key, STORING
-    null_filtered: bool
-
-
-@dataclass(frozen=True)
-class TableModel:
-    name: str
-    key: tuple[str, ...]
-    indexes: tuple[IndexModel, ...]
-
-
-def schema_model(statements: Iterable[str] | None = None) -> dict[str, TableModel]:
-    """Tables and their secondary indexes, from DDL statements (default: schemas/posts.sql)."""
-    keys: dict[str, tuple[str, ...]] = {}
-    indexes: dict[str, list[IndexModel]] = {}
-    for statement in schemas.ddl_statements() if statements is None else statements:
-        statement = " ".join(statement.split())
-        if table := _CREATE_TABLE.match(statement):
-            keys[table.group(1)] = _names(table.group(3))
-            indexes.setdefault(table.group(1), [])
-        elif index := _CREATE_INDEX.match(statement):
-            null_filtered, name, table_name, key_list, storing = index.groups()
-            key = _names(key_list)
-            entry = key + tuple(c for c in keys[table_name] if c not in key) + _names(storing or "")
-            indexes.setdefault(table_name, []).append(IndexModel(name, table_name, key, entry, bool(null_filtered)))
-    return {name: TableModel(name, key, tuple(indexes[name])) for name, key in keys.items()}
 
 
 def _write_cost(kind: str, table: TableModel, columns: Sequence[str], rows: Sequence[Sequence[bool]]) -> int:

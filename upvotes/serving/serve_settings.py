@@ -19,7 +19,8 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from schemas.contract import MAX_ABS_DELTA
-from upvotes.commands.argument_types import non_negative_float, positive_float
+from spanner_store.counts_reader import DEFAULT_REFRESH_S
+from upvotes.argument_types import non_negative_float, positive_float
 
 # Loopback names a browser on this machine may use; the bind address and --allowed-host add to them.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -159,7 +160,7 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
     ServeFlag("staleness-seconds", "Read counts this many seconds in the past (exact staleness: any replica can "
               "serve them); 0 reads strong.", 0.0, non_negative_float),
     ServeFlag("refresh-seconds", "How long a post's count is served from this process's cache before one Spanner "
-              "read refreshes it.", 1.0, non_negative_float),
+              "read refreshes it.", DEFAULT_REFRESH_S, non_negative_float),
     ServeFlag("token-file", f"File holding the bearer token(s) writes need, one a line (or set ${TOKEN_ENV}); "
               "without either, a token is generated at start, printed once and written to "
               ".upvotes/serve-token (mode 0600).", None, Path),
@@ -196,7 +197,7 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
                                 help=flag.help + shown)
 
 
-TABLE_START = "<!-- serve-flags:start (generated from upvotes/serve_settings.py; do not edit) -->"
+TABLE_START = "<!-- serve-flags:start (generated from upvotes/serving/serve_settings.py; do not edit) -->"
 TABLE_END = "<!-- serve-flags:end -->"
 
 

@@ -13,7 +13,7 @@ check all of it offline, `upvotes deploy ACTION --dry-run` prints the exact comm
     upvotes deploy schedule    Cloud Scheduler job launching the fold template every N minutes
     upvotes deploy all         all of the above, in that order (after metadata)
 
-The settings are a DeployConfig (upvotes/deploy_config.py); the template parameters of a launch
+The settings are a DeployConfig (upvotes/deploy/deploy_config.py); the template parameters of a launch
 and of the scheduler's launch body come from the parameter table in pipeline/params.py.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, TextIO
 
-from upvotes.deploy_config import KINDS, PARAMS, REPO_ROOT, DeployConfig
+from upvotes.deploy.deploy_config import KINDS, PARAMS, REPO_ROOT, DeployConfig
 
 ACTIONS = ("metadata", "setup", "provision", "iam", "build", "run", "schedule", "all", "alerts")
 

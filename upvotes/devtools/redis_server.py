@@ -1,6 +1,6 @@
-"""A local redis-server for the write-back baseline (upvotes/write_back.py, bench/write_back.py).
+"""A local redis-server for the write-back baseline (upvotes/devtools/write_back.py, bench/write_back.py).
 
-Started like the emulators (upvotes/emulators.py): a process group of its own, ready only once it
+Started like the emulators (upvotes/devtools/emulators.py): a process group of its own, ready only once it
 answers a real command, stopped on the way out. It listens on a unix socket only (no TCP port:
 loopback is not a boundary) in a private temporary directory (mode 0700), which also holds its
 append-only file, so that a restart after a SIGKILL reloads what the durability mode kept.
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from upvotes.emulators import EmulatorError, is_alive, terminate_group
+from upvotes.devtools.emulators import EmulatorError, is_alive, terminate_group
 
 PACKAGE = "redis-server"
 NONE, AOF_EVERYSEC, AOF_ALWAYS = "none", "aof_everysec", "aof_always"

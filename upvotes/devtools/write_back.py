@@ -19,9 +19,10 @@ its delete adds the same sums again when it restarts. This one neither loses nor
 A staging key's contents never change, so its parts are the same on every attempt. Spanner's
 serializable transactions make this safe even with two flushers on one key.
 
-It is a baseline, not part of the product: the benchmarks run it (`python -m upvotes.write_back`,
+It is a baseline, not part of the product: the benchmarks run it (`python -m upvotes.devtools.write_back`,
 a process of its own so that it can be killed), never Dataflow. It needs the `bench` extra
-(redis-py with hiredis). The tables are in schemas/baseline_counters.sql.
+(redis-py with hiredis). The tables are in schemas/baseline_counters.sql. It keeps two counters,
+upvotes and shares (COUNTERS), whatever the system declares: a fixed baseline.
 """
 from __future__ import annotations
 
@@ -38,14 +39,17 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from google.cloud import spanner
 
-from schemas.records import COUNTERS
 from spanner_store.database import RetryPolicy, open_database, run_transaction, run_with_retries
-from upvotes.provision import Resources
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.workload import DEFAULT_FRACTIONS
 
+COUNTERS = ("upvotes", "shares")  # what this baseline counts, in COUNTER_COLUMNS order
+# A generated workload for it: the default mix of the counters it keeps, nothing of the others.
+WORKLOAD_FRACTIONS = {name: fraction if name in COUNTERS else 0.0 for name, fraction in DEFAULT_FRACTIONS.items()}
 COUNTERS_TABLE = "WriteBackCounters"
 FLUSHES_TABLE = "WriteBackFlushes"
 COUNTER_COLUMNS = ("PostId", "Upvotes", "Shares")
@@ -91,37 +95,50 @@ def record_votes(client, live_key: str, events: Iterable[dict[str, Any]]) -> Non
     pipeline.execute()
 
 
-def sums_of(hash_fields: dict[bytes, bytes]) -> dict[str, list[int]]:
-    """{post_id: [upvotes, shares]} from a staging hash's fields."""
-    sums: dict[str, list[int]] = {}
+Sums = dict[str, dict[str, int]]  # post_id -> {counter: sum}, every one of COUNTERS
+
+
+def sums_of(hash_fields: dict[bytes, bytes]) -> Sums:
+    """{post_id: {"upvotes": n, "shares": m}} from a staging hash's fields."""
+    sums: Sums = {}
     for name, value in hash_fields.items():
         counter, post_id = name.decode("utf-8").split(":", 1)
-        sums.setdefault(post_id, [0] * len(COUNTERS))[COUNTERS.index(counter)] += int(value)
+        sums.setdefault(post_id, dict.fromkeys(COUNTERS, 0))[counter] += int(value)
     return sums
 
 
-def apply_part(transaction, flush_id: str, part: int, sums: dict[str, list[int]]) -> bool:
+def apply_part(transaction, flush_id: str, part: int, sums: Sums) -> bool:
     """The body of one part's transaction: adds `sums` to the counters and logs (flush_id, part),
     unless the log already holds it. Returns whether it applied."""
     if list(transaction.read(FLUSHES_TABLE, columns=("FlushId",), keyset=spanner.KeySet(keys=[[flush_id, part]]))):
         return False
     posts = sorted(sums)
-    current = {row[0]: row[1:] for row in transaction.read(
-        COUNTERS_TABLE, columns=COUNTER_COLUMNS, keyset=spanner.KeySet(keys=[[post] for post in posts]))}
+    current = _stored(transaction, posts)
     transaction.insert_or_update(COUNTERS_TABLE, columns=COUNTER_COLUMNS, values=[
-        (post, *(old + new for old, new in zip(current.get(post, (0, 0)), sums[post]))) for post in posts])
+        (post, *(current[post][counter] + sums[post][counter] for counter in COUNTERS)) for post in posts])
     transaction.insert(FLUSHES_TABLE, columns=FLUSH_COLUMNS, values=[(flush_id, part, len(posts), spanner.COMMIT_TIMESTAMP)])
     return True
 
 
-def totals(database, post_ids: Iterable[str]) -> dict[str, dict[str, int]]:
+def its_counters(totals: Mapping[str, Mapping[str, int]]) -> Sums:
+    """Totals by post (a ledger's) as this baseline keeps them: its COUNTERS only."""
+    return {post: {counter: sums.get(counter, 0) for counter in COUNTERS} for post, sums in totals.items()}
+
+
+def totals(database, post_ids: Iterable[str]) -> Sums:
     """{post_id: {"upvotes": n, "shares": m}} as Spanner holds them (one strong read; unknown
     posts read as zeros). Votes still in Redis are not in it: this is the approach's exact read."""
-    post_ids = list(post_ids)
     with database.snapshot() as snapshot:
-        rows = {row[0]: row[1:] for row in snapshot.read(
-            COUNTERS_TABLE, columns=COUNTER_COLUMNS, keyset=spanner.KeySet(keys=[[post] for post in post_ids]))}
-    return {post: dict(zip(COUNTERS, rows.get(post, (0, 0)))) for post in post_ids}
+        return _stored(snapshot, list(post_ids))
+
+
+def _stored(reader, post_ids: list[str]) -> Sums:
+    """The stored sums of these posts, read in a transaction or snapshot (unknown posts: zeros)."""
+    stored = {post: dict.fromkeys(COUNTERS, 0) for post in post_ids}
+    for post, *values in reader.read(COUNTERS_TABLE, columns=COUNTER_COLUMNS,
+                                     keyset=spanner.KeySet(keys=[[post] for post in post_ids])):
+        stored[post] = dict(zip(COUNTERS, values))
+    return stored
 
 
 @dataclass(frozen=True)
@@ -222,9 +239,9 @@ def run(flusher: Flusher, interval_s: float, stopping: threading.Event,
 
 def start_process(socket_path: str, live_key: str, res: Resources, interval_s: float, log_path: Path,
                   kill_at: str | None = None, kill_on_flush: int = 1) -> subprocess.Popen:
-    """`python -m upvotes.write_back` as a child process (a group of its own), its JSON lines
+    """`python -m upvotes.devtools.write_back` as a child process (a group of its own), its JSON lines
     appended to `log_path`; with `kill_at`, it SIGKILLs itself at that fault point."""
-    command = [sys.executable, "-m", "upvotes.write_back", f"--socket={socket_path}", f"--live-key={live_key}",
+    command = [sys.executable, "-m", "upvotes.devtools.write_back", f"--socket={socket_path}", f"--live-key={live_key}",
                f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}",
                f"--interval-seconds={interval_s}"]
     if kill_at:
@@ -245,8 +262,8 @@ def log_records(log_path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m upvotes.write_back`: the flusher as a process of its own, one JSON line per flush."""
-    parser = argparse.ArgumentParser(prog="python -m upvotes.write_back", description=main.__doc__)
+    """`python -m upvotes.devtools.write_back`: the flusher as a process of its own, one JSON line per flush."""
+    parser = argparse.ArgumentParser(prog="python -m upvotes.devtools.write_back", description=main.__doc__)
     parser.add_argument("--socket", required=True, help="redis-server's unix socket")
     parser.add_argument("--live-key", required=True, help="the hash the app servers increment")
     parser.add_argument("--project", required=True)

@@ -9,7 +9,7 @@ Delta rows. The pipeline writes one delta row per (post, event hour) per window 
 do not cancel out (transforms.windowing: the combine runs after the shuffle, so a key has one
 pane per window however many workers saw its votes). With votes drawn independently from a
 Zipf popularity p_i, a window of V votes touches post i with probability 1 - (1 - p_i)^V,
-and its votes cancel (no share, as many un-votes as upvotes) with a probability that depends
+and its votes cancel (none on another counter, as many un-votes as upvotes) with a probability that depends
 only on how many it got. Votes arriving just after an hour boundary may carry the previous
 hour (clients report late), which splits that window's rows between two hours.
 
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
 import numpy as np
+
+from schemas.counters import COUNTERS
 
 HOUR_S = 3600
 # Cancelled groups are summed over even vote counts k = 2, 4, ... until a count's term adds
@@ -46,8 +48,9 @@ class Workload:
     count_reads_per_s: float = 0  # exact-count reads of the hottest post
     shards: tuple[int, ...] = (10, 100)
     client_delay_mean_s: float = 2.0  # how late clients report, on average (exponential)
-    unvote_fraction: float = 0.1  # as upvotes.workload.Workload's defaults
-    share_fraction: float = 0.2
+    unvote_fraction: float = 0.1  # as upvotes.devtools.workload.Workload's defaults
+    # Votes on counters other than upvotes (shares, ...): as the generated workloads' defaults.
+    other_fraction: float = sum(counter.generated_fraction for counter in COUNTERS)
 
 
 class Assumption(NamedTuple):
@@ -94,12 +97,12 @@ class Popularity(NamedTuple):
         return float(self.p[0])
 
 
-def cancel_probability(votes: int, unvote_fraction: float, share_fraction: float) -> float:
-    """The probability that `votes` votes on one post sum to nothing: no share among them and
-    as many un-votes (-1) as upvotes (+1)."""
+def cancel_probability(votes: int, unvote_fraction: float, other_fraction: float) -> float:
+    """The probability that `votes` votes on one post sum to nothing: none on another counter
+    than upvotes (a share, say) among them and as many un-votes (-1) as upvotes (+1)."""
     if votes == 0 or votes % 2:
         return 1.0 if votes == 0 else 0.0
-    upvote_fraction = 1.0 - unvote_fraction - share_fraction
+    upvote_fraction = 1.0 - unvote_fraction - other_fraction
     half = votes // 2
     return math.comb(votes, half) * (upvote_fraction * unvote_fraction) ** half
 
@@ -111,7 +114,7 @@ def expected_touched(popularity: Popularity, votes: float) -> float:
     return float(-np.expm1(votes * np.log1p(-popularity.p)).sum())
 
 
-def expected_groups(popularity: Popularity, votes: float, unvote_fraction: float, share_fraction: float) -> float:
+def expected_groups(popularity: Popularity, votes: float, unvote_fraction: float, other_fraction: float) -> float:
     """Expected number of posts whose share of `votes` votes does not cancel out: the delta rows
     one (window, event hour) costs.
 
@@ -132,7 +135,7 @@ def expected_groups(popularity: Popularity, votes: float, unvote_fraction: float
     while k <= votes:
         weighted *= odds_squared
         comb = math.exp(math.lgamma(votes + 1) - math.lgamma(k + 1) - math.lgamma(votes - k + 1))
-        term = cancel_probability(k, unvote_fraction, share_fraction) * comb * float(weighted.sum())
+        term = cancel_probability(k, unvote_fraction, other_fraction) * comb * float(weighted.sum())
         cancelled += term
         if term < NEGLIGIBLE_SHARE * touched:
             break
@@ -163,7 +166,7 @@ def split_by_hour(start: float, end: float, votes_per_s: float, delay_mean_s: fl
 
 
 def window_groups(popularity: Popularity, split: HourSplit, workload: Workload) -> float:
-    return sum(expected_groups(popularity, votes, workload.unvote_fraction, workload.share_fraction)
+    return sum(expected_groups(popularity, votes, workload.unvote_fraction, workload.other_fraction)
                for votes in split if votes > 0)
 
 

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from pipeline.params import FOLD_PARAMS, PROJECT_ID, STREAMING_PARAMS, InvalidParameter, Param
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("streaming", "fold")
 PARAMS: dict[str, tuple[Param, ...]] = {"streaming": STREAMING_PARAMS, "fold": FOLD_PARAMS}
 
@@ -156,7 +156,7 @@ class DeployConfig:
 
     @property
     def dead_letter_subscription(self) -> str:
-        return f"{self.dead_letter_topic}-kept"  # as upvotes.provision.Resources names it
+        return f"{self.dead_letter_topic}-kept"  # as upvotes.devtools.provision.Resources names it
 
     def email(self, account: str) -> str:
         return account if "@" in account else f"{account}@{self.project}.iam.gserviceaccount.com"

@@ -7,7 +7,6 @@ only when asked (`create_instance=True`), since an instance is billed by the hou
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,11 +14,11 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
 import schemas
+from schemas.ddl import ddl_object_name, stored_columns, table_columns
 from spanner_store.database import OPERATION_TIMEOUT_S, open_database
 
 EMULATOR_INSTANCE_CONFIG = "emulator-config"
 DEFAULT_INSTANCE_CONFIG = "regional-us-central1"
-_DDL_OBJECT = re.compile(r"^CREATE\s+(?:UNIQUE\s+)?(?:NULL_FILTERED\s+)?(TABLE|INDEX)\s+(\w+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -45,46 +44,10 @@ class Resources:
         return f"projects/{self.project}/subscriptions/{subscription}"
 
 
-def ddl_object_name(statement: str) -> str | None:
-    """`TABLE Posts` / `INDEX PostsByUpvotes` for a CREATE statement, else None."""
-    match = _DDL_OBJECT.match(statement.strip())
-    return f"{match.group(1).upper()} {match.group(2)}" if match else None
-
-
 def missing_ddl(existing: list[str], wanted: list[str]) -> list[str]:
     """The statements of `wanted` whose table or index is not created by `existing`."""
     have = {ddl_object_name(s) for s in existing}
     return [s for s in wanted if ddl_object_name(s) not in have]
-
-
-def _top_level_parts(text: str) -> list[str]:
-    """`a INT64, b STRING(1) OPTIONS (x = y)` split at commas outside parentheses."""
-    parts, depth, current = [], 0, []
-    for char in text:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append("".join(current).strip())
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current).strip())
-    return [part for part in parts if part]
-
-
-def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
-    """(table, {column: its definition}) of a CREATE TABLE statement, else None."""
-    name = ddl_object_name(statement)
-    if name is None or not name.startswith("TABLE "):
-        return None
-    text = " ".join(statement.split())
-    start, depth = text.index("("), 0
-    for end in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[end], 0)
-        if depth == 0:
-            break
-    columns = {part.split()[0]: part for part in _top_level_parts(text[start + 1:end])
-               if not part.upper().startswith(("CONSTRAINT ", "FOREIGN KEY"))}
-    return name.split()[1], columns
 
 
 def missing_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
@@ -95,18 +58,6 @@ def missing_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, s
     return [(table, definition)
             for table, columns in filter(None, map(table_columns, wanted)) if table in have
             for column, definition in columns.items() if column not in have[table]]
-
-
-_STORING = re.compile(r"\bSTORING\s*\(([^)]*)\)", re.IGNORECASE)
-
-
-def stored_columns(statement: str) -> tuple[str, list[str]] | None:
-    """(index, its STORING columns) of a CREATE INDEX statement, else None."""
-    name = ddl_object_name(statement)
-    if name is None or not name.startswith("INDEX "):
-        return None
-    match = _STORING.search(statement)
-    return name.split()[1], [c.strip() for c in match.group(1).split(",")] if match else []
 
 
 def missing_stored_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Callable
 
-from spanner_store import baseline_counters
+from upvotes.devtools import baseline_counters
 from spanner_store.database import RetryPolicy, run_transaction, run_with_retries
 from spanner_store.reads import verify_totals
-from upvotes.ledger import Ledger
-from upvotes.progress import Progress
-from upvotes.publishing import PublishReport, publish_workload
-from upvotes.workload import Workload
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.progress import Progress
+from upvotes.devtools.publishing import PublishReport, publish_workload
+from upvotes.devtools.workload import Workload
 
 CLIENT_RETRY, JITTERED_RETRY = "client", "jittered"
 # Short, jittered and patient: the emulator aborts every concurrent read-write transaction at

@@ -4,7 +4,7 @@ The emulator accepts commits of any size; real Spanner rejects one of more than
 SPANNER_MUTATION_LIMIT mutations (index entries included). `metering_commits()` wraps the
 real client's `Batch.commit` and `Transaction.commit` (not a mock: the commit still goes to
 the emulator) so every commit made in this process, by any component, is first counted
-with `spanner_store.mutation_count` from the schema's DDL. A commit over the limit raises
+with `upvotes.devtools.mutation_count` from the schema's DDL. A commit over the limit raises
 `CommitTooLarge` instead of being sent, and is recorded, so a caller that swallows the
 error is still caught by whoever reads the meter. The tests wrap every test in it
 (tests/conftest.py) and the benchmark reports the largest commit it saw.
@@ -21,7 +21,8 @@ from google.cloud.spanner_v1.transaction import Transaction
 
 import schemas
 from spanner_store.database import SPANNER_MUTATION_LIMIT
-from spanner_store.mutation_count import commit_key_ranges, commit_mutation_count, schema_model
+from schemas.ddl import schema_model
+from upvotes.devtools.mutation_count import commit_key_ranges, commit_mutation_count
 
 
 class CommitTooLarge(AssertionError):

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from upvotes.serve_settings import normal_host
+from upvotes.serving.serve_settings import normal_host
 
 DENY_ALL_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 SECURITY_HEADERS = (

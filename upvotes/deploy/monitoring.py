@@ -17,8 +17,8 @@ import json
 import re
 from pathlib import Path
 
-from upvotes.deploy_config import REPO_ROOT, DeployConfig
-from upvotes.gcloud_steps import Step
+from upvotes.deploy.deploy_config import REPO_ROOT, DeployConfig
+from upvotes.deploy.gcloud_steps import Step
 
 TEMPLATE_DIR = REPO_ROOT / "templates" / "monitoring"
 RENDERED_DIR = Path(".upvotes") / "monitoring"  # relative to the repository root, where the steps run

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from upvotes.serve_settings import TOKEN_ENV
+from upvotes.serving.serve_settings import TOKEN_ENV
 
 GENERATED_TOKEN_FILE = Path(".upvotes") / "serve-token"
 

@@ -6,14 +6,18 @@ style (PAGE_STYLE, at /live-page.css) are served files, so its Content-Security-
 (PAGE_CSP) allows scripts, styles and connections from its own origin only, and no
 framing. Its vote is +1 with the session cookie the page came with (sent by the browser,
 never visible to the script) and the session's anti-CSRF token, which the page carries in
-a meta tag and the script sends in the X-CSRF-Token header (upvotes/live_sessions.py).
+a meta tag and the script sends in the X-CSRF-Token header (upvotes/serving/live_sessions.py).
 
 Post IDs are user input: the page only ever puts them into the DOM as text (textContent,
 never innerHTML) and into URLs through encodeURIComponent. No external scripts or styles.
+Its columns are the counters' (schemas/counters.py), whose names are code, never input.
 """
 from __future__ import annotations
 
-from upvotes.live_sessions import CSRF_HEADER
+import json
+
+from schemas.counters import NAMES
+from upvotes.serving.live_sessions import CSRF_HEADER
 
 POLL_MS = 1000
 SCRIPT_PATH = "/live-page.js"
@@ -36,7 +40,7 @@ _PAGE_HTML = """<!doctype html>
 <h1>Top posts, live</h1>
 <p id="status">loading&hellip;</p>
 <table>
-  <thead><tr><th>#</th><th>post</th><th class="num">upvotes</th><th class="num">shares</th><th></th></tr></thead>
+  <thead><tr><th>#</th><th>post</th>__COUNTER_HEADERS__<th></th></tr></thead>
   <tbody id="posts"></tbody>
 </table>
 <form id="new-vote">
@@ -46,20 +50,22 @@ _PAGE_HTML = """<!doctype html>
 <p id="error"></p>
 </body>
 </html>
-""".replace("__CSRF_META__", CSRF_META).replace("__STYLE_PATH__", STYLE_PATH).replace("__SCRIPT_PATH__", SCRIPT_PATH)
+""".replace("__CSRF_META__", CSRF_META).replace("__STYLE_PATH__", STYLE_PATH).replace("__SCRIPT_PATH__", SCRIPT_PATH) \
+    .replace("__COUNTER_HEADERS__", "".join(f'<th class="num">{name}</th>' for name in NAMES))
 
 PAGE_STYLE = """body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 46rem; color: #222; }
 table { border-collapse: collapse; width: 100%; }
 th, td { padding: .35rem .6rem; border-bottom: 1px solid #ddd; text-align: left; }
-td.upvotes, td.shares, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+__COUNTER_CELLS__, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 #status { color: #666; font-size: .9rem; margin: .6rem 0 1rem; }
 #error { color: #b00; }
 form { margin: 1rem 0; display: flex; gap: .5rem; flex-wrap: wrap; }
 input { padding: .3rem; }
-"""
+""".replace("__COUNTER_CELLS__", ", ".join(f"td.{name}" for name in NAMES))
 
 PAGE_SCRIPT = """"use strict";
 const POLL_MS = __POLL_MS__;
+const COUNTERS = __COUNTERS__;
 const byId = (id) => document.getElementById(id);
 const CSRF_TOKEN = document.querySelector('meta[name="__CSRF_META__"]').content;
 
@@ -80,11 +86,12 @@ function render(top) {
   top.posts.forEach((post, index) => {
     const row = document.createElement("tr");
     row.className = "post";
-    const cells = [String(index + 1), post.post_id, post.upvotes.toLocaleString("en"), post.shares.toLocaleString("en")];
-    ["rank", "post-id", "upvotes", "shares"].forEach((name, i) => {
+    const cells = [["rank", String(index + 1)], ["post-id", post.post_id],
+                   ...COUNTERS.map((name) => [name, post[name].toLocaleString("en")])];
+    cells.forEach(([name, text]) => {
       const cell = document.createElement("td");
       cell.className = name;
-      cell.textContent = cells[i];
+      cell.textContent = text;
       row.appendChild(cell);
     });
     const button = document.createElement("button");
@@ -115,7 +122,8 @@ byId("new-vote").addEventListener("submit", (event) => {
   vote(byId("new-post-id").value);
 });
 poll();
-""".replace("__POLL_MS__", str(POLL_MS)).replace("__CSRF_META__", CSRF_META).replace("__CSRF_HEADER__", CSRF_HEADER)
+""".replace("__POLL_MS__", str(POLL_MS)).replace("__CSRF_META__", CSRF_META).replace("__CSRF_HEADER__", CSRF_HEADER) \
+    .replace("__COUNTERS__", json.dumps(NAMES))
 
 
 def page_html(csrf_token: str) -> str:

@@ -26,14 +26,13 @@ from typing import Callable, Iterable, Sequence
 
 from google.api_core import exceptions
 
-from schemas.contract import EVENT_ID_ATTRIBUTE, parse_vote
+from schemas.contract import ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, parse_vote
 from schemas.records import PostDelta, VoteEvent
-from upvotes.publishing import event_message
+from upvotes.devtools.publishing import event_message
 
 KIND_ATTRIBUTE = "kind"
 DELTA_ROW = "delta_row"
 REJECTED_VOTE = "rejected_vote"
-ERROR_ATTRIBUTE = "error"
 PULL_BATCH = 100
 # A synchronous pull on an empty subscription waits for its whole deadline (the emulator and
 # the service alike), so an empty pull costs this long; it ends the reading.

@@ -20,9 +20,9 @@ from google.cloud.pubsub_v1.publisher.futures import Future
 
 from schemas.contract import EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_BATCH_EVENTS, MAX_BATCH_BYTES, NDJSON, parse_vote
 from schemas.records import VoteEvent
-from upvotes.ledger import Ledger
-from upvotes.progress import Progress
-from upvotes.workload import DEFAULT_BATCH_SIZE, Workload, generate_events, invalid_payloads
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.progress import Progress
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events, invalid_payloads
 
 LOG = logging.getLogger(__name__)
 BATCH_SETTINGS = pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05)

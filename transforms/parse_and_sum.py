@@ -1,0 +1,251 @@
+"""ParseVotes: Pub/Sub messages parsed and their votes summed per post and event hour, one
+element per shard of posts per bundle; rejected events to the dead letters, counted by reason.
+
+The rules are the event contract's (schemas/contract.py), shared with the publishers and the
+HTTP service. Why parse and sum in one pass, and sum here rather than downstream: Beam's cost
+is per element (measured: several microseconds each, more than parsing a vote), so no element
+is made per vote or per message, only one per shard of posts per bundle.
+
+- `sum_message`: one message parsed and folded into a bundle's running sums in one pass. For
+  batches the pipeline's cost is this loop, once per vote, and parse_message spends most of
+  it on calls (a VoteEvent, event_hour, the policy) that the common event does not need.
+  Here the common event (a dict of the right types, a UTC time whose whole hour lies inside
+  the policy's bounds) is checked inline with the contract's own pieces and summed; anything
+  else takes `schemas.contract.parse_line`, the specification, for that line alone. Same
+  results as summing parse_message's (a property test holds the two together).
+- `BundleSums`: the running sums of one bundle, emitted when the bundle ends as one
+  (shard, ShardSums) element per shard of posts, stamped with that moment as their
+  ingestion time (what transforms/windowing.py windows by). The bundle is not yet committed
+  when it emits, so the watermark is still held behind it.
+
+Why the grouping key is a shard of posts (SUM_SHARDS of them) and not the post: a runner's
+cost is per key and per element (profiled on the DirectRunner during a viral burst: its
+trigger driver and per-key state copies took 70% of the pipeline's CPU, for ~600 keys per
+bundle), while merging two dicts of sums costs little. The shard is a stable hash of the
+post (schemas.post_hash), so a post's sums meet in one shard on every worker and every run:
+one delta per post, hour and pane. The grouping key also carries the shard count it was
+computed with (`shard_key`, `shards_of_key`): an in-place update may change the count while
+windows of the old layout are still open, and their panes must keep their own delta keys
+(transforms/windowing.py `delta_id`).
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping, NamedTuple
+
+import apache_beam as beam
+import orjson
+from apache_beam.io.gcp.pubsub import PubsubMessage
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
+
+from schemas import post_hash
+from schemas.contract import (
+    ABSENT, DEFAULT_EVENT_TIME_POLICY, MAX_HOUR_S, MAX_MESSAGE_BYTES, MIN_HOUR_S, RFC3339, EventTimePolicy,
+    batch_lines, is_common_vote, parse_line, parse_vote, reason_of, trusted_range, utc_hour,
+)
+from schemas.counters import CONTRACT_NAMES, VOTER_CONTRACT_NAMES, by_contract_name
+from schemas.records import HOUR_S, CounterSums, PostHour, Rejected
+from schemas.voter_sketch import sketch_of
+
+# Enough keys to spread the window combine over a few dozen Dataflow workers; few enough
+# that a bundle's elements and a runner's per-key work stay small (see the module docstring).
+SUM_SHARDS = 32
+# The shard count of every job before the count was part of the grouping key: its keys are
+# the bare shard numbers, so an update from such a job keeps grouping with its open windows.
+FIRST_SUM_SHARDS = 32
+_SHARDS_KEY_BASE = 1 << 20  # a grouping key is shards * base + shard, for any other count
+
+ShardSums = dict[PostHour, CounterSums]  # one shard's sums (and voter sketches), per post and event hour
+
+
+def sum_shard(post_id: str, shards: int = SUM_SHARDS) -> int:
+    """The grouping key of a post's sums: stable across processes, workers and runs, and
+    carrying the shard count it was computed with (`shards_of_key`)."""
+    return shard_key(post_hash(post_id) % shards, shards)
+
+
+def shard_key(shard: int, shards: int) -> int:
+    return shard if shards == FIRST_SUM_SHARDS else shards * _SHARDS_KEY_BASE + shard
+
+
+def shards_of_key(key: int) -> int:
+    """The shard count a grouping key was computed with."""
+    return FIRST_SUM_SHARDS if key < _SHARDS_KEY_BASE else key // _SHARDS_KEY_BASE
+
+
+@dataclass(slots=True)
+class RunningSums:
+    """A bundle's sums so far for one post and event hour, updated in place once per vote:
+    the net delta per counter (by contract name), the votes, the voters' user IDs."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONTRACT_NAMES, 0))
+    events: int = 0
+    voters: set[str] | None = None
+
+    def to_sums(self) -> CounterSums:
+        """The record the rest of the pipeline carries, the voters as a sketch."""
+        return CounterSums(by_contract_name(self.counts), self.events,
+                           None if self.voters is None else sketch_of(self.voters))
+
+
+Running = dict[tuple[str, int], RunningSums]  # (post_id, event hour) -> its running sums
+
+
+def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float, sums: Running,
+                policy: EventTimePolicy | None = None,
+                on_ingestion_hour: Callable[[str], None] | None = None) -> list[Rejected]:
+    """parse_message folded into `sums` in one pass (see the module docstring): the accepted
+    votes are added to `sums` (and the user_id of each with a positive delta on a counter that
+    records voters to the post and hour's voters), the rejected ones returned."""
+    lines = batch_lines(data, attributes)
+    if lines is None:
+        lines = ((0, data),)
+    elif type(lines) is Rejected:
+        return [lines]
+    rejected: list[Rejected] = []
+    lowest, highest = trusted_range(publish_time_s, policy)
+    # The hour of events without a time, when storable; otherwise parse_vote rejects them.
+    ingestion_hour = None
+    if MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
+        ingestion_hour = int(publish_time_s // HOUR_S) * HOUR_S
+    loads, hour_of, rfc3339 = orjson.loads, utc_hour, RFC3339.match
+    for number, line in lines:
+        fields = None
+        if len(line) <= MAX_MESSAGE_BYTES:
+            try:
+                fields = loads(line)
+            except orjson.JSONDecodeError:
+                pass
+        hour = None
+        if type(fields) is dict:
+            post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
+            event_id, user_id = fields.get("event_id", ABSENT), fields.get("user_id", ABSENT)
+            event_time = fields.get("event_time", ABSENT)
+            if is_common_vote(post_id, counter, delta, event_id, user_id):
+                if event_time is ABSENT:
+                    hour = ingestion_hour
+                elif (type(event_time) is str and event_time[-1:] in ("Z", "z") and rfc3339(event_time)
+                        and event_time[14:16] < "60" and event_time[17:19] < "60"):
+                    try:
+                        hour = hour_of(event_time[:13])
+                    except ValueError:
+                        pass  # no such hour: parse_line names the problem
+                    # An hour that straddles a policy bound needs the time to the second.
+                    if hour is not None and not (lowest <= hour and hour + HOUR_S - 1 <= highest
+                                                 and MIN_HOUR_S <= hour <= MAX_HOUR_S):
+                        hour = None
+        if hour is None:
+            result = parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour) if number \
+                else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
+            if type(result) is Rejected:
+                rejected.append(result)
+                continue
+            post_id, counter, delta, hour = result.post_id, result.counter, result.delta, result.event_hour
+            user_id = result.user_id
+        acc = sums.get((post_id, hour))
+        if acc is None:
+            acc = sums[(post_id, hour)] = RunningSums()
+        acc.counts[counter] += delta
+        acc.events += 1
+        if delta > 0 and type(user_id) is str and counter in VOTER_CONTRACT_NAMES:  # schemas/voter_sketch.py
+            if acc.voters is None:
+                acc.voters = {user_id}
+            else:
+                acc.voters.add(user_id)
+    return rejected
+
+
+class BundleSums:
+    """Sums per (post, event hour) over one bundle, emitted when the bundle ends (see the module
+    docstring). ParseVotes keeps one per bundle, so no element is made per vote at all."""
+
+    def __init__(self) -> None:
+        self._sums: Running = {}
+
+    def add_message(self, data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
+                    policy: EventTimePolicy, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
+        """Adds the message's accepted votes; returns its rejected events."""
+        return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour)
+
+    @property
+    def votes(self) -> int:
+        return sum(acc.events for acc in self._sums.values())
+
+    def emit(self) -> Iterator:
+        """One element per shard: (shard, ShardSums), stamped with the bundle's end."""
+        now = time.time()
+        shards: dict[int, ShardSums] = {}
+        shard_of: dict[str, int] = {}
+        for (post_id, event_hour), acc in self._sums.items():
+            shard = shard_of.get(post_id)
+            if shard is None:
+                shard = shard_of[post_id] = sum_shard(post_id)
+            shards.setdefault(shard, {})[PostHour(post_id, event_hour)] = acc.to_sums()
+        for shard, sums in shards.items():
+            yield GlobalWindows.windowed_value((shard, sums), timestamp=now)
+
+
+class ParsedVotes(NamedTuple):
+    sums: beam.PCollection  # of (shard, ShardSums): per post and event hour per bundle, at ingestion time
+    rejected: beam.PCollection  # of Rejected
+
+
+class _ParseAndSumFn(beam.DoFn):
+    REJECTED = "rejected"
+
+    def __init__(self, policy: EventTimePolicy) -> None:
+        self._policy = policy
+
+    def start_bundle(self) -> None:
+        self._sums = BundleSums()
+        # Counted locally and reported once per bundle: a metric update per vote costs more
+        # than parsing it.
+        self._rejected: Counter[str] = Counter()
+        self._ingestion_hour: Counter[str] = Counter()
+        self._messages = 0
+
+    def process(self, message: PubsubMessage, timestamp=beam.DoFn.TimestampParam):
+        self._messages += 1
+        for rejected in self._sums.add_message(message.data or b"", message.attributes, float(timestamp),
+                                               self._policy, self._count_ingestion_hour):
+            self._rejected[reason_of(rejected)] += 1
+            yield beam.pvalue.TaggedOutput(self.REJECTED, rejected)
+
+    def _count_ingestion_hour(self, reason: str) -> None:
+        self._ingestion_hour[reason] += 1
+
+    def finish_bundle(self):
+        Metrics.counter("ParseVotes", "messages").inc(self._messages)
+        Metrics.counter("ParseVotes", "accepted").inc(self._sums.votes)
+        for reason, count in self._rejected.items():
+            Metrics.counter("ParseVotes", f"rejected_{reason}").inc(count)
+        for reason, count in self._ingestion_hour.items():
+            Metrics.counter("ParseVotes", f"ingestion_hour_{reason}").inc(count)
+        yield from self._sums.emit()
+
+
+class ParseVotes(beam.PTransform):
+    """PubsubMessage -> ParsedVotes(sums: (shard, ShardSums), rejected: Rejected).
+
+    A message is one event, or a batch of them (contract v2). `sums` holds each bundle's
+    accepted votes summed per post and event hour, stamped with the bundle's ingestion time
+    (what WindowAndSumVotes windows by). The element timestamp (the Pub/Sub publish time,
+    unless the read names a timestamp attribute) stands in for a missing event_time, and for
+    one outside the event-time policy (older than the delta retention, or further ahead than
+    the clock skew it allows): such a vote is counted in its ingestion hour, never dropped.
+    Metrics: ParseVotes/messages, ParseVotes/accepted (votes), ParseVotes/rejected_<reason> (dead letters: one per
+    rejected line of a batch, or one per message rejected whole) and
+    ParseVotes/ingestion_hour_<reason> (older_than_retention, ahead_of_clock).
+    """
+
+    def __init__(self, policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> None:
+        super().__init__()
+        self._policy = policy
+
+    def expand(self, messages: beam.PCollection) -> ParsedVotes:
+        parsed = messages | "Parse" >> beam.ParDo(_ParseAndSumFn(self._policy)).with_outputs(
+            _ParseAndSumFn.REJECTED, main="sums")
+        return ParsedVotes(sums=parsed.sums, rejected=parsed[_ParseAndSumFn.REJECTED])
