@@ -683,6 +683,40 @@ def test_upvotes_verify_reports_each_mismatch_and_exits_1(stack, verify_ledger, 
     assert out[-1] == f"verify: 2 mismatches over {len(ledger.totals) + 1} posts"
 
 
+def test_upvotes_verify_wait_s_reads_again_until_late_deltas_arrive(stack, database, verify_ledger, tmp_path,
+                                                                   capsys, monkeypatch) -> None:
+    """--wait-s: the README runs verify right after publishing, while the stream's last window is open.
+    The late delta is written during verify's first pause, so the test waits on no clock."""
+    from types import SimpleNamespace
+
+    from upvotes.commands import verify
+
+    ledger, path = verify_ledger
+    document = json.loads(path.read_text())
+    document["posts"]["verify-late"] = {"upvotes": 4, "shares": 1}
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps(document))
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        if not pauses:
+            write_deltas(database, [PostDelta("verify-late", HOUR, "verify:late:0", 4, 1, 1)])
+        pauses.append(seconds)
+
+    monkeypatch.setattr(verify, "time", SimpleNamespace(monotonic=time.monotonic, sleep=pause))
+    assert cli_main(verify_argv(stack, late) + ["--wait-s", "60"]) == 0
+    captured = capsys.readouterr()
+    assert pauses == [1.0] and "verify: 1 posts differ from the ledger; reading again" in captured.err
+    assert captured.out == f"verify: all {len(ledger.totals) + 1} posts match the ledger ({ledger.events} events)\n"
+    monkeypatch.setattr(verify, "time", time)
+    document["posts"]["verify-never"] = {"upvotes": 1, "shares": 0}
+    late.write_text(json.dumps(document))
+    started = time.monotonic()
+    assert cli_main(verify_argv(stack, late) + ["--wait-s", "1"]) == 1
+    assert 1 <= time.monotonic() - started < 30
+    assert capsys.readouterr().out.splitlines()[-1] == f"verify: 1 mismatches over {len(ledger.totals) + 2} posts"
+
+
 def test_upvotes_verify_refuses_an_unreadable_ledger_in_one_line(stack, tmp_path, capsys) -> None:
     assert cli_main(verify_argv(stack, tmp_path / "missing.json")) == 2
     err = capsys.readouterr().err
