@@ -1,5 +1,5 @@
 """The flex-template metadata (templates/<kind>/metadata.json) and the CLI flag / template
-parameter table of the READMEs, both generated from the one parameter table in pipeline/params.py,
+parameter table of docs/parameters.md and templates/README.md, both generated from the one parameter table in pipeline/params.py,
 so the metadata, the launches and the documentation cannot drift apart.
 
     upvotes deploy metadata [--check | --markdown]
@@ -109,8 +109,8 @@ def readme_with_table(readme: str) -> str:
 
 
 def readme_paths(root: Path = REPO_ROOT) -> list[Path]:
-    """The READMEs that carry the parameter table: the project's and the deploy guide."""
-    return [root / "README.md", root / "templates" / "README.md"]
+    """The pages that carry the parameter table: the docs' parameters page and the deploy guide."""
+    return [root / "docs" / "parameters.md", root / "templates" / "README.md"]
 
 
 def generated_files(root: Path = REPO_ROOT) -> dict[Path, str]:
