@@ -17,8 +17,8 @@ with an exact verify against a ledger or the expected totals.
 What the local stream can lose. SIGINT and SIGTERM drain it (pipeline/drain.py): nothing
 pulled is lost, tested above under load. A SIGKILL (or a crash, or a drain cut short) loses
 what its reader had pulled and acknowledged but not yet written in a committed delta row:
-pipeline/local_reader.py acknowledges on pull, like Beam's reader, for the reasons in the
-README ("Stopping a stream"). That is the open window (up to window_seconds of traffic), the
+pipeline/local_reader.py acknowledges on pull, like Beam's reader, for the reasons in
+docs/guarantees.md ("Stopping a stream"). That is the open window (up to window_seconds of traffic), the
 pane being written, and any backlog the runner has pulled. Nothing is counted twice: a
 restarted pipeline has a new writer generation, so its delta keys never collide with the
 dead one's, and the dead one's acknowledged messages are never delivered again. A message

@@ -104,7 +104,7 @@ def readme_with_table(readme: str) -> str:
     """`readme` with the text between the table markers replaced by the generated table."""
     start, end = readme.find(TABLE_START), readme.find(TABLE_END)
     if start < 0 or end < start:
-        raise ValueError(f"the README has no {TABLE_START!r} ... {TABLE_END!r} markers")
+        raise ValueError(f"the page has no {TABLE_START!r} ... {TABLE_END!r} markers")
     return readme[: start + len(TABLE_START)] + "\n" + parameter_table_markdown() + readme[end:]
 
 
