@@ -5,12 +5,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install demo test bench template lint-schema clean
+.PHONY: install demo test docs bench template lint-schema clean
 
 $(BIN)/upvotes: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,serve]'
+	$(BIN)/pip install --quiet -e '.[test,bench,serve,docs]'
 	touch $@
 
 install: $(BIN)/upvotes
@@ -22,6 +22,10 @@ test: install
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The documentation site in site/; --strict fails on a broken link, anchor or include.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: install
 	$(BIN)/python -m bench
 
@@ -32,4 +36,4 @@ lint-schema: install
 	$(BIN)/upvotes lint-schema schemas/*.sql
 
 clean:
-	rm -rf $(VENV) .upvotes build *.egg-info
+	rm -rf $(VENV) .upvotes build site *.egg-info

@@ -47,6 +47,9 @@ setup(
         # `upvotes serve`, the HTTP service for app servers (upvotes/serving/service.py): not in the
         # worker image, which installs only what the pipelines run.
         "serve": ["fastapi>=0.110,<1", "uvicorn>=0.29,<1"],
+        # The documentation site (`make docs`, mkdocs.yml): MkDocs with the Material theme, and
+        # mkdocstrings for the Python API page; tests/test_docs.py builds it.
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26,<2"],
     },
     # The worker image (templates/Dockerfile) copies only the worker packages: no command there.
     entry_points={"console_scripts": ["upvotes=upvotes.cli:main"]} if (HERE / "upvotes").is_dir() else {},

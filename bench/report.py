@@ -6,7 +6,7 @@ from pathlib import Path
 
 JSON_NAME = "latest.json"
 PNG_NAME = "latest.png"
-MARKDOWN_NAME = "latest.md"  # the tables, as printed: what the READMEs link to
+MARKDOWN_NAME = "latest.md"  # the tables, as printed: what bench/README.md and docs/benchmarks.md show
 
 APPROACH_LABELS = {
     "rmw": "Read-modify-write, 1 row",
@@ -360,7 +360,7 @@ def _rss(peaks: dict) -> str:
 
 def four_approaches_rows(document: dict) -> list[list[str]]:
     """The four approaches, best configuration of each, with what a crash loses: the table of the
-    bench README and the main README."""
+    bench README and docs/benchmarks.md."""
     bench = document["benchmarks"]
     hot, wb = bench["hot_post"]["approaches"], bench["write_back"]
     rmw_rate = hot["rmw"]["votes_per_s"]

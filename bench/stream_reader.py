@@ -8,7 +8,7 @@ configuration, the heartbeat it used to run with, an empty batch every 0.5 s, so
 idle pulls return) and with the project's (pipeline/local_reader.py: up to 1,000 messages per
 bundle), same run, same emulators, each on fresh topics.
 
-(b) A SIGKILL of the stream (with the project's reader, which acknowledges on pull: README
+(b) A SIGKILL of the stream (with the project's reader, which acknowledges on pull: docs/guarantees.md,
 "Stopping a stream") under a steady batched load of `kill_rate` votes/s, halfway through
 `kill_seconds`, then an immediate restart. Every message carries one marker upvote on a post
 of its own, so each message is known counted or lost, with its publish time. Reported: the

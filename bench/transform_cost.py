@@ -133,7 +133,8 @@ AREAS = (
     ("apache_beam/metrics/", "metrics counters"),
     ("apache_beam/transforms/core.py", "DoFn invocation (core.py)"),
     ("schemas/contract.py", "parsing and validation"),
-    ("transforms/parse.py", "key and sum (project code)"),
+    ("transforms/parse_and_sum.py", "parsing and validation"),
+    ("schemas/counters.py", "key and sum (project code)"),
     ("transforms/windowing.py", "key and sum (project code)"),
     ("schemas/records.py", "key and sum (project code)"),
 )

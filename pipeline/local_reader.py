@@ -17,7 +17,7 @@ What: `DrainablePubSubReadEvaluator`, evaluated once per bundle like Beam's:
   a pull, then returns with its watermark hold at the current time, so the watermark keeps
   moving and windows fire on time without a heartbeat;
 - it acknowledges what it pulled in one call before emitting it, as Beam's reader does
-  (at-most-once: README "Stopping a stream" says why, and what a SIGKILL loses);
+  (at-most-once: docs/guarantees.md, "Stopping a stream", says why, and what a SIGKILL loses);
 - once `ReaderControl.drain()` is called it pulls nothing more, emits what its last pull got,
   asks not to be scheduled again and drops its watermark hold. With no hold and no pending
   input its output watermark is +infinity, which the runner propagates: every open window

@@ -9,7 +9,7 @@ garbage-collects them. With FixedWindows and 32 shard keys (transforms/windowing
 32 more entries per window, forever, and each key's state is deep-copied for every bundle
 (DirectStepContext.get_keyed_state) and its window map scanned linearly on every timer: under
 a sustained load the process's memory grows without bound and every bundle gets slower
-(measured on bench/hot_post.py's soak: see README.md).
+(measured on bench/hot_post.py's soak: see docs/benchmarks.md).
 
 What: `ExpiringGroupAlsoByWindowEvaluator` is Beam's evaluator, which first sweeps the
 runner's committed keyed state when each bundle starts, before the bundle copies any of it:

@@ -10,9 +10,9 @@ it collected to the pipeline as keyword values (not as flags to parse again), an
 flex-template launch passes them as flags. The defaults here are the only defaults: the
 transforms take every setting as an argument.
 
-The template metadata in templates/ and the parameter tables of both READMEs are generated
-from these tables (`upvotes deploy metadata`), and the tests keep the metadata, the parser
-and the READMEs in step. Standard options (--project, --region, --runner, --streaming) are
+The template metadata in templates/ and the parameter tables of docs/parameters.md and the
+deploy guide (templates/README.md) are generated from these tables (`upvotes deploy metadata`),
+and the tests keep the metadata, the parser and those tables in step. Standard options (--project, --region, --runner, --streaming) are
 Beam's own and are not repeated here.
 """
 from __future__ import annotations
@@ -128,7 +128,7 @@ FOLD_PARAMS: tuple[Param, ...] = (
         "A run following the change log takes the commits after the previous run's cursor, oldest "
         "first, until their delta rows reach this; the rest are left to the next run. It bounds a "
         "run's reads, all made at its snapshot, well within Spanner's 1-hour version retention "
-        "(about 50 s at the emulator's 21,000 deltas/s; see the README).",
+        "(about 50 s at the emulator's 21,000 deltas/s; see the docs' fold section).",
         r"[1-9][0-9]{0,8}", default="1000000", example="1000000", kind=int,
     ),
     Param(

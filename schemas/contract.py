@@ -10,7 +10,7 @@ skipped. Each line is validated on its own: a bad line is rejected alone, with i
 line number in the `line` attribute, and the other lines count. A batch over the limits, not
 UTF-8, or with another `format` value is rejected whole, none of its events counted. Why
 batches: every message costs the same fixed work in Pub/Sub and in the pipeline, whatever it
-carries; the work per vote inside a message is small (see the README's benchmarks).
+carries; the work per vote inside a message is small (see docs/benchmarks.md).
 
 `parse_message` applies both versions. It is Beam-free, so publishers, the read service and
 the pipeline all apply the same rules. The pipeline's fused parse-and-sum

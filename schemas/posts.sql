@@ -225,7 +225,7 @@ CREATE TABLE TopCandidates (
 -- CommitId, the same ID and shard as the commit's TopCandidates row) leads the key, so these
 -- inserts spread over DELTA_COMMIT_SHARDS key ranges instead of appending at one end. About
 -- 6 mutations per commit of up to 1,000 delta rows of 18 each (+0.03%); a shard-led index on
--- PostDeltas would cost about 7 per delta row instead (see the README, "The fold").
+-- PostDeltas would cost about 7 per delta row instead (see docs/how-it-works.md, "The fold").
 -- Kept as long as the deltas themselves.
 CREATE TABLE DeltaCommits (
   Shard       INT64 NOT NULL,

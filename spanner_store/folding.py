@@ -40,7 +40,7 @@ ChangesThrough C_R the point up to which it took every commit of every shard: S_
 when the budget left commits to the next run. Every read of a run is at S_R, and Spanner keeps
 versions for an hour only (a read older than that fails with FAILED_PRECONDITION, which fails
 the run: it is never taken for a post that cannot be folded), so the budget keeps a run well
-within the hour (README, "The fold").
+within the hour (docs/how-it-works.md, "The fold").
 
 Why following the log is exact. Claim(R) for a finished run R with ChangesThrough C_R: every
 delta committed at or before C_R is folded (inside its post's aggregate), unless its post is
@@ -64,7 +64,7 @@ at or before S_R is visible at S_R). Duplicate DeltaCommits rows (a retried writ
 candidate. The one requirement is on writers: every commit of PostDeltas rows carries its
 DeltaCommits row. Every writer here does (spanner_store.deltas.write_deltas, moderation); a
 writer of an older version (before the log) does not, which is why a database without a
-cursor is scanned in full, and why the stream is updated before the first fold (README,
+cursor is scanned in full, and why the stream is updated before the first fold (docs/operating.md,
 "Migrating a database").
 """
 from __future__ import annotations

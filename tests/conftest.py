@@ -23,7 +23,8 @@ from upvotes.devtools import emulators
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
 from upvotes.devtools.provision import Resources, provision
-from tests import beam_graph_cache
+from tests import beam_graph_cache, faults
+from transforms import spanner_sink
 
 PROJECT = "test-project"
 beam_graph_cache.install()
@@ -87,3 +88,31 @@ def stack(emulator_env: dict[str, str]) -> Resources:
 @pytest.fixture(scope="module")
 def database(stack: Resources):
     return open_database(stack.project, stack.instance, stack.database)
+
+
+@pytest.fixture
+def flaky_sink(monkeypatch):
+    """Makes the sink open FlakyDatabase(real database) in setup(); yields a factory to configure it.
+
+    The DirectRunner runs DoFns in this process. The DoFn is pickled, but its module is
+    imported by reference, so the module-global `open_database` that setup() calls is the
+    patched one; the test asserts the injected counts to prove it.
+    """
+    created: list[faults.FlakyDatabase] = []
+    settings: dict = {}
+    real_open = spanner_sink.open_database
+
+    def flaky_open(project, instance, database):
+        flaky = faults.FlakyDatabase(real_open(project, instance, database), seed=len(created) + 1, **settings)
+        created.append(flaky)
+        return flaky
+
+    monkeypatch.setattr(spanner_sink, "open_database", flaky_open)
+
+    def configure(**kwargs) -> list[faults.FlakyDatabase]:
+        settings.clear()
+        settings.update(kwargs)
+        created.clear()
+        return created
+
+    return configure

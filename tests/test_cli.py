@@ -42,25 +42,6 @@ def test_unknown_arguments_are_refused_outside_the_pipelines(capsys) -> None:
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
-def test_emulators_start_status_stop_round_trip(tmp_path, monkeypatch) -> None:
-    for var in ("SPANNER_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST"):
-        monkeypatch.delenv(var, raising=False)
-    state = str(tmp_path / "state")
-    run = lambda *args: subprocess.run([sys.executable, "-m", "upvotes.cli", "emulators", *args, "--state-dir", state],  # noqa: E731
-                                       capture_output=True, text=True, timeout=120)
-    started = run("start")
-    assert started.returncode == 0, started.stderr
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in started.stdout.splitlines())
-    assert set(exports) == {"SPANNER_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST"}
-    status = run("status")
-    assert status.stdout.count("running on 127.0.0.1:") == 2
-    again = run("start")  # idempotent: reuses the recorded emulators
-    assert again.stdout == started.stdout
-    stopped = run("stop")
-    assert "stopped 2 emulator(s)" in stopped.stderr
-    assert run("status").stdout.count("stopped") == 2
-
-
 def test_a_missing_emulator_names_the_package_to_install(tmp_path) -> None:
     from upvotes.devtools.emulators import PACKAGES, EmulatorError, emulator_binary
 

@@ -14,7 +14,6 @@ from schemas.records import PostDelta, Rejected
 from schemas.voter_sketch import sketch_of
 from spanner_store.deltas import write_new_deltas
 from spanner_store.reads import exact_counts
-from tests.test_faults import flaky_sink  # noqa: F401 - the fixture
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
@@ -34,7 +33,7 @@ def dead_letters(stack, capsys, action: str, *extra: str) -> list[dict]:
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
-def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, flaky_sink, capsys) -> None:  # noqa: F811
+def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, flaky_sink, capsys) -> None:
     created = flaky_sink(fail_before=1.0, error=exceptions.PermissionDenied)  # permanent: never retried
     deltas = [PostDelta.of(f"dl-{i}", HOUR, f"dl-writer:{i}:0", upvotes=3 + i, shares=1, events=4 + i, voters=sketch_of([f"v{i}", "both"]))
               for i in range(3)]

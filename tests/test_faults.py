@@ -17,8 +17,8 @@ with an exact verify against a ledger or the expected totals.
 What the local stream can lose. SIGINT and SIGTERM drain it (pipeline/drain.py): nothing
 pulled is lost, tested above under load. A SIGKILL (or a crash, or a drain cut short) loses
 what its reader had pulled and acknowledged but not yet written in a committed delta row:
-pipeline/local_reader.py acknowledges on pull, like Beam's reader, for the reasons in the
-README ("Stopping a stream"). That is the open window (up to window_seconds of traffic), the
+pipeline/local_reader.py acknowledges on pull, like Beam's reader, for the reasons in
+docs/guarantees.md ("Stopping a stream"). That is the open window (up to window_seconds of traffic), the
 pane being written, and any backlog the runner has pulled. Nothing is counted twice: a
 restarted pipeline has a new writer generation, so its delta keys never collide with the
 dead one's, and the dead one's acknowledged messages are never delivered again. A message
@@ -50,9 +50,7 @@ from google.api_core import exceptions
 
 from pipeline import drain
 from tests.conftest import new_resources
-from tests.faults import FlakyDatabase
 from tests.folding import run_fold
-from transforms import spanner_sink
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
@@ -94,34 +92,6 @@ def run_sink(stack: Resources, items: list[PostDelta], rows_per_commit: int = 10
     result.wait_until_finish()
     return {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
             if c.key.metric.namespace == "WriteDeltaRows"}
-
-
-@pytest.fixture
-def flaky_sink(monkeypatch):
-    """Makes the sink open FlakyDatabase(real database) in setup(); yields a factory to configure it.
-
-    The DirectRunner runs DoFns in this process. The DoFn is pickled, but its module is
-    imported by reference, so the module-global `open_database` that setup() calls is the
-    patched one; the test asserts the injected counts to prove it.
-    """
-    created: list[FlakyDatabase] = []
-    settings: dict = {}
-    real_open = spanner_sink.open_database
-
-    def flaky_open(project, instance, database):
-        flaky = FlakyDatabase(real_open(project, instance, database), seed=len(created) + 1, **settings)
-        created.append(flaky)
-        return flaky
-
-    monkeypatch.setattr(spanner_sink, "open_database", flaky_open)
-
-    def configure(**kwargs) -> list[FlakyDatabase]:
-        settings.clear()
-        settings.update(kwargs)
-        created.clear()
-        return created
-
-    return configure
 
 
 # --- transient errors and replays in the sink, through Beam -----------------------------------
@@ -695,6 +665,40 @@ def test_upvotes_verify_reports_each_mismatch_and_exits_1(stack, verify_ledger, 
         "MISMATCH verify-never-written shares: expected 2, actual 0",
     ])
     assert out[-1] == f"verify: 2 mismatches over {len(ledger.totals) + 1} posts"
+
+
+def test_upvotes_verify_wait_s_reads_again_until_late_deltas_arrive(stack, database, verify_ledger, tmp_path,
+                                                                   capsys, monkeypatch) -> None:
+    """--wait-s: the README runs verify right after publishing, while the stream's last window is open.
+    The late delta is written during verify's first pause, so the test waits on no clock."""
+    from types import SimpleNamespace
+
+    from upvotes.commands import verify
+
+    ledger, path = verify_ledger
+    document = json.loads(path.read_text())
+    document["posts"]["verify-late"] = {"upvotes": 4, "shares": 1}
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps(document))
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        if not pauses:
+            write_deltas(database, [PostDelta("verify-late", HOUR, "verify:late:0", 4, 1, 1)])
+        pauses.append(seconds)
+
+    monkeypatch.setattr(verify, "time", SimpleNamespace(monotonic=time.monotonic, sleep=pause))
+    assert cli_main(verify_argv(stack, late) + ["--wait-s", "60"]) == 0
+    captured = capsys.readouterr()
+    assert pauses == [1.0] and "verify: 1 posts differ from the ledger; reading again" in captured.err
+    assert captured.out == f"verify: all {len(ledger.totals) + 1} posts match the ledger ({ledger.events} events)\n"
+    monkeypatch.setattr(verify, "time", time)
+    document["posts"]["verify-never"] = {"upvotes": 1, "shares": 0}
+    late.write_text(json.dumps(document))
+    started = time.monotonic()
+    assert cli_main(verify_argv(stack, late) + ["--wait-s", "1"]) == 1
+    assert 1 <= time.monotonic() - started < 30
+    assert capsys.readouterr().out.splitlines()[-1] == f"verify: 1 mismatches over {len(ledger.totals) + 2} posts"
 
 
 def test_upvotes_verify_refuses_an_unreadable_ledger_in_one_line(stack, tmp_path, capsys) -> None:

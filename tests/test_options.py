@@ -1,4 +1,4 @@
-"""One table of parameters: the CLI flags, the template parameters and the README stay in step."""
+"""One table of parameters: the CLI flags, the template parameters and the docs' table stay in step."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +12,7 @@ from pipeline.options import FoldOptions, FoldSettings, SpannerOptions, Streamin
 from pipeline.params import FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
 from upvotes.cli import build_parser
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+PARAMETERS_PAGE = (Path(__file__).parent.parent / "docs" / "parameters.md").read_text()
 ALL = [("streaming", p) for p in STREAMING_PARAMS] + [("fold", p) for p in FOLD_PARAMS]
 
 
@@ -42,12 +42,12 @@ def test_a_missing_required_parameter_is_refused_with_both_spellings_named() -> 
 
 
 @pytest.mark.parametrize("pipeline,param", ALL, ids=[f"{k}-{p.flag}" for k, p in ALL])
-def test_readme_maps_each_flag_to_its_template_parameter(pipeline: str, param) -> None:
-    row = next(line for line in README.splitlines() if line.startswith(f"| `--{param.flag}` |"))
+def test_the_docs_map_each_flag_to_its_template_parameter(pipeline: str, param) -> None:
+    row = next(line for line in PARAMETERS_PAGE.splitlines() if line.startswith(f"| `--{param.flag}` |"))
     assert f"| `{param.template_name}` |" in row and pipeline in row
 
 
-def test_both_readmes_carry_the_generated_parameter_table() -> None:
+def test_the_docs_and_the_deploy_guide_carry_the_generated_parameter_table() -> None:
     from upvotes.deploy.template_metadata import stale_files
 
     assert stale_files() == []

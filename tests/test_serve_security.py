@@ -13,7 +13,7 @@ and everything up to it pulled from the module's subscription):
 
 Also: the security headers on every answer, CORS only for exact configured origins, the
 limits in /healthz, the generated token (printed once, mode 0600, new at every start), the
-README's flag table, and the pure pieces (token buckets, sessions, header parsing).
+docs' flag table, and the pure pieces (token buckets, sessions, header parsing).
 """
 from __future__ import annotations
 
@@ -578,6 +578,6 @@ def test_header_rules() -> None:
         ServiceSettings(write_tokens=(TOKEN,), allowed_hosts=("*.example.com",))
 
 
-def test_the_readme_lists_every_serve_flag_with_its_default() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert readme_table(readme) == flags_table_markdown(), "paste flags_table_markdown() between the serve-flags markers"
+def test_the_docs_list_every_serve_flag_with_its_default() -> None:
+    page = (REPO / "docs" / "reading.md").read_text(encoding="utf-8")
+    assert readme_table(page) == flags_table_markdown(), "paste flags_table_markdown() between the serve-flags markers"

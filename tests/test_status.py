@@ -62,7 +62,7 @@ def test_dead_letters_make_status_unhealthy_and_are_counted_by_reason(stack, cap
         message = to_dead_letter(Rejected(data, {}, f"{reason}: test"))
         publisher.publish(topic, message.data, **message.attributes).result(timeout=30)
 
-    # As the README writes it, with no dead-letter flag: provision recorded the kept subscription.
+    # With no dead-letter flag (as the README wrote it before issue 26): provision recorded the kept subscription.
     code, report = status(stack, capsys)
     assert report["dead_letter_backlog"] == {"rejected_vote/not_json": 1, "rejected_vote/not_object": 1}
     assert code == 3 and not report["healthy"]

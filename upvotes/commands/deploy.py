@@ -18,7 +18,7 @@ HELP = "Dataflow flex templates, launch commands, scheduler job and IAM for Goog
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=ACTIONS,
-                        help="metadata: write templates/*/metadata.json and the README table; "
+                        help="metadata: write templates/*/metadata.json and the parameter tables; "
                              "setup, provision, iam, build, run, schedule: that stage; all: every stage in order; "
                              "alerts: the Cloud Monitoring alert policies and dashboard (templates/monitoring)")
     parser.add_argument("--dry-run", action="store_true",

@@ -1,7 +1,7 @@
 """`upvotes serve`: the HTTP service for app servers (upvotes/serving/service.py) and the live page at /.
 
 Its flags, defaults and limits live in upvotes/serving/serve_settings.py; its write credential
-comes from upvotes/serving/write_credentials.py (README "Security")."""
+comes from upvotes/serving/write_credentials.py (docs/security.md)."""
 from __future__ import annotations
 
 import argparse

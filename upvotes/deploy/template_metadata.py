@@ -1,5 +1,5 @@
 """The flex-template metadata (templates/<kind>/metadata.json) and the CLI flag / template
-parameter table of the READMEs, both generated from the one parameter table in pipeline/params.py,
+parameter table of docs/parameters.md and templates/README.md, both generated from the one parameter table in pipeline/params.py,
 so the metadata, the launches and the documentation cannot drift apart.
 
     upvotes deploy metadata [--check | --markdown]
@@ -104,13 +104,13 @@ def readme_with_table(readme: str) -> str:
     """`readme` with the text between the table markers replaced by the generated table."""
     start, end = readme.find(TABLE_START), readme.find(TABLE_END)
     if start < 0 or end < start:
-        raise ValueError(f"the README has no {TABLE_START!r} ... {TABLE_END!r} markers")
+        raise ValueError(f"the page has no {TABLE_START!r} ... {TABLE_END!r} markers")
     return readme[: start + len(TABLE_START)] + "\n" + parameter_table_markdown() + readme[end:]
 
 
 def readme_paths(root: Path = REPO_ROOT) -> list[Path]:
-    """The READMEs that carry the parameter table: the project's and the deploy guide."""
-    return [root / "README.md", root / "templates" / "README.md"]
+    """The pages that carry the parameter table: the docs' parameters page and the deploy guide."""
+    return [root / "docs" / "parameters.md", root / "templates" / "README.md"]
 
 
 def generated_files(root: Path = REPO_ROOT) -> dict[Path, str]:

@@ -27,7 +27,7 @@ UPVOTES_ONLY: Mapping[str, float] = {counter.name: 0.0 for counter in OTHER_COUN
 
 SPAN_MS = 2 * 3600 * 1000  # generated event times cover the two hours before the start time
 # Events per message for generated workloads: each message costs the same fixed work in Pub/Sub
-# and in the pipeline whatever it carries (see the README's benchmarks); 500 events of about
+# and in the pipeline whatever it carries (see docs/benchmarks.md); 500 events of about
 # 200 bytes are about 100 KB, well inside the 1 MB batch limit.
 DEFAULT_BATCH_SIZE = 500
 

@@ -1,9 +1,9 @@
 """`upvotes serve`'s settings in one place: every flag with its default and help, the
-`ServiceSettings` the app runs with, and the README's table of them (generated from here,
+`ServiceSettings` the app runs with, and the table of them in docs/reading.md (generated from here,
 `tests/test_serve_security.py` keeps it in step). No FastAPI imported here, so the CLI can
 build its help without the `serve` extra.
 
-The limits are the service's abuse limits (README "Security"): writes per second per
+The limits are the service's abuse limits (docs/security.md): writes per second per
 credential and per client address (token buckets holding BURST_SECONDS of the rate), and
 the largest |delta| a credential may send. The event contract's MAX_ABS_DELTA stays the
 hard ceiling whatever `--max-delta` says.
@@ -208,7 +208,7 @@ def flags_table_markdown() -> str:
 
 
 def readme_table(readme: str) -> str | None:
-    """The text between the README's serve-flags markers, or None without them."""
+    """The text between a page's serve-flags markers, or None without them."""
     start, end = readme.find(TABLE_START), readme.find(TABLE_END)
     if start < 0 or end < start:
         return None

@@ -23,7 +23,7 @@ one, as the `event_id` attribute), several as ONE contract v2 batch (attribute
 format=ndjson, a new event_id for the batch, one v1 event per line, at most MAX_EVENTS
 events and MAX_BODY_BYTES bytes). The reply comes after Pub/Sub has accepted the message.
 
-Security (README "Security"): every answer passes the Host allowlist (421) and carries the
+Security (docs/security.md): every answer passes the Host allowlist (421) and carries the
 security headers (upvotes/serving/http_guards.py). A write needs a credential: a bearer token
 (upvotes/serving/write_credentials.py), compared in constant time, or the live page's session
 cookie with that session's anti-CSRF token in X-CSRF-Token (upvotes/serving/live_sessions.py). It
@@ -213,7 +213,7 @@ _NEEDS_BEARER = {"WWW-Authenticate": "Bearer"}
 
 
 class _WriteGate:
-    """Decides whether a write may proceed, and under which credential (README "Security")."""
+    """Decides whether a write may proceed, and under which credential (docs/security.md)."""
 
     def __init__(self, settings: ServiceSettings, sessions: LiveSessions, clock: Callable[[], float],
                  monotonic: Callable[[], float]) -> None:

@@ -7,7 +7,7 @@ name and renamed, so it is never readable by others nor seen half-written), and 
 once by the caller. Each start generates a new one: restarting rotates it.
 
 A token file may hold several tokens, one a line: all are accepted. That is how a token is
-rotated without refusing any app server (README "Security"): add the new one, restart, move
+rotated without refusing any app server (docs/security.md): add the new one, restart, move
 the app servers over, remove the old one, restart.
 """
 from __future__ import annotations
