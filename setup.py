@@ -33,6 +33,8 @@ setup(
         # Unique voters: Apache DataSketches' HyperLogLog, whose serialised sketches merge across
         # processes, versions and languages (schemas/voter_sketch.py).
         "datasketches>=5.1,<6",
+        # Progress bars of `upvotes publish` and `upvotes demo` (rate, ETA, done).
+        "tqdm>=4.66,<5",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20",

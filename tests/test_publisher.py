@@ -20,7 +20,7 @@ from google.pubsub_v1.types import PubsubMessage
 from schemas.contract import FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, NDJSON, parse_message, parse_vote, reason_of
 from schemas.counters import COUNTERS, Counts
 from schemas.records import VoteEvent
-from upvotes.devtools.progress import Progress
+from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.provision import Resources
 from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
@@ -182,22 +182,23 @@ class FakeTerminal(io.StringIO):
         return True
 
 
-def test_progress_ends_with_a_final_line_in_logs_and_on_a_terminal() -> None:
+def test_progress_shows_done_total_percent_and_rate_in_logs_and_on_a_terminal() -> None:
     log = io.StringIO()
-    with Progress(1000, "publish", log) as progress:
+    with progress_bar(1000, "publish", log, unit="events") as bar:
         for _ in range(1000):
-            progress.advance()
-    assert re.fullmatch(r"publish  1,000/1,000  100%  [\d,]+/s  in [\d.]+s\n", log.getvalue().splitlines(True)[-1])
+            bar.update()
+    final = log.getvalue().split("\r")[-1]
+    assert re.search(r"publish: 100%.*\| 1000/1000 \[.*events/s\]", final), final
 
     terminal = FakeTerminal()
-    with Progress(None, "pull", terminal) as progress:
-        progress.advance(5)
-    assert re.fullmatch(r"\rpull  5  [\d,]+/s  in [\d.]+s\x1b\[K\n", terminal.getvalue().split("\n")[-2] + "\n")
+    with progress_bar(None, "pull", terminal, unit="messages") as bar:
+        bar.update(5)
+    assert re.search(r"pull: 5messages \[.*messages/s\]", terminal.getvalue().split("\r")[-1])
 
     silent = io.StringIO()
-    with Progress(10, "quiet", silent, enabled=False) as progress:
-        progress.advance(10)
-    assert silent.getvalue() == "" and progress.count == 10
+    with progress_bar(10, "quiet", silent, enabled=False) as bar:
+        bar.update(10)
+    assert silent.getvalue() == ""
 
 
 # --- publishing through the emulator -------------------------------------------------------

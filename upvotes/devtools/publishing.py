@@ -21,7 +21,7 @@ from google.cloud.pubsub_v1.publisher.futures import Future
 from schemas.contract import EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_BATCH_EVENTS, MAX_BATCH_BYTES, NDJSON, parse_vote
 from schemas.records import VoteEvent
 from upvotes.devtools.ledger import Ledger
-from upvotes.devtools.progress import Progress
+from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events, invalid_payloads
 
 LOG = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def publish_messages(
     start = time.monotonic()
     sent = sent_events = 0
     try:
-        with Progress(total, "publish", enabled=progress) as bar:
+        with progress_bar(total, "publish", unit="events", enabled=progress) as bar:
             for message in messages:
                 data, attributes = message[0], message[1]
                 events = message[2] if len(message) > 2 else 1
@@ -109,7 +109,7 @@ def publish_messages(
                 pending.append((client.publish(topic_path, data, **attributes), events))
                 sent += 1
                 sent_events += events
-                bar.advance(events)
+                bar.update(events)
                 if len(pending) > MAX_PENDING:
                     settle_oldest()
             while pending:

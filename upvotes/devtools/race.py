@@ -20,7 +20,7 @@ from upvotes.devtools import baseline_counters
 from spanner_store.database import RetryPolicy, run_transaction, run_with_retries
 from spanner_store.reads import verify_totals
 from upvotes.devtools.ledger import Ledger
-from upvotes.devtools.progress import Progress
+from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import PublishReport, publish_workload
 from upvotes.devtools.workload import Workload
 
@@ -127,12 +127,12 @@ def race_pipeline(database, topic_path: str, workload: Workload, batch_size: int
     report, ledger = publish_workload(topic_path, workload, rate=None, progress=progress, batch_size=batch_size)
     posts = len(ledger.totals)
     deadline = started + timeout_s
-    with Progress(posts, "posts whose exact count matches the ledger", enabled=progress) as bar:
+    with progress_bar(posts, "posts whose exact count matches the ledger", unit="posts", enabled=progress) as bar:
         shown = 0
         while time.monotonic() < deadline:
             alive()
             matched = posts - len({m.post_id for m in verify_totals(database, ledger.totals)})
-            bar.advance(max(0, matched - shown))  # a post can match, then move on with more votes
+            bar.update(max(0, matched - shown))  # a post can match, then move on with more votes
             shown = max(shown, matched)
             if matched == posts:
                 return PipelineRace(report, ledger, time.monotonic() - started)
