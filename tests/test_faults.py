@@ -41,7 +41,6 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import apache_beam as beam
 import pytest
@@ -50,6 +49,7 @@ from google.api_core import exceptions
 
 from pipeline import drain
 from tests.conftest import new_resources
+from tests.polling import assert_stays, wait_until
 from tests.folding import run_fold
 from schemas.counters import Counts
 from schemas.records import PostDelta
@@ -284,29 +284,6 @@ def streaming_stack(emulator_env, tmp_path):
     yield res, open_database(res.project, res.instance, res.database), start, tmp_path / "stream.log"
     for process in processes:
         local_stream.stop(process, signal.SIGTERM)
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str, alive: subprocess.Popen | None = None,
-               log: Path | None = None) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if alive is not None and alive.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:] if log else ""
-            raise AssertionError(f"the streaming pipeline exited with {alive.returncode} while waiting for {what}\n{tail}")
-        if check():
-            return time.monotonic() - started
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
-def assert_stays(check: Callable[[], bool], seconds: float, what: str) -> None:
-    """`check` holds at every poll for `seconds`: a state that lasts, not a passing moment."""
-    until = time.monotonic() + seconds
-    while True:
-        assert check(), f"{what} stopped holding"
-        if time.monotonic() >= until:
-            return
-        time.sleep(0.5)
 
 
 def publish_events(res: Resources, events: list[dict], rate: float | None = None) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 import threading
-import time
 
 import pytest
 from google.cloud.spanner_v1 import param_types
@@ -30,6 +29,7 @@ from spanner_store.views import (
 from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 from spanner_store.reads import top_posts
 from tests.folding import run_fold as fold
+from tests.polling import wait_until
 
 HOUR = 1_795_312_800
 
@@ -201,18 +201,12 @@ def test_readers_see_the_old_or_the_new_complete_version_never_a_mix(fresh) -> N
             page = read_top_page(own, None, 1, 30)
             seen.append((page.version, page.rows))
 
-    def until(condition, what: str) -> None:  # waited for, not assumed: the reader's pace is the machine's
-        deadline = time.monotonic() + 60
-        while not condition():
-            assert time.monotonic() < deadline, what
-            time.sleep(0.05)
-
     thread = threading.Thread(target=reader)
     thread.start()
     try:
-        until(lambda: seen, "the reader's first page")  # it reads version 1 before the publication starts
+        wait_until(lambda: seen, 60, "the reader's first page", poll_s=0.05)  # it reads version 1 before the publication starts
         second = publish_top_view(database, k=30, batch_rows=4, progress=watch)
-        until(lambda: any(v == 2 for v, _ in seen), "the reader to see version 2")
+        wait_until(lambda: any(v == 2 for v, _ in seen), 60, "the reader to see version 2", poll_s=0.05)
     finally:
         stop.set()
         thread.join(timeout=30)

@@ -33,6 +33,7 @@ from upvotes.serving.serve_settings import ServiceSettings
 from upvotes.serving.service import serve_in_background
 
 from tests.topic_audit import TopicAudit
+from tests.polling import wait_until
 
 WINDOW_S = 2
 POST = "browser/post ☃"
@@ -181,27 +182,18 @@ def click_vote(driver, post_id: str) -> None:
     raise AssertionError(f"no vote button for {post_id!r}")
 
 
-def wait_for(condition, timeout_s: float, what: str) -> float:
-    """Polls `condition` until it holds; returns the seconds it took."""
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout_s, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return time.monotonic() - started
-
-
 def test_a_click_on_vote_is_counted_on_the_live_page(service, browser, pipeline, tmp_path) -> None:
     browser.get(service.url + "/")
-    wait_for(lambda: shown_upvotes(browser, POST) == SEEDED, 30, "the seeded count on the page")
+    wait_until(lambda: shown_upvotes(browser, POST) == SEEDED, 30, "the seeded count on the page", poll_s=0.1)
 
     click_vote(browser, POST)
-    seconds = wait_for(lambda: shown_upvotes(browser, POST) == SEEDED + 1, COUNTED_TIMEOUT_S, "the click to count")
+    seconds = wait_until(lambda: shown_upvotes(browser, POST) == SEEDED + 1, COUNTED_TIMEOUT_S, "the click to count", poll_s=0.1)
     assert pipeline.poll() is None, "the streaming pipeline died"
     assert browser.find_element("id", "error").text == ""
     assert "certified exact" in browser.find_element("id", "status").text
 
     click_vote(browser, POST)  # the pipeline is warm now: this one shows the freshness a user sees
-    warm = wait_for(lambda: shown_upvotes(browser, POST) == SEEDED + 2, COUNTED_TIMEOUT_S, "the second click")
+    warm = wait_until(lambda: shown_upvotes(browser, POST) == SEEDED + 2, COUNTED_TIMEOUT_S, "the second click", poll_s=0.1)
     screenshot = tmp_path / "live_page.png"
     assert browser.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 1_000
     print(f"\nfirst click counted on the page after {seconds:.1f} s, "
@@ -213,13 +205,13 @@ def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, 
     audit = TopicAudit(stack.topic_path(stack.topic), stack.subscription_path(f"audit-{uuid.uuid4().hex[:8]}"))
     try:
         browser.get(service.url + "/")  # the victim has the live page open: its session cookie is in the browser
-        wait_for(lambda: shown_upvotes(browser, POST) is not None, 30, "the live page")
+        wait_until(lambda: shown_upvotes(browser, POST) is not None, 30, "the live page", poll_s=0.1)
         assert any(c["name"] == COOKIE for c in browser.get_cookies())
         before = httpx.get(service.url + "/healthz").json()["refused"]
 
         for name in HOSTILE_NAMES:
             browser.get(f"http://{name}:{hostile_server}/")
-            wait_for(lambda: browser.find_element("id", "results").text != "", 30, f"the attack from {name}")
+            wait_until(lambda: browser.find_element("id", "results").text != "", 30, f"the attack from {name}", poll_s=0.1)
             report = json.loads(browser.find_element("id", "results").text)
             # Each fetch fails in the page: the preflighted ones and the read for want of CORS, the
             # no-cors one (which did reach the service) by its Cross-Origin-Resource-Policy.
@@ -238,10 +230,10 @@ def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, 
         assert httpx.get(service.url + "/healthz").json()["refused"]["host"] > before["host"]
 
         browser.get(service.url + "/")
-        wait_for(lambda: shown_upvotes(browser, POST) is not None, 30, "the live page again")
+        wait_until(lambda: shown_upvotes(browser, POST) is not None, 30, "the live page again", poll_s=0.1)
         shown = shown_upvotes(browser, POST)
         click_vote(browser, POST)
-        wait_for(lambda: shown_upvotes(browser, POST) == shown + 1, COUNTED_TIMEOUT_S, "the page's own vote")
+        wait_until(lambda: shown_upvotes(browser, POST) == shown + 1, COUNTED_TIMEOUT_S, "the page's own vote", poll_s=0.1)
         assert browser.find_element("id", "error").text == ""
         votes = [json.loads(line) for m in audit.published_since() for line in m.data.split(b"\n") if line.strip()]
         assert [(v["post_id"], v["delta"]) for v in votes] == [(POST, 1)]

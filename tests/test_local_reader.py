@@ -25,6 +25,7 @@ from google.cloud import pubsub_v1
 from pipeline import local_reader
 from pipeline.local_reader import PULL_MAX_MESSAGES, ReaderControl
 from tests.conftest import PROJECT
+from tests.polling import wait_until
 
 _BUNDLES: list[int] = []  # the element count of every bundle RecordBundles saw
 _OUTPUT: list = []  # what a pipeline emitted (this process runs it)
@@ -81,15 +82,6 @@ def streaming_pipeline() -> beam.Pipeline:
     return beam.Pipeline(options=options)
 
 
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.1)
-    return time.monotonic() - started
-
-
 def finish(result, timeout_s: float = 60) -> None:
     """wait_until_finish, but failing the test instead of hanging it."""
     waiter = threading.Thread(target=result.wait_until_finish, daemon=True)
@@ -115,7 +107,7 @@ def test_bundles_of_up_to_1000_messages_every_one_acknowledged_and_counted(reade
     pipeline = streaming_pipeline()
     pipeline | beam.io.ReadFromPubSub(subscription=sub) | beam.ParDo(RecordBundles())
     result = pipeline.run()
-    wait_for(lambda: sum(_BUNDLES) >= 2_500, 60, "2,500 messages to be read")
+    wait_until(lambda: sum(_BUNDLES) >= 2_500, 60, "2,500 messages to be read", poll_s=0.1)
     reader.drain()
     finish(result)
 
@@ -145,7 +137,7 @@ def test_a_drain_fires_every_open_window_and_ends_the_pipeline(reader, subscript
      | beam.Map(_collect))
     result = pipeline.run()
     publish(topic, 300)
-    wait_for(lambda: reader.messages >= 300, 60, "300 messages to be pulled")
+    wait_until(lambda: reader.messages >= 300, 60, "300 messages to be pulled", poll_s=0.1)
     assert _OUTPUT == []  # the window is open
     reader.drain()
     started = time.monotonic()
@@ -172,10 +164,10 @@ def test_windows_fire_on_an_idle_subscription_without_a_heartbeat(reader, subscr
      | beam.Map(_collect))
     result = pipeline.run()
     try:
-        wait_for(lambda: reader.pulls > 0, 60, "the first pull")
+        wait_until(lambda: reader.pulls > 0, 60, "the first pull", poll_s=0.1)
         publish(topic, 5)
         published = time.monotonic()
-        took = wait_for(lambda: sum(n for _, n in _OUTPUT) == 5, 10, "the window to fire with no message after it")
+        took = wait_until(lambda: sum(n for _, n in _OUTPUT) == 5, 10, "the window to fire with no message after it", poll_s=0.1)
     finally:
         reader.drain()
         finish(result)

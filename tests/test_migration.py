@@ -18,7 +18,8 @@ from spanner_store.reads import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, counts_at, delta_key, post_key
 from tests.conftest import new_resources
 from tests.folding import run_fold
-from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events, wait_until
+from tests.polling import wait_until
+from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events
 from upvotes.devtools import local_stream
 from upvotes.operations.dead_letters import pull_dead_letters, release
 from schemas import statements_of

@@ -23,6 +23,7 @@ from upvotes.devtools.publishing import batch_messages, event_message
 from upvotes.devtools.workload import Workload, generate_events, invalid_payloads
 from spanner_store.reads import exact_counts
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
+from tests.polling import wait_until
 
 EVENTS = 3000
 INVALID = 30
@@ -67,16 +68,14 @@ def publish(stack) -> tuple[dict[str, dict[str, int]], set[bytes]]:
 
 def wait_until_exact(stack, database, expected, streaming) -> float:
     """Folds repeatedly while streaming, until every exact read equals the ledger; returns seconds."""
-    started = time.monotonic()
     argv = [f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"]
-    while time.monotonic() - started < SETTLE_TIMEOUT_S:
-        assert streaming.poll() is None, "the streaming pipeline died"
+
+    def folded_and_exact() -> bool:
         fold.run(argv)
-        actual = {t.post_id: t.counts._asdict() for t in exact_counts(database, expected)}
-        if actual == expected:
-            return time.monotonic() - started
-        time.sleep(1)
-    raise AssertionError(f"counts did not settle in {SETTLE_TIMEOUT_S} s: {actual} != {expected}")
+        return {t.post_id: t.counts._asdict() for t in exact_counts(database, expected)} == expected
+
+    return wait_until(folded_and_exact, SETTLE_TIMEOUT_S, "every exact read to equal the ledger", alive=streaming,
+                      poll_s=1)
 
 
 def pull_all(subscription: str, want: int, timeout_s: float = 90) -> list:

@@ -17,6 +17,7 @@ from spanner_store.database import open_database
 from upvotes.devtools import redis_server, write_back
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import Workload, generate_events
+from tests.polling import wait_until
 
 WINDOW_S = 0.5
 SETTLE_TIMEOUT_S = 60.0
@@ -58,10 +59,8 @@ def expected(ledger: Ledger) -> dict[str, dict[str, int]]:
 
 
 def wait_until_exact(database, ledger: Ledger, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while write_back.totals(database, ledger.totals) != expected(ledger):
-        assert time.monotonic() < deadline, "the counts in Spanner never matched the ledger"
-        time.sleep(0.1)
+    wait_until(lambda: write_back.totals(database, ledger.totals) == expected(ledger), timeout_s,
+               "the counts in Spanner to match the ledger", poll_s=0.1)
 
 
 def test_sums_of_reads_back_what_record_votes_wrote() -> None:
