@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install demo test docs bench template lint-schema clean
+.PHONY: install demo test bench-smoke docs bench template lint-schema clean
 
 $(BIN)/upvotes: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +18,14 @@ install: $(BIN)/upvotes
 demo: install
 	$(BIN)/upvotes demo
 
+# The suite (about 13 minutes on 2 cores); the benchmarks' smoke run is apart (bench-smoke), as
+# it alone takes about 6 minutes. CI (.ci/run) runs both.
 test: install
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not bench_smoke" $(PYTEST_ARGS)
+
+bench-smoke: install
+	$(BIN)/python -m pytest -m bench_smoke $(PYTEST_ARGS)
 
 # The documentation site in site/; --strict fails on a broken link, anchor or include.
 docs: install

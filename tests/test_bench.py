@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from upvotes.operations.capacity_model import fold_rows_read
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,6 +24,7 @@ APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 540
 
 
+@pytest.mark.bench_smoke
 def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],

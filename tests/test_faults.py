@@ -661,7 +661,7 @@ def test_upvotes_verify_wait_s_reads_again_until_late_deltas_arrive(stack, datab
 
     def pause(seconds: float) -> None:
         if not pauses:
-            write_deltas(database, [PostDelta("verify-late", HOUR, "verify:late:0", 4, 1, 1)])
+            write_deltas(database, [PostDelta.of("verify-late", HOUR, "verify:late:0", upvotes=4, shares=1, events=1)])
         pauses.append(seconds)
 
     monkeypatch.setattr(verify, "time", SimpleNamespace(monotonic=time.monotonic, sleep=pause))
