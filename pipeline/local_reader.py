@@ -16,6 +16,10 @@ What: `DrainablePubSubReadEvaluator`, evaluated once per bundle like Beam's:
 - on an empty subscription it waits IDLE_WAIT_S for the drain signal instead of blocking in
   a pull, then returns with its watermark hold at the current time, so the watermark keeps
   moving and windows fire on time without a heartbeat;
+- it pulls through a client whose channel takes responses of any size: against the emulator
+  the Pub/Sub client's channel keeps gRPC's 4 MB receive limit, which 100 batch messages of
+  500 votes exceed (measured: "Received message larger than max (5258396 vs. 4194304)", after
+  which the pipeline stopped reading); the client for Pub/Sub itself has no limit already;
 - it acknowledges what it pulled in one call before emitting it, as Beam's reader does
   (at-most-once: docs/guarantees.md, "Stopping a stream", says why, and what a SIGKILL loses);
 - once `ReaderControl.drain()` is called it pulls nothing more, emits what its last pull got,
@@ -136,9 +140,25 @@ class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,v
         if self.source.timestamp_attribute:
             raise NotImplementedError("the local reader stamps messages with their publish time only")
 
+    _unlimited_client: Any = None  # one per process: one local streaming pipeline per process
+
+    @classmethod
+    def _subscriber(cls) -> Any:
+        """A subscriber client that takes pull responses of any size (module docstring)."""
+        if cls._unlimited_client is None:
+            from google.cloud import pubsub_v1
+            from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
+            import grpc
+
+            emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
+            cls._unlimited_client = pubsub_v1.SubscriberClient(transport=SubscriberGrpcTransport(
+                channel=grpc.insecure_channel(emulator, options=[("grpc.max_receive_message_length", -1)])
+            )) if emulator else pubsub_v1.SubscriberClient()
+        return cls._unlimited_client
+
     def _pull(self) -> list:
         """Up to PULL_MAX_MESSAGES messages, acknowledged (one call), in pull order."""
-        client = self._get_subscriber_client(self._applied_ptransform)
+        client = self._subscriber()
         received: list = []
         pulls = 0
         while len(received) < PULL_MAX_MESSAGES:
