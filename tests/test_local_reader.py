@@ -100,32 +100,33 @@ def remaining(subscription: str) -> int:
         subscriber.close()
 
 
+def read_and_drain(reader, sub: str, count: int):
+    """Runs a pipeline recording its bundles (_BUNDLES) until `count` messages are read, then
+    drains it; its result."""
+    _BUNDLES.clear()
+    pipeline = streaming_pipeline()
+    pipeline | beam.io.ReadFromPubSub(subscription=sub) | beam.ParDo(RecordBundles())
+    result = pipeline.run()
+    wait_until(lambda: sum(_BUNDLES) >= count, 60, f"{count:,} messages to be read", poll_s=0.1)
+    reader.drain()
+    finish(result)
+    return result
+
+
 def test_pulls_of_more_than_grpcs_4_mb_default_are_read_whole(reader, subscription):
     """250 messages of 52 kB: one emulator pull of 100 is 5.2 MB, past the 4 MB the Pub/Sub
     client's emulator channel accepts. Before, that pull failed ("Received message larger than
     max") and the pipeline stopped reading: `make demo`'s burst of 500-vote messages hit it."""
     topic, sub = subscription
     publish(topic, 250, lambda i: b"%06d" % i + b"x" * 52_000)
-    _BUNDLES.clear()
-    pipeline = streaming_pipeline()
-    pipeline | beam.io.ReadFromPubSub(subscription=sub) | beam.ParDo(RecordBundles())
-    result = pipeline.run()
-    wait_until(lambda: sum(_BUNDLES) >= 250, 60, "250 large messages to be read", poll_s=0.1)
-    reader.drain()
-    finish(result)
+    read_and_drain(reader, sub, 250)
     assert sum(_BUNDLES) == 250 == reader.messages and remaining(sub) == 0
 
 
 def test_bundles_of_up_to_1000_messages_every_one_acknowledged_and_counted(reader, subscription):
     topic, sub = subscription
     publish(topic, 2_500)
-    _BUNDLES.clear()
-    pipeline = streaming_pipeline()
-    pipeline | beam.io.ReadFromPubSub(subscription=sub) | beam.ParDo(RecordBundles())
-    result = pipeline.run()
-    wait_until(lambda: sum(_BUNDLES) >= 2_500, 60, "2,500 messages to be read", poll_s=0.1)
-    reader.drain()
-    finish(result)
+    result = read_and_drain(reader, sub, 2_500)
 
     assert sum(_BUNDLES) == 2_500 == reader.messages
     assert max(_BUNDLES) == PULL_MAX_MESSAGES  # not Beam's 10
