@@ -59,9 +59,9 @@ class Progress:
 
     messages_pulled: int = 0
     messages_parsed: int = 0
-    votes: int = 0  # accepted by ParseVotes
-    votes_written: int = 0  # in delta rows now in Spanner
-    votes_dead_lettered: int = 0  # in delta rows that could never be written (dead letters)
+    votes: int = 0  # accepted by ParseVotes, delta and vote-state events
+    votes_written: int = 0  # in delta rows now in Spanner, or vote states applied (or found superseded) there
+    votes_dead_lettered: int = 0  # in delta rows or vote states that could never be written (dead letters)
     votes_without_effect: int = 0  # sums that cancel out: no row to write
     delta_rows: int = 0
     dead_letters: int = 0
@@ -89,11 +89,15 @@ def progress_of(control: ReaderControl | None, result: PipelineResult | None) ->
         messages_pulled=control.messages if control else counters.get(("ParseVotes", "messages"), 0),
         messages_parsed=counters.get(("ParseVotes", "messages"), 0),
         votes=counters.get(("ParseVotes", "accepted"), 0),
-        votes_written=counters.get(("WriteDeltaRows", "events_written"), 0),
-        votes_dead_lettered=counters.get(("WriteDeltaRows", "events_dead_lettered"), 0),
+        votes_written=counters.get(("WriteDeltaRows", "events_written"), 0)
+        + counters.get(("ApplyVoteStates", "events_written"), 0),
+        votes_dead_lettered=counters.get(("WriteDeltaRows", "events_dead_lettered"), 0)
+        + counters.get(("ApplyVoteStates", "events_dead_lettered"), 0),
         votes_without_effect=counters.get(("WindowAndSumVotes", "events_without_effect"), 0),
-        delta_rows=counters.get(("WriteDeltaRows", "rows_written"), 0),
-        dead_letters=counters.get(("WriteDeltaRows", "rows_dead_lettered"), 0) + sum(
+        delta_rows=counters.get(("WriteDeltaRows", "rows_written"), 0)
+        + counters.get(("ApplyVoteStates", "delta_rows_written"), 0),
+        dead_letters=counters.get(("WriteDeltaRows", "rows_dead_lettered"), 0)
+        + counters.get(("ApplyVoteStates", "states_dead_lettered"), 0) + sum(
             v for (namespace, name), v in counters.items() if namespace == "ParseVotes" and name.startswith("rejected_")),
     )
 

@@ -1,8 +1,13 @@
 """Streaming pipeline: Pub/Sub vote events -> validated -> summed per post and window -> Spanner deltas.
 
     Pub/Sub ──ReadVotes──> ParseVotes ──sums──> WindowAndSumVotes ──PostDelta──> WriteDeltaRows
-                                  └──rejected──────────┐                               │ failed
-                                                       └──> PublishDeadLetters <───────┘
+                                  ├──states─> WindowAndMergeVoteStates ──> ApplyVoteStates   │ failed
+                                  └──rejected──────────┐                        │ failed     │
+                                                       └──> PublishDeadLetters <┴────────────┘
+
+Delta events become blind-write delta rows; vote-state events (one vote per user) are merged to
+each user's latest state per window and applied against the stored state, with the counts they
+move, in one transaction per batch (spanner_store/votes.py).
 
 Locally, on the emulators (the runner is named explicitly: the DirectRunner would first
 try to download the Prism runner):
@@ -41,6 +46,8 @@ from transforms.dead_letter import PublishDeadLetters
 from transforms.parse_and_sum import ParseVotes
 from transforms.read_votes import ReadVotes
 from transforms.spanner_sink import WriteDeltaRows
+from transforms.vote_state_sink import ApplyVoteStates
+from transforms.vote_states import WindowAndMergeVoteStates
 from transforms.windowing import WindowAndSumVotes
 
 
@@ -80,7 +87,12 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions, claim: WriterClaim)
         | "WindowAndSumVotes" >> WindowAndSumVotes(claim.identity, settings.window_seconds, claim.key_format)
         | "WriteDeltaRows" >> WriteDeltaRows(project, settings.instance, settings.database, settings.rows_per_commit)
     )
-    (parsed.rejected, failed_rows) | "PublishDeadLetters" >> PublishDeadLetters(
+    failed_states = (
+        parsed.states
+        | "WindowAndMergeVoteStates" >> WindowAndMergeVoteStates(settings.window_seconds)
+        | "ApplyVoteStates" >> ApplyVoteStates(project, settings.instance, settings.database, settings.rows_per_commit)
+    )
+    (parsed.rejected, failed_rows, failed_states) | "PublishDeadLetters" >> PublishDeadLetters(
         pubsub_path(project, "topics", settings.dead_letter_topic)
     )
 

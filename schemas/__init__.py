@@ -54,3 +54,8 @@ def post_hash(post_id: str) -> int:
     """
     digest = hashlib.blake2b(post_id.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
+
+
+def user_hash(user_id: str) -> int:
+    """The leading key part of a user's votes (the Votes table): the same hash, of the user ID."""
+    return post_hash(user_id)

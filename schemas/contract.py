@@ -1,4 +1,9 @@
-"""The event contract, enforced: the bytes of one message in, VoteEvents and Rejecteds out.
+"""The event contract, enforced: the bytes of one message in, VoteEvents, VoteStates and Rejecteds out.
+
+Two kinds of event: a delta event (`counter` and `delta`: "add 1 to this post's shares") and a
+vote-state event (`vote`, with a required `user_id` and `event_time`: "this user's vote on this
+post is now up, down or none", schemas/vote_states.py). An event with a `vote` field is a
+vote-state event and may carry neither `counter` nor `delta`.
 
 v1: a message is one event, UTF-8 JSON (`vote_event.schema.json` beside this file states the
 same rules as JSON Schema; a test keeps the two in step). `parse_vote` is a pure function of
@@ -29,7 +34,8 @@ import orjson
 
 from schemas import delta_retention_days
 from schemas.counters import CONTRACT_NAMES
-from schemas.records import HOUR_S, Rejected, VoteEvent
+from schemas.records import HOUR_S, Rejected, VoteEvent, VoteState
+from schemas.vote_states import VOTES
 
 # The attribute a publisher sets to a message's unique ID. Dataflow drops redeliveries and
 # republications that carry an ID it has already seen (the DirectRunner cannot).
@@ -72,7 +78,12 @@ REASONS = (
     "delta_out_of_range",
     "bad_event_time",
     "field_too_long",
+    "missing_user",
+    "unknown_vote",
+    "state_with_delta",
 )
+# The field that makes an event a vote-state event (schemas/vote_states.py).
+VOTE_FIELD = "vote"
 
 
 class _Invalid(Exception):
@@ -146,6 +157,23 @@ def event_hour(event_time: str | None, publish_time_s: float, policy: EventTimeP
     return hour
 
 
+def vote_time(event_time: str, publish_time_s: float, policy: EventTimePolicy | None = None,
+              on_ingestion_hour: Callable[[str], None] | None = None) -> tuple[int, int]:
+    """(event hour, vote time in microseconds) of a vote-state event.
+
+    The hour is event_hour's. The vote time orders a user's events (schemas/vote_states.py): the
+    claimed time, to the microsecond, except that a time further ahead of the publish time than
+    the policy's clock skew is the publish time, so that no client clock far ahead can win over
+    every vote its user casts later. A time older than the retention keeps its place in the
+    order (it loses to anything newer), while its change is counted in its ingestion hour."""
+    hour = event_hour(event_time, publish_time_s, policy, on_ingestion_hour)  # validates event_time
+    seconds = _epoch_seconds(event_time)
+    if policy is not None and policy.untrusted(seconds, publish_time_s) == "ahead_of_clock":
+        return hour, int(publish_time_s * 1_000_000)
+    fraction = RFC3339.match(event_time).group(1)
+    return hour, seconds * 1_000_000 + (int(fraction[1:7].ljust(6, "0")) if fraction else 0)
+
+
 def _epoch_seconds(event_time: str) -> int:
     """Whole seconds since the epoch of an RFC 3339 time (a float timestamp would round
     23:59:59.999999 up into the next hour)."""
@@ -178,8 +206,9 @@ def _valid_id(value: object) -> bool:
 
 
 def is_common_vote(post_id: object, counter: object, delta: object, event_id: object, user_id: object) -> bool:
-    """The fields of a common, valid event, checked in bulk: the fast paths of _validate and
-    sum_message. Anything else takes the step-by-step path, which names the problem."""
+    """The fields of a common, valid delta event, checked in bulk: the fast paths of _validate and
+    sum_message (which also check that the event has no VOTE_FIELD). Anything else takes the
+    step-by-step path, which names the problem."""
     return (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
             and type(counter) is str and counter in _COUNTERS
             and type(delta) is int and delta != 0 and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
@@ -187,7 +216,7 @@ def is_common_vote(post_id: object, counter: object, delta: object, event_id: ob
 
 
 def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None = None,
-              on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent:
+              on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent | VoteState:
     """The event of a decoded message. The common, valid event is checked in bulk (this runs
     once per vote: profiled, the step-by-step checks cost more than decoding the JSON); any
     doubt takes the step-by-step path, which is the specification and names the first problem."""
@@ -196,7 +225,7 @@ def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None
         event_id, user_id = fields.get("event_id", ABSENT), fields.get("user_id", ABSENT)
         event_time = fields.get("event_time", ABSENT)
         if ((event_time is ABSENT or type(event_time) is str)
-                and is_common_vote(post_id, counter, delta, event_id, user_id)):
+                and is_common_vote(post_id, counter, delta, event_id, user_id) and VOTE_FIELD not in fields):
             return VoteEvent(
                 post_id, counter, delta,
                 event_hour(None if event_time is ABSENT else event_time, publish_time_s, policy, on_ingestion_hour),
@@ -206,19 +235,15 @@ def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None
 
 
 def _validate_step_by_step(fields: Any, publish_time_s: float, policy: EventTimePolicy | None,
-                           on_ingestion_hour: Callable[[str], None] | None) -> VoteEvent:
+                           on_ingestion_hour: Callable[[str], None] | None) -> VoteEvent | VoteState:
     if not isinstance(fields, dict):
         raise _Invalid("not_object", f"the JSON value is a {type(fields).__name__}, not an object")
+    if VOTE_FIELD in fields:
+        return _validate_state(fields, publish_time_s, policy, on_ingestion_hour)
     for name in ("post_id", "counter", "delta"):
         if name not in fields:
             raise _Invalid("missing_field", f"{name} is required")
-    post_id, counter, delta = fields["post_id"], fields["counter"], fields["delta"]
-    if not isinstance(post_id, str):
-        raise _Invalid("wrong_type", f"post_id must be a string, got {type(post_id).__name__}")
-    if not post_id:
-        raise _Invalid("empty_post_id", "post_id is empty")
-    if len(post_id) > MAX_POST_ID_CHARS:
-        raise _Invalid("post_id_too_long", f"post_id has {len(post_id)} characters, at most {MAX_POST_ID_CHARS}")
+    post_id, counter, delta = _post_id(fields), fields["counter"], fields["delta"]
     if not isinstance(counter, str):
         raise _Invalid("wrong_type", f"counter must be a string, got {type(counter).__name__}")
     if counter not in _COUNTERS:
@@ -244,10 +269,47 @@ def _validate_step_by_step(fields: Any, publish_time_s: float, policy: EventTime
     )
 
 
+def _post_id(fields: Mapping[str, Any]) -> str:
+    if "post_id" not in fields:
+        raise _Invalid("missing_field", "post_id is required")
+    post_id = fields["post_id"]
+    if not isinstance(post_id, str):
+        raise _Invalid("wrong_type", f"post_id must be a string, got {type(post_id).__name__}")
+    if not post_id:
+        raise _Invalid("empty_post_id", "post_id is empty")
+    if len(post_id) > MAX_POST_ID_CHARS:
+        raise _Invalid("post_id_too_long", f"post_id has {len(post_id)} characters, at most {MAX_POST_ID_CHARS}")
+    return post_id
+
+
+def _validate_state(fields: Mapping[str, Any], publish_time_s: float, policy: EventTimePolicy | None,
+                    on_ingestion_hour: Callable[[str], None] | None) -> VoteState:
+    """A vote-state event (one with a `vote` field), step by step, naming the first problem."""
+    post_id = _post_id(fields)
+    for name in ("counter", "delta"):
+        if name in fields:
+            raise _Invalid("state_with_delta", f"a vote-state event carries no {name}: the change follows from "
+                           "the user's previous vote")
+    if "user_id" not in fields:
+        raise _Invalid("missing_user", "user_id is required in a vote-state event: it counts once per user")
+    user_id = _optional_string(fields, "user_id")
+    vote = fields[VOTE_FIELD]
+    if not isinstance(vote, str):
+        raise _Invalid("wrong_type", f"vote must be a string, got {type(vote).__name__}")
+    if vote not in VOTES:
+        raise _Invalid("unknown_vote", f"vote {vote[:40]!r} is not one of {', '.join(VOTES)}")
+    if "event_time" not in fields:
+        raise _Invalid("missing_field", "event_time is required in a vote-state event: the latest vote counts")
+    event_time = _optional_string(fields, "event_time", may_be_empty=True)  # "" is a bad time, not a bad type
+    event_id = _optional_string(fields, "event_id")
+    hour, at_us = vote_time(event_time, publish_time_s, policy, on_ingestion_hour)
+    return VoteState(post_id, user_id, vote, at_us, hour, event_id)
+
+
 def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
                policy: EventTimePolicy | None = None,
-               on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent | Rejected:
-    """One event to a VoteEvent, or to a Rejected with the reason. Never raises.
+               on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent | VoteState | Rejected:
+    """One event to a VoteEvent or a VoteState, or to a Rejected with the reason. Never raises.
 
     `policy` (the pipeline passes its own) bounds the event hours a vote may claim; see
     EventTimePolicy. Without one, every valid event time is kept (the contract alone)."""
@@ -275,7 +337,7 @@ def reason_of(rejected: Rejected) -> str:
 
 def parse_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
                   policy: EventTimePolicy | None = None,
-                  on_ingestion_hour: Callable[[str], None] | None = None) -> Iterator[VoteEvent | Rejected]:
+                  on_ingestion_hour: Callable[[str], None] | None = None) -> Iterator[VoteEvent | VoteState | Rejected]:
     """Every event of one message, accepted or rejected, v1 or v2 (see the module docstring).
 
     Never raises. A v1 message yields exactly one result; a batch yields one per non-blank
@@ -314,7 +376,8 @@ def batch_lines(data: bytes, attributes: Mapping[str, str] | None) -> list[tuple
 
 
 def parse_line(number: int, line: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
-                policy: EventTimePolicy | None, on_ingestion_hour: Callable[[str], None] | None) -> VoteEvent | Rejected:
+                policy: EventTimePolicy | None, on_ingestion_hour: Callable[[str], None] | None
+               ) -> VoteEvent | VoteState | Rejected:
     result = parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
     if type(result) is Rejected:
         result.attributes[LINE_ATTRIBUTE] = str(number)

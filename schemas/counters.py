@@ -12,7 +12,10 @@ A counter is a number per post that vote events change by a delta. Each is decla
   user one of the post's unique voters (schemas/voter_sketch.py);
 - `noun`: one event of it ("share"), for `upvotes publish --<noun>-fraction`;
 - `generated_fraction`: its share of the events `upvotes publish` generates unless told
-  otherwise (the ranking counter, upvotes, takes the rest, un-votes included).
+  otherwise (the ranking counter, upvotes, takes the rest, un-votes included);
+- `vote`: the value of a vote-state event (schemas/vote_states.py) that this counter counts
+  the users of: the post's upvotes include every user whose latest vote is "up", its
+  downvotes every user whose latest vote is "down". None: no vote state counts here.
 
 Generated from it: `Counts`, the typed sums every accumulator uses (no positional slots);
 the column lists and the mutation costs of every write (spanner_store/tables.py,
@@ -45,11 +48,14 @@ class Counter:
     records_voters: bool
     noun: str
     generated_fraction: float
+    vote: str | None = None
 
 
 COUNTERS: tuple[Counter, ...] = (
     Counter(name="upvotes", contract_name="upvotes", column="Upvotes", records_voters=True, noun="upvote",
-            generated_fraction=0.0),
+            generated_fraction=0.0, vote="up"),
+    Counter(name="downvotes", contract_name="downvotes", column="Downvotes", records_voters=True, noun="downvote",
+            generated_fraction=0.0, vote="down"),
     Counter(name="shares", contract_name="shares", column="Shares", records_voters=False, noun="share",
             generated_fraction=0.2),
     Counter(name="views", contract_name="views", column="Views", records_voters=False, noun="view",
@@ -65,6 +71,8 @@ RANKING = COUNTERS[0]
 # The contract names whose events name a voter (schemas/voter_sketch.py).
 VOTER_CONTRACT_NAMES = frozenset(counter.contract_name for counter in COUNTERS if counter.records_voters)
 NAME_OF = {counter.contract_name: counter.name for counter in COUNTERS}  # contract name -> name
+# Vote-state values -> the counter each counts (schemas/vote_states.py adds "none", which counts nowhere).
+COUNTER_OF_VOTE = {counter.vote: counter.name for counter in COUNTERS if counter.vote is not None}
 
 
 class Counts(namedtuple("Counts", NAMES, defaults=(0,) * len(NAMES))):

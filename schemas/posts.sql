@@ -5,7 +5,7 @@
 -- Folded counters per post. PostHash (a hash of PostId, computed by the writers)
 -- leads the key so that sequential post IDs ("p-1", "p-2", ...) spread over the key
 -- space instead of piling onto one split. FoldedThrough is the fold watermark: every
--- delta committed at or before it is already inside the counters (Upvotes, Shares, Views).
+-- delta committed at or before it is already inside the counters (Upvotes, Downvotes, Shares, Views).
 -- HourlyFoldedThrough is the watermark of the post's PostHourlyCounts rows: every delta
 -- committed at or before it is already inside them. NULL means "the same as
 -- FoldedThrough" (rows written before the column existed, and posts folded in one
@@ -19,6 +19,7 @@ CREATE TABLE Posts (
   PostHash            INT64 NOT NULL,
   PostId              STRING(128) NOT NULL,
   Upvotes             INT64 NOT NULL DEFAULT (0),
+  Downvotes           INT64 NOT NULL DEFAULT (0),
   Shares              INT64 NOT NULL DEFAULT (0),
   Views               INT64 NOT NULL DEFAULT (0),
   FoldedThrough       TIMESTAMP NOT NULL DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),
@@ -39,6 +40,7 @@ CREATE TABLE PostDeltas (
   EventHour   TIMESTAMP NOT NULL,
   DeltaId     STRING(256) NOT NULL,
   Upvotes     INT64 NOT NULL,
+  Downvotes   INT64 NOT NULL DEFAULT (0),
   Shares      INT64 NOT NULL,
   Views       INT64 NOT NULL DEFAULT (0),
   Events      INT64 NOT NULL,
@@ -52,12 +54,12 @@ CREATE TABLE PostDeltas (
 -- watermark" here, so their cost follows the unfolded deltas, not all deltas kept.
 -- Interleaved, so the commit timestamp never leads a key of its own.
 CREATE INDEX PostDeltasByCommit ON PostDeltas (PostHash, PostId, CommittedAt)
-  STORING (Upvotes, Shares, Views, Events, Voters),
+  STORING (Upvotes, Downvotes, Shares, Views, Events, Voters),
   INTERLEAVE IN Posts;
 
 -- "Top posts by upvotes" straight from the index: the other counters and FoldedThrough are
 -- stored, PostId is part of every index key, so there is no back-join.
-CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC) STORING (Shares, Views, FoldedThrough);
+CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC) STORING (Downvotes, Shares, Views, FoldedThrough);
 
 -- Per-hour folded counts (event time), written by the fold in the same
 -- transaction as Posts; hourly reads add the unfolded deltas on top.
@@ -66,6 +68,7 @@ CREATE TABLE PostHourlyCounts (
   PostId    STRING(128) NOT NULL,
   EventHour TIMESTAMP NOT NULL,
   Upvotes   INT64 NOT NULL,
+  Downvotes INT64 NOT NULL DEFAULT (0),
   Shares    INT64 NOT NULL,
   Views     INT64 NOT NULL DEFAULT (0),
   Voters    BYTES(MAX),
@@ -125,17 +128,21 @@ CREATE TABLE WriterGenerations (
 -- same commit as the compensating delta rows it describes (DeltaId "@adjust/<id>"). Keyed
 -- by the adjustment's ID (the operator's --id, or a random UUID): a retried command
 -- collides with its own row and writes nothing twice. A few rows a day; never a hotspot.
+-- `upvotes forget-user` writes one too (Kind "forget_user", UserId the user, PostId empty,
+-- AsOf the time its retractions are stamped with: a rerun of the same ID reuses it).
 CREATE TABLE Adjustments (
   AdjustmentId STRING(64) NOT NULL,
   PostId       STRING(128) NOT NULL,
   Kind         STRING(16) NOT NULL,
   Upvotes      INT64 NOT NULL,
+  Downvotes    INT64 NOT NULL DEFAULT (0),
   Shares       INT64 NOT NULL,
   Views        INT64 NOT NULL DEFAULT (0),
   Reason       STRING(1024) NOT NULL,
   Actor        STRING(256) NOT NULL,
   AsOf         TIMESTAMP,
   CreatedAt    TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  UserId       STRING(128),
 ) PRIMARY KEY (AdjustmentId);
 
 -- Versioned top-posts views (issue 8; spanner-static-views.txt). A reader pins one
@@ -185,6 +192,7 @@ CREATE TABLE TopPostsViewRows (
   InvalidSince INT64,
   PostId       STRING(128) NOT NULL,
   Upvotes      INT64 NOT NULL,
+  Downvotes    INT64 NOT NULL DEFAULT (0),
   Shares       INT64 NOT NULL,
   Views        INT64 NOT NULL DEFAULT (0),
 ) PRIMARY KEY (ViewName, Rank, ValidSince DESC),
@@ -246,3 +254,31 @@ CREATE TABLE StatusWatches (
   Resource   STRING(MAX) NOT NULL,
   RecordedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (Role);
+
+-- One vote per user (issue 29, schemas/vote_states.py): each user's latest vote-state on each
+-- post. Vote is "up", "down" or "none" (taken back, or forgotten); VotedAt and EventId are the
+-- order the latest is chosen by (the event time to the microsecond, then the event ID; "" when
+-- the event had none); EventHour is the hour the vote is counted in (hourly counts): a change
+-- takes the old vote out of the old state's hour and puts the new one in the new state's, so
+-- the hourly counts, like the totals, do not depend on the order events arrive in. The streaming pipeline's vote-state sink (spanner_store/votes.py) reads a
+-- batch of these rows and, in the same read-write transaction, writes the newer states and the
+-- delta rows their changes add up to, with the commit's DeltaCommits and TopCandidates rows: a
+-- state and the count it moved become visible together, and a replayed batch finds its states
+-- already applied and changes nothing.
+-- The key: a viral post's million voters must not share one split, so the table is not
+-- interleaved in Posts (a parent row and its children stay in one split, and one post takes
+-- thousands of votes a second) and the post does not lead the key. UserHash (a hash of UserId,
+-- schemas.user_hash) leads, which spreads every post's voters over the whole key space ("hash the
+-- key", schema best practice #1); UserId next keeps one user's votes together, so "my vote" is a
+-- point read and `upvotes forget-user` one key range, whose cost follows that user's votes.
+-- Kept: a "none" row is what makes an older event of that user, arriving late, lose.
+CREATE TABLE Votes (
+  UserHash  INT64 NOT NULL,
+  UserId    STRING(128) NOT NULL,
+  PostId    STRING(128) NOT NULL,
+  Vote      STRING(8) NOT NULL,
+  VotedAt   TIMESTAMP NOT NULL,
+  EventId   STRING(128) NOT NULL,
+  EventHour TIMESTAMP NOT NULL,
+  AppliedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (UserHash, UserId, PostId);

@@ -10,6 +10,7 @@ import base64
 from typing import NamedTuple
 
 from schemas.counters import NAMES, Counts
+from schemas.vote_states import NONE, LatestVote
 
 HOUR_S = 3600
 
@@ -23,6 +24,29 @@ class VoteEvent(NamedTuple):
     event_hour: int  # start of the event's hour, epoch seconds (UTC)
     event_id: str | None = None
     user_id: str | None = None
+
+
+class VoteState(NamedTuple):
+    """One accepted vote-state event: where one user stands on one post, as of a time
+    (schemas/vote_states.py). Carries no counter and no delta: the pipeline derives the change."""
+
+    post_id: str
+    user_id: str
+    vote: str  # one of schemas.vote_states.VOTES
+    at_us: int  # the event time, microseconds since the epoch, after the clock-skew policy
+    event_hour: int  # start of the event's hour, epoch seconds (UTC)
+    event_id: str | None = None
+
+    def latest(self) -> LatestVote:
+        """The event as the latest of one: what the pipeline merges and the sink applies."""
+        return LatestVote(self.vote, self.at_us, self.event_id or "", self.event_hour, 1, self.vote != NONE)
+
+
+class PostUser(NamedTuple):
+    """The key of one user's vote state on one post."""
+
+    post_id: str
+    user_id: str
 
 
 class Rejected(NamedTuple):
@@ -91,6 +115,24 @@ class FailedDelta(NamedTuple):
 
     delta: PostDelta
     error: str
+
+
+class FailedVoteStates(NamedTuple):
+    """Vote states whose batch could never be applied, with the reason, for the dead-letter topic:
+    replayed through the same path once the cause is fixed (`upvotes dead-letters replay`)."""
+
+    states: tuple[tuple[PostUser, LatestVote], ...]
+    error: str
+
+    def states_json(self) -> list[dict]:
+        """The states as JSON objects (the dead letter's data)."""
+        return [{"post_id": key.post_id, "user_id": key.user_id, **state._asdict()} for key, state in self.states]
+
+    @staticmethod
+    def states_from_json(items: list[dict]) -> dict[PostUser, LatestVote]:
+        """states_json's inverse."""
+        return {PostUser(item["post_id"], item["user_id"]): LatestVote(**{name: item[name] for name in LatestVote._fields})
+                for item in items}
 
 
 class PostTotals(NamedTuple):

@@ -56,13 +56,14 @@ class Adjustment(NamedTuple):
     counts: Counts  # the compensating change written, summed over its hours
     reason: str
     actor: str
-    as_of: datetime | None  # a reset's snapshot S
+    as_of: datetime | None  # a reset's snapshot S; a forget-user's retraction time
     created_at: datetime | None  # commit time; None until read back
+    user_id: str | None = None  # the user a forget-user retracted the votes of
 
     def row(self) -> tuple:
         """Its Adjustments row (ADJUSTMENT_COLUMNS)."""
         return (self.adjustment_id, self.post_id, self.kind, *self.counts, self.reason, self.actor, self.as_of,
-                self.created_at)
+                self.created_at, self.user_id)
 
     @classmethod
     def from_row(cls, row) -> Adjustment:
@@ -74,7 +75,8 @@ class Adjustment(NamedTuple):
         return {"adjustment_id": self.adjustment_id, "post_id": self.post_id, "kind": self.kind,
                 **self.counts._asdict(), "reason": self.reason, "actor": self.actor,
                 "as_of": None if self.as_of is None else self.as_of.isoformat(),
-                "created_at": None if self.created_at is None else self.created_at.isoformat()}
+                "created_at": None if self.created_at is None else self.created_at.isoformat(),
+                "user_id": self.user_id}
 
 
 class AdjustmentResult(NamedTuple):

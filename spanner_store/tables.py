@@ -7,11 +7,11 @@ declaration (schemas/counters.py COLUMNS), in its order, in every table that kee
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from google.cloud import spanner
 
-from schemas import delta_retention_days, post_hash
+from schemas import delta_retention_days, post_hash, user_hash
 from schemas.counters import COLUMNS as COUNTER_COLUMNS
 from schemas.counters import Counts
 from schemas.records import PostDelta
@@ -67,7 +67,13 @@ STATUS_WATCHES = "StatusWatches"
 STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
 
 ADJUSTMENTS = "Adjustments"
-ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind") + COUNTER_COLUMNS + ("Reason", "Actor", "AsOf", "CreatedAt")
+ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind") + COUNTER_COLUMNS + ("Reason", "Actor", "AsOf", "CreatedAt",
+                                                                             "UserId")
+
+# Each user's latest vote state per post (spanner_store/votes.py), keyed (UserHash, UserId, PostId).
+VOTES = "Votes"
+VOTE_KEY_COLUMNS = ("UserHash", "UserId", "PostId")
+VOTE_COLUMNS = VOTE_KEY_COLUMNS + ("Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
 
 # Rows written once per commit of delta rows are keyed (Shard, CommittedAt, ID) with the shard
 # a hash of a random ID (`commit_shard`): COMMIT_SHARDS key ranges share the appends, and a
@@ -101,6 +107,30 @@ def counts_at(row, start: int) -> Counts:
 
 def post_key(post_id: str) -> PostKey:
     return (post_hash(post_id), post_id)
+
+
+def vote_key(post_id: str, user_id: str) -> tuple[int, str, str]:
+    """The Votes primary key of one user's vote on one post."""
+    return (user_hash(user_id), user_id, post_id)
+
+
+def user_votes_range(user_id: str) -> spanner.KeySet:
+    """Every Votes row of one user: one key range."""
+    prefix = [user_hash(user_id), user_id]
+    return spanner.KeySet(ranges=[spanner.KeyRange(start_closed=prefix, end_closed=prefix)])
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def micros_timestamp(epoch_us: int) -> datetime:
+    """A time in microseconds since the epoch as the TIMESTAMP Spanner stores (years 1 to 9999)."""
+    return _EPOCH + timedelta(microseconds=epoch_us)
+
+
+def timestamp_micros(value: datetime) -> int:
+    """micros_timestamp's inverse, for a TIMESTAMP read back (sub-microsecond digits dropped)."""
+    return (value - _EPOCH) // timedelta(microseconds=1)
 
 
 # Ranges of the PostHash key space (schemas.post_hash: 63 bits), each 1/KEY_RANGES of it: the

@@ -33,7 +33,8 @@ from schemas.contract import (
 )
 from schemas.counters import CONTRACT_NAMES as COUNTERS
 from schemas.counters import VOTER_CONTRACT_NAMES
-from schemas.records import HOUR_S, FailedDelta, PostDelta, Rejected, VoteEvent
+from schemas.records import HOUR_S, FailedDelta, PostDelta, PostUser, Rejected, VoteEvent, VoteState
+from schemas.vote_states import VOTES, keep_latest
 from transforms.parse_and_sum import ParseVotes, RunningSums, sum_message
 from spanner_store.tables import delta_key
 
@@ -50,8 +51,8 @@ TEN_MB = 10 * 1024 * 1024
 
 
 
-def outcome(result: VoteEvent | Rejected) -> str:
-    return "accepted" if isinstance(result, VoteEvent) else reason_of(result)
+def outcome(result: VoteEvent | VoteState | Rejected) -> str:
+    return reason_of(result) if isinstance(result, Rejected) else "accepted"
 
 
 def load_make_corpus():
@@ -67,9 +68,7 @@ def manifest() -> dict[str, str]:
 
 def assert_well_formed(data: bytes, attributes: dict, result) -> None:
     """The invariants every parse_vote result must satisfy, whatever the input."""
-    assert isinstance(result, (VoteEvent, Rejected)) and not (
-        isinstance(result, VoteEvent) and isinstance(result, Rejected)
-    )
+    assert type(result) in (VoteEvent, VoteState, Rejected)
     if isinstance(result, Rejected):
         reason, sep, detail = result.error.partition(": ")
         assert sep == ": " and reason in REASONS, result.error
@@ -78,6 +77,10 @@ def assert_well_formed(data: bytes, attributes: dict, result) -> None:
         assert result.attributes == attributes
         return
     assert isinstance(result.post_id, str) and 1 <= len(result.post_id) <= 128
+    if isinstance(result, VoteState):
+        assert result.vote in VOTES and isinstance(result.user_id, str) and 1 <= len(result.user_id) <= 128
+        assert type(result.at_us) is int and result.event_hour <= result.at_us // 10**6 < result.event_hour + HOUR_S
+        return
     assert result.counter in COUNTERS
     assert type(result.delta) is int and result.delta != 0 and -1_000_000 <= result.delta <= 1_000_000
     assert type(result.event_hour) is int and result.event_hour % HOUR_S == 0
@@ -103,7 +106,7 @@ def batch_outcome(results: list) -> dict:
     """A batch's results in the manifest's form."""
     if len(results) == 1 and isinstance(results[0], Rejected) and LINE_ATTRIBUTE not in results[0].attributes:
         return {"whole": reason_of(results[0])}
-    return {"accepted": sum(isinstance(r, VoteEvent) for r in results),
+    return {"accepted": sum(not isinstance(r, Rejected) for r in results),
             "rejected": {r.attributes[LINE_ATTRIBUTE]: reason_of(r) for r in results if isinstance(r, Rejected)}}
 
 
@@ -115,7 +118,7 @@ def test_each_corpus_message_gets_its_expected_outcome(name: str, expected: str 
     if name.endswith(".ndjson"):
         assert batch_outcome(results) == expected
         for result in results:
-            if isinstance(result, VoteEvent):
+            if not isinstance(result, Rejected):
                 assert_well_formed(b"", {}, result)
             elif LINE_ATTRIBUTE in result.attributes:  # a rejected line keeps its own bytes whole
                 line = data.split(b"\n")[int(result.attributes[LINE_ATTRIBUTE]) - 1]
@@ -165,7 +168,10 @@ def test_accepted_hostile_post_ids_are_kept_verbatim() -> None:
         event = parse_vote(data, {}, PUBLISHED)
         # The event carries the last value of each key, as Python's own JSON parser reads it.
         fields = json.loads(data.decode("utf-8"))
-        assert (event.post_id, event.counter, event.delta) == (fields["post_id"], fields["counter"], fields["delta"])
+        if isinstance(event, VoteState):
+            assert (event.post_id, event.user_id, event.vote) == (fields["post_id"], fields["user_id"], fields["vote"])
+        else:
+            assert (event.post_id, event.counter, event.delta) == (fields["post_id"], fields["counter"], fields["delta"])
 
 
 def test_a_10_mb_payload_is_rejected_as_too_large_without_parsing_it() -> None:
@@ -225,7 +231,8 @@ def test_the_corpus_through_parse_votes_in_a_pipeline() -> None:
             | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
             | ParseVotes()
         )
-        events = (parsed.sums | beam.FlatMap(lambda keyed: [sums.events for sums in keyed[1].values()])
+        events = ((parsed.sums, parsed.states) | beam.Flatten()
+                  | beam.FlatMap(lambda keyed: [sums.events for sums in keyed[1].values()])
                   | beam.CombineGlobally(sum))
         assert_that(events, equal_to([accepted]), label="votes")
         assert_that(
@@ -295,6 +302,7 @@ MIXED_VOTE = st.builds(
         "event_id": mostly(st.text(NO_SURROGATES, max_size=128), TEXT, st.integers(), st.none()),
         "user_id": mostly(st.text(NO_SURROGATES, max_size=128), TEXT, st.lists(st.integers(), max_size=2), st.none()),
         "event_time": mostly(st.sampled_from(VALID_TIMES) | st.none(), st.sampled_from(INVALID_TIMES), st.integers()),
+        "vote": mostly(st.sampled_from(VOTES), TEXT, st.integers(), st.none()),
         "extra": JSON_VALUES,
     }),
     mostly(st.just(()), st.lists(st.sampled_from(REQUIRED), max_size=3)),
@@ -322,13 +330,16 @@ def contract_accepts(fields: dict) -> bool:
     post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
     if not (isinstance(post_id, str) and 1 <= len(post_id) <= 128):
         return False
+    for name in ("event_id", "user_id"):  # present means a string of 1 to 128 characters
+        if name in fields and not (isinstance(fields[name], str) and 1 <= len(fields[name]) <= 128):
+            return False
+    if "vote" in fields:  # a vote-state event: a vote, a user and a time, no counter nor delta
+        return (fields["vote"] in VOTES and "user_id" in fields and fields.get("event_time") in VALID_TIMES
+                and "counter" not in fields and "delta" not in fields)
     if counter not in COUNTERS:
         return False
     if type(delta) is not int or delta == 0 or abs(delta) > 1_000_000:
         return False
-    for name in ("event_id", "user_id"):  # present means a string of 1 to 128 characters
-        if name in fields and not (isinstance(fields[name], str) and 1 <= len(fields[name]) <= 128):
-            return False
     return "event_time" not in fields or fields["event_time"] in VALID_TIMES
 
 
@@ -346,11 +357,16 @@ def hour_of(event_time: str | None) -> int:
 @example({"post_id": "p", "counter": "shares", "delta": -1_000_000, "event_time": None, "user_id": None})
 @example({"post_id": "p", "counter": "upvotes", "delta": 2**64})
 @example({"post_id": "0", "counter": "upvotes", "delta": 1, "extra": float("inf")})
+@example({"post_id": "p", "user_id": "u", "vote": "down", "event_time": "2026-11-22T01:02:03Z"})
+@example({"post_id": "p", "user_id": "u", "vote": "up", "counter": "upvotes", "event_time": "2026-11-22T01:02:03Z"})
 def test_parse_vote_on_dicts_mixing_valid_and_invalid_fields(fields: dict) -> None:
     data = json.dumps(fields, ensure_ascii=False).encode("utf-8")
     result = parse_vote(data, {}, PUBLISHED)
     assert_well_formed(data, {}, result)
-    assert isinstance(result, VoteEvent) == contract_accepts(fields), (fields, result)
+    assert (not isinstance(result, Rejected)) == contract_accepts(fields), (fields, result)
+    if isinstance(result, VoteState):
+        assert (result.post_id, result.user_id, result.vote) == (fields["post_id"], fields["user_id"], fields["vote"])
+        assert (result.event_hour, result.event_id) == (hour_of(fields["event_time"]), fields.get("event_id"))
     if isinstance(result, VoteEvent):
         assert (result.post_id, result.counter, result.delta) == (fields["post_id"], fields["counter"], fields["delta"])
         assert result.event_hour == hour_of(fields.get("event_time"))
@@ -474,7 +490,7 @@ def test_a_batch_is_judged_line_by_line_exactly_like_single_messages(lines: list
     assert len(results) == len(numbered)  # blank lines skipped, every other line judged once
     for (number, line), result in zip(numbered, results):
         alone = parse_vote(line, attributes, PUBLISHED)
-        if isinstance(alone, VoteEvent):
+        if not isinstance(alone, Rejected):
             assert result == alone
         else:
             assert isinstance(result, Rejected) and result.error == alone.error and result.data == line
@@ -483,29 +499,36 @@ def test_a_batch_is_judged_line_by_line_exactly_like_single_messages(lines: list
 
 # --- sum_message: the pipeline's fused parse-and-sum, held to parse_message -------------------
 
-def summed_by_parse_message(data: bytes, attributes: dict, published: float, policy) -> tuple[dict, list]:
-    """What sum_message must produce: parse_message's accepted votes summed, and its rejections."""
+def summed_by_parse_message(data: bytes, attributes: dict, published: float, policy) -> tuple[dict, dict, list, list]:
+    """What sum_message must produce: parse_message's accepted delta events summed, its vote-state
+    events merged to the latest per post and user, and its rejections."""
     sums: dict = {}
+    states: dict = {}
     rejected = []
     ingestion: list[str] = []
     for result in parse_message(data, attributes, published, policy, ingestion.append):
         if isinstance(result, Rejected):
             rejected.append(result)
             continue
+        if isinstance(result, VoteState):
+            keep_latest(states, PostUser(result.post_id, result.user_id), result.latest())
+            continue
         acc = sums.setdefault((result.post_id, result.event_hour), RunningSums())
         acc.counts[result.counter] += result.delta
         acc.events += 1
         if result.counter in VOTER_CONTRACT_NAMES and result.delta > 0 and result.user_id is not None:
             acc.voters = (acc.voters or set()) | {result.user_id}  # a voter: schemas/voter_sketch.py
-    return sums, rejected, sorted(ingestion)
+    return sums, states, rejected, sorted(ingestion)
 
 
 def assert_sums_like_parse_message(data: bytes, attributes: dict, published: float, policy) -> None:
-    want_sums, want_rejected, want_ingestion = summed_by_parse_message(data, attributes, published, policy)
+    want_sums, want_states, want_rejected, want_ingestion = summed_by_parse_message(data, attributes, published, policy)
     sums: dict = {}
+    states: dict = {}
     ingestion: list[str] = []
-    rejected = sum_message(data, attributes, published, sums, policy, ingestion.append)
+    rejected = sum_message(data, attributes, published, sums, policy, ingestion.append, states=states)
     assert sums == want_sums
+    assert states == want_states
     assert [(r.data, r.attributes, r.error) for r in rejected] == [(r.data, r.attributes, r.error) for r in want_rejected]
     assert sorted(ingestion) == want_ingestion
 

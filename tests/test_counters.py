@@ -8,7 +8,10 @@ from pathlib import Path
 
 import schemas
 from schemas import counters
-from schemas.counters import COLUMNS, CONTRACT_NAMES, COUNTERS, NAMES, Counts, by_contract_name, one, total
+from schemas.counters import (
+    COLUMNS, CONTRACT_NAMES, COUNTER_OF_VOTE, COUNTERS, NAMES, Counts, by_contract_name, one, total,
+)
+from schemas.vote_states import VOTES
 from schemas.ddl import schema_model
 from schemas import statements_of
 from schemas.ddl import table_columns
@@ -45,8 +48,15 @@ def test_a_counter_added_since_the_first_schema_can_be_added_to_a_database_with_
                 assert columns[column].endswith("DEFAULT (0)"), f"{name}.{column}: {columns[column]}"
 
 
-def test_the_json_schema_names_every_counter() -> None:
-    assert tuple(schemas.event_schema()["properties"]["counter"]["enum"]) == CONTRACT_NAMES
+def test_the_json_schema_names_every_counter_and_every_vote() -> None:
+    properties = schemas.event_schema()["properties"]
+    assert tuple(properties["counter"]["enum"]) == CONTRACT_NAMES
+    assert tuple(properties["vote"]["enum"]) == VOTES
+
+
+def test_each_vote_counts_on_one_counter_and_none_on_none() -> None:
+    assert set(COUNTER_OF_VOTE.values()) <= set(NAMES) and len(set(COUNTER_OF_VOTE.values())) == len(COUNTER_OF_VOTE)
+    assert VOTES[0] == "none" and set(VOTES) == {"none", *COUNTER_OF_VOTE}
 
 
 def test_counts_add_by_name_and_pickle_by_name() -> None:

@@ -1,6 +1,6 @@
 """Dead-letter re-drive on the emulators: a delta row dead-lettered by an injected permanent
-failure is replayed twice and counted once; a rejected vote is replaced by its corrected line,
-published once; nothing is acknowledged before its replay succeeded."""
+failure is replayed twice and counted once, and so is a batch of vote states; a rejected vote is
+replaced by its corrected line, published once; nothing is acknowledged before its replay succeeded."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,13 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
-from schemas.records import PostDelta, Rejected
+from schemas.counters import Counts
+from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected
+from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
 from spanner_store.deltas import write_new_deltas
 from spanner_store.reads import exact_counts
+from spanner_store.votes import apply_all_vote_states
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
@@ -56,6 +59,7 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
     report, still_held = execute_replay(plan_replay(held, {}), lambda d: tuple(write_new_deltas(database, [d])),
+                                        lambda states: (0, 0),
                                         lambda v: None, ack=lambda letters: None)
     assert report.deltas_written == 3
     release(subscriber, kept(stack), held)
@@ -99,3 +103,27 @@ def test_a_corrected_line_that_would_be_rejected_again_is_refused(stack, capsys,
                  "--instance", stack.instance, "--database", stack.database, "--corrected-votes", str(corrected),
                  "--topic", stack.topic])
     assert code == 2 and "would be rejected again" in capsys.readouterr().err
+
+
+def test_dead_lettered_vote_states_replayed_twice_move_each_count_once(stack, database, capsys) -> None:
+    """A batch the vote-state sink could never apply (transforms/vote_state_sink.py) is applied by the
+    replay through the sink's own path; a second replay (its acknowledgement lost) changes nothing."""
+    states = ((PostUser("dl-states", "a"), LatestVote("up", 1, "e1", HOUR, 2, True)),
+              (PostUser("dl-states", "b"), LatestVote("down", 1, "e2", HOUR, 1, True)))
+    message = to_dead_letter(FailedVoteStates(states, "spanner_apply_failed: test"))
+    publisher = pubsub_v1.PublisherClient()
+    publisher.publish(f"projects/{stack.project}/topics/{stack.dead_letter_topic}", message.data,
+                      **message.attributes).result(timeout=30)
+    assert dead_letters(stack, capsys, "show")[0]["backlog_by_reason"] == {"vote_states/spanner_apply_failed": 1}
+
+    subscriber = pubsub_v1.SubscriberClient()
+    held, _ = pull_dead_letters(subscriber, kept(stack), 10)
+    report, _ = execute_replay(plan_replay(held, {}), lambda d: (0, 0),
+                               lambda s: tuple(apply_all_vote_states(database, s))[:2], lambda v: None,
+                               ack=lambda letters: None)  # applied, but the acknowledgement is lost
+    assert (report.states_applied, report.states_already_applied) == (2, 0)
+    release(subscriber, kept(stack), held)
+
+    (second,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database)
+    assert (second["states_applied"], second["states_already_applied"], second["acknowledged"]) == (0, 2, 1)
+    assert exact_counts(database, ["dl-states"])[0].counts == Counts(upvotes=1, downvotes=1)

@@ -181,4 +181,5 @@ def test_reads_touch_only_unfolded_deltas_however_many_old_ones_are_kept(stack, 
             keyset=spanner.KeySet(keys=[[schemas.post_hash(p), p] for p in new]))}
         touched = list(read_unfolded(snapshot, watermarks, ("PostId", "Upvotes")))
     assert len(touched) == 8  # of 3,008 delta rows kept for these posts
-    assert exact(database, new) == expected_from(new, {p: (sum(1 + i % 4 for i in range(1500)), 750) for p in new})
+    assert exact(database, new) == expected_from(new, {p: Counts(upvotes=sum(1 + i % 4 for i in range(1500)), shares=750)
+                                                       for p in new})

@@ -15,7 +15,7 @@ from schemas.contract import (
     parse_vote, reason_of,
 )
 from schemas.counters import Counts, one
-from schemas.records import CounterSums, PostHour, Rejected, VoteEvent
+from schemas.records import CounterSums, PostHour, Rejected, VoteEvent, VoteState
 from transforms.parse_and_sum import ParseVotes
 from transforms.parse_and_sum import sum_shard
 
@@ -39,6 +39,14 @@ VALID = [
     (j(post_id="p", counter="shares", delta=-1_000_000, extra={"ignored": True}), VoteEvent("p", "shares", -1_000_000, PUBLISHED_HOUR)),
     (j(post_id="p-1", counter="upvotes", delta=2, event_time="2026-11-22T03:59:59+02:00"), VoteEvent("p-1", "upvotes", 2, epoch("2026-11-22T01:00:00Z"))),
     (j(post_id="ünïcødé 🎉", counter="upvotes", delta=1), VoteEvent("ünïcødé 🎉", "upvotes", 1, PUBLISHED_HOUR)),
+    (j(post_id="p-1", counter="downvotes", delta=1), VoteEvent("p-1", "downvotes", 1, PUBLISHED_HOUR)),
+    # Vote-state events: the time to the microsecond (nanoseconds cut), orders the user's events.
+    (j(post_id="p-1", user_id="u-7", vote="up", event_time="2026-11-22T01:02:03.4567891Z", event_id="e2"),
+     VoteState("p-1", "u-7", "up", epoch("2026-11-22T01:02:03Z") * 10**6 + 456_789, epoch("2026-11-22T01:00:00Z"), "e2")),
+    (j(post_id="p-1", user_id="u-7", vote="none", event_time="2026-11-22T03:02:03.5+02:00"),
+     VoteState("p-1", "u-7", "none", epoch("2026-11-22T01:02:03Z") * 10**6 + 500_000, epoch("2026-11-22T01:00:00Z"))),
+    (j(post_id="p-1", user_id="u-7", vote="down", event_time="2026-11-22T00:00:00Z", extra=1),
+     VoteState("p-1", "u-7", "down", PUBLISHED_HOUR * 10**6, PUBLISHED_HOUR)),
 ]
 
 INVALID = [
@@ -71,11 +79,22 @@ INVALID = [
     (j(post_id="p-1", counter="upvotes", delta=1, event_time="2026-11-22T01:02:03"), "bad_event_time"),
     (j(post_id="p-1", counter="upvotes", delta=1, user_id="u" * 129), "field_too_long"),
     (b"{" * 100_000, "too_large"),
+    (j(post_id="p-1", vote="up", event_time="2026-11-22T01:02:03Z"), "missing_user"),
+    (j(post_id="p-1", user_id="u-7", vote="sideways", event_time="2026-11-22T01:02:03Z"), "unknown_vote"),
+    (j(post_id="p-1", user_id="u-7", vote="UP", event_time="2026-11-22T01:02:03Z"), "unknown_vote"),
+    (j(post_id="p-1", user_id="u-7", vote=1, event_time="2026-11-22T01:02:03Z"), "wrong_type"),
+    (j(post_id="p-1", user_id=None, vote="up", event_time="2026-11-22T01:02:03Z"), "wrong_type"),
+    (j(post_id="p-1", user_id="u-7", vote="up"), "missing_field"),
+    (j(user_id="u-7", vote="up", event_time="2026-11-22T01:02:03Z"), "missing_field"),
+    (j(post_id="p-1", user_id="u-7", vote="up", event_time="now"), "bad_event_time"),
+    (j(post_id="p-1", user_id="u-7", vote="up", counter="upvotes", event_time="2026-11-22T01:02:03Z"),
+     "state_with_delta"),
+    (j(post_id="p-1", user_id="u-7", vote="none", delta=-1, event_time="2026-11-22T01:02:03Z"), "state_with_delta"),
 ]
 
 
 @pytest.mark.parametrize("data,expected", VALID)
-def test_valid_events_are_accepted(data: bytes, expected: VoteEvent) -> None:
+def test_valid_events_are_accepted(data: bytes, expected: VoteEvent | VoteState) -> None:
     assert parse_vote(data, {}, PUBLISHED) == expected
 
 

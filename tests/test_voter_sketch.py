@@ -33,7 +33,7 @@ def batch(*events: dict) -> bytes:
 def voters_of(*events: dict) -> set[str] | None:
     """The voters sum_message records for these events (one ndjson message, one post and hour)."""
     sums: dict = {}
-    assert sum_message(batch(*events), {FORMAT_ATTRIBUTE: NDJSON}, PUBLISHED, sums) == []
+    assert sum_message(batch(*events), {FORMAT_ATTRIBUTE: NDJSON}, PUBLISHED, sums, states={}) == []
     (acc,) = sums.values()
     return acc.voters
 

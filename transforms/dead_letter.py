@@ -1,8 +1,8 @@
 """Dead letters: every message or row the pipeline cannot accept, published with its reason.
 
 Failures travel as data. A rejected message keeps its original bytes and attributes and
-gains an `error` attribute; a delta row that could never be written is published as JSON.
-Both land on one dead-letter topic, whose own subscription keeps them for inspection or
+gains an `error` attribute; a delta row that could never be written is published as JSON, and
+so is a batch of vote states that could never be applied. All land on one dead-letter topic, whose own subscription keeps them for inspection or
 replay.
 """
 from __future__ import annotations
@@ -13,20 +13,27 @@ import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage, WriteToPubSub
 
 from schemas.contract import ERROR_ATTRIBUTE
-from schemas.records import FailedDelta, Rejected
+from schemas.records import FailedDelta, FailedVoteStates, Rejected
 
 MAX_ATTRIBUTES = 100  # Pub/Sub's limit per message
 MAX_ATTRIBUTE_VALUE_BYTES = 1024
 MAX_DEAD_LETTER_BYTES = 9 * 1024 * 1024  # under Pub/Sub's 10 MB, leaving room for attributes
+# The `kind` attribute of the dead letters that are not rejected messages (upvotes/operations/dead_letters.py).
+KIND_ATTRIBUTE = "kind"
+DELTA_ROW = "delta_row"
+VOTE_STATES = "vote_states"
 
 
-def to_dead_letter(item: Rejected | FailedDelta) -> PubsubMessage:
+def to_dead_letter(item: Rejected | FailedDelta | FailedVoteStates) -> PubsubMessage:
     """A Pub/Sub message for the dead-letter topic, always within Pub/Sub's limits."""
     if isinstance(item, Rejected):
         data, attributes, error = item.data, dict(item.attributes), item.error
+    elif isinstance(item, FailedVoteStates):
+        data = json.dumps(item.states_json()).encode("utf-8")
+        attributes, error = {KIND_ATTRIBUTE: VOTE_STATES}, item.error
     else:
         data = json.dumps(item.delta.to_json()).encode("utf-8")
-        attributes, error = {"kind": "delta_row"}, item.error
+        attributes, error = {KIND_ATTRIBUTE: DELTA_ROW}, item.error
     if len(data) > MAX_DEAD_LETTER_BYTES:
         attributes["truncated_from_bytes"] = str(len(data))
         data = data[:MAX_DEAD_LETTER_BYTES]
@@ -37,7 +44,7 @@ def to_dead_letter(item: Rejected | FailedDelta) -> PubsubMessage:
 
 
 class PublishDeadLetters(beam.PTransform):
-    """Rejected and FailedDelta PCollections -> messages on the dead-letter topic."""
+    """Rejected, FailedDelta and FailedVoteStates PCollections -> messages on the dead-letter topic."""
 
     def __init__(self, topic: str) -> None:
         super().__init__()

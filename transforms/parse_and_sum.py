@@ -1,5 +1,6 @@
 """ParseVotes: Pub/Sub messages parsed and their votes summed per post and event hour, one
-element per shard of posts per bundle; rejected events to the dead letters, counted by reason.
+element per shard of posts per bundle; vote-state events merged to the latest per post and user,
+one element per shard of users per bundle; rejected events to the dead letters, counted by reason.
 
 The rules are the event contract's (schemas/contract.py), shared with the publishers and the
 HTTP service. Why parse and sum in one pass, and sum here rather than downstream: Beam's cost
@@ -17,6 +18,10 @@ is made per vote or per message, only one per shard of posts per bundle.
   (shard, ShardSums) element per shard of posts, stamped with that moment as their
   ingestion time (what transforms/windowing.py windows by). The bundle is not yet committed
   when it emits, so the watermark is still held behind it.
+- Vote-state events (schemas/vote_states.py) are not sums: a bundle keeps each (post, user)'s
+  latest state (`later`), and emits one (shard, ShardVotes) element per shard of users, the
+  shard the user's range of the Votes key space (`vote_shard`), so that the sink's transactions
+  each touch one contiguous range of Votes rows (transforms/vote_state_sink.py).
 
 Why the grouping key is a shard of posts (SUM_SHARDS of them) and not the post: a runner's
 cost is per key and per element (profiled on the DirectRunner during a viral burst: its
@@ -41,13 +46,14 @@ from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from schemas import post_hash
+from schemas import post_hash, user_hash
 from schemas.contract import (
-    ABSENT, DEFAULT_EVENT_TIME_POLICY, MAX_HOUR_S, MAX_MESSAGE_BYTES, MIN_HOUR_S, RFC3339, EventTimePolicy,
-    batch_lines, is_common_vote, parse_line, parse_vote, reason_of, trusted_range, utc_hour,
+    ABSENT, DEFAULT_EVENT_TIME_POLICY, MAX_HOUR_S, MAX_MESSAGE_BYTES, MIN_HOUR_S, RFC3339, VOTE_FIELD,
+    EventTimePolicy, batch_lines, is_common_vote, parse_line, parse_vote, reason_of, trusted_range, utc_hour,
 )
 from schemas.counters import CONTRACT_NAMES, VOTER_CONTRACT_NAMES, by_contract_name
-from schemas.records import HOUR_S, CounterSums, PostHour, Rejected
+from schemas.records import HOUR_S, CounterSums, PostHour, PostUser, Rejected, VoteState
+from schemas.vote_states import LatestVote, keep_latest
 from schemas.voter_sketch import sketch_of
 
 # Enough keys to spread the window combine over a few dozen Dataflow workers; few enough
@@ -59,12 +65,21 @@ FIRST_SUM_SHARDS = 32
 _SHARDS_KEY_BASE = 1 << 20  # a grouping key is shards * base + shard, for any other count
 
 ShardSums = dict[PostHour, CounterSums]  # one shard's sums (and voter sketches), per post and event hour
+ShardVotes = dict[PostUser, LatestVote]  # one shard's latest vote states, per post and user
+# Shards of the Votes key space (ranges of UserHash) that vote states are grouped by.
+VOTE_SHARDS = 32
 
 
 def sum_shard(post_id: str, shards: int = SUM_SHARDS) -> int:
     """The grouping key of a post's sums: stable across processes, workers and runs, and
     carrying the shard count it was computed with (`shards_of_key`)."""
     return shard_key(post_hash(post_id) % shards, shards)
+
+
+def vote_shard(user_id: str, shards: int = VOTE_SHARDS) -> int:
+    """The grouping key of a user's vote states: the range of the Votes key space (UserHash leads
+    it) the user's rows are in, so a shard's states are one contiguous range of rows."""
+    return user_hash(user_id) * shards >> 63
 
 
 def shard_key(shard: int, shards: int) -> int:
@@ -96,10 +111,11 @@ Running = dict[tuple[str, int], RunningSums]  # (post_id, event hour) -> its run
 
 def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float, sums: Running,
                 policy: EventTimePolicy | None = None,
-                on_ingestion_hour: Callable[[str], None] | None = None) -> list[Rejected]:
-    """parse_message folded into `sums` in one pass (see the module docstring): the accepted
-    votes are added to `sums` (and the user_id of each with a positive delta on a counter that
-    records voters to the post and hour's voters), the rejected ones returned."""
+                on_ingestion_hour: Callable[[str], None] | None = None, *, states: ShardVotes) -> list[Rejected]:
+    """parse_message folded into `sums` and `states` in one pass (see the module docstring): the
+    accepted delta events are added to `sums` (and the user_id of each with a positive delta on a
+    counter that records voters to the post and hour's voters), the vote-state events merged into
+    `states` (the latest per post and user), the rejected ones returned."""
     lines = batch_lines(data, attributes)
     if lines is None:
         lines = ((0, data),)
@@ -124,7 +140,7 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
             post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
             event_id, user_id = fields.get("event_id", ABSENT), fields.get("user_id", ABSENT)
             event_time = fields.get("event_time", ABSENT)
-            if is_common_vote(post_id, counter, delta, event_id, user_id):
+            if is_common_vote(post_id, counter, delta, event_id, user_id) and VOTE_FIELD not in fields:
                 if event_time is ABSENT:
                     hour = ingestion_hour
                 elif (type(event_time) is str and event_time[-1:] in ("Z", "z") and rfc3339(event_time)
@@ -142,6 +158,9 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
                 else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
             if type(result) is Rejected:
                 rejected.append(result)
+                continue
+            if type(result) is VoteState:
+                keep_latest(states, PostUser(result.post_id, result.user_id), result.latest())
                 continue
             post_id, counter, delta, hour = result.post_id, result.counter, result.delta, result.event_hour
             user_id = result.user_id
@@ -164,15 +183,27 @@ class BundleSums:
 
     def __init__(self) -> None:
         self._sums: Running = {}
+        self._states: ShardVotes = {}
 
     def add_message(self, data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
                     policy: EventTimePolicy, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
         """Adds the message's accepted votes; returns its rejected events."""
-        return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour)
+        return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour,
+                           states=self._states)
 
     @property
     def votes(self) -> int:
-        return sum(acc.events for acc in self._sums.values())
+        """The accepted events so far, delta and vote-state events alike."""
+        return sum(acc.events for acc in self._sums.values()) + sum(state.events for state in self._states.values())
+
+    def emit_states(self) -> Iterator:
+        """One element per shard of users: (shard, ShardVotes), stamped with the bundle's end."""
+        now = time.time()
+        shards: dict[int, ShardVotes] = {}
+        for key, state in self._states.items():
+            shards.setdefault(vote_shard(key.user_id), {})[key] = state
+        for shard, states in shards.items():
+            yield GlobalWindows.windowed_value((shard, states), timestamp=now)
 
     def emit(self) -> Iterator:
         """One element per shard: (shard, ShardSums), stamped with the bundle's end."""
@@ -190,11 +221,13 @@ class BundleSums:
 
 class ParsedVotes(NamedTuple):
     sums: beam.PCollection  # of (shard, ShardSums): per post and event hour per bundle, at ingestion time
+    states: beam.PCollection  # of (shard, ShardVotes): the latest per post and user per bundle, at ingestion time
     rejected: beam.PCollection  # of Rejected
 
 
 class _ParseAndSumFn(beam.DoFn):
     REJECTED = "rejected"
+    STATES = "states"
 
     def __init__(self, policy: EventTimePolicy) -> None:
         self._policy = policy
@@ -225,14 +258,17 @@ class _ParseAndSumFn(beam.DoFn):
         for reason, count in self._ingestion_hour.items():
             Metrics.counter("ParseVotes", f"ingestion_hour_{reason}").inc(count)
         yield from self._sums.emit()
+        for states in self._sums.emit_states():
+            yield beam.pvalue.TaggedOutput(self.STATES, states)
 
 
 class ParseVotes(beam.PTransform):
-    """PubsubMessage -> ParsedVotes(sums: (shard, ShardSums), rejected: Rejected).
+    """PubsubMessage -> ParsedVotes(sums: (shard, ShardSums), states: (shard, ShardVotes), rejected: Rejected).
 
     A message is one event, or a batch of them (contract v2). `sums` holds each bundle's
-    accepted votes summed per post and event hour, stamped with the bundle's ingestion time
-    (what WindowAndSumVotes windows by). The element timestamp (the Pub/Sub publish time,
+    accepted delta events summed per post and event hour, `states` its vote-state events merged
+    to the latest per post and user, both stamped with the bundle's ingestion time (what
+    WindowAndSumVotes and WindowAndMergeVoteStates window by). The element timestamp (the Pub/Sub publish time,
     unless the read names a timestamp attribute) stands in for a missing event_time, and for
     one outside the event-time policy (older than the delta retention, or further ahead than
     the clock skew it allows): such a vote is counted in its ingestion hour, never dropped.
@@ -247,5 +283,6 @@ class ParseVotes(beam.PTransform):
 
     def expand(self, messages: beam.PCollection) -> ParsedVotes:
         parsed = messages | "Parse" >> beam.ParDo(_ParseAndSumFn(self._policy)).with_outputs(
-            _ParseAndSumFn.REJECTED, main="sums")
-        return ParsedVotes(sums=parsed.sums, rejected=parsed[_ParseAndSumFn.REJECTED])
+            _ParseAndSumFn.REJECTED, _ParseAndSumFn.STATES, main="sums")
+        return ParsedVotes(sums=parsed.sums, states=parsed[_ParseAndSumFn.STATES],
+                           rejected=parsed[_ParseAndSumFn.REJECTED])

@@ -107,6 +107,14 @@ class MergeSums(beam.CombineFn):
         return {key: total.to_sums() for key, total in acc.items()}
 
 
+def ingestion_windows(window_seconds: int) -> beam.WindowInto:
+    """Fixed windows over ingestion time, each firing once when the watermark passes its end,
+    every pane a delta of its own (see the module docstring): how every branch of the stream
+    windows what ParseVotes emits."""
+    return beam.WindowInto(window.FixedWindows(window_seconds), trigger=trigger.AfterWatermark(),
+                           accumulation_mode=trigger.AccumulationMode.DISCARDING)
+
+
 def delta_id(writer: str, window_start_us: int, pane_index: int, window_end_us: int, shards: int,
              key_format: int = KEY_FORMAT) -> str:
     """The deterministic identity of one pane's delta: same pane, same ID, on any retry; two
@@ -161,11 +169,7 @@ class WindowAndSumVotes(beam.PTransform):
     def expand(self, keyed: beam.PCollection) -> beam.PCollection:
         return (
             keyed
-            | "FixedWindows" >> beam.WindowInto(
-                window.FixedWindows(self._window_seconds),
-                trigger=trigger.AfterWatermark(),
-                accumulation_mode=trigger.AccumulationMode.DISCARDING,
-            )
+            | "FixedWindows" >> ingestion_windows(self._window_seconds)
             | "SumPerShard" >> beam.CombinePerKey(MergeSums())
             | "ToPostDeltas" >> beam.ParDo(_ToPostDeltas(self._writer, self._key_format))
         )

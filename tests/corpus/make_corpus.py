@@ -29,6 +29,9 @@ parse_vote, so the corpus can catch a regression. Notes on the less obvious ones
   Schema says ("type": "string", "minLength": 1): absent is the only way to leave one out.
 - An event_time whose UTC hour falls outside Spanner's TIMESTAMP range (years 1-9999) is a
   `bad_event_time`: the sink could not build the row's key.
+- A vote-state event (a `vote` field) needs a user_id (`missing_user`) and an event_time
+  (`missing_field`), a vote of up, down or none (`unknown_vote`), and carries no counter nor delta
+  (`state_with_delta`).
 """
 from __future__ import annotations
 
@@ -42,6 +45,13 @@ MANIFEST = "expected.json"
 
 def vote(**changes) -> dict:
     fields = {"post_id": "p-1", "counter": "upvotes", "delta": 1}
+    fields.update(changes)
+    return {k: v for k, v in fields.items() if v is not _DROP}
+
+
+def vote_state(**changes) -> dict:
+    """A vote-state event (one vote per user): a vote, a user and a time, no counter nor delta."""
+    fields = {"post_id": "p-1", "user_id": "u-1", "vote": "up", "event_time": "2026-11-22T01:02:03.456Z"}
     fields.update(changes)
     return {k: v for k, v in fields.items() if v is not _DROP}
 
@@ -204,6 +214,27 @@ def entries() -> list[tuple[str, bytes, str]]:
         ("event-time-year-0-in-utc", js(vote(event_time="0001-01-01T00:00:00+14:00")), "bad_event_time"),
         ("event-time-year-10000-in-utc", js(vote(event_time="9999-12-31T23:59:59-14:00")), "bad_event_time"),
         ("unknown-fields-ignored", js(vote(extra={"nested": [1, {"deep": None}]}, __proto__={"admin": True})), "accepted"),
+        # --- vote-state events: one vote per user -------------------------------------------------
+        ("vote-state-up", js(vote_state()), "accepted"),
+        ("vote-state-down-with-event-id", js(vote_state(vote="down", event_id="e-1")), "accepted"),
+        ("vote-state-none-nanoseconds", js(vote_state(vote="none", event_time="2026-11-22T01:02:03.123456789Z")),
+         "accepted"),
+        ("vote-state-hostile-user-id", js(vote_state(user_id="'; DROP TABLE Votes; --")), "accepted"),
+        ("vote-state-missing-user", js(vote_state(user_id=_DROP)), "missing_user"),
+        ("vote-state-user-null", js(vote_state(user_id=None)), "wrong_type"),
+        ("vote-state-user-129-chars", js(vote_state(user_id="u" * 129)), "field_too_long"),
+        ("vote-state-unknown-vote", js(vote_state(vote="sideways")), "unknown_vote"),
+        ("vote-state-vote-uppercase", js(vote_state(vote="UP")), "unknown_vote"),
+        ("vote-state-vote-integer", js(vote_state(vote=1)), "wrong_type"),
+        ("vote-state-vote-null", js(vote_state(vote=None)), "wrong_type"),
+        ("vote-state-missing-time", js(vote_state(event_time=_DROP)), "missing_field"),
+        ("vote-state-bad-time", js(vote_state(event_time="now")), "bad_event_time"),
+        ("vote-state-missing-post", js(vote_state(post_id=_DROP)), "missing_field"),
+        ("vote-state-with-counter", js(vote_state(counter="upvotes")), "state_with_delta"),
+        ("vote-state-with-delta", js(vote_state(delta=-1)), "state_with_delta"),
+        ("duplicate-vote-last-is-unknown",
+         raw('{"post_id":"p-1","user_id":"u-1","vote":"up","event_time":"2026-11-22T01:02:03Z","vote":"meh"}'),
+         "unknown_vote"),
     ]
 
 
@@ -227,6 +258,9 @@ def batch_entries() -> list[tuple[str, bytes, dict]]:
         ("batch-not-utf8", b"\n".join([good, b"\xff\xfe", good]), {"whole": "not_utf8"}),
         ("batch-bad-format-value", b"\n".join([good, good]), {"whole": "unknown_format"}),
         ("batch-json-array-is-one-bad-line", js([vote(), vote()]), {"accepted": 0, "rejected": {"1": "not_object"}}),
+        ("batch-vote-states-among-deltas", b"\n".join([good, js(vote_state()), js(vote_state(vote="none")),
+                                                         js(vote_state(user_id=_DROP)), good]),
+         {"accepted": 4, "rejected": {"4": "missing_user"}}),
     ]
 
 

@@ -10,7 +10,7 @@ from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_project_argument, open_database_of
 from upvotes.commands.errors import UsageError
 
-HELP = "Show the kept dead letters by reason, or replay them (failed delta rows, corrected votes)."
+HELP = "Show the kept dead letters by reason, or replay them (failed delta rows and vote states, corrected votes)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--subscription", help="the kept subscription, if not <DEAD_LETTER_TOPIC>-kept")
     parser.add_argument("--reason", help="only dead letters of this reason (e.g. spanner_write_failed, not_json)")
     parser.add_argument("--limit", type=positive_int, default=1000, help="most dead letters to handle (default 1000)")
-    parser.add_argument("--instance", help="replay: Spanner instance the failed delta rows are re-written to")
-    parser.add_argument("--database", help="replay: Spanner database the failed delta rows are re-written to")
+    parser.add_argument("--instance", help="replay: Spanner instance the failed delta rows and vote states are "
+                                           "written to")
+    parser.add_argument("--database", help="replay: Spanner database the failed delta rows and vote states are "
+                                           "written to")
     parser.add_argument("--corrected-votes", metavar="FILE",
                         help="replay: JSON-lines file of corrected votes; each replaces the rejected vote "
                              "with the same event_id, published to --topic")
@@ -42,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from upvotes.operations.dead_letters import backlog_by_reason, pull_dead_letters, release
 
     if args.action == "replay" and not (args.instance and args.database):
-        raise UsageError("replay needs --instance and --database (where failed delta rows are re-written)")
+        raise UsageError("replay needs --instance and --database (where failed delta rows and vote states are "
+                         "written)")
     if args.corrected_votes and not args.topic:
         raise UsageError("--corrected-votes needs --topic, the votes topic to publish them to")
     corrected = _read_corrected(args.corrected_votes) if args.corrected_votes else {}
@@ -83,12 +86,15 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
 
     from spanner_store.database import run_with_retries
     from spanner_store.deltas import write_new_deltas
+    from spanner_store.votes import apply_all_vote_states
     from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay
 
     plan = plan_replay(held, corrected)
     if args.dry_run:
         for letter, delta in plan.deltas:
             print(json.dumps({"would": "rewrite_delta", "message_id": letter.message_id, "delta": delta.to_json()}))
+        for letter, states in plan.states:
+            print(json.dumps({"would": "apply_vote_states", "message_id": letter.message_id, "states": len(states)}))
         for letter, vote in plan.votes:
             print(json.dumps({"would": "publish_corrected_vote", "message_id": letter.message_id,
                               "event_id": vote.event_id, "data": vote.data.decode("utf-8")}))
@@ -103,10 +109,14 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
     def write_delta(delta):
         return tuple(run_with_retries(lambda: write_new_deltas(database, [delta])))
 
+    def apply_states(states):
+        totals = apply_all_vote_states(database, states)
+        return totals.applied, totals.superseded
+
     def publish_vote(vote):
         publisher.publish(topic, vote.data, **vote.attributes).result(timeout=60)
 
-    report, still_held = execute_replay(plan, write_delta, publish_vote,
+    report, still_held = execute_replay(plan, write_delta, apply_states, publish_vote,
                                         lambda letters: acknowledge(subscriber, subscription, letters))
     print(json.dumps(report.__dict__))
     for failure in report.failed:

@@ -1,7 +1,10 @@
 """The ledger: the exact totals a correct pipeline must reach for the valid events published.
 
 Per post and per post and event hour, saved as JSON for `upvotes verify` and the tests, with
-each post's exact number of distinct voters (user IDs with an upvote, schemas/voter_sketch.py).
+each post's exact number of distinct voters (user IDs with an upvote, or an up or down vote
+state: schemas/voter_sketch.py). Delta events add up; of vote-state events only each user's latest
+per post counts (schemas/vote_states.py), so the ledger keeps that latest state, whatever order
+the events were added in.
 """
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from schemas.contract import DEFAULT_EVENT_TIME_POLICY, event_hour
+from schemas.contract import DEFAULT_EVENT_TIME_POLICY, VOTE_FIELD, event_hour, vote_time
 from schemas.counters import NAME_OF, NAMES, VOTER_CONTRACT_NAMES
-from schemas.records import VoteEvent
+from schemas.records import PostUser, VoteEvent, VoteState
+from schemas.vote_states import NONE, VoteOrder, counted, order_of
 
 
 def _hour_text(hour_s: int) -> str:
@@ -47,15 +51,33 @@ class Ledger:
         self._hourly: dict[str, dict[int, dict[str, int]]] = {}  # post -> hour (epoch s) -> {counter name: sum}
         self._voters: dict[str, set[str]] = {}  # post -> user IDs of its voters (schemas/voter_sketch.py)
         self._loaded_unique: dict[str, int] = {}  # distinct voters per post, from a saved ledger
+        self._states: dict[PostUser, tuple[VoteOrder, int, str]] = {}  # each user's latest state: order, hour, vote
 
     def add(self, event: dict[str, Any]) -> None:
         """Counts one valid event dict; like the pipeline (with its default event-time policy), it
         buckets a missing or out-of-bounds event_time by the time now."""
+        if VOTE_FIELD in event:
+            hour, at_us = vote_time(event["event_time"], time.time(), DEFAULT_EVENT_TIME_POLICY)
+            self.add_vote(VoteState(event["post_id"], event["user_id"], event[VOTE_FIELD], at_us, hour,
+                                    event.get("event_id")))
+            return
         self._count(event["post_id"], event["counter"], event["delta"],
                     event_hour(event.get("event_time"), time.time(), DEFAULT_EVENT_TIME_POLICY), event.get("user_id"))
 
-    def add_vote(self, vote: VoteEvent) -> None:
-        self._count(vote.post_id, vote.counter, vote.delta, vote.event_hour, vote.user_id)
+    def add_vote(self, vote: VoteEvent | VoteState) -> None:
+        if isinstance(vote, VoteState):
+            self._keep_state(vote)
+        else:
+            self._count(vote.post_id, vote.counter, vote.delta, vote.event_hour, vote.user_id)
+
+    def _keep_state(self, state: VoteState) -> None:
+        self.events += 1
+        _sums(self._posts, state.post_id)  # the post is counted, even if every state ends at none
+        if state.vote != NONE:
+            self._voters.setdefault(state.post_id, set()).add(state.user_id)
+        key = PostUser(state.post_id, state.user_id)
+        candidate = (order_of(state.vote, state.at_us, state.event_id or ""), state.event_hour, state.vote)
+        self._states[key] = max(self._states.get(key, candidate), candidate)
 
     def add_invalid(self, n: int = 1) -> None:
         self.invalid += n
@@ -68,10 +90,19 @@ class Ledger:
         _sums(self._posts, post_id)[name] += delta
         _sums(self._hourly.setdefault(post_id, {}), hour_s)[name] += delta
 
+    def _latest_states(self):
+        """(post, event hour, what its user adds to the counts) of each user's latest state."""
+        for key, (_, hour, vote) in self._states.items():
+            yield key.post_id, hour, counted(vote)
+
     @property
     def totals(self) -> dict[str, dict[str, int]]:
         """{post_id: {counter name: n}} for every post with a valid event, net 0 included."""
-        return {post: dict(sums) for post, sums in self._posts.items()}
+        totals = {post: dict(sums) for post, sums in self._posts.items()}
+        for post, _, counts in self._latest_states():
+            for name, value in counts._asdict().items():
+                totals[post][name] += value
+        return totals
 
     @property
     def unique_voters(self) -> dict[str, int]:
@@ -80,11 +111,14 @@ class Ledger:
         return {post: len(self._voters.get(post, ())) for post in self._posts} | self._loaded_unique
 
     def hourly(self) -> dict[str, dict[str, dict[str, int]]]:
-        """{post_id: {"2026-11-22T01:00:00Z": {counter name: n}}}, by event hour."""
-        return {
-            post: {_hour_text(hour): dict(sums) for hour, sums in sorted(hours.items())}
-            for post, hours in self._hourly.items()
-        }
+        """{post_id: {"2026-11-22T01:00:00Z": {counter name: n}}}, by event hour (a user's vote state in
+        the hour of their latest state)."""
+        hourly = {post: {hour: dict(sums) for hour, sums in hours.items()} for post, hours in self._hourly.items()}
+        for post, hour, counts in self._latest_states():
+            sums = _sums(hourly.setdefault(post, {}), hour)
+            for name, value in counts._asdict().items():
+                sums[name] += value
+        return {post: {_hour_text(hour): sums for hour, sums in sorted(hours.items())} for post, hours in hourly.items()}
 
     def save(self, path: str | os.PathLike[str]) -> None:
         document = {"events": self.events, "invalid": self.invalid, "posts": self.totals, "hourly": self.hourly(),

@@ -1,12 +1,16 @@
 """Generated workloads: a viral stream of valid votes, and invalid messages for the dead-letter path.
 
-A `Workload` sends each event to post `p-<rank>`, the rank drawn from a Zipf distribution,
-so a few posts take most of the votes. `invalid_payloads` makes messages with exactly one
-defect each, cycling through every reason the contract rejects a message for.
+A `Workload` sends each delta event to post `p-<rank>`, the rank drawn from a Zipf distribution,
+so a few posts take most of the votes. A `VoteStateWorkload` sends vote-state events (one vote per
+user, schemas/vote_states.py) the same way, with what makes them hard to count: duplicates, events
+arriving after later ones of the same user, and users flipping up -> down -> none -> up.
+`invalid_payloads` makes messages with exactly one defect each, cycling through every reason the
+contract rejects a message for.
 """
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import random
 import time
@@ -80,20 +84,30 @@ class Workload:
         return {name: self.fractions.get(name, default) for name, default in DEFAULT_FRACTIONS.items()}
 
 
+def _zipf_ranks(posts: int, zipf: float, rng: random.Random) -> Callable[[], int]:
+    """Draws post ranks 1..posts from Zipf(zipf)."""
+    cumulative = list(itertools.accumulate(rank ** -zipf for rank in range(1, posts + 1)))
+    weight = cumulative[-1]
+    # min(): a draw rounding up to exactly `weight` would index one past the last post.
+    return lambda: min(bisect.bisect_right(cumulative, rng.random() * weight), posts - 1) + 1
+
+
+def _start_ms(start_time: datetime | None) -> int:
+    start = start_time or datetime.now(timezone.utc)
+    return int((start if start.tzinfo else start.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+
+
 def generate_events(workload: Workload) -> Iterator[dict[str, Any]]:
     """The workload's valid events, as dicts following schemas/vote_event.schema.json."""
     rng = random.Random(workload.seed)
-    cumulative = list(itertools.accumulate(rank ** -workload.zipf for rank in range(1, workload.posts + 1)))
-    weight = cumulative[-1]
-    start = workload.start_time or datetime.now(timezone.utc)
-    start_ms = int((start if start.tzinfo else start.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+    draw_rank = _zipf_ranks(workload.posts, workload.zipf, rng)
+    start_ms = _start_ms(workload.start_time)
     # Each kind of event below a cut of the unit interval: the other counters, un-votes, upvotes.
     cuts = list(zip(itertools.accumulate(workload.counter_fractions.values()),
                     [(counter.contract_name, 1) for counter in OTHER_COUNTERS]))
     cuts.append(((cuts[-1][0] if cuts else 0.0) + workload.unvote_fraction, (RANKING.contract_name, -1)))
     for index in range(workload.events):
-        # min(): a draw rounding up to exactly `weight` would index one past the last post.
-        rank = min(bisect.bisect_right(cumulative, rng.random() * weight), workload.posts - 1) + 1
+        rank = draw_rank()
         kind = rng.random()
         counter, delta = next((event for cut, event in cuts if kind < cut), (RANKING.contract_name, 1))
         # Rising times with jitter, like a live stream, ending just before start_time.
@@ -110,6 +124,99 @@ def generate_events(workload: Workload) -> Iterator[dict[str, Any]]:
 
 def _rfc3339_ms(epoch_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms // 1000)) + f".{epoch_ms % 1000:03d}Z"
+
+
+def _rfc3339_us(epoch_us: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_us // 1_000_000)) + f".{epoch_us % 1_000_000:06d}Z"
+
+
+# The next vote of a user who changes their vote: up -> down -> none -> up.
+FLIPS = {"up": "down", "down": "none", "none": "up"}
+LATE_BY_EVENTS = 2_000  # a late event arrives up to this many events after its place
+RECENT_PAIRS = 10_000  # the (post, user) pairs a flip or a duplicate is drawn from
+
+
+@dataclass(frozen=True)
+class VoteStateWorkload:
+    """A viral workload of vote-state events (one vote per user), deterministic for a seed and start_time.
+
+    Of the `events` events: a `duplicate_fraction` repeat an earlier event exactly (a retried
+    request, a republished message); a `flip_fraction` change the vote of a user who voted recently
+    (up -> down -> none -> up); the rest are a user's first vote on a post, drawn from `voters` users
+    and posts p-<rank> by Zipf(zipf) over `posts` (posts=1: one viral post), "down" with probability
+    `down_fraction`, else "up". Event times rise through the two hours before start_time, to the
+    microsecond; a `late_fraction` of events arrive up to LATE_BY_EVENTS events after events that
+    are newer than them (out of order, across messages and windows).
+    """
+
+    events: int
+    posts: int
+    zipf: float = 1.2
+    seed: int = 0
+    voters: int = 1_000_000
+    down_fraction: float = 0.2
+    flip_fraction: float = 0.2
+    duplicate_fraction: float = 0.1
+    late_fraction: float = 0.1
+    invalid: int = 0
+    start_time: datetime | None = None
+    post_prefix: str = "p-"
+
+    def __post_init__(self) -> None:
+        if self.events < 0 or self.invalid < 0 or self.posts < 1 or self.voters < 1 or self.zipf < 0:
+            raise ValueError("events and invalid must not be negative, posts and voters must be at least 1, "
+                             "the Zipf exponent must not be negative")
+        fractions = (self.down_fraction, self.flip_fraction, self.duplicate_fraction, self.late_fraction)
+        if not all(0 <= f <= 1 for f in fractions) or self.flip_fraction + self.duplicate_fraction > 1:
+            raise ValueError("the down, flip, duplicate and late fractions must be between 0 and 1, and flips "
+                             "and duplicates add up to at most 1")
+
+
+def generate_vote_states(workload: VoteStateWorkload) -> Iterator[dict[str, Any]]:
+    """The workload's events, in arrival order, as dicts following schemas/vote_event.schema.json."""
+    rng = random.Random(workload.seed)
+    draw_rank = _zipf_ranks(workload.posts, workload.zipf, rng)
+    start_us = _start_ms(workload.start_time) * 1000
+    span_us = SPAN_MS * 1000
+    recent_pairs: list[tuple[str, str]] = []  # a ring of pairs that voted
+    votes: dict[tuple[str, str], str] = {}  # the last vote of each pair in the ring (memory stays flat)
+    recent_events: list[dict[str, Any]] = []  # a ring of events sent, for duplicates
+    held: list[tuple[int, int, dict[str, Any]]] = []  # late events: (arrival index, order, event)
+
+    def remember(ring: list, item, index: int):
+        """Puts `item` in the ring; returns the item it replaced, if any."""
+        if len(ring) < RECENT_PAIRS:
+            ring.append(item)
+            return None
+        evicted, ring[index % RECENT_PAIRS] = ring[index % RECENT_PAIRS], item
+        return evicted
+
+    for index in range(workload.events):
+        while held and held[0][0] <= index:
+            yield heapq.heappop(held)[2]
+        kind = rng.random()
+        if recent_events and kind < workload.duplicate_fraction:
+            event = dict(rng.choice(recent_events))
+        else:
+            if recent_pairs and kind < workload.duplicate_fraction + workload.flip_fraction:
+                pair = rng.choice(recent_pairs)
+                vote = FLIPS[votes[pair]]
+            else:
+                pair = (f"{workload.post_prefix}{draw_rank()}", f"u-{rng.randrange(workload.voters)}")
+                vote = "down" if rng.random() < workload.down_fraction else "up"
+                if pair not in votes:
+                    votes.pop(remember(recent_pairs, pair, index), None)
+            votes[pair] = vote
+            at_us = start_us - int(span_us * (workload.events - index - rng.random()) / workload.events)
+            event = {"post_id": pair[0], "user_id": pair[1], "vote": vote, "event_time": _rfc3339_us(at_us),
+                     "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4))}
+            remember(recent_events, event, index)
+        if rng.random() < workload.late_fraction:
+            heapq.heappush(held, (index + rng.randint(1, LATE_BY_EVENTS), index, event))
+            continue
+        yield event
+    while held:
+        yield heapq.heappop(held)[2]
 
 
 # Each kind of invalid message, with the parse_vote reason it must be rejected for.

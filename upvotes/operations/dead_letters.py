@@ -1,8 +1,9 @@
 """The dead-letter topic's kept subscription: reading it without consuming it, and re-driving it.
 
-Two kinds of dead letter share the topic (transforms/dead_letter.py writes both):
+Three kinds of dead letter share the topic (transforms/dead_letter.py writes them):
 
 - a delta row the sink could never write: JSON of a PostDelta, attribute kind=delta_row;
+- a batch of vote states the vote-state sink could never apply: a JSON list, kind=vote_states;
 - a rejected vote: the original bytes and attributes, plus an `error` attribute.
 
 Both carry `error` = "<reason>: <detail>". Messages are pulled synchronously and held (not
@@ -13,6 +14,9 @@ succeeded:
 - a delta row is re-written through the sink's own idempotent path
   (spanner_store.deltas.write_new_deltas): its key is the one the pipeline gave it, so
   replaying it twice, or after an unseen success, writes it once;
+- vote states are applied through the vote-state sink's own path
+  (spanner_store.votes.apply_all_vote_states): each is applied against the stored state, so a
+  replay twice, or after an unseen success, moves each count once;
 - a rejected vote is replaced by its corrected line from a JSON-lines file, matched by
   event_id, and published to the votes topic. Only lines whose rejected original is still
   held are published, so running the same replay twice publishes nothing the second time.
@@ -27,11 +31,11 @@ from typing import Callable, Iterable, Sequence
 from google.api_core import exceptions
 
 from schemas.contract import ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, parse_vote
-from schemas.records import PostDelta, VoteEvent
+from schemas.records import FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
+from schemas.vote_states import LatestVote
+from transforms.dead_letter import DELTA_ROW, KIND_ATTRIBUTE, VOTE_STATES
 from upvotes.devtools.publishing import event_message
 
-KIND_ATTRIBUTE = "kind"
-DELTA_ROW = "delta_row"
 REJECTED_VOTE = "rejected_vote"
 PULL_BATCH = 100
 # A synchronous pull on an empty subscription waits for its whole deadline (the emulator and
@@ -48,7 +52,8 @@ class DeadLetter:
 
     @property
     def kind(self) -> str:
-        return DELTA_ROW if self.attributes.get(KIND_ATTRIBUTE) == DELTA_ROW else REJECTED_VOTE
+        kind = self.attributes.get(KIND_ATTRIBUTE)
+        return kind if kind in (DELTA_ROW, VOTE_STATES) else REJECTED_VOTE
 
     @property
     def error(self) -> str:
@@ -61,6 +66,10 @@ class DeadLetter:
     def failed_delta(self) -> PostDelta:
         """The delta row of a kind=delta_row dead letter, exactly as the sink tried to write it."""
         return PostDelta.from_json(json.loads(self.data))
+
+    def failed_states(self) -> dict[PostUser, LatestVote]:
+        """The vote states of a kind=vote_states dead letter, exactly as the sink tried to apply them."""
+        return FailedVoteStates.states_from_json(json.loads(self.data))
 
     def event_id(self) -> str | None:
         """The event_id of a rejected vote: its attribute, or the field of its JSON if readable."""
@@ -133,7 +142,7 @@ def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float) -> dict[
         if not data.strip():
             continue
         vote = parse_vote(data, None, publish_time_s=publish_time_s)
-        if not isinstance(vote, VoteEvent):
+        if not isinstance(vote, (VoteEvent, VoteState)):
             raise ValueError(f"line {number} would be rejected again: {vote.error}")
         if not vote.event_id:
             raise ValueError(f"line {number} has no event_id to match it to its dead letter")
@@ -147,6 +156,7 @@ class ReplayPlan:
     """What a replay does with the dead letters it holds."""
 
     deltas: list[tuple[DeadLetter, PostDelta]] = field(default_factory=list)  # re-write, then acknowledge
+    states: list[tuple[DeadLetter, dict[PostUser, LatestVote]]] = field(default_factory=list)  # apply, then acknowledge
     votes: list[tuple[DeadLetter, CorrectedVote]] = field(default_factory=list)  # publish, then acknowledge
     left: list[DeadLetter] = field(default_factory=list)  # no replay for these: released, kept
 
@@ -156,6 +166,8 @@ def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedVot
     for letter in letters:
         if letter.kind == DELTA_ROW:
             plan.deltas.append((letter, letter.failed_delta()))
+        elif letter.kind == VOTE_STATES:
+            plan.states.append((letter, letter.failed_states()))
         elif (event_id := letter.event_id()) is not None and event_id in corrected:
             plan.votes.append((letter, corrected[event_id]))
         else:
@@ -167,6 +179,8 @@ def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedVot
 class ReplayReport:
     deltas_written: int
     deltas_already_written: int
+    states_applied: int
+    states_already_applied: int
     votes_published: int
     acknowledged: int
     left: int
@@ -174,23 +188,28 @@ class ReplayReport:
 
 
 def execute_replay(plan: ReplayPlan, write_delta: Callable[[PostDelta], tuple[int, int]],
+                   apply_states: Callable[[dict[PostUser, LatestVote]], tuple[int, int]],
                    publish_vote: Callable[[CorrectedVote], None],
                    ack: Callable[[list[DeadLetter]], None]) -> tuple[ReplayReport, list[DeadLetter]]:
     """Replays each dead letter and acknowledges it right after its replay succeeded; returns the
-    report and the dead letters still held (failed or left), for the caller to release."""
-    written = already = published = acked = 0
+    report and the dead letters still held (failed or left), for the caller to release.
+    `write_delta` and `apply_states` return (written or applied, already there)."""
+    totals = {"deltas": [0, 0], "states": [0, 0]}
+    published = acked = 0
     failed: list[str] = []
     still_held: list[DeadLetter] = list(plan.left)
-    for letter, delta in plan.deltas:
-        try:
-            new, existing = write_delta(delta)
-        except exceptions.GoogleAPICallError as error:
-            failed.append(f"{letter.message_id}: {error}")
-            still_held.append(letter)
-            continue
-        written, already = written + new, already + existing
-        ack([letter])
-        acked += 1
+    for kind, replays, replay in (("deltas", plan.deltas, write_delta), ("states", plan.states, apply_states)):
+        for letter, item in replays:
+            try:
+                new, existing = replay(item)
+            except exceptions.GoogleAPICallError as error:
+                failed.append(f"{letter.message_id}: {error}")
+                still_held.append(letter)
+                continue
+            totals[kind][0] += new
+            totals[kind][1] += existing
+            ack([letter])
+            acked += 1
     for letter, vote in plan.votes:
         try:
             publish_vote(vote)
@@ -201,4 +220,4 @@ def execute_replay(plan: ReplayPlan, write_delta: Callable[[PostDelta], tuple[in
         published += 1
         ack([letter])
         acked += 1
-    return ReplayReport(written, already, published, acked, len(plan.left), failed), still_held
+    return ReplayReport(*totals["deltas"], *totals["states"], published, acked, len(plan.left), failed), still_held

@@ -1,0 +1,82 @@
+"""One vote per user: what a vote-state event means, as pure rules.
+
+A vote-state event says where one user stands on one post: "up", "down" or "none" (no vote,
+or a vote taken back). Only the user's latest state counts: a post's upvotes include one per
+user whose latest state is "up", its downvotes one per user whose latest state is "down"
+(schemas/counters.py says which counter counts which state).
+
+"Latest" is the highest `VoteOrder`: the event time (to the microsecond, after the clock-skew
+policy of schemas/contract.py), then the event_id, then the vote itself. It is a total order
+over distinct events, so the winner never depends on the order events arrive in: a duplicate,
+a redelivery, an older event arriving late or the same state sent again changes nothing,
+and two copies of a user's events merged in any grouping end at the same state (`later` is
+associative and commutative).
+
+Counting follows from it. A user's stored state moves only forward in that order, and each
+move takes the old state's count out (`counted(old).negated()`, in the old state's event hour)
+and puts the new one's in (`counted(new)`, in its hour). Summed over every move, the counts
+equal the number of users in each latest state, in total and per event hour, whatever the
+arrival order (tests/test_vote_states.py holds that as a property over random orders,
+duplicates and flips).
+"""
+from __future__ import annotations
+
+from typing import Hashable, MutableMapping, NamedTuple
+
+from schemas.counters import COUNTER_OF_VOTE, Counts
+
+NONE = "none"
+UP = "up"
+DOWN = "down"
+# Every value a vote-state event may carry: "none" and each counter's vote (schemas/counters.py).
+VOTES: tuple[str, ...] = (NONE, *COUNTER_OF_VOTE)
+# The last tie-breaker of two events with the same time and event_id (the same event sent with
+# two different votes, a publisher's bug): a fixed rank, so that the winner is still the same
+# in every arrival order.
+_RANK = {vote: rank for rank, vote in enumerate(VOTES)}
+
+
+class VoteOrder(NamedTuple):
+    """Where an event stands among a user's events on one post; the highest is the latest."""
+
+    at_us: int  # the event time, microseconds since the epoch (UTC)
+    event_id: str  # "" when the event has none
+    rank: int  # the vote's rank in VOTES
+
+
+def order_of(vote: str, at_us: int, event_id: str) -> VoteOrder:
+    return VoteOrder(at_us, event_id, _RANK[vote])
+
+
+class LatestVote(NamedTuple):
+    """The latest of some vote-state events of one user on one post, and what it stands for:
+    how many events were merged into it (the others were older, or the same), and whether any of
+    them was a vote (up or down: the user is one of the post's unique voters)."""
+
+    vote: str  # one of VOTES
+    at_us: int
+    event_id: str
+    event_hour: int  # start of the latest event's hour (epoch seconds): where its change is counted
+    events: int = 1
+    voted: bool = False
+
+    @property
+    def order(self) -> VoteOrder:
+        return order_of(self.vote, self.at_us, self.event_id)
+
+
+def later(a: LatestVote, b: LatestVote) -> LatestVote:
+    """The later of two, standing for the events of both."""
+    winner = a if a.order >= b.order else b
+    return winner._replace(events=a.events + b.events, voted=a.voted or b.voted)
+
+
+def keep_latest(latest: MutableMapping[Hashable, LatestVote], key: Hashable, state: LatestVote) -> None:
+    """Merges `state` into `latest[key]`: the later of the two, standing for both."""
+    found = latest.get(key)
+    latest[key] = state if found is None else later(found, state)
+
+
+def counted(vote: str | None) -> Counts:
+    """What one user in this state adds to the counts: one on its vote's counter (None: never voted)."""
+    return Counts(**{COUNTER_OF_VOTE[vote]: 1}) if vote in COUNTER_OF_VOTE else Counts()

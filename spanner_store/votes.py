@@ -1,0 +1,257 @@
+"""The Votes table: each user's latest vote state per post, and the counts those states move.
+
+Applying (`apply_vote_states`, the vote-state sink's and `upvotes forget-user`'s one path):
+incoming states are cut, in Votes key order, into batches within the mutation budget, and each
+batch is ONE read-write transaction that
+
+1. reads the stored state of each of its (post, user) keys;
+2. keeps the incoming states later than the stored ones (`plan_vote_changes`, pure: the rules
+   are schemas/vote_states.py);
+3. writes those states, and, in the same commit, the delta rows their changes add up to (one per
+   post and event hour, DeltaId "@vote/<commit id>") with the commit's DeltaCommits and
+   TopCandidates rows (spanner_store.deltas.add_delta_writes), so the fold, the exact reads and
+   the fresh top treat them as any delta.
+
+Why this is exact at every crash point (tests/test_vote_states_sink.py injects each):
+
+- before the commit (a crash, a kill, an abort, an error): nothing of the batch is visible; the
+  batch is applied again from its source (Pub/Sub redelivery, a bundle retry, a replay);
+- after the commit but before the caller learns of it (an ambiguous commit: DEADLINE_EXCEEDED,
+  UNAVAILABLE, a lost reply), or a batch applied again after a success: the retry reads the
+  states the first attempt wrote, finds nothing later, and writes nothing;
+- two writers with the same user's states at once (two bundles, two workers, a forget-user
+  beside the stream): Spanner serialises the two transactions on the Votes rows both read, so
+  the second reads what the first wrote; the emulator aborts one, and it is retried.
+
+So the delta rows need no deterministic key: the stored state, read in the transaction that
+moves it, is what makes a state count once. No hot row is read or locked: the Votes rows of a
+batch are one per user (a viral post's voters are spread over the key space, see posts.sql),
+and the delta rows are inserts, one per post and hour per batch.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterable, Mapping, NamedTuple
+
+from google.cloud import spanner
+
+from schemas.counters import Counts
+from schemas.records import CounterSums, PostDelta, PostUser
+from schemas.vote_states import NONE, LatestVote, VoteOrder, counted, order_of
+from schemas.voter_sketch import sketch_of
+from spanner_store.database import DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, run_transaction, run_with_retries
+from spanner_store.delta_commits import new_commit_id
+from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
+from spanner_store.mutation_cost import insert_cost
+from spanner_store.tables import (
+    VOTE_COLUMNS, VOTES, hour_timestamp, micros_timestamp, timestamp_micros, user_votes_range, vote_key,
+)
+
+# A vote state's row: every column of Votes (no index on it).
+MUTATIONS_PER_VOTE = insert_cost(VOTES, VOTE_COLUMNS)
+_READ_COLUMNS = ("UserId", "PostId", "Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
+
+
+def vote_delta_id(commit_id: str) -> str:
+    """The DeltaId of the delta rows one vote-state commit writes. '@' is in no Dataflow job name
+    nor writer identity, so it never equals a streaming pane's DeltaId."""
+    return f"@vote/{commit_id}"
+
+
+class StoredVote(NamedTuple):
+    """One user's latest vote state on one post, as the Votes table holds it."""
+
+    post_id: str
+    user_id: str
+    vote: str
+    voted_at_us: int  # the event time it was chosen by, microseconds since the epoch
+    event_id: str
+    event_hour: int  # the hour (epoch seconds) its vote is counted in
+    applied_at: datetime | None = None  # commit time of the write
+
+    @property
+    def order(self) -> VoteOrder:
+        return order_of(self.vote, self.voted_at_us, self.event_id)
+
+    def to_json(self) -> dict:
+        """What "my vote" answers (`upvotes read --user`, GET /v1/posts/{post}/votes/{user})."""
+        return {"post_id": self.post_id, "user_id": self.user_id, "vote": self.vote,
+                "voted_at": micros_timestamp(self.voted_at_us).isoformat(), "event_id": self.event_id or None,
+                "applied_at": None if self.applied_at is None else self.applied_at.isoformat()}
+
+
+def _stored(row) -> StoredVote:
+    user_id, post_id, vote, voted_at, event_id, event_hour, applied_at = row
+    return StoredVote(post_id, user_id, vote, timestamp_micros(voted_at), event_id, int(event_hour.timestamp()),
+                      applied_at)
+
+
+class VoteChanges(NamedTuple):
+    """What one batch of incoming states does, given the stored states (plan_vote_changes)."""
+
+    rows: list[tuple]  # Votes rows to write (VOTE_COLUMNS): the states later than the stored ones
+    deltas: list[PostDelta]  # the counts their changes move, one row per post and event hour
+    applied: int  # states later than the stored ones
+    superseded: int  # states no later than the stored ones: their events change nothing
+    events: int  # the events the batch stands for, applied or not
+
+
+def plan_vote_changes(stored: Mapping[PostUser, StoredVote], incoming: Mapping[PostUser, LatestVote],
+                      delta_id: str) -> VoteChanges:
+    """The writes of one batch: each incoming state later than the stored one (or the first for
+    its key) is written, and moves the counts: the stored vote out of the stored state's event
+    hour, the new vote into the new state's. Unique voters (schemas/voter_sketch.py) are the users
+    with any up or down event on the post: a user is added when a state standing for such an event
+    is applied, or when it loses to a stored "none" (an older vote arriving after its retraction,
+    which may never have been applied). Pure."""
+    rows: list[tuple] = []
+    counts: dict[tuple[str, int], Counts] = {}
+    events: dict[tuple[str, int], int] = {}
+    voters: dict[tuple[str, int], set[str]] = {}
+    applied = superseded = 0
+    for key, new in incoming.items():
+        old = stored.get(key)
+        hour = (key.post_id, new.event_hour)
+        if old is not None and old.order >= new.order:
+            superseded += 1
+            if new.voted and old.vote == NONE:
+                voters.setdefault(hour, set()).add(key.user_id)
+            continue
+        applied += 1
+        rows.append(vote_key(key.post_id, key.user_id) + (new.vote, micros_timestamp(new.at_us), new.event_id,
+                                                          hour_timestamp(new.event_hour), spanner.COMMIT_TIMESTAMP))
+        if old is not None:
+            old_hour = (key.post_id, old.event_hour)
+            counts[old_hour] = counts.get(old_hour, Counts()).plus(counted(old.vote).negated())
+        counts[hour] = counts.get(hour, Counts()).plus(counted(new.vote))
+        events[hour] = events.get(hour, 0) + new.events
+        if new.voted:
+            voters.setdefault(hour, set()).add(key.user_id)
+    deltas = []
+    for hour in sorted(counts.keys() | voters.keys()):
+        moved = counts.get(hour, Counts())
+        if moved.is_zero() and hour not in voters:
+            continue  # a state that moves no count (up again, later) writes its row and no delta
+        sketch = sketch_of(voters[hour]) if hour in voters else None
+        deltas.append(PostDelta(hour[0], hour[1], delta_id, CounterSums(moved, events.get(hour, 0), sketch)))
+    return VoteChanges(rows, deltas, applied, superseded, sum(state.events for state in incoming.values()))
+
+
+def batch_cost(states: Iterable[tuple[PostUser, LatestVote]]) -> int:
+    """Mutations one transaction of these states costs when no stored state is in an hour the batch
+    does not name (the common case): every state's row, and a delta row for every post and hour among
+    them, each with its parent Posts row. The transaction checks the real cost once it has read the
+    stored states (apply_vote_states)."""
+    states = list(states)
+    hours = {(key.post_id, state.event_hour) for key, state in states}
+    posts = {post_id for post_id, _ in hours}
+    return (MUTATIONS_PER_COMMIT + len(states) * MUTATIONS_PER_VOTE + len(hours) * MUTATIONS_PER_DELTA
+            + len(posts) * MUTATIONS_PER_PARENT)
+
+
+def changes_cost(changes: VoteChanges) -> int:
+    """Mutations the writes of one transaction cost."""
+    return (MUTATIONS_PER_COMMIT + len(changes.rows) * MUTATIONS_PER_VOTE + len(changes.deltas) * MUTATIONS_PER_DELTA
+            + len({delta.post_id for delta in changes.deltas}) * MUTATIONS_PER_PARENT)
+
+
+def plan_batches(states: Mapping[PostUser, LatestVote], max_rows: int,
+                 max_mutations: int = MUTATION_BUDGET) -> list[dict[PostUser, LatestVote]]:
+    """The states cut into transactions of at most `max_rows` states and `max_mutations` mutations
+    (batch_cost), in Votes key order: each transaction reads and writes one contiguous range of Votes
+    rows, so on real Spanner it touches the few splits of that range."""
+    worst_single = MUTATIONS_PER_COMMIT + MUTATIONS_PER_VOTE + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT
+    if worst_single > max_mutations:
+        raise ValueError(f"max_mutations {max_mutations} cannot fit even one vote state")
+    batches: list[dict[PostUser, LatestVote]] = []
+    current: dict[PostUser, LatestVote] = {}
+    hours: set[tuple[str, int]] = set()
+    posts: set[str] = set()
+    cost = MUTATIONS_PER_COMMIT
+    for key in sorted(states, key=lambda k: vote_key(k.post_id, k.user_id)):
+        state = states[key]
+        hour = (key.post_id, state.event_hour)
+        extra = (MUTATIONS_PER_VOTE + (0 if hour in hours else MUTATIONS_PER_DELTA)
+                 + (0 if key.post_id in posts else MUTATIONS_PER_PARENT))
+        if current and (len(current) >= max_rows or cost + extra > max_mutations):
+            batches.append(current)
+            current, hours, posts, cost = {}, set(), set(), MUTATIONS_PER_COMMIT
+            extra = MUTATIONS_PER_VOTE + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT
+        current[key] = state
+        hours.add(hour)
+        posts.add(key.post_id)
+        cost += extra
+    if current:
+        batches.append(current)
+    return batches
+
+
+def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]:
+    """The stored states of these keys (absent: never voted), read by `reader` (a transaction or a snapshot)."""
+    keyset = spanner.KeySet(keys=[list(vote_key(key.post_id, key.user_id)) for key in keys])
+    found = (_stored(row) for row in reader.read(VOTES, columns=_READ_COLUMNS, keyset=keyset))
+    return {PostUser(vote.post_id, vote.user_id): vote for vote in found}
+
+
+class _OverBudget(Exception):
+    """A batch whose writes, once the stored states are read, cost more than the budget."""
+
+
+def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET) -> VoteChanges:
+    """One batch, inside a read-write transaction: read, plan, write (see the module docstring).
+    Raises _OverBudget, having written nothing, when the writes would cost more than `max_mutations`."""
+    changes = plan_vote_changes(stored_votes(transaction, states), states, vote_delta_id(new_commit_id()))
+    if changes_cost(changes) > max_mutations:
+        raise _OverBudget()
+    if changes.rows:
+        transaction.insert_or_update(VOTES, columns=VOTE_COLUMNS, values=changes.rows)
+    if changes.deltas:
+        add_delta_writes(transaction, changes.deltas)
+    return changes
+
+
+def vote_of(database, post_id: str, user_id: str) -> StoredVote | None:
+    """One user's vote on one post ("my vote"), as applied so far (strong read); None: never voted."""
+    with database.snapshot() as snapshot:
+        return stored_votes(snapshot, [PostUser(post_id, user_id)]).get(PostUser(post_id, user_id))
+
+
+def votes_of_user(database, user_id: str) -> list[StoredVote]:
+    """Every vote state of one user, one key range: it costs that user's votes, not the catalogue."""
+    with database.snapshot() as snapshot:
+        return [_stored(row) for row in snapshot.read(VOTES, columns=_READ_COLUMNS, keyset=user_votes_range(user_id))]
+
+
+def apply_vote_states(database, states: Mapping[PostUser, LatestVote],
+                      max_mutations: int = MUTATION_BUDGET) -> VoteChanges:
+    """Applies one batch (of plan_batches), one read-write transaction per attempt; an abort or
+    another transient error surfaces for run_with_retries, and a retry re-reads (see the module
+    docstring). A batch whose stored states lie in so many other event hours that its writes would
+    break the budget (batch_cost cannot know them before reading) is applied in two halves, each
+    its own transaction: a retry of the whole after the first half committed finds that half applied."""
+    try:
+        return run_transaction(database, lambda transaction: apply_batch(transaction, states, max_mutations))
+    except _OverBudget:
+        if len(states) == 1:
+            raise ValueError("one vote state cannot exceed the mutation budget") from None
+        keys = list(states)
+        halves = [apply_vote_states(database, {key: states[key] for key in part}, max_mutations)
+                  for part in (keys[:len(keys) // 2], keys[len(keys) // 2:])]
+        return VoteChanges(*(a + b for a, b in zip(*halves)))
+
+
+class AppliedTotals(NamedTuple):
+    applied: int  # states later than the stored ones: written, with the counts they moved
+    superseded: int  # states no later than the stored ones: nothing written
+    commits: int
+
+
+def apply_all_vote_states(database, states: Mapping[PostUser, LatestVote], rows_per_commit: int = 1_000,
+                          retry: RetryPolicy = DEFAULT_RETRY) -> AppliedTotals:
+    """Every state, in planned batches, each retried on transient errors: what an operator's tool
+    (`upvotes forget-user`, a dead-letter replay) applies through the sink's own path."""
+    applied = superseded = commits = 0
+    for batch in plan_batches(states, rows_per_commit):
+        changes = run_with_retries(lambda b=batch: apply_vote_states(database, b), retry)
+        applied, superseded, commits = applied + changes.applied, superseded + changes.superseded, commits + 1
+    return AppliedTotals(applied, superseded, commits)
