@@ -93,6 +93,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         generated.add_argument(f"--{counter.noun}-fraction", type=float, default=counter.generated_fraction,
                                metavar="F", dest=_fraction_dest(counter),
                                help=f"fraction of events that are {counter.name}, +1 {counter.noun} (default: %(default)s)")
+    states = parser.add_argument_group(
+        "vote-state workload (--vote-states: one vote per user, up/down/none, instead of delta events)")
+    states.add_argument("--vote-states", action="store_true",
+                        help="generate vote-state events: each user's latest vote per post counts once; "
+                        "--posts 1 is one viral post")
+    for name, default, what in (
+            ("down", 0.2, "first votes that are down rather than up"),
+            ("flip", 0.2, "events that change a recent voter's vote, up -> down -> none -> up"),
+            ("duplicate", 0.1, "events that repeat an earlier event exactly (a retry, a republication)"),
+            ("late", 0.1, "events that arrive after newer events of the same kind (out of order)")):
+        states.add_argument(f"--{name}-fraction", type=float, default=default, metavar="F",
+                            help=f"fraction of {what} (default: %(default)s)")
     generated.add_argument("--batch-size", type=int, metavar="N",
                            help="events per message (contract v2, ndjson), 1 to 1000; 1 sends one event per message "
                            f"(default: {DEFAULT_BATCH_SIZE})")
@@ -107,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from upvotes.devtools.publishing import publish_file, publish_workload
-    from upvotes.devtools.workload import Workload
+    from upvotes.devtools.workload import VoteStateWorkload, Workload
 
     topic_path = resolve_topic(args.project, args.topic)
     if args.rate is not None and args.rate <= 0:
@@ -121,12 +133,21 @@ def run(args: argparse.Namespace) -> int:
     batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
     if not 1 <= batch_size <= MAX_BATCH_EVENTS:
         raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH_EVENTS}")
+    if args.file and args.vote_states:
+        raise UsageError("--vote-states generates events; --file publishes the file's own events")
     try:
-        workload = None if args.file else Workload(
-            events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid, voters=args.voters,
-            unvote_fraction=args.unvote_fraction,
-            fractions={counter.name: getattr(args, _fraction_dest(counter)) for counter in OTHER_COUNTERS},
-        )
+        if args.file:
+            workload = None
+        elif args.vote_states:
+            workload = VoteStateWorkload(
+                events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid,
+                voters=args.voters, down_fraction=args.down_fraction, flip_fraction=args.flip_fraction,
+                duplicate_fraction=args.duplicate_fraction, late_fraction=args.late_fraction)
+        else:
+            workload = Workload(
+                events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid,
+                voters=args.voters, unvote_fraction=args.unvote_fraction,
+                fractions={counter.name: getattr(args, _fraction_dest(counter)) for counter in OTHER_COUNTERS})
     except ValueError as error:
         raise UsageError(str(error)) from None
     _check_topic(topic_path)

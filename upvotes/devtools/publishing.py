@@ -19,10 +19,10 @@ from google.cloud import pubsub_v1
 from google.cloud.pubsub_v1.publisher.futures import Future
 
 from schemas.contract import EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_BATCH_EVENTS, MAX_BATCH_BYTES, NDJSON, parse_vote
-from schemas.records import VoteEvent
+from schemas.records import Rejected
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
-from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events, invalid_payloads
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, VoteStateWorkload, Workload, generate, invalid_payloads
 
 LOG = logging.getLogger(__name__)
 BATCH_SETTINGS = pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05)
@@ -171,7 +171,7 @@ def _interleave(items: Iterator[T], extras: list[T], count: int) -> Iterator[T]:
 
 def publish_workload(
     topic_path: str,
-    workload: Workload,
+    workload: Workload | VoteStateWorkload,
     ledger_path: str | None = None,
     rate: float | None = None,
     progress: bool = True,
@@ -182,7 +182,7 @@ def publish_workload(
     ledger = Ledger()
 
     def valid_events() -> Iterator[dict[str, Any]]:
-        for event in generate_events(workload):
+        for event in generate(workload):
             ledger.add(event)
             yield event
 
@@ -219,7 +219,7 @@ def publish_file(
                 if not data:
                     continue
                 vote = parse_vote(data, None, publish_time_s=time.time())
-                if isinstance(vote, VoteEvent):
+                if not isinstance(vote, Rejected):
                     ledger.add_vote(vote)
                     yield Message(data, _attributes(orjson.loads(data)))
                 else:

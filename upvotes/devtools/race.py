@@ -22,7 +22,7 @@ from spanner_store.reads import verify_totals
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import PublishReport, publish_workload
-from upvotes.devtools.workload import Workload
+from upvotes.devtools.workload import VoteStateWorkload, Workload
 
 CLIENT_RETRY, JITTERED_RETRY = "client", "jittered"
 # Short, jittered and patient: the emulator aborts every concurrent read-write transaction at
@@ -116,7 +116,7 @@ class PipelineRace:
         return self.ledger.events / self.seconds if self.seconds else 0.0
 
 
-def race_pipeline(database, topic_path: str, workload: Workload, batch_size: int, timeout_s: float,
+def race_pipeline(database, topic_path: str, workload: Workload | VoteStateWorkload, batch_size: int, timeout_s: float,
                   alive: Callable[[], None] = lambda: None, progress: bool = True,
                   poll_s: float = 0.25) -> PipelineRace | None:
     """Publishes `workload` to a running pipeline; None if the counts do not all match in time.

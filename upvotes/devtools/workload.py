@@ -219,6 +219,11 @@ def generate_vote_states(workload: VoteStateWorkload) -> Iterator[dict[str, Any]
         yield heapq.heappop(held)[2]
 
 
+def generate(workload: Workload | VoteStateWorkload) -> Iterator[dict[str, Any]]:
+    """The valid events of either kind of workload."""
+    return generate_vote_states(workload) if isinstance(workload, VoteStateWorkload) else generate_events(workload)
+
+
 # Each kind of invalid message, with the parse_vote reason it must be rejected for.
 INVALID_KINDS: tuple[tuple[str, Callable[[dict[str, Any]], bytes]], ...] = (
     ("not_json", lambda vote: orjson.dumps(vote)[:-1]),  # the closing brace cut off
