@@ -25,7 +25,7 @@ from upvotes.operations.dead_letters import pull_dead_letters, release
 from schemas import statements_of
 from schemas.ddl import table_columns
 from upvotes.devtools.provision import provision_pubsub, provision_spanner
-from upvotes.devtools.workload import Workload, generate_events
+from upvotes.devtools.workload import VoteStateWorkload, Workload, generate_events, generate_vote_states
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
 HOUR = 1_795_312_800
@@ -65,7 +65,11 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
         batch.insert("FoldRuns", columns=("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt"),
                      values=[("before", datetime(2026, 11, 1, tzinfo=timezone.utc), 0, 0, spanner.COMMIT_TIMESTAMP)])))
 
-    events = list(generate_events(Workload(events=900, posts=30, seed=22)))
+    # Every third event a vote-state event: their sink waits for the new Votes table as the delta sink
+    # waits for DeltaCommits.
+    deltas = generate_events(Workload(events=600, posts=30, seed=22))
+    states = generate_vote_states(VoteStateWorkload(events=300, posts=5, voters=100, seed=22))
+    events = [event for pair in zip(deltas, deltas, states) for event in pair]
     log = tmp_path / "stream.log"
     stream = local_stream.start(res, WINDOW_S, log, emulator_env)
     try:
@@ -76,8 +80,9 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
                    "the sink to wait for the migration", stream, log)
         logged: list[str] = []
         provision_spanner(res, False, "unused", logged.append)
-        assert {"created TABLE DeltaCommits", "created TABLE FoldRunSkippedPosts",
-                "added   column FoldRuns.ChangesThrough TIMESTAMP"} <= set(logged)
+        assert {"created TABLE DeltaCommits", "created TABLE FoldRunSkippedPosts", "created TABLE Votes",
+                "added   column FoldRuns.ChangesThrough TIMESTAMP",
+                "added   column Adjustments.UserId STRING(128)"} <= set(logged)
         # Every counter declared since (schemas/counters.py) is added where counts are kept.
         before = dict(filter(None, map(table_columns, statements(BEFORE))))
         newer = [column for column in COUNTER_COLUMNS if column not in before["Posts"]]
