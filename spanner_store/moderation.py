@@ -1,4 +1,5 @@
-"""Moderation: audited compensating deltas (`upvotes adjust`) and resets to zero (`upvotes reset`).
+"""Moderation: audited compensating deltas (`upvotes adjust`) and resets to zero (`upvotes reset`);
+the same audit table records each `upvotes forget-user` request (spanner_store/forget_user.py).
 
 Counts are never edited in place: a correction is one more delta row, so the exact reads,
 the hourly reads and the fold treat it like any vote, and the streaming sink and the fold
@@ -39,6 +40,7 @@ from spanner_store.tables import (
 
 ADJUST = "adjust"
 RESET = "reset"
+FORGET_USER = "forget_user"  # `upvotes forget-user` (spanner_store/forget_user.py): its request, no delta of its own
 LIST_ADJUSTMENTS_SQL = f"""SELECT {", ".join(ADJUSTMENT_COLUMNS)}
 FROM Adjustments ORDER BY CreatedAt DESC LIMIT @limit"""
 
@@ -52,8 +54,8 @@ MAX_HOUR_ROWS = (MUTATION_BUDGET - MUTATIONS_PER_PARENT - len(ADJUSTMENT_COLUMNS
 class Adjustment(NamedTuple):
     adjustment_id: str
     post_id: str
-    kind: str  # ADJUST or RESET
-    counts: Counts  # the compensating change written, summed over its hours
+    kind: str  # ADJUST, RESET or FORGET_USER
+    counts: Counts  # the compensating change written, summed over its hours (forget-user: the votes it found)
     reason: str
     actor: str
     as_of: datetime | None  # a reset's snapshot S; a forget-user's retraction time
@@ -106,17 +108,31 @@ def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
         return False
 
 
-def _existing(database, adjustment_id: str) -> Adjustment | None:
+def adjustment_of(database, adjustment_id: str) -> Adjustment | None:
+    """The adjustment recorded under this ID (a point read); None: none yet."""
     with database.snapshot() as snapshot:
         rows = list(snapshot.read(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS,
                                   keyset=spanner.KeySet(keys=[[adjustment_id]])))
     return Adjustment.from_row(rows[0]) if rows else None
 
 
+def record(database, adjustment: Adjustment) -> bool:
+    """Writes the audit row alone, in a blind commit of its own (forget-user records its request
+    before its first retraction). False if the ID exists: written by an earlier run of the same
+    request, or by this one when a retried commit's first attempt succeeded unseen."""
+    row = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP).row()
+    try:
+        run_with_retries(lambda: commit_mutations(
+            database, lambda batch: batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[row])))
+        return True
+    except exceptions.AlreadyExists:
+        return False
+
+
 def _result(database, adjustment: Adjustment, hours: list[HourCount]) -> AdjustmentResult:
     if _commit(database, adjustment, hours):
-        return AdjustmentResult(_existing(database, adjustment.adjustment_id), True)
-    existing = _existing(database, adjustment.adjustment_id)
+        return AdjustmentResult(adjustment_of(database, adjustment.adjustment_id), True)
+    existing = adjustment_of(database, adjustment.adjustment_id)
     if existing is None:
         raise RuntimeError(f"adjustment {adjustment.adjustment_id}: a delta row exists without its audit row")
     return AdjustmentResult(existing, False)

@@ -1,0 +1,233 @@
+"""`upvotes forget-user` on the emulator: every vote of one user retracted as "none" states through
+the sink's path, exact and idempotent per request ID (a crash halfway included), later votes
+counting again, older late events losing, audited, and at a cost that follows the user's votes."""
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from schemas.counters import Counts
+from schemas.records import PostUser
+from schemas.vote_states import DOWN, NONE, UP, LatestVote
+from spanner_store.forget_user import RequestIdInUse, forget_event_id, forget_time, forget_user, plan_retractions
+from spanner_store.hourly import hourly_counts
+from spanner_store.moderation import FORGET_USER, adjustment_of, list_adjustments
+from spanner_store.reads import exact_counts
+from spanner_store.tables import timestamp_micros
+from spanner_store.votes import StoredVote, apply_all_vote_states, vote_of
+from tests.faults import FlakyDatabase
+from upvotes.cli import build_parser, main
+
+HOUR = 1_795_312_800
+VOTED_AT = datetime.fromtimestamp(HOUR + 60, tz=timezone.utc)
+FORGET_AT = VOTED_AT + timedelta(hours=2, minutes=5)  # the tests' clock when a request is first run
+
+
+def clock() -> datetime:
+    return FORGET_AT
+
+
+def us(at: datetime) -> int:
+    return timestamp_micros(at)
+
+
+def vote(vote_: str, at: datetime = VOTED_AT, event_id: str = "e") -> LatestVote:
+    return LatestVote(vote_, us(at), event_id, HOUR, 1, vote_ != NONE)
+
+
+def cast(database, votes: dict[tuple[str, str], str]) -> None:
+    """Applies one state per (post, user), as the stream would."""
+    apply_all_vote_states(database, {PostUser(post, user): vote(v) for (post, user), v in votes.items()})
+
+
+def counts(database, *posts: str) -> list[Counts]:
+    return [row.counts for row in exact_counts(database, list(posts))]
+
+
+def test_the_plan_retracts_each_vote_once_and_the_forget_time_is_after_every_stored_vote() -> None:
+    stored = [StoredVote("p1", "u", UP, 10, "e", HOUR), StoredVote("p2", "u", DOWN, 20, "e", HOUR),
+              StoredVote("p3", "u", NONE, 30, "e", HOUR), StoredVote("p4", "u", UP, 5_000_000, "e", HOUR)]
+    assert forget_time(stored, now_us=1_000) == 5_000_001  # a vote ahead of the clock is still retracted
+    assert forget_time(stored, now_us=9_000_000) == 9_000_000
+
+    plan = plan_retractions(stored, 1_000, "@forget/r")
+    assert set(plan.states) == {PostUser("p1", "u"), PostUser("p2", "u")}  # p3 is "none" already
+    assert plan.kept == 1 and plan.counts == Counts(upvotes=-1, downvotes=-1)
+    assert set(plan.states.values()) == {LatestVote(NONE, 1_000, "@forget/r", 0, 0, False)}
+
+
+def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(database) -> None:
+    posts = ("fa-1", "fa-2", "fa-3", "fa-4")
+    cast(database, {("fa-1", "gone-a"): UP, ("fa-2", "gone-a"): UP, ("fa-3", "gone-a"): DOWN, ("fa-4", "gone-a"): UP,
+                    **{(post, f"other-{i}"): (UP, DOWN)[i % 2] for post in posts for i in range(4)}})
+    taken_back = vote(NONE, VOTED_AT + timedelta(minutes=1))  # before the request: nothing to retract there
+    apply_all_vote_states(database, {PostUser("fa-4", "gone-a"): taken_back})
+    assert counts(database, *posts) == [Counts(upvotes=3, downvotes=2), Counts(upvotes=3, downvotes=2),
+                                        Counts(upvotes=2, downvotes=3), Counts(upvotes=2, downvotes=2)]
+
+    result = forget_user(database, "req-a", "gone-a", "erasure request #1", "dpo", clock)
+
+    assert (result.written, result.retracted, result.posts, result.kept, result.superseded, result.commits) == (
+        True, 3, 3, 0, 0, 1)
+    assert counts(database, *posts) == [Counts(upvotes=2, downvotes=2)] * 4  # only the other users' votes
+    # Out of the hour the vote was counted in; nothing in the forget time's hour.
+    assert [(h.hour, h.counts) for h in hourly_counts(database, "fa-3", VOTED_AT - timedelta(days=1))] == [
+        (datetime.fromtimestamp(HOUR, tz=timezone.utc), Counts(upvotes=2, downvotes=2))]
+    for post in posts[:3]:
+        retracted = vote_of(database, post, "gone-a")  # kept, with the user ID: late events lose to it
+        assert (retracted.vote, retracted.voted_at_us, retracted.event_id) == (NONE, us(FORGET_AT), "@forget/req-a")
+    assert vote_of(database, "fa-4", "gone-a").event_id == "e"  # already "none": not rewritten
+    assert all(vote_of(database, post, "other-1").vote == DOWN for post in posts)
+
+    audit = adjustment_of(database, "req-a")
+    assert audit == result.request
+    assert (audit.kind, audit.user_id, audit.post_id, audit.counts, audit.reason, audit.actor) == (
+        FORGET_USER, "gone-a", "", Counts(upvotes=-2, downvotes=-1), "erasure request #1", "dpo")
+    assert audit.as_of == FORGET_AT and audit.created_at is not None
+
+
+def test_a_rerun_moves_nothing_a_later_vote_counts_and_an_older_late_event_does_not_resurrect(database) -> None:
+    cast(database, {("fb-1", "gone-b"): UP, ("fb-2", "gone-b"): DOWN, ("fb-1", "stays"): UP})
+    first = forget_user(database, "req-b", "gone-b", "erasure", "dpo", clock)
+    assert first.retracted == 2 and counts(database, "fb-1", "fb-2") == [Counts(upvotes=1), Counts()]
+
+    rerun = forget_user(database, "req-b", "gone-b", "erasure", "dpo", lambda: FORGET_AT + timedelta(days=1))
+    assert (rerun.written, rerun.retracted, rerun.posts, rerun.commits) == (False, 0, 0, 0)
+    assert rerun.request == first.request  # the same audit row, the same forget time
+    assert counts(database, "fb-1", "fb-2") == [Counts(upvotes=1), Counts()]
+
+    after = FORGET_AT + timedelta(seconds=1)
+    apply_all_vote_states(database, {PostUser("fb-1", "gone-b"): vote(UP, after, "new")})
+    late = FORGET_AT - timedelta(minutes=1)  # cast before the forget, delivered after it
+    late_totals = apply_all_vote_states(database, {PostUser("fb-2", "gone-b"): vote(DOWN, late, "late")})
+    assert late_totals.superseded == 1
+    assert counts(database, "fb-1", "fb-2") == [Counts(upvotes=2), Counts()]
+
+    again = forget_user(database, "req-b", "gone-b", "erasure", "dpo", lambda: FORGET_AT + timedelta(days=1))
+    assert (again.retracted, again.kept) == (0, 1)  # the vote cast after the forget is not this request's
+    assert counts(database, "fb-1", "fb-2") == [Counts(upvotes=2), Counts()]
+
+
+def test_a_crash_after_the_first_batch_then_a_rerun_ends_exact(database) -> None:
+    posts = [f"fc-{i}" for i in range(5)]
+    cast(database, {**{(post, "gone-c"): UP for post in posts}, **{(post, "stays"): UP for post in posts}})
+
+    def crash_on_the_second_batch(transaction_number: int) -> None:
+        if transaction_number == 2:
+            raise RuntimeError("injected: the process died after the first batch committed")
+
+    crashing = FlakyDatabase(database, before_transaction=crash_on_the_second_batch)
+    with pytest.raises(RuntimeError, match="injected"):
+        forget_user(crashing, "req-c", "gone-c", "erasure", "dpo", clock, rows_per_commit=2)
+    assert crashing.injected.transactions == 2
+    assert sum(c.upvotes for c in counts(database, *posts)) == 5 + 3  # the first batch of two is applied
+    first_audit = adjustment_of(database, "req-c")
+
+    rerun = forget_user(database, "req-c", "gone-c", "erasure", "dpo", lambda: FORGET_AT + timedelta(hours=1),
+                        rows_per_commit=2)
+    assert (rerun.written, rerun.retracted, rerun.posts, rerun.commits) == (False, 3, 3, 2)
+    assert rerun.request == first_audit and first_audit.as_of == FORGET_AT
+    assert counts(database, *posts) == [Counts(upvotes=1)] * 5
+    assert {(v.vote, v.voted_at_us, v.event_id) for v in (vote_of(database, post, "gone-c") for post in posts)} == {
+        (NONE, us(FORGET_AT), forget_event_id("req-c"))}  # both runs wrote the same state
+    assert [a.adjustment_id for a in list_adjustments(database, 1_000)].count("req-c") == 1
+
+
+def test_an_id_used_by_another_request_is_refused_before_any_write(database) -> None:
+    cast(database, {("fd-1", "first"): UP, ("fd-1", "second"): UP})
+    forget_user(database, "req-d", "first", "erasure", "dpo", clock)
+    with pytest.raises(RequestIdInUse, match="req-d"):
+        forget_user(database, "req-d", "second", "erasure", "dpo", clock)
+    assert counts(database, "fd-1") == [Counts(upvotes=1)] and vote_of(database, "fd-1", "second").vote == UP
+
+
+class ReadMeter:
+    """The real database, counting the rows each table's reads return and the SQL queries run."""
+
+    def __init__(self, database) -> None:
+        self._database = database
+        self.rows: Counter[str] = Counter()
+        self.queries = 0
+
+    def __getattr__(self, name):
+        return getattr(self._database, name)
+
+    @contextlib.contextmanager
+    def snapshot(self, **kwargs):
+        with self._database.snapshot(**kwargs) as snapshot:
+            yield _MeteredReads(snapshot, self)
+
+    def run_in_transaction(self, work, *args, **kwargs):
+        return self._database.run_in_transaction(
+            lambda transaction, *a, **kw: work(_MeteredReads(transaction, self), *a, **kw), *args, **kwargs)
+
+
+class _MeteredReads:
+    def __init__(self, reader, meter: ReadMeter) -> None:
+        self._reader = reader
+        self._meter = meter
+
+    def __getattr__(self, name):
+        return getattr(self._reader, name)
+
+    def read(self, table: str, *args, **kwargs) -> list:
+        rows = list(self._reader.read(table, *args, **kwargs))
+        self._meter.rows[table] += len(rows)
+        return rows
+
+    def execute_sql(self, *args, **kwargs):
+        self._meter.queries += 1
+        return self._reader.execute_sql(*args, **kwargs)
+
+
+def test_the_cost_follows_the_users_votes_not_the_other_voters(database) -> None:
+    """400 votes of 100 other users on the same posts; the request reads the user's 4 rows (one
+    key range), then each again in its batch's transaction, and the audit row: nothing else."""
+    posts = [f"fe-{i}" for i in range(4)]
+    cast(database, {**{(post, f"crowd-{i}"): UP for post in posts for i in range(100)},
+                    **{(post, "gone-e"): DOWN for post in posts}})
+    meter = ReadMeter(database)
+    result = forget_user(meter, "req-e", "gone-e", "erasure", "dpo", clock)
+    assert result.retracted == 4
+    assert meter.rows == {"Votes": 2 * 4, "Adjustments": 1} and meter.queries == 0
+    assert counts(database, *posts) == [Counts(upvotes=100)] * 4
+
+
+def cli(stack, capsys, *args: str) -> tuple[list[dict], str]:
+    assert main([args[0], "--project", stack.project, "--instance", stack.instance, "--database", stack.database,
+                 *args[1:]]) == 0
+    captured = capsys.readouterr()
+    return [json.loads(line) for line in captured.out.splitlines()], captured.err
+
+
+def test_the_command_end_to_end_with_its_audit_in_adjust_list(stack, database, capsys) -> None:
+    cast(database, {("ff-1", "gone-f"): UP, ("ff-2", "gone-f"): DOWN, ("ff-1", "stays"): UP})
+    forget = ("forget-user", "gone-f", "--reason", "GDPR erasure #7", "--actor", "dpo")
+
+    (summary,), err = cli(stack, capsys, *forget)
+    request_id = summary["adjustment_id"]  # a random UUID, printed before any write
+    assert f"run it again with --id {request_id}" in err and "retracted 2 votes on 2 posts in 1 commits" in err
+    assert {k: summary[k] for k in ("kind", "user_id", "post_id", "upvotes", "downvotes", "written_now", "retracted",
+                                    "posts", "kept", "commits", "reason", "actor")} == {
+        "kind": FORGET_USER, "user_id": "gone-f", "post_id": "", "upvotes": -1, "downvotes": -1, "written_now": True,
+        "retracted": 2, "posts": 2, "kept": 0, "commits": 1, "reason": "GDPR erasure #7", "actor": "dpo"}
+    assert counts(database, "ff-1", "ff-2") == [Counts(upvotes=1), Counts()]
+
+    (rerun,), err = cli(stack, capsys, *forget, "--id", request_id)
+    assert (rerun["written_now"], rerun["retracted"], rerun["as_of"]) == (False, 0, summary["as_of"])
+    assert "a rerun of this request" in err
+
+    listed, _ = cli(stack, capsys, "adjust", "--list")
+    (row,) = [a for a in listed if a["adjustment_id"] == request_id]
+    assert (row["kind"], row["user_id"], row["post_id"], row["as_of"]) == (FORGET_USER, "gone-f", "", summary["as_of"])
+
+    assert main(["forget-user", "--project", stack.project, "--instance", stack.instance, "--database",
+                 stack.database, "gone-f"]) == 2
+    assert "--reason is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as help_exit:
+        build_parser().parse_args(["forget-user", "--help"])
+    assert help_exit.value.code == 0 and capsys.readouterr().out.startswith("usage: upvotes forget-user")
