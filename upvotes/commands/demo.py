@@ -4,9 +4,11 @@ Starts the emulators (unless the environment names running ones) and provisions.
 race: a few seconds of read-modify-write on one hot counter (the approach this design
 replaces, in its best configurations on this emulator), and a viral burst of 100,000 votes
 published through Pub/Sub in batches to the streaming pipeline, timed until every post's
-exact count equals the ledger. Prints both rates and the ratio, folds, shows the top posts,
-verifies every post again after the fold, counts the dead letters, and stops everything it
-started.
+exact count equals the ledger. Then one vote per user: a burst of vote-state events on the
+same posts (up, down, none, with duplicates, flips and late events), timed the same way
+against the ledger of both bursts. Prints the rates and the ratios, folds, shows the top posts
+with their downvotes, verifies every post again after the fold, counts the dead letters, and
+stops everything it started.
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ READY_TIMEOUT_S = 120.0
 # unique voters are an estimate (schemas/voter_sketch.py): about 0.8% standard error above 1,000 voters
 UNIQUE_TOLERANCE = 0.03
 # The race's votes give each counter besides upvotes (schemas/counters.py) a fifth of the
-# events, so every counter shows in the demo, even one `upvotes publish` sends none of unless asked.
-DEMO_FRACTIONS = {counter.name: 0.2 for counter in COUNTERS if counter is not RANKING}
+# events, so every counter shows in the demo, even one `upvotes publish` sends none of unless asked;
+# a counter of vote states (downvotes) shows through part 3's vote-state events instead.
+DEMO_FRACTIONS = {counter.name: 0.2 for counter in COUNTERS if counter is not RANKING and counter.vote is None}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--posts", type=int, default=1000, help="posts they are spread over (default 1000)")
     parser.add_argument("--zipf", type=float, default=1.2, help="skew: higher means fewer, hotter posts (default 1.2)")
     parser.add_argument("--invalid", type=int, default=20, help="invalid messages mixed in (default 20)")
+    parser.add_argument("--vote-states", type=int, default=50_000,
+                        help="vote-state events (one vote per user) published after the votes, with 10%% "
+                             "duplicates, 10%% late events and flips (default 50000; 0: none)")
     parser.add_argument("--batch-size", type=int, default=500, help="events per Pub/Sub message (default 500)")
     parser.add_argument("--window-seconds", type=int, default=2, help="streaming window length (default 2)")
     parser.add_argument("--rmw-seconds", type=float, default=3.0,
@@ -141,7 +147,7 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     from spanner_store.database import open_database
     from spanner_store.reads import delta_row_counts, exact_counts, top_posts, verify_totals, verify_unique_voters
     from upvotes.devtools.race import race_pipeline
-    from upvotes.devtools.workload import Workload
+    from upvotes.devtools.workload import VoteStateWorkload, Workload
 
     res = RESOURCES
     say(f"provisioning {res.instance}/{res.database} and topic {res.topic} on the emulators")
@@ -176,8 +182,25 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
         say(f"this pipeline:     {race.votes_per_s:>9,.0f} votes/s, publish -> exact read")
         say(f"ratio: {race.votes_per_s / rmw.votes_per_s:,.1f}x read-modify-write, on the same emulator")
 
+        ledger = race.ledger
+        if args.vote_states:
+            states = VoteStateWorkload(events=args.vote_states, posts=args.posts, zipf=args.zipf, seed=43,
+                                       voters=args.vote_states // 2)
+            say(f"race, part 3: one vote per user: {args.vote_states:,} vote-state events (up, down, none) on the same "
+                f"posts, {states.duplicate_fraction:.0%} duplicates, {states.late_fraction:.0%} late, "
+                f"{states.flip_fraction:.0%} flips of recent voters")
+            voted = race_pipeline(database, topic_path, states, args.batch_size, args.timeout,
+                                  alive=lambda: _check_alive(stream, stream_log), ledger=ledger)
+            if voted is None:
+                say(f"FAILED: counts did not settle within {args.timeout:.0f} s; see {stream_log}")
+                return 1
+            ledger.save(work_dir / "ledger.json")
+            say(f"every post matched the ledger of both bursts {voted.seconds:.1f} s after the vote states' first "
+                f"publish: {voted.votes_per_s:,.0f} vote-state events/s, {voted.votes_per_s / rmw.votes_per_s:,.1f}x "
+                "read-modify-write; each user's latest vote counted once")
+
         rows, groups = delta_row_counts(database)
-        say(f"{rows:,} delta rows for {race.ledger.events:,} votes: {1000 * rows / race.ledger.events:.1f} per 1,000 "
+        say(f"{rows:,} delta rows for {ledger.events:,} votes: {1000 * rows / ledger.events:.1f} per 1,000 "
             f"votes (one per post, event hour and window), against 1,000 commits per 1,000 votes for read-modify-write")
 
         outcome, fold_s = fold.run([], {"project": res.project, "instance": res.instance, "database": res.database})
@@ -189,21 +212,21 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
             counts = " ".join(f"{value:>8,} {name}" for name, value in post.counts._asdict().items())
             say(f"  {rank}. {post.post_id:<12} {counts}")
 
-        mismatches = verify_totals(database, race.ledger.totals)
-        dead = _count_dead_letters(res, race.ledger.invalid)
-        say(f"dead-letter topic holds {dead} of the {race.ledger.invalid} invalid messages published")
-        if mismatches or dead != race.ledger.invalid:
+        mismatches = verify_totals(database, ledger.totals)
+        dead = _count_dead_letters(res, ledger.invalid)
+        say(f"dead-letter topic holds {dead} of the {ledger.invalid} invalid messages published")
+        if mismatches or dead != ledger.invalid:
             for m in mismatches[:20]:
                 say(f"MISMATCH {m.post_id} {m.counter}: expected {m.expected}, actual {m.actual}")
             say("FAILED")
             return 1
-        say(f"verified: all {len(race.ledger.totals)} posts match the ledger exactly after the fold")
-        unique = verify_unique_voters(database, race.ledger.unique_voters, UNIQUE_TOLERANCE)
+        say(f"verified: all {len(ledger.totals)} posts match the ledger exactly after the fold")
+        unique = verify_unique_voters(database, ledger.unique_voters, UNIQUE_TOLERANCE)
         hottest = top.posts[0].post_id if top.posts else None
         if hottest is not None:
             (voters,) = exact_counts(database, [hottest], unique=True)
             say(f"unique voters of {hottest}: {voters.unique_voters:,} estimated, "
-                f"{race.ledger.unique_voters[hottest]:,} exact (a HyperLogLog sketch, folded with the counts)")
+                f"{ledger.unique_voters[hottest]:,} exact (a HyperLogLog sketch, folded with the counts)")
         if unique:
             for m in unique[:20]:
                 say(f"MISMATCH {m.post_id} unique voters: exact {m.expected}, estimated {m.actual}")

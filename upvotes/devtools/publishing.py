@@ -176,10 +176,12 @@ def publish_workload(
     rate: float | None = None,
     progress: bool = True,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    ledger: Ledger | None = None,
 ) -> tuple[PublishReport, Ledger]:
     """Publishes a generated workload in batches of `batch_size` events, its invalid messages
-    (one each) spread evenly among them."""
-    ledger = Ledger()
+    (one each) spread evenly among them; the ledger of what was published, added to `ledger`
+    when given (a workload published after another on the same posts)."""
+    ledger = Ledger() if ledger is None else ledger
 
     def valid_events() -> Iterator[dict[str, Any]]:
         for event in generate(workload):

@@ -108,23 +108,27 @@ def run_baseline(database, counter: str, config: BaselineConfig, seconds: float,
 @dataclass(frozen=True)
 class PipelineRace:
     report: PublishReport  # what was published: events, messages, seconds
-    ledger: Ledger
+    ledger: Ledger  # of this race's events, and of any published before it on the same posts
     seconds: float  # from the first publish to every post's exact count equal to the ledger
 
     @property
     def votes_per_s(self) -> float:
-        return self.ledger.events / self.seconds if self.seconds else 0.0
+        """This race's valid events per second."""
+        return (self.report.published - self.report.invalid) / self.seconds if self.seconds else 0.0
 
 
 def race_pipeline(database, topic_path: str, workload: Workload | VoteStateWorkload, batch_size: int, timeout_s: float,
                   alive: Callable[[], None] = lambda: None, progress: bool = True,
-                  poll_s: float = 0.25) -> PipelineRace | None:
+                  poll_s: float = 0.25, ledger: Ledger | None = None) -> PipelineRace | None:
     """Publishes `workload` to a running pipeline; None if the counts do not all match in time.
 
-    `alive` is called between polls and should raise if the pipeline died.
+    `alive` is called between polls and should raise if the pipeline died. With `ledger` (of
+    events published before, which the counts already match), the workload's events are added to
+    it and every post of both must match.
     """
     started = time.monotonic()
-    report, ledger = publish_workload(topic_path, workload, rate=None, progress=progress, batch_size=batch_size)
+    report, ledger = publish_workload(topic_path, workload, rate=None, progress=progress, batch_size=batch_size,
+                                      ledger=ledger)
     posts = len(ledger.totals)
     deadline = started + timeout_s
     with progress_bar(posts, "posts whose exact count matches the ledger", unit="posts", enabled=progress) as bar:
