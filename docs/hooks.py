@@ -39,6 +39,14 @@ def _constraints(spec: dict) -> str:
     return "; ".join(parts) or "-"
 
 
+def _required_in(schema: dict, name: str) -> str:
+    """Where a field is required: in every event, in some kinds of event (the oneOf branches), or nowhere."""
+    if name in schema["required"]:
+        return "yes"
+    kinds = [kind["title"].lower() + "s" for kind in schema.get("oneOf", ()) if name in kind.get("required", ())]
+    return "in " + " and ".join(kinds) if kinds else "no"
+
+
 def schema_table(schema: dict) -> str:
     """The fields of the vote event as a markdown table, required ones first."""
     required = schema["required"]
@@ -47,7 +55,7 @@ def schema_table(schema: dict) -> str:
     for name in names:
         spec = schema["properties"][name]
         kind = spec.get("type", "string")
-        rows.append(f"| `{name}` | {'yes' if name in required else 'no'} | {kind} | {_constraints(spec)} "
+        rows.append(f"| `{name}` | {_required_in(schema, name)} | {kind} | {_constraints(spec)} "
                     f"| {spec['description']} |")
     unknown = "ignored" if schema.get("additionalProperties", True) else "rejected"
     return "\n".join(rows) + f"\n\n{schema['description']} Unknown fields are {unknown}.\n"
