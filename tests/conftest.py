@@ -12,6 +12,8 @@ the emulator does not enforce.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +21,7 @@ from typing import Iterator
 import pytest
 
 import schemas
-from upvotes.devtools import emulators
+from upvotes.devtools import emulators, local_stream
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
 from upvotes.devtools.provision import Resources, provision
@@ -27,6 +29,7 @@ from tests import beam_graph_cache, faults
 from transforms import spanner_sink
 
 PROJECT = "test-project"
+STREAM_WINDOW_S = 2  # the window of the streams `streaming_stack` starts
 beam_graph_cache.install()
 
 
@@ -116,3 +119,21 @@ def flaky_sink(monkeypatch):
         return created
 
     return configure
+
+
+@pytest.fixture
+def streaming_stack(emulator_env, tmp_path):
+    """Resources of their own (no other test's messages or rows); every stream started is
+    stopped at the end (drained)."""
+    res = new_resources("stream")
+    provision(res, log=lambda _: None)
+    processes: list[subprocess.Popen] = []
+
+    def start() -> subprocess.Popen:
+        process = local_stream.start(res, STREAM_WINDOW_S, tmp_path / "stream.log", emulator_env, append=True)
+        processes.append(process)
+        return process
+
+    yield res, open_database(res.project, res.instance, res.database), start, tmp_path / "stream.log"
+    for process in processes:
+        local_stream.stop(process, signal.SIGTERM)

@@ -37,7 +37,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -48,7 +47,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from google.api_core import exceptions
 
 from pipeline import drain
-from tests.conftest import new_resources
+from tests.conftest import STREAM_WINDOW_S
 from tests.polling import assert_stays, wait_until
 from tests.folding import run_fold
 from schemas.counters import Counts
@@ -59,7 +58,7 @@ from upvotes.cli import main as cli_main
 from spanner_store.deltas import write_deltas
 from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries
 from upvotes.commands.errors import explain
-from upvotes.devtools.provision import Resources, provision, provision_spanner
+from upvotes.devtools.provision import Resources, provision_spanner
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.publishing import batch_messages, event_message, publish_messages
 from upvotes.devtools.workload import Workload, generate_events
@@ -67,7 +66,7 @@ from spanner_store.reads import exact_counts, verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 
 HOUR = 1_795_312_800
-WINDOW_S = 2
+WINDOW_S = STREAM_WINDOW_S
 SETTLE_TIMEOUT_S = 120
 
 
@@ -267,24 +266,6 @@ def test_folds_racing_continuous_writes_stay_exact_and_reads_stay_in_bounds(stac
 
 
 # --- the streaming pipeline stopped and restarted ----------------------------------------------
-
-@pytest.fixture
-def streaming_stack(emulator_env, tmp_path):
-    """Resources of their own (no other test's messages or rows); every stream started is
-    stopped at the end (drained)."""
-    res = new_resources("stream")
-    provision(res, log=lambda _: None)
-    processes: list[subprocess.Popen] = []
-
-    def start() -> subprocess.Popen:
-        process = local_stream.start(res, WINDOW_S, tmp_path / "stream.log", emulator_env, append=True)
-        processes.append(process)
-        return process
-
-    yield res, open_database(res.project, res.instance, res.database), start, tmp_path / "stream.log"
-    for process in processes:
-        local_stream.stop(process, signal.SIGTERM)
-
 
 def publish_events(res: Resources, events: list[dict], rate: float | None = None) -> None:
     report = publish_messages(res.topic_path(res.topic), (event_message(e) for e in events), rate=rate,

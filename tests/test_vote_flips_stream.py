@@ -16,13 +16,13 @@ from schemas.counters import Counts
 from spanner_store.reads import exact_counts, verify_totals, verify_unique_voters
 from spanner_store.votes import vote_of
 from tests.polling import assert_stays, wait_until
-from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of, streaming_stack  # noqa: F401
+from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of
 from upvotes.devtools import local_stream
 from upvotes.devtools.publishing import batch_messages, publish_messages
 from upvotes.devtools.workload import VoteStateWorkload, generate_vote_states
 
 
-def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> None:  # noqa: F811
+def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> None:
     res, database, start, log = streaming_stack
     # 300 users on 3 posts, half the events flips of recent voters, 10% duplicates, 10% late: most
     # users change their vote several times, and many of those changes straddle a stop.
@@ -92,7 +92,7 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
           f"{[r[2] for r in reports]}; latest: {ledger.totals}")
 
 
-def test_one_users_events_in_two_messages_of_one_bundle_and_of_two_bundles_end_at_the_latest(streaming_stack) -> None:  # noqa: F811
+def test_one_users_events_in_two_messages_of_one_bundle_and_of_two_bundles_end_at_the_latest(streaming_stack) -> None:
     """The same user's up and down, in two messages published together (one bundle, merged before
     the sink) and again in messages far apart (two bundles, two transactions): the latest wins."""
     res, database, start, log = streaming_stack
