@@ -1,11 +1,15 @@
 """The `upvotes` command: help on every subcommand, readable errors, emulator state handling."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
+from schemas.contract import parse_vote
+from schemas.records import PostUser
+from spanner_store.votes import apply_all_vote_states
 from upvotes.cli import build_parser, main
 
 SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view", "verify", "capacity",
@@ -48,3 +52,23 @@ def test_a_missing_emulator_names_the_package_to_install(tmp_path) -> None:
     for name, package in PACKAGES.items():
         with pytest.raises(EmulatorError, match=package):
             emulator_binary(name, sdk_root=tmp_path)
+
+
+def test_read_user_prints_the_users_vote_on_each_post(stack, database, capsys) -> None:
+    event = b'{"post_id": "cli/p", "user_id": "cli user", "vote": "up", "event_time": "2026-11-22T10:00:00Z"}'
+    state = parse_vote(event, None, 0.0)
+    assert apply_all_vote_states(database, {PostUser(state.post_id, state.user_id): state.latest()}).applied == 1
+    flags = ["read", f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"]
+    assert main([*flags, "--user", "cli user", "cli/p", "never-voted"]) == 0
+    voted, never = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert voted["applied_at"].startswith("20")
+    assert voted | {"applied_at": None} == {"post_id": "cli/p", "user_id": "cli user", "vote": "up",
+                                            "voted_at": "2026-11-22T10:00:00+00:00", "event_id": None,
+                                            "applied_at": None}
+    assert never == {"post_id": "never-voted", "user_id": "cli user", "vote": "none", "voted_at": None,
+                     "event_id": None, "applied_at": None}
+    assert main([*flags, "--user", "cli user", "--hourly", "cli/p"]) == 2
+    assert "--user prints votes" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main([*flags, "--user", "u" * 129, "cli/p"])
+    assert exit_info.value.code == 2 and "1 to 128 characters" in capsys.readouterr().err

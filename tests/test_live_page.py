@@ -1,15 +1,18 @@
 """The live page in a real browser: headless Chromium (Debian's chromium and chromium-driver)
 driven by Selenium against `upvotes serve` and a running streaming pipeline on the emulators.
 
-- A click on a post's vote button comes back as a higher exact count on the page.
+- A post's toggle upvotes as the page's session user, then takes the vote back: the exact count
+  on the page goes up by one, then back; a reload of the page shows the vote the stream
+  applied (read back through GET /v1/posts/{post}/votes/{user}).
 - A hostile page, served from a second local origin (another port, under the names
   evil.localhost, which is cross-site, and 127.0.0.1, same-site but cross-origin, so the
   SameSite=Strict session cookie goes along), tries every request a page can make without
   the service's consent: fetch() with text/plain (no-cors), with application/json and with
   a guessed X-CSRF-Token header (both need a CORS preflight), a read of the live page, and
   <form> POSTs as text/plain, form-urlencoded and multipart. Nothing is published (an audit
-  subscription on the topic sees only the page's own vote), and the service counts each
-  request that reached it as refused for its origin; the page's own button still counts.
+  subscription on the topic sees only the page's own vote, a vote-state event of its session
+  user), and the service counts each request that reached it as refused for its origin; the
+  page's own toggle still counts.
 - The service under a rebound name (evil.localhost on the service's own port) answers 421
   and sets no session.
 """
@@ -21,6 +24,7 @@ import shutil
 import threading
 import time
 import uuid
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -28,6 +32,7 @@ import pytest
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
 from upvotes.devtools import local_stream
+from upvotes.serving.live_page import USER_META
 from upvotes.serving.live_sessions import COOKIE
 from upvotes.serving.serve_settings import ServiceSettings
 from upvotes.serving.service import serve_in_background
@@ -38,6 +43,7 @@ from tests.polling import wait_until
 WINDOW_S = 2
 POST = "browser/post ☃"
 SEEDED = 5
+TYPED_POST = "typed/in the form"
 TOKEN = "live-page-test-token-" + uuid.uuid4().hex
 COUNTED_TIMEOUT_S = 120  # the first vote also waits for the DirectRunner to start pulling
 CHROMIUM = shutil.which("chromium")
@@ -166,10 +172,28 @@ def shown_upvotes(driver, post_id: str) -> int | None:
     return None
 
 
-def click_vote(driver, post_id: str) -> None:
+def toggle_label(driver, post_id: str) -> str | None:
+    """The label of `post_id`'s toggle ("upvote", "upvoted", or "…" while its vote is read or
+    sent), or None if the post is not listed (or its row was just redrawn)."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
+    try:
+        for row in driver.find_elements(By.CSS_SELECTOR, "tr.post"):
+            if row.find_element(By.CSS_SELECTOR, "td.post-id").text == post_id:
+                return row.find_element(By.CSS_SELECTOR, "button.vote").text
+    except StaleElementReferenceException:
+        return None
+    return None
+
+
+def click_toggle(driver, post_id: str, label: str) -> None:
+    """Clicks `post_id`'s toggle once it shows `label` (its vote known, nothing in flight)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    wait_until(lambda: toggle_label(driver, post_id) == label, 30, f"the toggle of {post_id!r} to show {label!r}",
+               poll_s=0.1)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -179,25 +203,59 @@ def click_vote(driver, post_id: str) -> None:
                     return
         except StaleElementReferenceException:
             continue  # redrawn under us: find it again
-    raise AssertionError(f"no vote button for {post_id!r}")
+    raise AssertionError(f"no toggle for {post_id!r}")
 
 
-def test_a_click_on_vote_is_counted_on_the_live_page(service, browser, pipeline, tmp_path) -> None:
-    browser.get(service.url + "/")
-    wait_until(lambda: shown_upvotes(browser, POST) == SEEDED, 30, "the seeded count on the page", poll_s=0.1)
+def page_user(driver) -> str:
+    return driver.find_element("css selector", f'meta[name="{USER_META}"]').get_attribute("content")
 
-    click_vote(browser, POST)
-    seconds = wait_until(lambda: shown_upvotes(browser, POST) == SEEDED + 1, COUNTED_TIMEOUT_S, "the click to count", poll_s=0.1)
-    assert pipeline.poll() is None, "the streaming pipeline died"
-    assert browser.find_element("id", "error").text == ""
-    assert "certified exact" in browser.find_element("id", "status").text
 
-    click_vote(browser, POST)  # the pipeline is warm now: this one shows the freshness a user sees
-    warm = wait_until(lambda: shown_upvotes(browser, POST) == SEEDED + 2, COUNTED_TIMEOUT_S, "the second click", poll_s=0.1)
-    screenshot = tmp_path / "live_page.png"
-    assert browser.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 1_000
-    print(f"\nfirst click counted on the page after {seconds:.1f} s, "
-          f"the second after {warm:.1f} s ({WINDOW_S} s windows); screenshot {screenshot}")
+def votes_published(audit: TopicAudit) -> list[dict]:
+    return [json.loads(line) for m in audit.published_since() for line in m.data.split(b"\n") if line.strip()]
+
+
+def test_the_toggle_upvotes_then_takes_the_vote_back(stack, service, browser, pipeline, tmp_path) -> None:
+    audit = TopicAudit(stack.topic_path(stack.topic), stack.subscription_path(f"audit-{uuid.uuid4().hex[:8]}"))
+    try:
+        browser.get(service.url + "/")
+        wait_until(lambda: shown_upvotes(browser, POST) == SEEDED, 30, "the seeded count on the page", poll_s=0.1)
+        user = page_user(browser)
+
+        click_toggle(browser, POST, "upvote")  # never voted: read back as "none"
+        seconds = wait_until(lambda: shown_upvotes(browser, POST) == SEEDED + 1, COUNTED_TIMEOUT_S,
+                             "the upvote to count", poll_s=0.1)
+        wait_until(lambda: toggle_label(browser, POST) == "upvoted", 10, "the toggle to show the upvote", poll_s=0.1)
+        assert browser.find_element("id", "error").text == ""
+        assert "certified exact" in browser.find_element("id", "status").text
+
+        browser.refresh()  # a new page of the same session reads the vote the stream applied
+        wait_until(lambda: toggle_label(browser, POST) == "upvoted", 30, "the applied upvote on a reload", poll_s=0.1)
+        assert page_user(browser) == user
+        click_toggle(browser, POST, "upvoted")
+        warm = wait_until(lambda: shown_upvotes(browser, POST) == SEEDED, COUNTED_TIMEOUT_S,
+                          "the vote taken back to count", poll_s=0.1)
+        wait_until(lambda: toggle_label(browser, POST) == "upvote", 10, "the toggle to show no vote", poll_s=0.1)
+        assert pipeline.poll() is None, "the streaming pipeline died"
+
+        votes = votes_published(audit)
+        assert [(v["post_id"], v["user_id"], v["vote"]) for v in votes] == [(POST, user, "up"), (POST, user, "none")]
+        assert all(set(v) == {"post_id", "user_id", "vote", "event_time", "event_id"} for v in votes)
+        assert votes[0]["event_time"] < votes[1]["event_time"] and votes[0]["event_id"] != votes[1]["event_id"]
+        read_back = httpx.get(service.url + f"/v1/posts/{quote(POST, safe='')}/votes/{quote(user, safe='')}",
+                              headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        assert (read_back["vote"], read_back["event_id"]) == ("none", votes[1]["event_id"])
+
+        browser.find_element("id", "new-post-id").send_keys(TYPED_POST)  # the "any post ID" form upvotes too
+        browser.find_element("id", "new-vote-button").click()
+        typed: list[dict] = []
+        wait_until(lambda: typed.extend(votes_published(audit)) or bool(typed), 30, "the form's vote to be published")
+        assert [(v["post_id"], v["user_id"], v["vote"]) for v in typed] == [(TYPED_POST, user, "up")]
+        screenshot = tmp_path / "live_page.png"
+        assert browser.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 1_000
+        print(f"\nthe upvote counted on the page after {seconds:.1f} s, taking it back after {warm:.1f} s "
+              f"({WINDOW_S} s windows); screenshot {screenshot}")
+    finally:
+        audit.close()
 
 
 def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, hostile_server, browser,
@@ -232,11 +290,11 @@ def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, 
         browser.get(service.url + "/")
         wait_until(lambda: shown_upvotes(browser, POST) is not None, 30, "the live page again", poll_s=0.1)
         shown = shown_upvotes(browser, POST)
-        click_vote(browser, POST)
+        click_toggle(browser, POST, "upvote")
         wait_until(lambda: shown_upvotes(browser, POST) == shown + 1, COUNTED_TIMEOUT_S, "the page's own vote", poll_s=0.1)
         assert browser.find_element("id", "error").text == ""
-        votes = [json.loads(line) for m in audit.published_since() for line in m.data.split(b"\n") if line.strip()]
-        assert [(v["post_id"], v["delta"]) for v in votes] == [(POST, 1)]
+        votes = votes_published(audit)
+        assert [(v["post_id"], v["user_id"], v["vote"]) for v in votes] == [(POST, page_user(browser), "up")]
         counts = httpx.get(service.url + "/v1/posts", params=[("id", p) for p in HOSTILE_POSTS]).json()["posts"]
         assert [p["upvotes"] for p in counts] == [0] * len(HOSTILE_POSTS)
         assert pipeline.poll() is None, "the streaming pipeline died"

@@ -8,8 +8,12 @@ and everything up to it pulled from the module's subscription):
 - a foreign Origin, `null` included, with a valid token or session;
 - a missing, wrong, tampered, expired or rotated credential;
 - an anti-CSRF token replayed from another session;
+- a live-page session voting as another user, or sending a delta event;
 - bursts past each rate limit (per token, per session, per client address);
-- deltas beyond a credential's cap.
+- deltas beyond a token's cap.
+
+A user's vote (GET /v1/posts/{post}/votes/{user}) is private: it is read with a token or by
+the user's own live-page session, and refused to anyone else, each refusal counted.
 
 Also: the security headers on every answer, CORS only for exact configured origins, the
 limits in /healthz, the generated token (printed once, mode 0600, new at every start), the
@@ -27,21 +31,26 @@ import stat
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
 
+from schemas.contract import parse_vote
+from schemas.records import PostUser
 from spanner_store.counts_reader import CountsReader
+from spanner_store.votes import apply_all_vote_states
 from upvotes.serving.http_guards import host_of, json_media_type, origin_key
-from upvotes.serving.live_page import CSRF_META
-from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
+from upvotes.serving.live_page import CSRF_META, USER_META
+from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, USER_PREFIX, LiveSessions, Session, SessionRefused
 from upvotes.serving.rate_limits import TokenBuckets, retry_after
 from upvotes.serving.serve_settings import (
-    BURST_SECONDS, SESSION_MAX_DELTA, InvalidServeSetting, ServiceSettings, allowed_hosts_for, flags_table_markdown,
-    readme_table,
+    BURST_SECONDS, InvalidServeSetting, ServiceSettings, allowed_hosts_for, flags_table_markdown, readme_table,
 )
 from upvotes.serving.service import PubSubVotePublisher, create_app, start_in_background
+from upvotes.serving.user_votes import SpannerVoteReader
 from upvotes.serving.write_credentials import CredentialError, resolve_write_credential, write_token_file
 
 from tests.topic_audit import TopicAudit
@@ -73,8 +82,8 @@ def start_service(stack, database):
         base = dict(write_tokens=(TOKEN,), session_s=SESSION_S, token_writes_per_s=1000.0,
                     session_writes_per_s=1000.0, client_writes_per_s=1000.0)
         settings = ServiceSettings(**{**base, **overrides})
-        app = create_app(CountsReader(database, refresh_s=0.0), PubSubVotePublisher(stack.topic_path(stack.topic)),
-                         settings, clock=clock)
+        app = create_app(CountsReader(database, refresh_s=0.0), SpannerVoteReader(database),
+                         PubSubVotePublisher(stack.topic_path(stack.topic)), settings, clock=clock)
         service = start_in_background(app, settings)
         running.append(service)
         return service
@@ -109,12 +118,24 @@ def published_since(stack):
     audit.close()
 
 
-def new_session(url: str) -> tuple[str, str]:
-    """(session cookie value, anti-CSRF token) of a fresh load of the live page."""
+def new_session(url: str) -> tuple[str, str, str]:
+    """(session cookie value, anti-CSRF token, user ID) of a fresh load of the live page."""
     page = httpx.get(url + "/", timeout=30)
     assert page.status_code == 200
     token = re.search(rf'<meta name="{CSRF_META}" content="([^"]+)">', page.text)[1]
-    return page.cookies[COOKIE], token
+    user_id = re.search(rf'<meta name="{USER_META}" content="([^"]+)">', page.text)[1]
+    return page.cookies[COOKIE], token, user_id
+
+
+def state_event(user_id: str, vote: str = "up", post_id: str = "target", **extra: str) -> dict:
+    """A vote-state event of `user_id`, timed now: what the live page sends."""
+    return {"post_id": post_id, "user_id": user_id, "vote": vote,
+            "event_time": datetime.now(timezone.utc).isoformat(), **extra}
+
+
+def vote_path(post_id: str, user_id: str) -> str:
+    """GET path of one user's vote on one post."""
+    return f"/v1/posts/{quote(post_id, safe='')}/votes/{quote(user_id, safe='')}"
 
 
 def session_headers(cookie: str, csrf: str | None = None, **extra: str) -> dict:
@@ -140,6 +161,7 @@ def test_every_answer_carries_the_security_headers(client) -> None:
     answers["421"] = client.get("/healthz", headers={"Host": "evil.example"})
     answers["415"] = client.post("/v1/votes", content=b"{}", headers={"Content-Type": "text/plain"})
     answers["401"] = client.post("/v1/votes", json=EVENT)
+    answers["vote 401"] = client.get(vote_path("x", "u"))
     for what, answer in answers.items():
         headers = answer.headers
         assert headers["x-content-type-options"] == "nosniff", what
@@ -183,7 +205,7 @@ SIMPLE_BODIES = {  # what a <form> or a no-cors fetch() can send cross-site with
 @pytest.mark.parametrize("kind", sorted(SIMPLE_BODIES))
 def test_cross_site_simple_posts_are_refused(kind, service, client, published_since) -> None:
     body, content_type = SIMPLE_BODIES[kind]
-    cookie, _ = new_session(service.url)
+    cookie, _, _ = new_session(service.url)
     with_origin = client.post("/v1/votes", content=body, headers={
         "Content-Type": content_type, "Origin": EVIL_ORIGIN, "Cookie": f"{COOKIE}={cookie}"})
     without_origin = client.post("/v1/votes", content=body, headers={
@@ -239,7 +261,7 @@ def test_a_request_without_a_host_header_is_refused(service, published_since) ->
                                     "http://localhost:{port}.evil.example", "garbage"])
 def test_a_foreign_origin_cannot_write_with_a_token_or_a_session(origin, service, client, published_since) -> None:
     origin = origin.format(port=service.url.rsplit(":", 1)[1])
-    cookie, csrf = new_session(service.url)
+    cookie, csrf, _ = new_session(service.url)
     with_token = client.post("/v1/votes", json=EVENT, headers={**bearer(), "Origin": origin})
     with_session = client.post("/v1/votes", json=EVENT, headers=session_headers(cookie, csrf, Origin=origin))
     for answer in (with_token, with_session):
@@ -248,8 +270,8 @@ def test_a_foreign_origin_cannot_write_with_a_token_or_a_session(origin, service
 
 
 def test_the_own_origin_with_a_session_or_a_token_writes(service, client, published_since) -> None:
-    cookie, csrf = new_session(service.url)
-    by_page = client.post("/v1/votes", json=EVENT | {"event_id": "page"},
+    cookie, csrf, user = new_session(service.url)
+    by_page = client.post("/v1/votes", json=state_event(user, event_id="page"),
                           headers=session_headers(cookie, csrf, Origin=service.url))
     by_token = client.post("/v1/votes", json=EVENT | {"event_id": "app", "delta": 500}, headers=bearer())
     by_localhost = client.post("/v1/votes", json=EVENT | {"event_id": "localhost"},
@@ -291,7 +313,7 @@ def test_no_cors_headers_without_configured_origins(client) -> None:
 # --- credentials -----------------------------------------------------------------------------------
 
 def test_a_missing_wrong_or_tampered_credential_is_refused(service, client, published_since) -> None:
-    cookie, csrf = new_session(service.url)
+    cookie, csrf, _ = new_session(service.url)
     session_id, expires, mac = cookie.split(".")
     tampered_mac = f"{session_id}.{expires}.{'A' if mac[0] != 'A' else 'B'}{mac[1:]}"
     extended = f"{session_id}.{int(expires) + 3600}.{mac}"
@@ -314,7 +336,7 @@ def test_a_missing_wrong_or_tampered_credential_is_refused(service, client, publ
 
 
 def test_an_expired_session_is_refused(service, client, clock, published_since) -> None:
-    cookie, csrf = new_session(service.url)
+    cookie, csrf, _ = new_session(service.url)
     clock.skew_s = SESSION_S + 1
     try:
         expired = client.post("/v1/votes", json=EVENT, headers=session_headers(cookie, csrf))
@@ -329,7 +351,7 @@ def test_an_expired_session_is_refused(service, client, clock, published_since) 
 def test_a_rotated_token_and_its_sessions_are_refused(start_service, service, published_since) -> None:
     """A service restarted with a new token (the rotation) refuses the old token and every
     session signed under it; with both tokens configured it takes both."""
-    cookie, csrf = new_session(service.url)
+    cookie, csrf, _ = new_session(service.url)
     rotated = start_service(write_tokens=(OTHER_TOKEN,)).url
     old_token = httpx.post(rotated + "/v1/votes", json=EVENT, headers=bearer(TOKEN))
     old_session = httpx.post(rotated + "/v1/votes", json=EVENT, headers=session_headers(cookie, csrf))
@@ -344,8 +366,8 @@ def test_a_rotated_token_and_its_sessions_are_refused(start_service, service, pu
 
 
 def test_a_csrf_token_replayed_from_another_session_is_refused(service, client, published_since) -> None:
-    cookie_a, csrf_a = new_session(service.url)
-    cookie_b, csrf_b = new_session(service.url)
+    cookie_a, csrf_a, _ = new_session(service.url)
+    cookie_b, csrf_b, _ = new_session(service.url)
     assert cookie_a != cookie_b and csrf_a != csrf_b
     answers = [
         client.post("/v1/votes", json=EVENT, headers=session_headers(cookie_a, csrf_b)),
@@ -360,7 +382,7 @@ def test_a_csrf_token_replayed_from_another_session_is_refused(service, client, 
 
 def test_a_reloaded_page_keeps_its_session_until_half_its_life(service, client, clock) -> None:
     """Two tabs of the live page share one session: a reload must not break the other tab."""
-    cookie, csrf = new_session(service.url)
+    cookie, csrf, _ = new_session(service.url)
     again = client.get("/", headers={"Cookie": f"{COOKIE}={cookie}"})
     assert COOKIE not in again.cookies and csrf in again.text
     clock.skew_s = SESSION_S * 0.6
@@ -393,12 +415,12 @@ def test_a_burst_past_the_token_rate_limit_gets_429(start_service, published_sin
 
 def test_a_burst_past_the_session_rate_limit_gets_429(start_service, published_since) -> None:
     url = start_service(session_writes_per_s=SLOW).url
-    cookie, csrf = new_session(url)
-    answers = [httpx.post(url + "/v1/votes", json=EVENT | {"event_id": f"click-{i}"},
+    cookie, csrf, user = new_session(url)
+    answers = [httpx.post(url + "/v1/votes", json=state_event(user, event_id=f"click-{i}"),
                           headers=session_headers(cookie, csrf)) for i in range(3)]
     assert [a.status_code for a in answers] == [202, 429, 429]
-    other_cookie, other_csrf = new_session(url)  # another session has its own bucket
-    other = httpx.post(url + "/v1/votes", json=EVENT | {"event_id": "other"},
+    other_cookie, other_csrf, other_user = new_session(url)  # another session has its own bucket
+    other = httpx.post(url + "/v1/votes", json=state_event(other_user, event_id="other"),
                        headers=session_headers(other_cookie, other_csrf))
     assert other.status_code == 202
     assert sorted(m.attributes["event_id"] for m in published_since()) == ["click-0", "other"]
@@ -408,8 +430,8 @@ def test_new_sessions_do_not_escape_the_client_address_limit(start_service, publ
     url = start_service(client_writes_per_s=SLOW).url
     answers = []
     for i in range(3):
-        cookie, csrf = new_session(url)
-        answers.append(httpx.post(url + "/v1/votes", json=EVENT | {"event_id": f"s-{i}"},
+        cookie, csrf, user = new_session(url)
+        answers.append(httpx.post(url + "/v1/votes", json=state_event(user, event_id=f"s-{i}"),
                                   headers=session_headers(cookie, csrf)))
     unauthenticated = httpx.post(url + "/v1/votes", json=EVENT)  # refused attempts are throttled too
     assert [a.status_code for a in answers] == [202, 429, 429] and unauthenticated.status_code == 429
@@ -418,29 +440,108 @@ def test_new_sessions_do_not_escape_the_client_address_limit(start_service, publ
     assert sorted(m.attributes["event_id"] for m in published_since()) == ["app", "s-0"]
 
 
-def test_deltas_beyond_a_credentials_cap_are_rejected(start_service, published_since) -> None:
+def test_deltas_beyond_a_tokens_cap_are_rejected_and_a_token_sends_both_kinds(start_service,
+                                                                             published_since) -> None:
     url = start_service(max_delta=100).url
-    cookie, csrf = new_session(url)
-    big_click = httpx.post(url + "/v1/votes", json=EVENT | {"delta": 2}, headers=session_headers(cookie, csrf))
-    batch_click = httpx.post(url + "/v1/votes", content=b"\n".join([json.dumps(EVENT).encode()] * 2),
-                             headers={**session_headers(cookie, csrf), "Content-Type": "application/x-ndjson"})
     big_app = httpx.post(url + "/v1/votes", json=EVENT | {"delta": -101}, headers=bearer())
-    assert big_click.status_code == 400 and big_click.json()["rejected"][0]["error"].startswith("delta_over_limit")
-    assert batch_click.status_code == 400 and "one application/json event" in batch_click.json()["error"]
     assert big_app.status_code == 400 and "±100" in big_app.json()["rejected"][0]["error"]
     assert published_since() == []
-    lines = [EVENT | {"delta": 100, "event_id": "a"}, EVENT | {"delta": 101}, EVENT | {"delta": -100}]
+    lines = [EVENT | {"delta": 100, "event_id": "a"}, EVENT | {"delta": 101}, EVENT | {"delta": -100},
+             state_event("app-user-1", vote="down")]  # a vote-state event has no delta, so no cap
     batch = httpx.post(url + "/v1/votes", content="\n\n".join(json.dumps(line) for line in lines).encode(),
                        headers={**bearer(), "Content-Type": "application/x-ndjson"})
-    click = httpx.post(url + "/v1/votes", json=EVENT | {"delta": -1, "event_id": "unvote"},
-                       headers=session_headers(cookie, csrf))
-    assert batch.status_code == 202 and batch.json()["accepted"] == 2
+    one_state = httpx.post(url + "/v1/votes", json=state_event("app-user-2", event_id="state"), headers=bearer())
+    assert batch.status_code == 202 and batch.json()["accepted"] == 3
     assert [r["line"] for r in batch.json()["rejected"]] == [3]  # blank lines count, as in the pipeline
-    assert click.status_code == 202
+    assert one_state.status_code == 202
     messages = published_since()
     assert sorted(m.attributes.get("format", "v1") for m in messages) == ["ndjson", "v1"]
-    deltas = sorted(json.loads(line)["delta"] for m in messages for line in m.data.split(b"\n"))
-    assert deltas == [-100, -1, 100]
+    events = [json.loads(line) for m in messages for line in m.data.split(b"\n")]
+    assert sorted(e["delta"] for e in events if "delta" in e) == [-100, 100]
+    assert sorted((e["user_id"], e["vote"]) for e in events if "vote" in e) == [("app-user-1", "down"),
+                                                                               ("app-user-2", "up")]
+
+
+# --- one voter per live-page session -------------------------------------------------------------
+
+def test_a_session_is_one_voter_and_sends_only_its_own_vote_states(service, client, published_since) -> None:
+    cookie, csrf, user = new_session(service.url)
+    _, _, other_user = new_session(service.url)
+    again = client.get("/", headers={"Cookie": f"{COOKIE}={cookie}"})  # a reload keeps the session's user
+    assert f'<meta name="{USER_META}" content="{user}">' in again.text
+    assert user != other_user and user.startswith(USER_PREFIX) and len(user) <= 128
+    assert cookie.split(".")[0] not in user  # the user ID gives away no part of the cookie
+    before = refused_counts(service.url)["session_scope"]
+    as_other = client.post("/v1/votes", json=state_event(other_user), headers=session_headers(cookie, csrf))
+    as_app_user = client.post("/v1/votes", json=state_event("app-user-7"), headers=session_headers(cookie, csrf))
+    delta = client.post("/v1/votes", json=EVENT, headers=session_headers(cookie, csrf))
+    batch = client.post("/v1/votes", content=json.dumps(state_event(user)).encode(),
+                        headers={**session_headers(cookie, csrf), "Content-Type": "application/x-ndjson"})
+    for answer in (as_other, as_app_user):
+        assert answer.status_code == 403 and f"only as its own user {user!r}" in answer.json()["error"]
+    assert delta.status_code == 403 and "delta events need a bearer token" in delta.json()["error"]
+    assert batch.status_code == 400 and "one application/json event" in batch.json()["error"]
+    assert refused_counts(service.url)["session_scope"] == before + 3
+    assert published_since() == []
+    own = client.post("/v1/votes", json=state_event(user, event_id="own"), headers=session_headers(cookie, csrf))
+    by_app = client.post("/v1/votes", json=state_event(other_user, "down", event_id="app"), headers=bearer())
+    assert (own.status_code, by_app.status_code) == (202, 202)  # a token may vote as any user
+    published = sorted((m.attributes["event_id"], json.loads(m.data)["user_id"], json.loads(m.data)["vote"])
+                       for m in published_since())
+    assert published == [("app", other_user, "down"), ("own", user, "up")]
+
+
+# --- a user's vote is private ---------------------------------------------------------------------
+
+def apply_states(database, *events: dict) -> None:
+    """Vote-state events applied to the Votes table through the stream's own path."""
+    states = {}
+    for event in events:
+        state = parse_vote(json.dumps(event).encode(), None, time.time())
+        states[PostUser(state.post_id, state.user_id)] = state.latest()
+    apply_all_vote_states(database, states)
+
+
+def test_a_users_vote_is_read_with_a_token_or_by_its_own_session(service, client, database) -> None:
+    cookie, csrf, user = new_session(service.url)
+    apply_states(database, state_event(user, post_id="mine", event_id="mine-1"))
+    by_session = client.get(vote_path("mine", user), headers=session_headers(cookie, csrf))
+    by_token = client.get(vote_path("mine", user), headers=bearer())
+    assert by_session.status_code == by_token.status_code == 200
+    assert by_session.json() == by_token.json()
+    assert by_session.json()["vote"] == "up" and by_session.json()["event_id"] == "mine-1"
+    never = client.get(vote_path("never-voted", user), headers=session_headers(cookie, csrf))
+    assert never.status_code == 200 and (never.json()["vote"], never.json()["voted_at"]) == ("none", None)
+
+
+def test_a_users_vote_is_refused_to_anyone_else(service, client) -> None:
+    cookie, csrf, user = new_session(service.url)
+    other_cookie, other_csrf, _ = new_session(service.url)
+    path = vote_path("mine", user)
+    before = refused_counts(service.url)
+    answers = {
+        "no credential": (client.get(path), 401, "credential"),
+        "wrong token": (client.get(path, headers=bearer(TOKEN + "z")), 401, "credential"),
+        "the cookie alone": (client.get(path, headers=session_headers(cookie)), 403, "csrf"),
+        "another session's anti-CSRF token": (client.get(path, headers=session_headers(cookie, other_csrf)), 403,
+                                              "csrf"),
+        "another session": (client.get(path, headers=session_headers(other_cookie, other_csrf)), 403,
+                            "session_scope"),
+        "a foreign origin, with the session": (client.get(path, headers=session_headers(cookie, csrf,
+                                                                                        Origin=EVIL_ORIGIN)),
+                                               403, "origin"),
+        "a foreign origin, with a token": (client.get(path, headers={**bearer(), "Origin": EVIL_ORIGIN}), 403,
+                                           "origin"),
+    }
+    for what, (answer, status, _) in answers.items():
+        assert answer.status_code == status, what
+        assert set(answer.json()) == {"error"}, what  # a reason, and nothing of the vote
+    assert answers["no credential"][0].headers["www-authenticate"] == "Bearer"
+    assert "own user" in answers["another session"][0].json()["error"]
+    refused = refused_counts(service.url)
+    for kind in ("credential", "csrf", "session_scope", "origin"):
+        expected = sum(1 for _, _, counted_as in answers.values() if counted_as == kind)
+        assert refused[kind] - before[kind] == expected, kind
 
 
 def test_healthz_shows_the_limits(start_service) -> None:
@@ -448,7 +549,7 @@ def test_healthz_shows_the_limits(start_service) -> None:
                         client_writes_per_s=9.0, session_s=1800.0).url
     limits = httpx.get(url + "/healthz").json()["limits"]
     assert limits == {
-        "max_delta": {"token": 250, "live_page_session": SESSION_MAX_DELTA},
+        "max_delta": {"token": 250},
         "writes_per_second": {"token": 7.0, "live_page_session": 3.0, "client_address": 9.0},
         "burst_seconds": BURST_SECONDS, "session_seconds": 1800.0,
     }

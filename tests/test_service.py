@@ -1,7 +1,8 @@
 """`upvotes serve` over real HTTP: uvicorn on a free loopback port, httpx as the client, the
 Spanner and Pub/Sub emulators behind it. Every route, the write token, body limits, hostile
-post IDs, error bodies and a slow-loris client. The hostile requests (foreign hosts and
-origins, cross-site forms, stolen sessions, bursts) are in tests/test_serve_security.py."""
+post IDs, a user's vote (as applied to the Votes table), error bodies and a slow-loris
+client. The hostile requests (foreign hosts and origins, cross-site forms, stolen sessions,
+a session reading or voting as another user, bursts) are in tests/test_serve_security.py."""
 from __future__ import annotations
 
 import json
@@ -16,14 +17,17 @@ from google.cloud import pubsub_v1
 
 from schemas.contract import parse_vote
 from schemas.counters import Counts
-from schemas.records import PostDelta, VoteEvent
+from schemas.records import PostDelta, PostUser, VoteEvent, VoteState
+from schemas.vote_states import keep_latest
 from schemas.voter_sketch import sketch_of
 from spanner_store.counts_reader import CountsReader
 from spanner_store.deltas import write_deltas
+from spanner_store.votes import apply_all_vote_states
 from upvotes.cli import main
 from upvotes.serving.service import (
     MAX_BODY_BYTES, MAX_EVENTS, PubSubVotePublisher, ServiceSettings, create_app, start_in_background,
 )
+from upvotes.serving.user_votes import SpannerVoteReader
 
 HOUR = 1_795_312_800
 TOKEN = "correct horse battery staple"
@@ -37,7 +41,7 @@ HOSTILE_IDS = [
 @pytest.fixture(scope="module")
 def service(stack, database):
     settings = ServiceSettings(write_tokens=(TOKEN,), head_timeout_s=TIMEOUT_S, body_timeout_s=TIMEOUT_S)
-    app = create_app(CountsReader(database, refresh_s=0.0),
+    app = create_app(CountsReader(database, refresh_s=0.0), SpannerVoteReader(database),
                      PubSubVotePublisher(stack.topic_path(stack.topic)), settings)
     running = start_in_background(app, settings)
     yield running
@@ -78,7 +82,8 @@ def test_health_docs_and_the_live_page(client) -> None:
     assert client.get("/healthz").json()["status"] == "ok"
     assert "swagger" in client.get("/docs").text.lower()
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/v1/posts/{post_id}", "/v1/posts", "/v1/top", "/v1/votes", "/healthz"} <= set(paths)
+    assert {"/v1/posts/{post_id}", "/v1/posts/{post_id}/votes/{user_id}", "/v1/posts", "/v1/top", "/v1/votes",
+            "/healthz"} <= set(paths)
     page = client.get("/")
     assert page.status_code == 200 and '<script src="/live-page.js"' in page.text
     script = client.get("/live-page.js")
@@ -119,6 +124,58 @@ def test_bad_reads_answer_json_reasons(client) -> None:
         assert response.status_code == status, path
         assert response.headers["content-type"] == "application/json"
         assert response.json()["error"] and "Traceback" not in response.text
+
+
+def apply_states(database, *events: dict) -> None:
+    """Vote-state events applied to the Votes table through the stream's own path (the latest of
+    each user's events on each post)."""
+    states = {}
+    for event in events:
+        state = parse_vote(json.dumps(event).encode(), None, time.time())
+        assert isinstance(state, VoteState), state
+        keep_latest(states, PostUser(state.post_id, state.user_id), state.latest())
+    apply_all_vote_states(database, states)
+
+
+def vote_path(post_id: str, user_id: str) -> str:
+    return f"/v1/posts/{quote(post_id, safe='')}/votes/{quote(user_id, safe='')}"
+
+
+def test_a_users_vote_reads_as_applied_and_never_voted_reads_none(client, database) -> None:
+    user = "reader/ü 1"
+    up = {"post_id": "mv/1", "user_id": user, "vote": "up", "event_time": "2026-11-22T10:00:00Z", "event_id": "e-up"}
+    flipped_down = {"vote": "down", "event_time": "2026-11-22T10:00:01.5Z", "event_id": "e-3"}
+    apply_states(database, up, up | {"post_id": "mv/votes/2", "event_id": "e-2"},
+                 up | {"post_id": "mv/votes/2"} | flipped_down)
+    first = client.get(vote_path("mv/1", user), headers=auth())
+    assert first.status_code == 200
+    assert first.json()["applied_at"].startswith("20")
+    assert first.json() | {"applied_at": None} == {"post_id": "mv/1", "user_id": user, "vote": "up",
+                                                   "voted_at": "2026-11-22T10:00:00+00:00", "event_id": "e-up",
+                                                   "applied_at": None}
+    # A post ID holding "/votes/": the path splits at its last "/votes/", so its vote reads right...
+    flipped = client.get(vote_path("mv/votes/2", user), headers=auth()).json()
+    assert (flipped["post_id"], flipped["user_id"], flipped["vote"], flipped["event_id"]) == (
+        "mv/votes/2", user, "down", "e-3")
+    assert flipped["voted_at"] == "2026-11-22T10:00:01.500000+00:00"
+    # ...and its counts are read with ?id= (in the path, they would be read as a user's vote).
+    counts = client.get("/v1/posts", params={"id": "mv/votes/2"}).json()["posts"][0]
+    assert (counts["upvotes"], counts["downvotes"]) == (0, 1)
+    assert client.get(f"/v1/posts/{quote('mv/votes/2', safe='')}").status_code == 401
+    never = client.get(vote_path("mv/1", "someone else"), headers=auth())
+    assert never.status_code == 200
+    assert never.json() == {"post_id": "mv/1", "user_id": "someone else", "vote": "none", "voted_at": None,
+                            "event_id": None, "applied_at": None}
+
+
+def test_a_users_vote_needs_ids_within_the_contracts_limits(client) -> None:
+    for path, reason in [(vote_path("p" * 129, "u"), "post_id has 129 characters"),
+                         (vote_path("p", "u" * 129), "user_id has 129 characters"),
+                         ("/v1/posts/p/votes/", "user_id is empty"), ("/v1/posts//votes/u", "post_id is empty")]:
+        response = client.get(path, headers=auth())
+        assert response.status_code == 400, path
+        assert reason in response.json()["error"], path
+    assert client.get(vote_path("p" * 128, "u" * 128), headers=auth()).json()["vote"] == "none"
 
 
 def test_top_ranks_by_exact_counts(client, database) -> None:

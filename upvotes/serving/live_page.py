@@ -1,12 +1,20 @@
 """The live page `upvotes serve` answers at `/`: the top posts with their exact counts, polled
-from the JSON API every second, and a vote button per post that posts to /v1/votes.
+from the JSON API every second, and an upvote toggle per post.
 
 The page has no inline script or style: its script (PAGE_SCRIPT, at /live-page.js) and
 style (PAGE_STYLE, at /live-page.css) are served files, so its Content-Security-Policy
 (PAGE_CSP) allows scripts, styles and connections from its own origin only, and no
-framing. Its vote is +1 with the session cookie the page came with (sent by the browser,
-never visible to the script) and the session's anti-CSRF token, which the page carries in
-a meta tag and the script sends in the X-CSRF-Token header (upvotes/serving/live_sessions.py).
+framing. It acts with the session cookie the page came with (sent by the browser, never
+visible to the script) and the session's anti-CSRF token, which the page carries in a meta
+tag and the script sends in the X-CSRF-Token header (upvotes/serving/live_sessions.py).
+
+The session is one voter: its user ID comes in another meta tag. Each post's button is a
+toggle between "up" and "none" for that user. The page reads the user's vote on a post once,
+when the post first shows (GET /v1/posts/{post}/votes/{user}: what the stream has applied),
+then keeps it itself after each click, because a click takes a window to be applied. A click
+POSTs a vote-state event {"post_id", "user_id", "vote", "event_time", "event_id"} to
+/v1/votes; each event's time is after the page's previous one, so the last click wins. The
+"any post ID" form upvotes the same way.
 
 Post IDs are user input: the page only ever puts them into the DOM as text (textContent,
 never innerHTML) and into URLs through encodeURIComponent. No external scripts or styles.
@@ -23,6 +31,7 @@ POLL_MS = 1000
 SCRIPT_PATH = "/live-page.js"
 STYLE_PATH = "/live-page.css"
 CSRF_META = "upvotes-csrf-token"
+USER_META = "upvotes-user-id"
 PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
             "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
@@ -32,6 +41,7 @@ _PAGE_HTML = """<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="__CSRF_META__" content="__CSRF_TOKEN__">
+<meta name="__USER_META__" content="__USER_ID__">
 <title>upvotes: live top posts</title>
 <link rel="stylesheet" href="__STYLE_PATH__">
 <script src="__SCRIPT_PATH__" defer></script>
@@ -50,7 +60,8 @@ _PAGE_HTML = """<!doctype html>
 <p id="error"></p>
 </body>
 </html>
-""".replace("__CSRF_META__", CSRF_META).replace("__STYLE_PATH__", STYLE_PATH).replace("__SCRIPT_PATH__", SCRIPT_PATH) \
+""".replace("__CSRF_META__", CSRF_META).replace("__USER_META__", USER_META).replace("__STYLE_PATH__", STYLE_PATH) \
+    .replace("__SCRIPT_PATH__", SCRIPT_PATH) \
     .replace("__COUNTER_HEADERS__", "".join(f'<th class="num">{name}</th>' for name in NAMES))
 
 PAGE_STYLE = """body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 46rem; color: #222; }
@@ -61,28 +72,101 @@ __COUNTER_CELLS__, th.num { text-align: right; font-variant-numeric: tabular-num
 #error { color: #b00; }
 form { margin: 1rem 0; display: flex; gap: .5rem; flex-wrap: wrap; }
 input { padding: .3rem; }
+button.vote { min-width: 6rem; }
+button.vote[aria-pressed="true"] { font-weight: bold; }
 """.replace("__COUNTER_CELLS__", ", ".join(f"td.{name}" for name in NAMES))
 
 PAGE_SCRIPT = """"use strict";
 const POLL_MS = __POLL_MS__;
 const COUNTERS = __COUNTERS__;
 const byId = (id) => document.getElementById(id);
-const CSRF_TOKEN = document.querySelector('meta[name="__CSRF_META__"]').content;
+const metaContent = (name) => document.querySelector('meta[name="' + name + '"]').content;
+const CSRF_TOKEN = metaContent("__CSRF_META__");
+const USER_ID = metaContent("__USER_META__");
+// This session's vote on each post it has seen: "up" or "none". Read once per post, then kept
+// here: a click is applied a window later, so reading it back would show the old vote a while.
+const myVotes = new Map();
+const asked = new Set();  // posts whose vote was read or is being read
+const busy = new Set();  // posts with a read or a vote in flight: their toggle waits
+let shownToggles = new Map();  // post ID -> its toggle in the table as last drawn
+let lastEventMs = 0;
 
-async function vote(postId) {
-  // The session cookie goes along by itself (same origin); the anti-CSRF token must be sent.
-  const response = await fetch("/v1/votes", {
-    method: "POST", credentials: "same-origin",
-    headers: {"Content-Type": "application/json", "__CSRF_HEADER__": CSRF_TOKEN},
-    body: JSON.stringify({post_id: postId, counter: "upvotes", delta: 1}),
-  });
-  const reply = await response.json().catch(() => ({}));
-  byId("error").textContent = response.status === 202 ? "" : "vote refused: " + (reply.error || response.status);
+function paint(toggle, postId) {
+  const upvoted = myVotes.get(postId) === "up";
+  toggle.disabled = busy.has(postId) || !myVotes.has(postId);
+  toggle.textContent = toggle.disabled ? "\u2026" : upvoted ? "upvoted" : "upvote";
+  toggle.title = upvoted ? "take your upvote back" : "upvote";
+  toggle.setAttribute("aria-pressed", String(upvoted));
+}
+
+function repaint(postId) {
+  const toggle = shownToggles.get(postId);
+  if (toggle) paint(toggle, postId);
+}
+
+function randomId() {
+  // crypto.randomUUID needs a secure context; a page served over plain http by name is not one.
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+async function readMyVote(postId) {
+  asked.add(postId);
+  busy.add(postId);
+  try {
+    const response = await fetch("/v1/posts/" + encodeURIComponent(postId) + "/votes/" + encodeURIComponent(USER_ID), {
+      cache: "no-store", credentials: "same-origin", headers: {"__CSRF_HEADER__": CSRF_TOKEN},
+    });
+    const reply = await response.json().catch(() => ({}));
+    if (response.ok) {
+      if (!myVotes.has(postId)) myVotes.set(postId, reply.vote === "up" ? "up" : "none");
+    } else {
+      asked.delete(postId);  // asked again at the next poll
+      byId("error").textContent = "your vote could not be read: " + (reply.error || response.status);
+    }
+  } catch (error) {
+    asked.delete(postId);
+  } finally {
+    busy.delete(postId);
+    repaint(postId);
+  }
+}
+
+async function sendVote(postId, vote) {
+  // Whether the vote was accepted. The session cookie goes along by itself (same origin); the
+  // anti-CSRF token must be sent.
+  lastEventMs = Math.max(Date.now(), lastEventMs + 1);  // later than this page's previous vote
+  const event = {post_id: postId, user_id: USER_ID, vote: vote, event_time: new Date(lastEventMs).toISOString(),
+                 event_id: randomId()};
+  busy.add(postId);
+  repaint(postId);
+  try {
+    const response = await fetch("/v1/votes", {
+      method: "POST", credentials: "same-origin",
+      headers: {"Content-Type": "application/json", "__CSRF_HEADER__": CSRF_TOKEN},
+      body: JSON.stringify(event),
+    });
+    const reply = await response.json().catch(() => ({}));
+    if (response.status === 202) {
+      myVotes.set(postId, vote);
+      asked.add(postId);
+      byId("error").textContent = "";
+      return true;
+    }
+    const reason = (reply.rejected && reply.rejected.length) ? reply.rejected[0].error : reply.error;
+    byId("error").textContent = "vote refused: " + (reason || response.status);
+  } catch (error) {
+    byId("error").textContent = "vote not sent: server unreachable";
+  } finally {
+    busy.delete(postId);
+    repaint(postId);
+  }
+  return false;
 }
 
 function render(top) {
   const body = byId("posts");
   body.replaceChildren();
+  shownToggles = new Map();
   top.posts.forEach((post, index) => {
     const row = document.createElement("tr");
     row.className = "post";
@@ -94,14 +178,16 @@ function render(top) {
       cell.textContent = text;
       row.appendChild(cell);
     });
-    const button = document.createElement("button");
-    button.className = "vote";
-    button.textContent = "upvote";
-    button.addEventListener("click", () => vote(post.post_id));
+    const toggle = document.createElement("button");
+    toggle.className = "vote";
+    toggle.addEventListener("click", () => sendVote(post.post_id, myVotes.get(post.post_id) === "up" ? "none" : "up"));
+    shownToggles.set(post.post_id, toggle);
+    paint(toggle, post.post_id);
     const cell = document.createElement("td");
-    cell.appendChild(button);
+    cell.appendChild(toggle);
     row.appendChild(cell);
     body.appendChild(row);
+    if (!asked.has(post.post_id)) readMyVote(post.post_id);
   });
   byId("status").textContent = "exact counts as of " + top.as_of + "; ranking " +
     (top.exact ? "certified exact" : "not certified (a post left out may have up to " + top.bound + ")");
@@ -117,15 +203,16 @@ async function poll() {
   setTimeout(poll, POLL_MS);
 }
 
-byId("new-vote").addEventListener("submit", (event) => {
+byId("new-vote").addEventListener("submit", async (event) => {
   event.preventDefault();
-  vote(byId("new-post-id").value);
+  if (await sendVote(byId("new-post-id").value, "up")) byId("new-post-id").value = "";
 });
 poll();
-""".replace("__POLL_MS__", str(POLL_MS)).replace("__CSRF_META__", CSRF_META).replace("__CSRF_HEADER__", CSRF_HEADER) \
-    .replace("__COUNTERS__", json.dumps(NAMES))
+""".replace("__POLL_MS__", str(POLL_MS)).replace("__CSRF_META__", CSRF_META).replace("__USER_META__", USER_META) \
+    .replace("__CSRF_HEADER__", CSRF_HEADER).replace("__COUNTERS__", json.dumps(NAMES))
 
 
-def page_html(csrf_token: str) -> str:
-    """The page for one session. The token is URL-safe base64: nothing in it needs escaping."""
-    return _PAGE_HTML.replace("__CSRF_TOKEN__", csrf_token)
+def page_html(csrf_token: str, user_id: str) -> str:
+    """The page for one session: its anti-CSRF token and the user it votes as. Both are
+    URL-safe base64 (live_sessions.py): nothing in them needs escaping."""
+    return _PAGE_HTML.replace("__CSRF_TOKEN__", csrf_token).replace("__USER_ID__", user_id)

@@ -8,7 +8,13 @@ session: a form or a simple fetch from another page cannot set the header, and a
 another origin cannot read the token (no CORS for it, and the Host check stops DNS
 rebinding).
 
-Nothing is stored server-side: both values are HMAC-SHA256 under a key derived from the
+Each session is also one voter: its user ID (`user_id`, "live-<mac>") is what its vote-state
+events must carry and the one user whose vote it may read, so a session votes once per post
+(docs/security.md). The ID is a MAC of the session ID rather than the session ID itself, so
+the page, the topic and the Votes table never see any part of the cookie. A new session (a
+cleared cookie, or a reload past half a session's life) is a new voter.
+
+Nothing is stored server-side: every value is HMAC-SHA256 under a key derived from the
 first write token, so every `serve` process sharing the token accepts the same sessions,
 and rotating the token ends them all. Comparisons are constant-time.
 """
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 COOKIE = "upvotes_session"
 CSRF_HEADER = "X-CSRF-Token"
 _KEY_LABEL = b"upvotes live-page session key v1"
+USER_PREFIX = "live-"  # every live-page session's user ID starts with it
 
 
 def _mac(key: bytes, *parts: str) -> str:
@@ -59,6 +66,11 @@ class LiveSessions:
 
     def csrf_token(self, session: Session) -> str:
         return _mac(self._key, "csrf", session.session_id)
+
+    def user_id(self, session: Session) -> str:
+        """The user this session votes as: the same for every page load of the session, and
+        within the contract's 128 characters (48)."""
+        return USER_PREFIX + _mac(self._key, "user", session.session_id)
 
     def check(self, cookie: str | None, now_s: float) -> Session | SessionRefused:
         """The session a cookie proves, or why it is refused."""

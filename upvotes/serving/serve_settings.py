@@ -5,7 +5,8 @@ build its help without the `serve` extra.
 
 The limits are the service's abuse limits (docs/security.md): writes per second per
 credential and per client address (token buckets holding BURST_SECONDS of the rate), and
-the largest |delta| a credential may send. The event contract's MAX_ABS_DELTA stays the
+the largest |delta| a bearer token may send (a live-page session sends no delta events: it
+votes once per post, with vote-state events). The event contract's MAX_ABS_DELTA stays the
 hard ceiling whatever `--max-delta` says.
 """
 from __future__ import annotations
@@ -25,7 +26,6 @@ from upvotes.argument_types import non_negative_float, positive_float
 # Loopback names a browser on this machine may use; the bind address and --allowed-host add to them.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 UNSPECIFIED_ADDRESSES = ("0.0.0.0", "::")  # listening on every address names no host
-SESSION_MAX_DELTA = 1  # a live-page vote is +1 or -1
 BURST_SECONDS = 2.0  # a token bucket holds this many seconds of its rate
 DEFAULT_TOKEN_WRITES_PER_S = 500.0
 DEFAULT_SESSION_WRITES_PER_S = 5.0
@@ -113,7 +113,7 @@ class ServiceSettings:
     def limits(self) -> dict:
         """The abuse limits, as /healthz shows them."""
         return {
-            "max_delta": {"token": self.max_delta, "live_page_session": SESSION_MAX_DELTA},
+            "max_delta": {"token": self.max_delta},
             "writes_per_second": {"token": self.token_writes_per_s, "live_page_session": self.session_writes_per_s,
                                   "client_address": self.client_writes_per_s},
             "burst_seconds": BURST_SECONDS,

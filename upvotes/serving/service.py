@@ -5,6 +5,10 @@ validated vote publishing, on FastAPI + uvicorn.
                                     schemas/counters.py); unknown posts read as zeros
     GET  /v1/posts?id=a&id=b        {"posts": [...]}
          (either, with ?unique=true) each count also has "unique_voters"
+    GET  /v1/posts/{post_id}/votes/{user_id}
+                                    that user's vote on that post, private (below): {"post_id", "user_id",
+                                    "vote": "up"|"down"|"none", "voted_at", "event_id", "applied_at"}
+                                    (upvotes/serving/user_votes.py); never voted: "none" and nulls
     GET  /v1/top?n=10               {"posts": [{"post_id", "upvotes", "shares"}...], "as_of", "exact", "bound", "folded_through"}
     POST /v1/votes                  one JSON event (Content-Type application/json) or ndjson
                                     (application/x-ndjson), one event a line, with a credential:
@@ -15,7 +19,11 @@ validated vote publishing, on FastAPI + uvicorn.
     GET  /live-page.js, .css        its script and style
 
 Reads go through one spanner_store.counts_reader.CountsReader per process, so a hot post
-costs at most one Spanner read per refresh interval however many viewers ask.
+costs at most one Spanner read per refresh interval however many viewers ask. A user's vote
+is one strong point read (upvotes/serving/user_votes.py). Its route is declared before the
+counts route, whose post ID may hold "/": the path is split at its LAST "/votes/", so the
+post ID may hold anything and the user ID anything but "/votes/"; a post ID that itself holds
+"/votes/" is read with GET /v1/posts?id=.
 
 Votes are validated with the pipeline's own parser (schemas.contract.parse_vote) and
 published to the votes topic: one accepted event as a v1 message (its event_id, or a new
@@ -30,11 +38,16 @@ cookie with that session's anti-CSRF token in X-CSRF-Token (upvotes/serving/live
 is refused if its Origin is foreign (403), if it is not application/json or
 application/x-ndjson (415: no "simple" cross-site request can write), and past the rate
 limits of its credential and, without a valid token, of its client address (429 with
-Retry-After). A |delta| beyond the credential's cap (±1 for a session, --max-delta for a
-token) rejects that event. Bodies are limited to MAX_BODY_BYTES and MAX_EVENTS and must
-arrive within `body_timeout_s`; a request head must arrive within `head_timeout_s`
-(uvicorn alone resets its idle timer on every byte, so a client sending one byte a second
-could hold a connection forever). Errors are JSON {"error": reason}, never a traceback.
+Retry-After). A token may send both kinds of event, a |delta| beyond --max-delta rejecting
+that event. A live-page session is one voter (its user ID, live_sessions.py): it may send
+only vote-state events carrying that user ID, anything else is refused (403). A user's vote
+is private: it is answered to a valid bearer token (an app backend) or to the live page's
+session asking for its own user (cookie and anti-CSRF token, as for a write); anything else
+is refused (401, or 403 for a foreign Origin, a wrong anti-CSRF token or another user).
+Bodies are limited to MAX_BODY_BYTES and MAX_EVENTS and must arrive within
+`body_timeout_s`; a request head must arrive within `head_timeout_s` (uvicorn alone resets
+its idle timer on every byte, so a client sending one byte a second could hold a connection
+forever). Errors are JSON {"error": reason}, never a traceback.
 CORS is off unless exact origins are configured. /healthz shows the limits and how many
 requests each check refused.
 """
@@ -68,15 +81,16 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from schemas.contract import (
     EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_ABS_DELTA, MAX_BATCH_BYTES, MAX_BATCH_EVENTS,
-    MAX_POST_ID_CHARS, NDJSON, parse_message, parse_vote, reason_of,
+    MAX_ID_CHARS, MAX_POST_ID_CHARS, NDJSON, parse_message, parse_vote, reason_of,
 )
-from schemas.records import Rejected, VoteEvent
+from schemas.records import Rejected, VoteEvent, VoteState
 from spanner_store.counts_reader import DEFAULT_REFRESH_S, CountsReader
 from upvotes.serving.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
 from upvotes.serving.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
 from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
 from upvotes.serving.rate_limits import TokenBuckets, retry_after
-from upvotes.serving.serve_settings import BURST_SECONDS, SESSION_MAX_DELTA, ServiceSettings
+from upvotes.serving.serve_settings import BURST_SECONDS, ServiceSettings
+from upvotes.serving.user_votes import SpannerVoteReader, VoteReader, vote_json
 
 LOG = logging.getLogger(__name__)
 # A request carries at most what one contract v2 batch may: it is published as one message.
@@ -86,8 +100,9 @@ MAX_IDS_PER_READ = 1_000
 MAX_TOP_N = 1_000
 PUBLISH_TIMEOUT_S = 30.0
 STARTUP_TIMEOUT_S = 30.0
-# What each refusal is counted as in /healthz "refused".
-REFUSALS = ("host", "origin", "content_type", "credential", "csrf", "rate_limited")
+# What each refusal is counted as in /healthz "refused". "session_scope": a live-page session
+# reaching beyond its own user (another user's vote, or an event it may not send).
+REFUSALS = ("host", "origin", "content_type", "credential", "csrf", "rate_limited", "session_scope")
 
 
 class VotePublisher(Protocol):
@@ -115,16 +130,18 @@ class ValidatedVotes:
     whole: Rejected | None = None  # the body as a whole broke a batch rule (too many events, not UTF-8)
 
 
-def _over_cap(event: VoteEvent, max_delta: int) -> str | None:
-    if abs(event.delta) <= max_delta:
+def _over_cap(event: VoteEvent | VoteState, max_delta: int) -> str | None:
+    """Why a delta event is beyond the credential's cap; None within it. A vote-state event has
+    no delta: it moves a post's counts by at most one, whoever sends it."""
+    if isinstance(event, VoteState) or abs(event.delta) <= max_delta:
         return None
     return f"delta_over_limit: delta {event.delta} is beyond ±{max_delta}, this credential's limit"
 
 
 def validate_votes(body: bytes, one_event: bool, now_s: float, max_delta: int = MAX_ABS_DELTA) -> ValidatedVotes:
     """The body as one v1 event (`one_event`) or as a contract v2 ndjson batch, judged by the
-    pipeline's own parser (schemas.contract): what it accepts here, the pipeline counts. An
-    event whose |delta| is above `max_delta` (the credential's cap) is rejected too."""
+    pipeline's own parser (schemas.contract): what it accepts here, the pipeline counts. A
+    delta event whose |delta| is above `max_delta` (the credential's cap) is rejected too."""
     if one_event:
         parsed = parse_vote(body, None, now_s)
         error = parsed.error if isinstance(parsed, Rejected) else _over_cap(parsed, max_delta)
@@ -167,6 +184,27 @@ def _check_post_id(post_id: str) -> None:
         raise HTTPException(400, "post_id is empty")
     if len(post_id) > MAX_POST_ID_CHARS:
         raise HTTPException(400, f"post_id has {len(post_id)} characters, at most {MAX_POST_ID_CHARS}")
+
+
+def _check_user_id(user_id: str) -> None:
+    if not user_id:
+        raise HTTPException(400, "user_id is empty")
+    if len(user_id) > MAX_ID_CHARS:
+        raise HTTPException(400, f"user_id has {len(user_id)} characters, at most {MAX_ID_CHARS}")
+
+
+def outside_session_scope(body: bytes, user_id: str, now_s: float) -> str | None:
+    """Why a live-page session voting as `user_id` may not send this one event, or None. A
+    session is one voter: it sends vote-state events of its own user, so it counts once per
+    post however often it clicks. An invalid event is None here: validate_votes rejects it
+    with the parser's reason."""
+    event = parse_vote(body, None, now_s)
+    if isinstance(event, VoteEvent):
+        return ('a live-page session sends vote-state events ({"post_id", "user_id", "vote": "up"|"none"|"down", '
+                '"event_time"}), one vote per post; delta events need a bearer token')
+    if isinstance(event, VoteState) and event.user_id != user_id:
+        return f"a live-page session votes only as its own user {user_id!r}, not as {event.user_id!r}"
+    return None
 
 
 async def _read_body(request: Request, timeout_s: float) -> bytes:
@@ -212,8 +250,9 @@ class _Refusal:
 _NEEDS_BEARER = {"WWW-Authenticate": "Bearer"}
 
 
-class _WriteGate:
-    """Decides whether a write may proceed, and under which credential (docs/security.md)."""
+class _CredentialGate:
+    """Decides whether a write, or a read of a user's vote, may proceed, and under which
+    credential (docs/security.md)."""
 
     def __init__(self, settings: ServiceSettings, sessions: LiveSessions, clock: Callable[[], float],
                  monotonic: Callable[[], float]) -> None:
@@ -260,7 +299,7 @@ class _WriteGate:
                         {"Retry-After": retry_after(wait_s)})
 
     def admit(self, request: Request) -> int | Session | _Refusal:
-        """The index of the bearer token, the live-page session, or the refusal."""
+        """For a write: the index of the bearer token, the live-page session, or the refusal."""
         if not self.origin_allowed(request):
             return _Refusal("origin", 403, f"writes from origin {request.headers['origin'][:100]!r} are not "
                             "allowed here")
@@ -276,26 +315,44 @@ class _WriteGate:
             return limited
         if token is not None:
             return token
+        session = self._session(request, "writes need")
+        if isinstance(session, _Refusal):
+            return session
+        return self._limited(self.per_session.take(session.session_id), "live-page session") or session
+
+    def admit_read(self, request: Request) -> int | Session | _Refusal:
+        """As `admit`, for a private read (a user's vote): the same Origin, token, cookie and
+        anti-CSRF checks; no Content-Type and no rate limit, as for every read."""
+        if not self.origin_allowed(request):
+            return _Refusal("origin", 403, f"reads of votes from origin {request.headers['origin'][:100]!r} are not "
+                            "allowed here")
+        token = self._token_index(request)
+        if token is not None:
+            return token
+        return self._session(request, "reading a user's vote needs")
+
+    def _session(self, request: Request, what: str) -> Session | _Refusal:
+        """The live-page session the cookie proves, with its own anti-CSRF token, or the refusal."""
         session = self.sessions.check(request.cookies.get(COOKIE), self.clock())
         if isinstance(session, SessionRefused):
-            return _Refusal("credential", 401, f"writes need a credential: a bearer token (Authorization: Bearer "
+            return _Refusal("credential", 401, f"{what} a credential: a bearer token (Authorization: Bearer "
                             f"<token>) or the live page's session ({session.reason})", _NEEDS_BEARER)
         if not self.sessions.csrf_matches(session, request.headers.get(CSRF_HEADER)):
             return _Refusal("csrf", 403, f"the {CSRF_HEADER} header does not belong to this live-page session: "
                             "reload the page")
-        return self._limited(self.per_session.take(session.session_id), "live-page session") or session
+        return session
 
 
-def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: ServiceSettings,
+def create_app(reader: CountsReader, votes: VoteReader, publisher: VotePublisher | None, settings: ServiceSettings,
                clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> ASGIApp:
     """The service's ASGI app: the FastAPI routes behind the Host allowlist, CORS (only when
-    origins are configured) and the security headers. `publisher` None: POST /v1/votes
-    answers 503 (no topic configured). `clock` is wall time (votes, sessions), `monotonic`
-    the rate limits' time."""
+    origins are configured) and the security headers. `reader` answers counts and top posts,
+    `votes` a user's vote. `publisher` None: POST /v1/votes answers 503 (no topic configured).
+    `clock` is wall time (votes, sessions), `monotonic` the rate limits' time."""
     app = FastAPI(title="upvotes", version="1", description="Exact upvote and share counts of viral posts.",
                   docs_url=None, redoc_url=None)
     sessions = LiveSessions(settings.write_tokens[0], settings.session_s)
-    gate = _WriteGate(settings, sessions, clock, monotonic)
+    gate = _CredentialGate(settings, sessions, clock, monotonic)
     refused: Counter[str] = Counter({kind: 0 for kind in REFUSALS})
     docs_html = get_swagger_ui_html(openapi_url=app.openapi_url, title="upvotes API").body.decode()
     docs_csp = _inline_script_csp(docs_html, "https://cdn.jsdelivr.net")
@@ -329,7 +386,8 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
         renew = isinstance(session, SessionRefused) or session.expires_s - now < sessions.lifetime_s / 2
         if renew:
             session, cookie = sessions.issue(now)
-        response = HTMLResponse(page_html(sessions.csrf_token(session)), headers={"Content-Security-Policy": PAGE_CSP})
+        response = HTMLResponse(page_html(sessions.csrf_token(session), sessions.user_id(session)),
+                                headers={"Content-Security-Policy": PAGE_CSP})
         if renew:
             response.set_cookie(COOKIE, cookie, max_age=int(sessions.lifetime_s), path="/", httponly=True,
                                 samesite="strict", secure=request.url.scheme == "https")
@@ -353,6 +411,23 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
         abuse limits in force; how many requests each check refused since the start."""
         return {"status": "ok", "spanner_reads": reader.spanner_reads, "limits": settings.limits(),
                 "refused": dict(refused)}
+
+    # Declared before the counts route below, which would take ".../votes/<user>" as a post ID.
+    # Both parameters may hold "/": the path splits at its last "/votes/" (module docstring).
+    @app.get("/v1/posts/{post_id:path}/votes/{user_id:path}",
+             summary="One user's vote on one post (private: a bearer token, or the live page's session for its user)")
+    async def read_vote(request: Request, post_id: str, user_id: str) -> Response:
+        credential = gate.admit_read(request)
+        if isinstance(credential, _Refusal):
+            refused[credential.kind] += 1
+            return _error(credential.status, credential.reason, credential.headers)
+        _check_post_id(post_id)
+        _check_user_id(user_id)
+        if isinstance(credential, Session) and user_id != sessions.user_id(credential):
+            refused["session_scope"] += 1
+            return _error(403, f"a live-page session reads only its own user's votes ({sessions.user_id(credential)})")
+        stored = await run_in_threadpool(votes.vote_of, post_id, user_id)
+        return JSONResponse(vote_json(post_id, user_id, stored))
 
     @app.get("/v1/posts/{post_id:path}", summary="One post's exact counts")
     def read_post(post_id: str, unique: bool = Query(False, description=UNIQUE_HELP)) -> dict:
@@ -388,17 +463,23 @@ def create_app(reader: CountsReader, publisher: VotePublisher | None, settings: 
             return _error(503, "this server publishes no votes: start it with --topic")
         body = await _read_body(request, settings.body_timeout_s)
         one_event = request.headers["content-type"].split(";")[0].strip().lower() == "application/json"
-        if isinstance(credential, Session) and not one_event:
-            return _error(400, "a live-page session sends one application/json event per request")
-        max_delta = SESSION_MAX_DELTA if isinstance(credential, Session) else settings.max_delta
-        votes = validate_votes(body, one_event, clock(), max_delta)
-        if votes.whole is not None:
-            return _error(413 if reason_of(votes.whole) in ("too_many_events", "too_large") else 400, votes.whole.error)
-        if not votes.events:
-            return JSONResponse({"error": "no valid event", "accepted": 0, "rejected": votes.rejected}, status_code=400)
-        data, attributes = message_for(votes.events)
+        if isinstance(credential, Session):
+            if not one_event:
+                return _error(400, "a live-page session sends one application/json event per request")
+            beyond = outside_session_scope(body, sessions.user_id(credential), clock())
+            if beyond is not None:
+                refused["session_scope"] += 1
+                return _error(403, beyond)
+        validated = validate_votes(body, one_event, clock(), settings.max_delta)
+        if validated.whole is not None:
+            return _error(413 if reason_of(validated.whole) in ("too_many_events", "too_large") else 400,
+                          validated.whole.error)
+        if not validated.events:
+            return JSONResponse({"error": "no valid event", "accepted": 0, "rejected": validated.rejected},
+                                status_code=400)
+        data, attributes = message_for(validated.events)
         await run_in_threadpool(publisher.publish, data, attributes)
-        return JSONResponse({"accepted": len(votes.events), "rejected": votes.rejected}, status_code=202)
+        return JSONResponse({"accepted": len(validated.events), "rejected": validated.rejected}, status_code=202)
 
     guarded: ASGIApp = app
     if settings.cors_origins:  # exact origins, bearer tokens only: no cookies, so no credentials mode
@@ -498,6 +579,8 @@ def serve_in_background(project: str, instance: str, database: str, topic: str |
     from pipeline.params import pubsub_path
     from spanner_store.database import open_database
 
-    reader = CountsReader(open_database(project, instance, database), staleness_s=staleness_s, refresh_s=refresh_s)
+    spanner = open_database(project, instance, database)
+    reader = CountsReader(spanner, staleness_s=staleness_s, refresh_s=refresh_s)
     publisher = PubSubVotePublisher(pubsub_path(project, "topics", topic)) if topic else None
-    return start_in_background(create_app(reader, publisher, settings), settings, host, port)
+    app = create_app(reader, SpannerVoteReader(spanner), publisher, settings)
+    return start_in_background(app, settings, host, port)
