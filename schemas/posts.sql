@@ -260,11 +260,12 @@ CREATE TABLE StatusWatches (
 -- order the latest is chosen by (the event time to the microsecond, then the event ID; "" when
 -- the event had none); EventHour is the hour the vote is counted in (hourly counts): a change
 -- takes the old vote out of the old state's hour and puts the new one in the new state's, so
--- the hourly counts, like the totals, do not depend on the order events arrive in. The streaming pipeline's vote-state sink (spanner_store/votes.py) reads a
--- batch of these rows and, in the same read-write transaction, writes the newer states and the
--- delta rows their changes add up to, with the commit's DeltaCommits and TopCandidates rows: a
--- state and the count it moved become visible together, and a replayed batch finds its states
--- already applied and changes nothing.
+-- the hourly counts, like the totals, do not depend on the order events arrive in.
+-- The streaming pipeline's vote-state sink (spanner_store/votes.py) reads a batch of these rows
+-- and, in the same read-write transaction, writes the newer states and the delta rows their
+-- changes add up to, with the commit's DeltaCommits and TopCandidates rows: a state and the count
+-- it moved become visible together, and a replayed batch finds its states applied and changes
+-- nothing.
 -- The key: a viral post's million voters must not share one split, so the table is not
 -- interleaved in Posts (a parent row and its children stay in one split, and one post takes
 -- thousands of votes a second) and the post does not lead the key. UserHash (a hash of UserId,

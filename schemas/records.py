@@ -131,8 +131,8 @@ class FailedVoteStates(NamedTuple):
     @staticmethod
     def states_from_json(items: list[dict]) -> dict[PostUser, LatestVote]:
         """states_json's inverse."""
-        return {PostUser(item["post_id"], item["user_id"]): LatestVote(**{name: item[name] for name in LatestVote._fields})
-                for item in items}
+        return {PostUser(item["post_id"], item["user_id"]):
+                LatestVote(**{name: item[name] for name in LatestVote._fields}) for item in items}
 
 
 class PostTotals(NamedTuple):

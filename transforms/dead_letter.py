@@ -2,8 +2,8 @@
 
 Failures travel as data. A rejected message keeps its original bytes and attributes and
 gains an `error` attribute; a delta row that could never be written is published as JSON, and
-so is a batch of vote states that could never be applied. All land on one dead-letter topic, whose own subscription keeps them for inspection or
-replay.
+so is a batch of vote states that could never be applied. All land on one dead-letter topic,
+whose own subscription keeps them for inspection or replay.
 """
 from __future__ import annotations
 

@@ -268,9 +268,9 @@ class ParseVotes(beam.PTransform):
     A message is one event, or a batch of them (contract v2). `sums` holds each bundle's
     accepted delta events summed per post and event hour, `states` its vote-state events merged
     to the latest per post and user, both stamped with the bundle's ingestion time (what
-    WindowAndSumVotes and WindowAndMergeVoteStates window by). The element timestamp (the Pub/Sub publish time,
-    unless the read names a timestamp attribute) stands in for a missing event_time, and for
-    one outside the event-time policy (older than the delta retention, or further ahead than
+    WindowAndSumVotes and WindowAndMergeVoteStates window by). The element timestamp (the Pub/Sub
+    publish time, unless the read names a timestamp attribute) stands in for a missing event_time,
+    and for one outside the event-time policy (older than the delta retention, or further ahead than
     the clock skew it allows): such a vote is counted in its ingestion hour, never dropped.
     Metrics: ParseVotes/messages, ParseVotes/accepted (votes), ParseVotes/rejected_<reason> (dead letters: one per
     rejected line of a batch, or one per message rejected whole) and
