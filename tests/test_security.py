@@ -31,11 +31,13 @@ import schemas
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
 from schemas.contract import parse_vote
 from schemas.counters import Counts
-from schemas.records import PostDelta, VoteEvent
+from schemas.records import PostDelta, PostUser, VoteEvent, VoteState
+from schemas.vote_states import LatestVote
 from spanner_store.deltas import write_deltas
 from upvotes.cli import main
 from spanner_store.reads import exact_counts, verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
+from spanner_store.votes import apply_all_vote_states, vote_of, votes_of_user
 from tests.folding import run_fold
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,7 +91,7 @@ def corpus_post_ids() -> list[str]:
     for name, outcome in sorted(expected.items()):
         if outcome == "accepted":
             event = parse_vote((CORPUS / name).read_bytes(), {}, float(HOUR))
-            assert isinstance(event, VoteEvent), name
+            assert isinstance(event, (VoteEvent, VoteState)), name
             ids.append(event.post_id)
     return ids
 
@@ -109,6 +111,20 @@ def hostile_written(stack, database):
         write_deltas(database, deltas[start:start + 40])
     expected = {post_id: Counts(upvotes=i + 1 + 7, shares=2 * i - 1)._asdict() for i, post_id in enumerate(ids)}
     return ids, expected
+
+
+def test_hostile_user_ids_keep_their_own_votes_verbatim(database) -> None:
+    """The hostile strings as user IDs of vote states: each is its own voter, stored and read back
+    exactly (a point read and a user's key range), none merged with another."""
+    users = list(dict.fromkeys(HOSTILE_POST_IDS))
+    states = {PostUser("hostile-users", user): LatestVote("up" if i % 2 else "down", i, f"e{i}", HOUR, 1, True)
+              for i, user in enumerate(users)}
+    apply_all_vote_states(database, states, rows_per_commit=20)
+    assert [vote_of(database, "hostile-users", user).vote for user in users] == [
+        "up" if i % 2 else "down" for i in range(len(users))]
+    assert all([v.user_id for v in votes_of_user(database, user)] == [user] for user in users)
+    counts = exact_counts(database, ["hostile-users"])[0].counts
+    assert (counts.upvotes, counts.downvotes) == (len(users) // 2, len(users) - len(users) // 2)
 
 
 def table_names(database) -> set[str]:
