@@ -1,4 +1,4 @@
-"""Benchmark sizes: the full run (about 20 minutes on 2 cores) and the --quick smoke run."""
+"""Benchmark sizes: the full run (about 25 minutes on 2 cores) and the --quick smoke run."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -59,6 +59,12 @@ class Sizes:
     # The pipeline's row waits this long for counts that are not exact yet: past the subscription's
     # 60 s ack deadline, so a redelivery after the kill is seen (and counted, if it counts twice).
     crash_settle_s: float = 75.0
+    # vote_states (its races are e2e_votes events on one post and over e2e_posts posts, as hot_post's burst)
+    state_voters: int = 100_000  # the users a race's vote states come from
+    state_soak_short_s: int = 60  # the stream's peak RSS under a steady hot-post state load after this long ...
+    state_soak_long_s: int = 180  # ... and after this long
+    state_stop_rate: int = 2_000  # votes/s of the state load a SIGTERM and a restart of the stream fall in
+    state_stop_seconds: float = 30.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -91,6 +97,7 @@ QUICK = Sizes(
     catalogue_posts=(1_000, 10_000), catalogue_rounds=1,
     single_event_messages=800, kill_rate=1_000, kill_seconds=5,
     fault_soak_rate=1_000, fault_soak_seconds=20,
+    state_voters=10_000, state_soak_short_s=2, state_soak_long_s=6, state_stop_rate=1_000, state_stop_seconds=8.0,
 )
 
 

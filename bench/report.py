@@ -120,6 +120,7 @@ def evaluate_targets(document: dict) -> list[dict]:
         *_write_back_targets(bench),
         *_catalogue_cost_targets(bench),
         *_stream_stop_targets(bench),
+        *_vote_state_targets(bench),
     ]
 
 
@@ -290,6 +291,7 @@ def markdown(document: dict) -> str:
     parts += _write_back_markdown(document)
     parts += _catalogue_cost_markdown(bench)
     parts += _stream_stop_sections(bench)
+    parts += _vote_state_markdown(bench)
     parts += ["### Time, peak RSS and largest commit per benchmark (each in its own process)", _table(
         ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB", "Largest commit (mutations)"],
         [[name, f"{b['seconds']:.0f}", f"{b['peak_rss']['self_mib']:.0f}",
@@ -576,6 +578,151 @@ def _stream_stop_sections(bench: dict) -> list[str]:
     return parts
 
 
+# --- one vote per user: vote-state events (issue 29, bench/vote_states.py) -----------------
+
+VOTE_STATE_SHAPES = {"hot_post": "one viral post", "zipf": "Zipf spread"}
+VOTE_STATE_KINDS = {"deltas": "delta events (+1)", "states": "vote states"}
+
+
+def _vote_state_targets(bench: dict) -> list[dict]:
+    if "vote_states" not in bench:
+        return []
+    vs = bench["vote_states"]
+    rmw, races, error, soak = vs["rmw"]["best"], vs["races"], vs["count_error"], vs["soak"]
+    return [
+        _target("Vote states end to end (first publish -> every post exact) >= 10x the best read-modify-write of "
+                "the same run, on one viral post and on a Zipf spread",
+                "; ".join(f"{VOTE_STATE_SHAPES[shape]}: {r['states']['votes_per_s']:,.0f} votes/s = "
+                          f"{r['states']['votes_per_s_vs_rmw']:.1f}x (delta events {r['deltas']['votes_per_s']:,.0f}/s)"
+                          for shape, r in races.items())
+                + f"; best RMW {rmw['votes_per_s']:,.0f}/s ({rmw['config']})",
+                min(r["states"]["votes_per_s_vs_rmw"] for r in races.values()) >= 10),
+        _target("Vote-state count error 0 with 10% duplicates, 10% late events, flips and a SIGTERM + restart of "
+                "the stream mid-load",
+                f"{error['mismatching_posts']} of {error['posts']} posts off, summed absolute error "
+                f"{error['absolute_error']:,} over {error['votes']:,} votes; drained in {error['drain_seconds']:.1f} s "
+                f"(exit {error['drain_exit_code']})",
+                error["exact"] and error["drain_exit_code"] == 0),
+        _target(f"Memory flat under a hot-post vote-state load: stream peak RSS after {soak['long_s']} s / after "
+                f"{soak['short_s']} s <= 1.1",
+                f"{soak['peak_rss_after_long_mib']:.0f} / {soak['peak_rss_after_short_mib']:.0f} MiB = "
+                f"{soak['ratio_long_to_short']:.3f} at {soak['votes_per_s']:,.0f} votes/s ({soak['votes']:,} votes, "
+                f"{soak['distinct_pairs']:,} (post, user) pairs, exact)",
+                soak["ratio_long_to_short"] <= 1.1),
+    ]
+
+
+def _vote_state_markdown(bench: dict) -> list[str]:
+    if "vote_states" not in bench:
+        return []
+    vs = bench["vote_states"]
+    rmw, state, soak, error = vs["rmw"]["best"], vs["window_state"], vs["soak"], vs["count_error"]
+    rows = [[f"Read-modify-write, best of {len(vs['rmw']['runs'])} ({rmw['config']})", "one row", f"{rmw['votes']:,}",
+             f"{rmw['votes_per_s']:,.0f}", "1.0", "-", "1,000 (counter rows)", "-", f"{rmw['commits_per_1k_votes']:,.0f}",
+             f"{rmw['mutations_per_1k_votes']:,.0f}", _cpu(rmw), "yes"]]
+    for shape, races in vs["races"].items():
+        for kind, r in races.items():
+            versus = r.get("vs_deltas", {}).get("votes_per_s")
+            rows.append([VOTE_STATE_KINDS[kind], VOTE_STATE_SHAPES[shape] + ("" if r["posts"] == 1 else f" ({r['posts']:,} posts)"),
+                         f"{r['votes']:,}",
+                         f"{r['votes_per_s']:,.0f}", f"{r['votes_per_s_vs_rmw']:.1f}",
+                         "1.0" if versus is None else f"{versus:.2f}",
+                         f"{r['votes_rows_per_1k_votes']:,.0f}" + (f" (writes <= {r['votes_row_writes_ceiling_per_1k_votes']:,.0f})"
+                                                                  if kind == "states" else ""),
+                         f"{r['delta_rows_per_1k_votes']:,.1f}", f"{r['commits_per_1k_votes']:.2f}",
+                         f"{r['mutations_per_1k_votes']:,.0f}", _cpu(r), "yes" if r["exact"] else "NO"])
+    return [
+        f"### 13. One vote per user: vote-state events beside delta events, same stream, same run "
+        f"({vs['window_s']} s windows, batches of {vs['batch_size']}, {vs['voters']:,} voters)",
+        _table(["Events", "Shape", "Votes", "Votes/s, first publish -> exact", "x best RMW", "x delta events",
+                "Votes rows / 1k votes", "Delta rows / 1k votes", "Commits / 1k votes", "Mutations / 1k votes",
+                "Emulator CPU s / 1k votes", "Exact"], rows),
+        "Votes rows: the (post, user) rows stored; a state replaced in a later window writes its row again, so the "
+        "writes lie between that and the distinct events (in brackets). Commits: one per distinct commit timestamp "
+        "of the race's delta rows. Mutations: index entries, parent keys and each commit's DeltaCommits and "
+        "TopCandidates rows included. Vote-state delta rows per 1k votes by `upvotes capacity`'s model (one per post "
+        "among a transaction's states): "
+        + "; ".join(f"{VOTE_STATE_SHAPES[shape]} {races['states']['model_delta_rows_per_1k_votes']:,.1f} (measured "
+                    f"{races['states']['delta_rows_per_1k_votes']:,.1f})" for shape, races in vs["races"].items())
+        + " (the burst packs two event hours into seconds, so a transaction also moves counts between hours).",
+        f"Pipeline state per (post, user), what WindowAndMergeVoteStates holds while its window is open: "
+        f"{state['encoded_bytes_per_key']:,.0f} bytes in Beam's accumulator coding ({state['coder']}), "
+        f"{state['python_bytes_per_key']:,.0f} bytes as Python objects on the DirectRunner (over {state['keys']:,} keys "
+        f"merged from {state['events']:,} hot-post states); at the hot-post state rate about "
+        f"{state['held_at_the_hot_post_rate_mib']:.1f} MiB per open window, freed when it fires. "
+        f"Under a steady hot-post state load of {soak['votes_per_s']:,.0f} votes/s, every voter new "
+        f"({soak['load_of_race_votes_rows']:.0%} of the {soak['race_votes_rows_per_s']:,.0f} Votes rows/s the hot-post "
+        f"race stored, at {soak['rows_per_vote']:.2f} rows per vote: {soak['of_race_votes_per_s']:.0%} of its votes/s): "
+        f"the stream's peak RSS {soak['peak_rss_after_short_mib']:.0f} MiB after "
+        f"{soak['short_s']} s, {soak['peak_rss_after_long_mib']:.0f} MiB after {soak['long_s']} s (ratio "
+        f"{soak['ratio_long_to_short']:.3f}); its {soak['distinct_pairs']:,} (post, user) pairs would have held "
+        f"{soak['if_window_state_were_kept_mib']:,.0f} MiB had their window state been kept; exact "
+        f"{soak['seconds_to_exact_after_the_load']:.0f} s after the load.",
+        f"Count error: {error['votes_per_s']:,} vote states/s for {error['load_seconds']:g} s over {error['posts']:,} "
+        f"posts ({error['duplicate_fraction']:.0%} duplicates, {error['late_fraction']:.0%} late, "
+        f"{error['flip_fraction']:.0%} flips up -> down -> none), the stream SIGTERMed at {error['sigterm_at_s']:g} s and "
+        "restarted at once on the same subscription:",
+        _table(["Votes", "Drain s (exit code)", "Seconds to exact after the load", "Mismatching posts",
+                "Summed absolute error"],
+               [[f"{error['votes']:,}", f"{error['drain_seconds']:.1f} ({error['drain_exit_code']})",
+                 "not exact" if error["seconds_to_exact_after_the_load"] is None
+                 else f"{error['seconds_to_exact_after_the_load']:.1f}",
+                 f"{error['mismatching_posts']}", f"{error['absolute_error']:,}"]]),
+    ]
+
+
+def _cpu(row: dict) -> str:
+    return "n/a" if row["emulator_cpu_s_per_1k_votes"] is None else f"{row['emulator_cpu_s_per_1k_votes']:.3g}"
+
+
+def _plot_vote_states(vs: dict, axes) -> None:
+    """The vote-state section's row of the figure: rates, Spanner cost, the soak, and the counts."""
+    shapes = list(vs["races"])
+    rmw = vs["rmw"]["best"]
+    width = 0.38
+    for ax, metric, title in ((axes[0], "votes_per_s", "13. Votes/s, first publish -> exact"),
+                              (axes[1], "mutations_per_1k_votes", "13. Spanner mutations per 1,000 votes")):
+        for offset, (kind, colour) in zip((-width / 2, width / 2), (("deltas", "tab:blue"), ("states", "tab:green"))):
+            bars = ax.bar([i + offset for i in range(len(shapes))], [vs["races"][s][kind][metric] for s in shapes],
+                          width, label=VOTE_STATE_KINDS[kind], color=colour)
+            ax.bar_label(bars, fmt="%.0f", fontsize=8)
+        ax.axhline(rmw[metric], color="red", linestyle="--", label=f"best RMW ({rmw[metric]:,.0f})")
+        highest = max(rmw[metric], *(vs["races"][s][kind][metric] for s in shapes for kind in VOTE_STATE_KINDS))
+        if metric == "votes_per_s":
+            ax.axhline(10 * rmw[metric], color="grey", linestyle=":", label="10x best RMW")
+            ax.set_ylim(top=1.4 * max(highest, 10 * rmw[metric]))
+        else:
+            ax.set_yscale("log")
+            ax.set_ylim(top=30 * highest)
+        ax.set_xticks(range(len(shapes)), [VOTE_STATE_SHAPES[s] for s in shapes])
+        ax.set_title(title)
+        ax.legend(fontsize=8, loc="upper center", ncols=2)
+
+    soak = vs["soak"]
+    ax = axes[2]
+    ax.plot([s["second"] for s in soak["samples"]], [s["rss_mib"] for s in soak["samples"]], "-", label="RSS")
+    ax.plot([s["second"] for s in soak["samples"]], [s["peak_mib"] for s in soak["samples"]], "--", label="peak RSS")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("seconds of steady hot-post vote-state load")
+    ax.set_ylabel("MiB")
+    ax.set_title(f"13. Memory: stream at {soak['votes_per_s']:,.0f} vote states/s")
+    ax.legend()
+
+    error, state = vs["count_error"], vs["window_state"]
+    ax = axes[3]
+    ax.axis("off")
+    ax.set_title("13. Vote states: window state and count error")
+    ax.text(0.0, 0.9, "\n".join([
+        f"Window state per (post, user): {state['encoded_bytes_per_key']:,.0f} B encoded,",
+        f"{state['python_bytes_per_key']:,.0f} B as Python objects; freed when the window fires",
+        f"Soak: {soak['distinct_pairs']:,} pairs would hold {soak['if_window_state_were_kept_mib']:,.0f} MiB if kept;",
+        f"peak RSS {soak['peak_rss_after_short_mib']:.0f} -> {soak['peak_rss_after_long_mib']:.0f} MiB",
+        f"SIGTERM + restart under {error['votes_per_s']:,} states/s ({error['duplicate_fraction']:.0%} duplicates,",
+        f"{error['late_fraction']:.0%} late, flips): {error['mismatching_posts']} posts off, "
+        f"absolute error {error['absolute_error']:,}",
+    ]), va="top", fontsize=10, family="monospace")
+
+
 # --- files ------------------------------------------------------------------------------
 
 def write(document: dict, out_dir: Path) -> None:
@@ -585,14 +732,14 @@ def write(document: dict, out_dir: Path) -> None:
 
 
 def plot(document: dict, path: Path) -> None:
-    """Eight panels: one or two per benchmark, and memory."""
+    """Eight panels: one or two per benchmark, and memory; four more for vote states when they ran."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     bench = document["benchmarks"]
-    fig, axes = plt.subplots(2, 4, figsize=(22, 10))
+    fig, axes = plt.subplots(3 if "vote_states" in bench else 2, 4, figsize=(22, 15 if "vote_states" in bench else 10))
     m = document["machine"]
     fig.suptitle(f"Upvote counter benchmarks, {document['sizes']['name']} run, {m['date']}, "
                  f"{m['nproc']} x {m['cpu_model']}, Beam {m['apache_beam']}")
@@ -666,6 +813,9 @@ def plot(document: dict, path: Path) -> None:
     ax.set_ylabel("MiB")
     ax.set_title(f"Memory: streaming pipeline at {bench['hot_post']['soak']['votes_per_s']:,.0f} votes/s")
     ax.legend()
+
+    if "vote_states" in bench:
+        _plot_vote_states(bench["vote_states"], axes[2])
 
     fig.tight_layout()
     fig.savefig(path, dpi=80)

@@ -30,7 +30,7 @@ from upvotes.devtools.provision import Resources
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
               "commit_sizes", "unique_voters", "write_back",
-              "catalogue_cost", "stream_reader", "fault_soak")
+              "catalogue_cost", "stream_reader", "fault_soak", "vote_states")
 
 
 def say(message: str) -> None:

@@ -19,7 +19,7 @@ from upvotes.operations.capacity_model import fold_rows_read
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
             "commit_sizes", "unique_voters", "write_back",
-            "catalogue_cost", "stream_reader", "fault_soak")
+            "catalogue_cost", "stream_reader", "fault_soak", "vote_states")
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 540
 
@@ -37,7 +37,7 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 19 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert len(document["targets"]) == 22 and all(isinstance(t["met"], bool) for t in document["targets"])
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -108,6 +108,19 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert soak["exact"] is True and soak["lost"] == soak["doubled"] == 0 and soak["votes"] > 0
     assert soak["faults"]["stream_sigterms"] == len(soak["drains"]) >= 1 and soak["final_stop_exit_code"] == 0
     assert soak["faults"]["serve_restarts"] == 1 and soak["faults_injected"] >= 4
+
+    states = document["benchmarks"]["vote_states"]
+    assert states["rmw"]["best"]["votes_per_s"] == max(r["votes_per_s"] for r in states["rmw"]["runs"])
+    for shape in ("hot_post", "zipf"):
+        races = states["races"][shape]
+        assert races["deltas"]["exact"] is races["states"]["exact"] is True, shape
+        assert races["deltas"]["votes"] == races["states"]["votes"] == hot["e2e_pubsub"]["votes"], shape
+        assert races["states"]["votes_rows"] > 0 == races["deltas"]["votes_rows"], shape
+    assert states["races"]["hot_post"]["states"]["posts"] == 1
+    assert states["window_state"]["encoded_bytes_per_key"] > 0 and states["soak"]["exact"] is True
+    error = states["count_error"]
+    assert error["drain_exit_code"] == 0 == error["mismatching_posts"] == error["absolute_error"], error
+    assert states["final_exit_code"] == 0
 
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000

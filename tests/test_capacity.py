@@ -1,10 +1,12 @@
-"""`upvotes capacity` and its model: exact small cases, the sink's batching, and the model's
-delta rows against the write-amplification benchmark's simulated stream, counted exactly."""
+"""`upvotes capacity` and its model: exact small cases, the sink's batching, the model's
+delta rows against the write-amplification benchmark's simulated stream, counted exactly, and
+the vote states' Votes rows, transactions and delta rows against the state sink on the emulator."""
 from __future__ import annotations
 
 import itertools
 import json
 import math
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -12,19 +14,23 @@ import pytest
 
 from bench.config import QUICK
 from bench.write_amplification import model_delta_rows, simulated_stream, group_sums
-from schemas.records import PostDelta
-from spanner_store.deltas import plan_commits
+from schemas.records import PostDelta, PostUser
+from schemas.vote_states import LatestVote
+from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, plan_commits
 from spanner_store.deltas import write_deltas
+from spanner_store.votes import MUTATIONS_PER_VOTE, apply_all_vote_states
 from tests.folding import run_fold
 from upvotes.operations.capacity_model import (
     Assumption, Assumptions, Popularity, Workload, cancel_probability, capacity,
-    expected_groups, expected_touched, fold_rows_read, rows_per_sink_commit, split_by_hour, stream_delta_rows,
+    expected_groups, expected_touched, fold_rows_read, rows_per_sink_commit, split_by_hour, state_writes,
+    stream_delta_rows,
 )
 from upvotes.cli import main
 from upvotes.commands.capacity import _sink_shape, chain_rate_from_results
 
 ASSUMPTIONS = Assumptions(
-    spanner_writes_per_node_s=Assumption(1_000, "test"), spanner_reads_per_node_s=Assumption(10_000, "test"),
+    spanner_writes_per_node_s=Assumption(1_000, "test"), spanner_optimized_writes_per_node_s=Assumption(5_000, "test"),
+    spanner_reads_per_node_s=Assumption(10_000, "test"),
     hot_row_transactions_per_s=Assumption(100, "test"), chain_events_per_core_s=Assumption(50_000, "test"),
     sink_rows_per_core_s=Assumption(10_000, "test"),
 )
@@ -189,3 +195,87 @@ def test_the_models_fold_reads_what_a_fold_run_reads(stack, database) -> None:
     reads = {posts: capacity(Workload(votes_per_s=100, posts=posts, zipf=1.1, window_s=10), _sink_shape(),
                              ASSUMPTIONS).fold_rows_read for posts in (100_000, 1_000_000)}
     assert reads[1_000_000] < 1.2 * reads[100_000]
+
+
+# --- vote states: one Votes row written and one read per state ---------------------------------
+
+def test_state_writes_cost_a_votes_row_and_a_read_per_state() -> None:
+    shape = _sink_shape()
+    workload = Workload(votes_per_s=40_000, posts=1_000, zipf=1.1, window_s=10, state_fraction=0.25)
+    popularity = Popularity.zipf(1_000, 1.1)
+    states = state_writes(popularity, workload, shape, ASSUMPTIONS)
+    assert states.votes == states.row_writes == states.row_reads == 10_000
+    assert states.transactions == 10_000 / shape.rows_per_commit
+    assert states.delta_rows == pytest.approx(states.transactions * expected_touched(popularity, shape.rows_per_commit))
+    assert states.mutations == pytest.approx(10_000 * MUTATIONS_PER_VOTE + states.transactions * MUTATIONS_PER_COMMIT
+                                             + states.delta_rows * (MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT))
+    # 1,000 writes/s and 10,000 reads/s per node; 5,000 writes/s optimized.
+    assert states.spanner_nodes == pytest.approx(10_000 / 1_000 + 10_000 / 10_000)
+    assert states.spanner_nodes_optimized == pytest.approx(10_000 / 5_000 + 10_000 / 10_000)
+    assert (states.nodes_per_100k_votes_s, states.nodes_per_100k_votes_s_optimized) == pytest.approx((110, 30))
+    # Nearly every transaction of 1,000 states holds a vote of the hottest post, and upserts its key.
+    assert states.hot_row_writes == pytest.approx(states.transactions * (1 - (1 - popularity.hottest) ** 1_000))
+
+
+def test_published_per_node_rates_put_100k_vote_states_at_33_nodes_or_9_optimized(capsys) -> None:
+    """Google's regional figures (3,500 writes/s, 22,500 with throughput-optimized writes, 22,500
+    reads/s per node): the notes' 29 nodes (or 5) for the writes, plus 4.4 for the reads."""
+    assert main(["capacity", "--votes-per-s", "100000", "--posts", "10000", "--state-fraction", "1",
+                 "--chain-events-per-core-s", "100000", "--json"]) == 0
+    states = json.loads(capsys.readouterr().out)["vote_states"]
+    assert states["nodes_per_100k_votes_s"] == pytest.approx(100_000 / 3_500 + 100_000 / 22_500)
+    assert states["nodes_per_100k_votes_s_optimized"] == pytest.approx(100_000 / 22_500 * 2)
+    assert states["spanner_nodes"] == pytest.approx(states["nodes_per_100k_votes_s"])
+
+
+def test_vote_states_are_in_this_designs_figures_and_leave_the_window_deltas() -> None:
+    """A state fraction moves votes from the windows' blind deltas to the state transactions: the
+    design's rows, commits, reads and nodes are the delta events' plus the states'."""
+    base = Workload(votes_per_s=20_000, posts=5_000, zipf=1.1, window_s=10)
+    with_states = capacity(replace(base, state_fraction=0.4), _sink_shape(), ASSUMPTIONS)
+    deltas_only = capacity(replace(base, votes_per_s=12_000), _sink_shape(), ASSUMPTIONS)
+    states, design, delta_design = with_states.vote_states, with_states.approaches[0], deltas_only.approaches[0]
+    assert with_states.delta_rows_per_window == pytest.approx(deltas_only.delta_rows_per_window)
+    assert design.rows_written == pytest.approx(delta_design.rows_written + states.row_writes + states.delta_rows)
+    assert design.mutations > delta_design.mutations + states.mutations * 0.99
+    assert design.spanner_nodes > states.spanner_nodes
+    assert capacity(base, _sink_shape(), ASSUMPTIONS).vote_states.votes == 0
+
+
+def test_capacity_command_says_what_the_state_writes_need(capsys) -> None:
+    assert main(["capacity", "--votes-per-s", "1000", "--posts", "100", "--chain-events-per-core-s", "5000"]) == 0
+    assert "Vote states" not in capsys.readouterr().out
+    assert main(["capacity", "--votes-per-s", "200000", "--posts", "1000", "--state-fraction", "0.5",
+                 "--chain-events-per-core-s", "5000", "--spanner-optimized-writes-per-node-s", "20000"]) == 0
+    out = capsys.readouterr().out
+    assert "Vote states: 50% of the votes (100,000/s)" in out
+    assert "Spanner nodes the state writes need: 33.0 per 100,000 vote states/s" in out
+    assert "9.4 with throughput-optimized writes (20,000/s per node)" in out
+    assert "given by --spanner-optimized-writes-per-node-s" in out
+    with pytest.raises(SystemExit):
+        main(["capacity", "--state-fraction", "1.5"])
+
+
+def test_the_models_state_transactions_are_what_the_state_sink_commits(database, commit_meter) -> None:
+    """3,000 first votes over 200 posts (Zipf 1.1) through the sink's own path: the commits, the
+    delta rows (one per post per transaction, within 5% of the model's expectation) and the
+    mutations, as the meter counts them from the DDL, are what the model's formula gives."""
+    popularity = Popularity.zipf(200, 1.1)
+    rng = random.Random(29)
+    posts = rng.choices(range(200), weights=popularity.p, k=3_000)
+    states = {PostUser(f"capvs-{post}", f"u-{i}"): LatestVote("up", 1_795_312_800_000_000 + i, f"e-{i}", 1_795_312_800,
+                                                               voted=True)
+              for i, post in enumerate(posts)}
+    commit_meter.reset()
+    totals = apply_all_vote_states(database, states, rows_per_commit=1_000)
+    with database.snapshot() as snapshot:
+        [[delta_rows]] = snapshot.execute_sql("SELECT COUNT(*) FROM PostDeltas WHERE STARTS_WITH(PostId, 'capvs-')")
+    workload = Workload(votes_per_s=3_000, posts=200, zipf=1.1, window_s=10, state_fraction=1.0)
+    model = state_writes(popularity, workload, replace(_sink_shape(), rows_per_commit=1_000), ASSUMPTIONS)
+    assert totals.commits == commit_meter.commits == model.transactions == 3
+    assert delta_rows == pytest.approx(model.delta_rows, rel=0.05)
+    # The model counts each parent Posts row at the planners' cost of a new one (every column); the
+    # meter counts the key columns a parent's upsert writes: the model is the bound, within 10%.
+    formula = (3_000 * MUTATIONS_PER_VOTE + 3 * MUTATIONS_PER_COMMIT
+               + delta_rows * (MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT))
+    assert commit_meter.mutations_total <= formula <= 1.1 * commit_meter.mutations_total

@@ -24,6 +24,8 @@ SPANNER_PERFORMANCE = (
     "instance, per node")
 SPANNER_WRITES_PER_NODE = (3_500.0, f"{SPANNER_PERFORMANCE}, peak writes 3,500/s of one 1 KB row each; "
                                     "every row written here counts as one such write")
+SPANNER_OPTIMIZED_WRITES_PER_NODE = (22_500.0, f"{SPANNER_PERFORMANCE}, peak writes 22,500/s with throughput-optimized "
+                                                "writes (commits batched by max_commit_delay, about 100 ms)")
 SPANNER_READS_PER_NODE = (22_500.0, f"{SPANNER_PERFORMANCE}, peak reads 22,500/s of one 1 KB row each")
 HOT_ROW_TRANSACTIONS = (100.0, "assumed: one row's read-modify-write transactions run one at a time "
                                "under its lock, about 10 ms each (read, client round trip, commit); "
@@ -56,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="exact-count reads of the hottest post per second (default 1000)")
     work.add_argument("--shards", type=positive_int, nargs="+", default=[10, 100],
                       help="shard counts to model sharded counters with (default 10 100)")
+    work.add_argument("--state-fraction", type=_share, default=0.0, metavar="F",
+                      help="share of the votes that are vote-state events (one vote per user), 0 to 1: each writes "
+                           "its Votes row and reads the stored one (default 0)")
     given = parser.add_argument_group("assumptions (each printed with its source)")
     given.add_argument("--bench-results", type=Path, default=None,
                        help=f"benchmark results to take the pipeline's per-core rate from (default {BENCH_RESULTS} "
@@ -66,11 +71,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"delta rows per second one vCPU's sink commits (default {SINK_ROWS_PER_CORE[0]:,.0f}, assumed)")
     given.add_argument("--spanner-writes-per-node-s", type=positive_float,
                        help=f"rows written per second per Spanner node (default {SPANNER_WRITES_PER_NODE[0]:,.0f})")
+    given.add_argument("--spanner-optimized-writes-per-node-s", type=positive_float,
+                       help="rows written per second per Spanner node with throughput-optimized writes "
+                            f"(default {SPANNER_OPTIMIZED_WRITES_PER_NODE[0]:,.0f})")
     given.add_argument("--spanner-reads-per-node-s", type=positive_float,
                        help=f"rows read per second per Spanner node (default {SPANNER_READS_PER_NODE[0]:,.0f})")
     given.add_argument("--hot-row-transactions-per-s", type=positive_float,
                        help=f"read-write transactions per second one row can take (default {HOT_ROW_TRANSACTIONS[0]:,.0f}, assumed)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {value}")
+    return value
 
 
 def chain_rate_from_results(results: dict, batched: bool, where: str) -> tuple[float, str] | None:
@@ -117,6 +132,7 @@ def _sink_shape():
     from spanner_store.database import MUTATION_BUDGET
     from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
     from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
+    from spanner_store.votes import MUTATIONS_PER_VOTE
     from upvotes.operations.capacity_model import SinkShape
 
     return SinkShape(
@@ -125,6 +141,7 @@ def _sink_shape():
         mutations_per_commit=MUTATIONS_PER_COMMIT,
         posts_per_fold_commit=defaults(FOLD_PARAMS)["posts_per_commit"],
         fold_mutations_per_post=MUTATIONS_PER_POST, fold_mutations_per_hour=MUTATIONS_PER_HOUR,
+        mutations_per_vote=MUTATIONS_PER_VOTE,
     )
 
 
@@ -134,11 +151,14 @@ def run(args: argparse.Namespace) -> int:
     workload = Workload(
         votes_per_s=args.votes_per_s, posts=args.posts, zipf=args.zipf, batch_size=args.batch_size,
         window_s=args.window_seconds, fold_interval_s=args.fold_interval_seconds,
-        count_reads_per_s=args.count_reads_per_s, shards=tuple(args.shards),
+        count_reads_per_s=args.count_reads_per_s, shards=tuple(args.shards), state_fraction=args.state_fraction,
     )
     assumptions = Assumptions(
         spanner_writes_per_node_s=_assumption(args.spanner_writes_per_node_s, "spanner-writes-per-node-s",
                                               SPANNER_WRITES_PER_NODE),
+        spanner_optimized_writes_per_node_s=_assumption(args.spanner_optimized_writes_per_node_s,
+                                                        "spanner-optimized-writes-per-node-s",
+                                                        SPANNER_OPTIMIZED_WRITES_PER_NODE),
         spanner_reads_per_node_s=_assumption(args.spanner_reads_per_node_s, "spanner-reads-per-node-s",
                                              SPANNER_READS_PER_NODE),
         hot_row_transactions_per_s=_assumption(args.hot_row_transactions_per_s, "hot-row-transactions-per-s",
@@ -162,6 +182,7 @@ def report_json(report) -> dict:
         "posts_per_fold": report.posts_per_fold,
         "fold_rows_read": report.fold_rows_read,
         "approaches": [a._asdict() for a in report.approaches],
+        "vote_states": report.vote_states._asdict(),
         "assumptions": {name: a._asdict() for name, a in asdict(report.assumptions).items()},
     }
 
@@ -176,6 +197,27 @@ COLUMNS = (("approach", 30), ("rows/s", 11), ("commits/s", 11), ("mutations/s", 
            ("Dataflow vCPUs", 15), ("hot row tx/s", 13), ("limit/row", 10), ("holds hot post", 15))
 
 
+def _state_lines(report) -> list[str]:
+    """What the vote-state events cost, when the workload has any."""
+    s, w = report.vote_states, report.workload
+    if not s.votes:
+        return []
+    plain = report.assumptions.spanner_writes_per_node_s.value
+    optimized = report.assumptions.spanner_optimized_writes_per_node_s.value
+    reads = report.assumptions.spanner_reads_per_node_s.value
+    return [
+        f"Vote states: {w.state_fraction:.0%} of the votes ({s.votes:,.0f}/s). Each writes its Votes row and reads the "
+        f"stored one: {s.row_writes:,.0f} rows written and {s.row_reads:,.0f} read per second, one per vote (a window's "
+        f"merge only drops a user's own repeats), in {s.transactions:,.0f} read-write transactions/s that also write "
+        f"{s.delta_rows:,.0f} delta rows/s and upsert the hottest post's Posts key {s.hot_row_writes:,.0f} times/s "
+        "(all in this design's figures below).",
+        f"Spanner nodes the state writes need: {s.nodes_per_100k_votes_s:,.1f} per 100,000 vote states/s at "
+        f"{plain:,.0f} writes/s per node, {s.nodes_per_100k_votes_s_optimized:,.1f} with throughput-optimized writes "
+        f"({optimized:,.0f}/s per node), reads at {reads:,.0f}/s per node included; at this workload "
+        f"{s.spanner_nodes:,.1f} nodes ({s.spanner_nodes_optimized:,.1f} optimized).",
+    ]
+
+
 def report_lines(report) -> list[str]:
     w = report.workload
     lines = [
@@ -185,9 +227,11 @@ def report_lines(report) -> list[str]:
         f"Hottest post: {report.hottest_post_share:.1%} of all votes, {report.hottest_post_votes_per_s:,.0f} votes/s "
         f"(sharded counters would need {report.shards_to_hold_hottest:,} shards to hold it).",
         f"This design: {report.delta_rows_per_window:,.0f} delta rows per window "
-        f"({w.votes_per_s * w.window_s / max(report.delta_rows_per_window, 1):,.1f} votes per row), "
+        f"({w.votes_per_s * (1 - w.state_fraction) * w.window_s / max(report.delta_rows_per_window, 1):,.1f} "
+        "delta events per row), "
         f"{report.posts_per_fold:,.0f} posts per fold, which reads {report.fold_rows_read:,.0f} rows "
         f"(what changed in the interval; the other {max(0.0, w.posts - report.posts_per_fold):,.0f} posts are not read).",
+        *_state_lines(report),
         "",
         "".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(COLUMNS)),
     ]
@@ -202,9 +246,10 @@ def report_lines(report) -> list[str]:
         lines.append(f"  {name} = {value:,.0f}: {source}")
     lines += [
         "",
-        "rows/s: rows written (delta rows, or counter rows: one per vote). Commits of this design are full sink",
-        "commits (rows per commit and the mutation budget of spanner_store.deltas) plus fold transactions; smaller",
-        "bundles on Dataflow mean more, smaller commits. Spanner nodes: rows written / writes per node + rows read /",
-        "reads per node, compute only (storage not counted). RMW and sharded counters run on app servers: no pipeline.",
+        "rows/s: rows written (delta and Votes rows, or counter rows: one per vote). Commits of this design are full",
+        "sink commits (rows per commit and the mutation budget of spanner_store.deltas), the vote states' read-write",
+        "transactions and fold transactions; smaller bundles on Dataflow mean more, smaller commits. Spanner nodes:",
+        "rows written / writes per node + rows read / reads per node, compute only (storage not counted). RMW and",
+        "sharded counters run on app servers: no pipeline.",
     ]
     return lines

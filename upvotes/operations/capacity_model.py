@@ -17,11 +17,20 @@ The fold. A run reads what changed since the previous run and nothing else (span
 folding.py follows the DeltaCommits change log): `fold_rows_read`, one row per sink commit of the
 interval, one Posts row per post voted on in it, one index entry per delta row written in it.
 The number of posts in the catalogue is not a term: only the posts voted on in the interval are.
+
+Vote states (one vote per user, schemas/vote_states.py). A `state_fraction` of the votes are
+vote-state events, which cannot be blind writes: the sink applies them in read-write transactions
+of up to rows_per_commit states (spanner_store/votes.py), each reading the stored state of every
+user in it and writing the later ones to their Votes rows, with one delta row per post it moves
+(`state_writes`). So every state costs one Votes row written and one read: merging in a window
+only drops a user's own repeats, and no batching removes a row that is one per (post, user).
+Those rows, not the deltas, set the Spanner nodes vote states need, at Google's published rate
+per node for plain writes or for throughput-optimized ones (commits batched by max_commit_delay).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -51,6 +60,7 @@ class Workload:
     unvote_fraction: float = 0.1  # as upvotes.devtools.workload.Workload's defaults
     # Votes on counters other than upvotes (shares, ...): as the generated workloads' defaults.
     other_fraction: float = sum(counter.generated_fraction for counter in COUNTERS)
+    state_fraction: float = 0.0  # of the votes, vote-state events (the rest are delta events)
 
 
 class Assumption(NamedTuple):
@@ -61,6 +71,7 @@ class Assumption(NamedTuple):
 @dataclass(frozen=True)
 class Assumptions:
     spanner_writes_per_node_s: Assumption  # rows written per second per node
+    spanner_optimized_writes_per_node_s: Assumption  # the same with throughput-optimized writes
     spanner_reads_per_node_s: Assumption  # rows read per second per node
     hot_row_transactions_per_s: Assumption  # serialized read-write transactions on one row
     chain_events_per_core_s: Assumption  # the Beam chain, per vCPU
@@ -79,6 +90,7 @@ class SinkShape:
     posts_per_fold_commit: int
     fold_mutations_per_post: int
     fold_mutations_per_hour: int
+    mutations_per_vote: int  # a vote state's Votes row (spanner_store.votes.MUTATIONS_PER_VOTE)
     rmw_mutations_per_commit: int = 2  # (counter key, count): bench.hot_post's counter rows
 
 
@@ -194,11 +206,53 @@ def steady_delta_rows_per_s(popularity: Popularity, workload: Workload) -> float
     return whole / workload.window_s + (after_boundary - whole) / HOUR_S
 
 
+class StateWrites(NamedTuple):
+    """What the vote-state events of a workload cost Spanner (see the module docstring). Rates are
+    per second; nodes count the Votes rows written and read, not the deltas."""
+
+    votes: float  # vote-state events
+    row_writes: float  # Votes rows written: one per state
+    row_reads: float  # stored states read: one per state
+    transactions: float  # read-write transactions of rows_per_commit states
+    delta_rows: float  # one per post each transaction moves (its event hours ignored: a floor)
+    mutations: float  # the Votes rows, the delta rows with their parents, each commit's own rows
+    hot_row_writes: float  # the hottest post's Posts key, upserted by every transaction that moves it
+    spanner_nodes: float  # for the Votes rows, at the plain write rate
+    spanner_nodes_optimized: float  # the same with throughput-optimized writes
+    nodes_per_100k_votes_s: float  # spanner_nodes per 100,000 vote-state events per second
+    nodes_per_100k_votes_s_optimized: float
+
+
+def state_writes(popularity: Popularity, workload: Workload, shape: SinkShape, assumptions: Assumptions) -> StateWrites:
+    """The vote-state events' Votes rows, reads, transactions and delta rows. A transaction's states
+    are votes drawn from the workload's popularity, so it writes a delta row for each post among them
+    (`expected_touched`) and upserts the hottest post's Posts key when it holds one of its votes."""
+    votes = workload.votes_per_s * workload.state_fraction
+    transactions = votes / shape.rows_per_commit
+    delta_rows = transactions * expected_touched(popularity, shape.rows_per_commit)
+    touches_hottest = 1 - (1 - popularity.hottest) ** shape.rows_per_commit
+    reads_per_node = assumptions.spanner_reads_per_node_s.value
+
+    def nodes(state_votes: float, writes_per_node: float) -> float:
+        return state_votes / writes_per_node + state_votes / reads_per_node
+
+    plain, optimized = (assumptions.spanner_writes_per_node_s.value,
+                        assumptions.spanner_optimized_writes_per_node_s.value)
+    return StateWrites(
+        votes=votes, row_writes=votes, row_reads=votes, transactions=transactions, delta_rows=delta_rows,
+        mutations=(votes * shape.mutations_per_vote + transactions * shape.mutations_per_commit
+                   + delta_rows * (shape.mutations_per_delta + shape.mutations_per_parent)),
+        hot_row_writes=transactions * touches_hottest,
+        spanner_nodes=nodes(votes, plain), spanner_nodes_optimized=nodes(votes, optimized),
+        nodes_per_100k_votes_s=nodes(100_000, plain), nodes_per_100k_votes_s_optimized=nodes(100_000, optimized),
+    )
+
+
 class ApproachCapacity(NamedTuple):
     """What one approach needs at the workload. Rates are per second."""
 
     approach: str
-    rows_written: float  # delta rows (this design) or counter rows (RMW, sharded)
+    rows_written: float  # delta rows and Votes rows (this design) or counter rows (RMW, sharded)
     commits: float
     mutations: float
     row_writes: float  # every row written: deltas, parents, folded posts and hours
@@ -221,6 +275,7 @@ class CapacityReport(NamedTuple):
     posts_per_fold: float
     fold_rows_read: float  # rows one fold run reads to find and sum its work (`fold_rows_read`)
     approaches: tuple[ApproachCapacity, ...]
+    vote_states: StateWrites  # what the vote-state events add to this design (included in its figures)
 
 
 def spanner_nodes(row_writes: float, row_reads: float, assumptions: Assumptions) -> float:
@@ -244,8 +299,9 @@ def fold_rows_read(changed_posts: float, unfolded_deltas: float, delta_commits: 
 
 
 def this_design(workload: Workload, rows: float, folded_posts: float, shape: SinkShape,
-                assumptions: Assumptions) -> ApproachCapacity:
-    """Blind delta writes (`rows` per second) and a fold of `folded_posts` posts per interval.
+                assumptions: Assumptions, states: StateWrites) -> ApproachCapacity:
+    """Blind delta writes (`rows` per second), the vote states' transactions (`states`) and a fold
+    of `folded_posts` posts per interval.
     The fold rewrites each post's Posts row and one hourly row per event hour it saw: taken
     as 1 + interval/hour, what a post voted on throughout the interval sees (an upper bound)."""
     sink_commits = rows / rows_per_sink_commit(shape)
@@ -258,20 +314,24 @@ def this_design(workload: Workload, rows: float, folded_posts: float, shape: Sin
     # An exact read is the Posts row plus the unfolded deltas: on average half a fold
     # interval of the hottest post's windows.
     rows_per_count_read = 1 + workload.fold_interval_s / workload.window_s / 2
-    fold_reads_per_s = fold_rows_read(folded_posts, rows * interval, sink_commits * interval) / interval
-    row_reads = fold_reads_per_s + workload.count_reads_per_s * rows_per_count_read
+    fold_reads_per_s = fold_rows_read(folded_posts, (rows + states.delta_rows) * interval,
+                                      (sink_commits + states.transactions) * interval) / interval
+    row_reads = fold_reads_per_s + workload.count_reads_per_s * rows_per_count_read + states.row_reads
     # Each delta touches its parent; each sink commit writes its TopCandidates and DeltaCommits rows.
-    row_writes = rows * 2 + sink_commits * 2 + folded_posts_per_s * (1 + hours_per_post)
+    row_writes = ((rows + states.delta_rows) * 2 + (sink_commits + states.transactions) * 2
+                  + folded_posts_per_s * (1 + hours_per_post) + states.row_writes)
     mutations = (rows * (shape.mutations_per_delta + shape.mutations_per_parent)
-                 + sink_commits * shape.mutations_per_commit + folded_posts_per_s * fold_cost)
+                 + sink_commits * shape.mutations_per_commit + folded_posts_per_s * fold_cost + states.mutations)
     vcpus = (workload.votes_per_s / assumptions.chain_events_per_core_s.value
-             + rows / assumptions.sink_rows_per_core_s.value)
+             + (rows + states.delta_rows + states.row_writes) / assumptions.sink_rows_per_core_s.value)
     hot_limit = assumptions.hot_row_transactions_per_s.value
     # The hottest post's busiest row is its Posts row: each window's delta commit upserts its
-    # key (a blind write), and each fold rewrites it. Every delta is a new row of its own.
-    hot_writes = 1 / workload.window_s + 1 / workload.fold_interval_s
+    # key (a blind write), so does each vote-state transaction holding one of its votes, and
+    # each fold rewrites it. Every delta is a new row of its own.
+    hot_writes = 1 / workload.window_s + 1 / workload.fold_interval_s + states.hot_row_writes
     return ApproachCapacity(
-        approach="this design (deltas + fold)", rows_written=rows, commits=sink_commits + fold_transactions,
+        approach="this design (deltas + fold)", rows_written=rows + states.delta_rows + states.row_writes,
+        commits=sink_commits + fold_transactions + states.transactions,
         mutations=mutations, row_writes=row_writes, row_reads=row_reads,
         spanner_nodes=spanner_nodes(row_writes, row_reads, assumptions), dataflow_vcpus=vcpus,
         hot_row_writes=hot_writes, hot_row_limit=hot_limit, holds_hot_post=hot_writes <= hot_limit,
@@ -300,9 +360,12 @@ def capacity(workload: Workload, shape: SinkShape, assumptions: Assumptions,
     """Every approach's needs at `workload`; `popularity` defaults to the workload's Zipf."""
     popularity = popularity or Popularity.zipf(workload.posts, workload.zipf)
     hot_votes = workload.votes_per_s * popularity.hottest
-    rows = steady_delta_rows_per_s(popularity, workload)
+    # Delta events are summed per window; vote states go through their own transactions.
+    delta_events = replace(workload, votes_per_s=workload.votes_per_s * (1 - workload.state_fraction))
+    rows = steady_delta_rows_per_s(popularity, delta_events)
+    states = state_writes(popularity, workload, shape, assumptions)
     folded_posts = expected_touched(popularity, workload.votes_per_s * workload.fold_interval_s)
-    design = this_design(workload, rows, folded_posts, shape, assumptions)
+    design = this_design(workload, rows, folded_posts, shape, assumptions, states)
     approaches: Iterable[ApproachCapacity] = (
         design,
         counters(workload, hot_votes, 1, shape, assumptions),
@@ -315,7 +378,9 @@ def capacity(workload: Workload, shape: SinkShape, assumptions: Assumptions,
         pubsub_messages_per_s=workload.votes_per_s / workload.batch_size,
         delta_rows_per_window=rows * workload.window_s,
         posts_per_fold=folded_posts,
-        fold_rows_read=fold_rows_read(folded_posts, rows * workload.fold_interval_s,
-                                      rows / rows_per_sink_commit(shape) * workload.fold_interval_s),
+        fold_rows_read=fold_rows_read(folded_posts, (rows + states.delta_rows) * workload.fold_interval_s,
+                                      (rows / rows_per_sink_commit(shape) + states.transactions)
+                                      * workload.fold_interval_s),
         approaches=tuple(approaches),
+        vote_states=states,
     )

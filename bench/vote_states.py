@@ -1,0 +1,393 @@
+"""Benchmark: one vote per user (issue 29), in one run on one emulator.
+
+Vote-state events ({"post_id", "user_id", "vote": "up" | "down" | "none", ...}; only each user's
+latest state per post counts, schemas/vote_states.py) cannot be blind writes: the sink applies
+each batch in a read-write transaction that reads the stored Votes rows and writes the later states
+with the counts they move (transforms/vote_state_sink.py, spanner_store/votes.py). The emulator runs
+one read-write transaction at a time, so this measures what that costs instead of assuming it,
+beside delta events of the same shape and read-modify-write, all in the same run:
+
+(a) Read-modify-write at its best. bench/hot_post.py's sweep finds one hot row with 1 or 2 writer
+    threads best on this emulator (more threads only add aborts; sharding cannot help when the
+    emulator serialises every transaction), so those four configurations (1 and 2 threads, each
+    with the client's own abort retry and our short jittered one) run for sizes.sweep_seconds each,
+    and the best is the baseline.
+(b) End to end, one `upvotes stream` subprocess (2 s windows, as the race's): a burst published
+    through Pub/Sub in batches of 500, timed from the first publish until every post's exact count
+    equals the ledger, on one viral post and on a Zipf spread (RACE_ZIPF over sizes.e2e_posts
+    posts). Vote states with the generator's default mix (20% down votes, 20% flips, 10%
+    duplicates, 10% out of order) from sizes.state_voters users; beside them delta events of the
+    same shape (as many events, the same posts and spread, +1 upvotes each) through the same stream.
+(c) The Spanner cost per 1,000 votes of each race, counted from the database: Votes rows (one per
+    (post, user) stored: a state replaced in a later window writes its row again, so a floor; the
+    distinct events are the ceiling), delta rows (beside `upvotes capacity`'s model of them), commits
+    (one per distinct commit timestamp of the race's delta rows: every vote-state commit that moves a
+    count writes delta rows), and mutations (index entries, parent keys and each commit's DeltaCommits
+    and TopCandidates rows included).
+(d) Pipeline state: what the window's merge (WindowAndMergeVoteStates) holds per (post, user), in
+    Beam's accumulator coding (what Dataflow keeps in window state) and as Python objects (what the
+    local DirectRunner holds), from a sample of the hot post's states merged as the pipeline does.
+    It lives only while its window is open: the pane fires DISCARDING and the window's state goes
+    (pipeline/local_runner.py frees it on the DirectRunner; Dataflow garbage-collects it).
+(e) Memory under a sustained hot-post state load, every voter new (the worst case for state that
+    outlived its window): the stream's peak RSS after sizes.state_soak_short_s and
+    sizes.state_soak_long_s, beside what the distinct (post, user) pairs would hold had their window
+    state been kept. The load is SOAK_LOAD of the Votes rows per second (b)'s hot-post state race
+    wrote, not of its votes: with every voter new nearly every vote is a row to write (the race's
+    100,000 voters repeat, and its windows merge the repeats), and a load the emulator cannot apply
+    piles up in Pub/Sub, so the stream pulls ever bigger bundles and its RSS follows the backlog
+    instead of the state (measured: at 80% of the race's votes per second, 12,000/s, the lag grew
+    by about 0.1 s a second, and the peak RSS with it; at 6,700/s both stayed flat).
+(f) The count error: a steady state load (10% duplicates, 10% late, flips up -> down -> none) during
+    which the stream is stopped with SIGTERM (it drains) and restarted at once on the same
+    subscription; posts whose exact count differs from the ledger, and the summed absolute error.
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+import subprocess
+import time
+import tracemalloc
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from google.cloud.spanner_v1 import param_types
+
+from pipeline.params import STREAMING_PARAMS, defaults
+
+from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes
+from bench.hot_post import SOAK_LOAD
+from bench.measure import current_rss_mib
+from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
+from bench.stack import PacedPublisher, check_alive, upvotes_of, wait_until_ready, with_topics
+from schemas.contract import DEFAULT_EVENT_TIME_POLICY
+from spanner_store.database import open_database
+from spanner_store.deltas import MUTATIONS_PER_COMMIT
+from spanner_store.reads import verify_totals
+from spanner_store.votes import MUTATIONS_PER_VOTE
+from transforms.parse_and_sum import BundleSums
+from transforms.vote_states import MergeLatestVotes
+from upvotes.devtools import baseline_counters, local_stream
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.provision import Resources
+from upvotes.devtools.publishing import batch_messages, event_message, publish_messages
+from upvotes.devtools.race import BASELINE_SWEEP, race_pipeline, run_baseline
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, VoteStateWorkload, Workload, generate
+from upvotes.operations.capacity_model import Popularity, expected_touched
+
+RMW_CANDIDATES = tuple(config for config in BASELINE_SWEEP if config.shards == 1 and config.threads <= 2)
+E2E_TIMEOUT_S = 300.0
+STATE_SAMPLE_EVENTS = 20_000  # hot-post states merged to measure the window state per (post, user)
+SOAK_VOTERS = 10_000_000  # the soak's users: nearly every vote a new (post, user)
+STOP_AT = 0.5  # of the stop test's load, when the SIGTERM falls
+WARM_UP_POST = "vs-warm-up-state"
+VOTES_ROWS_SQL = "SELECT COUNT(*) FROM Votes WHERE STARTS_WITH(PostId, @prefix)"
+SHAPES = ("hot_post", "zipf")
+
+
+# --- (a) read-modify-write at its best --------------------------------------------------------
+
+def best_rmw(database, seconds: float) -> dict:
+    """Each of RMW_CANDIDATES for `seconds` on a new counter; every run and the best one."""
+    runs = []
+    for config in RMW_CANDIDATES:
+        counter = f"vs-rmw-{uuid.uuid4().hex[:8]}"
+        with EmulatorCpu() as cpu:
+            run = run_baseline(database, counter, config, seconds)
+        assert run.exact, f"{config.label}: the counter does not equal the acknowledged votes"
+        runs.append({"config": config.label, "votes": run.votes, "seconds": round(run.seconds, 2),
+                     "votes_per_s": round(run.votes_per_s, 1), "aborts": run.aborts, "rows_per_1k_votes": 1000.0,
+                     **spanner_cost(run.votes, run.votes, run.votes * baseline_counters.MUTATIONS_PER_INCREMENT,
+                                    cpu.seconds)})
+    return {"best": max(runs, key=lambda r: r["votes_per_s"]), "runs": runs,
+            "candidates": "one hot row, 1 and 2 writer threads x {client retry, jittered retry} (hot_post's best "
+                          "on this emulator)"}
+
+
+# --- the stream, restartable ------------------------------------------------------------------
+
+class Stream:
+    """`upvotes stream` on one subscription, started, stopped and restarted by the benchmark."""
+
+    def __init__(self, res: Resources, log_dir: Path) -> None:
+        self.res = res
+        self.topic_path = res.topic_path(res.topic)
+        self._log_dir = log_dir
+        self.starts = 0
+        self.process: subprocess.Popen | None = None
+        self.log_path = log_dir / "vote_states_stream_0.log"  # each start logs to a file of its own
+
+    def start(self) -> None:
+        self.starts += 1
+        self.log_path = self._log_dir / f"vote_states_stream_{self.starts}.log"
+        self.process = local_stream.start(self.res, RACE_WINDOW_S, self.log_path)
+
+    def stop(self) -> int:
+        """SIGTERM (it drains); its exit code, 0 when drained."""
+        return local_stream.stop(self.process)
+
+    def alive(self) -> None:
+        check_alive(self.process, self.log_path)
+
+    def wait_ready(self, database) -> None:
+        """A delta vote and a vote state each counted: both sinks are up and their sessions warm."""
+        wait_until_ready(database, self.topic_path, self.process, self.log_path)
+        state = {"post_id": WARM_UP_POST, "user_id": f"u-{uuid.uuid4().hex[:8]}", "vote": "up",
+                 "event_time": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+                 "event_id": str(uuid.uuid4())}
+        before = upvotes_of(database, [WARM_UP_POST])[WARM_UP_POST]
+        publish_messages(self.topic_path, [event_message(state)], progress=False)
+        deadline = time.monotonic() + E2E_TIMEOUT_S
+        while upvotes_of(database, [WARM_UP_POST])[WARM_UP_POST] <= before:
+            self.alive()
+            assert time.monotonic() < deadline, f"the stream applied no vote state; see {self.log_path}"
+            time.sleep(0.25)
+
+
+# --- (b) and (c): the races and their Spanner cost ----------------------------------------------
+
+def workloads(sizes: Sizes, shape: str) -> dict[str, Workload | VoteStateWorkload]:
+    """The race's two workloads of one shape: delta events (+1 upvotes) and vote states, the same
+    number of events over the same posts and spread, from the same users."""
+    posts = 1 if shape == "hot_post" else sizes.e2e_posts
+    prefix = f"vs-{shape.replace('_', '')}-"
+    return {
+        "deltas": Workload(events=sizes.e2e_votes, posts=posts, zipf=RACE_ZIPF, seed=29, unvote_fraction=0.0,
+                           fractions=UPVOTES_ONLY, voters=sizes.state_voters, post_prefix=f"{prefix}d-"),
+        "states": VoteStateWorkload(events=sizes.e2e_votes, posts=posts, zipf=RACE_ZIPF, seed=29,
+                                    voters=sizes.state_voters, post_prefix=f"{prefix}s-"),
+    }
+
+
+def votes_rows(database, prefix: str) -> int:
+    with database.snapshot() as snapshot:
+        return list(snapshot.execute_sql(VOTES_ROWS_SQL, params={"prefix": prefix},
+                                         param_types={"prefix": param_types.STRING}))[0][0]
+
+
+def race(database, stream: Stream, workload: Workload | VoteStateWorkload, rmw_votes_per_s: float) -> dict:
+    """One burst, first publish -> every post exact, and what it cost Spanner (from the database)."""
+    with EmulatorCpu() as cpu:
+        result = race_pipeline(database, stream.topic_path, workload, DEFAULT_BATCH_SIZE, E2E_TIMEOUT_S,
+                               alive=stream.alive, progress=False)
+    assert result is not None, (f"{workload.post_prefix}: counts not exact within {E2E_TIMEOUT_S:.0f} s; "
+                                f"see {stream.log_path}")
+    votes = result.ledger.events
+    cost = delta_cost(database, workload.post_prefix)
+    stored = votes_rows(database, workload.post_prefix) if isinstance(workload, VoteStateWorkload) else 0
+    commits = cost["sink_commits"]
+    mutations = cost["sink_mutations"] + commits * MUTATIONS_PER_COMMIT + stored * MUTATIONS_PER_VOTE
+    row = {
+        "votes": votes, "posts": len(result.ledger.totals), "seconds": round(result.seconds, 3),
+        "votes_per_s": round(result.votes_per_s, 1),
+        "votes_per_s_vs_rmw": round(result.votes_per_s / rmw_votes_per_s, 2),
+        "publish_seconds": round(result.report.seconds, 3), "messages": result.report.messages,
+        "votes_rows": stored, "delta_rows": cost["delta_rows"], "commits": commits,
+        "rows_per_1k_votes": round((stored + cost["delta_rows"]) / votes * 1000, 2),
+        "votes_rows_per_1k_votes": round(stored / votes * 1000, 2),
+        "delta_rows_per_1k_votes": round(cost["delta_rows"] / votes * 1000, 2),
+        **spanner_cost(votes, commits, mutations, cpu.seconds), "exact": True,
+    }
+    if isinstance(workload, VoteStateWorkload):
+        distinct = len({event["event_id"] for event in generate(workload)})
+        row["votes_row_writes_ceiling_per_1k_votes"] = round(distinct / votes * 1000, 2)
+        # `upvotes capacity`'s model: one delta row per post among a transaction's rows_per_commit states.
+        rows_per_commit = defaults(STREAMING_PARAMS)["rows_per_commit"]
+        touched = expected_touched(Popularity.zipf(workload.posts, workload.zipf), rows_per_commit)
+        row["model_delta_rows_per_1k_votes"] = round(touched / rows_per_commit * 1000, 2)
+    return row
+
+
+# --- (d) the window's state per (post, user) ----------------------------------------------------
+
+def window_state_bytes(workload: VoteStateWorkload) -> dict:
+    """The first STATE_SAMPLE_EVENTS (at most) of `workload` parsed into bundles of 500 and merged as
+    WindowAndMergeVoteStates merges them (MergeLatestVotes): the merged accumulator's size per
+    (post, user), in Beam's accumulator coder and as Python objects (tracemalloc)."""
+    events = min(STATE_SAMPLE_EVENTS, workload.events)
+    messages = list(batch_messages(itertools.islice(generate(workload), events), DEFAULT_BATCH_SIZE))
+    merge = MergeLatestVotes()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        bundles = []
+        for message in messages:
+            bundle = BundleSums()
+            bundle.add_message(message.data, message.attributes, time.time(), DEFAULT_EVENT_TIME_POLICY, lambda _: None)
+            bundles += [element.value[1] for element in bundle.emit_states()]
+        held = merge.merge_accumulators([merge.create_accumulator(), *bundles])
+        del bundles, bundle
+        gc.collect()
+        python_bytes = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    coder = merge.get_accumulator_coder()
+    return {"events": events, "keys": len(held),
+            "coder": type(coder).__name__, "encoded_bytes_per_key": round(len(coder.encode(held)) / len(held), 1),
+            "python_bytes_per_key": round(python_bytes / len(held), 1)}
+
+
+# --- (e) the soak -------------------------------------------------------------------------------
+
+class LedgeredBatches:
+    """Batches of a workload's events for PacedPublisher; each batch's events go into the ledger when
+    it is handed out, so the ledger holds exactly what was published."""
+
+    def __init__(self, workload: VoteStateWorkload) -> None:
+        self.ledger = Ledger()
+        self._events = generate(workload)
+
+    def next_message(self) -> tuple[bytes, dict, None]:
+        events = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
+        [message] = batch_messages(events, DEFAULT_BATCH_SIZE)
+        for event in events:
+            self.ledger.add(event)
+        return message.data, message.attributes, None
+
+
+def wait_exact(database, ledger: Ledger, stream: Stream, timeout_s: float) -> float | None:
+    """Seconds until every post of `ledger` is exact (checked again two windows later, so a late
+    double would show), or None if not within `timeout_s`."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        stream.alive()
+        if not verify_totals(database, ledger.totals):
+            exact_after = time.monotonic() - started
+            time.sleep(2 * RACE_WINDOW_S + 1)
+            if not verify_totals(database, ledger.totals):
+                return exact_after
+        time.sleep(0.5)
+    return None
+
+
+def soak_workload(events: int) -> VoteStateWorkload:
+    return VoteStateWorkload(events=events, posts=1, seed=31, voters=SOAK_VOTERS, post_prefix="vs-soak-")
+
+
+def soak(database, stream: Stream, race_row: dict, sizes: Sizes, state_bytes: dict) -> dict:
+    """A steady hot-post state load, every voter new, at SOAK_LOAD of the Votes rows per second of
+    `race_row` (the hot-post state race; its stored rows, a floor of its writes) over the soak's own
+    rows per vote (its distinct events, a ceiling); the stream's RSS along the way."""
+    sample = soak_workload(STATE_SAMPLE_EVENTS)
+    rows_per_vote = len({event["event_id"] for event in generate(sample)}) / sample.events
+    race_rows_per_s = race_row["votes_per_s"] * race_row["votes_rows_per_1k_votes"] / 1000
+    votes_per_s = SOAK_LOAD * race_rows_per_s / rows_per_vote
+    workload = soak_workload(int(votes_per_s * (sizes.state_soak_long_s + 30)))
+    source = LedgeredBatches(workload)
+    publisher = PacedPublisher(stream.topic_path, source.next_message, votes_per_s / DEFAULT_BATCH_SIZE)
+    samples, peak_short, started = [], None, time.monotonic()
+    publisher.start()
+    try:
+        while (elapsed := time.monotonic() - started) < sizes.state_soak_long_s:
+            stream.alive()
+            samples.append({"second": round(elapsed, 1), "rss_mib": round(current_rss_mib(stream.process.pid), 1),
+                            "peak_mib": round(current_rss_mib(stream.process.pid, "VmHWM"), 1)})
+            if peak_short is None and elapsed >= sizes.state_soak_short_s:
+                peak_short = samples[-1]["peak_mib"]
+            time.sleep(1.0)
+    finally:
+        publisher.stop()
+    peak_long = current_rss_mib(stream.process.pid, "VmHWM")
+    exact_after = wait_exact(database, source.ledger, stream, max(E2E_TIMEOUT_S, sizes.state_soak_long_s))
+    assert exact_after is not None, f"soak: the counts did not match the ledger; see {stream.log_path}"
+    pairs = votes_rows(database, workload.post_prefix)
+    return {
+        "votes_per_s": round(votes_per_s, 1), "load_of_race_votes_rows": SOAK_LOAD,
+        "race_votes_rows_per_s": round(race_rows_per_s, 1), "rows_per_vote": round(rows_per_vote, 3),
+        "of_race_votes_per_s": round(votes_per_s / race_row["votes_per_s"], 3), "votes": source.ledger.events,
+        "posts": 1, "voters": SOAK_VOTERS, "short_s": sizes.state_soak_short_s, "long_s": sizes.state_soak_long_s,
+        "peak_rss_after_short_mib": peak_short, "peak_rss_after_long_mib": round(peak_long, 1),
+        "ratio_long_to_short": round(peak_long / peak_short, 3), "samples": samples, "exact": True,
+        "seconds_to_exact_after_the_load": round(exact_after, 1), "distinct_pairs": pairs,
+        "if_window_state_were_kept_mib": round(pairs * state_bytes["python_bytes_per_key"] / 2**20, 1),
+    }
+
+
+# --- (f) the count error across a stop ----------------------------------------------------------
+
+@dataclass
+class StopOutcome:
+    exit_code: int
+    drain_seconds: float
+    drain_report: str | None
+    restart_seconds: float  # from the end of the drain to the new stream's process started
+
+
+def stop_and_restart(stream: Stream) -> StopOutcome:
+    """SIGTERM (a drain, waited for), then a new stream on the same subscription at once."""
+    signalled = time.monotonic()
+    code = stream.stop()
+    drained = time.monotonic()
+    report = local_stream.drain_summary(stream.log_path)
+    stream.start()
+    return StopOutcome(code, round(drained - signalled, 1), report, round(time.monotonic() - drained, 3))
+
+
+def count_error(database, stream: Stream, sizes: Sizes) -> dict:
+    """A steady state load over the Zipf spread, with a SIGTERM and a restart in its middle."""
+    workload = VoteStateWorkload(events=int(sizes.state_stop_rate * (sizes.state_stop_seconds + 10)),
+                                 posts=sizes.e2e_posts, zipf=RACE_ZIPF, seed=37, voters=sizes.state_voters,
+                                 duplicate_fraction=0.1, late_fraction=0.1, post_prefix="vs-stop-")
+    source = LedgeredBatches(workload)
+    publisher = PacedPublisher(stream.topic_path, source.next_message, sizes.state_stop_rate / DEFAULT_BATCH_SIZE)
+    started = time.monotonic()
+    publisher.start()
+    try:
+        time.sleep(sizes.state_stop_seconds * STOP_AT)
+        stop = stop_and_restart(stream)
+        time.sleep(max(0.0, started + sizes.state_stop_seconds - time.monotonic()))
+    finally:
+        publisher.stop()
+    exact_after = wait_exact(database, source.ledger, stream, E2E_TIMEOUT_S)
+    mismatches = verify_totals(database, source.ledger.totals)
+    return {
+        "votes": source.ledger.events, "posts": len(source.ledger.totals), "votes_per_s": sizes.state_stop_rate,
+        "load_seconds": sizes.state_stop_seconds, "sigterm_at_s": round(sizes.state_stop_seconds * STOP_AT, 1),
+        "duplicate_fraction": workload.duplicate_fraction, "late_fraction": workload.late_fraction,
+        "flip_fraction": workload.flip_fraction, "down_fraction": workload.down_fraction,
+        "drain_exit_code": stop.exit_code, "drain_seconds": stop.drain_seconds, "drain_report": stop.drain_report,
+        "restart_seconds": stop.restart_seconds,
+        "seconds_to_exact_after_the_load": None if exact_after is None else round(exact_after, 1),
+        "mismatching_posts": len({m.post_id for m in mismatches}),
+        "absolute_error": sum(abs(m.actual - m.expected) for m in mismatches), "exact": not mismatches,
+    }
+
+
+# --- the benchmark ------------------------------------------------------------------------------
+
+def _races(database, stream: Stream, sizes: Sizes, rmw_votes_per_s: float) -> dict[str, dict[str, dict]]:
+    """Each shape's delta race, then its state race (a strong read on the emulator slows as commits
+    accumulate, so the states race on the busier database)."""
+    races = {}
+    for shape in SHAPES:
+        races[shape] = {kind: race(database, stream, workload, rmw_votes_per_s)
+                        for kind, workload in workloads(sizes, shape).items()}
+        deltas, states = races[shape]["deltas"], races[shape]["states"]
+        states["vs_deltas"] = {name: round(states[name] / deltas[name], 3) if deltas[name] else None
+                               for name in ("votes_per_s", "rows_per_1k_votes", "commits_per_1k_votes",
+                                            "mutations_per_1k_votes")}
+    return races
+
+
+def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+    database = open_database(res.project, res.instance, res.database)
+    rmw = best_rmw(database, sizes.sweep_seconds)
+    state_bytes = window_state_bytes(workloads(sizes, "hot_post")["states"])
+    stream = Stream(with_topics(res, "vs"), log_dir)
+    stream.start()
+    try:
+        stream.wait_ready(database)
+        races = _races(database, stream, sizes, rmw["best"]["votes_per_s"])
+        hot = races["hot_post"]["states"]
+        state_bytes["held_at_the_hot_post_rate_mib"] = round(
+            hot["votes_per_s"] * RACE_WINDOW_S * state_bytes["python_bytes_per_key"] / 2**20, 2)
+        soaked = soak(database, stream, hot, sizes, state_bytes)
+        error = count_error(database, stream, sizes)
+    finally:
+        final_exit_code = stream.stop()
+    return {"rmw": rmw, "races": races, "window_s": RACE_WINDOW_S, "batch_size": DEFAULT_BATCH_SIZE,
+            "voters": sizes.state_voters, "zipf": RACE_ZIPF, "window_state": state_bytes, "soak": soaked,
+            "count_error": error, "final_exit_code": final_exit_code,
+            "runner": "BundleBasedDirectRunner (`upvotes stream` subprocess), the project's Pub/Sub reader"}
