@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from typing import Collection, Iterable, NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
@@ -75,16 +75,18 @@ def cut_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int =
     return commits
 
 
-def add_delta_writes(batch, deltas: list[PostDelta]) -> None:
-    """One commit's mutations: the delta rows (insert), their parents' keys (insert_or_update),
-    the commit's DeltaCommits row and its TopCandidates row (inserts), so every delta commit
-    carries its change-log entry and its candidates."""
-    parents = sorted({post_key(d.post_id) for d in deltas})
+def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection[str] = ()) -> None:
+    """One commit's mutations: the delta rows (insert), their parents' keys (insert_or_update;
+    not those of `parents_present`, posts whose row the caller knows exists), the commit's
+    DeltaCommits row and its TopCandidates row (inserts), so every delta commit carries its
+    change-log entry and its candidates."""
+    parents = sorted({post_key(d.post_id) for d in deltas if d.post_id not in parents_present})
     rows = [delta_key(d) + tuple(d.sums.counts) + (d.sums.events, sketch_column(d.sums.voters), spanner.COMMIT_TIMESTAMP)
             for d in deltas]
     commit_id = new_commit_id()
     logged = delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.sums.events for d in deltas))
-    batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
+    if parents:
+        batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
     batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
     batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS, values=[logged])
     batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[candidate_mutation_row(deltas, commit_id)])

@@ -24,22 +24,30 @@ Why this is exact at every crash point (tests/test_vote_states_sink.py injects e
   the second reads what the first wrote; the emulator aborts one, and it is retried.
 
 So the delta rows need no deterministic key: the stored state, read in the transaction that
-moves it, is what makes a state count once. No hot row is read or locked: the Votes rows of a
+moves it, is what makes a state count once. No hot row is read or written: the Votes rows of a
 batch are one per user (a viral post's voters are spread over the key space, see posts.sql),
-and the delta rows are inserts, one per post and hour per batch.
+and the delta rows are inserts, one per post and hour per batch. Their parent Posts rows must
+exist, and upserting a hot post's key in every transaction would lock that row in every one of
+them: `KnownPosts` remembers the posts whose row a committed transaction of this process made
+sure of, and their keys are not written again (Posts rows are never deleted; if an operator
+deletes one, the insert fails NOT_FOUND and the transaction runs again upserting every parent).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from datetime import datetime
-from typing import Iterable, Mapping, NamedTuple
+from typing import Collection, Iterable, Mapping, NamedTuple
 
+from google.api_core import exceptions
 from google.cloud import spanner
 
 from schemas.counters import Counts
 from schemas.records import CounterSums, PostDelta, PostUser
 from schemas.vote_states import NONE, LatestVote, VoteOrder, counted, order_of
 from schemas.voter_sketch import sketch_of
-from spanner_store.database import DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, run_transaction, run_with_retries
+from spanner_store.database import (
+    DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, run_transaction, run_with_retries, schema_behind,
+)
 from spanner_store.delta_commits import new_commit_id
 from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
 from spanner_store.mutation_cost import insert_cost
@@ -193,20 +201,47 @@ def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]
     return {PostUser(vote.post_id, vote.user_id): vote for vote in found}
 
 
+class KnownPosts:
+    """Posts whose Posts row exists, as far as this process knows: the posts of its committed
+    vote-state transactions. Bounded (the least recently used are forgotten first), so memory
+    stays flat however many posts are voted on; a forgotten post only costs its key's upsert again."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self._capacity = capacity
+        self._posts: OrderedDict[str, None] = OrderedDict()
+
+    def among(self, post_ids: Iterable[str]) -> frozenset[str]:
+        """Those of `post_ids` known to exist."""
+        return frozenset(post_id for post_id in post_ids if post_id in self._posts)
+
+    def add(self, post_ids: Iterable[str]) -> None:
+        for post_id in post_ids:
+            self._posts[post_id] = None
+            self._posts.move_to_end(post_id)
+        while len(self._posts) > self._capacity:
+            self._posts.popitem(last=False)
+
+    def forget(self, post_ids: Iterable[str]) -> None:
+        for post_id in post_ids:
+            self._posts.pop(post_id, None)
+
+
 class _OverBudget(Exception):
     """A batch whose writes, once the stored states are read, cost more than the budget."""
 
 
-def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET) -> VoteChanges:
+def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET,
+                parents_present: Collection[str] = ()) -> VoteChanges:
     """One batch, inside a read-write transaction: read, plan, write (see the module docstring).
-    Raises _OverBudget, having written nothing, when the writes would cost more than `max_mutations`."""
+    Raises _OverBudget, having written nothing, when the writes would cost more than `max_mutations`.
+    The Posts keys of `parents_present` are not upserted."""
     changes = plan_vote_changes(stored_votes(transaction, states), states, vote_delta_id(new_commit_id()))
     if changes_cost(changes) > max_mutations:
         raise _OverBudget()
     if changes.rows:
         transaction.insert_or_update(VOTES, columns=VOTE_COLUMNS, values=changes.rows)
     if changes.deltas:
-        add_delta_writes(transaction, changes.deltas)
+        add_delta_writes(transaction, changes.deltas, parents_present)
     return changes
 
 
@@ -222,22 +257,33 @@ def votes_of_user(database, user_id: str) -> list[StoredVote]:
         return [_stored(row) for row in snapshot.read(VOTES, columns=_READ_COLUMNS, keyset=user_votes_range(user_id))]
 
 
-def apply_vote_states(database, states: Mapping[PostUser, LatestVote],
-                      max_mutations: int = MUTATION_BUDGET) -> VoteChanges:
+def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET,
+                      known: KnownPosts | None = None) -> VoteChanges:
     """Applies one batch (of plan_batches), one read-write transaction per attempt; an abort or
     another transient error surfaces for run_with_retries, and a retry re-reads (see the module
     docstring). A batch whose stored states lie in so many other event hours that its writes would
     break the budget (batch_cost cannot know them before reading) is applied in two halves, each
-    its own transaction: a retry of the whole after the first half committed finds that half applied."""
+    its own transaction: a retry of the whole after the first half committed finds that half applied.
+    With `known`, the Posts keys of the posts it knows are not upserted, and it learns this batch's."""
+    present = known.among({key.post_id for key in states}) if known is not None else frozenset()
     try:
-        return run_transaction(database, lambda transaction: apply_batch(transaction, states, max_mutations))
+        changes = run_transaction(database, lambda transaction: apply_batch(transaction, states, max_mutations,
+                                                                            present))
     except _OverBudget:
         if len(states) == 1:
             raise ValueError("one vote state cannot exceed the mutation budget") from None
         keys = list(states)
-        halves = [apply_vote_states(database, {key: states[key] for key in part}, max_mutations)
+        halves = [apply_vote_states(database, {key: states[key] for key in part}, max_mutations, known)
                   for part in (keys[:len(keys) // 2], keys[len(keys) // 2:])]
         return VoteChanges(*(a + b for a, b in zip(*halves)))
+    except exceptions.NotFound as error:
+        if not present or schema_behind(error):
+            raise
+        known.forget(present)  # a Posts row taken as present is gone (deleted by an operator): upsert them all
+        return apply_vote_states(database, states, max_mutations, known)
+    if known is not None:
+        known.add(delta.post_id for delta in changes.deltas)
+    return changes
 
 
 class AppliedTotals(NamedTuple):

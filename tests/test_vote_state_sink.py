@@ -25,6 +25,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 from google.api_core import exceptions
+from google.cloud import spanner
 
 from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostUser
@@ -33,7 +34,9 @@ from spanner_store import votes as votes_module
 from spanner_store.database import RetryPolicy, run_with_retries
 from spanner_store.reads import exact_counts
 from spanner_store.deltas import MUTATIONS_PER_DELTA
-from spanner_store.votes import apply_vote_states, batch_cost, changes_cost, vote_of
+from spanner_store.database import commit_mutations
+from spanner_store.tables import post_key
+from spanner_store.votes import KnownPosts, apply_vote_states, batch_cost, changes_cost, vote_of
 from tests.faults import FlakyDatabase
 from transforms import vote_state_sink
 from transforms.parse_and_sum import vote_shard
@@ -94,7 +97,7 @@ def test_faults_in_the_transaction_never_lose_or_double_a_state(database, fault:
 
 def test_a_state_and_its_delta_are_one_commit(database, monkeypatch) -> None:
     """Crash point 4: a failure after the state's row is written and before its delta rows leaves neither."""
-    def delta_writes_fail(transaction, deltas):
+    def delta_writes_fail(transaction, deltas, parents_present):
         raise exceptions.InternalServerError("injected between the Votes rows and the delta rows")
 
     monkeypatch.setattr(votes_module, "add_delta_writes", delta_writes_fail)
@@ -118,6 +121,53 @@ def test_a_batch_whose_stored_votes_are_in_many_hours_is_split_within_the_budget
     assert changes.applied == 40 and counts(database, "many-hours") == Counts()
     assert flaky.injected.transactions > 1  # split: one transaction could not hold 40 hours' delta rows
     assert changes_cost(changes) > budget
+
+
+class WritesRecorded:
+    """The real database; records the tables each read-write transaction writes with insert_or_update."""
+
+    def __init__(self, database) -> None:
+        self._database = database
+        self.upserted: list[list[str]] = []
+
+    def __getattr__(self, name):
+        return getattr(self._database, name)
+
+    def run_in_transaction(self, work, *args, **kwargs):
+        recorder = self
+
+        class Recording:
+            def __init__(self, transaction) -> None:
+                self._transaction = transaction
+
+            def __getattr__(self, name):
+                return getattr(self._transaction, name)
+
+            def insert_or_update(self, table, **kwargs):
+                recorder.upserted[-1].append(table)
+                return self._transaction.insert_or_update(table, **kwargs)
+
+        def recording(transaction, *a, **kw):
+            recorder.upserted.append([])
+            return work(Recording(transaction), *a, **kw)
+
+        return self._database.run_in_transaction(recording, *args, **kwargs)
+
+
+def test_a_hot_posts_row_is_upserted_once_and_a_deleted_one_is_made_again(database) -> None:
+    """The sink's transactions do not write (and lock) a hot post's Posts row each time: a post whose
+    row a committed transaction made sure of is known (KnownPosts). A row deleted behind its back
+    (an operator) fails the insert of its deltas, and the transaction runs again upserting it."""
+    recorded, known = WritesRecorded(database), KnownPosts()
+    apply_vote_states(recorded, {PostUser("known", "u1"): state(UP, 1)}, known=known)
+    apply_vote_states(recorded, {PostUser("known", "u2"): state(UP, 2)}, known=known)
+    assert recorded.upserted == [["Votes", "Posts"], ["Votes"]]
+    assert counts(database, "known") == Counts(upvotes=2)
+
+    commit_mutations(database, lambda batch: batch.delete("Posts", spanner.KeySet(keys=[list(post_key("known"))])))
+    changes = apply_vote_states(recorded, {PostUser("known", "u3"): state(DOWN, 3)}, known=known)
+    assert changes.applied == 1 and recorded.upserted[-2:] == [["Votes"], ["Votes", "Posts"]]
+    assert counts(database, "known") == Counts(downvotes=1)  # the deleted row's deltas went with it
 
 
 def test_two_writers_with_the_same_users_at_once_end_at_the_latest(database) -> None:
@@ -203,7 +253,7 @@ def test_the_stateful_step_applies_late_and_out_of_order_events_exactly(stack, d
 
 def test_a_batch_that_can_never_be_applied_is_dead_lettered_whole(stack, database, monkeypatch) -> None:
     """Crash point 6: a non-transient error sends the batch's states to the failed output, nothing applied."""
-    def refused(database, states):
+    def refused(database, states, known):
         raise exceptions.InvalidArgument("injected: this batch can never be applied")
 
     monkeypatch.setattr(vote_state_sink, "apply_vote_states", refused)

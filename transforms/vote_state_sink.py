@@ -27,7 +27,7 @@ from google.api_core import exceptions
 from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import LatestVote, keep_latest
 from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries, wait_for_schema
-from spanner_store.votes import VoteChanges, apply_vote_states, plan_batches
+from spanner_store.votes import KnownPosts, VoteChanges, apply_vote_states, plan_batches
 from transforms.spanner_sink import SINK_RETRY
 
 
@@ -54,6 +54,9 @@ class ApplyVoteStatesFn(beam.DoFn):
 
     def setup(self) -> None:
         self._database = open_database(*self._where)
+        # The posts this worker's transactions made sure have a Posts row: their keys are not
+        # upserted again, so no transaction writes (and locks) a hot post's row (spanner_store/votes.py).
+        self._known_posts = KnownPosts()
 
     def start_bundle(self) -> None:
         self._pending = {}
@@ -90,8 +93,8 @@ class ApplyVoteStatesFn(beam.DoFn):
             self._commits.inc()
 
     def _apply_once(self, batch: dict[PostUser, LatestVote]) -> VoteChanges:
-        return wait_for_schema(lambda: apply_vote_states(self._database, batch), "vote-state sink",
-                               self._schema_waits.inc)
+        return wait_for_schema(lambda: apply_vote_states(self._database, batch, known=self._known_posts),
+                               "vote-state sink", self._schema_waits.inc)
 
 
 class ApplyVoteStates(beam.PTransform):

@@ -215,8 +215,7 @@ class StateWrites(NamedTuple):
     row_reads: float  # stored states read: one per state
     transactions: float  # read-write transactions of rows_per_commit states
     delta_rows: float  # one per post each transaction moves (its event hours ignored: a floor)
-    mutations: float  # the Votes rows, the delta rows with their parents, each commit's own rows
-    hot_row_writes: float  # the hottest post's Posts key, upserted by every transaction that moves it
+    mutations: float  # the Votes rows, the delta rows (with their parents, a bound), each commit's own rows
     spanner_nodes: float  # for the Votes rows, at the plain write rate
     spanner_nodes_optimized: float  # the same with throughput-optimized writes
     nodes_per_100k_votes_s: float  # spanner_nodes per 100,000 vote-state events per second
@@ -226,11 +225,12 @@ class StateWrites(NamedTuple):
 def state_writes(popularity: Popularity, workload: Workload, shape: SinkShape, assumptions: Assumptions) -> StateWrites:
     """The vote-state events' Votes rows, reads, transactions and delta rows. A transaction's states
     are votes drawn from the workload's popularity, so it writes a delta row for each post among them
-    (`expected_touched`) and upserts the hottest post's Posts key when it holds one of its votes."""
+    (`expected_touched`). It upserts a post's Posts key only the first time its worker meets the post
+    (spanner_store.votes.KnownPosts), so no hot row is written per transaction; the mutations count a
+    parent per delta row all the same, as a bound."""
     votes = workload.votes_per_s * workload.state_fraction
     transactions = votes / shape.rows_per_commit
     delta_rows = transactions * expected_touched(popularity, shape.rows_per_commit)
-    touches_hottest = 1 - (1 - popularity.hottest) ** shape.rows_per_commit
     reads_per_node = assumptions.spanner_reads_per_node_s.value
 
     def nodes(state_votes: float, writes_per_node: float) -> float:
@@ -242,7 +242,6 @@ def state_writes(popularity: Popularity, workload: Workload, shape: SinkShape, a
         votes=votes, row_writes=votes, row_reads=votes, transactions=transactions, delta_rows=delta_rows,
         mutations=(votes * shape.mutations_per_vote + transactions * shape.mutations_per_commit
                    + delta_rows * (shape.mutations_per_delta + shape.mutations_per_parent)),
-        hot_row_writes=transactions * touches_hottest,
         spanner_nodes=nodes(votes, plain), spanner_nodes_optimized=nodes(votes, optimized),
         nodes_per_100k_votes_s=nodes(100_000, plain), nodes_per_100k_votes_s_optimized=nodes(100_000, optimized),
     )
@@ -326,9 +325,9 @@ def this_design(workload: Workload, rows: float, folded_posts: float, shape: Sin
              + (rows + states.delta_rows + states.row_writes) / assumptions.sink_rows_per_core_s.value)
     hot_limit = assumptions.hot_row_transactions_per_s.value
     # The hottest post's busiest row is its Posts row: each window's delta commit upserts its
-    # key (a blind write), so does each vote-state transaction holding one of its votes, and
-    # each fold rewrites it. Every delta is a new row of its own.
-    hot_writes = 1 / workload.window_s + 1 / workload.fold_interval_s + states.hot_row_writes
+    # key (a blind write) and each fold rewrites it; a vote-state transaction does not (its worker
+    # knows the row exists). Every delta is a new row of its own.
+    hot_writes = 1 / workload.window_s + 1 / workload.fold_interval_s
     return ApproachCapacity(
         approach="this design (deltas + fold)", rows_written=rows + states.delta_rows + states.row_writes,
         commits=sink_commits + fold_transactions + states.transactions,
