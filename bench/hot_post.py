@@ -18,7 +18,6 @@ load on the database.
 """
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from dataclasses import asdict
@@ -33,7 +32,8 @@ from bench.feeds import RSS_SAMPLES, counter_values, emit_cycled, local_pipeline
 from bench.measure import current_rss_mib, latency_summary, measured, timed_calls
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import (
-    EXACT_READ_KIND, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of, wait_until_ready, with_topics,
+    EXACT_READ_KIND, LedgeredBatches, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of,
+    wait_until_ready, with_topics,
 )
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
 from upvotes.devtools import baseline_counters
@@ -43,7 +43,6 @@ from spanner_store.reads import verify_totals
 from transforms.parse_and_sum import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.provision import Resources
 from upvotes.devtools.publishing import batch_messages
 from upvotes.devtools.race import BASELINE_SWEEP, BaselineRun, race_pipeline, run_baseline
@@ -132,22 +131,6 @@ def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable
 
 # --- (c) and (d): end to end through Pub/Sub, then the soak -----------------------------------
 
-class _SoakSource:
-    """Batches of a steady viral workload for PacedPublisher; each batch's events go into the
-    ledger when the batch is handed out, so the ledger holds exactly what was published."""
-
-    def __init__(self, prefix: str, events: int) -> None:
-        self.ledger = Ledger()
-        self._events = generate_events(Workload(events=events, posts=1_000, zipf=RACE_ZIPF, seed=9, post_prefix=prefix))
-
-    def next_message(self) -> tuple[bytes, dict, None]:
-        events = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
-        [message] = batch_messages(events, DEFAULT_BATCH_SIZE)
-        for event in events:
-            self.ledger.add(event)
-        return message.data, message.attributes, None
-
-
 def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -> tuple[dict, dict, Callable[[], int]]:
     stream_res = with_topics(res, "e2e")
     topic_path = stream_res.topic_path(stream_res.topic)
@@ -180,7 +163,8 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
 def _soak(database, topic_path: str, process, log_path: Path, votes_per_s: float, sizes: Sizes) -> dict:
     """A steady batched load at `votes_per_s` for sizes.soak_long_s; the pipeline's RSS along the way."""
     messages_per_s = votes_per_s / DEFAULT_BATCH_SIZE
-    source = _SoakSource("soak-", int(votes_per_s * (sizes.soak_long_s + 30)))
+    source = LedgeredBatches(Workload(events=int(votes_per_s * (sizes.soak_long_s + 30)), posts=1_000, zipf=RACE_ZIPF,
+                                      seed=9, post_prefix="soak-"))
     publisher = PacedPublisher(topic_path, source.next_message, messages_per_s)
     samples, started = [], time.monotonic()
     publisher.start()

@@ -2,6 +2,7 @@
 pipeline as a subprocess, and paced publishing to Pub/Sub."""
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
@@ -15,9 +16,10 @@ from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
 from upvotes.devtools import local_stream
 from upvotes.devtools.provision import Resources, provision, provision_spanner
-from upvotes.devtools.publishing import BATCH_SETTINGS, event_message, publish_messages
+from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages, event_message, publish_messages
 from spanner_store.reads import exact_counts, verify_totals
 from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, VoteStateWorkload, Workload, generate
 
 PROJECT = "bench-project"
 INSTANCE = "bench"
@@ -92,6 +94,22 @@ def wait_until_ready(database, topic_path: str, process: subprocess.Popen, log_p
         if time.monotonic() > deadline:
             raise TimeoutError(f"the pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")
         time.sleep(0.5)
+
+
+class LedgeredBatches:
+    """Batches of a workload's events for PacedPublisher; each batch's events go into the ledger when
+    it is handed out, so the ledger holds exactly what was published."""
+
+    def __init__(self, workload: Workload | VoteStateWorkload) -> None:
+        self.ledger = Ledger()
+        self._events = generate(workload)
+
+    def next_message(self) -> tuple[bytes, dict, None]:
+        events = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
+        [message] = batch_messages(events, DEFAULT_BATCH_SIZE)
+        for event in events:
+            self.ledger.add(event)
+        return message.data, message.attributes, None
 
 
 class PacedPublisher(threading.Thread):

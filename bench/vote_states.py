@@ -61,7 +61,7 @@ from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes
 from bench.hot_post import SOAK_LOAD
 from bench.measure import current_rss_mib
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
-from bench.stack import PacedPublisher, check_alive, upvotes_of, wait_until_ready, with_topics
+from bench.stack import LedgeredBatches, PacedPublisher, check_alive, upvotes_of, wait_until_ready, with_topics
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY
 from spanner_store.database import open_database
 from spanner_store.deltas import MUTATIONS_PER_COMMIT
@@ -230,22 +230,6 @@ def window_state_bytes(workload: VoteStateWorkload) -> dict:
 
 
 # --- (e) the soak -------------------------------------------------------------------------------
-
-class LedgeredBatches:
-    """Batches of a workload's events for PacedPublisher; each batch's events go into the ledger when
-    it is handed out, so the ledger holds exactly what was published."""
-
-    def __init__(self, workload: VoteStateWorkload) -> None:
-        self.ledger = Ledger()
-        self._events = generate(workload)
-
-    def next_message(self) -> tuple[bytes, dict, None]:
-        events = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
-        [message] = batch_messages(events, DEFAULT_BATCH_SIZE)
-        for event in events:
-            self.ledger.add(event)
-        return message.data, message.attributes, None
-
 
 def wait_exact(database, ledger: Ledger, stream: Stream, timeout_s: float) -> float | None:
     """Seconds until every post of `ledger` is exact (checked again two windows later, so a late

@@ -49,6 +49,7 @@ from google.api_core import exceptions
 from pipeline import drain
 from tests.conftest import STREAM_WINDOW_S
 from tests.polling import assert_stays, wait_until
+from tests.steady_load import SteadyLoad
 from tests.folding import run_fold
 from schemas.counters import Counts
 from schemas.records import PostDelta
@@ -300,24 +301,12 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
     # lasts as long as the stops take (a stream's start is slower on a loaded machine), not a
     # fixed time that might end before the second stop.
     events = list(generate_events(Workload(events=120_000, posts=60, seed=21)))
-    published: list = []
-    load_done = threading.Event()
-
-    def until_the_stops_are_done():
-        for message in batch_messages(events, 100):
-            if load_done.is_set():
-                return
-            published.append(message)
-            yield message
-
-    publisher = threading.Thread(target=publish_messages, kwargs=dict(
-        topic_path=res.topic_path(res.topic), messages=until_the_stops_are_done(), rate=1_000, progress=False),
-        daemon=True)
+    load = SteadyLoad(res.topic_path(res.topic), events, batch_size=100, rate=1_000)
 
     stream = start()
     wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
                "the stream to start", stream, log)
-    publisher.start()
+    load.start()
     posts = sorted({event["post_id"] for event in events})
 
     def counted() -> int:
@@ -333,12 +322,10 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
         stopped_at = time.monotonic()
         assert local_stream.stop(stream, sig) == 0, log.read_text(errors="replace")[-3000:]
         stops.append(time.monotonic() - stopped_at)
-        assert publisher.is_alive()  # still under load
+        assert load.running  # still under load
         stream = start()
-    load_done.set()
-    publisher.join(timeout=120)
-    assert not publisher.is_alive() and len(published) < len(events) // 100  # the load ended before its pool
-    sent = events[:sum(message[2] for message in published)]
+    load.stop()
+    sent = load.sent()
     ledger = ledger_of(sent)
     took = wait_until(lambda: verify_totals(database, ledger.totals) == [], SETTLE_TIMEOUT_S,
                       "every post to match the ledger", stream, log)
@@ -347,7 +334,7 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
 
     reports = drain_reports(log)
     assert [r[0] for r in reports] == ["SIGINT", "SIGTERM", "SIGTERM"], log.read_text(errors="replace")[-3000:]
-    assert sum(r[1] for r in reports) == len(published) and sum(r[2] for r in reports) == len(sent)
+    assert sum(r[1] for r in reports) == load.messages and sum(r[2] for r in reports) == len(sent)
     assert all(r[2] > 0 for r in reports)  # each run counted some of the load
     print(f"\ndrains under load took {', '.join(f'{s:.1f}' for s in stops)} s (signal to exit); exact "
           f"{took:.1f} s after the load; votes per run: {[r[2] for r in reports]}")

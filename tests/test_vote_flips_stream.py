@@ -9,13 +9,13 @@ stored in Spanner (spanner_store/votes.py), so nothing depends on what the stopp
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
 from schemas.counters import Counts
 from spanner_store.reads import exact_counts, verify_totals, verify_unique_voters
 from spanner_store.votes import vote_of
 from tests.polling import assert_stays, wait_until
+from tests.steady_load import SteadyLoad
 from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of
 from upvotes.devtools import local_stream
 from upvotes.devtools.publishing import batch_messages, publish_messages
@@ -28,24 +28,11 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
     # users change their vote several times, and many of those changes straddle a stop.
     events = list(generate_vote_states(VoteStateWorkload(
         events=60_000, posts=3, voters=300, seed=29, flip_fraction=0.5, duplicate_fraction=0.1, late_fraction=0.1)))
-    published: list = []
-    load_done = threading.Event()
-
-    def until_the_stops_are_done():
-        for message in batch_messages(events, 50):
-            if load_done.is_set():
-                return
-            published.append(message)
-            yield message
-
-    publisher = threading.Thread(target=publish_messages, kwargs=dict(
-        topic_path=res.topic_path(res.topic), messages=until_the_stops_are_done(), rate=500, progress=False),
-        daemon=True)
+    load = SteadyLoad(res.topic_path(res.topic), events, batch_size=50, rate=500)
     stream = start()
     wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
                "the stream to start", stream, log)
-    publisher.start()
-    posts = sorted({event["post_id"] for event in events})
+    load.start()
 
     def last_applied():
         with database.snapshot() as snapshot:
@@ -59,12 +46,10 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
             break
         time.sleep(1.5)  # mid-window, mid-flips
         assert local_stream.stop(stream, sig) == 0, log.read_text(errors="replace")[-3000:]
-        assert publisher.is_alive()  # the flips go on while the stream is down
+        assert load.running  # the flips go on while the stream is down
         stream = start()
-    load_done.set()
-    publisher.join(timeout=120)
-    assert not publisher.is_alive() and len(published) < len(events) // 50  # the load ended before its pool
-    sent = events[:sum(message[2] for message in published)]
+    load.stop()
+    sent = load.sent()
     ledger = ledger_of(sent)
     assert any(t["downvotes"] for t in ledger.totals.values())
     wait_until(lambda: verify_totals(database, ledger.totals) == [], SETTLE_TIMEOUT_S,
@@ -82,11 +67,11 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
     sample = sorted(latest)[::7]
     assert [vote_of(database, post, user).vote for post, user in sample] == [latest[key][1] for key in sample]
     assert sum(1 for _, vote in latest.values() if vote == "up") == sum(
-        t.counts.upvotes for t in exact_counts(database, posts))
+        t.counts.upvotes for t in exact_counts(database, sorted(ledger.totals)))
 
     reports = drain_reports(log)
     assert [r[0] for r in reports] == ["SIGTERM", "SIGINT", "SIGTERM"], log.read_text(errors="replace")[-3000:]
-    assert sum(r[1] for r in reports) == len(published) and sum(r[2] for r in reports) == len(sent)
+    assert sum(r[1] for r in reports) == load.messages and sum(r[2] for r in reports) == len(sent)
     assert all(r[2] > 0 for r in reports)  # each run applied some of the flips
     print(f"\n{len(sent):,} vote-state events over {len(latest)} (post, user) pairs, votes per run: "
           f"{[r[2] for r in reports]}; latest: {ledger.totals}")
