@@ -1,8 +1,8 @@
 """The Votes table: each user's latest vote state per post, and the counts those states move.
 
-Applying (`apply_vote_states`, the vote-state sink's and `upvotes forget-user`'s one path):
-incoming states are cut, in Votes key order, into batches within the mutation budget, and each
-batch is ONE read-write transaction that
+Applying (`apply_vote_states`: the one path of the vote-state sink, `upvotes forget-user` and
+dead-letter replays): incoming states are cut, in Votes key order, into batches within the
+mutation budget (`plan_batches`), and each batch is ONE read-write transaction that
 
 1. reads the stored state of each of its (post, user) keys;
 2. keeps the incoming states later than the stored ones (`plan_vote_changes`, pure: the rules
@@ -12,7 +12,7 @@ batch is ONE read-write transaction that
    TopCandidates rows (spanner_store.deltas.add_delta_writes), so the fold, the exact reads and
    the fresh top treat them as any delta.
 
-Why this is exact at every crash point (tests/test_vote_states_sink.py injects each):
+Why this is exact at every crash point (tests/test_vote_state_sink.py injects each):
 
 - before the commit (a crash, a kill, an abort, an error): nothing of the batch is visible; the
   batch is applied again from its source (Pub/Sub redelivery, a bundle retry, a replay);
