@@ -18,8 +18,8 @@ install: $(BIN)/upvotes
 demo: install
 	$(BIN)/upvotes demo
 
-# The suite (about 13 minutes on 2 cores); the benchmarks' smoke run is apart (bench-smoke), as
-# it alone takes about 6 minutes. CI (.ci/run) runs both.
+# The suite (about 7 minutes on 2 cores); the benchmarks' smoke run is apart (bench-smoke), as
+# it alone takes about 5 minutes. CI (.ci/run) runs both.
 test: install
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -m "not bench_smoke" $(PYTEST_ARGS)

@@ -131,7 +131,7 @@ def _start_live_page(res: Resources, work_dir: Path):
     credential = resolve_write_credential(None, os.environ, work_dir / "serve-token")
     service = serve_in_background(res.project, res.instance, res.database, res.topic,
                                   ServiceSettings(write_tokens=credential.tokens))
-    say(f"live page: {service.url} (top posts, exact counts, a vote button each; up while the demo runs); "
+    say(f"live page: {service.url} (top posts, exact counts, an upvote toggle each; up while the demo runs); "
         f"API writes need the bearer token ({credential.source})")
     return service
 
