@@ -10,7 +10,7 @@ from bench.runner import BENCHMARKS, DEFAULT_OUT, run
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of about six minutes, every count still checked")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of about five minutes, every count still checked")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="directory for latest.json, latest.png and logs (default: %(default)s)")
     parser.add_argument("--only", default="",
