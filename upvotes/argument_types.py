@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
+from schemas.contract import MAX_ID_CHARS
+
 
 def positive_int(text: str) -> int:
     value = int(text)
@@ -33,3 +35,10 @@ def utc_time(text: str) -> datetime:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an RFC 3339 time: {text!r} (example: 2026-11-22T00:00:00Z)") from None
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+
+
+def user_id(text: str) -> str:
+    """A user ID as the event contract allows it: 1 to MAX_ID_CHARS characters."""
+    if not 0 < len(text) <= MAX_ID_CHARS:
+        raise argparse.ArgumentTypeError(f"a user ID has 1 to {MAX_ID_CHARS} characters, not {len(text)}")
+    return text

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from schemas.contract import MAX_ID_CHARS
+from upvotes.argument_types import user_id
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.commands.errors import UsageError
 from upvotes.commands.moderation_flags import actor_of, add_moderation_arguments, adjustment_id_of, required_reason
@@ -15,15 +15,13 @@ HELP = "Retract every vote of a user (an erasure request), audited; idempotent p
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
-    parser.add_argument("user_id", metavar="USER_ID", help="the user whose votes to retract")
+    parser.add_argument("user_id", metavar="USER_ID", type=user_id, help="the user whose votes to retract")
     add_moderation_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from spanner_store.forget_user import RequestIdInUse, forget_user
 
-    if not 0 < len(args.user_id) <= MAX_ID_CHARS:
-        raise UsageError(f"USER_ID must have 1 to {MAX_ID_CHARS} characters")
     request_id = adjustment_id_of(args)
     reason, actor = required_reason(args), actor_of(args)
     # Before any write: a run that stops halfway is finished by running the same ID again.

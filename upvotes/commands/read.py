@@ -5,20 +5,12 @@ import argparse
 import json
 from datetime import datetime, timedelta, timezone
 
-from schemas.contract import MAX_ID_CHARS
-from upvotes.argument_types import utc_time
+from upvotes.argument_types import user_id, utc_time
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.commands.errors import UsageError
 
 HELP = ("Exact counts of posts (folded aggregate plus unfolded deltas, one snapshot); "
         "--hourly for exact counts per event hour; --user for one user's vote on each post.")
-
-
-def user_id(text: str) -> str:
-    """A user ID as the event contract allows it: 1 to MAX_ID_CHARS characters."""
-    if not 0 < len(text) <= MAX_ID_CHARS:
-        raise argparse.ArgumentTypeError(f"a user ID has 1 to {MAX_ID_CHARS} characters, not {len(text)}")
-    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
