@@ -17,8 +17,17 @@ yet written (those are lost: the reader acknowledges on pull) and the process en
 EXIT_NOT_DRAINED, without waiting for Beam's daemon worker threads or the clients' threads.
 Without the project's reader (Beam's cannot drain) the first signal does that.
 
+Which ending is reported has one source of truth: whether the pipeline finished (its result's
+state is DONE, which Beam sets before `wait_until_finish` returns). A finished pipeline wrote
+every window, so it is "drained" and exit 0 even if the timeout or a second signal comes in the
+instant between the pipeline finishing and the main thread reporting it; "stopped at once" is
+said only of a pipeline not finished when the stop is decided. The outcome is decided once,
+under one lock, and the stop exits while still holding it, so the main thread can never report
+a drain the stop has already denied (nor the reverse).
+
 Signal handlers run in the main thread, which only waits for the pipeline here; they set flags,
-start a timer and write with os.write (never print, which is not reentrant).
+start a timer and write with os.write (never print, which is not reentrant). The lock is
+reentrant because a second signal's handler may run in the main thread while it holds it.
 """
 from __future__ import annotations
 
@@ -139,12 +148,12 @@ class StopOnSignals:
         self._control: ReaderControl | None = None
         self._attached = False
         self._result: PipelineResult | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._signal_at: float | None = None
         self._why = ""
         self._at_signal = Progress()
         self._previous: dict[int, object] = {}
-        self._stopped = False
+        self._outcome: DrainReport | None = None  # decided once, under the lock
         self._timer: threading.Timer | None = None
 
     def __enter__(self) -> "StopOnSignals":
@@ -215,22 +224,34 @@ class StopOnSignals:
         self._say(f"{self._why}: draining: no more pulls, every open window fires and is written; "
                   f"a second Ctrl-C or SIGTERM, or {self._timeout_s:g} s, stops at once")
 
+    def _finished(self) -> bool:
+        """Whether the pipeline has finished, every window written: the one source of truth for
+        how the run ended (the module docstring says why)."""
+        if self._result is None:
+            return False
+        from apache_beam.runners.runner import PipelineState  # Beam is loaded once a pipeline runs
+        return self._result.state == PipelineState.DONE
+
     def _stop_now(self, why: str) -> None:
+        """Ends the process with EXIT_NOT_DRAINED, unless the pipeline has finished or the
+        outcome is already decided. The exit happens under the lock (see the module docstring)."""
         with self._lock:
-            if self._stopped:
+            if self._outcome is not None or self._finished():
                 return
-            self._stopped = True
-        self._say(self._report(False, why).text())
-        self._exit_now(EXIT_NOT_DRAINED)
+            self._outcome = self._report(False, why)
+            self._say(self._outcome.text())
+            self._exit_now(EXIT_NOT_DRAINED)
 
     def _report(self, drained: bool, why: str) -> DrainReport:
         seconds = 0.0 if self._signal_at is None else time.monotonic() - self._signal_at
         return DrainReport(drained, why, round(seconds, 1), self._at_signal, self._progress())
 
     def until_finished(self, result: PipelineResult) -> DrainReport:
-        """Waits until the pipeline ends (a drain, or a failure, which raises); the report."""
+        """Waits until the pipeline ends (a drain, or a failure, which raises); the report of how
+        it ended (a stop decided first has ended the process, except with an injected exit)."""
         self._result = result
         result.wait_until_finish()
         with self._lock:
-            self._stopped = True  # a late timer must not exit a process that drained
-        return self._report(self._signal_at is not None, self._why or "the input ended")
+            if self._outcome is None:
+                self._outcome = self._report(self._signal_at is not None, self._why or "the input ended")
+            return self._outcome

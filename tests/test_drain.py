@@ -16,6 +16,7 @@ from pipeline.drain import (
     DRAIN_MIN_S, EXIT_NOT_DRAINED, DrainReport, Progress, StopOnSignals, default_drain_timeout_s, progress_of,
 )
 from pipeline.local_reader import ReaderControl
+from tests.polling import wait_until
 from upvotes.devtools import local_stream
 
 
@@ -24,19 +25,21 @@ class Exited(Exception):
 
 
 class Pipeline:
-    """A running pipeline that ends when its reader drains (after `drain_s`), or never."""
+    """A running pipeline that ends when its reader drains (after `drain_s`), or never; its
+    `state` is DONE once it has, as a Beam result's is before `wait_until_finish` returns."""
 
     def __init__(self, control: ReaderControl | None, drain_s: float | None = 0.2) -> None:
         self._control = control
         self._drain_s = drain_s
         self.release = threading.Event()  # ends a drain that would never end (drain_s None)
+        self.state = "RUNNING"
         if control is not None:
             control.add_pulled(10, 1)
         self.counters = {("ParseVotes", "messages"): 10, ("ParseVotes", "accepted"): 500,
                          ("WriteDeltaRows", "events_written"): 380, ("WriteDeltaRows", "rows_written"): 12,
                          ("WindowAndSumVotes", "events_without_effect"): 20, ("ParseVotes", "rejected_not_json"): 2}
 
-    def wait_until_finish(self) -> None:
+    def wait_until_finish(self) -> str:
         while self._control is None or not self._control.wait_for_drain(0.05):
             pass
         if self._drain_s is None:
@@ -44,6 +47,8 @@ class Pipeline:
             raise Exited("released")
         time.sleep(self._drain_s)
         self.counters[("WriteDeltaRows", "events_written")] = 480
+        self.state = "DONE"
+        return self.state
 
     def metrics(self):
         results = [SimpleNamespace(key=SimpleNamespace(metric=SimpleNamespace(namespace=ns, name=name)), committed=v)
@@ -53,6 +58,12 @@ class Pipeline:
 
 def signal_soon(sig: int, after_s: float = 0.2) -> None:
     threading.Timer(after_s, os.kill, args=(os.getpid(), sig)).start()
+
+
+def wait_for_timers_started_since(before: set[threading.Thread]) -> None:
+    """Until every threading.Timer started since `before` (a drain timer among them) has run."""
+    wait_until(lambda: not [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t not in before],
+               5, "the timers to fire", poll_s=0.01)
 
 
 def exits() -> tuple[list[int], callable]:
@@ -135,12 +146,43 @@ def test_without_the_projects_reader_the_first_signal_stops_at_once():
 def test_a_late_timer_never_exits_a_process_that_drained():
     control = ReaderControl()
     codes, exit_now = exits()
+    before = set(threading.enumerate())
     with StopOnSignals(0.3, lambda _: None, exit_now) as stopping:
         stopping.attach(control)
         signal_soon(signal.SIGINT, 0.05)
         assert stopping.until_finished(Pipeline(control, drain_s=0.0)).drained
-        time.sleep(0.5)
+        wait_for_timers_started_since(before)
     assert codes == []
+
+
+class FinishesAsTheTimerFires(Pipeline):
+    """A pipeline whose drain completes just as the drain timer fires: finished (state DONE),
+    its `wait_until_finish` returns only once every timer started since `timers_before` has run."""
+
+    def __init__(self, control: ReaderControl, timers_before: set[threading.Thread]) -> None:
+        super().__init__(control, drain_s=0.0)
+        self._timers_before = timers_before
+
+    def wait_until_finish(self) -> str:
+        super().wait_until_finish()
+        wait_for_timers_started_since(self._timers_before)
+        return self.state
+
+
+def test_a_drain_that_finishes_as_the_timer_fires_is_reported_drained():
+    """The pipeline finished, so every window was written: exit 0 and "drained", never the
+    drain timeout's "votes lost" (which a script would answer by republishing them)."""
+    said: list[str] = []
+    control = ReaderControl()
+    codes: list[int] = []
+    pipeline = FinishesAsTheTimerFires(control, set(threading.enumerate()))
+    with StopOnSignals(0.05, said.append, codes.append) as stopping:
+        stopping.attach(control)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, at once: the drain and its timer start
+        report = stopping.until_finished(pipeline)
+    assert codes == [] and report.drained
+    assert not any("lost" in line for line in said), said
+    assert report.text().startswith("drained in")
 
 
 def test_a_signal_before_the_pipeline_starts_stops_it_at_its_first_bundle():
