@@ -3,7 +3,8 @@
 Every writer here (the delta sink, the fold, provisioning) goes through `run_with_retries`
 instead of the client's own abort retry: the client sleeps 2^n seconds after an abort
 without a retry hint, and the emulator aborts any second concurrent transaction at once,
-so short jittered retries of our own keep throughput up and every retry bounded.
+so short jittered retries of our own keep throughput up and every retry bounded. Which
+errors are worth a retry is decided in one place, `is_transient`.
 """
 from __future__ import annotations
 
@@ -22,24 +23,101 @@ from google.cloud.spanner_v1.database import Database
 T = TypeVar("T")
 LOG = logging.getLogger(__name__)
 
-# Errors after which the same commit may simply be tried again.
-TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    exceptions.Aborted,
-    exceptions.ServiceUnavailable,
-    exceptions.DeadlineExceeded,
+COMMIT_TIMEOUT_S = 60.0
+
+# INTERNAL errors that are a connection or stream closed under a call, not a broken invariant:
+# the messages Google's Spanner clients retry (Python's _check_rst_stream_error, Java's
+# IsRetryableInternalError).
+RETRYABLE_INTERNAL_MESSAGES = (
+    "Received unexpected EOS on DATA frame from server",
+    "RST_STREAM",
+    "HTTP/2 error code: INTERNAL_ERROR",
+    "Connection closed with unknown cause",
 )
+# What Spanner says of a session it has deleted (idle over an hour, or garbage-collected).
+SESSION_NOT_FOUND = "Session not found"
+
+
+def _message(error: BaseException) -> str:
+    return getattr(error, "message", None) or str(error)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether the same commit or transaction, tried again after a backoff, may succeed.
+
+    From Spanner's error-code page (cloud.google.com/spanner/docs/error-codes) and the retry
+    settings of Google's own clients. Every writer here may retry safely: blind inserts have
+    deterministic keys (a retry finds them written), transactions re-read before they write.
+
+    | Error                                  | Class     | Why                                              |
+    |----------------------------------------|-----------|--------------------------------------------------|
+    | ABORTED                                | transient | a conflict with another transaction; Spanner:    |
+    |                                        |           | retry the whole transaction                      |
+    | UNAVAILABLE                            | transient | server or network down for now; the clients      |
+    |                                        |           | retry it with backoff                            |
+    | DEADLINE_EXCEEDED                      | transient | out of time; the commit may have happened, which |
+    |                                        |           | a retry finds (see above)                        |
+    | RESOURCE_EXHAUSTED                     | transient | Spanner overloaded (or a quota): the clients     |
+    |                                        |           | retry it, backing off longer (RetryPolicy)       |
+    | CANCELLED                              | transient | the call was cancelled; Spanner: retry it        |
+    | INTERNAL, a stream reset               | transient | the connection closed mid-call (the messages in  |
+    |                                        |           | RETRYABLE_INTERNAL_MESSAGES); the clients retry  |
+    | NOT_FOUND "Session not found"          | transient | the session is gone, not the data; the clients   |
+    |                                        |           | retry on a new session (*)                       |
+    | INTERNAL, any other                    | permanent | a broken invariant; Spanner: don't retry unless  |
+    |                                        |           | you know why it happened                         |
+    | NOT_FOUND, any other                   | permanent | a missing row or parent; a table or column the   |
+    |                                        |           | schema lacks yet is wait_for_schema's (see       |
+    |                                        |           | schema_behind), not a retry's                    |
+    | ALREADY_EXISTS                         | permanent | the row is there: the sink reads it as written   |
+    | INVALID_ARGUMENT, FAILED_PRECONDITION, | permanent | the same request fails the same way until        |
+    | OUT_OF_RANGE, PERMISSION_DENIED,       |           | someone changes it or the database; Spanner:     |
+    | UNAUTHENTICATED, UNIMPLEMENTED,        |           | don't retry without fixing the problem           |
+    | UNKNOWN, DATA_LOSS, anything else      |           |                                                  |
+
+    (*) This Python client (3.71) renews a lost session after a snapshot, not after a batch or a
+    read-write transaction: a retry takes the session the client hands out next, which is the
+    same one unless another is free (the classic pool is a stack; a multiplexed session is one).
+    """
+    if isinstance(error, (exceptions.Aborted, exceptions.ServiceUnavailable, exceptions.DeadlineExceeded,
+                          exceptions.ResourceExhausted, exceptions.Cancelled)):
+        return True
+    if isinstance(error, exceptions.InternalServerError):
+        return any(message in _message(error) for message in RETRYABLE_INTERNAL_MESSAGES)
+    if isinstance(error, exceptions.NotFound):
+        return SESSION_NOT_FOUND in _message(error)
+    return False
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded, full-jitter exponential backoff."""
+    """Capped, full-jitter exponential backoff, bounded by a number of calls and a deadline.
+
+    RESOURCE_EXHAUSTED waits longer from the first retry (overload_*, the Spanner client's own
+    defaults for it: 0.25 s up to 32 s): Spanner says it is overloaded, and retrying at the
+    pace of an abort would add to the load that caused it. An abort is a conflict with one
+    other transaction, over in milliseconds: ABORTED and the others retry fast.
+
+    The deadline (from the first call; no retry starts after it) lets a commit that used its
+    whole COMMIT_TIMEOUT_S be tried once more, and bounds how long an outage or an overload
+    holds a writer before its caller hears.
+    """
 
     attempts: int = 12
     first_delay_s: float = 0.005
     max_delay_s: float = 2.0
+    deadline_s: float = 2 * COMMIT_TIMEOUT_S
+    overload_first_delay_s: float = 0.25
+    overload_max_delay_s: float = 32.0
 
-    def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.max_delay_s, self.first_delay_s * 2**attempt))
+    def ceiling(self, attempt: int, error: BaseException) -> float:
+        """The longest wait after call number `attempt` (from 0) failed with `error`."""
+        if isinstance(error, exceptions.ResourceExhausted):
+            return min(self.overload_max_delay_s, self.overload_first_delay_s * 2**attempt)
+        return min(self.max_delay_s, self.first_delay_s * 2**attempt)
+
+    def delay(self, attempt: int, error: BaseException) -> float:
+        return random.uniform(0, self.ceiling(attempt, error))
 
 
 DEFAULT_RETRY = RetryPolicy()
@@ -49,19 +127,30 @@ def run_with_retries(
     work: Callable[[], T],
     policy: RetryPolicy = DEFAULT_RETRY,
     on_retry: Callable[[Exception], None] | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """Calls `work` until it succeeds, retrying only TRANSIENT_ERRORS, at most policy.attempts times."""
-    for attempt in range(policy.attempts):
+    """Calls `work` until it succeeds. After a transient error (is_transient) it waits policy.delay
+    and calls it again, at most policy.attempts calls in all and none starting later than
+    policy.deadline_s after the first; then the error is raised, as any other error is at once.
+    `clock` and `sleep` are there for tests."""
+    started = clock()
+    attempt = 0
+    while True:
         try:
             return work()
-        except TRANSIENT_ERRORS as error:
-            if attempt == policy.attempts - 1:
+        except Exception as error:  # noqa: BLE001 - sorted by is_transient
+            if not is_transient(error):
+                raise
+            delay = policy.delay(attempt, error)
+            attempt += 1
+            if attempt >= policy.attempts or clock() - started + delay > policy.deadline_s:
                 raise
             if on_retry is not None:
                 on_retry(error)
-            LOG.debug("transient Spanner error, retry %d: %s", attempt + 1, error)
-            time.sleep(policy.delay(attempt))
-    raise AssertionError("unreachable")
+            LOG.debug("transient Spanner error, retry %d in %.3f s: %s", attempt, delay, error)
+            sleep(delay)
 
 
 # How long a writer of this version waits for a table or column it writes and the database
@@ -74,7 +163,7 @@ SCHEMA_POLL_S = 2.0
 def schema_behind(error: Exception) -> bool:
     """True for the error of a write naming a table or column this database does not have yet:
     code newer than the schema, until `upvotes provision` migrates it (a retry then succeeds)."""
-    text = getattr(error, "message", "") or str(error)
+    text = _message(error)
     return isinstance(error, exceptions.NotFound) and ("Table not found" in text or "Column not found" in text)
 
 
@@ -99,7 +188,6 @@ def wait_for_schema(work: Callable[[], T], writer: str, on_wait: Callable[[], No
             time.sleep(SCHEMA_POLL_S)
             waited += SCHEMA_POLL_S
 
-COMMIT_TIMEOUT_S = 60.0
 OPERATION_TIMEOUT_S = 600  # a long-running operation: creating an instance or a database, a DDL change
 # Real Spanner rejects a commit of more than 80,000 mutations (one per column written, plus
 # one per column of each index entry changed); the emulator does not enforce it. Every

@@ -5,10 +5,13 @@ a commit ambiguous; production Spanner does none of these. `FlakyDatabase` passe
 through to the real database (nothing here mocks Spanner) and injects, on a seeded schedule:
 
 - blind commits (`batch()`) that fail before the commit (nothing written) or after it
-  (written, but the caller never hears: a retry after an unseen success);
+  (written, but the caller never hears: a retry after an unseen success), at a rate or at
+  chosen commits (`fail_commits`), with any error (`error`: a class or a factory of one, e.g.
+  `session_not_found`);
 - read-write transactions (`run_in_transaction`) aborted on a read inside them or at their
   commit (nothing written), or answered DEADLINE_EXCEEDED after the commit succeeded (the
-  ambiguous commit, which real Spanner leaves to the caller);
+  ambiguous commit, which real Spanner leaves to the caller), or refused with `error` before
+  they begin (`fail_transactions`);
 - reads at a timestamp older than the version retention (`snapshot(read_timestamp=...)`,
   `batch_snapshot(read_timestamp=...)`), rejected as real Spanner rejects them, against an
   injectable clock so a test can age a fold's snapshot without waiting an hour;
@@ -25,8 +28,9 @@ import random
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Callable, Collection, Iterable
 
+from apache_beam.utils.windowed_value import WindowedValue
 from google.api_core import exceptions
 
 # What Spanner keeps versions for (version_retention_period's default): a read at an older
@@ -39,10 +43,40 @@ def aborted(message: str) -> exceptions.Aborted:
     return exceptions.Aborted(message, errors=[object()])
 
 
+def session_not_found(message: str) -> exceptions.NotFound:
+    """NOT_FOUND as Spanner answers a request on a session it has deleted (idle for an hour, or
+    garbage-collected): the client names the session in the message."""
+    return exceptions.NotFound(f"Session not found: projects/p/instances/i/databases/d/sessions/s ({message})")
+
+
+def stream_reset(message: str) -> exceptions.InternalServerError:
+    """INTERNAL as gRPC reports a stream the server closed mid-call, which Google's clients retry."""
+    return exceptions.InternalServerError(f"Received unexpected EOS on DATA frame from server ({message})")
+
+
+# What real Spanner answers and a retry fixes, beyond the ABORTED, UNAVAILABLE and
+# DEADLINE_EXCEEDED other tests inject; by the name a test's id shows.
+RETRYABLE_ERRORS: dict[str, Callable[[str], exceptions.GoogleAPICallError]] = {
+    "RESOURCE_EXHAUSTED": exceptions.ResourceExhausted,
+    "INTERNAL_stream_reset": stream_reset,
+    "CANCELLED": exceptions.Cancelled,
+    "NOT_FOUND_session": session_not_found,
+}
+
+
+def dead_letters(outputs: Iterable, tag: str) -> list:
+    """What a sink's DoFn sent to its dead-letter output `tag`, from the outputs of one bundle's
+    `process` calls (values bare) and `finish_bundle` (values in the global window)."""
+    outputs = list(outputs)
+    assert {out.tag for out in outputs} <= {tag}, [out.tag for out in outputs]
+    return [out.value.value if isinstance(out.value, WindowedValue) else out.value for out in outputs]
+
+
 @dataclass
 class Injected:
     """How many faults of each kind were injected (shared by every handle of one schedule)."""
 
+    commits: int = 0  # blind commits started (attempts)
     before: int = 0  # blind commits failed before committing
     after: int = 0  # blind commits failed after committing
     read_aborts: int = 0  # transactions aborted on a read
@@ -50,6 +84,7 @@ class Injected:
     ambiguous: int = 0  # transactions that committed but answered DEADLINE_EXCEEDED
     too_old: int = 0  # reads rejected as older than the version retention
     transactions: int = 0  # read-write transactions started (attempts)
+    refused: int = 0  # read-write transactions failed with `error` before they began
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
@@ -58,10 +93,12 @@ def utc_now() -> datetime:
 
 
 class FlakyDatabase:
-    """The real `database`, with faults injected at the given rates (0..1) from `seed`."""
+    """The real `database`, with faults injected at the given rates (0..1) from `seed`, and at the
+    numbered blind commits and read-write transactions given (counted from 1, attempts included)."""
 
     def __init__(self, database, fail_before: float = 0.0, fail_after: float = 0.0, seed: int = 0,
-                 error: type[exceptions.GoogleAPICallError] = exceptions.Aborted, *,
+                 error: Callable[[str], exceptions.GoogleAPICallError] = exceptions.Aborted, *,
+                 fail_commits: Collection[int] = (), fail_transactions: Collection[int] = (),
                  abort_read: float = 0.0, abort_commit: float = 0.0, ambiguous_commit: float = 0.0,
                  version_retention: timedelta | None = None, clock: Callable[[], datetime] = utc_now,
                  before_transaction: Callable[[int], None] | None = None,
@@ -70,6 +107,8 @@ class FlakyDatabase:
         self._fail_before = fail_before
         self._fail_after = fail_after
         self._error = error
+        self._fail_commits = frozenset(fail_commits)  # numbers of blind commits, from 1
+        self._fail_transactions = frozenset(fail_transactions)  # numbers of read-write transactions, from 1
         self._abort_read = abort_read
         self._abort_commit = abort_commit
         self._ambiguous_commit = ambiguous_commit
@@ -106,7 +145,8 @@ class FlakyDatabase:
 
     @contextlib.contextmanager
     def batch(self, **kwargs):
-        if self._roll(self._fail_before):
+        number = self._count("commits")
+        if number in self._fail_commits or self._roll(self._fail_before):
             self._count("before")
             raise self._error("injected before commit")
         with self._database.batch(**kwargs) as batch:
@@ -121,6 +161,9 @@ class FlakyDatabase:
         number = self._count("transactions")
         if self._before_transaction is not None:
             self._before_transaction(number)
+        if number in self._fail_transactions:
+            self._count("refused")
+            raise self._error("injected before the transaction began")
 
         def misbehaving(transaction, *a, **kw):
             result = work(_AbortingReads(transaction, self), *a, **kw)

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import apache_beam as beam
 import pytest
+from google.api_core import exceptions
 from apache_beam.testing.test_pipeline import TestPipeline
+from google.cloud import spanner
 
-from tests.faults import FlakyDatabase
+from tests.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from schemas.counters import Counts
-from schemas.records import PostDelta, PostTotals
+from schemas.records import FailedDelta, PostDelta, PostTotals
 from spanner_store.database import SPANNER_MUTATION_LIMIT
 from spanner_store.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, plan_commits,
@@ -102,3 +104,42 @@ def test_rows_that_can_never_be_written_go_to_the_failed_output(stack, database)
     assert len(outputs) == 1 and outputs[0].tag == WriteDeltasFn.FAILED
     assert outputs[0].value.value.delta == bad
     assert "spanner_write_failed" in outputs[0].value.value.error
+
+
+def dead_letters_of_bundle(fn: WriteDeltasFn, items: list[PostDelta]) -> list[FailedDelta]:
+    """One bundle through the sink's DoFn; returns what it dead-lettered."""
+    fn.start_bundle()
+    return dead_letters([out for d in items for out in fn.process(d)] + list(fn.finish_bundle()), fn.FAILED)
+
+
+@pytest.mark.parametrize("name", RETRYABLE_ERRORS)
+def test_an_error_a_retry_fixes_on_one_commit_writes_every_row_and_dead_letters_none(stack, database, name) -> None:
+    """RESOURCE_EXHAUSTED (an overloaded Spanner), a reset stream, CANCELLED and a lost session on the
+    second of five commits: the commit is retried, nothing goes to the dead letters."""
+    writer = f"retried-{name.lower()}"
+    items = [PostDelta.of(f"{writer}-{i % 5}", HOUR, f"{writer}:{i}:0", upvotes=1, events=1) for i in range(100)]
+    flaky = FlakyDatabase(database, error=RETRYABLE_ERRORS[name], fail_commits={2})
+    fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
+    fn._database = flaky
+    assert dead_letters_of_bundle(fn, items) == []
+    assert flaky.injected_before == 1
+    assert row_count(database, f"WHERE STARTS_WITH(DeltaId, '{writer}:')") == 100
+    assert [t.counts.upvotes for t in exact_counts(database, [f"{writer}-{i}" for i in range(5)])] == [20] * 5
+
+
+def test_a_permanent_error_on_one_commit_dead_letters_that_commit_only(stack, database) -> None:
+    writer = "permanent"
+    items = [PostDelta.of(f"{writer}-{i % 5}", HOUR, f"{writer}:{i}:0", upvotes=1, events=1) for i in range(100)]
+    flaky = FlakyDatabase(database, error=exceptions.InvalidArgument, fail_commits={2})
+    fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
+    fn._database = flaky
+    failed = dead_letters_of_bundle(fn, items)
+    assert len(failed) == 20 and all(f.error.startswith("spanner_write_failed: 400 injected") for f in failed)
+    assert flaky.injected.commits == 5  # not retried
+    assert row_count(database, f"WHERE STARTS_WITH(DeltaId, '{writer}:')") == 80
+    dead = {f.delta.delta_id for f in failed}
+    with database.snapshot() as snapshot:
+        stored = {row[0] for row in snapshot.execute_sql(
+            "SELECT DeltaId FROM PostDeltas WHERE STARTS_WITH(DeltaId, @writer)",
+            params={"writer": f"{writer}:"}, param_types={"writer": spanner.param_types.STRING})}
+    assert not dead & stored and len(dead | stored) == 100

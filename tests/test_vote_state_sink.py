@@ -37,10 +37,10 @@ from spanner_store.deltas import MUTATIONS_PER_DELTA
 from spanner_store.database import commit_mutations
 from spanner_store.tables import post_key
 from spanner_store.votes import KnownPosts, apply_vote_states, batch_cost, changes_cost, vote_of
-from tests.faults import FlakyDatabase
+from tests.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from transforms import vote_state_sink
 from transforms.parse_and_sum import vote_shard
-from transforms.vote_state_sink import ApplyVoteStates
+from transforms.vote_state_sink import ApplyVoteStates, ApplyVoteStatesFn
 from transforms.vote_states import WindowAndMergeVoteStates
 
 HOUR = 1_795_312_800
@@ -194,6 +194,42 @@ def test_two_writers_with_the_same_users_at_once_end_at_the_latest(database) -> 
     final = [(UP, DOWN, NONE)[(11 + i) % 3] for i in range(len(users))]  # at_us 11 is the latest
     assert counts(database, "concurrent") == Counts(upvotes=final.count(UP), downvotes=final.count(DOWN))
     assert [vote_of(database, u.post_id, u.user_id).vote for u in users] == final
+
+
+def sink_refusing(stack, database, error, transactions: set[int]) -> tuple[ApplyVoteStatesFn, FlakyDatabase]:
+    """The vote-state sink's DoFn on the emulator, its numbered transactions refused with `error`."""
+    fn = ApplyVoteStatesFn(stack.project, stack.instance, stack.database, rows_per_commit=10)
+    fn.setup()
+    fn._database = flaky = FlakyDatabase(database, error=error, fail_transactions=transactions)
+    return fn, flaky
+
+
+def dead_letters_of_bundle(fn: ApplyVoteStatesFn, states: dict[PostUser, LatestVote]) -> list[FailedVoteStates]:
+    """One bundle of one pane through the sink's DoFn; returns what it dead-lettered."""
+    fn.start_bundle()
+    return dead_letters(list(fn.process((0, states))) + list(fn.finish_bundle()), fn.FAILED)
+
+
+@pytest.mark.parametrize("name", RETRYABLE_ERRORS)
+def test_an_error_a_retry_fixes_applies_every_state_and_dead_letters_none(stack, database, name) -> None:
+    """RESOURCE_EXHAUSTED, a reset stream, CANCELLED or a lost session on the first of three
+    transactions: it is retried, every state applied once."""
+    post = f"retried-{name.lower()}"
+    fn, flaky = sink_refusing(stack, database, RETRYABLE_ERRORS[name], {1})
+    states = {PostUser(post, f"u{i}"): state(UP if i % 3 else DOWN, 10, f"e{i}") for i in range(30)}
+    assert dead_letters_of_bundle(fn, states) == []
+    assert flaky.injected.refused == 1
+    assert counts(database, post) == Counts(upvotes=20, downvotes=10)
+
+
+def test_a_permanent_error_dead_letters_its_batch_only(stack, database) -> None:
+    fn, flaky = sink_refusing(stack, database, exceptions.InvalidArgument, {1})
+    states = {PostUser("permanent", f"u{i:02}"): state(UP, 10, f"e{i}") for i in range(30)}
+    failed = dead_letters_of_bundle(fn, states)
+    assert [len(f.states) for f in failed] == [10] and failed[0].error.startswith("spanner_apply_failed: 400 injected")
+    assert flaky.injected.transactions == 3  # not retried
+    assert counts(database, "permanent") == Counts(upvotes=20)
+    assert all(vote_of(database, "permanent", key.user_id) is None for key, _ in failed[0].states)
 
 
 # --- the Beam step: TestStream through WindowAndMergeVoteStates and ApplyVoteStates --------------

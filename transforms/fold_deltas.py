@@ -25,7 +25,7 @@ from apache_beam.metrics import Metrics
 from schemas.counters import Counts
 from schemas.voter_sketch import union_of
 from spanner_store.database import (
-    DEFAULT_RETRY, MUTATION_BUDGET, TRANSIENT_ERRORS, open_database, run_transaction, run_with_retries,
+    DEFAULT_RETRY, MUTATION_BUDGET, is_transient, open_database, run_transaction, run_with_retries,
 )
 from spanner_store.delta_commits import SkippedPost
 from spanner_store.folding import (
@@ -369,7 +369,7 @@ def _skippable(error: Exception, snapshot_at: datetime) -> bool:
             f"the fold's snapshot {snapshot_at.isoformat()} is older than Spanner keeps versions: this run took too "
             "long to finish. Nothing is lost (the next run folds what this one did not); lower "
             "--max-delta-rows-per-run (template parameter maxDeltaRowsPerRun) if it happens again.") from error
-    return not isinstance(error, TRANSIENT_ERRORS + (AssertionError,))
+    return not (is_transient(error) or isinstance(error, AssertionError))
 
 
 def _earliest_or_none(throughs: Iterable[datetime]) -> datetime | None:

@@ -6,9 +6,10 @@ writes themselves (blind inserts, idempotent retries, commits planned within a m
 budget) are `spanner_store.deltas`; this module buffers a bundle's rows and decides what a
 failure means:
 
-- Transient errors (ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED) are retried with short
-  jittered backoff; after the last attempt the error is raised so the runner retries the
-  bundle (Dataflow does, indefinitely, and the deterministic keys make that safe).
+- Transient errors (`is_transient`: ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
+  CANCELLED, a reset stream, a lost session) are retried with jittered backoff, longer for an
+  overloaded Spanner; after the last attempt or the deadline the error is raised so the runner
+  retries the bundle (Dataflow does, indefinitely, and the deterministic keys make that safe).
 - Rows that can never be written (any other error) go to the `failed` output with the
   reason. Rows found already written count as `rows_already_written`, not errors.
 - A database whose schema is behind this code (a table or column it writes is missing: the
@@ -27,12 +28,13 @@ from apache_beam.transforms.window import GlobalWindows
 from google.api_core import exceptions
 
 from schemas.records import FailedDelta, PostDelta
-from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries, wait_for_schema
+from spanner_store.database import RetryPolicy, is_transient, open_database, run_with_retries, wait_for_schema
 from spanner_store.deltas import plan_commits, write_new_deltas
 
 LOG = logging.getLogger(__name__)
 # Long enough to ride out a brief outage or a burst of aborts from a concurrent fold, and
-# bounded: after the last attempt the error is raised (see the module docstring).
+# bounded, by attempts and by RetryPolicy's deadline: then the error is raised (see the module
+# docstring).
 SINK_RETRY = RetryPolicy(attempts=25, first_delay_s=0.005, max_delay_s=2.0)
 
 
@@ -82,9 +84,9 @@ class WriteDeltasFn(beam.DoFn):
         for batch in plan_commits(pending, self._rows_per_commit):
             try:
                 run_with_retries(lambda b=batch: self._commit_once(b), self._retry, lambda _: self._retries.inc())
-            except TRANSIENT_ERRORS:
-                raise  # the runner retries the bundle; deterministic keys make that safe
             except exceptions.GoogleAPICallError as error:
+                if is_transient(error):
+                    raise  # the runner retries the bundle; deterministic keys make that safe
                 self._failed.inc(len(batch))
                 self._events_failed.inc(sum(delta.sums.events for delta in batch))
                 for delta in batch:

@@ -7,9 +7,9 @@ apply as their later one, which moves the counts as both would), then cut into b
 order within the mutation budget. Failures are handled as the delta sink handles its own
 (transforms/spanner_sink.py):
 
-- transient errors (ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED) are retried with short jittered
-  backoff, re-reading the stored states each time; after the last attempt the error is raised so
-  the runner retries the bundle, which applies nothing twice;
+- transient errors (`is_transient`) are retried with jittered backoff, re-reading the stored
+  states each time; after the last attempt or the deadline the error is raised so the runner
+  retries the bundle, which applies nothing twice;
 - a database whose schema is behind this code (no Votes table yet) makes the sink wait for
   `upvotes provision`, as the delta sink does;
 - any other error sends the batch's states to the `failed` output (FailedVoteStates), for the dead
@@ -26,7 +26,7 @@ from google.api_core import exceptions
 
 from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import LatestVote, keep_latest
-from spanner_store.database import TRANSIENT_ERRORS, RetryPolicy, open_database, run_with_retries, wait_for_schema
+from spanner_store.database import RetryPolicy, is_transient, open_database, run_with_retries, wait_for_schema
 from spanner_store.votes import KnownPosts, VoteChanges, apply_vote_states, plan_batches
 from transforms.spanner_sink import SINK_RETRY
 
@@ -78,9 +78,9 @@ class ApplyVoteStatesFn(beam.DoFn):
             try:
                 changes = run_with_retries(lambda b=batch: self._apply_once(b), self._retry,
                                            lambda _: self._retries.inc())
-            except TRANSIENT_ERRORS:
-                raise  # the runner retries the bundle; a batch applied twice applies once
             except exceptions.GoogleAPICallError as error:
+                if is_transient(error):
+                    raise  # the runner retries the bundle; a batch applied twice applies once
                 self._failed.inc(len(batch))
                 self._events_failed.inc(sum(state.events for state in batch.values()))
                 yield beam.pvalue.TaggedOutput(self.FAILED, FailedVoteStates(
