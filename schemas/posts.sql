@@ -283,3 +283,21 @@ CREATE TABLE Votes (
   EventHour TIMESTAMP NOT NULL,
   AppliedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (UserHash, UserId, PostId);
+
+-- Erasure requests (issue 34, spanner_store/forget_user.py): one row per `upvotes forget-user`
+-- request, written in the same commit as its audit row and before any retraction. It says that
+-- every vote-state of the user at or before ForgottenThrough (the request's forget time) counts
+-- nothing, on every post: the vote-state sink reads the user's rows in the transaction that
+-- applies the user's states (one key range per user, beside the Votes rows it reads) and turns a
+-- state no later than the newest of them into the request's "none" (schemas/vote_states.py
+-- `erased`). So a vote in flight when the request runs (in an open window, the subscription's
+-- backlog or a dead-letter batch) loses when it arrives, on a post with no stored vote too.
+-- Keyed like Votes, a user's rows together (UserHash leads, then UserId), then the request's ID.
+-- Kept: the row holds the user's ID for as long as an event of the user may still arrive; it is
+-- deleted with the user's Votes rows once that can no longer happen (docs/operating.md).
+CREATE TABLE UserErasures (
+  UserHash         INT64 NOT NULL,
+  UserId           STRING(128) NOT NULL,
+  RequestId        STRING(64) NOT NULL,
+  ForgottenThrough TIMESTAMP NOT NULL,
+) PRIMARY KEY (UserHash, UserId, RequestId);

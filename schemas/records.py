@@ -15,6 +15,11 @@ from schemas.vote_states import NONE, LatestVote
 HOUR_S = 3600
 
 
+def hour_of_us(at_us: int) -> int:
+    """The start (epoch seconds) of the UTC hour holding a time in microseconds since the epoch."""
+    return at_us // 1_000_000 // HOUR_S * HOUR_S
+
+
 class VoteEvent(NamedTuple):
     """One accepted vote, as the event contract (schemas/vote_event.schema.json) defines it."""
 

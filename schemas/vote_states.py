@@ -77,6 +77,33 @@ def keep_latest(latest: MutableMapping[Hashable, LatestVote], key: Hashable, sta
     latest[key] = state if found is None else later(found, state)
 
 
+class Erasure(NamedTuple):
+    """An erasure request's floor on one user's votes (`upvotes forget-user`): every state of the
+    user at or before it counts nothing, on every post, the posts with no stored state included.
+    It stands where the request's own "none" states stand in the order (order_of(NONE, at_us,
+    event_id)), so a retraction of the request equals it and a state cast after it is later."""
+
+    at_us: int  # the forget time, microseconds since the epoch
+    event_id: str  # the request's "@forget/<ID>"
+    event_hour: int  # the forget time's hour (epoch seconds), where its "none" states are counted
+
+    @property
+    def order(self) -> VoteOrder:
+        return order_of(NONE, self.at_us, self.event_id)
+
+
+def erased(state: LatestVote, erasure: Erasure | None) -> LatestVote:
+    """`state` as the user's erasure leaves it: itself when later than the erasure (or with none),
+    else the erasure's own "none", counted in the forget time's hour, standing for the same events
+    (they were delivered, they just count nothing). So an event of a forgotten user that arrives
+    late (from a window, a backlog or a replay) writes what the request would have written on that
+    post, whether or not the user had a stored vote there, and moves a stored vote out if the
+    request has not reached it yet. Pure."""
+    if erasure is None or state.order > erasure.order:
+        return state
+    return LatestVote(NONE, erasure.at_us, erasure.event_id, erasure.event_hour, state.events, state.voted)
+
+
 def counted(vote: str | None) -> Counts:
     """What one user in this state adds to the counts: one on its vote's counter (None: never voted)."""
     return Counts(**{COUNTER_OF_VOTE[vote]: 1}) if vote in COUNTER_OF_VOTE else Counts()

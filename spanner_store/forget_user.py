@@ -1,44 +1,56 @@
-"""Erasure requests (`upvotes forget-user`): every vote of one user retracted, as vote states.
+"""Erasure requests (`upvotes forget-user`): every vote of one user retracted, now and in flight.
 
 A retraction is a "none" state (schemas/vote_states.py) applied through the vote-state sink's own
 path (spanner_store.votes.apply_all_vote_states), not a compensating delta: each one moves the
 count the user's stored vote made, in that vote's hour, in the same read-write transaction that
 writes the "none" row, so the exact reads, the hourly counts, the fold and the fresh top see an
 ordinary vote-state change, and a stream applying the same user's events at the same time is
-serialised with it on the Votes rows. And the "none" row is what a compensating delta could not
-be: it is later than every vote it retracts, so an older event of that user arriving late (a
-redelivery, a replay, a slow publisher) loses to it instead of counting again.
+serialised with it on the Votes rows.
 
-One request, one ID (the operator's --id or a random UUID), one forget time:
+One request, one ID (the operator's --id or a random UUID), one forget time F (the clock's, when
+the request is first run):
 
-1. the request's audit row (Adjustments, Kind FORGET_USER, UserId the user, PostId "", AsOf the
-   forget time, the counts it found to retract) is written first, in a blind commit of its own,
-   before any retraction;
-2. every vote of the user not already "none" gets the state "none" at the forget time, event_id
-   "@forget/<ID>", counted in the forget time's hour.
+1. ONE blind commit records the request, before anything is retracted: its audit row
+   (Adjustments, Kind FORGET_USER, UserId the user, PostId "", AsOf F, CreatedAt its commit time,
+   the counts it found to retract) and its UserErasures row (the user, the ID, F). From that
+   commit on, every application of the user's states (the stream's sink, a dead-letter replay, a
+   rerun) reads the erasure in its own transaction and turns a state at or before F into the
+   request's "none" (schemas/vote_states.py `erased`): a vote still in flight when the request
+   runs, in an open window, the subscription's backlog or a dead-letter batch, counts nothing when
+   it arrives, on a post with no stored vote too;
+2. the user's Votes rows are read (after the commit, so every state applied before it is seen),
+   and every vote stored before the request (AppliedAt before CreatedAt) or at or before F gets
+   the state "none", event_id "@forget/<ID>", at F, or just after the vote if the vote's own time
+   is later (`plan_retractions`).
+
+The bound on the forget time: F is the request's clock time, never the newest vote's. A vote
+whose event time runs ahead of the clock (by up to the contract's clock skew) is retracted on its
+own post just after its own time, where only an older event of the user on that post is silenced,
+which loses to that vote anyway; the user's votes cast after the request, on every other post,
+count from F on. A vote published before the request with a time ahead of F that has not arrived
+when the request runs counts as cast after it: the skew bounds that window, and a second request
+(a new ID) once the backlog has drained retracts it.
 
 A rerun of the same ID (after a crash, a timeout, or just again) reads the audit row back and
-reuses its forget time, so it plans the same states: what an earlier run applied is "none"
-already and is not planned again, the rest is applied now, and no count moves twice. It writes
-no second audit row. The forget time is the clock's, or just after the user's newest stored vote
-if that is later (an event time may run ahead of the clock by the contract's clock skew): every
-vote stored when the request is first run is retracted. After it, a vote whose event time is
-later than the forget time (one the user casts afterwards) counts again; a rerun keeps it.
+reuses its forget time and commit time, so it plans the same states: what an earlier run applied
+is "none" already and is not planned again, the rest is applied now, and no count moves twice. A
+vote applied after the request and later than F is the user's own later vote: a rerun keeps it.
 
-Cost: point reads of the audit row (a first run reads it back after writing it), ONE key-range
-read of the user's Votes rows (they share the key prefix (UserHash, UserId)), one blind commit,
-and one read-write transaction per `rows_per_commit` of the user's votes, each reading and
-writing only its own Votes rows and one delta row per post and hour. It follows that user's
-votes, never the catalogue nor the other voters of the same posts.
+Cost: point reads of the audit row, two key-range reads of the user's Votes rows (one for the
+counts the audit row records, one after the record), one blind commit, and one read-write
+transaction per `rows_per_commit` of the user's votes, each reading and writing only its own
+Votes rows, the user's UserErasures rows and one delta row per post and hour. It follows that
+user's votes, never the catalogue nor the other voters of the same posts.
 
-What stays: the user's Votes rows, now "none", keep the user ID, post ID and forget time: the
-ordering that makes a late event of the user lose needs them. The audit row keeps the user ID.
-The delta rows carry no user ID; the unique-voter sketches keep a register set by a hash of it,
-which no read turns back into the ID. Full erasure is the operator's next step, once no event of
-the user can still arrive (the app publishes none for the account any more, and the retention of
-the votes subscription and of the dead-letter topic has passed since): delete the user's Votes
-rows, one key range (UserHash, UserId), which moves no count since "none" counts nothing (an
-event of the user arriving after that would count again).
+What stays: the user's Votes rows, now "none", keep the user ID, post ID and forget time, and the
+UserErasures row keeps the user ID and F: both are what makes a late event of the user lose. The
+audit row keeps the user ID. The delta rows carry no user ID; the unique-voter sketches keep a
+register set by a hash of it, which no read turns back into the ID. Full erasure is the
+operator's next step, once no event of the user can still arrive (the app publishes none for the
+account any more, and the retention of the votes subscription and of the dead-letter topic has
+passed since): delete the user's Votes and UserErasures rows, one key range (UserHash, UserId)
+each, which moves no count since "none" counts nothing (an event of the user arriving after that
+would count again).
 """
 from __future__ import annotations
 
@@ -46,27 +58,16 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable, NamedTuple
 
 from schemas.counters import Counts
-from schemas.records import HOUR_S, PostUser
-from schemas.vote_states import NONE, LatestVote, counted
+from schemas.records import PostUser, hour_of_us
+from schemas.vote_states import NONE, Erasure, LatestVote, counted
+from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.moderation import FORGET_USER, Adjustment, adjustment_of, record
-from spanner_store.tables import micros_timestamp, timestamp_micros
-from spanner_store.votes import StoredVote, apply_all_vote_states, votes_of_user
+from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, micros_timestamp, timestamp_micros, user_hash
+from spanner_store.votes import StoredVote, apply_all_vote_states, erasure, votes_of_user
 
 
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def forget_event_id(request_id: str) -> str:
-    """The event_id of a request's "none" states: the same in every run of the request, so a
-    rerun's state equals the first run's and is superseded by it, never applied twice."""
-    return f"@forget/{request_id}"
-
-
-def forget_time(votes: Iterable[StoredVote], now_us: int) -> int:
-    """A new request's forget time (microseconds): now, or just after the newest vote if that is
-    later, so that its "none" state is later than every vote stored. Pure."""
-    return max([now_us, *(vote.voted_at_us + 1 for vote in votes if vote.vote != NONE)])
 
 
 class Retractions(NamedTuple):
@@ -77,21 +78,23 @@ class Retractions(NamedTuple):
     kept: int  # votes later than the forget time: cast after it, they count
 
 
-def plan_retractions(votes: Iterable[StoredVote], at_us: int, event_id: str) -> Retractions:
-    """A "none" state at `at_us` for each vote that is not "none" and not later than it. A
-    retraction stands for no event from the stream (events=0) and adds no voter. Pure."""
-    hour = at_us // 1_000_000 // HOUR_S * HOUR_S
-    retraction = LatestVote(NONE, at_us, event_id, hour, events=0, voted=False)
+def plan_retractions(votes: Iterable[StoredVote], request: Erasure, recorded_at: datetime) -> Retractions:
+    """A "none" state for each vote that is not "none" and was stored before the request was
+    recorded (`recorded_at`) or is no later than its erasure: at the forget time, or just after the
+    vote's own time if that is later (a clock ahead), on that vote's post alone. A retraction stands
+    for no event from the stream (events=0) and adds no voter. Pure."""
     states: dict[PostUser, LatestVote] = {}
     counts = Counts()
     kept = 0
     for vote in votes:
         if vote.vote == NONE:
             continue
-        if vote.order > retraction.order:
-            kept += 1
+        if vote.order > request.order and (vote.applied_at is None or vote.applied_at > recorded_at):
+            kept += 1  # the user's own vote, cast and applied after the request
             continue
-        states[PostUser(vote.post_id, vote.user_id)] = retraction
+        at_us = max(request.at_us, vote.voted_at_us + 1)
+        states[PostUser(vote.post_id, vote.user_id)] = LatestVote(NONE, at_us, request.event_id, hour_of_us(at_us), 0,
+                                                                  False)
         counts = counts.plus(counted(vote.vote).negated())
     return Retractions(states, counts, kept)
 
@@ -118,21 +121,32 @@ def _recorded(database, request_id: str, user_id: str) -> Adjustment | None:
     return request
 
 
+def _erasure_row(request_id: str, user_id: str, forgotten_through: datetime) -> tuple:
+    return (user_hash(user_id), user_id, request_id, forgotten_through)
+
+
 def forget_user(database, request_id: str, user_id: str, reason: str, actor: str,
                 clock: Callable[[], datetime] = utc_now, rows_per_commit: int = 1_000) -> ForgetResult:
-    """Retracts every vote of `user_id` (see the module docstring); idempotent per `request_id`."""
-    event_id = forget_event_id(request_id)
+    """Retracts every vote of `user_id`, now and in flight (see the module docstring); idempotent
+    per `request_id`."""
     request = _recorded(database, request_id, user_id)
-    votes = votes_of_user(database, user_id)
     written = False
     if request is None:
-        at_us = forget_time(votes, timestamp_micros(clock()))
-        found = plan_retractions(votes, at_us, event_id).counts
-        written = record(database, Adjustment(request_id, "", FORGET_USER, found, reason, actor,
-                                              micros_timestamp(at_us), None, user_id))
+        at = micros_timestamp(timestamp_micros(clock()))
+        found = plan_retractions(votes_of_user(database, user_id), erasure(request_id, timestamp_micros(at)),
+                                 at).counts
+        written = record(database, Adjustment(request_id, "", FORGET_USER, found, reason, actor, at, None, user_id),
+                         lambda batch: batch.insert_or_update(USER_ERASURES, columns=USER_ERASURE_COLUMNS,
+                                                              values=[_erasure_row(request_id, user_id, at)]))
         # Read back: this run's row with its commit time, or that of a run of the same ID racing it.
         request = _recorded(database, request_id, user_id)
-    plan = plan_retractions(votes, timestamp_micros(request.as_of), event_id)
+    if not written:  # a rerun: the erasure of a request recorded before UserErasures existed is written now
+        row = _erasure_row(request_id, user_id, request.as_of)
+        run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert_or_update(
+            USER_ERASURES, columns=USER_ERASURE_COLUMNS, values=[row])))
+    # Read after the record: every state applied before it is here, every one after it saw the erasure.
+    plan = plan_retractions(votes_of_user(database, user_id), erasure(request_id, timestamp_micros(request.as_of)),
+                            request.created_at)
     totals = apply_all_vote_states(database, plan.states, rows_per_commit)
     return ForgetResult(request, written, totals.applied, len({key.post_id for key in plan.states}), plan.kept,
                         totals.superseded, totals.commits)

@@ -23,7 +23,7 @@ minus theirs).
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
@@ -116,14 +116,19 @@ def adjustment_of(database, adjustment_id: str) -> Adjustment | None:
     return Adjustment.from_row(rows[0]) if rows else None
 
 
-def record(database, adjustment: Adjustment) -> bool:
-    """Writes the audit row alone, in a blind commit of its own (forget-user records its request
-    before its first retraction). False if the ID exists: written by an earlier run of the same
-    request, or by this one when a retried commit's first attempt succeeded unseen."""
+def record(database, adjustment: Adjustment, with_rows: Callable[[spanner.Batch], None] | None = None) -> bool:
+    """Writes the audit row alone, or with the rows `with_rows` adds, in a blind commit of its own
+    (forget-user records its request and its erasure before its first retraction). False if the ID
+    exists, and then nothing is written: an earlier run of the same request wrote it, or this one
+    did when a retried commit's first attempt succeeded unseen."""
     row = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP).row()
+
+    def write(batch) -> None:
+        batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[row])
+        if with_rows is not None:
+            with_rows(batch)
     try:
-        run_with_retries(lambda: commit_mutations(
-            database, lambda batch: batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[row])))
+        run_with_retries(lambda: commit_mutations(database, write))
         return True
     except exceptions.AlreadyExists:
         return False

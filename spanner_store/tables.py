@@ -75,6 +75,10 @@ VOTES = "Votes"
 VOTE_KEY_COLUMNS = ("UserHash", "UserId", "PostId")
 VOTE_COLUMNS = VOTE_KEY_COLUMNS + ("Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
 
+# Erasure requests (spanner_store/forget_user.py): a user's forget times, keyed like Votes, then the request.
+USER_ERASURES = "UserErasures"
+USER_ERASURE_COLUMNS = ("UserHash", "UserId", "RequestId", "ForgottenThrough")
+
 # Rows written once per commit of delta rows are keyed (Shard, CommittedAt, ID) with the shard
 # a hash of a random ID (`commit_shard`): COMMIT_SHARDS key ranges share the appends, and a
 # reader of "committed after T" seeks each.
@@ -114,10 +118,11 @@ def vote_key(post_id: str, user_id: str) -> tuple[int, str, str]:
     return (user_hash(user_id), user_id, post_id)
 
 
-def user_votes_range(user_id: str) -> spanner.KeySet:
-    """Every Votes row of one user: one key range."""
-    prefix = [user_hash(user_id), user_id]
-    return spanner.KeySet(ranges=[spanner.KeyRange(start_closed=prefix, end_closed=prefix)])
+def user_rows_range(*user_ids: str) -> spanner.KeySet:
+    """Every row of these users in a table keyed (UserHash, UserId, ...), Votes or UserErasures:
+    one key range per user."""
+    prefixes = ([user_hash(user_id), user_id] for user_id in user_ids)
+    return spanner.KeySet(ranges=[spanner.KeyRange(start_closed=prefix, end_closed=prefix) for prefix in prefixes])
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

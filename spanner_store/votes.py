@@ -42,8 +42,8 @@ from google.api_core import exceptions
 from google.cloud import spanner
 
 from schemas.counters import Counts
-from schemas.records import CounterSums, PostDelta, PostUser
-from schemas.vote_states import NONE, LatestVote, VoteOrder, counted, order_of
+from schemas.records import CounterSums, PostDelta, PostUser, hour_of_us
+from schemas.vote_states import NONE, Erasure, LatestVote, VoteOrder, counted, erased, order_of
 from schemas.voter_sketch import sketch_of
 from spanner_store.database import (
     DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, run_transaction, run_with_retries, schema_behind,
@@ -52,12 +52,24 @@ from spanner_store.delta_commits import new_commit_id
 from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
-    VOTE_COLUMNS, VOTES, hour_timestamp, micros_timestamp, timestamp_micros, user_votes_range, vote_key,
+    USER_ERASURE_COLUMNS, USER_ERASURES, VOTE_COLUMNS, VOTES, hour_timestamp, micros_timestamp, timestamp_micros,
+    user_rows_range, vote_key,
 )
 
 # A vote state's row: every column of Votes (no index on it).
 MUTATIONS_PER_VOTE = insert_cost(VOTES, VOTE_COLUMNS)
 _READ_COLUMNS = ("UserId", "PostId", "Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
+
+
+def forget_event_id(request_id: str) -> str:
+    """The event_id of an erasure request's "none" states: the same in every run of the request, so
+    a rerun's state equals the first run's and is superseded by it, never applied twice."""
+    return f"@forget/{request_id}"
+
+
+def erasure(request_id: str, forgotten_through_us: int) -> Erasure:
+    """The floor an erasure request (spanner_store/forget_user.py) puts under its user's votes."""
+    return Erasure(forgotten_through_us, forget_event_id(request_id), hour_of_us(forgotten_through_us))
 
 
 def vote_delta_id(commit_id: str) -> str:
@@ -230,11 +242,32 @@ class _OverBudget(Exception):
     """A batch whose writes, once the stored states are read, cost more than the budget."""
 
 
+def erasures_of(reader, user_ids: Iterable[str]) -> dict[str, Erasure]:
+    """The newest erasure of each of these users that has one (one key range per user), read by
+    `reader` (a transaction or a snapshot)."""
+    user_ids = sorted(set(user_ids))
+    newest: dict[str, Erasure] = {}
+    if not user_ids:
+        return newest
+    for _, user_id, request_id, through in reader.read(USER_ERASURES, columns=USER_ERASURE_COLUMNS,
+                                                       keyset=user_rows_range(*user_ids)):
+        found = erasure(request_id, timestamp_micros(through))
+        if user_id not in newest or found.order > newest[user_id].order:
+            newest[user_id] = found
+    return newest
+
+
 def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET,
                 parents_present: Collection[str] = ()) -> VoteChanges:
     """One batch, inside a read-write transaction: read, plan, write (see the module docstring).
+    The users' erasures are read in the same transaction, so a state no later than its user's
+    erasure becomes the erasure's "none" whenever it arrives (schemas/vote_states.py `erased`), and
+    an erasure recorded while this transaction runs serialises with it on those rows.
     Raises _OverBudget, having written nothing, when the writes would cost more than `max_mutations`.
     The Posts keys of `parents_present` are not upserted."""
+    erasures = erasures_of(transaction, (key.user_id for key in states))
+    if erasures:
+        states = {key: erased(state, erasures.get(key.user_id)) for key, state in states.items()}
     changes = plan_vote_changes(stored_votes(transaction, states), states, vote_delta_id(new_commit_id()))
     if changes_cost(changes) > max_mutations:
         raise _OverBudget()
@@ -254,7 +287,7 @@ def vote_of(database, post_id: str, user_id: str) -> StoredVote | None:
 def votes_of_user(database, user_id: str) -> list[StoredVote]:
     """Every vote state of one user, one key range: it costs that user's votes, not the catalogue."""
     with database.snapshot() as snapshot:
-        return [_stored(row) for row in snapshot.read(VOTES, columns=_READ_COLUMNS, keyset=user_votes_range(user_id))]
+        return [_stored(row) for row in snapshot.read(VOTES, columns=_READ_COLUMNS, keyset=user_rows_range(user_id))]
 
 
 def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET,

@@ -13,12 +13,12 @@ import pytest
 from schemas.counters import Counts
 from schemas.records import PostUser
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
-from spanner_store.forget_user import RequestIdInUse, forget_event_id, forget_time, forget_user, plan_retractions
+from spanner_store.forget_user import RequestIdInUse, forget_user, plan_retractions
 from spanner_store.hourly import hourly_counts
 from spanner_store.moderation import FORGET_USER, adjustment_of, list_adjustments
 from spanner_store.reads import exact_counts
 from spanner_store.tables import timestamp_micros
-from spanner_store.votes import StoredVote, apply_all_vote_states, vote_of
+from spanner_store.votes import StoredVote, apply_all_vote_states, erasure, forget_event_id, vote_of
 from tests.faults import FlakyDatabase
 from upvotes.cli import build_parser, main
 
@@ -48,16 +48,20 @@ def counts(database, *posts: str) -> list[Counts]:
     return [row.counts for row in exact_counts(database, list(posts))]
 
 
-def test_the_plan_retracts_each_vote_once_and_the_forget_time_is_after_every_stored_vote() -> None:
-    stored = [StoredVote("p1", "u", UP, 10, "e", HOUR), StoredVote("p2", "u", DOWN, 20, "e", HOUR),
-              StoredVote("p3", "u", NONE, 30, "e", HOUR), StoredVote("p4", "u", UP, 5_000_000, "e", HOUR)]
-    assert forget_time(stored, now_us=1_000) == 5_000_001  # a vote ahead of the clock is still retracted
-    assert forget_time(stored, now_us=9_000_000) == 9_000_000
-
-    plan = plan_retractions(stored, 1_000, "@forget/r")
-    assert set(plan.states) == {PostUser("p1", "u"), PostUser("p2", "u")}  # p3 is "none" already
-    assert plan.kept == 1 and plan.counts == Counts(upvotes=-1, downvotes=-1)
-    assert set(plan.states.values()) == {LatestVote(NONE, 1_000, "@forget/r", 0, 0, False)}
+def test_the_plan_retracts_each_vote_stored_before_the_request_once_at_the_forget_time_or_just_after_it() -> None:
+    recorded = datetime.fromtimestamp(100, tz=timezone.utc)
+    before, after = recorded - timedelta(seconds=1), recorded + timedelta(seconds=1)
+    stored = [StoredVote("p1", "u", UP, 10, "e", HOUR, before), StoredVote("p2", "u", DOWN, 20, "e", HOUR, before),
+              StoredVote("p3", "u", NONE, 30, "e", HOUR, before),
+              StoredVote("p4", "u", UP, 5_000_000, "e", HOUR, before),  # stamped ahead of the clock, stored before
+              StoredVote("p5", "u", UP, 6_000_000, "e", HOUR, after)]  # cast and applied after the request
+    plan = plan_retractions(stored, erasure("r", 1_000), recorded)
+    assert set(plan.states) == {PostUser(post, "u") for post in ("p1", "p2", "p4")}  # p3 is "none" already
+    assert plan.kept == 1 and plan.counts == Counts(upvotes=-2, downvotes=-1)
+    at_forget = LatestVote(NONE, 1_000, "@forget/r", 0, 0, False)
+    assert plan.states[PostUser("p1", "u")] == plan.states[PostUser("p2", "u")] == at_forget
+    # The vote ahead of the clock is retracted on its own post just after its own time; F stays the clock's.
+    assert plan.states[PostUser("p4", "u")] == at_forget._replace(at_us=5_000_001)
 
 
 def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(database) -> None:
@@ -137,6 +141,44 @@ def test_a_crash_after_the_first_batch_then_a_rerun_ends_exact(database) -> None
     assert [a.adjustment_id for a in list_adjustments(database, 1_000)].count("req-c") == 1
 
 
+def test_a_vote_in_flight_when_the_request_runs_does_not_count_when_it_arrives(database) -> None:
+    """The user's "up" on a post where the user has no stored vote yet (in an open window, the
+    backlog or a dead-letter batch when the request runs) is applied afterwards: it must not count.
+    One cast after the forget time still does, on that post and on any other."""
+    cast(database, {("fi-1", "gone-i"): UP, ("fi-2", "stays"): UP})
+    result = forget_user(database, "req-i", "gone-i", "erasure", "dpo", clock)
+    assert result.retracted == 1
+
+    in_flight = vote(UP, FORGET_AT - timedelta(minutes=3), "in-flight")  # cast before the request
+    totals = apply_all_vote_states(database, {PostUser("fi-2", "gone-i"): in_flight})
+    assert counts(database, "fi-1", "fi-2") == [Counts(), Counts(upvotes=1)]
+    stored = vote_of(database, "fi-2", "gone-i")  # the request's own "none", as if it had found a vote there
+    assert (stored.vote, stored.voted_at_us, stored.event_id, totals.applied) == (
+        NONE, us(FORGET_AT), forget_event_id("req-i"), 1)
+
+    later = vote(UP, FORGET_AT + timedelta(seconds=1), "after")
+    apply_all_vote_states(database, {PostUser("fi-2", "gone-i"): later, PostUser("fi-3", "gone-i"): later})
+    assert counts(database, "fi-1", "fi-2", "fi-3") == [Counts(), Counts(upvotes=2), Counts(upvotes=1)]
+
+
+def test_a_vote_stamped_ahead_of_the_clock_is_retracted_without_silencing_the_users_later_votes(database) -> None:
+    """The forget time is the request's clock, not the newest vote's: a vote whose event time runs
+    ahead (by up to the clock skew) is retracted on its own post, and the user's genuine votes cast
+    after the request count on every other post."""
+    ahead = FORGET_AT + timedelta(minutes=30)
+    apply_all_vote_states(database, {PostUser("fj-1", "gone-j"): vote(UP, ahead, "ahead"),
+                                     PostUser("fj-2", "gone-j"): vote(UP)})
+    result = forget_user(database, "req-j", "gone-j", "erasure", "dpo", clock)
+    assert (result.retracted, result.kept, result.request.as_of) == (2, 0, FORGET_AT)
+    assert counts(database, "fj-1", "fj-2") == [Counts(), Counts()]
+
+    genuine = vote(UP, FORGET_AT + timedelta(minutes=5), "genuine")  # cast five minutes after the request
+    apply_all_vote_states(database, {PostUser("fj-2", "gone-j"): genuine, PostUser("fj-3", "gone-j"): genuine})
+    assert counts(database, "fj-1", "fj-2", "fj-3") == [Counts(), Counts(upvotes=1), Counts(upvotes=1)]
+    rerun = forget_user(database, "req-j", "gone-j", "erasure", "dpo", clock)
+    assert (rerun.retracted, rerun.kept) == (0, 2)  # the votes cast after the request are the user's own
+
+
 def test_an_id_used_by_another_request_is_refused_before_any_write(database) -> None:
     cast(database, {("fd-1", "first"): UP, ("fd-1", "second"): UP})
     forget_user(database, "req-d", "first", "erasure", "dpo", clock)
@@ -186,14 +228,16 @@ class _MeteredReads:
 
 def test_the_cost_follows_the_users_votes_not_the_other_voters(database) -> None:
     """400 votes of 100 other users on the same posts; the request reads the user's 4 rows (one
-    key range), then each again in its batch's transaction, and the audit row: nothing else."""
+    key range) before and after recording itself, then each again in its batch's transaction with
+    the user's erasure row, and the audit row: nothing else."""
     posts = [f"fe-{i}" for i in range(4)]
     cast(database, {**{(post, f"crowd-{i}"): UP for post in posts for i in range(100)},
                     **{(post, "gone-e"): DOWN for post in posts}})
     meter = ReadMeter(database)
     result = forget_user(meter, "req-e", "gone-e", "erasure", "dpo", clock)
     assert result.retracted == 4
-    assert meter.rows == {"Votes": 2 * 4, "Adjustments": 1} and meter.queries == 0
+    # The user's rows before and after the record and in the batch's transaction, with the user's erasure.
+    assert meter.rows == {"Votes": 3 * 4, "Adjustments": 1, "UserErasures": 1} and meter.queries == 0
     assert counts(database, *posts) == [Counts(upvotes=100)] * 4
 
 
