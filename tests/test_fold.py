@@ -6,6 +6,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
+import apache_beam as beam
 import pytest
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
@@ -14,11 +15,12 @@ import schemas
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.deltas import write_deltas
-from spanner_store.folding import FoldKey, PostFold, choose_snapshot, watermark_text
+from spanner_store.folding import FoldKey, FoldPlan, PostFold, choose_snapshot, watermark_text
 from spanner_store.reads import READ_CHUNK, exact_counts, read_unfolded
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from tests.faults import FlakyDatabase
 from tests.folding import run_fold as fold
+from transforms import fold_deltas
 from transforms.fold_deltas import _ApplyFoldsFn
 
 HOUR = 1_795_312_800
@@ -126,7 +128,7 @@ def test_a_fold_killed_between_transactions_is_completed_by_the_next_run(stack, 
     fn._database = FlakyDatabase(fn._database, before_transaction=worker_dies)
     fn.start_bundle()
     with pytest.raises(SystemExit):
-        list(fn.process((0, folds), snapshot_at))
+        list(fn.process((0, folds), FoldPlan(snapshot_at, None, False)))
     half = posts_rows(database, "killed")
     assert sum(1 for *_, wm in half.values() if wm == snapshot_at) == 10
     assert exact(database, gained) == gained  # partly folded is still exact
@@ -183,3 +185,56 @@ def test_reads_touch_only_unfolded_deltas_however_many_old_ones_are_kept(stack, 
     assert len(touched) == 8  # of 3,008 delta rows kept for these posts
     assert exact(database, new) == expected_from(new, {p: Counts(upvotes=sum(1 + i % 4 for i in range(1500)), shares=750)
                                                        for p in new})
+
+
+def recomputed_from_the_root(pcoll: beam.PCollection, label: str) -> beam.PCollection | None:
+    """`pcoll` computed again, as a runner re-evaluating a side input would: its chain of
+    single-input steps re-applied from its Impulse under `label`. None for any other PCollection
+    (a GroupByKey or a side input on the way: the runner is taken to keep those)."""
+    producer = pcoll.producer
+    if isinstance(producer.transform, beam.Impulse):
+        return pcoll.pipeline | f"{label}/Impulse" >> beam.Impulse()
+    if producer.side_inputs or len(producer.main_inputs) != 1 or not isinstance(producer.transform, beam.ParDo):
+        return None
+    [source] = producer.main_inputs.values()
+    again = recomputed_from_the_root(source, label)
+    return None if again is None else again | f"{label}/{producer.full_label}" >> producer.transform
+
+
+def test_one_snapshot_for_every_read_apply_and_the_cursor_when_a_runner_reevaluates_side_inputs(
+        stack, database, monkeypatch) -> None:
+    """Issue 34, item 6. A runner may evaluate a side input again, and a step that chooses "now"
+    then picks a later S. Simulated: each singleton side input of the fold built from its Impulse
+    alone is computed again, and a vote on a new post commits before every choice of S. Before
+    the fix the reads and applies took S from one such input and the cursor from the plan: the
+    folded watermarks differed from the run's SnapshotAt, and a vote committed between the two
+    was vouched for by ChangesThrough but never read, so no later run folded it."""
+    fold(stack)  # earlier tests' deltas, and a cursor: this run follows the log
+    gained = add_deltas(database, "reeval", posts=10, per_post=2, tag="r")
+    late: dict[str, Counts] = {}
+
+    def a_vote_then_now(db) -> datetime:
+        post = f"reeval-late-{len(late)}"
+        late[post] = add_deltas(db, post, posts=1, per_post=1, tag="late")[f"{post}-0"]
+        return choose_snapshot(db)
+
+    labels = iter(range(1_000))
+
+    class Reevaluated(beam.pvalue.AsSingleton):
+        def __init__(self, pcoll, *args, **kwargs) -> None:
+            again = recomputed_from_the_root(pcoll, f"Reevaluated{next(labels)}")
+            super().__init__(pcoll if again is None else again, *args, **kwargs)
+
+    started = choose_snapshot(database)
+    with monkeypatch.context() as patch:
+        patch.setattr(fold_deltas, "choose_snapshot", a_vote_then_now)
+        patch.setattr(beam.pvalue, "AsSingleton", Reevaluated)
+        fold(stack)
+    assert len(late) >= 2  # S was chosen more than once
+    [(snapshot_at, _, changes_through)] = fold_runs_since(database, started)
+    assert changes_through == snapshot_at
+    assert {wm for _, wm in posts_rows(database, "reeval").values() if wm > started} == {snapshot_at}
+    late_posts = {f"{post}-0": counts for post, counts in late.items()}
+    fold(stack)  # a run from that cursor: what the first one vouched for, it must have folded
+    assert folded_counts(database, "reeval") == expected_from(gained, late_posts)
+    assert exact(database, gained | late_posts) == expected_from(gained, late_posts)

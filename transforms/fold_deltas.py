@@ -1,6 +1,7 @@
 """FoldDeltas: one fold run, as a Beam pipeline over the fold's Spanner pieces.
 
-    Impulse -> ChooseSnapshot S -> PlanFold (the cursor, at S)
+    Impulse -> PlanFold (chooses S, reads the cursor at S: the run's one FoldPlan, a side input of
+               every step below, which takes S and the cursor from it and nowhere else)
       following the log:  PlanShards -> Reshuffle -> ReadChangedPosts (DeltaCommits after the
                           cursor, one shard each) + the cursor run's skipped posts -> Distinct
                           -> BatchElements -> ReadCandidates (watermarks, unfolded index ranges)
@@ -91,21 +92,25 @@ class _CountingDoFn(_SpannerDoFn):
         self._rows_read.inc(rows)
 
 
-class _ChooseSnapshot(_SpannerDoFn):
-    def process(self, _):
-        yield choose_snapshot(self._database)
-
-
 class _PlanFold(_CountingDoFn):
-    """snapshot S -> the run's FoldPlan: its cursor, its budget, and whether it scans every post."""
+    """Impulse -> the run's FoldPlan: its snapshot S (the given one, or a strong read's), its
+    cursor at S, its budget, and whether it scans every post.
 
-    def __init__(self, project: str, instance: str, database: str, full_scan: bool, max_delta_rows: int) -> None:
+    S is chosen here and carried only in the plan: every read, every apply and the recorded
+    ChangesThrough take it from the plan, so no step can see another timestamp (a second
+    "now", from a side input a runner re-evaluated, would let the run vouch for deltas it
+    never read)."""
+
+    def __init__(self, project: str, instance: str, database: str, snapshot_at: datetime | None, full_scan: bool,
+                 max_delta_rows: int) -> None:
         super().__init__(project, instance, database)
+        self._snapshot_at = snapshot_at
         self._full_scan = full_scan
         self._max_delta_rows = max_delta_rows
         self._full_scans = Metrics.counter("FoldDeltas", "full_scans")
 
-    def process(self, snapshot_at: datetime):
+    def process(self, _):
+        snapshot_at = choose_snapshot(self._database) if self._snapshot_at is None else self._snapshot_at
         plan, rows = plan_fold(self._database, snapshot_at, self._full_scan, self._max_delta_rows)
         self.count_rows(rows)
         if plan.full_scan:
@@ -128,11 +133,11 @@ class _PlanPartitions(_SpannerDoFn):
 
 
 class _ReadPartition(_CountingDoFn):
-    """One partition of Posts -> (FoldKey, (hour, HourSums)) for each unfolded delta."""
+    """One partition of Posts -> (FoldKey, (hour, HourSums)) for each unfolded delta, at the plan's S."""
 
-    def process(self, element, snapshot_at: datetime):
+    def process(self, element, plan: FoldPlan):
         handle, partition = element
-        yield from read_partition(self._database, handle, partition, snapshot_at, self.count_rows)
+        yield from read_partition(self._database, handle, partition, plan.snapshot_at, self.count_rows)
 
 
 class _ReadChangedPosts(_CountingDoFn):
@@ -148,17 +153,17 @@ class _ReadChangedPosts(_CountingDoFn):
 
 
 class _ReadCandidates(_CountingDoFn):
-    """A batch of post IDs -> (FoldKey, (hour, HourSums)) for each unfolded delta."""
+    """A batch of post IDs -> (FoldKey, (hour, HourSums)) for each unfolded delta, at the plan's S."""
 
-    def process(self, post_ids: list[str], snapshot_at: datetime):
-        yield from read_candidates(self._database, post_ids, snapshot_at, self.count_rows)
+    def process(self, post_ids: list[str], plan: FoldPlan):
+        yield from read_candidates(self._database, post_ids, plan.snapshot_at, self.count_rows)
 
 
 class _ApplyFoldsFn(_SpannerDoFn):
     """(key range, its PostFolds) -> the range's posts applied in key order, in transactions of
     bounded size that never span two ranges (on real Spanner each touches the splits of one
-    range, not one split per post). Main output: FoldOutcomes; SKIPPED: a SkippedPost for each
-    post whose fold failed with a non-transient error."""
+    range, not one split per post), through the plan's S. Main output: FoldOutcomes; SKIPPED: a
+    SkippedPost for each post whose fold failed with a non-transient error."""
 
     SKIPPED = "skipped"
 
@@ -174,8 +179,9 @@ class _ApplyFoldsFn(_SpannerDoFn):
         self._cost = 0
         self._skipped: list[SkippedPost] = []
 
-    def process(self, keyed: tuple[int, Iterable[PostFold]], snapshot_at: datetime) -> Iterator:
+    def process(self, keyed: tuple[int, Iterable[PostFold]], plan: FoldPlan) -> Iterator:
         _, folds = keyed
+        snapshot_at = plan.snapshot_at
         for fold in sorted(folds, key=lambda f: (f.key.post_hash, f.key.post_id)):
             if fold_cost(fold) > self._max_mutations:
                 # Too many hours for one commit: this post alone, in bounded steps.
@@ -298,13 +304,9 @@ class FoldDeltas(beam.PTransform):
         self._max_delta_rows = max_delta_rows_per_run
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
-        if self._snapshot_at is not None:
-            snapshot = begin | "GivenSnapshot" >> beam.Create([self._snapshot_at])
-        else:
-            snapshot = begin | "Start" >> beam.Impulse() | "ChooseSnapshot" >> beam.ParDo(_ChooseSnapshot(*self._where))
-        at = beam.pvalue.AsSingleton(snapshot)
-        plan = snapshot | "PlanFold" >> beam.ParDo(_PlanFold(*self._where, self._full_scan, self._max_delta_rows))
-        planned = beam.pvalue.AsSingleton(plan)
+        plan = begin | "Start" >> beam.Impulse() | "PlanFold" >> beam.ParDo(
+            _PlanFold(*self._where, self._snapshot_at, self._full_scan, self._max_delta_rows))
+        planned = beam.pvalue.AsSingleton(plan)  # the only source of S and the cursor below
 
         partitions = plan | "PlanPartitions" >> beam.ParDo(_PlanPartitions(*self._where, self._data_boost))
         session = (
@@ -315,7 +317,7 @@ class FoldDeltas(beam.PTransform):
         scanned = (
             partitions
             | "SpreadPartitions" >> beam.Reshuffle()
-            | "ReadUnfoldedDeltas" >> beam.ParDo(_ReadPartition(*self._where), at)
+            | "ReadUnfoldedDeltas" >> beam.ParDo(_ReadPartition(*self._where), planned)
         )
         shard_reads = (
             plan
@@ -335,7 +337,7 @@ class FoldDeltas(beam.PTransform):
             | "Candidates" >> beam.Flatten()
             | "EachPostOnce" >> beam.Distinct()
             | "Batches" >> beam.BatchElements(min_batch_size=1, max_batch_size=READ_CHUNK)
-            | "ReadCandidates" >> beam.ParDo(_ReadCandidates(*self._where), at)
+            | "ReadCandidates" >> beam.ParDo(_ReadCandidates(*self._where), planned)
         )
         applied = (
             (scanned, followed)
@@ -343,7 +345,7 @@ class FoldDeltas(beam.PTransform):
             | "SumPerPost" >> beam.CombinePerKey(SumPostDeltas())
             | "ToPostFold" >> beam.Map(_to_post_fold)
             | "ByKeyRange" >> beam.GroupBy(lambda fold: key_range(fold.key.post_hash))
-            | "ApplyFolds" >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), at).with_outputs(
+            | "ApplyFolds" >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), planned).with_outputs(
                 _ApplyFoldsFn.SKIPPED, main="outcomes")
         )
         # ToList, not AsList: the BundleBasedDirectRunner's AsList of a tagged output also holds
