@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="shard counts to model sharded counters with (default 10 100)")
     work.add_argument("--state-fraction", type=_share, default=0.0, metavar="F",
                       help="share of the votes that are vote-state events (one vote per user), 0 to 1: each writes "
-                           "its Votes row and reads the stored one (default 0)")
+                           "its Votes row and reads the stored one and the user's erasures (default 0)")
     given = parser.add_argument_group("assumptions (each printed with its source)")
     given.add_argument("--bench-results", type=Path, default=None,
                        help=f"benchmark results to take the pipeline's per-core rate from (default {BENCH_RESULTS} "
@@ -207,7 +207,8 @@ def _state_lines(report) -> list[str]:
     reads = report.assumptions.spanner_reads_per_node_s.value
     return [
         f"Vote states: {w.state_fraction:.0%} of the votes ({s.votes:,.0f}/s). Each writes its Votes row and reads the "
-        f"stored one: {s.row_writes:,.0f} rows written and {s.row_reads:,.0f} read per second, one per vote (a window's "
+        f"stored one and its user's erasures: {s.row_writes:,.0f} rows written and {s.row_reads:,.0f} keys read per "
+        f"second, one row and two keys per vote (a window's "
         f"merge only drops a user's own repeats), in {s.transactions:,.0f} read-write transactions/s that also write "
         f"{s.delta_rows:,.0f} delta rows/s, and no hot row: a post's Posts key is upserted once per worker "
         "(all in this design's figures below).",

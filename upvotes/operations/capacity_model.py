@@ -22,7 +22,8 @@ Vote states (one vote per user, schemas/vote_states.py). A `state_fraction` of t
 vote-state events, which cannot be blind writes: the sink applies them in read-write transactions
 of up to rows_per_commit states (spanner_store/votes.py), each reading the stored state of every
 user in it and writing the later ones to their Votes rows, with one delta row per post it moves
-(`state_writes`). So every state costs one Votes row written and one read: merging in a window
+(`state_writes`). So every state costs one Votes row written and two keys read (its stored state,
+and its user's erasures, spanner_store/forget_user.py, which are almost always none): merging in a window
 only drops a user's own repeats, and no batching removes a row that is one per (post, user).
 Those rows, not the deltas, set the Spanner nodes vote states need, at Google's published rate
 per node for plain writes or for throughput-optimized ones (commits batched by max_commit_delay).
@@ -212,7 +213,7 @@ class StateWrites(NamedTuple):
 
     votes: float  # vote-state events
     row_writes: float  # Votes rows written: one per state
-    row_reads: float  # stored states read: one per state
+    row_reads: float  # keys read: two per state (the stored state, the user's erasures)
     transactions: float  # read-write transactions of rows_per_commit states
     delta_rows: float  # one per post each transaction moves (its event hours ignored: a floor)
     mutations: float  # the Votes rows, the delta rows (with their parents, a bound), each commit's own rows
@@ -234,12 +235,12 @@ def state_writes(popularity: Popularity, workload: Workload, shape: SinkShape, a
     reads_per_node = assumptions.spanner_reads_per_node_s.value
 
     def nodes(state_votes: float, writes_per_node: float) -> float:
-        return state_votes / writes_per_node + state_votes / reads_per_node
+        return state_votes / writes_per_node + 2 * state_votes / reads_per_node
 
     plain, optimized = (assumptions.spanner_writes_per_node_s.value,
                         assumptions.spanner_optimized_writes_per_node_s.value)
     return StateWrites(
-        votes=votes, row_writes=votes, row_reads=votes, transactions=transactions, delta_rows=delta_rows,
+        votes=votes, row_writes=votes, row_reads=2 * votes, transactions=transactions, delta_rows=delta_rows,
         mutations=(votes * shape.mutations_per_vote + transactions * shape.mutations_per_commit
                    + delta_rows * (shape.mutations_per_delta + shape.mutations_per_parent)),
         spanner_nodes=nodes(votes, plain), spanner_nodes_optimized=nodes(votes, optimized),
