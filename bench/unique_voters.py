@@ -65,7 +65,7 @@ def _bundle_sums(messages: list[bytes]) -> list[dict]:
         bundle = BundleSums()
         for data in messages[first:first + MESSAGES_PER_BUNDLE]:
             bundle.add_message(data, ATTRIBUTES, PUBLISHED, None, lambda _: None)
-        emitted += [value.value[1] for value in bundle.emit()]
+        emitted += [value.value[1] for value in bundle.emit(PUBLISHED)]
     return emitted
 
 

@@ -216,7 +216,7 @@ def window_state_bytes(workload: VoteStateWorkload) -> dict:
         for message in messages:
             bundle = BundleSums()
             bundle.add_message(message.data, message.attributes, time.time(), DEFAULT_EVENT_TIME_POLICY, lambda _: None)
-            bundles += [element.value[1] for element in bundle.emit_states()]
+            bundles += [element.value[1] for element in bundle.emit_states(time.time())]
         held = merge.merge_accumulators([merge.create_accumulator(), *bundles])
         del bundles, bundle
         gc.collect()

@@ -26,12 +26,14 @@ REAL_METRIC_TYPES = {
     "pubsub.googleapis.com/subscription/num_undelivered_messages",
 }
 # Beam counters of this project that the policies and dashboard name (transforms/spanner_sink.py,
-# transforms/fold_deltas.py).
+# transforms/fold_deltas.py, and the lateness counters of transforms/windowing.py and parse_and_sum.py).
 SINK_COUNTERS = {"rows_written", "transient_retries", "rows_dead_lettered"}
 FOLD_COUNTERS = {"oldest_unfolded_age_s"}
+LATENESS_COUNTERS = {("WindowAndSumVotes", "late_events", "windowing"),
+                     ("ParseVotes", "stamped_ahead_of_worker_clock", "parse_and_sum")}
 CUSTOM = {"ALERT_FOLD_LAG_S": "1234", "ALERT_DEAD_LETTERS": "7", "ALERT_DATA_FRESHNESS_S": "321",
           "ALERT_SYSTEM_LAG_S": "456", "ALERT_SINK_RETRIES_PER_MIN": "89", "ALERT_DURATION_S": "240",
-          "ALERT_UNFOLDED_AGE_S": "86400",
+          "ALERT_UNFOLDED_AGE_S": "86400", "ALERT_LATE_VOTES_PER_MIN": "5",
           "STREAMING_JOB": "stream-x", "FOLD_JOB": "fold-y", "DEAD_LETTER_TOPIC": "dl-z",
           "NOTIFICATION_CHANNELS": "111, projects/p/notificationChannels/222"}
 TEMPLATES = monitoring.alert_templates() + monitoring.dashboard_templates()
@@ -62,7 +64,7 @@ def rendered(path) -> dict:
 def test_the_alerts_and_the_dashboard_exist_with_the_names_asked_for() -> None:
     names = {p.stem for p in TEMPLATES}
     assert names == {"alert-fold-lag", "alert-fold-failures", "alert-dead-letter-backlog", "alert-streaming-lag",
-                     "alert-sink-retries", "alert-unfolded-age", "dashboard"}
+                     "alert-sink-retries", "alert-unfolded-age", "alert-late-votes", "dashboard"}
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
@@ -74,7 +76,7 @@ def test_every_filter_and_query_names_a_real_metric_type(path) -> None:
         assert types and types <= REAL_METRIC_TYPES, text
         if "user_counter" in text:  # a custom Beam counter: it must be one the sink or the fold reports
             named = {n for names in re.findall(r'"metric_name"=~?"([^"]+)"', text) for n in names.split("|")}
-            assert named and named <= SINK_COUNTERS | FOLD_COUNTERS, named
+            assert named and named <= SINK_COUNTERS | FOLD_COUNTERS | {n for _, n, _ in LATENESS_COUNTERS}, named
 
 
 @pytest.mark.parametrize("path", monitoring.alert_templates(), ids=lambda p: p.stem)
@@ -154,3 +156,17 @@ def test_the_counters_named_are_the_sinks_own() -> None:
     source = Path(spanner_sink.__file__).read_text(encoding="utf-8")
     for name in SINK_COUNTERS:
         assert f'Metrics.counter("WriteDeltaRows", "{name}")' in source
+
+
+def test_the_late_votes_alert_watches_the_lateness_counters_of_the_streaming_job() -> None:
+    from pathlib import Path
+
+    import transforms
+
+    (alert,) = [rendered(p) for p in monitoring.alert_templates() if p.stem == "alert-late-votes"]
+    (query,) = metric_texts(alert)
+    assert '"metric_name"=~"late_events|stamped_ahead_of_worker_clock"' in query and '"job_name"="stream-x"' in query
+    assert query.endswith("> 5")
+    for namespace, name, module in LATENESS_COUNTERS:
+        source = (Path(transforms.__file__).parent / f"{module}.py").read_text(encoding="utf-8")
+        assert f'"{namespace}", "{name}")' in source

@@ -110,7 +110,7 @@ def test_a_bundle_emits_one_sketch_per_post_and_hour() -> None:
     bundle = BundleSums()
     events = [upvote(f"u{i % 30}") for i in range(90)] + [upvote(None)] * 5
     bundle.add_message(batch(*events), {FORMAT_ATTRIBUTE: NDJSON}, PUBLISHED, None, lambda _: None)
-    ((shard, sums),) = [value.value for value in bundle.emit()]
+    ((shard, sums),) = [value.value for value in bundle.emit(PUBLISHED)]
     assert shard == sum_shard("p")
     ((key, total),) = sums.items()
     assert (total.counts, total.events) == (Counts(upvotes=95), 95) and estimate(total.voters) == 30

@@ -9,16 +9,19 @@ from datetime import datetime, timezone
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.worker import statesampler
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.trigger import DefaultTrigger
 from apache_beam.transforms.window import TimestampedValue
 
+from pipeline import local_metrics
 from schemas.counters import Counts, one
 from schemas.records import CounterSums, PostDelta, PostHour
 from transforms.parse_and_sum import ParseVotes
 from transforms.parse_and_sum import SUM_SHARDS, sum_shard
-from transforms.windowing import MergeSums, WindowAndSumVotes, delta_id
+from transforms.windowing import ALLOWED_LATENESS_S, MergeSums, WindowAndSumVotes, delta_id, ingestion_windows
 
 HOUR = 1_795_312_800
 WRITER = "test-writer"
@@ -176,3 +179,73 @@ def test_merge_sums_is_order_free_and_copies_its_inputs() -> None:
     assert combine.extract_output(one) == combine.extract_output(other) == {
         PostHour("x", HOUR): CounterSums(Counts(upvotes=-2, shares=1), 5), PostHour("y", HOUR): CounterSums(Counts(shares=2), 2)}
     assert a[PostHour("x", HOUR)] == CounterSums(Counts(upvotes=1), 1)  # inputs are not changed in place
+
+
+def test_a_worker_clock_behind_the_watermark_loses_no_vote() -> None:
+    """A worker whose clock lags Pub/Sub's (whose publish times the watermark follows) by more
+    than a window and the allowed lateness: its bundle is stamped no earlier than the bundle's
+    own messages, which hold the watermark, so its votes land in an open window and count."""
+    now = int(time.time())  # this worker's clock; Pub/Sub's and the watermark are an hour ahead
+    published = now + 3600
+    stream = (
+        TestStream()
+        .advance_watermark_to(published - 1)
+        .add_elements([TimestampedValue(message("p", HOUR), published), TimestampedValue(message("p", HOUR), published)])
+        .advance_watermark_to_infinity()
+    )
+
+    def check(deltas: list[PostDelta]) -> None:
+        assert [(d.post_id, d.event_hour, d.sums.counts.upvotes, d.sums.events) for d in deltas] == [("p", HOUR, 2, 2)]
+
+    with streaming_pipeline() as p:
+        assert_that((p | stream | ParseVotes()).sums | WindowAndSumVotes(WRITER, window_seconds=10), check)
+
+
+def test_parse_votes_counts_the_votes_a_lagging_worker_clock_would_have_stamped_late() -> None:
+    published = int(time.time()) + 3600
+    pipeline = TestPipeline()
+    parsed = (pipeline | beam.Create([message("p", HOUR), message("q", HOUR)])
+              | beam.Map(lambda m: TimestampedValue(m, published)) | ParseVotes())
+    assert_that(parsed.sums | beam.Map(lambda _, t=beam.DoFn.TimestampParam: int(t)), equal_to([published] * 2))
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
+                if c.key.metric.namespace == "ParseVotes"}
+    assert counters["stamped_ahead_of_worker_clock"] == 2
+
+
+def test_a_vote_within_the_allowed_lateness_counts_once_in_a_late_pane_of_its_own() -> None:
+    """Behind the watermark, but by less than the allowed lateness: a late pane, written as a
+    delta row of its own (the pane index is in the key), never merged into the on-time one."""
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue(vote("p"), 1), TimestampedValue(vote("p"), 2)])
+        .advance_watermark_to(15)  # the window [0, 10) fires on time: pane 0
+        .add_elements([TimestampedValue(vote("p", 1, "shares"), 5)])  # 10 s behind the watermark
+        .advance_watermark_to(30)
+        .advance_watermark_to_infinity()
+    )
+    window = (0, 10_000_000)
+    _SAMPLERS.clear()
+    pipeline = streaming_pipeline()
+    deltas = pipeline | stream | WindowAndSumVotes(WRITER, window_seconds=10)
+    assert_that(deltas, equal_to([
+        PostDelta.of("p", HOUR, delta_id(WRITER, window[0], 0, window[1], SUM_SHARDS), upvotes=2, events=2),
+        PostDelta.of("p", HOUR, delta_id(WRITER, window[0], 1, window[1], SUM_SHARDS), shares=1, events=1),
+    ]))
+    deltas | beam.Map(_keep_sampler)
+    pipeline.run().wait_until_finish()
+    assert local_metrics.counters(_SAMPLERS[0])[("WindowAndSumVotes", "late_events")] == 1
+
+
+_SAMPLERS: list = []  # the local runner's worker sampler, which holds its counters (pipeline/local_metrics.py)
+
+
+def _keep_sampler(_) -> None:
+    _SAMPLERS.append(statesampler.get_current_tracker())
+
+
+def test_windows_allow_lateness_under_the_default_trigger() -> None:
+    """Dataflow lifts a streaming combine only under the default trigger (module docstring)."""
+    windowing = ingestion_windows(10).windowing
+    assert windowing.triggerfn == DefaultTrigger() and windowing.allowed_lateness == ALLOWED_LATENESS_S

@@ -18,6 +18,13 @@ is made per vote or per message, only one per shard of posts per bundle.
   (shard, ShardSums) element per shard of posts, stamped with that moment as their
   ingestion time (what transforms/windowing.py windows by). The bundle is not yet committed
   when it emits, so the watermark is still held behind it.
+- The ingestion time is the worker's clock, but never earlier than the latest publish time
+  among the bundle's messages (`ingestion_time`). The watermark follows Pub/Sub's clock (the
+  publish times of the messages not yet processed, this bundle's among them), not the
+  worker's: a worker whose clock lags Pub/Sub's by more than a window and the allowed
+  lateness would otherwise stamp its sums into a window already closed, and Beam drops those
+  silently (tests/test_windowing.py holds both). The votes of such bundles are counted in
+  ParseVotes/stamped_ahead_of_worker_clock: a clock that needs fixing, though no vote is lost.
 - Vote-state events (schemas/vote_states.py) are not sums: a bundle keeps each (post, user)'s
   latest state (`later`), and emits one (shard, ShardVotes) element per shard of users, the
   shard the user's range of the Votes key space (`vote_shard`), so that the sink's transactions
@@ -68,6 +75,9 @@ ShardSums = dict[PostHour, CounterSums]  # one shard's sums (and voter sketches)
 ShardVotes = dict[PostUser, LatestVote]  # one shard's latest vote states, per post and user
 # Shards of the Votes key space (ranges of UserHash) that vote states are grouped by.
 VOTE_SHARDS = 32
+# A worker clock behind the latest publish time by less is ordinary drift and delivery jitter:
+# its bundles are stamped at the publish time all the same, but not counted as a lagging clock.
+CLOCK_BEHIND_COUNTED_S = 1.0
 
 
 def sum_shard(post_id: str, shards: int = SUM_SHARDS) -> int:
@@ -177,6 +187,12 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
     return rejected
 
 
+def ingestion_time(worker_now_s: float, latest_publish_s: float) -> float:
+    """A bundle's ingestion time: the worker's clock, never earlier than the latest publish time
+    among its messages, which hold the watermark (see the module docstring)."""
+    return max(worker_now_s, latest_publish_s)
+
+
 class BundleSums:
     """Sums per (post, event hour) over one bundle, emitted when the bundle ends (see the module
     docstring). ParseVotes keeps one per bundle, so no element is made per vote at all."""
@@ -184,10 +200,12 @@ class BundleSums:
     def __init__(self) -> None:
         self._sums: Running = {}
         self._states: ShardVotes = {}
+        self.latest_publish_s = float("-inf")  # the latest publish time among the bundle's messages
 
     def add_message(self, data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
                     policy: EventTimePolicy, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
         """Adds the message's accepted votes; returns its rejected events."""
+        self.latest_publish_s = max(self.latest_publish_s, publish_time_s)
         return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour,
                            states=self._states)
 
@@ -196,18 +214,16 @@ class BundleSums:
         """The accepted events so far, delta and vote-state events alike."""
         return sum(acc.events for acc in self._sums.values()) + sum(state.events for state in self._states.values())
 
-    def emit_states(self) -> Iterator:
-        """One element per shard of users: (shard, ShardVotes), stamped with the bundle's end."""
-        now = time.time()
+    def emit_states(self, at: float) -> Iterator:
+        """One element per shard of users: (shard, ShardVotes), stamped `at` (its ingestion time)."""
         shards: dict[int, ShardVotes] = {}
         for key, state in self._states.items():
             shards.setdefault(vote_shard(key.user_id), {})[key] = state
         for shard, states in shards.items():
-            yield GlobalWindows.windowed_value((shard, states), timestamp=now)
+            yield GlobalWindows.windowed_value((shard, states), timestamp=at)
 
-    def emit(self) -> Iterator:
-        """One element per shard: (shard, ShardSums), stamped with the bundle's end."""
-        now = time.time()
+    def emit(self, at: float) -> Iterator:
+        """One element per shard: (shard, ShardSums), stamped `at` (its ingestion time)."""
         shards: dict[int, ShardSums] = {}
         shard_of: dict[str, int] = {}
         for (post_id, event_hour), acc in self._sums.items():
@@ -216,7 +232,7 @@ class BundleSums:
                 shard = shard_of[post_id] = sum_shard(post_id)
             shards.setdefault(shard, {})[PostHour(post_id, event_hour)] = acc.to_sums()
         for shard, sums in shards.items():
-            yield GlobalWindows.windowed_value((shard, sums), timestamp=now)
+            yield GlobalWindows.windowed_value((shard, sums), timestamp=at)
 
 
 class ParsedVotes(NamedTuple):
@@ -257,8 +273,12 @@ class _ParseAndSumFn(beam.DoFn):
             Metrics.counter("ParseVotes", f"rejected_{reason}").inc(count)
         for reason, count in self._ingestion_hour.items():
             Metrics.counter("ParseVotes", f"ingestion_hour_{reason}").inc(count)
-        yield from self._sums.emit()
-        for states in self._sums.emit_states():
+        now = time.time()
+        at = ingestion_time(now, self._sums.latest_publish_s)
+        if at - now > CLOCK_BEHIND_COUNTED_S:
+            Metrics.counter("ParseVotes", "stamped_ahead_of_worker_clock").inc(self._sums.votes)
+        yield from self._sums.emit(at)
+        for states in self._sums.emit_states(at):
             yield beam.pvalue.TaggedOutput(self.STATES, states)
 
 
@@ -274,7 +294,9 @@ class ParseVotes(beam.PTransform):
     the clock skew it allows): such a vote is counted in its ingestion hour, never dropped.
     Metrics: ParseVotes/messages, ParseVotes/accepted (votes), ParseVotes/rejected_<reason> (dead letters: one per
     rejected line of a batch, or one per message rejected whole) and
-    ParseVotes/ingestion_hour_<reason> (older_than_retention, ahead_of_clock).
+    ParseVotes/ingestion_hour_<reason> (older_than_retention, ahead_of_clock) and
+    ParseVotes/stamped_ahead_of_worker_clock (votes of bundles whose worker clock was behind their
+    messages' publish times: stamped at the publish time, see the module docstring).
     """
 
     def __init__(self, policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> None:

@@ -4,8 +4,8 @@ per window.
 ParseVotes (transforms/parse_and_sum.py) has already merged each bundle's vote-state events to
 the latest per (post, user), one element per shard of users, stamped with ingestion time. Here
 they are windowed exactly as the sums are (transforms/windowing.py `ingestion_windows`: fixed
-windows over ingestion time, so no event is ever late and dropped, one DISCARDING pane per window)
-and merged across bundles with `later` (schemas/vote_states.py): one element per shard and pane,
+windows over ingestion time, one DISCARDING pane per window, and a late pane of its own for what
+arrives behind the watermark within the allowed lateness) and merged across bundles with `later` (schemas/vote_states.py): one element per shard and pane,
 holding each (post, user)'s latest state in the window and how many events it stands for.
 
 Merging is exact whatever the grouping: `later` is associative and commutative and picks the same

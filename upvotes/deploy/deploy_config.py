@@ -120,6 +120,9 @@ class DeployConfig:
     alert_unfolded_age_s: int = field(default=7 * 86_400, metadata=_setting(
         "ALERT_UNFOLDED_AGE_S", "age (s) of the oldest delta a fold left unfolded above which its alert fires "
                                 "(7 days: long before the 30-day row deletion policy deletes it uncounted)"))
+    alert_late_votes_per_min: int = field(default=0, metadata=_setting(
+        "ALERT_LATE_VOTES_PER_MIN", "votes a minute that arrived behind the watermark, or from a worker clock behind "
+                                    "Pub/Sub's, above which the late-votes alert fires"))
     alert_duration_s: int = field(default=300, metadata=_setting(
         "ALERT_DURATION_S", "seconds a rate or lag condition must hold before its alert fires"))
     notification_channels: str = field(default="", metadata=_setting(
