@@ -17,15 +17,15 @@ state is freed once it closes, so state stays bounded by the keys of the open wi
 global window with a repeating processing-time trigger would also drop nothing, but its
 state (pane counters, trigger state) is never freed for any key ever seen.
 
-Late data all the same: a message the runner's watermark estimate has already passed (the
-watermark is an estimate on Dataflow) would be dropped silently by a window that allows no
-lateness. So windows allow ALLOWED_LATENESS_S: such an element is added to its window after
-the on-time pane has fired and fires a late pane of its own, written as a delta row of its own
-(the pane index is in the key, and DISCARDING keeps the late pane to the late votes), and its
-votes are counted in WindowAndSumVotes/late_events. The cost is state: each window's pane
-state stays ALLOWED_LATENESS_S after it closes. An element later still is dropped by the
-runner (on Dataflow, its droppedDueToLateness counter); no Python step can see the watermark
-to catch it.
+Late data all the same: a bundle is stamped behind the watermark only if every one of its
+messages arrived behind it (on Dataflow the watermark is an estimate) and its worker's clock
+is behind it too; a window that allows no lateness would drop it silently. So windows allow
+ALLOWED_LATENESS_S: such an element joins its window after the on-time pane has fired and
+fires a late pane of its own, written as a delta row of its own (the pane index is in the key,
+and DISCARDING keeps the late pane to the late votes), its votes counted in
+WindowAndSumVotes/late_events. An element later still is dropped by the runner (Dataflow
+counts it in its own droppedDueToLateness counter): no Python step can read the watermark to
+catch it, which is why ParseVotes keeps the stamp ahead of the watermark instead.
 
 Accumulation is DISCARDING: every pane is a delta of its own. ACCUMULATING panes (as in
 Beam's leader board example) repeat earlier panes' votes and would count them twice.
