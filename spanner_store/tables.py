@@ -192,3 +192,10 @@ def adjustment_delta_id(adjustment_id: str) -> str:
     """The DeltaId of a moderation adjustment's compensating delta rows (one per event hour).
     '@' is in no Dataflow job name nor writer identity, so it never equals a pipeline's DeltaId."""
     return f"@adjust/{adjustment_id}"
+
+
+def replay_delta_id(identity: str) -> str:
+    """The DeltaId of the delta row a corrected rejected vote becomes (`upvotes dead-letters replay`),
+    from the rejected line's identity: a replay run again, or after a crash before its
+    acknowledgement, writes the same key and finds it written."""
+    return f"@replay/{identity}"

@@ -1,15 +1,19 @@
 """Dead-letter re-drive on the emulators: a delta row dead-lettered by an injected permanent
-failure is replayed twice and counted once, and so is a batch of vote states; a rejected vote is
-replaced by its corrected line, published once; nothing is acknowledged before its replay succeeded."""
+failure is replayed twice and counted once, and so is a batch of vote states; a rejected vote, a
+whole message or one line of a batch, is replaced by its corrected line, matched by the line's own
+identity and counted once whatever crashes and reruns; nothing is acknowledged before its replay
+succeeded, and a long replay keeps what it holds."""
 from __future__ import annotations
 
 import json
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
+from schemas.contract import parse_message
 from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected
 from schemas.vote_states import LatestVote
@@ -20,7 +24,10 @@ from spanner_store.votes import apply_all_vote_states
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
-from upvotes.operations.dead_letters import execute_replay, plan_replay, pull_dead_letters, release
+from tests.polling import assert_stays, wait_until
+from upvotes.operations.dead_letters import (
+    HeldLetters, execute_replay, plan_replay, pull_dead_letters, read_corrected_votes, release,
+)
 
 HOUR = 1_795_312_800
 
@@ -59,8 +66,7 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
     report, still_held = execute_replay(plan_replay(held, {}), lambda d: tuple(write_new_deltas(database, [d])),
-                                        lambda states: (0, 0),
-                                        lambda v: None, ack=lambda letters: None)
+                                        lambda states: (0, 0), ack=lambda letters: None)
     assert report.deltas_written == 3
     release(subscriber, kept(stack), held)
 
@@ -72,36 +78,109 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
     assert dead_letters(stack, capsys, "show")[0]["shown"] == 0
 
 
-def test_a_rejected_vote_is_replaced_by_its_corrected_line_once(stack, capsys, tmp_path) -> None:
+def publish_dead_letters(stack, data: bytes, attributes: dict[str, str]) -> None:
+    """What the pipeline dead-letters for one message: its parse (the contract), each Rejected as
+    transforms/dead_letter.py publishes it."""
     publisher = pubsub_v1.PublisherClient()
-    bad = b'{"post_id": "fixed-post", "counter": "upvotes", "delta": "one", "event_id": "e-fix-1"}'
-    message = to_dead_letter(Rejected(bad, {"event_id": "e-fix-1"}, "bad_field: delta is not an integer"))
-    publisher.publish(f"projects/{stack.project}/topics/{stack.dead_letter_topic}", message.data,
-                      **message.attributes).result(timeout=30)
-    corrected = tmp_path / "corrected.jsonl"
-    corrected.write_text('{"post_id": "fixed-post", "counter": "upvotes", "delta": 1, "event_id": "e-fix-1"}\n')
-    votes_sub = f"projects/{stack.project}/subscriptions/{stack.subscription}"
-    subscriber = pubsub_v1.SubscriberClient()
+    for result in parse_message(data, attributes, publish_time_s=HOUR):
+        if isinstance(result, Rejected):
+            message = to_dead_letter(result)
+            publisher.publish(f"projects/{stack.project}/topics/{stack.dead_letter_topic}", message.data,
+                              **message.attributes).result(timeout=30)
 
-    replay = ["replay", "--instance", stack.instance, "--database", stack.database,
-              "--corrected-votes", str(corrected), "--topic", stack.topic]
+
+def test_a_rejected_vote_is_replaced_by_its_corrected_line_once(stack, database, capsys, tmp_path) -> None:
+    publish_dead_letters(stack, b'{"post_id": "fixed-post", "counter": "upvotes", "delta": "one", "event_id": "e-fix-1"}',
+                         {"event_id": "e-fix-1"})
+    corrected = tmp_path / "corrected.jsonl"
+    corrected.write_text('{"post_id": "fixed-post", "counter": "upvotes", "delta": 1, "event_id": "e-fix-1", '
+                         '"user_id": "fixer"}\n')
+    replay = ["replay", "--instance", stack.instance, "--database", stack.database, "--corrected-votes", str(corrected)]
+
     (first,) = dead_letters(stack, capsys, *replay)
-    assert (first["votes_published"], first["acknowledged"]) == (1, 1)
-    received = subscriber.pull(request={"subscription": votes_sub, "max_messages": 10}, timeout=30).received_messages
-    assert [json.loads(r.message.data)["delta"] for r in received] == [1]
-    assert received[0].message.attributes["event_id"] == "e-fix-1"
-    subscriber.acknowledge(request={"subscription": votes_sub, "ack_ids": [r.ack_id for r in received]})
+    assert (first["corrections_written"], first["acknowledged"], first["votes_published"]) == (1, 1, 0)
+    (counted,) = exact_counts(database, ["fixed-post"], unique=True)
+    assert (counted.counts, counted.unique_voters) == (Counts(upvotes=1), 1)
 
     (again,) = dead_letters(stack, capsys, *replay)  # its dead letter is gone: nothing to replace
-    assert (again["votes_published"], again["acknowledged"]) == (0, 0)
+    assert (again["corrections_written"], again["acknowledged"]) == (0, 0)
+    assert exact_counts(database, ["fixed-post"])[0].counts == Counts(upvotes=1)
+
+
+def test_two_bad_lines_of_a_batch_replayed_twice_with_a_crash_before_the_ack_each_count_once(
+        stack, database, capsys, tmp_path) -> None:
+    """A batch (v2) of three lines, two of them bad: each bad line is its own dead letter, shown and
+    matched by its own event_id (never the batch's). The first replay is killed between writing the
+    first correction and acknowledging it; the rerun writes the other and only acknowledges the
+    first; a third run finds nothing. Each correction counts once, the good line once, and nothing
+    stays on the subscription. (A line with no event_id is matched by "@<message ID>/<line>".)"""
+    batch = b"\n".join([b'{"post_id": "batch-post", "counter": "upvotes", "delta": 1, "event_id": "line-1"}',
+                        b'{"post_id": "batch-post", "counter": "upvotes", "delta": "2", "event_id": "line-2"}',
+                        b'{"post_id": "batch-post", "counter": "likes", "delta": 1, "event_id": "line-3"}',
+                        b'{"post_id": "batch-post", "counter": "upvotes", "delta": 0}'])
+    publish_dead_letters(stack, batch, {"format": "ndjson", "event_id": "the-batch"})
+    shown = dead_letters(stack, capsys, "show")[1:]
+    assert sorted((s["line"], s["event_id"], s["identity"].startswith("@")) for s in shown) == [
+        (2, "line-2", False), (3, "line-3", False), (4, None, True)]
+    no_id = next(s for s in shown if s["line"] == 4)
+    assert no_id["identity"] == f"@{no_id['message_id']}/4"
+
+    corrected = tmp_path / "corrected.jsonl"
+    corrected.write_text(
+        '{"post_id": "batch-post", "counter": "upvotes", "delta": 2, "event_id": "line-2"}\n'
+        '{"post_id": "batch-post", "counter": "upvotes", "delta": 30, "event_id": "line-3"}\n'
+        f'{{"post_id": "batch-post", "counter": "shares", "delta": 1, "event_id": "{no_id["identity"]}"}}\n')
+    corrections = read_corrected_votes(corrected.read_bytes().splitlines(), publish_time_s=HOUR)
+
+    subscriber = pubsub_v1.SubscriberClient()
+    held, _ = pull_dead_letters(subscriber, kept(stack), 10)
+
+    def crash_on_the_first_ack(letters) -> None:
+        raise KeyboardInterrupt("injected: the replay died after its first write, before its acknowledgement")
+
+    write = lambda d: tuple(write_new_deltas(database, [d]))  # noqa: E731 - the command's own path
+    with pytest.raises(KeyboardInterrupt):
+        execute_replay(plan_replay(held, corrections), write, lambda s: (0, 0), ack=crash_on_the_first_ack)
+    release(subscriber, kept(stack), held)  # what the command's `finally` does (or the deadline, on a kill)
+    assert sum(exact_counts(database, ["batch-post"])[0].counts) == 2  # one correction is in
+
+    replay = ["replay", "--instance", stack.instance, "--database", stack.database, "--corrected-votes", str(corrected)]
+    (second,) = dead_letters(stack, capsys, *replay)
+    assert (second["corrections_written"], second["corrections_already_written"], second["acknowledged"]) == (2, 1, 3)
+    (third,) = dead_letters(stack, capsys, *replay)
+    assert (third["corrections_written"], third["acknowledged"]) == (0, 0)
+    assert exact_counts(database, ["batch-post"])[0].counts == Counts(upvotes=2 + 30, shares=1)
+    assert dead_letters(stack, capsys, "show")[0]["shown"] == 0
+
+
+def test_a_long_replay_extends_what_it_holds_so_nothing_is_redelivered(stack) -> None:
+    """A subscription whose ack deadline (10 s, Pub/Sub's least) is shorter than the replay: held
+    letters are extended, so a second reader gets nothing while the first holds them; once let go
+    without an acknowledgement they come back."""
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = f"projects/{stack.project}/topics/{stack.dead_letter_topic}-slow"
+    short = f"projects/{stack.project}/subscriptions/{stack.dead_letter_topic}-slow"
+    publisher.create_topic(request={"name": topic})
+    subscriber.create_subscription(request={"name": short, "ack_deadline_seconds": 10, "topic": topic})
+    try:
+        message = to_dead_letter(Rejected(b"not json", {"event_id": "slow-1"}, "not_json: test"))
+        publisher.publish(topic, message.data, **message.attributes).result(timeout=30)
+        with HeldLetters(subscriber, short, deadline_s=10, every_s=1.0) as leases:
+            held, _ = pull_dead_letters(subscriber, short, 10, held=leases)
+            assert [letter.identity() for letter in held] == ["slow-1"]
+            assert_stays(lambda: not pull_dead_letters(subscriber, short, 10)[0], 13, "no redelivery while held")
+            assert leases.extensions >= 10
+        wait_until(lambda: pull_dead_letters(subscriber, short, 10)[0], 30, "the letter back after its deadline")
+    finally:
+        subscriber.delete_subscription(request={"subscription": short})
+        publisher.delete_topic(request={"topic": topic})
 
 
 def test_a_corrected_line_that_would_be_rejected_again_is_refused(stack, capsys, tmp_path) -> None:
     corrected = tmp_path / "still-bad.jsonl"
     corrected.write_text('{"post_id": "x", "counter": "likes", "delta": 1, "event_id": "e-2"}\n')
     code = main(["dead-letters", "replay", "--project", stack.project, "--dead-letter-topic", stack.dead_letter_topic,
-                 "--instance", stack.instance, "--database", stack.database, "--corrected-votes", str(corrected),
-                 "--topic", stack.topic])
+                 "--instance", stack.instance, "--database", stack.database, "--corrected-votes", str(corrected)])
     assert code == 2 and "would be rejected again" in capsys.readouterr().err
 
 
@@ -119,7 +198,7 @@ def test_dead_lettered_vote_states_replayed_twice_move_each_count_once(stack, da
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
     report, _ = execute_replay(plan_replay(held, {}), lambda d: (0, 0),
-                               lambda s: tuple(apply_all_vote_states(database, s))[:2], lambda v: None,
+                               lambda s: tuple(apply_all_vote_states(database, s))[:2],
                                ack=lambda letters: None)  # applied, but the acknowledgement is lost
     assert (report.states_applied, report.states_already_applied) == (2, 0)
     release(subscriber, kept(stack), held)

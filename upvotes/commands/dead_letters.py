@@ -28,9 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database", help="replay: Spanner database the failed delta rows and vote states are "
                                            "written to")
     parser.add_argument("--corrected-votes", metavar="FILE",
-                        help="replay: JSON-lines file of corrected votes; each replaces the rejected vote "
-                             "with the same event_id, published to --topic")
-    parser.add_argument("--topic", help="replay: the votes topic corrected votes are published to")
+                        help="replay: JSON-lines file of corrected votes; each replaces the rejected vote whose "
+                             "identity (its event_id, or the identity `show` prints) is its event_id, and is "
+                             "written to the database through the pipeline's own idempotent path")
+    parser.add_argument("--topic", help="deprecated, ignored: corrected votes are written to the database, no longer "
+                                        "published")
     parser.add_argument("--dry-run", action="store_true", help="replay: say what would be done; change nothing")
 
 
@@ -41,27 +43,30 @@ def _kept_subscription(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from google.cloud import pubsub_v1
 
-    from upvotes.operations.dead_letters import backlog_by_reason, pull_dead_letters, release
+    from upvotes.operations.dead_letters import HeldLetters, backlog_by_reason, pull_dead_letters, release
 
     if args.action == "replay" and not (args.instance and args.database):
         raise UsageError("replay needs --instance and --database (where failed delta rows and vote states are "
                          "written)")
-    if args.corrected_votes and not args.topic:
-        raise UsageError("--corrected-votes needs --topic, the votes topic to publish them to")
+    if args.topic:
+        print("upvotes dead-letters: --topic is deprecated and ignored: corrected votes are written to the "
+              "database through the pipeline's own path, no longer published", file=sys.stderr)
     corrected = _read_corrected(args.corrected_votes) if args.corrected_votes else {}
 
     subscription = _kept_subscription(args)
     subscriber = pubsub_v1.SubscriberClient()
     held, others = [], []
     try:
-        held, others = pull_dead_letters(subscriber, subscription, args.limit, args.reason)
-        release(subscriber, subscription, others)
-        if args.action == "show":
-            print(json.dumps({"backlog_by_reason": backlog_by_reason(held), "shown": len(held)}))
-            for letter in held:
-                print(json.dumps(letter.summary()))
-            return 0
-        held, failed = _replay(args, subscriber, subscription, held, corrected)
+        with HeldLetters(subscriber, subscription) as leases:  # a long replay keeps what it holds
+            held, others = pull_dead_letters(subscriber, subscription, args.limit, args.reason, held=leases)
+            release(subscriber, subscription, others)
+            leases.let_go(others)
+            if args.action == "show":
+                print(json.dumps({"backlog_by_reason": backlog_by_reason(held), "shown": len(held)}))
+                for letter in held:
+                    print(json.dumps(letter.summary()))
+                return 0
+            held, failed = _replay(args, subscriber, subscription, held, corrected, leases)
     finally:
         release(subscriber, subscription, held)
         subscriber.close()
@@ -80,10 +85,10 @@ def _read_corrected(path: str) -> dict:
         raise UsageError(f"--corrected-votes {path}: {error}") from None
 
 
-def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict) -> tuple[list, int]:
+def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict,
+            leases) -> tuple[list, int]:
     """Replays the held dead letters; returns those still held (to release) and how many replays failed."""
-    from google.cloud import pubsub_v1
-
+    from schemas.records import PostDelta
     from spanner_store.database import run_with_retries
     from spanner_store.deltas import write_new_deltas
     from spanner_store.votes import apply_all_vote_states
@@ -95,16 +100,16 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
             print(json.dumps({"would": "rewrite_delta", "message_id": letter.message_id, "delta": delta.to_json()}))
         for letter, states in plan.states:
             print(json.dumps({"would": "apply_vote_states", "message_id": letter.message_id, "states": len(states)}))
-        for letter, vote in plan.votes:
-            print(json.dumps({"would": "publish_corrected_vote", "message_id": letter.message_id,
-                              "event_id": vote.event_id, "data": vote.data.decode("utf-8")}))
+        for letter, correction in plan.corrections:
+            written = ({"delta": correction.to_json()} if isinstance(correction, PostDelta)
+                       else {"states": len(correction)})
+            print(json.dumps({"would": "write_correction", "message_id": letter.message_id,
+                              "identity": letter.identity(), **written}))
         for letter in plan.left:
             print(json.dumps({"would": "leave", **letter.summary()}))
         return held, 0
 
     database = open_database_of(args)
-    publisher = pubsub_v1.PublisherClient()
-    topic = f"projects/{args.project}/topics/{args.topic}" if args.topic else ""
 
     def write_delta(delta):
         return tuple(run_with_retries(lambda: write_new_deltas(database, [delta])))
@@ -113,12 +118,12 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
         totals = apply_all_vote_states(database, states)
         return totals.applied, totals.superseded
 
-    def publish_vote(vote):
-        publisher.publish(topic, vote.data, **vote.attributes).result(timeout=60)
+    def ack(letters):
+        acknowledge(subscriber, subscription, letters)
+        leases.let_go(letters)
 
-    report, still_held = execute_replay(plan, write_delta, apply_states, publish_vote,
-                                        lambda letters: acknowledge(subscriber, subscription, letters))
-    print(json.dumps(report.__dict__))
+    report, still_held = execute_replay(plan, write_delta, apply_states, ack)
+    print(json.dumps(report.to_json()))
     for failure in report.failed:
         print(f"replay failed, dead letter kept: {failure}", file=sys.stderr)
     return still_held, len(report.failed)

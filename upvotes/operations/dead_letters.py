@@ -4,37 +4,47 @@ Three kinds of dead letter share the topic (transforms/dead_letter.py writes the
 
 - a delta row the sink could never write: JSON of a PostDelta, attribute kind=delta_row;
 - a batch of vote states the vote-state sink could never apply: a JSON list, kind=vote_states;
-- a rejected vote: the original bytes and attributes, plus an `error` attribute.
+- a rejected vote: the original bytes and attributes (a line of a batch message: the line alone,
+  with its 1-based number in the `line` attribute), plus an `error` attribute.
 
 Both carry `error` = "<reason>: <detail>". Messages are pulled synchronously and held (not
-acknowledged) while they are looked at; `release` hands them back at once (ack deadline 0),
-`acknowledge` removes them. A replay acknowledges a dead letter only after its replay
-succeeded:
+acknowledged) while they are looked at, their ack deadlines extended for as long as a replay
+holds them (`HeldLetters`); `release` hands them back at once (ack deadline 0), `acknowledge`
+removes them. A replay acknowledges a dead letter only after its replay succeeded, and every
+replay writes through the pipeline's own idempotent paths, so a replay that is run again, killed
+between a write and its acknowledgement, or handed a letter redelivered after its deadline counts
+each vote once:
 
-- a delta row is re-written through the sink's own idempotent path
-  (spanner_store.deltas.write_new_deltas): its key is the one the pipeline gave it, so
-  replaying it twice, or after an unseen success, writes it once;
+- a delta row is re-written through the sink's own path (spanner_store.deltas.write_new_deltas):
+  its key is the one the pipeline gave it, so a second write finds it and writes nothing;
 - vote states are applied through the vote-state sink's own path
   (spanner_store.votes.apply_all_vote_states): each is applied against the stored state, so a
-  replay twice, or after an unseen success, moves each count once;
-- a rejected vote is replaced by its corrected line from a JSON-lines file, matched by
-  event_id, and published to the votes topic. Only lines whose rejected original is still
-  held are published, so running the same replay twice publishes nothing the second time.
+  second application moves nothing;
+- a rejected vote is replaced by its corrected line from a JSON-lines file, matched by the
+  rejected line's own identity (`DeadLetter.identity`: the line's event_id, or "@<message
+  ID>/<line>" for a line with none, which the correction then carries as its event_id). A
+  corrected delta event becomes one delta row keyed by that identity ("@replay/<identity>",
+  written by the sink's path: a second write finds it); a corrected vote-state event is applied
+  through the vote-state sink's path. Nothing is published to the votes topic, so no Pub/Sub or
+  Dataflow deduplication (`id_label`) can drop a correction after its dead letter was acknowledged.
 """
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from google.api_core import exceptions
 
-from schemas.contract import ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, parse_vote
-from schemas.records import FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
+from schemas.contract import ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, LINE_ATTRIBUTE, parse_vote
+from schemas.counters import NAME_OF, VOTER_CONTRACT_NAMES, Counts
+from schemas.records import CounterSums, FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import LatestVote
+from schemas.voter_sketch import sketch_of
+from spanner_store.tables import replay_delta_id
 from transforms.dead_letter import DELTA_ROW, KIND_ATTRIBUTE, VOTE_STATES
-from upvotes.devtools.publishing import event_message
 
 REJECTED_VOTE = "rejected_vote"
 PULL_BATCH = 100
@@ -49,6 +59,7 @@ class DeadLetter:
     message_id: str
     data: bytes
     attributes: dict[str, str]
+    publish_time_s: float = 0.0  # when the pipeline dead-lettered it: the same on every delivery
 
     @property
     def kind(self) -> str:
@@ -71,27 +82,89 @@ class DeadLetter:
         """The vote states of a kind=vote_states dead letter, exactly as the sink tried to apply them."""
         return FailedVoteStates.states_from_json(json.loads(self.data))
 
+    @property
+    def line(self) -> int | None:
+        """The 1-based line of a rejected line of a batch (v2) message; None for a whole message."""
+        line = self.attributes.get(LINE_ATTRIBUTE, "")
+        return int(line) if line.isdigit() else None
+
     def event_id(self) -> str | None:
-        """The event_id of a rejected vote: its attribute, or the field of its JSON if readable."""
-        if self.attributes.get(EVENT_ID_ATTRIBUTE):
-            return self.attributes[EVENT_ID_ATTRIBUTE]
+        """The rejected event's own event_id: the field of its JSON if readable, else (a whole v1
+        message only) its attribute. A line of a batch never takes the batch's attribute: that is
+        the batch's ID, shared by its other lines."""
         try:
             body = json.loads(self.data)
         except ValueError:
-            return None
+            body = None
         value = body.get("event_id") if isinstance(body, dict) else None
-        return value if isinstance(value, str) and value else None
+        if isinstance(value, str) and value:
+            return value
+        return self.attributes.get(EVENT_ID_ATTRIBUTE) or None if self.line is None else None
+
+    def identity(self) -> str:
+        """What a correction of this rejected vote is matched by, and what its replay is keyed by:
+        its event_id, or "@<message ID>/<line>" (line 1 for a whole message) when it has none."""
+        return self.event_id() or f"@{self.message_id}/{self.line or 1}"
 
     def summary(self) -> dict:
+        rejected = self.kind == REJECTED_VOTE
         return {"message_id": self.message_id, "kind": self.kind, "reason": self.reason, "error": self.error,
-                "event_id": self.event_id() if self.kind == REJECTED_VOTE else None,
+                "event_id": self.event_id() if rejected else None, "line": self.line,
+                "identity": self.identity() if rejected else None,
                 "data": self.data[:300].decode("utf-8", "replace")}
 
 
+class HeldLetters:
+    """Keeps the ack deadlines of the dead letters a command holds extended, so that none is
+    redelivered (and replayed a second time by another run) while a long replay still holds it.
+    A background thread extends every held letter's deadline to `deadline_s` every `every_s`
+    seconds; a letter is let go once acknowledged or released. Use it as a context manager."""
+
+    def __init__(self, subscriber, subscription: str, deadline_s: int = 60, every_s: float = 20.0) -> None:
+        self._subscriber = subscriber
+        self._subscription = subscription
+        self._deadline_s = deadline_s
+        self._every_s = every_s
+        self._held: dict[str, None] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._extend_until_stopped, name="dead-letter-leases", daemon=True)
+        self.extensions = 0  # modify_ack_deadline calls made
+
+    def __enter__(self) -> HeldLetters:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def hold(self, letters: Iterable[DeadLetter]) -> None:
+        with self._lock:
+            self._held.update(dict.fromkeys(letter.ack_id for letter in letters))
+
+    def let_go(self, letters: Iterable[DeadLetter]) -> None:
+        with self._lock:
+            for letter in letters:
+                self._held.pop(letter.ack_id, None)
+
+    def _extend_until_stopped(self) -> None:
+        while not self._stop.wait(self._every_s):
+            with self._lock:
+                ack_ids = list(self._held)
+            for start in range(0, len(ack_ids), PULL_BATCH):
+                self._subscriber.modify_ack_deadline(request={
+                    "subscription": self._subscription, "ack_ids": ack_ids[start:start + PULL_BATCH],
+                    "ack_deadline_seconds": self._deadline_s})
+                self.extensions += 1
+
+
 def pull_dead_letters(subscriber, subscription: str, limit: int, reason: str | None = None,
-                      empty_wait_s: float = EMPTY_PULL_WAIT_S) -> tuple[list[DeadLetter], list[DeadLetter]]:
+                      empty_wait_s: float = EMPTY_PULL_WAIT_S, held: HeldLetters | None = None,
+                      ) -> tuple[list[DeadLetter], list[DeadLetter]]:
     """Pulls and holds up to `limit` dead letters (of `reason`, if given); returns (matching, others).
-    Held messages are redelivered after the ack deadline unless released or acknowledged."""
+    Held messages are redelivered after the ack deadline unless released or acknowledged, or kept
+    extended by `held` from the moment each is pulled."""
     matching: list[DeadLetter] = []
     others: list[DeadLetter] = []
     while len(matching) < limit:
@@ -105,8 +178,10 @@ def pull_dead_letters(subscriber, subscription: str, limit: int, reason: str | N
             break
         for received in response.received_messages:
             letter = DeadLetter(received.ack_id, received.message.message_id, bytes(received.message.data),
-                                dict(received.message.attributes))
+                                dict(received.message.attributes), received.message.publish_time.timestamp())
             (matching if reason is None or letter.reason == reason else others).append(letter)
+            if held is not None:
+                held.hold([letter])
     return matching, others
 
 
@@ -127,16 +202,27 @@ def backlog_by_reason(letters: Iterable[DeadLetter]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class CorrectedVote:
+class CorrectedLine:
+    """One line of a corrections file: the JSON of a vote the pipeline accepts, and its event_id."""
+
     data: bytes
-    attributes: dict[str, str]
     event_id: str
 
+    def parsed(self, publish_time_s: float) -> VoteEvent | VoteState:
+        """The vote, as the pipeline would read it in a message published at `publish_time_s`: a
+        delta event without an event_time is counted in that hour. A replay passes its dead letter's
+        publish time, which every delivery of the letter carries, so a rerun of the replay, in any
+        hour, writes the same delta row key and finds it written."""
+        vote = parse_vote(self.data, None, publish_time_s=publish_time_s)
+        assert isinstance(vote, (VoteEvent, VoteState)), vote  # read_corrected_votes accepted it
+        return vote
 
-def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float) -> dict[str, CorrectedVote]:
-    """The corrected votes of a JSON-lines file by event_id; raises ValueError on a line the
-    pipeline would reject again, or one without an event_id to match it to its dead letter."""
-    corrected: dict[str, CorrectedVote] = {}
+
+def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float) -> dict[str, CorrectedLine]:
+    """The corrected votes of a JSON-lines file by event_id (the identity of the dead letter each
+    replaces); raises ValueError on a line the pipeline would reject again, or one without an
+    event_id to match it to its dead letter."""
+    corrected: dict[str, CorrectedLine] = {}
     for number, line in enumerate(lines, 1):
         data = line.rstrip(b"\r\n")
         if not data.strip():
@@ -145,31 +231,48 @@ def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float) -> dict[
         if not isinstance(vote, (VoteEvent, VoteState)):
             raise ValueError(f"line {number} would be rejected again: {vote.error}")
         if not vote.event_id:
-            raise ValueError(f"line {number} has no event_id to match it to its dead letter")
-        message, attributes = event_message(json.loads(data))  # as `upvotes publish` sends a vote
-        corrected[vote.event_id] = CorrectedVote(message, attributes, vote.event_id)
+            raise ValueError(f"line {number} has no event_id to match it to its dead letter (for a rejected line "
+                             "without one, the identity `dead-letters show` prints)")
+        corrected[vote.event_id] = CorrectedLine(data, vote.event_id)
     return corrected
+
+
+def correction_delta(vote: VoteEvent, identity: str) -> PostDelta:
+    """The delta row a corrected delta event becomes: the sums the pipeline would give it alone,
+    keyed by the identity of the dead letter it replaces, so a second write of it finds the first."""
+    voters = (sketch_of([vote.user_id]) if vote.delta > 0 and vote.user_id and vote.counter in VOTER_CONTRACT_NAMES
+              else None)
+    counts = Counts(**{NAME_OF[vote.counter]: vote.delta})
+    return PostDelta(vote.post_id, vote.event_hour, replay_delta_id(identity), CounterSums(counts, 1, voters))
+
+
+def correction_states(vote: VoteState) -> dict[PostUser, LatestVote]:
+    """The vote state a corrected vote-state event applies, as the vote-state sink would apply it."""
+    return {PostUser(vote.post_id, vote.user_id): vote.latest()}
 
 
 @dataclass(frozen=True)
 class ReplayPlan:
-    """What a replay does with the dead letters it holds."""
+    """What a replay does with the dead letters it holds: each is written, then acknowledged."""
 
-    deltas: list[tuple[DeadLetter, PostDelta]] = field(default_factory=list)  # re-write, then acknowledge
-    states: list[tuple[DeadLetter, dict[PostUser, LatestVote]]] = field(default_factory=list)  # apply, then acknowledge
-    votes: list[tuple[DeadLetter, CorrectedVote]] = field(default_factory=list)  # publish, then acknowledge
+    deltas: list[tuple[DeadLetter, PostDelta]] = field(default_factory=list)  # delta rows, re-written
+    states: list[tuple[DeadLetter, dict[PostUser, LatestVote]]] = field(default_factory=list)  # vote states
+    corrections: list[tuple[DeadLetter, PostDelta | dict[PostUser, LatestVote]]] = field(
+        default_factory=list)  # rejected votes replaced by their corrections: a delta row or a vote state
     left: list[DeadLetter] = field(default_factory=list)  # no replay for these: released, kept
 
 
-def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedVote]) -> ReplayPlan:
+def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLine]) -> ReplayPlan:
     plan = ReplayPlan()
     for letter in letters:
         if letter.kind == DELTA_ROW:
             plan.deltas.append((letter, letter.failed_delta()))
         elif letter.kind == VOTE_STATES:
             plan.states.append((letter, letter.failed_states()))
-        elif (event_id := letter.event_id()) is not None and event_id in corrected:
-            plan.votes.append((letter, corrected[event_id]))
+        elif (line := corrected.get(letter.identity())) is not None:
+            vote = line.parsed(letter.publish_time_s)
+            plan.corrections.append((letter, correction_delta(vote, letter.identity()) if isinstance(vote, VoteEvent)
+                                     else correction_states(vote)))
         else:
             plan.left.append(letter)
     return plan
@@ -181,25 +284,34 @@ class ReplayReport:
     deltas_already_written: int
     states_applied: int
     states_already_applied: int
-    votes_published: int
+    corrections_written: int  # corrected votes counted now: a delta row written, or a vote state applied
+    corrections_already_written: int  # corrected votes an earlier run (killed before its acknowledgement) counted
     acknowledged: int
     left: int
     failed: list[str]  # "<message id>: <error>" of replays that failed; those stay on the subscription
 
+    def to_json(self) -> dict:
+        """What `dead-letters replay` prints; `votes_published` is kept for scripts that read it:
+        corrections are written, never published (deprecated, always 0; see CHANGELOG.md)."""
+        return {**self.__dict__, "votes_published": 0}
+
 
 def execute_replay(plan: ReplayPlan, write_delta: Callable[[PostDelta], tuple[int, int]],
                    apply_states: Callable[[dict[PostUser, LatestVote]], tuple[int, int]],
-                   publish_vote: Callable[[CorrectedVote], None],
                    ack: Callable[[list[DeadLetter]], None]) -> tuple[ReplayReport, list[DeadLetter]]:
     """Replays each dead letter and acknowledges it right after its replay succeeded; returns the
     report and the dead letters still held (failed or left), for the caller to release.
     `write_delta` and `apply_states` return (written or applied, already there)."""
-    totals = {"deltas": [0, 0], "states": [0, 0]}
-    published = acked = 0
+    totals = {"deltas": [0, 0], "states": [0, 0], "corrections": [0, 0]}
+    acked = 0
     failed: list[str] = []
     still_held: list[DeadLetter] = list(plan.left)
-    for kind, replays, replay in (("deltas", plan.deltas, write_delta), ("states", plan.states, apply_states)):
-        for letter, item in replays:
+    corrections = [(letter, item, write_delta if isinstance(item, PostDelta) else apply_states)
+                   for letter, item in plan.corrections]
+    for kind, replays in (("deltas", [(letter, item, write_delta) for letter, item in plan.deltas]),
+                          ("states", [(letter, item, apply_states) for letter, item in plan.states]),
+                          ("corrections", corrections)):
+        for letter, item, replay in replays:
             try:
                 new, existing = replay(item)
             except exceptions.GoogleAPICallError as error:
@@ -210,14 +322,5 @@ def execute_replay(plan: ReplayPlan, write_delta: Callable[[PostDelta], tuple[in
             totals[kind][1] += existing
             ack([letter])
             acked += 1
-    for letter, vote in plan.votes:
-        try:
-            publish_vote(vote)
-        except exceptions.GoogleAPICallError as error:
-            failed.append(f"{letter.message_id}: {error}")
-            still_held.append(letter)
-            continue
-        published += 1
-        ack([letter])
-        acked += 1
-    return ReplayReport(*totals["deltas"], *totals["states"], published, acked, len(plan.left), failed), still_held
+    return ReplayReport(*totals["deltas"], *totals["states"], *totals["corrections"], acked, len(plan.left),
+                        failed), still_held
