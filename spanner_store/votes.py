@@ -46,7 +46,7 @@ from schemas.records import CounterSums, PostDelta, PostUser, hour_of_us
 from schemas.vote_states import NONE, Erasure, LatestVote, VoteOrder, counted, erased, order_of
 from schemas.voter_sketch import sketch_of
 from spanner_store.database import (
-    DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, run_transaction, run_with_retries, schema_behind,
+    DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, is_transient, run_transaction, run_with_retries, schema_behind,
 )
 from spanner_store.delta_commits import new_commit_id
 from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
@@ -310,7 +310,7 @@ def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutat
                   for part in (keys[:len(keys) // 2], keys[len(keys) // 2:])]
         return VoteChanges(*(a + b for a, b in zip(*halves)))
     except exceptions.NotFound as error:
-        if not present or schema_behind(error):
+        if not present or schema_behind(error) or is_transient(error):  # "Session not found" is for the retry
             raise
         known.forget(present)  # a Posts row taken as present is gone (deleted by an operator): upsert them all
         return apply_vote_states(database, states, max_mutations, known)

@@ -567,6 +567,13 @@ def test_explain_gives_one_readable_line_for_an_unavailable_spanner(monkeypatch)
     assert "upvotes emulators start" in message
 
 
+def test_explain_tells_a_lost_session_from_a_missing_resource() -> None:
+    lost = explain(exceptions.NotFound("Session not found: projects/p/instances/i/databases/d/sessions/s"))
+    missing = explain(exceptions.NotFound("Database not found: projects/p/instances/i/databases/d"))
+    assert lost.startswith("Spanner dropped the session") and "provision" not in lost
+    assert missing.startswith("not found: Database not found") and "upvotes provision" in missing
+
+
 # --- `upvotes verify` -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 
 from pipeline.params import InvalidParameter
+from spanner_store.database import is_transient
 from spanner_store.views import ViewError
 from upvotes.devtools.emulators import EmulatorError
 
@@ -33,6 +34,8 @@ def explain(error: BaseException) -> str:
         emulator = os.environ.get("SPANNER_EMULATOR_HOST") or os.environ.get("PUBSUB_EMULATOR_HOST")
         where = f" (emulator at {emulator})" if emulator else ""
         return f"the service is unavailable{where}: {error.message}. Is it running? Locally, {START_EMULATORS}"
+    if isinstance(error, exceptions.NotFound) and is_transient(error):  # "Session not found": not a resource
+        return f"Spanner dropped the session: {error.message}. It was retried until its deadline; run it again"
     if isinstance(error, exceptions.NotFound):
         return f"not found: {error.message}. Create the resources first with `upvotes provision ...`"
     if isinstance(error, exceptions.GoogleAPICallError):
