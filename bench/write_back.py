@@ -21,6 +21,13 @@ crash may double). One SIGKILL at a seeded time in the middle third of the load:
 - redis-server, in each durability mode, restarted at once;
 - the flusher at each fault point (after RENAME; after the Spanner commit, before the DEL), on
   the flush that falls at the seeded time, restarted at once;
+- the machine, with AOF everysec and AOF always: the flusher dies after the Spanner commit of the
+  flush at the seeded time, and redis-server with it, losing what its AOF had not fsynced
+  (redis_server.LocalRedis.crash_machine). Under everysec that is, at worst, everything from the
+  flush's RENAME on: the reload puts the flushed votes back in the live hash and the restarted
+  flusher flushes them again (doubled), and the votes acknowledged after the RENAME are gone
+  (lost). Under always the RENAME was fsynced before its reply. Both restarted at once. On Redis
+  7.2+ the flusher waits for the RENAME's fsync (WAITAOF), so the simulated crash keeps the RENAME;
 - the pipeline's stream (`python -m pipeline.streaming`, started and stopped through
   bench.stack.streaming_pipeline like every benchmark), restarted at once. It measures the stream
   as this checkout builds it: whatever the drain and acknowledgement work delivers shows here.
@@ -28,9 +35,9 @@ Then the counts settle and every post is compared with the ledgers: lost = ackno
 never counted, doubled = votes counted beyond those acknowledged and refused. Per post, net:
 exact when a run does not both lose and double votes of one post, lower bounds otherwise.
 
-A process SIGKILL keeps the operating system's page cache, so the AOF everysec row cannot show
+A process SIGKILL keeps the operating system's page cache, so the redis-server rows cannot show
 the machine-crash window (up to about one second of acknowledged votes, per Redis' persistence
-documentation); the report states it, never as a measurement.
+documentation): the machine rows simulate it by cutting the AOF, at the worst point for a flush.
 """
 from __future__ import annotations
 
@@ -374,6 +381,7 @@ class SteadyLoad(threading.Thread):
         self._seconds = seconds
         self.acked, self.refused = Ledger(), Ledger()
         self.error: BaseException | None = None
+        self.sending = threading.Lock()  # held while a batch is out: a crash under it falls between two batches
 
     def run(self) -> None:
         try:
@@ -382,14 +390,15 @@ class SteadyLoad(threading.Thread):
                 time.sleep(max(0.0, due - time.monotonic()))
                 due += self._interval
                 batch = list(itertools.islice(self._events, DEFAULT_BATCH_SIZE))
-                try:
-                    self._sink.send(batch, lambda _: None)
-                    self._sink.wait_acknowledged()
-                    ledger = self.acked
-                except self._sink.refusals:
-                    ledger = self.refused
-                for event in batch:
-                    ledger.add(event)
+                with self.sending:
+                    try:
+                        self._sink.send(batch, lambda _: None)
+                        self._sink.wait_acknowledged()
+                        ledger = self.acked
+                    except self._sink.refusals:
+                        ledger = self.refused
+                    for event in batch:
+                        ledger.add(event)
         except BaseException as error:  # noqa: BLE001 - re-raised by finish() in the benchmark's thread
             self.error = error
 
@@ -403,14 +412,16 @@ def lost_and_doubled(load: SteadyLoad, counts: Counts) -> dict:
     acked, refused = load.acked.totals, load.refused.totals
     posts = sorted(set(acked) | set(refused))
     counted = counts(posts)
-    lost = doubled = 0
+    lost = doubled = surplus = 0
     for post in posts:
         want = acked.get(post, {}).get("upvotes", 0)
         extra = refused.get(post, {}).get("upvotes", 0)
         have = counted[post]["upvotes"]
         lost += max(0, want - have)
         doubled += max(0, have - want - extra)
-    return {"acknowledged": load.acked.events, "refused": load.refused.events, "lost": lost, "doubled": doubled}
+        surplus += have - want
+    return {"acknowledged": load.acked.events, "refused": load.refused.events, "lost": lost, "doubled": doubled,
+            "counted_minus_acknowledged": surplus}
 
 
 def kill_time(sizes: Sizes, row: str) -> float:
@@ -452,23 +463,65 @@ def crash_redis(res: Resources, database, sizes: Sizes, mode: str, log_dir: Path
 def crash_flusher(res: Resources, database, sizes: Sizes, point: str, log_dir: Path) -> dict:
     """The flusher SIGKILLs itself at `point` of the flush due at the seeded time; a supervisor
     (this loop) restarts it at once, and it finishes the staging key it left."""
-    row = f"crash-flusher-{point}"
+    return _flusher_dies(res, database, sizes, f"crash-flusher-{point}", FLUSHER_MODE,
+                         f"flusher, {point.replace('_', ' ')}", point, log_dir, lambda *_: {})
+
+
+MACHINE_CRASH = "machine, after commit"  # the machine rows' `killed`
+MACHINE_CRASH_MODES = (redis_server.AOF_EVERYSEC, redis_server.AOF_ALWAYS)
+
+
+def crash_machine(res: Resources, database, sizes: Sizes, mode: str, log_dir: Path) -> dict:
+    """A machine crash right after the Spanner commit of the flush due at the seeded time, between
+    two batches of the load (module docstring). `waitaof`: the flusher waited for the RENAME's
+    fsync (Redis 7.2+ with an AOF); `rename_lost`: the crash took it back. Then the flush's votes
+    (`flushed_votes_at_crash`) are counted twice and those acknowledged after the RENAME
+    (`unflushed_votes_at_crash`) are lost, gross (`doubled_gross`, `lost_gross`); the final
+    counts must add up to exactly that (`counted_minus_acknowledged`), or the row fails. The net
+    per-post `lost` and `doubled` of every row hide the lost votes of posts that also doubled."""
+    row = f"crash-machine-{mode}"
+
+    def machine_crash(server: redis_server.LocalRedis, client) -> dict:
+        [staging] = [key.decode("utf-8") for key in client.scan_iter(match=f"{row}:flush:*")]
+        flushed, unflushed = (sum(sums["upvotes"] for sums in write_back.sums_of(client.hgetall(key)).values())
+                              for key in (staging, row))
+        waitaof = write_back.renames_wait_for_aof(client)
+        rename_lost = server.crash_machine(None if waitaof else staging)
+        server.start()
+        return {"waitaof": waitaof, "rename_lost": rename_lost, "flushed_votes_at_crash": flushed,
+                "unflushed_votes_at_crash": unflushed, "doubled_gross": flushed if rename_lost else 0,
+                "lost_gross": unflushed if rename_lost else 0}
+
+    crash = _flusher_dies(res, database, sizes, row, mode, MACHINE_CRASH, write_back.AFTER_COMMIT, log_dir,
+                          machine_crash)
+    assert crash["counted_minus_acknowledged"] == crash["doubled_gross"] - crash["lost_gross"], crash
+    return crash
+
+
+def _flusher_dies(res: Resources, database, sizes: Sizes, row: str, mode: str, killed: str, point: str,
+                  log_dir: Path, crash: Callable[[redis_server.LocalRedis, redis.Redis], dict]) -> dict:
+    """Under the steady load, the flusher SIGKILLs itself at `point` of the flush due at the seeded
+    time; then `crash(server, client)`, between two batches of the load (anything else the crash
+    takes, returning the row's extra figures), and a supervisor (this loop) restarts the flusher at
+    once, which finishes any staging key left."""
     log_path = log_dir / f"write_back_flusher_{row}.log"
     log_path.unlink(missing_ok=True)
     counts = write_back_counts(database)
     at = kill_time(sizes, row)
     flush_number = 1 + max(1, round(at / RACE_WINDOW_S))  # the warm-up vote is flush 1
-    with (redis_server.LocalRedis(FLUSHER_MODE) as server,
+    with (redis_server.LocalRedis(mode) as server,
           flusher_running(server, row, res, log_path, point, flush_number) as flushers):
         sink = RedisVotes(server.socket_path, row)
         warm_up(sink, counts, f"{row}-warm-up", flusher_alive(flushers, log_path))
         load = SteadyLoad(sink, f"{row}-", sizes.crash_rate, sizes.crash_seconds, SEED)
         load.start()
-        restart_s = None
+        restart_s, extra = None, {}
         while load.is_alive():
             if restart_s is None and flushers[0].poll() is not None:
                 died = time.monotonic()
                 assert flushers[0].returncode == -signal.SIGKILL, f"the flusher exited with {flushers[0].returncode}"
+                with load.sending:
+                    extra = crash(server, sink.client)
                 flushers.append(write_back.start_process(server.socket_path, row, res, RACE_WINDOW_S, log_path))
                 restart_s = time.monotonic() - died
             time.sleep(0.01)
@@ -478,12 +531,12 @@ def crash_flusher(res: Resources, database, sizes: Sizes, point: str, log_dir: P
                  flusher_alive(flushers, log_path))
         sink.close()
     leftovers = [r for r in write_back.log_records(log_path) if r.get("leftover")]
-    return {"approach": "write_back", "durability": FLUSHER_MODE, "killed": f"flusher, {point.replace('_', ' ')}",
+    return {"approach": "write_back", "durability": mode, "killed": killed,
             "kill_at_s": round(at, 2), "kill_on_flush": flush_number, "restart_s": round(restart_s, 3),
             "leftover_staging_keys": len(leftovers),
             "leftover_parts_applied": sum(r["parts_applied"] for r in leftovers),
             "leftover_parts_already_applied": sum(r["parts"] - r["parts_applied"] for r in leftovers),
-            **lost_and_doubled(load, counts)}
+            **extra, **lost_and_doubled(load, counts)}
 
 
 def pipeline_race_and_crash(res: Resources, database, sizes: Sizes, log_dir: Path) -> tuple[dict, dict]:
@@ -538,13 +591,15 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     race = {mode: race_write_back(res, database, sizes, mode, log_dir) for mode in redis_server.DURABILITY_MODES}
     crashes = [crash_redis(res, database, sizes, mode, log_dir) for mode in redis_server.DURABILITY_MODES]
     crashes += [crash_flusher(res, database, sizes, point, log_dir) for point in write_back.FAULT_POINTS]
+    crashes += [crash_machine(res, database, sizes, mode, log_dir) for mode in MACHINE_CRASH_MODES]
     race["pipeline"], stream_crash = pipeline_race_and_crash(res, database, sizes, log_dir)
     crashes.append(stream_crash)
     return {
         "race": race, "crashes": crashes, "crash_rate": sizes.crash_rate, "crash_seconds": sizes.crash_seconds,
         "redis_server_version": _redis_server_version(),
         "everysec_machine_crash_window": "up to about 1 s of acknowledged writes (Redis persistence documentation; "
-                                          "not measurable with a process kill, which keeps the page cache)",
+                                          "a process kill keeps the page cache); a flush's RENAME in that second is "
+                                          "undone and its votes flushed again: the machine rows simulate it",
     }
 
 

@@ -10,8 +10,8 @@ Durability modes, one per row of the benchmark:
   loses everything not yet flushed to Spanner.
 - `aof_everysec`: every write is appended to the AOF before the reply, which fsyncs once a
   second: a process crash loses nothing (the page cache survives it); a machine crash loses up
-  to about one second of writes (Redis' persistence documentation). Only the first can be
-  measured here.
+  to about one second of writes (Redis' persistence documentation). A SIGKILL shows only the
+  first; `LocalRedis.crash_machine` simulates the second by cutting the AOF's unsynced tail.
 - `aof_always`: the AOF is fsynced before the reply (group commit): nothing acknowledged is lost.
 
 Debian's `redis-server` package installs the binary (7.0 on bookworm); it need not run as a
@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 from upvotes.devtools.emulators import EmulatorError, is_alive, terminate_group
 
@@ -40,6 +41,7 @@ DURABILITY_ARGS = {
 DURABILITY_MODES = tuple(DURABILITY_ARGS)
 READY_TIMEOUT_S = 30.0
 SOCKET_NAME = "redis.sock"  # a unix socket path must stay under 108 bytes: keep the directory short
+AOF_DIR = "appendonlydir"  # Redis 7's multi-part AOF: a base file, incremental files and a manifest
 
 
 class RedisServerError(EmulatorError):
@@ -60,8 +62,9 @@ def redis_binary() -> str:
 class LocalRedis:
     """One redis-server in a temporary directory of its own, for the duration of a `with` block.
 
-    `kill()` sends SIGKILL and reaps it; `start()` starts it again on the same socket and
-    directory, reloading its AOF if the mode keeps one.
+    `kill()` sends SIGKILL and reaps it; `crash_machine()` also drops what the mode had not
+    fsynced; `start()` starts it again on the same socket and directory, reloading its AOF if the
+    mode keeps one.
     """
 
     def __init__(self, durability: str, parent_dir: Path | None = None) -> None:
@@ -143,9 +146,51 @@ class LocalRedis:
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
 
+    def crash_machine(self, unsynced_from: str | None) -> bool:
+        """A machine crash: SIGKILL, then the AOF loses what the mode had not fsynced; returns
+        whether it lost anything. With AOF everysec that is taken to be everything from the first
+        command naming the key `unsynced_from` on (the worst case of the one-second window: the
+        last fsync came just before it; None: the client waited for the fsync, WAITAOF); AOF
+        always fsyncs before each reply, so it keeps all; without persistence nothing is kept
+        anyway. A process SIGKILL alone keeps the page cache, so it cannot show this."""
+        self.kill()
+        if self.durability != AOF_EVERYSEC or unsynced_from is None:
+            return False
+        _truncate_aof_at(self.directory / AOF_DIR, unsynced_from.encode("utf-8"))
+        return True
+
     def stop(self) -> None:
         if self._process is not None and is_alive(self._process.pid):
             terminate_group(self._process.pid)
         if self._process is not None:
             self._process.wait()
 
+
+def _truncate_aof_at(aof_dir: Path, key: bytes) -> None:
+    """Cuts the AOF's last incremental file at the first command naming `key`, as a machine crash
+    losing that tail would: on reload the server holds what it held just before that command."""
+    manifest = (aof_dir / "appendonly.aof.manifest").read_text(encoding="utf-8").split("\n")
+    last_incr = [line.split()[1] for line in manifest if line.endswith(" type i")][-1]
+    path = aof_dir / last_incr
+    data = path.read_bytes()
+    offset = next((start for start, arguments in _aof_commands(data) if key in arguments), None)
+    if offset is None:
+        raise RedisServerError(f"no command naming {key!r} in {path} (an AOF rewrite in between?)")
+    with open(path, "r+b") as aof:
+        aof.truncate(offset)
+
+
+def _aof_commands(data: bytes) -> Iterator[tuple[int, list[bytes]]]:
+    """(offset, arguments) of each command of an AOF file (RESP arrays of bulk strings)."""
+    offset = 0
+    while offset < len(data):
+        start = offset
+        header_end = data.index(b"\r\n", offset)
+        count, offset = int(data[offset + 1:header_end]), header_end + 2
+        arguments = []
+        for _ in range(count):
+            length_end = data.index(b"\r\n", offset)
+            length = int(data[offset + 1:length_end])
+            arguments.append(data[length_end + 2:length_end + 2 + length])
+            offset = length_end + 2 + length + 2
+        yield start, arguments

@@ -19,6 +19,13 @@ its delete adds the same sums again when it restarts. This one neither loses nor
 A staging key's contents never change, so its parts are the same on every attempt. Spanner's
 serializable transactions make this safe even with two flushers on one key.
 
+What it cannot undo is Redis forgetting the RENAME. With AOF everysec a machine crash loses up to
+the last second of the AOF; if that second holds a RENAME whose flush has committed, the reload
+puts the flushed increments back in the live hash and the next flush adds them again: doubled
+(bench/write_back.py measures it). AOF always fsyncs the RENAME before replying. On Redis 7.2+
+the flusher waits for the RENAME's fsync (WAITAOF, `renames_wait_for_aof`) before it reads the
+staging key; Redis 7.0 (Debian bookworm's) has no WAITAOF.
+
 It is a baseline, not part of the product: the benchmarks run it (`python -m upvotes.devtools.write_back`,
 a process of its own so that it can be killed), never Dataflow. It needs the `bench` extra
 (redis-py with hiredis). The tables are in schemas/baseline_counters.sql. It keeps two counters,
@@ -62,6 +69,7 @@ POSTS_PER_COMMIT = 5_000
 AFTER_RENAME, AFTER_COMMIT = "after_rename", "after_commit"  # fault points: see Flusher
 FAULT_POINTS = (AFTER_RENAME, AFTER_COMMIT)
 LIVE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # no glob characters: SCAN matches staging keys by pattern
+WAITAOF_SINCE = (7, 2)  # the first Redis with WAITAOF
 # Only the flusher writes these tables; an abort comes from another transaction on the emulator.
 RETRY = RetryPolicy(attempts=200, first_delay_s=0.005, max_delay_s=0.2)
 
@@ -79,6 +87,14 @@ def connect(socket_path: str):
     from redis.retry import Retry
 
     return redis.Redis(unix_socket_path=socket_path, socket_timeout=10.0, retry=Retry(NoBackoff(), 0))
+
+
+def renames_wait_for_aof(client) -> bool:
+    """Whether a flush waits for its RENAME to reach the AOF on disk (WAITAOF) before it goes on:
+    on Redis 7.2+ with an AOF. Then a machine crash after the flush's commit cannot take the
+    RENAME back; without it, under AOF everysec, it can (the module docstring)."""
+    version = tuple(int(part) for part in client.info("server")["redis_version"].split(".")[:2])
+    return version >= WAITAOF_SINCE and bool(client.info("persistence")["aof_enabled"])
 
 
 def field(post_id: str, counter: str) -> str:
@@ -173,6 +189,7 @@ class Flusher:
         self._fault = fault
         self._new_id = new_id
         self.flushes = 0
+        self.waits_for_aof = renames_wait_for_aof(client)
 
     def finish_leftovers(self) -> list[FlushOutcome]:
         """Finishes every staging key an earlier run (or a failed flush) left behind."""
@@ -192,6 +209,8 @@ class Flusher:
             if "no such key" in str(error).lower():
                 return None
             raise
+        if self.waits_for_aof:
+            self._client.execute_command("WAITAOF", 1, 0, 0)  # the RENAME on the local disk; no timeout
         self.flushes += 1
         self._fault(AFTER_RENAME, self.flushes)
         return self._finish(staging, leftover=False, number=self.flushes)
