@@ -206,3 +206,25 @@ def test_dead_lettered_vote_states_replayed_twice_move_each_count_once(stack, da
     (second,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database)
     assert (second["states_applied"], second["states_already_applied"], second["acknowledged"]) == (0, 2, 1)
     assert exact_counts(database, ["dl-states"])[0].counts == Counts(upvotes=1, downvotes=1)
+
+
+def test_a_clean_streaming_build_warns_of_no_mixed_windows(monkeypatch, caplog) -> None:
+    """`upvotes stream` builds its graph without Beam's "All input pcollections must have the same
+    window": the dead letters of the parse (global window) and of the sinks (fixed windows) are
+    re-windowed into one windowing before PublishDeadLetters flattens them."""
+    import logging
+
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from pipeline import streaming
+    from pipeline.options import pipeline_options
+    from pipeline.params import STREAMING_PARAMS
+    from spanner_store.writers import WriterClaim
+
+    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+    options = pipeline_options(["--project=build-project"] + [f"--{p.flag}={p.example}" for p in STREAMING_PARAMS],
+                               streaming=True)
+    assert options.view_as(StandardOptions).streaming
+    with caplog.at_level(logging.WARNING):
+        streaming.build(beam.Pipeline(options=options), options, WriterClaim("job", 3, "job#g3", 2))
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

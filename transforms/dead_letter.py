@@ -4,6 +4,12 @@ Failures travel as data. A rejected message keeps its original bytes and attribu
 gains an `error` attribute; a delta row that could never be written is published as JSON, and
 so is a batch of vote states that could never be applied. All land on one dead-letter topic,
 whose own subscription keeps them for inspection or replay.
+
+The failures come from differently windowed stages (the parse's global window, the sinks'
+fixed windows): each input is re-windowed into the global window before they are flattened,
+so the dead letters are one windowing (and Beam's "All input pcollections must have the same
+window" warning is not printed at every start). Nothing downstream groups, so the window a
+dead letter travels in changes nothing but that.
 """
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import json
 
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage, WriteToPubSub
+from apache_beam.transforms import window
 
 from schemas.contract import ERROR_ATTRIBUTE
 from schemas.records import FailedDelta, FailedVoteStates, Rejected
@@ -44,15 +51,21 @@ def to_dead_letter(item: Rejected | FailedDelta | FailedVoteStates) -> PubsubMes
 
 
 class PublishDeadLetters(beam.PTransform):
-    """Rejected, FailedDelta and FailedVoteStates PCollections -> messages on the dead-letter topic."""
+    """Rejected, FailedDelta and FailedVoteStates PCollections -> messages on the dead-letter topic.
+
+    Input i is re-windowed into the global window by the step "GlobalWindow<i>" (stable labels,
+    by position, for in-place updates) before the Flatten."""
 
     def __init__(self, topic: str) -> None:
         super().__init__()
         self._topic = topic
 
     def expand(self, failures: tuple[beam.PCollection, ...]) -> beam.pvalue.PDone:
+        global_windowed = tuple(
+            failure | f"GlobalWindow{index}" >> beam.WindowInto(window.GlobalWindows())
+            for index, failure in enumerate(failures))
         return (
-            failures
+            global_windowed
             | "Flatten" >> beam.Flatten()
             | "ToMessage" >> beam.Map(to_dead_letter)
             | "Publish" >> WriteToPubSub(self._topic, with_attributes=True)
