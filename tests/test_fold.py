@@ -221,6 +221,8 @@ def test_one_snapshot_for_every_read_apply_and_the_cursor_when_a_runner_reevalua
     labels = iter(range(1_000))
 
     class Reevaluated(beam.pvalue.AsSingleton):
+        """AsSingleton as a runner that evaluates the side input again would serve it."""
+
         def __init__(self, pcoll, *args, **kwargs) -> None:
             again = recomputed_from_the_root(pcoll, f"Reevaluated{next(labels)}")
             super().__init__(pcoll if again is None else again, *args, **kwargs)
