@@ -7,19 +7,22 @@
   after an unseen success fails with ALREADY_EXISTS; `write_new_deltas` then reads which of
   its keys exist and writes only the others.
 - Bounded: `plan_commits` splits rows into commits under a mutation budget far below
-  Spanner's per-commit limit, counting index entries (the emulator does not enforce the
-  limit, so the planner is tested directly).
+  Spanner's per-commit limit, counting index entries (`DELTA_COMMIT_COST`, cut by
+  spanner_store/commit_budget.py; the emulator does not enforce the limit, so the planner is
+  tested directly).
 - Logged: each commit also inserts its DeltaCommits row (spanner_store/delta_commits.py), the
   change log the fold follows, and its TopCandidates row, under one random commit ID.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Collection, Iterable, NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
 
 from schemas.records import PostDelta
+from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
 from spanner_store.mutation_cost import insert_cost, new_row_cost
@@ -37,12 +40,14 @@ MUTATIONS_PER_PARENT = new_row_cost(POSTS)
 # Each commit also inserts its TopCandidates row (spanner_store/top_candidates.py) and its
 # DeltaCommits row (spanner_store/delta_commits.py).
 MUTATIONS_PER_COMMIT = insert_cost(TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS) + MUTATIONS_PER_DELTA_COMMIT
+# A commit of deltas: its log rows, each delta row, and each post's parent row once.
+DELTA_COMMIT_COST: CommitCost[PostDelta] = CommitCost(
+    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, (Shared(attrgetter("post_id"), MUTATIONS_PER_PARENT),))
 
 
 def mutations_for(deltas: list[PostDelta]) -> int:
     """Mutations one commit of these deltas costs, parent rows and index entries included."""
-    parents = {d.post_id for d in deltas}
-    return MUTATIONS_PER_COMMIT + len(deltas) * MUTATIONS_PER_DELTA + len(parents) * MUTATIONS_PER_PARENT
+    return DELTA_COMMIT_COST.of(deltas)
 
 
 def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET) -> list[list[PostDelta]]:
@@ -55,24 +60,7 @@ def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int 
 
 def cut_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET) -> list[list[PostDelta]]:
     """Cuts deltas, in the order given, into commits within both limits."""
-    if MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT > max_mutations:
-        raise ValueError(f"max_mutations {max_mutations} cannot fit even one delta")
-    commits: list[list[PostDelta]] = []
-    current: list[PostDelta] = []
-    parents: set[str] = set()
-    cost = MUTATIONS_PER_COMMIT
-    for delta in deltas:
-        extra = MUTATIONS_PER_DELTA + (0 if delta.post_id in parents else MUTATIONS_PER_PARENT)
-        if current and (len(current) >= max_rows or cost + extra > max_mutations):
-            commits.append(current)
-            current, parents, cost = [], set(), MUTATIONS_PER_COMMIT
-            extra = MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT
-        current.append(delta)
-        parents.add(delta.post_id)
-        cost += extra
-    if current:
-        commits.append(current)
-    return commits
+    return cut_within_budget(deltas, DELTA_COMMIT_COST, max_rows, max_mutations, "delta")
 
 
 def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection[str] = ()) -> None:

@@ -2,7 +2,8 @@
 
 Applying (`apply_vote_states`: the one path of the vote-state sink, `upvotes forget-user` and
 dead-letter replays): incoming states are cut, in Votes key order, into batches within the
-mutation budget (`plan_batches`), and each batch is ONE read-write transaction that
+mutation budget (`plan_batches`, by spanner_store/commit_budget.py), and each batch is ONE
+read-write transaction that
 
 1. reads the stored state of each of its (post, user) keys;
 2. keeps the incoming states later than the stored ones (`plan_vote_changes`, pure: the rules
@@ -45,11 +46,14 @@ from schemas.counters import Counts
 from schemas.records import CounterSums, PostDelta, PostUser, hour_of_us
 from schemas.vote_states import NONE, Erasure, LatestVote, VoteOrder, counted, erased, order_of
 from schemas.voter_sketch import sketch_of
+from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import (
     DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, is_transient, run_transaction, run_with_retries, schema_behind,
 )
 from spanner_store.delta_commits import new_commit_id
-from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
+from spanner_store.deltas import (
+    DELTA_COMMIT_COST, MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes,
+)
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
     USER_ERASURE_COLUMNS, USER_ERASURES, VOTE_COLUMNS, VOTES, hour_timestamp, micros_timestamp, timestamp_micros,
@@ -157,53 +161,40 @@ def plan_vote_changes(stored: Mapping[PostUser, StoredVote], incoming: Mapping[P
     return VoteChanges(rows, deltas, applied, superseded, sum(state.events for state in incoming.values()))
 
 
+def _post_hour(item: tuple[PostUser, LatestVote]) -> tuple[str, int]:
+    return item[0].post_id, item[1].event_hour
+
+
+def _post(item: tuple[PostUser, LatestVote]) -> str:
+    return item[0].post_id
+
+
+# A transaction of vote states, when no stored state is in an hour the batch does not name (the
+# common case): its log rows, every state's row, and a delta row for every post and hour among
+# them, each post with its parent Posts row. The transaction checks the real cost once it has
+# read the stored states (apply_vote_states).
+VOTE_BATCH_COST: CommitCost[tuple[PostUser, LatestVote]] = CommitCost(
+    MUTATIONS_PER_COMMIT, MUTATIONS_PER_VOTE,
+    (Shared(_post_hour, MUTATIONS_PER_DELTA), Shared(_post, MUTATIONS_PER_PARENT)))
+
+
 def batch_cost(states: Iterable[tuple[PostUser, LatestVote]]) -> int:
-    """Mutations one transaction of these states costs when no stored state is in an hour the batch
-    does not name (the common case): every state's row, and a delta row for every post and hour among
-    them, each with its parent Posts row. The transaction checks the real cost once it has read the
-    stored states (apply_vote_states)."""
-    states = list(states)
-    hours = {(key.post_id, state.event_hour) for key, state in states}
-    posts = {post_id for post_id, _ in hours}
-    return (MUTATIONS_PER_COMMIT + len(states) * MUTATIONS_PER_VOTE + len(hours) * MUTATIONS_PER_DELTA
-            + len(posts) * MUTATIONS_PER_PARENT)
+    """Mutations one transaction of these states costs, as planned (VOTE_BATCH_COST)."""
+    return VOTE_BATCH_COST.of(states)
 
 
 def changes_cost(changes: VoteChanges) -> int:
-    """Mutations the writes of one transaction cost."""
-    return (MUTATIONS_PER_COMMIT + len(changes.rows) * MUTATIONS_PER_VOTE + len(changes.deltas) * MUTATIONS_PER_DELTA
-            + len({delta.post_id for delta in changes.deltas}) * MUTATIONS_PER_PARENT)
+    """Mutations the writes of one transaction cost: its Votes rows and a delta commit."""
+    return len(changes.rows) * MUTATIONS_PER_VOTE + DELTA_COMMIT_COST.of(changes.deltas)
 
 
 def plan_batches(states: Mapping[PostUser, LatestVote], max_rows: int,
                  max_mutations: int = MUTATION_BUDGET) -> list[dict[PostUser, LatestVote]]:
     """The states cut into transactions of at most `max_rows` states and `max_mutations` mutations
-    (batch_cost), in Votes key order: each transaction reads and writes one contiguous range of Votes
-    rows, so on real Spanner it touches the few splits of that range."""
-    worst_single = MUTATIONS_PER_COMMIT + MUTATIONS_PER_VOTE + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT
-    if worst_single > max_mutations:
-        raise ValueError(f"max_mutations {max_mutations} cannot fit even one vote state")
-    batches: list[dict[PostUser, LatestVote]] = []
-    current: dict[PostUser, LatestVote] = {}
-    hours: set[tuple[str, int]] = set()
-    posts: set[str] = set()
-    cost = MUTATIONS_PER_COMMIT
-    for key in sorted(states, key=lambda k: vote_key(k.post_id, k.user_id)):
-        state = states[key]
-        hour = (key.post_id, state.event_hour)
-        extra = (MUTATIONS_PER_VOTE + (0 if hour in hours else MUTATIONS_PER_DELTA)
-                 + (0 if key.post_id in posts else MUTATIONS_PER_PARENT))
-        if current and (len(current) >= max_rows or cost + extra > max_mutations):
-            batches.append(current)
-            current, hours, posts, cost = {}, set(), set(), MUTATIONS_PER_COMMIT
-            extra = MUTATIONS_PER_VOTE + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT
-        current[key] = state
-        hours.add(hour)
-        posts.add(key.post_id)
-        cost += extra
-    if current:
-        batches.append(current)
-    return batches
+    (VOTE_BATCH_COST), in Votes key order: each transaction reads and writes one contiguous range of
+    Votes rows, so on real Spanner it touches the few splits of that range."""
+    ordered = sorted(states.items(), key=lambda item: vote_key(item[0].post_id, item[0].user_id))
+    return [dict(batch) for batch in cut_within_budget(ordered, VOTE_BATCH_COST, max_rows, max_mutations, "vote state")]
 
 
 def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]:
