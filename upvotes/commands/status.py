@@ -1,18 +1,26 @@
-"""`upvotes status`: fold lag, unfolded deltas, write rate, dead letters and whether the stream
-runs (last delta commit, votes backlog); exit 3 past a threshold, or when a check cannot be made."""
+"""`upvotes status`: fold lag, unfolded deltas, write rate, dead letters, whether the stream
+runs (last delta commit, votes backlog) and the votes that arrived late; exit 3 past a threshold,
+or when a check cannot be made."""
 from __future__ import annotations
 
 import argparse
 import json
 from typing import Callable, TypeVar
 
-from upvotes.argument_types import positive_int
+from upvotes.argument_types import non_negative_float, positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.deploy.deploy_config import DeployConfig
+from upvotes.operations.late_votes import DEFAULT_MAX_LATE_VOTES, JOB_NAME, LOOKBACK_S, valid_job_name
 
 T = TypeVar("T")
 HELP = ("Health of a deployment (fold lag, unfolded deltas, rates, dead letters, last delta commit, votes "
-        "backlog); exit 3 when a threshold is crossed or a check cannot be made.")
+        "backlog, late votes); exit 3 when a threshold is crossed or a check cannot be made.")
+
+
+def job_name(text: str) -> str:
+    if not valid_job_name(text):
+        raise argparse.ArgumentTypeError(f"not a Dataflow job name ({JOB_NAME}): {text!r}")
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-backlog-age-s", type=float, default=float(DeployConfig.alert_data_freshness_s),
                         help="exit 3 when the votes subscription's oldest unacknowledged message is older "
                              f"(default {DeployConfig.alert_data_freshness_s}: ALERT_DATA_FRESHNESS_S of `upvotes deploy`)")
+    parser.add_argument("--streaming-job", type=job_name, default=DeployConfig.streaming_job,
+                        help="the streaming Dataflow job whose late votes are counted, on Google Cloud "
+                             f"(default {DeployConfig.streaming_job}: STREAMING_JOB of `upvotes deploy`)")
+    parser.add_argument("--max-late-votes", type=non_negative_float, default=float(DEFAULT_MAX_LATE_VOTES),
+                        help=f"exit 3 when more votes arrived late in the last {LOOKBACK_S} s (counters "
+                             "WindowAndSumVotes/late_events and ParseVotes/stamped_ahead_of_worker_clock; default "
+                             f"{DEFAULT_MAX_LATE_VOTES}: ALERT_LATE_VOTES_PER_MIN of `upvotes deploy` over "
+                             f"{LOOKBACK_S // 60} minutes); not applicable on the emulators")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -84,20 +100,21 @@ def dead_letter_backlog(subscription: str, limit: int) -> dict[str, int]:
     return backlog_by_reason(held)
 
 
-def _checked(what: str, flag: str, subscription: str | None, read: Callable[[str], T],
+def _checked(what: str, flag: str, name: str | None, read: Callable[[str], T],
              not_checked: list[str]) -> T | None:
-    """`read(subscription)`, or None with the reason added to `not_checked`."""
+    """`read(name)`, or None with the reason added to `not_checked`."""
     from google.api_core import exceptions
 
     from upvotes.operations.backlog import BacklogUnknown
+    from upvotes.operations.late_votes import LateVotesUnknown
 
-    if subscription is None:
+    if name is None:
         not_checked.append(f"no {what} to check: `upvotes provision` records it (or pass {flag})")
         return None
     try:
-        return read(subscription)
-    except (exceptions.GoogleAPICallError, BacklogUnknown) as error:
-        not_checked.append(f"the {what} {subscription} could not be read: {error}")
+        return read(name)
+    except (exceptions.GoogleAPICallError, BacklogUnknown, LateVotesUnknown) as error:
+        not_checked.append(f"the {what} {name} could not be read: {error}")
         return None
 
 
@@ -105,8 +122,10 @@ def run(args: argparse.Namespace) -> int:
     from spanner_store.health import delta_health
     from spanner_store.liveness import read_last_delta_commit
     from upvotes.operations.backlog import read_backlog
+    from upvotes.operations.late_votes import read_late_votes
     from upvotes.operations.status import (
-        EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, liveness_problems, liveness_report, problems, status_report,
+        EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, late_votes_problems, late_votes_report, liveness_problems,
+        liveness_report, problems, status_report,
     )
 
     database = open_database_of(args)
@@ -119,11 +138,15 @@ def run(args: argparse.Namespace) -> int:
                             lambda kept: dead_letter_backlog(kept, args.dead_letter_limit), not_checked)
     backlog = _checked("votes subscription", "--votes-subscription", votes_subscription(args, watched),
                        read_backlog, not_checked)
+    late_votes = _checked("lateness counters of the streaming job", "--streaming-job", args.streaming_job,
+                          lambda job: read_late_votes(args.project, job), not_checked)
 
-    report = {**status_report(health, dead_letters), **liveness_report(read_at, last_commit, backlog, watched)}
-    thresholds = Thresholds(max_fold_lag_s=args.max_fold_lag_s, max_backlog_age_s=args.max_backlog_age_s)
-    found = problems(report, thresholds) + liveness_problems(report, thresholds) + [
-        f"not checked: {what}" for what in not_checked]
+    report = {**status_report(health, dead_letters), **liveness_report(read_at, last_commit, backlog, watched),
+              **late_votes_report(late_votes)}
+    thresholds = Thresholds(max_fold_lag_s=args.max_fold_lag_s, max_backlog_age_s=args.max_backlog_age_s,
+                            max_late_votes=args.max_late_votes)
+    found = problems(report, thresholds) + liveness_problems(report, thresholds) + late_votes_problems(
+        report, thresholds) + [f"not checked: {what}" for what in not_checked]
     report["healthy"], report["problems"] = not found, found
     if args.json:
         print(json.dumps(report))

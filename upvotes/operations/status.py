@@ -8,7 +8,8 @@ rows name, their watermarks and unfolded deltas; with a dead-letter topic, up to
 Its cost follows what is unfolded and recent, not the number of posts (`rows_read` says how much).
 And whether the stream runs (`liveness_report`): the last delta commit
 (spanner_store/liveness.py) and the age of the votes subscription's oldest unacknowledged message
-(upvotes/operations/backlog.py). The subscriptions are those `upvotes provision` recorded
+(upvotes/operations/backlog.py). And the votes that arrived late, from the streaming job's lateness
+counters (upvotes/operations/late_votes.py). The subscriptions are those `upvotes provision` recorded
 (spanner_store/watches.py) unless flags name others; a check that cannot be made is a problem,
 never healthy.
 """
@@ -19,6 +20,7 @@ from datetime import datetime
 
 from spanner_store.health import DeltaHealth
 from upvotes.operations.backlog import Backlog
+from upvotes.operations.late_votes import DEFAULT_MAX_LATE_VOTES, LateVotes
 from spanner_store.tables import DELTA_RETENTION_DAYS
 from upvotes.deploy.deploy_config import DeployConfig
 
@@ -34,6 +36,7 @@ class Thresholds:
     max_unfolded_age_s: float = float(DeployConfig.alert_unfolded_age_s)
     max_dead_letters: int = 0
     max_backlog_age_s: float = 300.0  # votes waiting unread longer: the stream is down or behind
+    max_late_votes: float = float(DEFAULT_MAX_LATE_VOTES)  # over late_votes.LOOKBACK_S
 
 
 def _age_s(now: datetime, then: datetime | None) -> float | None:
@@ -100,3 +103,21 @@ def liveness_problems(report: dict, thresholds: Thresholds) -> list[str]:
     since = "no delta commit is kept" if last is None else f"the last delta commit was {last:.0f} s ago"
     return [f"votes wait unread: the oldest unacknowledged message of {backlog['subscription']} is {age:.0f} s old "
             f"(threshold {thresholds.max_backlog_age_s:.0f} s; {backlog['method']}); {since}: is the stream running?"]
+
+
+def late_votes_report(late_votes: LateVotes | None) -> dict:
+    """The late votes of the streaming job (None: they could not be read)."""
+    return {"late_votes": None if late_votes is None else late_votes.as_dict()}
+
+
+def late_votes_problems(report: dict, thresholds: Thresholds) -> list[str]:
+    """More late votes than the threshold, in words; a null count (the emulators) is none."""
+    late = report["late_votes"]
+    count = None if late is None else late["count"]
+    if count is None or count <= thresholds.max_late_votes:
+        return []
+    counters = ", ".join(f"{name}={value}" for name, value in late["by_counter"].items())
+    return [f"{count} votes arrived late in the last {late['lookback_s']} s of the streaming job "
+            f"{late['streaming_job']} ({counters}; threshold {thresholds.max_late_votes:g}): all counted, but a vote "
+            "later than the allowed lateness would be dropped: check the workers' clock synchronisation and the "
+            "job's data freshness"]
