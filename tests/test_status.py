@@ -3,6 +3,7 @@ as a probe, and the dead-letter backlog by reason."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -21,6 +22,26 @@ from upvotes.operations.status import Thresholds, problems, status_report
 from tests.folding import run_fold as fold
 
 HOUR = 1_795_312_800
+
+
+def monitoring_point(end_s: int, value: float, double: bool = False):
+    """A point of a Cloud Monitoring series, with the client's own types."""
+    from google.cloud import monitoring_v3
+
+    typed = monitoring_v3.TypedValue(double_value=value) if double else monitoring_v3.TypedValue(int64_value=int(value))
+    return monitoring_v3.Point(interval=monitoring_v3.TimeInterval(end_time={"seconds": end_s}), value=typed)
+
+
+class FakeMonitoring:
+    """A monitoring_v3.MetricServiceClient (Cloud Monitoring has no emulator): records each
+    request and answers with the series of the metric type its filter names."""
+
+    def __init__(self, series: dict[str, list]):
+        self.series, self.requests = series, []
+
+    def list_time_series(self, request):
+        self.requests.append(request)
+        return self.series.get(re.search(r'metric\.type = "([^"]+)"', request["filter"]).group(1), [])
 
 
 def status(stack, capsys, *extra: str) -> tuple[int, dict]:
@@ -48,6 +69,8 @@ def test_unfolded_deltas_before_a_fold_none_after_and_exit_3_on_a_stale_fold(sta
     assert (after["unfolded_deltas"], after["oldest_unfolded_age_s"]) == (0, None)
     assert after["last_fold_age_s"] is not None and after["delta_rows_per_min"] == 4.0  # folded, still recent
     assert code == 0 and after["healthy"]
+    # Nothing can be late on the emulators: the section says why, with no count, and is no problem.
+    assert after["late_votes"]["count"] is None and after["late_votes"]["method"].startswith("not applicable")
 
     code, stale = status(stack, capsys, "--max-fold-lag-s", "0.001")
     assert code == 3 and not stale["healthy"]
@@ -167,18 +190,10 @@ def test_the_monitoring_backlog_reads_the_newest_sample_of_the_metric() -> None:
 
     from upvotes.operations.backlog import METRIC, MONITORING, BacklogUnknown, monitoring_backlog
 
-    def point(end_s: int, age: int):
-        return monitoring_v3.Point(interval=monitoring_v3.TimeInterval(end_time={"seconds": end_s}),
-                                   value=monitoring_v3.TypedValue(int64_value=age))
+    def Client(series):
+        return FakeMonitoring({METRIC: series})
 
-    class Client:
-        def __init__(self, series):
-            self.series, self.requests = series, []
-
-        def list_time_series(self, request):
-            self.requests.append(request)
-            return self.series
-
+    point = monitoring_point
     client = Client([monitoring_v3.TimeSeries(points=[point(1_000_060, 420), point(1_000_000, 360)])])
     backlog = monitoring_backlog(client, "projects/my-project/subscriptions/votes-sub", now_s=1_000_100)
     assert backlog.oldest_unacked_age_s == 420 and backlog.method == MONITORING
@@ -192,3 +207,102 @@ def test_the_monitoring_backlog_reads_the_newest_sample_of_the_metric() -> None:
         monitoring_backlog(Client([]), "projects/my-project/subscriptions/votes-sub")
     with pytest.raises(BacklogUnknown, match="not a subscription path"):
         monitoring_backlog(Client([]), 'projects/my-project/subscriptions/x" OR "1')
+
+
+def counter_series(name: str, *values: float, start_s: int = 1_000_000):
+    """A Beam counter as Dataflow exports it: a gauge of its running total, a sample a minute,
+    newest first as Monitoring returns them."""
+    from google.cloud import monitoring_v3
+
+    points = [monitoring_point(start_s + 60 * i, value, double=True) for i, value in enumerate(values)]
+    return monitoring_v3.TimeSeries(metric={"type": "dataflow.googleapis.com/job/user_counter",
+                                            "labels": {"metric_name": name}}, points=points[::-1])
+
+
+def test_the_late_votes_are_the_increase_of_the_lateness_counters_of_the_streaming_job() -> None:
+    """Google Cloud's path, with a fake MetricServiceClient: the request, and the increase of each
+    counter over the lookback (a drop is a restart from zero)."""
+    from google.cloud import monitoring_v3
+
+    from upvotes.operations.late_votes import (
+        LOOKBACK_S, METRIC, MONITORING, WITNESS, LateVotesUnknown, monitoring_late_votes,
+    )
+
+    client = FakeMonitoring({METRIC: [counter_series("late_events", 5, 5, 8),  # +3
+                                      counter_series("late_events", 4, 1, 3),  # another series: restarted, +1 +2
+                                      counter_series("stamped_ahead_of_worker_clock", 0, 2)]})
+    late = monitoring_late_votes(client, "my-project", "upvotes-streaming", now_s=1_000_200)
+    assert late.by_counter == {"WindowAndSumVotes/late_events": 6, "ParseVotes/stamped_ahead_of_worker_clock": 2}
+    assert (late.count, late.method, late.lookback_s) == (8, MONITORING, LOOKBACK_S)
+    assert late.as_of.timestamp() == 1_000_120  # the newest sample
+    [request] = client.requests  # samples of the counters: no need for the witness
+    assert request["name"] == "projects/my-project"
+    assert f'metric.type = "{METRIC}"' in request["filter"]
+    assert 'resource.labels.job_name = "upvotes-streaming"' in request["filter"]
+    assert 'metric.labels.metric_name = one_of("late_events", "stamped_ahead_of_worker_clock")' in request["filter"]
+    assert request["interval"].start_time.timestamp() == 1_000_200 - LOOKBACK_S
+    assert request["interval"].end_time.timestamp() == 1_000_200
+
+    # A Beam counter exists only once incremented: a healthy job has none, and its own metric says it runs.
+    running = FakeMonitoring({WITNESS: [monitoring_v3.TimeSeries(points=[monitoring_point(1_000_060, 3600)])]})
+    late = monitoring_late_votes(running, "my-project", "upvotes-streaming", now_s=1_000_100)
+    assert late.count == 0 and set(late.by_counter.values()) == {0}
+    assert [f'metric.type = "{WITNESS}"' in r["filter"] for r in running.requests] == [False, True]
+    # Nothing at all: a check that could not be made, never zero.
+    with pytest.raises(LateVotesUnknown, match="no .* sample of the Dataflow job upvotes-streaming"):
+        monitoring_late_votes(FakeMonitoring({}), "my-project", "upvotes-streaming")
+    # The filter holds nothing but names.
+    with pytest.raises(LateVotesUnknown, match="not a Dataflow job name"):
+        monitoring_late_votes(FakeMonitoring({}), "my-project", 'x" OR "1')
+    with pytest.raises(LateVotesUnknown, match="not a project ID"):
+        monitoring_late_votes(FakeMonitoring({}), 'my-project" OR "1', "upvotes-streaming")
+
+
+@pytest.fixture
+def google_cloud_monitoring(monkeypatch):
+    """`upvotes status` as on Google Cloud for the late votes (the emulators serve the rest):
+    Monitoring is a FakeMonitoring the test fills."""
+    from google.cloud import monitoring_v3
+
+    from upvotes.operations import late_votes
+
+    client = FakeMonitoring({})
+    monkeypatch.setattr(late_votes, "on_emulators", lambda: False)
+    monkeypatch.setattr(monitoring_v3, "MetricServiceClient", lambda: client)
+    return client
+
+
+def test_late_votes_past_the_threshold_exit_3_and_unreadable_counters_are_a_problem(
+        stack, capsys, google_cloud_monitoring) -> None:
+    from upvotes.operations.late_votes import METRIC
+
+    now_s = int(datetime.now(timezone.utc).timestamp())
+    google_cloud_monitoring.series[METRIC] = [counter_series("late_events", 10, 14, start_s=now_s - 120)]
+    code, report = status(stack, capsys, "--streaming-job", "stream-x")
+    assert report["late_votes"]["count"] == 4 and report["late_votes"]["streaming_job"] == "stream-x"
+    assert "projects/" + stack.project == google_cloud_monitoring.requests[-1]["name"]
+    [problem] = [p for p in report["problems"] if "arrived late" in p]
+    assert code == 3 and problem.startswith("4 votes arrived late in the last 600 s of the streaming job stream-x "
+                                            "(WindowAndSumVotes/late_events=4, ")
+    assert "threshold 0" in problem and "clock synchronisation" in problem
+    code, tolerated = status(stack, capsys, "--streaming-job", "stream-x", "--max-late-votes", "4")
+    assert tolerated["late_votes"]["count"] == 4
+    assert not any("arrived late" in p or "lateness" in p for p in tolerated["problems"])
+
+    google_cloud_monitoring.series.clear()  # no sample: the job does not run under that name
+    code, unknown = status(stack, capsys, "--streaming-job", "stream-x")
+    assert code == 3 and unknown["late_votes"] is None
+    assert any(p.startswith("not checked: the lateness counters of the streaming job stream-x could not be read: no ")
+               for p in unknown["problems"])
+    with pytest.raises(SystemExit):  # a name argparse refuses never reaches a filter
+        status(stack, capsys, "--streaming-job", 'x" OR "1')
+    assert "not a Dataflow job name" in capsys.readouterr().err
+
+
+def test_late_votes_are_not_applicable_on_the_emulators_and_no_problem(stack, capsys) -> None:
+    code, report = status(stack, capsys)
+    assert report["late_votes"] == {"streaming_job": None, "count": None, "by_counter": None, "lookback_s": None,
+                                    "as_of": None, "method": report["late_votes"]["method"]}
+    assert "no Cloud Monitoring" in report["late_votes"]["method"] and "wall clock" in report["late_votes"]["method"]
+    # Other tests' dead letters may make this stack unhealthy, never its late votes.
+    assert not any("arrived late" in p or "lateness" in p for p in report["problems"])
