@@ -39,7 +39,8 @@ from upvotes.devtools import local_stream
 from upvotes.devtools.emulators import PID_ENV_VARS, SPANNER, free_port
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.provision import Resources
-from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages
+from schemas.contract import batch_messages
+from upvotes.devtools.publishing import BATCH_SETTINGS
 from upvotes.devtools.workload import Workload, generate_events
 
 BATCH_SIZE = 500

@@ -22,7 +22,7 @@ from bench.measure import current_rss_mib, latency_summary, peak_rss_mib
 from bench.stack import PacedPublisher, check_alive, streaming_pipeline, upvotes_of, with_topics
 from spanner_store.database import open_database
 from upvotes.devtools.provision import Resources
-from upvotes.devtools.publishing import event_message
+from schemas.contract import event_message
 from upvotes.devtools.workload import Workload, generate_events
 
 MARKERS_PER_S = 2

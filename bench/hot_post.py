@@ -44,7 +44,7 @@ from transforms.parse_and_sum import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
 from upvotes.devtools.provision import Resources
-from upvotes.devtools.publishing import batch_messages
+from schemas.contract import batch_messages
 from upvotes.devtools.race import BASELINE_SWEEP, BaselineRun, race_pipeline, run_baseline
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
 

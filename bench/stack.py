@@ -16,7 +16,8 @@ from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
 from upvotes.devtools import local_stream
 from upvotes.devtools.provision import Resources, provision, provision_spanner
-from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages, event_message, publish_messages
+from schemas.contract import batch_messages, event_message
+from upvotes.devtools.publishing import BATCH_SETTINGS, publish_messages
 from spanner_store.reads import exact_counts, verify_totals
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, VoteStateWorkload, Workload, generate

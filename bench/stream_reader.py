@@ -29,12 +29,11 @@ from google.cloud import pubsub_v1
 from bench.config import Sizes
 from bench.stack import PacedPublisher, check_alive, lost_and_doubled, upvotes_of, wait_until_ready, with_topics
 from pipeline.local_reader import READER_ENV
-from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
+from schemas.contract import FORMAT_ATTRIBUTE, NDJSON, batch_messages
 from spanner_store.database import open_database
 from upvotes.devtools import local_stream
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.provision import Resources
-from upvotes.devtools.publishing import batch_messages
 from upvotes.devtools.race import race_pipeline
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 

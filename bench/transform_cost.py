@@ -34,13 +34,12 @@ from bench.config import Sizes
 from bench.feeds import collect, emit_feed, local_pipeline, set_feed, take_collected
 from bench.measure import measured
 from pipeline.params import STREAMING_PARAMS, defaults
-from schemas.contract import parse_message
+from schemas.contract import Message, batch_messages, parse_message
 from schemas.counters import CONTRACT_NAMES, Counts, by_contract_name
 from schemas.records import HOUR_S, PostDelta, VoteEvent
 from transforms.parse_and_sum import ParseVotes
 from transforms.windowing import WindowAndSumVotes
 from upvotes.devtools.provision import Resources
-from upvotes.devtools.publishing import Message, batch_messages
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 
 POOL = 100_000  # distinct generated events; larger runs cycle through them

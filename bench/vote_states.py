@@ -62,7 +62,7 @@ from bench.hot_post import SOAK_LOAD
 from bench.measure import current_rss_mib
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import LedgeredBatches, PacedPublisher, check_alive, upvotes_of, wait_until_ready, with_topics
-from schemas.contract import DEFAULT_EVENT_TIME_POLICY
+from schemas.contract import DEFAULT_EVENT_TIME_POLICY, batch_messages, event_message
 from spanner_store.database import open_database
 from spanner_store.deltas import MUTATIONS_PER_COMMIT
 from spanner_store.reads import verify_totals
@@ -72,7 +72,7 @@ from transforms.vote_states import MergeLatestVotes
 from upvotes.devtools import baseline_counters, local_stream
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.provision import Resources
-from upvotes.devtools.publishing import batch_messages, event_message, publish_messages
+from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.race import BASELINE_SWEEP, race_pipeline, run_baseline
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, VoteStateWorkload, Workload, generate
 from upvotes.operations.capacity_model import Popularity, expected_touched

@@ -18,7 +18,14 @@ batches: every message costs the same fixed work in Pub/Sub and in the pipeline,
 carries; the work per vote inside a message is small (see docs/benchmarks.md).
 
 `parse_message` applies both versions. It is Beam-free, so publishers, the read service and
-the pipeline all apply the same rules. The pipeline's fused parse-and-sum
+the pipeline all apply the same rules. The writing side lives here too, the one owner of how
+events become messages: `event_message` (v1), `batch_message` and `batch_messages` (v2) and
+`events_message` (already-encoded events) set the attributes below (`event_id`, `event_time`,
+`format`) for `upvotes publish`, `upvotes serve`, the tests and the benchmarks alike; encoding
+and parsing share the attribute names and the batch limits, and a property test holds
+parse_message(encode(events)) to the events. A message the encoder names gets an `event_id`
+attribute always: a v1 message its event's own `event_id`, else `message-<uuid4>`; a batch
+`batch-<uuid4>` (see new_message_id). The pipeline's fused parse-and-sum
 (transforms/parse_and_sum.py `sum_message`) checks the common event inline with the pieces
 marked below and hands anything else to `parse_line`, the specification; a property test
 holds the two to the same results.
@@ -27,8 +34,9 @@ from __future__ import annotations
 
 import functools
 import re
+import uuid
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import orjson
 
@@ -40,6 +48,13 @@ from schemas.vote_states import VOTES
 # The attribute a publisher sets to a message's unique ID. Dataflow drops redeliveries and
 # republications that carry an ID it has already seen (the DirectRunner cannot).
 EVENT_ID_ATTRIBUTE = "event_id"
+# The attribute a v1 message carries its event's event_time in (informative: the pipeline
+# reads the event's own field, never this attribute).
+EVENT_TIME_ATTRIBUTE = "event_time"
+# The prefixes of the message IDs the encoder makes (new_message_id): a batch's own ID, and the
+# ID of a v1 message whose event has no event_id.
+BATCH_ID_PREFIX = "batch-"
+MESSAGE_ID_PREFIX = "message-"
 # The attribute every dead letter carries its reason in ("<reason>: <detail>"): set by the
 # pipeline (transforms/dead_letter.py), read by the re-drive (upvotes/operations/dead_letters.py).
 ERROR_ATTRIBUTE = "error"
@@ -393,3 +408,79 @@ def trusted_range(publish_time_s: float, policy: EventTimePolicy | None) -> tupl
 
 def _whole(data: bytes, attributes: Mapping[str, str] | None, reason: str, detail: str) -> Rejected:
     return Rejected(bytes(data), dict(attributes or {}), f"{reason}: {detail}")
+
+
+# --- the writing side: events to messages -------------------------------------------------
+
+class Message(NamedTuple):
+    """One Pub/Sub message as the contract encodes it, and how many vote events it carries."""
+
+    data: bytes
+    attributes: dict[str, str]
+    events: int = 1
+
+
+def new_message_id(prefix: str = BATCH_ID_PREFIX) -> str:
+    """A new message ID for the `event_id` attribute: `batch-<uuid4>` for a batch (the default),
+    `message-<uuid4>` (MESSAGE_ID_PREFIX) for a v1 message whose event has no event_id. Never the
+    ID of an event: a dead letter's identity is its line's own event_id, never a batch's."""
+    return f"{prefix}{uuid.uuid4()}"
+
+
+def event_attributes(event: Mapping[str, Any]) -> dict[str, str]:
+    """The attributes of the v1 message carrying `event`: `event_id`, the event's own when it is
+    a non-empty string, else a new message ID (so Dataflow still deduplicates a publish the
+    client retried), and `event_time` when the event has one (a string)."""
+    event_id = event.get(EVENT_ID_ATTRIBUTE)
+    attributes = {EVENT_ID_ATTRIBUTE: event_id if isinstance(event_id, str) and event_id
+                  else new_message_id(MESSAGE_ID_PREFIX)}
+    event_time = event.get(EVENT_TIME_ATTRIBUTE)
+    if isinstance(event_time, str):
+        attributes[EVENT_TIME_ATTRIBUTE] = event_time
+    return attributes
+
+
+def event_message(event: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
+    """An event's own message (contract v1), as (data, attributes): compact UTF-8 JSON, with
+    event_attributes."""
+    return orjson.dumps(event), event_attributes(event)
+
+
+def batch_message(lines: Sequence[bytes]) -> Message:
+    """Encoded events (one JSON object each, without a line break) as one contract v2 message:
+    ndjson, `format=ndjson` and the batch's own ID as `event_id` (the ID Dataflow deduplicates a
+    republished batch by). The caller keeps within MAX_BATCH_EVENTS and MAX_BATCH_BYTES."""
+    return Message(b"\n".join(lines), {FORMAT_ATTRIBUTE: NDJSON, EVENT_ID_ATTRIBUTE: new_message_id()}, len(lines))
+
+
+def events_message(lines: Sequence[bytes]) -> Message:
+    """Encoded events as one message: a v1 message for one (its bytes as they are, its attributes
+    those event_message sets), a v2 batch (batch_message) for more. What `upvotes serve`
+    publishes for the events of one request."""
+    if not lines:
+        raise ValueError("a message carries at least one event")
+    if len(lines) == 1:
+        return Message(bytes(lines[0]), event_attributes(orjson.loads(lines[0])))
+    return batch_message(lines)
+
+
+def batch_messages(events: Iterable[Mapping[str, Any]], batch_size: int) -> Iterator[Message]:
+    """Events packed into messages of contract v2, in order: at most `batch_size` events and
+    MAX_BATCH_BYTES bytes each (batch_message). A batch_size of 1 sends v1 messages
+    (event_message)."""
+    if not 1 <= batch_size <= MAX_BATCH_EVENTS:
+        raise ValueError(f"the batch size must be between 1 and {MAX_BATCH_EVENTS}")
+    if batch_size == 1:
+        yield from (Message(*event_message(event)) for event in events)
+        return
+    lines: list[bytes] = []
+    size = 0
+    for event in events:
+        line = orjson.dumps(event)
+        if lines and (len(lines) == batch_size or size + len(line) + 1 > MAX_BATCH_BYTES):
+            yield batch_message(lines)
+            lines, size = [], 0
+        lines.append(line)
+        size += len(line) + 1
+    if lines:
+        yield batch_message(lines)

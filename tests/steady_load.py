@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from upvotes.devtools.publishing import Message, batch_messages, publish_messages
+from schemas.contract import Message, batch_messages
+from upvotes.devtools.publishing import publish_messages
 
 
 class SteadyLoad:

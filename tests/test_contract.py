@@ -8,6 +8,10 @@ can say, and are only checked to be rejected. The schema's description states th
 rule it cannot express (an event hour outside the years 1 to 9999 in UTC), and that case is
 named below, so any other disagreement fails.
 
+The writing side of the contract too: whatever events are encoded (event_message,
+batch_messages, events_message), parse_message reads back each event's own verdict, and every
+message carries the attributes the contract names.
+
 Pure tests: no emulator.
 """
 from __future__ import annotations
@@ -22,8 +26,11 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import schemas
-from schemas.contract import MAX_MESSAGE_BYTES, parse_vote, reason_of
-from schemas.records import Rejected
+from schemas.contract import (
+    BATCH_ID_PREFIX, EVENT_ID_ATTRIBUTE, EVENT_TIME_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_MESSAGE_BYTES, MESSAGE_ID_PREFIX,
+    NDJSON, batch_messages, event_message, events_message, parse_message, parse_vote, reason_of,
+)
+from schemas.records import Rejected, VoteEvent, VoteState
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 PUBLISHED = 1_795_309_323.0
@@ -136,3 +143,84 @@ def documents(draw) -> object:
 def test_parser_and_schema_agree_on_generated_documents(document: object) -> None:
     # The standard library writes integers of any size, as a publisher might.
     assert_agree(json.dumps(document, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def encodable(document: object) -> bool:
+    """An event a publisher can hand the encoder: a JSON object orjson writes (64-bit integers)."""
+    try:
+        orjson.dumps(document)
+    except TypeError:
+        return False
+    return isinstance(document, dict)
+
+
+def expected_v1_attributes(event: dict, attributes: dict[str, str]) -> dict[str, str]:
+    """The attributes the contract says a v1 message of `event` carries (a new ID is checked by
+    its prefix and carried over)."""
+    own = event.get("event_id")
+    event_id = own if isinstance(own, str) and own else attributes[EVENT_ID_ATTRIBUTE]
+    if not (isinstance(own, str) and own):
+        assert event_id.startswith(MESSAGE_ID_PREFIX)
+    expected = {EVENT_ID_ATTRIBUTE: event_id}
+    if isinstance(event.get("event_time"), str):
+        expected[EVENT_TIME_ATTRIBUTE] = event["event_time"]
+    return expected
+
+
+def same_verdict(parsed: object, alone: object, event: dict) -> None:
+    """A result read back from a message is the event's verdict as a v1 message of its own:
+    the same VoteEvent or VoteState, or a rejection of the same bytes for the same reason."""
+    if isinstance(alone, Rejected):
+        assert isinstance(parsed, Rejected) and parsed.data == alone.data and parsed.error == alone.error
+        return
+    assert parsed == alone
+    if isinstance(parsed, VoteEvent):  # and it is the event that was encoded
+        assert (parsed.post_id, parsed.counter, parsed.delta) == (event["post_id"], event["counter"], event["delta"])
+    else:
+        assert isinstance(parsed, VoteState) and (parsed.post_id, parsed.user_id, parsed.vote) == (
+            event["post_id"], event["user_id"], event["vote"])
+
+
+_VOTE_STATES = st.fixed_dictionaries(
+    {"post_id": st.sampled_from(["p-1", "p/2"]), "user_id": st.sampled_from(["u-1", "ü"]),
+     "vote": st.sampled_from(["up", "down", "none", "sideways"]), "event_time": _TIMES},
+    optional={"event_id": _TEXT})
+_DELTA_EVENTS = st.fixed_dictionaries(
+    {"post_id": st.sampled_from(["p-1", "p/2", "ünï"]), "counter": st.sampled_from(["upvotes", "shares"]),
+     "delta": st.integers(-2, 2)},
+    optional={"event_id": _TEXT, "event_time": st.sampled_from(["2026-11-22T01:02:03Z", "2026-11-22T01:02:03.5+01:00"]),
+              "user_id": st.sampled_from(["u-1", "u-2"])})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_DELTA_EVENTS | _VOTE_STATES | documents().filter(encodable), max_size=12), st.integers(1, 5))
+def test_encoded_events_parse_back_to_themselves(events: list[dict], batch_size: int) -> None:
+    """encode -> parse_message gives back the events: every encoding of the contract's writing
+    side, for valid and invalid events alike, with the attributes the contract names."""
+    messages = list(batch_messages(events, batch_size))
+    assert [m.events for m in messages] == [min(batch_size, len(events) - i) for i in range(0, len(events), batch_size)]
+    parsed = [result for m in messages for result in parse_message(m.data, m.attributes, PUBLISHED)]
+    alone = [parse_vote(orjson.dumps(event), {}, PUBLISHED) for event in events]
+    assert len(parsed) == len(events)
+    for result, own, event in zip(parsed, alone, events):
+        same_verdict(result, own, event)
+    for message in messages:
+        if batch_size == 1:
+            event = orjson.loads(message.data)
+            assert message.attributes == expected_v1_attributes(event, message.attributes)
+        else:
+            assert message.attributes[FORMAT_ATTRIBUTE] == NDJSON and set(message.attributes) == {
+                FORMAT_ATTRIBUTE, EVENT_ID_ATTRIBUTE}
+            assert message.attributes[EVENT_ID_ATTRIBUTE].startswith(BATCH_ID_PREFIX)
+    if events:  # the service's path: the encoded events of one request, as one message
+        lines = [orjson.dumps(event) for event in events]
+        one = events_message(lines)
+        again = list(parse_message(one.data, one.attributes, PUBLISHED))
+        for result, own, event in zip(again, alone, events, strict=True):
+            same_verdict(result, own, event)
+        if len(events) == 1:
+            data, attributes = event_message(events[0])
+            assert one.data == data and one.attributes.keys() == attributes.keys()
+            assert one.attributes == expected_v1_attributes(events[0], one.attributes)
+        else:
+            assert one.attributes[EVENT_ID_ATTRIBUTE].startswith(BATCH_ID_PREFIX) and one.events == len(events)

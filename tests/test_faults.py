@@ -62,7 +62,8 @@ from spanner_store.database import RetryPolicy, is_transient, open_database, run
 from upvotes.commands.errors import explain
 from upvotes.devtools.provision import Resources, provision_spanner
 from upvotes.devtools.ledger import Ledger
-from upvotes.devtools.publishing import batch_messages, event_message, publish_messages
+from schemas.contract import batch_messages, event_message
+from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.workload import Workload, generate_events
 from upvotes.operations.backlog import peek_backlog
 from spanner_store.reads import exact_counts, verify_totals

@@ -15,7 +15,7 @@ from spanner_store.deltas import write_deltas
 from spanner_store.fresh_top import fresh_top
 from spanner_store.reads import exact_counts, last_fold_snapshot, top_posts
 from upvotes.devtools import local_stream
-from upvotes.devtools.publishing import event_message
+from schemas.contract import event_message
 
 WINDOW_S = 2
 LEADER_VOTES = 30

@@ -17,7 +17,10 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
-from schemas.contract import FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, NDJSON, parse_message, parse_vote, reason_of
+from schemas.contract import (
+    BATCH_ID_PREFIX, EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, MESSAGE_ID_PREFIX, NDJSON, batch_messages,
+    event_message, parse_message, parse_vote, reason_of,
+)
 from schemas.counters import COUNTERS, Counts
 from schemas.records import VoteEvent
 from upvotes.devtools.progress import progress_bar
@@ -26,7 +29,7 @@ from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.publishing import (
-    _interleave, batch_messages, event_message, publish_file, publish_messages, publish_workload,
+    _interleave, publish_file, publish_messages, publish_workload,
 )
 from upvotes.devtools.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
 
@@ -261,6 +264,7 @@ def test_published_workload_adds_up_to_the_ledger(stack: Resources, tmp_path, ba
         if attributes.get(FORMAT_ATTRIBUTE) == NDJSON:
             assert len(results) <= batch_size
             batch_ids.append(attributes["event_id"])
+            assert attributes["event_id"].startswith(BATCH_ID_PREFIX) and set(attributes) == {"format", "event_id"}
         elif isinstance(results[0], VoteEvent):
             assert {"event_id", "event_time"} <= set(attributes)
         for result in results:
@@ -296,7 +300,11 @@ def test_publish_file_publishes_lines_as_they_are(own_topic: tuple[str, str], tm
     messages = {message.data: message for message in pull_all(subscription, 7)}
     assert set(messages) == set(valid + invalid)
     assert dict(messages[valid[0]].attributes) == {"event_id": "e1", "event_time": "2026-11-22T01:15:00.000Z"}
-    assert dict(messages[valid[3]].attributes) == {} and dict(messages[invalid[0]].attributes) == {}
+    # An event without an event_id gets a new message ID (the contract's encoding, as `upvotes serve`
+    # sends it); a line the parser rejects goes as it is, without attributes.
+    assert set(messages[valid[3]].attributes) == {EVENT_ID_ATTRIBUTE}
+    assert messages[valid[3]].attributes[EVENT_ID_ATTRIBUTE].startswith(MESSAGE_ID_PREFIX)
+    assert dict(messages[invalid[0]].attributes) == {}
 
 
 def test_failed_publishes_are_counted_not_raised(stack: Resources) -> None:

@@ -15,7 +15,9 @@ import orjson
 import pytest
 from google.cloud import pubsub_v1
 
-from schemas.contract import parse_vote
+from schemas.contract import (
+    BATCH_ID_PREFIX, EVENT_ID_ATTRIBUTE, EVENT_TIME_ATTRIBUTE, MESSAGE_ID_PREFIX, batch_messages, event_message, parse_vote,
+)
 from schemas.counters import Counts
 from schemas.records import PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import keep_latest
@@ -222,6 +224,36 @@ def test_votes_are_validated_with_the_pipeline_parser_and_published(client, stac
     events = [parse_vote(line, {}, time.time()) for line in ndjson.data.split(b"\n")]
     assert all(isinstance(e, VoteEvent) for e in events)
     assert [(e.post_id, e.counter, e.delta) for e in events] == [("n-1", "upvotes", 1), ("n-2", "shares", 2), ("ünï", "upvotes", -1)]
+
+
+def test_the_service_publishes_what_upvotes_publish_publishes(client, stack) -> None:
+    """The write route and `upvotes publish` encode events alike (schemas.contract, the one owner):
+    a v1 message carries the event's event_id and event_time attributes (a new message ID for an
+    event without one), a batch format=ndjson and a batch-<uuid4> ID, on the emulator topic."""
+    delta = {"post_id": "same-1", "counter": "upvotes", "delta": 1, "event_id": "e-same-1",
+             "event_time": "2026-11-22T01:02:03.456Z", "user_id": "u-1"}
+    state = {"post_id": "same-2", "user_id": "u-2", "vote": "up", "event_time": "2026-11-22T01:02:04Z"}
+    batch = [{"post_id": "same-3", "counter": "shares", "delta": 1, "event_id": f"e-b-{i}",
+              "event_time": "2026-11-22T01:02:05Z"} for i in range(3)]
+    for event in (delta, state):
+        assert client.post("/v1/votes", json=event, headers=auth()).status_code == 202
+    body = b"\n".join(orjson.dumps(event) for event in batch)
+    assert client.post("/v1/votes", content=body, headers={**auth(), **NDJSON}).status_code == 202
+
+    served = {orjson.loads(m.data.split(b"\n")[0])["post_id"]: m for m in pull(stack, want=3)}
+    assert sorted(served) == ["same-1", "same-2", "same-3"]
+    published = {event["post_id"]: event_message(event) for event in (delta, state)}
+    (published["same-3"],) = batch_messages(batch, len(batch))  # as `upvotes publish --batch-size 3`
+    assert (served["same-1"].data, dict(served["same-1"].attributes)) == published["same-1"]
+    assert dict(served["same-1"].attributes) == {"event_id": "e-same-1", "event_time": "2026-11-22T01:02:03.456Z"}
+    for post_id in ("same-2", "same-3"):  # a new ID each: same attributes, same ID scheme
+        message, attributes = served[post_id], dict(published[post_id][1])
+        assert message.data == published[post_id][0] and message.attributes.keys() == attributes.keys()
+        prefix = MESSAGE_ID_PREFIX if post_id == "same-2" else BATCH_ID_PREFIX
+        assert message.attributes[EVENT_ID_ATTRIBUTE].startswith(prefix) and attributes[EVENT_ID_ATTRIBUTE].startswith(prefix)
+        assert {k: v for k, v in message.attributes.items() if k != EVENT_ID_ATTRIBUTE} == {
+            k: v for k, v in attributes.items() if k != EVENT_ID_ATTRIBUTE}
+    assert served["same-2"].attributes[EVENT_TIME_ATTRIBUTE] == state["event_time"]
 
 
 def test_nothing_valid_is_400_and_oversize_bodies_are_413(client) -> None:

@@ -18,7 +18,8 @@ from tests.polling import assert_stays, wait_until
 from tests.steady_load import SteadyLoad
 from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of
 from upvotes.devtools import local_stream
-from upvotes.devtools.publishing import batch_messages, publish_messages
+from schemas.contract import batch_messages
+from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.workload import VoteStateWorkload, generate_vote_states
 
 

@@ -104,7 +104,8 @@ def _best_read_modify_write(database, seconds: float):
 def _wait_until_ready(database, topic_path: str, stream, log_path: Path) -> None:
     """Publishes one vote and waits until it is counted: the pipeline is up and reading."""
     from spanner_store.reads import exact_counts
-    from upvotes.devtools.publishing import event_message, publish_messages
+    from schemas.contract import event_message
+    from upvotes.devtools.publishing import publish_messages
 
     publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
                      progress=False)

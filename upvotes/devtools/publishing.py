@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, NamedTuple, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 import orjson
 from google.cloud import pubsub_v1
 from google.cloud.pubsub_v1.publisher.futures import Future
 
-from schemas.contract import EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_BATCH_EVENTS, MAX_BATCH_BYTES, NDJSON, parse_vote
+# How events become messages is the contract's (schemas/contract.py); Message and batch_messages
+# are imported here for publishing, not re-defined.
+from schemas.contract import Message, batch_messages, event_attributes, parse_vote
 from schemas.records import Rejected
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
@@ -28,14 +29,6 @@ LOG = logging.getLogger(__name__)
 BATCH_SETTINGS = pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05)
 MAX_PENDING = 5000  # publish futures kept alive: five full client batches in flight
 T = TypeVar("T")
-
-
-class Message(NamedTuple):
-    """One Pub/Sub message to publish, and how many vote events it carries."""
-
-    data: bytes
-    attributes: dict[str, str]
-    events: int = 1
 
 
 @dataclass(frozen=True)
@@ -120,44 +113,6 @@ def publish_messages(
                          seconds=time.monotonic() - start, messages=sent - failed)
 
 
-def _attributes(fields: dict[str, Any]) -> dict[str, str]:
-    """The event_id and event_time attributes: dedup ids and event timestamps for the reader."""
-    return {name: fields[name] for name in (EVENT_ID_ATTRIBUTE, "event_time") if isinstance(fields.get(name), str)}
-
-
-def event_message(event: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
-    """An event's own message (contract v1): compact UTF-8 JSON, with its event_id and event_time
-    as attributes."""
-    return orjson.dumps(event), _attributes(event)
-
-
-def batch_messages(events: Iterable[dict[str, Any]], batch_size: int) -> Iterator[Message]:
-    """Events packed into messages of contract v2: ndjson, at most `batch_size` events and
-    MAX_BATCH_BYTES bytes each, with format=ndjson and the batch's own event_id (the ID
-    Dataflow deduplicates a republished batch by). A batch_size of 1 sends v1 messages."""
-    if not 1 <= batch_size <= MAX_BATCH_EVENTS:
-        raise ValueError(f"the batch size must be between 1 and {MAX_BATCH_EVENTS}")
-    if batch_size == 1:
-        yield from (Message(*event_message(event)) for event in events)
-        return
-    lines: list[bytes] = []
-    size = 0
-    for event in events:
-        line = orjson.dumps(event)
-        if lines and (len(lines) == batch_size or size + len(line) + 1 > MAX_BATCH_BYTES):
-            yield _batch(lines)
-            lines, size = [], 0
-        lines.append(line)
-        size += len(line) + 1
-    if lines:
-        yield _batch(lines)
-
-
-def _batch(lines: list[bytes]) -> Message:
-    attributes = {FORMAT_ATTRIBUTE: NDJSON, EVENT_ID_ATTRIBUTE: f"batch-{uuid.uuid4()}"}
-    return Message(b"\n".join(lines), attributes, len(lines))
-
-
 def _interleave(items: Iterator[T], extras: list[T], count: int) -> Iterator[T]:
     """`items` (`count` of them) with `extras` spread evenly among them."""
     placed = 0
@@ -208,8 +163,8 @@ def publish_file(
     """Publishes each line of a JSON-lines file as it is, without its line break, one message each.
 
     Lines that parse_vote rejects are published too (they exercise the dead-letter path)
-    and counted as invalid; accepted ones go into the ledger and get the event_id and
-    event_time attributes. Empty lines are skipped: Pub/Sub refuses an empty message.
+    and counted as invalid; accepted ones go into the ledger and get the attributes of
+    schemas.contract.event_attributes (event_id, event_time). Empty lines are skipped: Pub/Sub refuses an empty message.
     """
 
     ledger = Ledger()
@@ -223,7 +178,7 @@ def publish_file(
                 vote = parse_vote(data, None, publish_time_s=time.time())
                 if not isinstance(vote, Rejected):
                     ledger.add_vote(vote)
-                    yield Message(data, _attributes(orjson.loads(data)))
+                    yield Message(data, event_attributes(orjson.loads(data)))
                 else:
                     ledger.add_invalid()
                     yield Message(data, {})

@@ -26,10 +26,12 @@ post ID may hold anything and the user ID anything but "/votes/"; a post ID that
 "/votes/" is read with GET /v1/posts?id=.
 
 Votes are validated with the pipeline's own parser (schemas.contract.parse_vote) and
-published to the votes topic: one accepted event as a v1 message (its event_id, or a new
-one, as the `event_id` attribute), several as ONE contract v2 batch (attribute
-format=ndjson, a new event_id for the batch, one v1 event per line, at most MAX_EVENTS
-events and MAX_BODY_BYTES bytes). The reply comes after Pub/Sub has accepted the message.
+published to the votes topic, encoded by the contract (schemas.contract.events_message) exactly
+as `upvotes publish` encodes them: one accepted event as a v1 message (attributes `event_id`,
+its own or a new `message-<uuid4>`, and `event_time`), several as ONE contract v2 batch
+(attribute format=ndjson, a new `batch-<uuid4>` event_id, one v1 event per line, at most
+MAX_EVENTS events and MAX_BODY_BYTES bytes). The reply comes after Pub/Sub has accepted the
+message.
 
 Security (docs/security.md): every answer passes the Host allowlist (421) and carries the
 security headers (upvotes/serving/http_guards.py). A write needs a credential: a bearer token
@@ -61,7 +63,6 @@ import logging
 import re
 import threading
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -80,8 +81,8 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from schemas.contract import (
-    EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_ABS_DELTA, MAX_BATCH_BYTES, MAX_BATCH_EVENTS,
-    MAX_ID_CHARS, MAX_POST_ID_CHARS, NDJSON, parse_message, parse_vote, reason_of,
+    FORMAT_ATTRIBUTE, MAX_ABS_DELTA, MAX_BATCH_BYTES, MAX_BATCH_EVENTS,
+    MAX_ID_CHARS, MAX_POST_ID_CHARS, NDJSON, events_message, parse_message, parse_vote, reason_of,
 )
 from schemas.records import Rejected, VoteEvent, VoteState
 from spanner_store.counts_reader import DEFAULT_REFRESH_S, CountsReader
@@ -162,14 +163,6 @@ def validate_votes(body: bytes, one_event: bool, now_s: float, max_delta: int = 
         else:
             events.append(line.strip())
     return ValidatedVotes(events, rejected)
-
-
-def message_for(events: list[bytes]) -> tuple[bytes, dict[str, str]]:
-    """One Pub/Sub message for accepted events: a v1 message for one, an ndjson batch for more."""
-    if len(events) == 1:
-        event_id = orjson.loads(events[0]).get("event_id") or str(uuid.uuid4())
-        return events[0], {EVENT_ID_ATTRIBUTE: event_id}
-    return b"\n".join(events), {FORMAT_ATTRIBUTE: NDJSON, EVENT_ID_ATTRIBUTE: str(uuid.uuid4())}
 
 
 UNIQUE_HELP = "add unique_voters: distinct user IDs that upvoted (a HyperLogLog estimate)"
@@ -477,8 +470,8 @@ def create_app(reader: CountsReader, votes: VoteReader, publisher: VotePublisher
         if not validated.events:
             return JSONResponse({"error": "no valid event", "accepted": 0, "rejected": validated.rejected},
                                 status_code=400)
-        data, attributes = message_for(validated.events)
-        await run_in_threadpool(publisher.publish, data, attributes)
+        message = events_message(validated.events)  # the contract's encoding, as `upvotes publish`'s
+        await run_in_threadpool(publisher.publish, message.data, message.attributes)
         return JSONResponse({"accepted": len(validated.events), "rejected": validated.rejected}, status_code=202)
 
     guarded: ASGIApp = app
