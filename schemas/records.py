@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from schemas.counters import NAMES, Counts
 from schemas.vote_states import NONE, LatestVote
+from schemas.voter_sketch import union_of
 
 HOUR_S = 3600
 
@@ -73,11 +74,18 @@ class CounterSums(NamedTuple):
     """The sums of some votes of one post and event hour: what each counter gained, how many
     votes that was, and who voted. The one record of a window's sums, from the bundle that
     first sums them (transforms/parse_and_sum.py) through the window combine
-    (transforms/windowing.py) to the delta row (PostDelta.sums)."""
+    (transforms/windowing.py) to the delta row (PostDelta.sums), and of the delta rows and
+    hourly rows read back per hour (spanner_store.reads.hour_sums_of, which reads no events:
+    0) by the fold and the hourly reads."""
 
     counts: Counts = Counts()
     events: int = 0
     voters: bytes | None = None  # serialised sketch of the voters (schemas/voter_sketch.py); None: none
+
+    def plus(self, other: CounterSums) -> CounterSums:
+        """Both sums: the counts and the events added, the voter sketches unioned."""
+        return CounterSums(self.counts.plus(other.counts), self.events + other.events,
+                           union_of((self.voters, other.voters)))
 
 
 class PostDelta(NamedTuple):

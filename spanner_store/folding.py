@@ -72,6 +72,7 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Iterator, NamedTuple
 
@@ -82,9 +83,10 @@ from google.cloud.spanner_v1.database import BatchSnapshot
 from spanner_store.database import DEFAULT_RETRY, commit_mutations, read_timestamp, run_transaction, run_with_retries
 from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, read_changes
 from schemas.counters import Counts
+from schemas.records import CounterSums
 from schemas.voter_sketch import union_of
 from spanner_store.mutation_cost import insert_cost, update_cost
-from spanner_store.reads import READ_CHUNK, HourSums, hour_sums_of, hourly_watermark, read_unfolded
+from spanner_store.reads import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 from spanner_store.tables import (
     COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS,
@@ -119,18 +121,44 @@ def watermark_text(timestamp: datetime) -> str:
     return timestamp.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class PostFold(NamedTuple):
-    """Everything one post gains in this fold."""
+@dataclass(slots=True)
+class PostFold:
+    """Everything one post gains in this fold: what its unfolded deltas add up to, how many they
+    are, and per event hour. The fold's transform sums it delta by delta before it knows the post
+    (transforms/fold_deltas.py SumPostDeltas: `empty`, `add`, `merge`), then keys it (`keyed`)."""
 
-    key: FoldKey
+    key: FoldKey | None  # None while it is being summed
     counts: Counts
     deltas: int
-    hours: dict[datetime, HourSums]
+    hours: dict[datetime, CounterSums]
     voters: bytes | None = None  # union of the deltas' voter sketches
+
+    @classmethod
+    def empty(cls) -> PostFold:
+        """The sum of no delta, to add to."""
+        return cls(None, Counts(), 0, {})
+
+    def add(self, hour: datetime, sums: CounterSums) -> None:
+        """Adds one delta of event hour `hour`."""
+        self.counts = self.counts.plus(sums.counts)
+        self.deltas += 1
+        add_hours(self.hours, [(hour, sums)])
+
+    def merge(self, other: PostFold) -> None:
+        """Adds another sum of the same post's deltas."""
+        self.counts = self.counts.plus(other.counts)
+        self.deltas += other.deltas
+        add_hours(self.hours, other.hours.items())
+
+    def keyed(self, key: FoldKey) -> PostFold:
+        """The sum as the fold of post `key`. Every delta is in one of its hours: the post's
+        voters are the hours' union."""
+        voters = union_of(sums.voters for sums in self.hours.values())
+        return PostFold(key, self.counts, self.deltas, self.hours, voters)
 
 
 # An unfolded delta as a fold reads it: (CommittedAt, EventHour, its sums).
-TimedDelta = tuple[datetime, datetime, HourSums]
+TimedDelta = tuple[datetime, datetime, CounterSums]
 
 
 class FoldOutcome(NamedTuple):
@@ -157,7 +185,7 @@ def choose_snapshot(database) -> datetime:
         return read_timestamp(snapshot)
 
 
-def add_hours(into: dict[datetime, HourSums], hours: Iterable[tuple[datetime, HourSums]]) -> None:
+def add_hours(into: dict[datetime, CounterSums], hours: Iterable[tuple[datetime, CounterSums]]) -> None:
     for hour, sums in hours:
         current = into.get(hour)
         into[hour] = sums if current is None else current.plus(sums)
@@ -213,7 +241,7 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
 
 
 def _add_to_hourly(transaction, hour_gains: dict) -> None:
-    """Adds {(post hash, post id, hour): HourSums} to PostHourlyCounts (read, then upsert)."""
+    """Adds {(post hash, post id, hour): CounterSums} to PostHourlyCounts (read, then upsert)."""
     if not hour_gains:
         return
     existing = {
@@ -225,7 +253,7 @@ def _add_to_hourly(transaction, hour_gains: dict) -> None:
     }
     rows = []
     for key, gain in hour_gains.items():
-        total = existing.get(key, HourSums(Counts())).plus(gain)
+        total = existing.get(key, CounterSums()).plus(gain)
         rows.append(key + tuple(total.counts) + (sketch_column(total.voters),))
     transaction.insert_or_update(HOURLY, columns=HOURLY_COLUMNS, values=rows)
 
@@ -233,7 +261,7 @@ def _add_to_hourly(transaction, hour_gains: dict) -> None:
 def _refold(transaction, post_hash: int, post_id: str, after: datetime, hours_after: datetime, through: datetime):
     """Inside the fold transaction: the sums of one post's deltas committed in (after, through],
     and per hour those committed in (hours_after, through] (hours_after >= after)."""
-    hours: dict[datetime, HourSums] = {}
+    hours: dict[datetime, CounterSums] = {}
     gain, deltas = Counts(), 0
     sketches = []
     for committed_at, hour, sums in _timed_deltas(read_unfolded(
@@ -294,7 +322,7 @@ def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlySte
         return 0
     # The watermark only grows and the previous step left it at step.after or later, so
     # these rows are a subset of the step's own: the commit stays within its bound.
-    hours: dict[datetime, HourSums] = {}
+    hours: dict[datetime, CounterSums] = {}
     add_hours(hours, [(hour, sums) for committed_at, hour, sums in step.rows if committed_at > hourly_mark])
     _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()})
     transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(post_hash, post_id, step.through)])
@@ -389,7 +417,7 @@ def read_shard_changes(database, plan: FoldPlan, shard: int, count_rows: Callabl
 
 
 def _unfolded_of(snapshot, watermarks: dict[PostKey, datetime],
-                 count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, HourSums]]]:
+                 count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
     """(FoldKey, (hour, sums)) for each delta committed after its post's watermark."""
     for row in read_unfolded(snapshot, watermarks, ("PostHash", "PostId") + DELTA_SUM_COLUMNS):
         count_rows(1)
@@ -398,7 +426,7 @@ def _unfolded_of(snapshot, watermarks: dict[PostKey, datetime],
 
 
 def read_candidates(database, post_ids: Iterable[str], snapshot_at: datetime,
-                    count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, HourSums]]]:
+                    count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
     """At S, these posts' watermarks (point reads, READ_CHUNK posts per read) and their unfolded deltas."""
     keys = iter(sorted({post_key(p) for p in post_ids}))
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
@@ -421,7 +449,7 @@ def plan_partitions(database, snapshot_at: datetime, data_boost: bool) -> Iterat
 
 
 def read_partition(database, handle: dict, partition: dict, snapshot_at: datetime,
-                   count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, HourSums]]]:
+                   count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
     """One partition of Posts -> (FoldKey, (hour, sums)) for each unfolded delta,
     read as index ranges, READ_CHUNK posts per read, at exactly the same snapshot S."""
     # One iterator for the whole partition: every iter() of the client's result set starts

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from schemas.counters import NAMES, Counts
-from schemas.records import PostTotals
+from schemas.records import CounterSums, PostTotals
 from schemas.voter_sketch import estimate, union_of
 from spanner_store.tables import (
     COUNTER_COLUMNS, DELTAS, DELTAS_BY_COMMIT, POSTS, VOTERS, PostKey, counts_at, post_key, sketch_value,
@@ -56,21 +56,10 @@ def read_unfolded(snapshot, watermarks: Mapping[PostKey, datetime], columns: Seq
     return snapshot.read(DELTAS, columns=columns, keyset=unfolded_ranges(watermarks, through), index=DELTAS_BY_COMMIT)
 
 
-class HourSums(NamedTuple):
-    """What some deltas of one post and event hour add up to: the counts and the union of
-    their voter sketches (schemas/voter_sketch.py; None: no voter)."""
-
-    counts: Counts
-    voters: bytes | None = None
-
-    def plus(self, other: HourSums) -> HourSums:
-        return HourSums(self.counts.plus(other.counts), union_of((self.voters, other.voters)))
-
-
-def hour_sums_of(row) -> tuple[datetime, HourSums]:
+def hour_sums_of(row) -> tuple[datetime, CounterSums]:
     """A row of DELTA_SUM_COLUMNS (EventHour, the counters, Voters), of PostDeltas or
-    PostHourlyCounts, as (its event hour, its sums)."""
-    return row[0], HourSums(counts_at(row, 1), sketch_value(row[-1]))
+    PostHourlyCounts, as (its event hour, its sums; no events: they are not read)."""
+    return row[0], CounterSums(counts_at(row, 1), voters=sketch_value(row[-1]))
 
 
 def hourly_watermark(folded_through: datetime, hourly_folded_through: datetime | None) -> datetime:

@@ -13,7 +13,7 @@ from google.cloud import spanner
 
 import schemas
 from schemas.counters import Counts, total
-from schemas.records import PostDelta
+from schemas.records import CounterSums, PostDelta
 from schemas.voter_sketch import sketch_of
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, commit_mutations, open_database, run_transaction
 from spanner_store.deltas import MUTATIONS_PER_DELTA, write_deltas
@@ -23,7 +23,7 @@ from spanner_store.folding import (
 )
 from spanner_store.hourly import hourly_counts
 from schemas.ddl import schema_model
-from spanner_store.reads import HourSums, exact_counts
+from spanner_store.reads import exact_counts
 from spanner_store.tables import delta_key, post_key
 from tests.conftest import new_resources
 from tests.test_fold import fold
@@ -66,7 +66,7 @@ def distinct_hour_deltas(post_id: str, hours: int, tag: str) -> list[PostDelta]:
 # --- planning the steps (pure) --------------------------------------------------------------
 
 def test_steps_keep_whole_commits_bound_their_hours_and_end_at_the_snapshot() -> None:
-    one = HourSums(Counts(upvotes=1))
+    one = CounterSums(Counts(upvotes=1))
     rows = [(t(c), t(3600 * h), one) for c, h in [(1, 1), (1, 2), (2, 3), (3, 3), (3, 4), (4, 5), (4, 6), (4, 7)]]
     steps = plan_hourly_steps(reversed(rows), after=t(0), snapshot_at=t(10), max_hours=3)
     assert [(s.after, s.through) for s in steps] == [(t(0), t(2)), (t(2), t(3)), (t(3), t(10))]

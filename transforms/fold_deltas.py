@@ -16,60 +16,45 @@ and partitions are read in parallel on Dataflow.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from schemas.counters import Counts
-from schemas.voter_sketch import union_of
+from schemas.records import CounterSums
 from spanner_store.database import (
     DEFAULT_RETRY, MUTATION_BUDGET, is_transient, open_database, run_transaction, run_with_retries,
 )
 from spanner_store.delta_commits import SkippedPost
 from spanner_store.folding import (
-    FoldKey, FoldOutcome, FoldPlan, PostFold, add_hours, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps,
+    FoldKey, FoldOutcome, FoldPlan, PostFold, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps,
     oldest_unfolded_commit, outlived_snapshot, plan_fold, plan_partitions, read_candidates, read_partition, read_shard_changes,
     record_fold_run,
 )
-from spanner_store.reads import READ_CHUNK, HourSums
+from spanner_store.reads import READ_CHUNK
 from spanner_store.tables import COMMIT_SHARDS, key_range
 
 LOG = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class PostGain:
-    """What one post's unfolded deltas add up to: the counts, how many deltas, and per event hour."""
-
-    counts: Counts
-    deltas: int
-    hours: dict[datetime, HourSums]
-
-
 class SumPostDeltas(beam.CombineFn):
-    """(event hour, HourSums) of each unfolded delta of one post -> its PostGain."""
+    """(event hour, CounterSums) of each unfolded delta of one post -> its PostFold, not yet keyed."""
 
-    def create_accumulator(self) -> PostGain:
-        return PostGain(Counts(), 0, {})
+    def create_accumulator(self) -> PostFold:
+        return PostFold.empty()
 
-    def add_input(self, acc: PostGain, delta: tuple[datetime, HourSums]) -> PostGain:
-        acc.counts = acc.counts.plus(delta[1].counts)
-        acc.deltas += 1
-        add_hours(acc.hours, [delta])
+    def add_input(self, acc: PostFold, delta: tuple[datetime, CounterSums]) -> PostFold:
+        acc.add(*delta)
         return acc
 
-    def merge_accumulators(self, accumulators: Iterable[PostGain]) -> PostGain:
+    def merge_accumulators(self, accumulators: Iterable[PostFold]) -> PostFold:
         total = self.create_accumulator()
         for acc in accumulators:
-            total.counts = total.counts.plus(acc.counts)
-            total.deltas += acc.deltas
-            add_hours(total.hours, acc.hours.items())
+            total.merge(acc)
         return total
 
-    def extract_output(self, acc: PostGain) -> PostGain:
+    def extract_output(self, acc: PostFold) -> PostFold:
         return acc
 
 
@@ -133,7 +118,7 @@ class _PlanPartitions(_SpannerDoFn):
 
 
 class _ReadPartition(_CountingDoFn):
-    """One partition of Posts -> (FoldKey, (hour, HourSums)) for each unfolded delta, at the plan's S."""
+    """One partition of Posts -> (FoldKey, (hour, CounterSums)) for each unfolded delta, at the plan's S."""
 
     def process(self, element, plan: FoldPlan):
         handle, partition = element
@@ -153,7 +138,7 @@ class _ReadChangedPosts(_CountingDoFn):
 
 
 class _ReadCandidates(_CountingDoFn):
-    """A batch of post IDs -> (FoldKey, (hour, HourSums)) for each unfolded delta, at the plan's S."""
+    """A batch of post IDs -> (FoldKey, (hour, CounterSums)) for each unfolded delta, at the plan's S."""
 
     def process(self, post_ids: list[str], plan: FoldPlan):
         yield from read_candidates(self._database, post_ids, plan.snapshot_at, self.count_rows)
@@ -259,10 +244,9 @@ class _RecordFoldRun(_SpannerDoFn):
         yield outcome
 
 
-def _to_post_fold(keyed: tuple[FoldKey, PostGain]) -> PostFold:
-    key, gain = keyed
-    # Every delta of the fold is in one of its hours: the post's voters are the hours' union.
-    return PostFold(key, gain.counts, gain.deltas, gain.hours, union_of(sums.voters for sums in gain.hours.values()))
+def _to_post_fold(keyed: tuple[FoldKey, PostFold]) -> PostFold:
+    key, fold = keyed
+    return fold.keyed(key)
 
 
 def _shards(plan: FoldPlan) -> Iterable[int]:
