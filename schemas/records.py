@@ -7,6 +7,8 @@ the per-element path) and Beam pickles them compactly. Every count travels as on
 from __future__ import annotations
 
 import base64
+import warnings
+from datetime import datetime
 from typing import NamedTuple
 
 from schemas.counters import NAMES, Counts
@@ -150,15 +152,37 @@ class FailedVoteStates(NamedTuple):
 
 class PostTotals(NamedTuple):
     """An exact count as served to readers; with the post's unique voters (an estimate:
-    schemas/voter_sketch.py) when asked for."""
+    schemas/voter_sketch.py) when asked for.
+
+    Each counter is also an attribute (`totals.upvotes`, generated from schemas/counters.py), as
+    it was before the counts moved into `counts`: deprecated, it warns "use .counts.<name>"."""
 
     post_id: str
     counts: Counts
     unique_voters: int | None = None
 
-    def to_json(self) -> dict:
-        """{"post_id", one field per counter[, "unique_voters"]}: what `upvotes read` prints."""
+    def to_json(self, as_of: datetime | None = None) -> dict:
+        """{"post_id", one field per counter[, "as_of"][, "unique_voters"]}: what `upvotes read`
+        prints, and with `as_of` (the time the counts were read at) what the service answers
+        (spanner_store.counts_reader.PostCount)."""
         record = {"post_id": self.post_id, **self.counts._asdict()}
+        if as_of is not None:
+            record["as_of"] = as_of.isoformat()
         if self.unique_voters is not None:
             record["unique_voters"] = self.unique_voters
         return record
+
+
+def _deprecated_counter(name: str) -> property:
+    def read(totals: PostTotals) -> int:
+        warnings.warn(f"PostTotals.{name} is deprecated: use .counts.{name}", DeprecationWarning, stacklevel=2)
+        return getattr(totals.counts, name)
+
+    return property(read, doc=f"Deprecated: use .counts.{name}.")
+
+
+for _name in NAMES:
+    if hasattr(PostTotals, _name):
+        raise TypeError(f"counter {_name!r} collides with PostTotals.{_name}")
+    setattr(PostTotals, _name, _deprecated_counter(_name))
+del _name

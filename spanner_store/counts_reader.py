@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Generic, Hashable, Iterable, NamedTuple, TypeVar
 
 from schemas.counters import Counts
+from schemas.records import PostTotals
 from spanner_store.database import read_timestamp
 from spanner_store.fresh_top import DEFAULT_EXTRA, FreshTop, fresh_top
 from spanner_store.reads import counts_in_snapshot
@@ -40,19 +41,25 @@ DEFAULT_MAX_POSTS = 100_000  # cached posts per process; the least recently used
 
 
 class PostCount(NamedTuple):
-    """One post's exact counts and the Spanner timestamp they were read at."""
+    """One post's exact counts (a PostTotals) and the Spanner timestamp they were read at."""
 
     post_id: str
     counts: Counts
     as_of: datetime
     unique_voters: int | None = None  # distinct upvoters, when asked for (schemas/voter_sketch.py)
 
+    @classmethod
+    def of(cls, totals: PostTotals, as_of: datetime) -> PostCount:
+        return cls(totals.post_id, totals.counts, as_of, totals.unique_voters)
+
+    @property
+    def totals(self) -> PostTotals:
+        return PostTotals(self.post_id, self.counts, self.unique_voters)
+
     def to_json(self) -> dict:
-        """{"post_id", one field per counter, "as_of"[, "unique_voters"]}: what the service answers."""
-        record = {"post_id": self.post_id, **self.counts._asdict(), "as_of": self.as_of.isoformat()}
-        if self.unique_voters is not None:
-            record["unique_voters"] = self.unique_voters
-        return record
+        """{"post_id", one field per counter, "as_of"[, "unique_voters"]}: what the service answers
+        (PostTotals.to_json with the time)."""
+        return self.totals.to_json(self.as_of)
 
 
 @dataclass
@@ -174,7 +181,7 @@ class CountsReader:
         with self._snapshot() as snapshot:
             totals = counts_in_snapshot(snapshot, post_ids, unique)
             as_of = read_timestamp(snapshot)
-        return {t.post_id: PostCount(t.post_id, t.counts, as_of, t.unique_voters) for t in totals}
+        return {t.post_id: PostCount.of(t, as_of) for t in totals}
 
     def _load_top(self, n: int) -> FreshTop:
         self._count_read()
