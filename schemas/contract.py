@@ -422,8 +422,9 @@ class Message(NamedTuple):
 
 def new_message_id(prefix: str = BATCH_ID_PREFIX) -> str:
     """A new message ID for the `event_id` attribute: `batch-<uuid4>` for a batch (the default),
-    `message-<uuid4>` (MESSAGE_ID_PREFIX) for a v1 message whose event has no event_id. Never the
-    ID of an event: a dead letter's identity is its line's own event_id, never a batch's."""
+    `message-<uuid4>` (MESSAGE_ID_PREFIX) for a v1 message whose event has no event_id. A batch's
+    ID is never an event's: a dead-lettered line is identified by its own event_id, never by its
+    batch's (upvotes/operations/dead_letters.py); a v1 message's ID stands for its one event."""
     return f"{prefix}{uuid.uuid4()}"
 
 
