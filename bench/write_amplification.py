@@ -35,8 +35,8 @@ from schemas.counters import Counts
 from schemas.records import HOUR_S, CounterSums, PostDelta, PostHour
 from spanner_store.deltas import plan_commits
 from pipeline.params import STREAMING_PARAMS, defaults
-from transforms.parse_and_sum import SUM_SHARDS, sum_shard
-from transforms.windowing import WindowAndSumVotes, delta_id
+from schemas.delta_ids import SUM_SHARDS, pane_delta_id, sum_shard
+from transforms.windowing import WindowAndSumVotes
 from upvotes.operations.capacity_model import Popularity, stream_delta_rows
 from upvotes.operations.capacity_model import Workload as CapacityWorkload
 from upvotes.devtools.provision import Resources
@@ -105,7 +105,7 @@ def parent_upserts(groups: dict[Group, Counts], window_s: int) -> int:
     """Key-only Posts rows the sink writes beside the deltas: one per post per commit."""
     by_window: dict[int, list[PostDelta]] = defaultdict(list)
     for (post, hour, start), counts in groups.items():
-        pane = delta_id("bench", start * 1_000_000, 0, (start + window_s) * 1_000_000, SUM_SHARDS)
+        pane = pane_delta_id("bench", start * 1_000_000, 0, (start + window_s) * 1_000_000, SUM_SHARDS)
         by_window[start].append(PostDelta(post, hour, pane, CounterSums(counts)))
     return sum(
         len({d.post_id for d in commit})

@@ -33,9 +33,10 @@ from spanner_store.database import MUTATION_BUDGET, commit_mutations, read_times
 from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
 from spanner_store.hourly import HourCount, hourly_counts_in
 from schemas.counters import Counts, total
+from schemas.delta_ids import adjustment_delta_id
 from schemas.records import CounterSums, PostDelta
 from spanner_store.tables import (
-    ADJUSTMENT_COLUMNS, ADJUSTMENTS, COUNTER_COLUMNS, POST_KEY_COLUMNS, POSTS, adjustment_delta_id, counts_at, post_key,
+    ADJUSTMENT_COLUMNS, ADJUSTMENTS, COUNTER_COLUMNS, POST_KEY_COLUMNS, POSTS, counts_at, post_key,
 )
 
 ADJUST = "adjust"

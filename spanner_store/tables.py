@@ -55,14 +55,6 @@ FOLD_RUN_SKIPPED_COLUMNS = ("FoldId", "PostHash", "PostId", "Error")
 
 WRITER_GENERATIONS = "WriterGenerations"
 WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt", "KeyFormat")
-# How a generation's delta keys are spelled (transforms/windowing.py delta_id). The first
-# format, writer:window start:pane, let two panes share a key when an in-place update changed
-# the window length or the shard count (an old [T, T+10 s) pane and a new [T, T+20 s) one),
-# and the second was then taken as already written: its votes lost. The second format adds
-# the window's end and the shard count. A generation keeps the format it was claimed with.
-FIRST_KEY_FORMAT = 1
-KEY_FORMAT = 2
-
 STATUS_WATCHES = "StatusWatches"
 STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
 
@@ -171,13 +163,6 @@ def delta_key(delta: PostDelta) -> tuple:
     return post_key(delta.post_id) + (hour_timestamp(delta.event_hour), delta.delta_id)
 
 
-def writer_identity(writer_name: str, generation: int) -> str:
-    """The writer part of a delta key: the name and the generation of its launch. Generation 0
-    is the bare name, the identity jobs had before generations existed, so the first in-place
-    update of such a job keeps its keys."""
-    return writer_name if generation == 0 else f"{writer_name}#g{generation}"
-
-
 def sketch_column(sketch: bytes | None) -> bytes | None:
     """A voter sketch as the client takes a BYTES value: base64 (it sends bytes as text)."""
     return None if sketch is None else base64.b64encode(sketch)
@@ -186,16 +171,3 @@ def sketch_column(sketch: bytes | None) -> bytes | None:
 def sketch_value(column: bytes | None) -> bytes | None:
     """A BYTES value as the client reads it (still base64) back to the sketch."""
     return None if column is None else base64.b64decode(column)
-
-
-def adjustment_delta_id(adjustment_id: str) -> str:
-    """The DeltaId of a moderation adjustment's compensating delta rows (one per event hour).
-    '@' is in no Dataflow job name nor writer identity, so it never equals a pipeline's DeltaId."""
-    return f"@adjust/{adjustment_id}"
-
-
-def replay_delta_id(identity: str) -> str:
-    """The DeltaId of the delta row a corrected rejected vote becomes (`upvotes dead-letters replay`),
-    from the rejected line's identity: a replay run again, or after a crash before its
-    acknowledgement, writes the same key and finds it written."""
-    return f"@replay/{identity}"

@@ -43,6 +43,7 @@ from google.api_core import exceptions
 from google.cloud import spanner
 
 from schemas.counters import Counts
+from schemas.delta_ids import forget_event_id, vote_delta_id
 from schemas.records import CounterSums, PostDelta, PostUser, hour_of_us
 from schemas.vote_states import NONE, Erasure, LatestVote, VoteOrder, counted, erased, order_of
 from schemas.voter_sketch import sketch_of
@@ -65,21 +66,9 @@ MUTATIONS_PER_VOTE = insert_cost(VOTES, VOTE_COLUMNS)
 _READ_COLUMNS = ("UserId", "PostId", "Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
 
 
-def forget_event_id(request_id: str) -> str:
-    """The event_id of an erasure request's "none" states: the same in every run of the request, so
-    a rerun's state equals the first run's and is superseded by it, never applied twice."""
-    return f"@forget/{request_id}"
-
-
 def erasure(request_id: str, forgotten_through_us: int) -> Erasure:
     """The floor an erasure request (spanner_store/forget_user.py) puts under its user's votes."""
     return Erasure(forgotten_through_us, forget_event_id(request_id), hour_of_us(forgotten_through_us))
-
-
-def vote_delta_id(commit_id: str) -> str:
-    """The DeltaId of the delta rows one vote-state commit writes. '@' is in no Dataflow job name
-    nor writer identity, so it never equals a streaming pane's DeltaId."""
-    return f"@vote/{commit_id}"
 
 
 class StoredVote(NamedTuple):

@@ -11,7 +11,7 @@ claimed here when the pipeline is built (at launch):
   name with no row is a job launched before generations existed: it keeps generation 0, the
   bare job name, which is the identity such a job already writes with.
 
-The claim also fixes how the generation spells its delta keys (tables.KEY_FORMAT): a fresh
+The claim also fixes how the generation spells its delta keys (schemas/delta_ids.py KEY_FORMAT): a fresh
 launch takes the current format, an update keeps the stored one (the first format when none
 is stored), so an update to a version with a new format still replays its predecessor's
 panes under their old keys. Only a fresh launch, whose keys are new anyway, changes format.
@@ -25,10 +25,9 @@ from typing import NamedTuple
 
 from google.cloud import spanner
 
+from schemas.delta_ids import FIRST_KEY_FORMAT, KEY_FORMAT, writer_identity
 from spanner_store.database import run_transaction, run_with_retries, wait_for_schema
-from spanner_store.tables import (
-    FIRST_KEY_FORMAT, KEY_FORMAT, WRITER_GENERATION_COLUMNS, WRITER_GENERATIONS, writer_identity,
-)
+from spanner_store.tables import WRITER_GENERATION_COLUMNS, WRITER_GENERATIONS
 
 LEGACY_GENERATION = 0
 
@@ -36,8 +35,8 @@ LEGACY_GENERATION = 0
 class WriterClaim(NamedTuple):
     writer_name: str
     generation: int
-    identity: str  # what goes into every delta key this run writes (tables.writer_identity)
-    key_format: int  # how this run spells its delta keys (tables.KEY_FORMAT)
+    identity: str  # what goes into every delta key this run writes (schemas/delta_ids.py writer_identity)
+    key_format: int  # how this run spells its delta keys (schemas/delta_ids.py KEY_FORMAT)
 
 
 def claim_generation(database, writer_name: str, update: bool) -> WriterClaim:

@@ -18,7 +18,8 @@ from spanner_store.hourly import hourly_counts
 from spanner_store.moderation import FORGET_USER, adjustment_of, list_adjustments
 from spanner_store.reads import exact_counts
 from spanner_store.tables import timestamp_micros
-from spanner_store.votes import StoredVote, apply_all_vote_states, erasure, forget_event_id, vote_of
+from schemas.delta_ids import forget_event_id
+from spanner_store.votes import StoredVote, apply_all_vote_states, erasure, vote_of
 from tests.faults import FlakyDatabase
 from upvotes.cli import build_parser, main
 

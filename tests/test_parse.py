@@ -17,7 +17,7 @@ from schemas.contract import (
 from schemas.counters import Counts, one
 from schemas.records import CounterSums, PostHour, Rejected, VoteEvent, VoteState
 from transforms.parse_and_sum import ParseVotes
-from transforms.parse_and_sum import sum_shard
+from schemas.delta_ids import sum_shard
 
 def epoch(rfc3339: str) -> int:
     return int(datetime.fromisoformat(rfc3339).timestamp())

@@ -15,7 +15,8 @@ from schemas.counters import Counts
 from schemas.records import CounterSums, PostDelta, PostHour
 from schemas.voter_sketch import MAX_SKETCH_BYTES, VoterUnion, estimate, sketch_of, union_of
 from tests.test_windowing import HOUR, WRITER, streaming_pipeline
-from transforms.parse_and_sum import BundleSums, sum_message, sum_shard
+from schemas.delta_ids import sum_shard
+from transforms.parse_and_sum import BundleSums, sum_message
 from transforms.windowing import MergeSums, WindowAndSumVotes
 
 PUBLISHED = HOUR + 60.0

@@ -20,8 +20,8 @@ from pipeline import local_metrics
 from schemas.counters import Counts, one
 from schemas.records import CounterSums, PostDelta, PostHour
 from transforms.parse_and_sum import ParseVotes
-from transforms.parse_and_sum import SUM_SHARDS, sum_shard
-from transforms.windowing import ALLOWED_LATENESS_S, MergeSums, WindowAndSumVotes, delta_id, ingestion_windows
+from schemas.delta_ids import SUM_SHARDS, pane_delta_id, sum_shard
+from transforms.windowing import ALLOWED_LATENESS_S, MergeSums, WindowAndSumVotes, ingestion_windows
 
 HOUR = 1_795_312_800
 WRITER = "test-writer"
@@ -60,11 +60,11 @@ def test_a_hot_post_costs_one_delta_per_window() -> None:
         assert_that(
             deltas,
             equal_to([
-                PostDelta.of("hot", HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=4, events=4),
-                PostDelta.of("cold", HOUR, delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=1, events=1),
+                PostDelta.of("hot", HOUR, pane_delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=4, events=4),
+                PostDelta.of("cold", HOUR, pane_delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=1, events=1),
                 # DISCARDING: the second window's pane holds only its own votes.
-                PostDelta.of("hot", HOUR, delta_id(WRITER, 10_000_000, 0, 20_000_000, SUM_SHARDS), upvotes=-1, shares=1, events=2),
-                PostDelta.of("hot", HOUR, delta_id(WRITER, 20_000_000, 0, 30_000_000, SUM_SHARDS), upvotes=1, events=1),
+                PostDelta.of("hot", HOUR, pane_delta_id(WRITER, 10_000_000, 0, 20_000_000, SUM_SHARDS), upvotes=-1, shares=1, events=2),
+                PostDelta.of("hot", HOUR, pane_delta_id(WRITER, 20_000_000, 0, 30_000_000, SUM_SHARDS), upvotes=1, events=1),
             ]),
         )
         # Per window: exactly one delta per post and window.
@@ -163,7 +163,7 @@ def test_posts_sharing_a_shard_each_get_their_own_delta() -> None:
         .add_elements([TimestampedValue(vote(post, 1, "shares"), 6) for post in posts[:10]])
         .advance_watermark_to_infinity()
     )
-    pane = delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS)
+    pane = pane_delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS)
     expected = [PostDelta.of(post, HOUR, pane, upvotes=i + 1, shares=1 if i < 10 else 0, events=2 if i < 10 else 1)
                 for i, post in enumerate(posts)]
     run_stream(stream, equal_to(expected))
@@ -230,8 +230,8 @@ def test_a_vote_within_the_allowed_lateness_counts_once_in_a_late_pane_of_its_ow
     pipeline = streaming_pipeline()
     deltas = pipeline | stream | WindowAndSumVotes(WRITER, window_seconds=10)
     assert_that(deltas, equal_to([
-        PostDelta.of("p", HOUR, delta_id(WRITER, window[0], 0, window[1], SUM_SHARDS), upvotes=2, events=2),
-        PostDelta.of("p", HOUR, delta_id(WRITER, window[0], 1, window[1], SUM_SHARDS), shares=1, events=1),
+        PostDelta.of("p", HOUR, pane_delta_id(WRITER, window[0], 0, window[1], SUM_SHARDS), upvotes=2, events=2),
+        PostDelta.of("p", HOUR, pane_delta_id(WRITER, window[0], 1, window[1], SUM_SHARDS), shares=1, events=1),
     ]))
     deltas | beam.Map(_keep_sampler)
     pipeline.run().wait_until_finish()

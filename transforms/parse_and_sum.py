@@ -36,7 +36,7 @@ trigger driver and per-key state copies took 70% of the pipeline's CPU, for ~600
 bundle), while merging two dicts of sums costs little. The shard is a stable hash of the
 post (schemas.post_hash), so a post's sums meet in one shard on every worker and every run:
 one delta per post, hour and pane. The grouping key also carries the shard count it was
-computed with (`shard_key`, `shards_of_key`): an in-place update may change the count while
+computed with (schemas/delta_ids.py `shard_key`, `shards_of_key`): an in-place update may change the count while
 windows of the old layout are still open, and their panes must keep their own delta keys
 (transforms/windowing.py `delta_id`).
 """
@@ -53,23 +53,16 @@ from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from schemas import post_hash, user_hash
+from schemas import user_hash
 from schemas.contract import (
     ABSENT, DEFAULT_EVENT_TIME_POLICY, MAX_HOUR_S, MAX_MESSAGE_BYTES, MIN_HOUR_S, RFC3339, VOTE_FIELD,
     EventTimePolicy, batch_lines, is_common_vote, parse_line, parse_vote, reason_of, trusted_range, utc_hour,
 )
 from schemas.counters import CONTRACT_NAMES, VOTER_CONTRACT_NAMES, by_contract_name
+from schemas.delta_ids import sum_shard
 from schemas.records import HOUR_S, CounterSums, PostHour, PostUser, Rejected, VoteState
 from schemas.vote_states import LatestVote, keep_latest
 from schemas.voter_sketch import sketch_of
-
-# Enough keys to spread the window combine over a few dozen Dataflow workers; few enough
-# that a bundle's elements and a runner's per-key work stay small (see the module docstring).
-SUM_SHARDS = 32
-# The shard count of every job before the count was part of the grouping key: its keys are
-# the bare shard numbers, so an update from such a job keeps grouping with its open windows.
-FIRST_SUM_SHARDS = 32
-_SHARDS_KEY_BASE = 1 << 20  # a grouping key is shards * base + shard, for any other count
 
 ShardSums = dict[PostHour, CounterSums]  # one shard's sums (and voter sketches), per post and event hour
 ShardVotes = dict[PostUser, LatestVote]  # one shard's latest vote states, per post and user
@@ -80,25 +73,10 @@ VOTE_SHARDS = 32
 CLOCK_BEHIND_COUNTED_S = 1.0
 
 
-def sum_shard(post_id: str, shards: int = SUM_SHARDS) -> int:
-    """The grouping key of a post's sums: stable across processes, workers and runs, and
-    carrying the shard count it was computed with (`shards_of_key`)."""
-    return shard_key(post_hash(post_id) % shards, shards)
-
-
 def vote_shard(user_id: str, shards: int = VOTE_SHARDS) -> int:
     """The grouping key of a user's vote states: the range of the Votes key space (UserHash leads
     it) the user's rows are in, so a shard's states are one contiguous range of rows."""
     return user_hash(user_id) * shards >> 63
-
-
-def shard_key(shard: int, shards: int) -> int:
-    return shard if shards == FIRST_SUM_SHARDS else shards * _SHARDS_KEY_BASE + shard
-
-
-def shards_of_key(key: int) -> int:
-    """The shard count a grouping key was computed with."""
-    return FIRST_SUM_SHARDS if key < _SHARDS_KEY_BASE else key // _SHARDS_KEY_BASE
 
 
 @dataclass(slots=True)

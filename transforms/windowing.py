@@ -31,11 +31,11 @@ Accumulation is DISCARDING: every pane is a delta of its own. ACCUMULATING panes
 Beam's leader board example) repeat earlier panes' votes and would count them twice.
 
 A delta's key names its pane completely: the writer (job name and generation), the window's
-start and end, the pane index and the shard count (`delta_id`). An in-place update may
+start and end, the pane index and the shard count (schemas/delta_ids.py `pane_delta_id`). An in-place update may
 change the window length or the shard count while windows of the old layout are still
 open; their panes and the new layout's then share a start and a pane index, and without the
 end and the shard count they would share a key, the second taken as already written. The
-shard count travels in each element's grouping key (parse_and_sum.shard_key) for the same
+shard count travels in each element's grouping key (schemas/delta_ids.py shard_key) for the same
 reason: a window buffered under the old count fires under the new code. Generations claimed before
 this format keep the first one (spanner_store/writers.py), so an update never re-spells a
 key already written.
@@ -67,8 +67,8 @@ from apache_beam.utils.windowed_value import PaneInfoTiming
 from schemas.counters import Counts
 from schemas.records import CounterSums, PostDelta, PostHour
 from schemas.voter_sketch import VoterUnion
-from spanner_store.tables import FIRST_KEY_FORMAT, KEY_FORMAT
-from transforms.parse_and_sum import ShardSums, shards_of_key
+from schemas.delta_ids import KEY_FORMAT, pane_delta_id, shards_of_key
+from transforms.parse_and_sum import ShardSums
 
 # How far behind the watermark an element may arrive and still be counted, in a late pane (see
 # the module docstring): a minute of watermark error, for a minute more of each window's state.
@@ -139,15 +139,6 @@ def ingestion_windows(window_seconds: int) -> beam.WindowInto:
                            allowed_lateness=ALLOWED_LATENESS_S)
 
 
-def delta_id(writer: str, window_start_us: int, pane_index: int, window_end_us: int, shards: int,
-             key_format: int = KEY_FORMAT) -> str:
-    """The deterministic identity of one pane's delta: same pane, same ID, on any retry; two
-    different panes, different IDs, whatever an update changed (see the module docstring)."""
-    if key_format == FIRST_KEY_FORMAT:
-        return f"{writer}:{window_start_us}:{pane_index}"
-    return f"{writer}:{window_start_us}:{pane_index}:{window_end_us}:{shards}"
-
-
 def post_deltas(sums: ShardSums, pane_id: str) -> Iterable[PostDelta]:
     """One pane's delta rows: one per post and hour, except sums whose votes cancel out and
     name no voter, which change nothing."""
@@ -168,7 +159,7 @@ class _ToPostDeltas(beam.DoFn):
 
     def process(self, keyed, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
         key, sums = keyed
-        pane_id = delta_id(self._writer, win.start.micros, pane.index, win.end.micros, shards_of_key(key),
+        pane_id = pane_delta_id(self._writer, win.start.micros, pane.index, win.end.micros, shards_of_key(key),
                            self._key_format)
         events = 0
         for delta in post_deltas(sums, pane_id):

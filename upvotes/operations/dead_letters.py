@@ -40,10 +40,10 @@ from google.api_core import exceptions
 
 from schemas.contract import ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, LINE_ATTRIBUTE, parse_vote
 from schemas.counters import NAME_OF, VOTER_CONTRACT_NAMES, Counts
+from schemas.delta_ids import replay_delta_id
 from schemas.records import CounterSums, FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
-from spanner_store.tables import replay_delta_id
 from transforms.dead_letter import DELTA_ROW, KIND_ATTRIBUTE, VOTE_STATES
 
 REJECTED_VOTE = "rejected_vote"

@@ -1,0 +1,31 @@
+"""schemas/delta_ids.py: every spelling of a delta's identity, from its one owner."""
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from schemas.delta_ids import (
+    FIRST_KEY_FORMAT, FIRST_SUM_SHARDS, adjustment_delta_id, forget_event_id, pane_delta_id, replay_delta_id,
+    shards_of_key, sum_shard, vote_delta_id, writer_identity,
+)
+
+
+def test_a_pane_is_spelled_in_its_generations_format_and_the_first_format_stays_writable() -> None:
+    writer = writer_identity("upvotes-streaming", 3)
+    assert writer == "upvotes-streaming#g3" and writer_identity("old-job", 0) == "old-job"
+    assert pane_delta_id(writer, 10, 0, 20, 64) == "upvotes-streaming#g3:10:0:20:64"
+    assert pane_delta_id("old-job", 10, 0, 20, 64, key_format=FIRST_KEY_FORMAT) == "old-job:10:0"
+    # Two layouts of the same window start and pane (an update changed the window or the shards): two keys.
+    assert len({pane_delta_id(writer, 10, 0, end, shards) for end in (20, 30) for shards in (32, 64)}) == 4
+
+
+@given(st.text(min_size=1, max_size=128))
+def test_the_ids_of_other_writers_never_equal_a_panes(name: str) -> None:
+    others = {vote_delta_id(name), adjustment_delta_id(name), replay_delta_id(name)}
+    assert len(others) == 3 and all(other.startswith("@") for other in others)
+    assert forget_event_id(name) == f"@forget/{name}"
+
+
+@given(st.text(min_size=1, max_size=128), st.sampled_from([FIRST_SUM_SHARDS, 8, 64, 1000]))
+def test_a_grouping_key_carries_its_shard_count(post_id: str, shards: int) -> None:
+    key = sum_shard(post_id, shards)
+    assert shards_of_key(key) == shards and key == sum_shard(post_id, shards)
