@@ -43,7 +43,7 @@ setup(
                  "httpx>=0.27", "selenium>=4.20",
                  # tests/test_write_back.py: the write-back baseline on a real redis-server.
                  "redis[hiredis]>=5,<9"],
-        # The write-back cache baseline (upvotes/devtools/write_back.py) talks to a real redis-server
+        # The write-back cache baseline (bench/write_back_cache.py) talks to a real redis-server
         # (Debian's redis-server package) through redis-py, with hiredis parsing the replies.
         "bench": ["matplotlib>=3.8", "redis[hiredis]>=5,<9"],
         # `upvotes serve`, the HTTP service for app servers (upvotes/serving/service.py): not in the

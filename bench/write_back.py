@@ -1,8 +1,8 @@
-"""Benchmark: the seed's fourth approach, a write-back cache on Redis (upvotes/devtools/write_back.py),
+"""Benchmark: the seed's fourth approach, a write-back cache on Redis (bench/write_back_cache.py),
 raced beside the pipeline on the same emulator, and what each approach loses on a crash.
 
 (a) The race. For each Redis durability mode (none, AOF everysec, AOF always): a fresh
-redis-server (upvotes/devtools/redis_server.py), the flusher in a process of its own flushing every
+redis-server (bench/redis_server.py), the flusher in a process of its own flushing every
 RACE_WINDOW_S (the pipeline's window in the race), and the same Zipf burst as hot_post's end to
 end (bench.config.race_workload) sent by one client as pipelined HINCRBY in batches of 500 (the
 pipeline's message size). Timed, as the pipeline's row, from the first send until every post's
@@ -63,7 +63,8 @@ from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import check_alive, streaming_pipeline, with_topics
 from spanner_store.database import open_database
 from spanner_store.reads import exact_counts
-from upvotes.devtools import local_stream, redis_server, write_back
+from bench import redis_server, write_back_cache
+from upvotes.devtools import local_stream
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.provision import Resources
 from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages
@@ -91,11 +92,11 @@ class RedisVotes:
     refusals = (redis.ConnectionError, redis.TimeoutError)
 
     def __init__(self, socket_path: str, live_key: str) -> None:
-        self.client = write_back.connect(socket_path)
+        self.client = write_back_cache.connect(socket_path)
         self.live_key = live_key
 
     def send(self, events: list[dict], on_ack: Callable[[float], None]) -> None:
-        write_back.record_votes(self.client, self.live_key, events)
+        write_back_cache.record_votes(self.client, self.live_key, events)
         on_ack(time.time())
 
     def wait_acknowledged(self) -> None:
@@ -142,7 +143,7 @@ def batches(events: Iterator[dict], size: int = DEFAULT_BATCH_SIZE) -> Iterator[
 
 
 def write_back_counts(database) -> Counts:
-    return lambda posts: write_back.totals(database, posts)
+    return lambda posts: write_back_cache.totals(database, posts)
 
 
 def pipeline_counts(database) -> Counts:
@@ -153,7 +154,7 @@ def pipeline_counts(database) -> Counts:
 
     def counts(posts: list[str]) -> dict[str, dict[str, int]]:
         with lock:
-            return write_back.its_counters({t.post_id: t.counts._asdict() for t in exact_counts(database, posts)})
+            return write_back_cache.its_counters({t.post_id: t.counts._asdict() for t in exact_counts(database, posts)})
     return counts
 
 
@@ -243,7 +244,7 @@ def burst(sink, counts: Counts, workload: Workload, marker_prefix: str, alive: C
         sink.send(batch + [upvote(markers[-1])], lambda at, post=markers[-1]: poller.ack(post, at))
     sink.wait_acknowledged()
     send_seconds = time.monotonic() - started
-    expected = write_back.its_counters(ledger.totals | {post: {"upvotes": 1} for post in markers})
+    expected = write_back_cache.its_counters(ledger.totals | {post: {"upvotes": 1} for post in markers})
     try:
         wait_for(lambda: counts(list(expected)) == expected, RACE_TIMEOUT_S, "the burst's exact counts", alive)
         seconds = time.monotonic() - started
@@ -262,7 +263,7 @@ def flush_cost(database, live_key: str, since: datetime) -> tuple[int, int]:
         parts, posts = list(snapshot.execute_sql(
             FLUSH_COST_SQL, params={"prefix": f"{live_key}:flush:", "since": since},
             param_types={"prefix": param_types.STRING, "since": param_types.TIMESTAMP}))[0]
-    return parts, posts * write_back.MUTATIONS_PER_POST + parts * write_back.MUTATIONS_PER_FLUSH
+    return parts, posts * write_back_cache.MUTATIONS_PER_POST + parts * write_back_cache.MUTATIONS_PER_FLUSH
 
 
 def cache_ingest(client, key: str, events: list[dict]) -> dict:
@@ -277,13 +278,13 @@ def cache_ingest(client, key: str, events: list[dict]) -> dict:
         started = time.perf_counter()
         if name == "pipelined":
             for batch in batches(iter(events)):
-                write_back.record_votes(client, hash_key, batch)
+                write_back_cache.record_votes(client, hash_key, batch)
         else:
             for event in events:
-                client.hincrby(hash_key, write_back.field(event["post_id"], event["counter"]), event["delta"])
+                client.hincrby(hash_key, write_back_cache.field(event["post_id"], event["counter"]), event["delta"])
         rates[f"{name}_votes_per_s"] = round(len(events) / (time.perf_counter() - started), 1)
-        stored = write_back.sums_of(client.hgetall(hash_key))
-        assert stored == write_back.its_counters(ledger.totals), name
+        stored = write_back_cache.sums_of(client.hgetall(hash_key))
+        assert stored == write_back_cache.its_counters(ledger.totals), name
         client.delete(hash_key)
     return {"votes": len(events), **rates}
 
@@ -293,7 +294,7 @@ def flusher_running(server: redis_server.LocalRedis, live_key: str, res: Resourc
                     kill_at: str | None = None, kill_on_flush: int = 1) -> Iterator[list[subprocess.Popen]]:
     """The flusher process for a block; yields a list whose last item is the one running
     (restarts append), every one stopped with SIGTERM (a last flush) on the way out."""
-    processes = [write_back.start_process(server.socket_path, live_key, res, RACE_WINDOW_S, log_path,
+    processes = [write_back_cache.start_process(server.socket_path, live_key, res, RACE_WINDOW_S, log_path,
                                           kill_at, kill_on_flush)]
     try:
         yield processes
@@ -320,13 +321,13 @@ def race_write_back(res: Resources, database, sizes: Sizes, mode: str, log_dir: 
         warm_up(sink, counts, f"{live}-warm-up", alive)
         reset_peak_rss()
         with EmulatorCpu() as cpu:
-            result = burst(sink, counts, race_workload(sizes, f"{live}-", write_back.WORKLOAD_FRACTIONS), f"{live}-m-",
+            result = burst(sink, counts, race_workload(sizes, f"{live}-", write_back_cache.WORKLOAD_FRACTIONS), f"{live}-m-",
                            alive)
         client_peak = current_rss_mib("self", "VmHWM")
         redis_peak = current_rss_mib(server.pid, "VmHWM")
         flusher_peak = current_rss_mib(flushers[-1].pid, "VmHWM")
         ingest = cache_ingest(sink.client, f"{live}-ingest", list(itertools.islice(
-            generate_events(race_workload(sizes, f"{live}-ingest-", write_back.WORKLOAD_FRACTIONS)),
+            generate_events(race_workload(sizes, f"{live}-ingest-", write_back_cache.WORKLOAD_FRACTIONS)),
             sizes.unpipelined_votes)))
         sink.close()
     commits, mutations = flush_cost(database, live, result.since)
@@ -349,7 +350,7 @@ def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: su
     sink = PubSubVotes(stream_res.topic_path(stream_res.topic))
     reset_peak_rss()
     with EmulatorCpu() as cpu:
-        result = burst(sink, pipeline_counts(database), race_workload(sizes, prefix, write_back.WORKLOAD_FRACTIONS),
+        result = burst(sink, pipeline_counts(database), race_workload(sizes, prefix, write_back_cache.WORKLOAD_FRACTIONS),
                        f"{prefix}m-", alive)
     sink.close()
     cost = delta_cost(database, prefix)
@@ -455,7 +456,7 @@ def crash_redis(res: Resources, database, sizes: Sizes, mode: str, log_dir: Path
         load.finish()
         wait_for(lambda: _redis_is_empty(sink.client, row), SETTLE_TIMEOUT_S, f"{row}: the flusher to empty Redis", alive)
         sink.close()
-    redis_errors = sum(1 for r in write_back.log_records(log_path) if "redis_error" in r)
+    redis_errors = sum(1 for r in write_back_cache.log_records(log_path) if "redis_error" in r)
     return {"approach": "write_back", "durability": mode, "killed": "redis-server", "kill_at_s": round(at, 2),
             "restart_s": round(restart_s, 3), "flusher_redis_errors": redis_errors, **lost_and_doubled(load, counts)}
 
@@ -483,16 +484,16 @@ def crash_machine(res: Resources, database, sizes: Sizes, mode: str, log_dir: Pa
 
     def machine_crash(server: redis_server.LocalRedis, client) -> dict:
         [staging] = [key.decode("utf-8") for key in client.scan_iter(match=f"{row}:flush:*")]
-        flushed, unflushed = (sum(sums["upvotes"] for sums in write_back.sums_of(client.hgetall(key)).values())
+        flushed, unflushed = (sum(sums["upvotes"] for sums in write_back_cache.sums_of(client.hgetall(key)).values())
                               for key in (staging, row))
-        waitaof = write_back.renames_wait_for_aof(client)
+        waitaof = write_back_cache.renames_wait_for_aof(client)
         rename_lost = server.crash_machine(None if waitaof else staging)
         server.start()
         return {"waitaof": waitaof, "rename_lost": rename_lost, "flushed_votes_at_crash": flushed,
                 "unflushed_votes_at_crash": unflushed, "doubled_gross": flushed if rename_lost else 0,
                 "lost_gross": unflushed if rename_lost else 0}
 
-    crash = _flusher_dies(res, database, sizes, row, mode, MACHINE_CRASH, write_back.AFTER_COMMIT, log_dir,
+    crash = _flusher_dies(res, database, sizes, row, mode, MACHINE_CRASH, write_back_cache.AFTER_COMMIT, log_dir,
                           machine_crash)
     assert crash["counted_minus_acknowledged"] == crash["doubled_gross"] - crash["lost_gross"], crash
     return crash
@@ -522,7 +523,7 @@ def _flusher_dies(res: Resources, database, sizes: Sizes, row: str, mode: str, k
                 assert flushers[0].returncode == -signal.SIGKILL, f"the flusher exited with {flushers[0].returncode}"
                 with load.sending:
                     extra = crash(server, sink.client)
-                flushers.append(write_back.start_process(server.socket_path, row, res, RACE_WINDOW_S, log_path))
+                flushers.append(write_back_cache.start_process(server.socket_path, row, res, RACE_WINDOW_S, log_path))
                 restart_s = time.monotonic() - died
             time.sleep(0.01)
         load.finish()
@@ -530,7 +531,7 @@ def _flusher_dies(res: Resources, database, sizes: Sizes, row: str, mode: str, k
         wait_for(lambda: _redis_is_empty(sink.client, row), SETTLE_TIMEOUT_S, f"{row}: the flusher to empty Redis",
                  flusher_alive(flushers, log_path))
         sink.close()
-    leftovers = [r for r in write_back.log_records(log_path) if r.get("leftover")]
+    leftovers = [r for r in write_back_cache.log_records(log_path) if r.get("leftover")]
     return {"approach": "write_back", "durability": mode, "killed": killed,
             "kill_at_s": round(at, 2), "kill_on_flush": flush_number, "restart_s": round(restart_s, 3),
             "leftover_staging_keys": len(leftovers),
@@ -572,7 +573,7 @@ def pipeline_race_and_crash(res: Resources, database, sizes: Sizes, log_dir: Pat
 def _settle_stream(load: SteadyLoad, counts: Counts, settle_s: float, alive: Callable[[], None]) -> float:
     """Until the counts equal the acknowledged ledger and stay so for two windows, or `settle_s`
     after the load: a redelivery comes only after the subscription's ack deadline."""
-    expected = write_back.its_counters(load.acked.totals)
+    expected = write_back_cache.its_counters(load.acked.totals)
     started = time.monotonic()
     while time.monotonic() - started < settle_s:
         alive()
@@ -590,7 +591,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     database = open_database(res.project, res.instance, res.database)
     race = {mode: race_write_back(res, database, sizes, mode, log_dir) for mode in redis_server.DURABILITY_MODES}
     crashes = [crash_redis(res, database, sizes, mode, log_dir) for mode in redis_server.DURABILITY_MODES]
-    crashes += [crash_flusher(res, database, sizes, point, log_dir) for point in write_back.FAULT_POINTS]
+    crashes += [crash_flusher(res, database, sizes, point, log_dir) for point in write_back_cache.FAULT_POINTS]
     crashes += [crash_machine(res, database, sizes, mode, log_dir) for mode in MACHINE_CRASH_MODES]
     race["pipeline"], stream_crash = pipeline_race_and_crash(res, database, sizes, log_dir)
     crashes.append(stream_crash)

@@ -1,4 +1,4 @@
-"""The write-back cache baseline (upvotes/devtools/write_back.py) on a real redis-server and the Spanner
+"""The write-back cache baseline (bench/write_back_cache.py) on a real redis-server and the Spanner
 emulator: a flush neither loses nor doubles a vote, with votes arriving during it and with the
 flusher SIGKILLed at each fault point and restarted; what each durability mode keeps across a
 SIGKILL of the server, and what a machine crash right after a flush's commit does in the benchmark's
@@ -17,7 +17,7 @@ from bench import write_back as bench_write_back
 from bench.config import QUICK
 from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
-from upvotes.devtools import redis_server, write_back
+from bench import redis_server, write_back_cache
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import Workload, generate_events
 from tests.polling import wait_until
@@ -46,7 +46,7 @@ def wb_database(stack):
 
 def votes(n: int, seed: int, prefix: str) -> list[dict]:
     return list(generate_events(Workload(events=n, posts=30, seed=seed, post_prefix=prefix,
-                                         fractions=write_back.WORKLOAD_FRACTIONS)))
+                                         fractions=write_back_cache.WORKLOAD_FRACTIONS)))
 
 
 def ledger_of(events: list[dict]) -> Ledger:
@@ -57,19 +57,19 @@ def ledger_of(events: list[dict]) -> Ledger:
 
 
 def expected(ledger: Ledger) -> dict[str, dict[str, int]]:
-    """The ledger's totals as the baseline keeps them (write_back.COUNTERS)."""
-    return write_back.its_counters(ledger.totals)
+    """The ledger's totals as the baseline keeps them (write_back_cache.COUNTERS)."""
+    return write_back_cache.its_counters(ledger.totals)
 
 
 def wait_until_exact(database, ledger: Ledger, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
-    wait_until(lambda: write_back.totals(database, ledger.totals) == expected(ledger), timeout_s,
+    wait_until(lambda: write_back_cache.totals(database, ledger.totals) == expected(ledger), timeout_s,
                "the counts in Spanner to match the ledger", poll_s=0.1)
 
 
 def test_sums_of_reads_back_what_record_votes_wrote() -> None:
-    fields = {write_back.field("p:1", "upvotes").encode(): b"3", write_back.field("p:1", "shares").encode(): b"-1",
-              write_back.field("q", "upvotes").encode(): b"2"}
-    assert write_back.sums_of(fields) == {"p:1": {"upvotes": 3, "shares": -1}, "q": {"upvotes": 2, "shares": 0}}
+    fields = {write_back_cache.field("p:1", "upvotes").encode(): b"3", write_back_cache.field("p:1", "shares").encode(): b"-1",
+              write_back_cache.field("q", "upvotes").encode(): b"2"}
+    assert write_back_cache.sums_of(fields) == {"p:1": {"upvotes": 3, "shares": -1}, "q": {"upvotes": 2, "shares": 0}}
 
 
 def test_a_missing_redis_server_names_debians_package(monkeypatch, tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_durability_modes_across_a_sigkill_of_the_server() -> None:
     kept = {}
     for mode in redis_server.DURABILITY_MODES:
         with redis_server.LocalRedis(mode) as server:
-            client = write_back.connect(server.socket_path)
+            client = write_back_cache.connect(server.socket_path)
             client.hincrby("live", "upvotes:p", 7)
             server.kill()
             server.start()
@@ -98,13 +98,13 @@ def test_flushes_during_votes_lose_and_double_nothing(wb_database) -> None:
     """Votes pour in from another client while the flusher RENAMEs and flushes again and again."""
     events = votes(20_000, seed=3, prefix="during-")
     with redis_server.LocalRedis(redis_server.NONE) as server:
-        flusher = write_back.Flusher(write_back.connect(server.socket_path), wb_database, "during")
+        flusher = write_back_cache.Flusher(write_back_cache.connect(server.socket_path), wb_database, "during")
         sent = threading.Event()
 
         def send() -> None:
-            client = write_back.connect(server.socket_path)
+            client = write_back_cache.connect(server.socket_path)
             for start in range(0, len(events), 100):
-                write_back.record_votes(client, "during", events[start:start + 100])
+                write_back_cache.record_votes(client, "during", events[start:start + 100])
             sent.set()
 
         sender = threading.Thread(target=send)
@@ -116,11 +116,11 @@ def test_flushes_during_votes_lose_and_double_nothing(wb_database) -> None:
         outcomes.append(flusher.flush())
         assert flusher.flush() is None  # nothing left in the live hash
     assert sum(1 for o in outcomes if o is not None) >= 3  # several flushes raced the votes
-    assert write_back.totals(wb_database, ledger_of(events).totals) == expected(ledger_of(events))
+    assert write_back_cache.totals(wb_database, ledger_of(events).totals) == expected(ledger_of(events))
 
 
 @needs_redis
-@pytest.mark.parametrize("fault_point", write_back.FAULT_POINTS)
+@pytest.mark.parametrize("fault_point", write_back_cache.FAULT_POINTS)
 def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(stack, wb_database, tmp_path: Path,
                                                                       fault_point: str) -> None:
     """The flusher SIGKILLs itself at the fault point of its first flush; the restarted one
@@ -130,29 +130,29 @@ def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(stack, wb_d
     first, second = votes(3_000, seed=5, prefix=f"{live}-"), votes(2_000, seed=6, prefix=f"{live}-")
     log_path = tmp_path / "flusher.log"
     with redis_server.LocalRedis(redis_server.AOF_EVERYSEC) as server:
-        client = write_back.connect(server.socket_path)
-        write_back.record_votes(client, live, first)
-        killed = write_back.start_process(server.socket_path, live, stack, WINDOW_S, log_path, kill_at=fault_point)
+        client = write_back_cache.connect(server.socket_path)
+        write_back_cache.record_votes(client, live, first)
+        killed = write_back_cache.start_process(server.socket_path, live, stack, WINDOW_S, log_path, kill_at=fault_point)
         assert killed.wait(timeout=SETTLE_TIMEOUT_S) == -signal.SIGKILL
         [staging] = [key.decode() for key in client.scan_iter(match=f"{live}:flush:*")]
-        committed = write_back.totals(wb_database, ledger_of(first).totals)
-        assert committed == (expected(ledger_of(first)) if fault_point == write_back.AFTER_COMMIT
-                             else {post: dict.fromkeys(write_back.COUNTERS, 0) for post in ledger_of(first).totals})
+        committed = write_back_cache.totals(wb_database, ledger_of(first).totals)
+        assert committed == (expected(ledger_of(first)) if fault_point == write_back_cache.AFTER_COMMIT
+                             else {post: dict.fromkeys(write_back_cache.COUNTERS, 0) for post in ledger_of(first).totals})
 
-        write_back.record_votes(client, live, second)  # votes keep coming while no flusher runs
-        restarted = write_back.start_process(server.socket_path, live, stack, WINDOW_S, log_path)
+        write_back_cache.record_votes(client, live, second)  # votes keep coming while no flusher runs
+        restarted = write_back_cache.start_process(server.socket_path, live, stack, WINDOW_S, log_path)
         try:
             everything = ledger_of(first + second)
             wait_until_exact(wb_database, everything)
             time.sleep(3 * WINDOW_S)  # a few more flushes: nothing is applied twice later
-            assert write_back.totals(wb_database, everything.totals) == expected(everything)
+            assert write_back_cache.totals(wb_database, everything.totals) == expected(everything)
         finally:
             restarted.send_signal(signal.SIGTERM)
             assert restarted.wait(timeout=SETTLE_TIMEOUT_S) == 0
         assert not list(client.scan_iter(match=f"{live}:flush:*"))
-    [leftover] = [r for r in write_back.log_records(log_path) if r.get("leftover")]
+    [leftover] = [r for r in write_back_cache.log_records(log_path) if r.get("leftover")]
     assert leftover["flush_id"] == staging
-    assert leftover["parts_applied"] == (0 if fault_point == write_back.AFTER_COMMIT else 1)
+    assert leftover["parts_applied"] == (0 if fault_point == write_back_cache.AFTER_COMMIT else 1)
 
 
 @needs_redis
@@ -162,7 +162,7 @@ def test_the_aof_loses_what_it_had_not_fsynced_in_a_machine_crash() -> None:
     kept = {}
     for mode in (redis_server.AOF_EVERYSEC, redis_server.AOF_ALWAYS):
         with redis_server.LocalRedis(mode) as server:
-            client = write_back.connect(server.socket_path)
+            client = write_back_cache.connect(server.socket_path)
             client.hincrby("live", "upvotes:p", 7)
             client.renamenx("live", "live:flush:1")
             client.hincrby("live", "upvotes:p", 2)

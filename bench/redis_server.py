@@ -1,4 +1,4 @@
-"""A local redis-server for the write-back baseline (upvotes/devtools/write_back.py, bench/write_back.py).
+"""A local redis-server for the write-back baseline (bench/write_back_cache.py, bench/write_back.py).
 
 Started like the emulators (upvotes/devtools/emulators.py): a process group of its own, ready only once it
 answers a real command, stopped on the way out. It listens on a unix socket only (no TCP port:

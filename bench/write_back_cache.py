@@ -26,7 +26,7 @@ puts the flushed increments back in the live hash and the next flush adds them a
 the flusher waits for the RENAME's fsync (WAITAOF, `renames_wait_for_aof`) before it reads the
 staging key; Redis 7.0 (Debian bookworm's) has no WAITAOF.
 
-It is a baseline, not part of the product: the benchmarks run it (`python -m upvotes.devtools.write_back`,
+It is a baseline, not part of the product: the benchmarks run it (`python -m bench.write_back_cache`,
 a process of its own so that it can be killed), never Dataflow. It needs the `bench` extra
 (redis-py with hiredis). The tables are in schemas/baseline_counters.sql. It keeps two counters,
 upvotes and shares (COUNTERS), whatever the system declares: a fixed baseline.
@@ -258,9 +258,9 @@ def run(flusher: Flusher, interval_s: float, stopping: threading.Event,
 
 def start_process(socket_path: str, live_key: str, res: Resources, interval_s: float, log_path: Path,
                   kill_at: str | None = None, kill_on_flush: int = 1) -> subprocess.Popen:
-    """`python -m upvotes.devtools.write_back` as a child process (a group of its own), its JSON lines
+    """`python -m bench.write_back_cache` as a child process (a group of its own), its JSON lines
     appended to `log_path`; with `kill_at`, it SIGKILLs itself at that fault point."""
-    command = [sys.executable, "-m", "upvotes.devtools.write_back", f"--socket={socket_path}", f"--live-key={live_key}",
+    command = [sys.executable, "-m", "bench.write_back_cache", f"--socket={socket_path}", f"--live-key={live_key}",
                f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}",
                f"--interval-seconds={interval_s}"]
     if kill_at:
@@ -281,8 +281,8 @@ def log_records(log_path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m upvotes.devtools.write_back`: the flusher as a process of its own, one JSON line per flush."""
-    parser = argparse.ArgumentParser(prog="python -m upvotes.devtools.write_back", description=main.__doc__)
+    """`python -m bench.write_back_cache`: the flusher as a process of its own, one JSON line per flush."""
+    parser = argparse.ArgumentParser(prog="python -m bench.write_back_cache", description=main.__doc__)
     parser.add_argument("--socket", required=True, help="redis-server's unix socket")
     parser.add_argument("--live-key", required=True, help="the hash the app servers increment")
     parser.add_argument("--project", required=True)
