@@ -173,18 +173,11 @@ def run_fold(res: Resources) -> dict:
     pipeline.fold.run returns only the outcome and the time; this also reads the fold's
     transient retries from the run's metrics.
     """
-    import apache_beam as beam
-
     from bench.feeds import counter_values
     from pipeline import fold
-    from pipeline.options import pipeline_options
 
-    options = pipeline_options([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"],
-                               streaming=False)
     start = time.perf_counter()
-    pipeline = beam.Pipeline(options=options)
-    fold.build(pipeline, options)
-    result = pipeline.run()
+    result = fold.launch([f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}"])
     result.wait_until_finish()
     seconds = time.perf_counter() - start
     outcome = fold.outcome_from_metrics(result)

@@ -16,19 +16,19 @@ import time
 from typing import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult
 
 from pipeline.options import FoldOptions, pipeline_options, spanner_project
+from pipeline.params import FoldSettings
 from spanner_store.folding import FoldOutcome
 from transforms.fold_deltas import FoldDeltas
 
 
-def build(pipeline: beam.Pipeline, options: PipelineOptions) -> beam.PCollection:
-    """Adds the fold graph to `pipeline`; returns the PCollection of the run's FoldOutcome."""
-    settings = options.view_as(FoldOptions).validated()
+def build(pipeline: beam.Pipeline, settings: FoldSettings, *, project: str) -> beam.PCollection:
+    """Adds the fold graph to `pipeline`, from `settings` as checked once at launch, Spanner in
+    `project`; returns the PCollection of the run's FoldOutcome. Pure: it only wires."""
     return pipeline | "FoldDeltas" >> FoldDeltas(
-        spanner_project(options), settings.instance, settings.database, settings.posts_per_commit,
+        project, settings.instance, settings.database, settings.posts_per_commit,
         full_scan=settings.full_scan, data_boost=settings.data_boost,
         max_delta_rows_per_run=settings.max_delta_rows_per_run,
     )
@@ -46,10 +46,12 @@ def outcome_from_metrics(result) -> FoldOutcome:
 
 
 def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
-    """Builds and submits one fold without waiting (what a flex-template launch does)."""
+    """Checks the settings (once), builds and submits one fold without waiting (what a
+    flex-template launch does)."""
     options = pipeline_options(argv, values, streaming=False)
+    settings = options.view_as(FoldOptions).validated()
     pipeline = beam.Pipeline(options=options)
-    build(pipeline, options)
+    build(pipeline, settings, project=spanner_project(options))
     return pipeline.run()
 
 

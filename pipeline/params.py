@@ -4,11 +4,13 @@ options class per pipeline.
 
 Each `Param` is one setting under two spellings: the CLI flag (kebab-case, `--window-seconds`)
 and the Dataflow flex-template parameter (camelCase, `windowSeconds`). Both spellings are
-accepted by the same argparse option. A value is checked and converted exactly once, by
-`parse_values`, when the pipeline reads its settings: `upvotes stream/fold` hands the values
-it collected to the pipeline as keyword values (not as flags to parse again), and a
-flex-template launch passes them as flags. The defaults here are the only defaults: the
-transforms take every setting as an argument.
+accepted by the same argparse option. A value is checked and converted exactly once per launch,
+by `parse_values`, into the pipeline's typed, immutable settings (`StreamingSettings.parse`,
+`FoldSettings.parse`): `upvotes stream` does it from the values it collected, before Beam is
+even imported; a flex-template launch and `upvotes fold` from the pipeline's options
+(pipeline/options.py, in `launch`). The pipeline's `build` takes those settings as they are and
+only wires. The defaults here are the only defaults: the transforms take every setting as an
+argument.
 
 The template metadata in templates/ and the parameter tables of docs/parameters.md and the
 deploy guide (templates/README.md) are generated from these tables (`upvotes deploy metadata`),
@@ -18,6 +20,7 @@ Beam's own and are not repeated here.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -171,6 +174,47 @@ def parse_values(params: tuple[Param, ...], values: Mapping[str, object]) -> dic
             )
         parsed[param.dest] = param.parse(value)
     return parsed
+
+
+@dataclass(frozen=True)
+class StreamingSettings:
+    """STREAMING_PARAMS, checked and converted (a test keeps the fields and the table in step)."""
+
+    subscription: str
+    dead_letter_topic: str
+    instance: str
+    database: str
+    window_seconds: int
+    rows_per_commit: int
+    max_clock_skew_seconds: int
+
+    @classmethod
+    def parse(cls, values: Mapping[str, object]) -> "StreamingSettings":
+        """The settings from `values` (text or values by dest, as collected or as Beam's options
+        hold them); raises InvalidParameter. Called once per launch."""
+        return cls(**parse_values(STREAMING_PARAMS, values))
+
+
+@dataclass(frozen=True)
+class FoldSettings:
+    """FOLD_PARAMS, checked and converted."""
+
+    instance: str
+    database: str
+    posts_per_commit: int
+    max_delta_rows_per_run: int
+    full_scan: bool
+    data_boost: bool
+
+    @classmethod
+    def parse(cls, values: Mapping[str, object]) -> "FoldSettings":
+        """The settings from `values` (by dest); raises InvalidParameter, also for Data Boost on
+        the emulator. Called once per launch."""
+        settings = cls(**parse_values(FOLD_PARAMS, values))
+        if settings.data_boost and os.environ.get("SPANNER_EMULATOR_HOST"):
+            raise InvalidParameter("--data-boost=true (template parameter dataBoost) is for Cloud Spanner: the "
+                                   "emulator (SPANNER_EMULATOR_HOST is set) has no Data Boost. Leave it off locally.")
+        return settings
 
 
 def defaults(params: tuple[Param, ...]) -> dict[str, str | int]:

@@ -38,7 +38,7 @@ from pipeline import local_reader, local_runner
 from pipeline.drain import DrainReport, StopOnSignals, default_drain_timeout_s, say_now
 from pipeline.local_reader import ReaderControl
 from pipeline.options import StreamingOptions, pipeline_options, spanner_project
-from pipeline.params import pubsub_path
+from pipeline.params import StreamingSettings, pubsub_path
 from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
 from spanner_store.writers import WriterClaim, claim_generation
@@ -73,14 +73,14 @@ def claim_writer(options: PipelineOptions, project: str, instance: str, database
     return claim
 
 
-def build(pipeline: beam.Pipeline, options: PipelineOptions, claim: WriterClaim) -> None:
-    """Adds the streaming graph to `pipeline`, its delta keys those of the writer `claim`
-    (claim_writer). Pure: it reads and writes nothing; tests and launch share it."""
-    settings = options.view_as(StreamingOptions).validated()
-    project = spanner_project(options)
-
+def build(pipeline: beam.Pipeline, settings: StreamingSettings, claim: WriterClaim, *, project: str,
+          deduplicate: bool) -> None:
+    """Adds the streaming graph to `pipeline`: `settings` as checked once at launch, the delta
+    keys those of the writer `claim` (claim_writer), Spanner and Pub/Sub in `project`, messages
+    deduplicated by ID if `deduplicate` (Dataflow only). Pure: it only wires, and checks, reads
+    and writes nothing; tests and launch share it."""
     messages = pipeline | "ReadVotes" >> ReadVotes(
-        pubsub_path(project, "subscriptions", settings.subscription), deduplicate=is_dataflow(options))
+        pubsub_path(project, "subscriptions", settings.subscription), deduplicate=deduplicate)
     parsed = messages | "ParseVotes" >> ParseVotes(EventTimePolicy(max_clock_skew_s=settings.max_clock_skew_seconds))
     failed_rows = (
         parsed.sums
@@ -97,6 +97,16 @@ def build(pipeline: beam.Pipeline, options: PipelineOptions, claim: WriterClaim)
     )
 
 
+def start(options: PipelineOptions, settings: StreamingSettings) -> PipelineResult:
+    """Claims the writer, builds the graph from `settings` (checked by the caller, once per
+    launch) and submits it without waiting."""
+    project = spanner_project(options)
+    claim = claim_writer(options, project, settings.instance, settings.database)
+    pipeline = beam.Pipeline(options=options)
+    build(pipeline, settings, claim, project=project, deduplicate=is_dataflow(options))
+    return pipeline.run()
+
+
 def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
     """On the local DirectRunner, installs the project's evaluators (pipeline/local_runner.py:
     fired windows' state freed; pipeline/local_reader.py: big pulls and a drain) and returns the
@@ -107,52 +117,45 @@ def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
     return local_reader.install()
 
 
-def _start(options: PipelineOptions) -> PipelineResult:
-    """Claims the writer, builds the graph and submits it."""
-    settings = options.view_as(StreamingOptions).validated()
-    claim = claim_writer(options, spanner_project(options), settings.instance, settings.database)
-    pipeline = beam.Pipeline(options=options)
-    build(pipeline, options, claim)
-    return pipeline.run()
-
-
 def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
-    """Installs the local runner's evaluators (prepare_runner), claims the writer generation,
-    builds and submits the pipeline without waiting (what a flex-template launch does)."""
+    """Checks the settings (once), installs the local runner's evaluators (prepare_runner),
+    claims the writer generation, builds and submits the pipeline without waiting (what a
+    flex-template launch does)."""
     options = pipeline_options(argv, values, streaming=True)
+    settings = options.view_as(StreamingOptions).validated()
     prepare_runner(options)
-    return _start(options)
+    return start(options, settings)
 
 
-def run(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None,
+def run(options: PipelineOptions, settings: StreamingSettings,
         stopping: StopOnSignals | None = None) -> DrainReport | None:
-    """Runs the pipeline until it ends. Locally, until drained by SIGINT or SIGTERM through
-    `stopping` (pipeline/drain.py; entered by the caller as early as it can, or here with a
-    timeout of a few windows): returns what the drain wrote, or ends the process with
-    drain.EXIT_NOT_DRAINED if it is cut short. On Dataflow, until the job ends (drain it with
-    `gcloud dataflow jobs drain`); `stopping` then hands the signals back."""
-    options = pipeline_options(argv, values, streaming=True)
+    """Runs the pipeline until it ends, from `settings` (checked by the caller, once per launch).
+    Locally, until drained by SIGINT or SIGTERM through `stopping` (pipeline/drain.py; entered
+    by the caller as early as it can, or here with a timeout of a few windows): returns what the
+    drain wrote, or ends the process with drain.EXIT_NOT_DRAINED if it is cut short. On
+    Dataflow, until the job ends (drain it with `gcloud dataflow jobs drain`); `stopping` then
+    hands the signals back."""
     control = prepare_runner(options)
     if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
         if stopping is not None:
             stopping.detach()
-        _start(options).wait_until_finish()
+        start(options, settings).wait_until_finish()
         return None
     if stopping is None:
-        window_seconds = options.view_as(StreamingOptions).validated().window_seconds
-        with StopOnSignals(default_drain_timeout_s(window_seconds)) as own:
-            return _run_until_drained(options, control, own)
-    return _run_until_drained(options, control, stopping)
+        with StopOnSignals(default_drain_timeout_s(settings.window_seconds)) as own:
+            return _run_until_drained(options, settings, control, own)
+    return _run_until_drained(options, settings, control, stopping)
 
 
-def _run_until_drained(options: PipelineOptions, control: ReaderControl | None,
+def _run_until_drained(options: PipelineOptions, settings: StreamingSettings, control: ReaderControl | None,
                        stopping: StopOnSignals) -> DrainReport:
     stopping.attach(control)
-    return stopping.until_finished(_start(options))
+    return stopping.until_finished(start(options, settings))
 
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.INFO)
-    report = run()
+    options = pipeline_options(None, streaming=True)
+    report = run(options, options.view_as(StreamingOptions).validated())
     if report is not None:
         say_now(report.text())

@@ -217,7 +217,7 @@ def test_a_clean_streaming_build_warns_of_no_mixed_windows(monkeypatch, caplog) 
     from apache_beam.options.pipeline_options import StandardOptions
 
     from pipeline import streaming
-    from pipeline.options import pipeline_options
+    from pipeline.options import StreamingOptions, pipeline_options
     from pipeline.params import STREAMING_PARAMS
     from spanner_store.writers import WriterClaim
 
@@ -226,5 +226,6 @@ def test_a_clean_streaming_build_warns_of_no_mixed_windows(monkeypatch, caplog) 
                                streaming=True)
     assert options.view_as(StandardOptions).streaming
     with caplog.at_level(logging.WARNING):
-        streaming.build(beam.Pipeline(options=options), options, WriterClaim("job", 3, "job#g3", 2))
+        streaming.build(beam.Pipeline(options=options), options.view_as(StreamingOptions).validated(),
+                        WriterClaim("job", 3, "job#g3", 2), project="build-project", deduplicate=False)
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.options import FoldOptions, FoldSettings, SpannerOptions, StreamingOptions, StreamingSettings
-from pipeline.params import FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
+from pipeline.options import FoldOptions, SpannerOptions, StreamingOptions
+from pipeline.params import (
+    FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, FoldSettings, InvalidParameter, StreamingSettings, parse_values,
+)
 from upvotes.cli import build_parser
 
 PARAMETERS_PAGE = (Path(__file__).parent.parent / "docs" / "parameters.md").read_text()
@@ -116,10 +118,11 @@ def test_both_pipelines_take_their_options_from_one_function_and_build_without_i
     options = pipeline_options(argv, streaming=True)
     assert options.view_as(StandardOptions).streaming and options.view_as(StandardOptions).runner == LOCAL_RUNNER
     pipeline = beam.Pipeline(options=options)
-    streaming.build(pipeline, options, WriterClaim("job", 3, "job#g3", 2))
+    streaming.build(pipeline, options.view_as(StreamingOptions).validated(), WriterClaim("job", 3, "job#g3", 2),
+                    project="build-project", deduplicate=False)
     assert "WindowAndSumVotes" in {t.full_label for t in pipeline.transforms_stack[0].parts}
 
     fold_options = pipeline_options(["--project=build-project"] + [f"--{p.flag}={p.example}" for p in FOLD_PARAMS],
                                     streaming=False)
     assert not fold_options.view_as(StandardOptions).streaming
-    fold.build(beam.Pipeline(options=fold_options), fold_options)
+    fold.build(beam.Pipeline(options=fold_options), fold_options.view_as(FoldOptions).validated(), project="build-project")

@@ -20,8 +20,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, params: tuple[Param,
 def pipeline_inputs(args: argparse.Namespace, params: tuple[Param, ...]) -> tuple[list[str], dict[str, object]]:
     """(Beam's own flags, passed through as given; our settings, as collected, by dest).
 
-    The settings are handed over as values, not rebuilt into flags: the pipeline checks and
-    converts each exactly once.
+    The settings are handed over as values, not rebuilt into flags, and checked and converted
+    exactly once per launch (pipeline/params.py).
     """
     values: dict[str, object] = {p.dest: getattr(args, p.dest) for p in params}
     values["project"] = args.project

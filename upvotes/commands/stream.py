@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.params import STREAMING_PARAMS, WINDOW_SECONDS
+from pipeline.params import STREAMING_PARAMS, StreamingSettings
 from upvotes.argument_types import positive_float
 from upvotes.commands.pipeline_flags import add_pipeline_arguments, pipeline_inputs
 
@@ -30,13 +30,15 @@ def run(args: argparse.Namespace) -> int:
     # Signals are handled from here on, before Beam (seconds to import) is: pipeline/drain.py.
     from pipeline.drain import EXIT_DRAINED, StopOnSignals, default_drain_timeout_s
 
-    drain_timeout_s = args.drain_timeout_s or default_drain_timeout_s(WINDOW_SECONDS.parse(args.window_seconds))
+    argv, values = pipeline_inputs(args, STREAMING_PARAMS)
+    settings = StreamingSettings.parse(values)  # this launch's one check of its settings
+    drain_timeout_s = args.drain_timeout_s or default_drain_timeout_s(settings.window_seconds)
     with StopOnSignals(drain_timeout_s) as stopping:
         print("streaming pipeline starting; Ctrl-C or SIGTERM drains it", file=sys.stderr, flush=True)
         from pipeline import streaming
+        from pipeline.options import pipeline_options
 
-        argv, values = pipeline_inputs(args, STREAMING_PARAMS)
-        report = streaming.run(argv, values, stopping)
+        report = streaming.run(pipeline_options(argv, values, streaming=True), settings, stopping)
     if report is not None:
         print(f"upvotes stream: {report.text()}", file=sys.stderr, flush=True)
     return EXIT_DRAINED
