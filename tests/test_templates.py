@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+from typing import Callable
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,11 @@ def cfg(**changes: object) -> DeployConfig:
 
 def matches(anchored: str, value: str) -> bool:
     return re.fullmatch(anchored, value) is not None
+
+
+def argv_of(steps_of: Callable) -> Callable:
+    """A step list's commands alone, as `deploy --dry-run` prints them."""
+    return lambda config: [step.argv for step in steps_of(config)]
 
 
 # --- metadata and the pipelines' option parsers -----------------------------------------------
@@ -339,7 +345,7 @@ def test_cloudbuild_builds_the_dockerfile_once_per_template() -> None:
         assert f"--build-arg=PIPELINE={kind}" in step["args"]
         assert f"--tag=${{_{kind.upper()}_IMAGE}}" in step["args"]
     assert build["images"] == [f"${{_{kind.upper()}_IMAGE}}" for kind in KINDS]
-    (submit,) = [c for c in gcloud_steps.build_commands(cfg()) if c[:3] == ["gcloud", "builds", "submit"]]
+    (submit,) = [c for c in argv_of(gcloud_steps.build_steps)(cfg()) if c[:3] == ["gcloud", "builds", "submit"]]
     passed = next(a for a in submit if a.startswith("--substitutions=")).split("=", 1)[1]
     assert {pair.split("=", 1)[0] for pair in passed.split(",")} == {"_STREAMING_IMAGE", "_FOLD_IMAGE"}
 
@@ -429,9 +435,10 @@ def dry_run(action: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
 def test_dry_run_prints_exactly_the_commands_and_runs_nothing(monkeypatch, capsys) -> None:
     monkeypatch.setattr(gcloud_steps.subprocess, "run", lambda *a, **k: pytest.fail("--dry-run ran a command"))
     config = cfg()
-    for action, expected in (("build", gcloud_steps.build_commands), ("run", gcloud_steps.run_commands),
-                             ("schedule", gcloud_steps.scheduler_commands), ("iam", gcloud_steps.iam_commands),
-                             ("setup", gcloud_steps.setup_commands), ("provision", gcloud_steps.provision_commands)):
+    for action, expected in (("build", argv_of(gcloud_steps.build_steps)), ("run", argv_of(gcloud_steps.run_steps)),
+                             ("schedule", argv_of(gcloud_steps.scheduler_steps)),
+                             ("iam", argv_of(gcloud_steps.iam_steps)), ("setup", argv_of(gcloud_steps.setup_steps)),
+                             ("provision", argv_of(gcloud_steps.provision_steps))):
         assert dry_run(action, monkeypatch, capsys) == expected(config), action
     everything = dry_run("all", monkeypatch, capsys)
     assert everything == [step.argv for name in gcloud_steps.STEPS for step in gcloud_steps.STEPS[name](config)]
@@ -556,7 +563,7 @@ def test_scheduler_job_launches_the_fold_template(posts_per_commit: str | None) 
 def bindings(config: DeployConfig) -> list[tuple[str, str, str, str]]:
     """(resource kind, resource, member, role) of every add-iam-policy-binding command."""
     found = []
-    for command in gcloud_steps.iam_commands(config):
+    for command in argv_of(gcloud_steps.iam_steps)(config):
         assert "add-iam-policy-binding" in command, command
         verb = command.index("add-iam-policy-binding")
         member = next(a for a in command if a.startswith("--member=")).split("=", 1)[1]
@@ -592,7 +599,7 @@ def test_workers_get_exactly_what_they_use() -> None:
         assert ("spanner databases", "votes", member, "roles/spanner.databaseUser") in found
         assert ("storage buckets", f"gs://{PROJECT}-upvotes", member, "roles/storage.objectAdmin") in found
         assert ("artifacts repositories", "upvotes", member, "roles/artifactregistry.reader") in found
-    spanner = [c for c in gcloud_steps.iam_commands(cfg()) if c[:3] == ["gcloud", "spanner", "databases"]]
+    spanner = [c for c in argv_of(gcloud_steps.iam_steps)(cfg()) if c[:3] == ["gcloud", "spanner", "databases"]]
     assert spanner and all("--instance=upvotes" in c for c in spanner)
     assert not any(role.startswith("roles/spanner") and kind != "spanner databases" for kind, _, _, role in found)
 

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 from upvotes.deploy.deploy_config import KINDS, PARAMS, REPO_ROOT, DeployConfig
 
@@ -61,10 +61,6 @@ class Step:
     why: str = ""
 
 
-def _commands(steps: Iterable[Step]) -> list[list[str]]:
-    return [step.argv for step in steps]
-
-
 def template_parameters(cfg: DeployConfig, kind: str) -> dict[str, str]:
     """The launch parameters of `kind` by template name: every required one, and each optional
     one that is set (None leaves the pipeline's default)."""
@@ -96,10 +92,6 @@ def setup_steps(cfg: DeployConfig) -> list[Step]:
     return steps
 
 
-def setup_commands(cfg: DeployConfig) -> list[list[str]]:
-    return _commands(setup_steps(cfg))
-
-
 def provision_steps(cfg: DeployConfig) -> list[Step]:
     return [Step(
         ["upvotes", "provision", "--project", cfg.project, "--instance", cfg.instance, "--database", cfg.database,
@@ -107,10 +99,6 @@ def provision_steps(cfg: DeployConfig) -> list[Step]:
          "--create-instance", "--instance-config", cfg.spanner_instance_config],
         "Spanner instance (1 node, billed by the hour) and database; topics and subscriptions. Idempotent.",
     )]
-
-
-def provision_commands(cfg: DeployConfig) -> list[list[str]]:
-    return _commands(provision_steps(cfg))
 
 
 def iam_steps(cfg: DeployConfig) -> list[Step]:
@@ -180,10 +168,6 @@ def iam_steps(cfg: DeployConfig) -> list[Step]:
     return steps
 
 
-def iam_commands(cfg: DeployConfig) -> list[list[str]]:
-    return _commands(iam_steps(cfg))
-
-
 def build_steps(cfg: DeployConfig) -> list[Step]:
     substitutions = ",".join(f"_{kind.upper()}_IMAGE={cfg.image(kind)}" for kind in KINDS)
     steps = [Step(
@@ -199,10 +183,6 @@ def build_steps(cfg: DeployConfig) -> list[Step]:
             f"the {kind} template spec: its image and its parameters",
         ))
     return steps
-
-
-def build_commands(cfg: DeployConfig) -> list[list[str]]:
-    return _commands(build_steps(cfg))
 
 
 def _experiments(cfg: DeployConfig) -> list[str]:
@@ -236,10 +216,6 @@ def run_steps(cfg: DeployConfig) -> list[Step]:
                if kind == "streaming" else "one fold now, to check the template before scheduling it")
         steps.append(Step(argv, why))
     return steps
-
-
-def run_commands(cfg: DeployConfig) -> list[list[str]]:
-    return _commands(run_steps(cfg))
 
 
 def launch_request(cfg: DeployConfig) -> dict:
@@ -307,10 +283,6 @@ def scheduler_steps(cfg: DeployConfig) -> list[Step]:
          f"--description={job['description']}"],
         f"launch the fold every time {cfg.fold_schedule!r} fires ({cfg.time_zone})",
     )]
-
-
-def scheduler_commands(cfg: DeployConfig) -> list[list[str]]:
-    return _commands(scheduler_steps(cfg))
 
 
 STEPS: dict[str, Callable[[DeployConfig], list[Step]]] = {
