@@ -4,18 +4,11 @@ Our own DoFn over google-cloud-spanner, because Beam's native spannerio is depre
 fails the whole pipeline on any write error, and the cross-language one needs Java. The
 writes themselves (blind inserts, idempotent retries, commits planned within a mutation
 budget) are `spanner_store.deltas`; buffering a bundle's rows and deciding what a failure
-means are the buffered sinks' one skeleton (transforms/buffered_sink.py):
-
-- Transient errors (`is_transient`: ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
-  CANCELLED, a reset stream, a lost session) are retried with jittered backoff, longer for an
-  overloaded Spanner; after the last attempt or the deadline the error is raised so the runner
-  retries the bundle (Dataflow does, indefinitely, and the deterministic keys make that safe).
-- Rows that can never be written (any other error) go to the `failed` output with the
-  reason. Rows found already written count as `rows_already_written`, not errors.
-- A database whose schema is behind this code (a table or column it writes is missing: the
-  stream was updated before `upvotes provision` migrated the database) makes the sink wait
-  and retry the same commit every few seconds, up to SCHEMA_WAIT_S, instead of dead-lettering
-  or failing the stream; the migration adds the table and the next attempt commits.
+means are the buffered sinks' one skeleton (transforms/buffered_sink.py): transient errors
+are retried and then raised for the runner to retry the bundle (the deterministic keys make
+that safe), a database whose schema is behind this code is waited for, and rows that can
+never be written go to the `failed` output with the reason. Rows found already written count
+as `rows_already_written`, not errors.
 """
 from __future__ import annotations
 

@@ -5,15 +5,11 @@ point, and why no hot row is read or locked).
 A bundle's states are merged to the latest per (post, user) (two panes of one key in one bundle
 apply as their later one, which moves the counts as both would), then cut into batches in Votes key
 order within the mutation budget. Failures are handled by the buffered sinks' one skeleton
-(transforms/buffered_sink.py), as for the delta sink:
-
-- transient errors (`is_transient`) are retried with jittered backoff, re-reading the stored
-  states each time; after the last attempt or the deadline the error is raised so the runner
-  retries the bundle, which applies nothing twice;
-- a database whose schema is behind this code (no Votes table yet) makes the sink wait for
-  `upvotes provision`, as the delta sink does;
-- any other error sends the batch's states to the `failed` output (FailedVoteStates), for the dead
-  letters, to be replayed through the same path.
+(transforms/buffered_sink.py), as for the delta sink: a transient error is retried, each attempt
+re-reading the stored states, then raised for the runner to retry the bundle, which applies
+nothing twice; a database without the Votes table yet is waited for (`upvotes provision`); any
+other error sends the batch's states to the `failed` output (FailedVoteStates), for the dead
+letters, to be replayed through the same path.
 """
 from __future__ import annotations
 
