@@ -1,5 +1,5 @@
-"""Install the upvotes pipelines, their transforms, the Spanner data layer, the schemas and the
-`upvotes` command.
+"""Install the upvotes pipelines, their transforms, the Spanner data layer, the schemas, the
+local runner and the `upvotes` command.
 
 The same file is the Dataflow workers' setup file (`--setup_file ./setup.py`), so the
 workers install exactly the packages and versions tested here; in the worker image, where
@@ -19,7 +19,7 @@ setup(
     version="0.1.0",
     description="Counts upvotes and shares on viral posts with blind-write deltas in Cloud Spanner.",
     python_requires=">=3.10",
-    packages=find_packages(include=["pipeline", "transforms", "spanner_store", "schemas",
+    packages=find_packages(include=["pipeline", "transforms", "spanner_store", "schemas", "local_runner",
                                     "upvotes", "upvotes.*", "bench"]),
     package_data={"schemas": ["*.sql", "*.json"]},
     install_requires=[

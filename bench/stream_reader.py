@@ -28,7 +28,7 @@ from google.cloud import pubsub_v1
 
 from bench.config import Sizes
 from bench.stack import PacedPublisher, check_alive, lost_and_doubled, upvotes_of, wait_until_ready, with_topics
-from pipeline.local_reader import READER_ENV
+from local_runner.pubsub_reader import READER_ENV
 from schemas.contract import FORMAT_ATTRIBUTE, NDJSON, batch_messages
 from spanner_store.database import open_database
 from upvotes.devtools import local_stream

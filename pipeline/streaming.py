@@ -9,15 +9,15 @@ Delta events become blind-write delta rows; vote-state events (one vote per user
 each user's latest state per window and applied against the stored state, with the counts they
 move, in one transaction per batch (spanner_store/votes.py).
 
-Locally, on the emulators (the runner is named explicitly: the DirectRunner would first
-try to download the Prism runner):
+Locally, on the emulators, `upvotes stream` runs it through the local runner
+(local_runner/streaming.py: the project's Pub/Sub reader and window-state cleanup on the
+DirectRunner, named explicitly: the plain DirectRunner would first try to download the Prism
+runner; Ctrl-C or SIGTERM drains it, local_runner/drain.py):
 
     upvotes stream --project demo-project --instance upvotes --database votes \\
         --subscription votes-sub --dead-letter-topic votes-dead-letter
 
-Ctrl-C or SIGTERM drains it: no more pulls, every open window fired and written, then exit
-(pipeline/drain.py, with the project's reader: pipeline/local_reader.py).
-
+This module holds only what Dataflow runs too: the wiring (build) and the launch.
 On Dataflow (or launch the flex template, see templates/README.md):
 
     python -m pipeline.streaming --runner DataflowRunner --project P --region R \\
@@ -34,9 +34,6 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
-from pipeline import local_reader, local_runner
-from pipeline.drain import DrainReport, StopOnSignals, default_drain_timeout_s, say_now
-from pipeline.local_reader import ReaderControl
 from pipeline.options import StreamingOptions, pipeline_options, spanner_project
 from pipeline.params import StreamingSettings, pubsub_path
 from schemas.contract import EventTimePolicy
@@ -107,55 +104,15 @@ def start(options: PipelineOptions, settings: StreamingSettings) -> PipelineResu
     return pipeline.run()
 
 
-def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
-    """On the local DirectRunner, installs the project's evaluators (pipeline/local_runner.py:
-    fired windows' state freed; pipeline/local_reader.py: big pulls and a drain) and returns the
-    reader's control; on any other runner, nothing."""
-    if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
-        return None
-    local_runner.install()
-    return local_reader.install()
-
-
 def launch(argv: Sequence[str] | None = None, values: Mapping[str, object] | None = None) -> PipelineResult:
-    """Checks the settings (once), installs the local runner's evaluators (prepare_runner),
-    claims the writer generation, builds and submits the pipeline without waiting (what a
-    flex-template launch does)."""
+    """Checks the settings (once), claims the writer generation, builds and submits the pipeline
+    without waiting (what a flex-template launch does). The local runner's evaluators are not
+    installed here: local_runner.streaming runs the pipeline locally."""
     options = pipeline_options(argv, values, streaming=True)
     settings = options.view_as(StreamingOptions).validated()
-    prepare_runner(options)
     return start(options, settings)
-
-
-def run(options: PipelineOptions, settings: StreamingSettings,
-        stopping: StopOnSignals | None = None) -> DrainReport | None:
-    """Runs the pipeline until it ends, from `settings` (checked by the caller, once per launch).
-    Locally, until drained by SIGINT or SIGTERM through `stopping` (pipeline/drain.py; entered
-    by the caller as early as it can, or here with a timeout of a few windows): returns what the
-    drain wrote, or ends the process with drain.EXIT_NOT_DRAINED if it is cut short. On
-    Dataflow, until the job ends (drain it with `gcloud dataflow jobs drain`); `stopping` then
-    hands the signals back."""
-    control = prepare_runner(options)
-    if not local_runner.is_local_runner(options.view_as(StandardOptions).runner):
-        if stopping is not None:
-            stopping.detach()
-        start(options, settings).wait_until_finish()
-        return None
-    if stopping is None:
-        with StopOnSignals(default_drain_timeout_s(settings.window_seconds)) as own:
-            return _run_until_drained(options, settings, control, own)
-    return _run_until_drained(options, settings, control, stopping)
-
-
-def _run_until_drained(options: PipelineOptions, settings: StreamingSettings, control: ReaderControl | None,
-                       stopping: StopOnSignals) -> DrainReport:
-    stopping.attach(control)
-    return stopping.until_finished(start(options, settings))
 
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.INFO)
-    options = pipeline_options(None, streaming=True)
-    report = run(options, options.view_as(StreamingOptions).validated())
-    if report is not None:
-        say_now(report.text())
+    launch().wait_until_finish()

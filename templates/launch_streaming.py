@@ -4,7 +4,8 @@ The template launcher runs this file with the template parameters as flags
 (--inputSubscription=..., --windowSeconds=..., see templates/streaming/metadata.json) and
 Dataflow's own (--runner, --project, --region, --temp_location, ...). It builds the graph with
 the same code as `upvotes stream` and returns once the job is submitted: Dataflow asks a
-flex-template program not to call wait_until_finish, which pipeline.streaming.run() does.
+flex-template program not to call wait_until_finish, which `upvotes stream`
+(local_runner.streaming.run, never in this image) does.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""pipeline/drain.py: what SIGINT and SIGTERM do to a local streaming run, with real signals
+"""local_runner/drain.py: what SIGINT and SIGTERM do to a local streaming run, with real signals
 sent to this process and a stand-in for the running pipeline (the whole path, `upvotes stream`
 under load, is tests/test_faults.py's).
 """
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.drain import (
+from local_runner.drain import (
     DRAIN_MIN_S, EXIT_NOT_DRAINED, DrainReport, Progress, StopOnSignals, default_drain_timeout_s, progress_of,
 )
-from pipeline.local_reader import ReaderControl
+from local_runner.pubsub_reader import ReaderControl
 from tests.polling import wait_until
 from upvotes.devtools import local_stream
 

@@ -14,10 +14,10 @@ with an exact verify against a ledger or the expected totals.
 |                                                    |                               | rewrite counted once    |
 | `upvotes verify` on a matching / mismatched ledger | the CLI                       | exit 0 / exit 1         |
 
-What the local stream can lose. SIGINT and SIGTERM drain it (pipeline/drain.py): nothing
+What the local stream can lose. SIGINT and SIGTERM drain it (local_runner/drain.py): nothing
 pulled is lost, tested above under load. A SIGKILL (or a crash, or a drain cut short) loses
 what its reader had pulled and acknowledged but not yet written in a committed delta row:
-pipeline/local_reader.py acknowledges on pull, like Beam's reader, for the reasons in
+local_runner/pubsub_reader.py acknowledges on pull, like Beam's reader, for the reasons in
 docs/guarantees.md ("Stopping a stream"). That is the open window (up to window_seconds of traffic), the
 pane being written, and any backlog the runner has pulled. Nothing is counted twice: a
 restarted pipeline has a new writer generation, so its delta keys never collide with the
@@ -47,7 +47,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
-from pipeline import drain
+from local_runner import drain
 from tests.conftest import STREAM_WINDOW_S
 from tests.polling import assert_stays, wait_until
 from tests.steady_load import SteadyLoad

@@ -1,4 +1,4 @@
-"""pipeline/local_reader.py and pipeline/local_metrics.py on the real Pub/Sub emulator, in
+"""local_runner/pubsub_reader.py and local_runner/metrics.py on the real Pub/Sub emulator, in
 this process's BundleBasedDirectRunner: pulls of up to 1,000 messages, all acknowledged; a
 drain that fires every open window and ends the pipeline; windows firing on an idle
 subscription; the user counters Beam's own `result.metrics()` loses.
@@ -22,8 +22,8 @@ from apache_beam.transforms import trigger, window
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
-from pipeline import local_reader
-from pipeline.local_reader import PULL_MAX_MESSAGES, ReaderControl
+from local_runner import pubsub_reader
+from local_runner.pubsub_reader import PULL_MAX_MESSAGES, ReaderControl
 from tests.conftest import PROJECT
 from tests.polling import wait_until
 
@@ -50,12 +50,12 @@ class RecordBundles(beam.DoFn):
 
 @pytest.fixture
 def reader() -> Iterator[ReaderControl]:
-    control = local_reader.install()
-    assert control is not None and local_reader.installed()
+    control = pubsub_reader.install()
+    assert control is not None and pubsub_reader.installed()
     try:
         yield control
     finally:
-        local_reader.uninstall()
+        pubsub_reader.uninstall()
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_bundles_of_up_to_1000_messages_every_one_acknowledged_and_counted(reade
     assert reader.pulls >= 25  # the emulator hands out at most 100 per pull
     assert remaining(sub) == 0  # every message was acknowledged
 
-    # Beam's own metrics keep only each step's first bundle (pipeline/local_metrics.py): if
+    # Beam's own metrics keep only each step's first bundle (local_runner/metrics.py): if
     # this starts to fail, Beam fixed it and the workaround must go.
     [beam_count] = [c.committed for c in result.metrics().query()["counters"] if c.key.metric.name == "messages"]
     assert beam_count == _BUNDLES[0] < 2_500
@@ -193,19 +193,19 @@ def test_windows_fire_on_an_idle_subscription_without_a_heartbeat(reader, subscr
 
 
 def test_install_falls_back_without_beams_private_api(monkeypatch, caplog):
-    monkeypatch.setattr(local_reader, "_MISSING", "AttributeError: gone")
-    with caplog.at_level(logging.WARNING, logger=local_reader.__name__):
-        assert local_reader.install() is None
+    monkeypatch.setattr(pubsub_reader, "_MISSING", "AttributeError: gone")
+    with caplog.at_level(logging.WARNING, logger=pubsub_reader.__name__):
+        assert pubsub_reader.install() is None
     assert "cannot drain" in caplog.text
     monkeypatch.undo()
-    assert not local_reader.installed()
+    assert not pubsub_reader.installed()
 
 
 def test_beams_reader_on_request(monkeypatch, caplog, reader):
-    monkeypatch.setenv(local_reader.READER_ENV, "beam")
-    with caplog.at_level(logging.WARNING, logger=local_reader.__name__):
-        assert local_reader.install() is None
-    assert not local_reader.installed() and "no drain" in caplog.text
+    monkeypatch.setenv(pubsub_reader.READER_ENV, "beam")
+    with caplog.at_level(logging.WARNING, logger=pubsub_reader.__name__):
+        assert pubsub_reader.install() is None
+    assert not pubsub_reader.installed() and "no drain" in caplog.text
 
 
 def test_the_reader_refuses_a_timestamp_attribute(reader, subscription):

@@ -1,4 +1,4 @@
-"""pipeline/local_runner.py: the DirectRunner's streaming GroupAlsoByWindow state stays bounded
+"""local_runner/window_state.py: the DirectRunner's streaming GroupAlsoByWindow state stays bounded
 by the open windows while fixed windows advance, and the sums stay exact.
 
 Each pipeline is the shape of transforms/windowing.py (FixedWindows, AfterWatermark,
@@ -19,7 +19,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger, window
 
-from pipeline import local_runner
+from local_runner import window_state
 
 WINDOW_S = 10
 KEYS = 8
@@ -32,22 +32,22 @@ def _collect(element) -> None:
 
 @pytest.fixture
 def cleanup() -> Iterator[None]:
-    assert local_runner.install()
+    assert window_state.install()
     try:
         yield
     finally:
-        local_runner.uninstall()
+        window_state.uninstall()
 
 
 @pytest.fixture
 def beam_own() -> Iterator[None]:
-    was = local_runner.installed()
-    local_runner.uninstall()
+    was = window_state.installed()
+    window_state.uninstall()
     try:
         yield
     finally:
         if was:
-            local_runner.install()
+            window_state.install()
 
 
 def _values(key: int, w: int) -> list[int]:
@@ -145,9 +145,9 @@ def test_clear_expired_windows_keeps_what_may_still_fire():
     state.state[4]["elements"].append("v")
 
     # Not expired while its end plus the allowed lateness is not behind the watermark.
-    assert local_runner.clear_expired_windows(state, Timestamp(50), Duration(45)) == 0
-    assert local_runner.clear_expired_windows(state, Timestamp(10), Duration(0)) == 0
-    assert local_runner.clear_expired_windows(state, Timestamp(50), Duration(0)) == 1
+    assert window_state.clear_expired_windows(state, Timestamp(50), Duration(45)) == 0
+    assert window_state.clear_expired_windows(state, Timestamp(10), Duration(0)) == 0
+    assert window_state.clear_expired_windows(state, Timestamp(50), Duration(0)) == 1
     assert set(state.global_state["window_ids"]) == {pending, buffered, open_}
     assert 1 not in state.state and {2, 3, 4} <= set(state.state) | set(state.timers)
 
@@ -165,25 +165,25 @@ def test_clear_expired_windows_never_lets_a_window_id_be_reused():
         state.state[i]["tombstone"].append(1)
     state.state[3]["elements"].append("v")  # the second window may still fire
 
-    assert local_runner.clear_expired_windows(state, Timestamp(100), Duration(0)) == 1
+    assert window_state.clear_expired_windows(state, Timestamp(100), Duration(0)) == 1
     assert set(state.global_state["window_ids"]) == {second, latest}
 
     state.state[3].pop("elements")
-    assert local_runner.clear_expired_windows(state, Timestamp(100), Duration(0)) == 2
-    assert local_runner.is_empty(state)
+    assert window_state.clear_expired_windows(state, Timestamp(100), Duration(0)) == 2
+    assert window_state.is_empty(state)
 
 
 def test_install_falls_back_without_beams_private_api(monkeypatch, caplog, beam_own):
-    monkeypatch.setattr(local_runner, "_MISSING", "AttributeError: gone")
-    with caplog.at_level(logging.WARNING, logger=local_runner.__name__):
-        assert local_runner.install() is False
+    monkeypatch.setattr(window_state, "_MISSING", "AttributeError: gone")
+    with caplog.at_level(logging.WARNING, logger=window_state.__name__):
+        assert window_state.install() is False
     assert "not installing" in caplog.text
     monkeypatch.undo()
-    assert not local_runner.installed()
+    assert not window_state.installed()
 
 
 def test_only_the_local_runner_gets_it():
-    assert local_runner.is_local_runner("BundleBasedDirectRunner")
-    assert local_runner.is_local_runner("DirectRunner")
-    assert not local_runner.is_local_runner("DataflowRunner")
-    assert not local_runner.is_local_runner(None)
+    assert window_state.is_local_runner("BundleBasedDirectRunner")
+    assert window_state.is_local_runner("DirectRunner")
+    assert not window_state.is_local_runner("DataflowRunner")
+    assert not window_state.is_local_runner(None)

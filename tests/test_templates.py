@@ -234,7 +234,7 @@ def test_dockerfile_beam_version_is_setup_pys() -> None:
     assert args == [f"ARG BEAM_VERSION={setup_beam_version()}"], "one ARG, equal to setup.py's BEAM_VERSION"
     assert 'f"apache-beam[gcp]=={BEAM_VERSION}"' in (ROOT / "setup.py").read_text(encoding="utf-8")
     # The local-runner fix is fenced to the Beam it was tested on: the same one.
-    from pipeline.local_runner import TESTED_BEAM_VERSION
+    from local_runner.window_state import TESTED_BEAM_VERSION
     assert TESTED_BEAM_VERSION == setup_beam_version()
 
 
@@ -322,6 +322,7 @@ def test_the_image_holds_exactly_the_modules_the_pipelines_import() -> None:
         files = source.rglob("*.py") if source.is_dir() else [source]
         shipped |= {f.relative_to(ROOT) for f in files if f.suffix == ".py" and "templates" not in f.parts}
     assert shipped - {Path("setup.py")} == needed
+    assert not any(path.parts[0] == "local_runner" for path in shipped | needed)  # the local runner stays out
 
 
 @pytest.mark.parametrize("kind", KINDS)

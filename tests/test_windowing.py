@@ -16,7 +16,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.trigger import DefaultTrigger
 from apache_beam.transforms.window import TimestampedValue
 
-from pipeline import local_metrics
+from local_runner import metrics
 from schemas.counters import Counts, one
 from schemas.records import CounterSums, PostDelta, PostHour
 from transforms.parse_and_sum import ParseVotes
@@ -235,10 +235,10 @@ def test_a_vote_within_the_allowed_lateness_counts_once_in_a_late_pane_of_its_ow
     ]))
     deltas | beam.Map(_keep_sampler)
     pipeline.run().wait_until_finish()
-    assert local_metrics.counters(_SAMPLERS[0])[("WindowAndSumVotes", "late_events")] == 1
+    assert metrics.counters(_SAMPLERS[0])[("WindowAndSumVotes", "late_events")] == 1
 
 
-_SAMPLERS: list = []  # the local runner's worker sampler, which holds its counters (pipeline/local_metrics.py)
+_SAMPLERS: list = []  # the local runner's worker sampler, which holds its counters (local_runner/metrics.py)
 
 
 def _keep_sampler(_) -> None:

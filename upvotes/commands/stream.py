@@ -27,15 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Signals are handled from here on, before Beam (seconds to import) is: pipeline/drain.py.
-    from pipeline.drain import EXIT_DRAINED, StopOnSignals, default_drain_timeout_s
+    # Signals are handled from here on, before Beam (seconds to import) is: local_runner/drain.py.
+    from local_runner.drain import EXIT_DRAINED, StopOnSignals, default_drain_timeout_s
 
     argv, values = pipeline_inputs(args, STREAMING_PARAMS)
     settings = StreamingSettings.parse(values)  # this launch's one check of its settings
     drain_timeout_s = args.drain_timeout_s or default_drain_timeout_s(settings.window_seconds)
     with StopOnSignals(drain_timeout_s) as stopping:
         print("streaming pipeline starting; Ctrl-C or SIGTERM drains it", file=sys.stderr, flush=True)
-        from pipeline import streaming
+        from local_runner import streaming
         from pipeline.options import pipeline_options
 
         report = streaming.run(pipeline_options(argv, values, streaming=True), settings, stopping)

@@ -2,7 +2,7 @@
 tests and the benchmarks: `upvotes stream`, in a process group of its own, so stopping it also
 stops anything it started.
 
-`stop` sends SIGTERM, which drains it (pipeline/drain.py: no more pulls, every open window
+`stop` sends SIGTERM, which drains it (local_runner/drain.py: no more pulls, every open window
 fired and written, exit 0), and waits for the drain; only past the drain timeout plus a grace
 does it SIGKILL. `drain_summary` reads what the drain reported from the log.
 """

@@ -11,11 +11,11 @@ committed 1,000). A batch pipeline, one bundle per step, does not show it; a str
 
 What: the first container of each step is therefore the one that holds every update ever
 made by the step's code. `counters(sampler)` sums, per (namespace, name), the counters of the
-distinct containers the worker's sampler has cached. pipeline/local_reader.py hands over the
-worker's sampler (it runs on the worker thread); pipeline/drain.py reports from it.
+distinct containers the worker's sampler has cached. local_runner/pubsub_reader.py hands over the
+worker's sampler (it runs on the worker thread); local_runner/drain.py reports from it.
 
 `StateSampler._states_by_name` and `ScopedState.metrics_container` are private Beam names
-(tested on pipeline/local_runner.py's TESTED_BEAM_VERSION by tests/test_local_reader.py,
+(tested on local_runner/window_state.py's TESTED_BEAM_VERSION by tests/test_local_reader.py,
 which fails if Beam's metrics start to add up, or the names go). Without them, `counters`
 returns None and the caller falls back to `result.metrics()`.
 """

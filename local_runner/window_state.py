@@ -33,7 +33,7 @@ APIs with no compatibility guarantee: this module is written against, and tested
 installed apache-beam 2.77.0 (TESTED_BEAM_VERSION; tests/test_local_runner.py fails if
 its behaviour changes). If the names are absent, `install()` logs a warning and installs
 nothing (the pipeline then runs with Beam's own evaluator, growing as before). Only the
-local DirectRunner uses it: pipeline/streaming.py `launch()` installs it for that runner
+local DirectRunner uses it: local_runner/streaming.py installs it for that runner
 only, never for Dataflow, which garbage-collects window state itself.
 """
 from __future__ import annotations
@@ -196,7 +196,7 @@ def install() -> bool:
     if not private_api_usable("the DirectRunner window-state cleanup", _MISSING, "local state grows per window"):
         return False
     _OVERRIDES[_StreamingGroupAlsoByWindow] = ExpiringGroupAlsoByWindowEvaluator
-    _LOG.info("DirectRunner: the state of fired, expired windows is freed (pipeline/local_runner.py)")
+    _LOG.info("DirectRunner: the state of fired, expired windows is freed (local_runner/window_state.py)")
     return True
 
 

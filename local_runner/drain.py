@@ -5,7 +5,7 @@ this module the DirectRunner ends mid-bundle (SIGTERM) or leaves its daemon work
 behind (SIGINT), and every vote its reader had acknowledged but not yet written is lost.
 
 The first SIGINT or SIGTERM starts a drain, what Dataflow does on `jobs drain`: the reader
-pulls nothing more and drops its watermark hold (pipeline/local_reader.py), so every open
+pulls nothing more and drops its watermark hold (local_runner/pubsub_reader.py), so every open
 window fires as if the input had ended, the sink writes every pane, the dead-letter writer
 publishes what it holds, and the runner ends the pipeline. `StopOnSignals.until_finished`
 then returns a DrainReport: what was pulled, counted and written, and how long the drain took
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:  # Beam is imported only once the pipeline starts: see StopOnSignals
     from apache_beam.runners.runner import PipelineResult
 
-    from pipeline.local_reader import ReaderControl
+    from local_runner.pubsub_reader import ReaderControl
 
 EXIT_DRAINED = 0
 EXIT_NOT_DRAINED = 4
@@ -87,7 +87,7 @@ class Progress:
 def progress_of(control: ReaderControl | None, result: PipelineResult | None) -> Progress:
     """The counters of a running or finished local streaming pipeline (zeros before it runs):
     from the worker's own metrics containers when the project's reader runs
-    (pipeline/local_metrics.py says why), else from `result.metrics()`."""
+    (local_runner/metrics.py says why), else from `result.metrics()`."""
     counters = control.counters() if control is not None else None
     if counters is None:
         counters = {}

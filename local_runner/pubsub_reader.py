@@ -27,16 +27,16 @@ What: `DrainablePubSubReadEvaluator`, evaluated once per bundle like Beam's:
   input its output watermark is +infinity, which the runner propagates: every open window
   fires (as if the input had ended), the sink and the dead-letter writer finish their
   bundles, every watermark reaches +infinity and the runner ends the pipeline
-  (`wait_until_finish` returns). pipeline/drain.py calls `drain()` on SIGINT and SIGTERM.
+  (`wait_until_finish` returns). local_runner/drain.py calls `drain()` on SIGINT and SIGTERM.
 
-How it is installed: like pipeline/local_runner.py, through
+How it is installed: like local_runner/window_state.py, through
 `TransformEvaluatorRegistry._test_evaluators_overrides`, keyed by `_DirectReadFromPubSub`
 (what the DirectRunner replaces ReadFromPubSub with). Those names, `_PubSubReadEvaluator`
 and `TransformResult` are private Beam APIs: this module is written against, and tested on,
-the apache-beam version pipeline/local_runner.py names (TESTED_BEAM_VERSION;
+the apache-beam version local_runner/window_state.py names (TESTED_BEAM_VERSION;
 tests/test_local_reader.py fails if they change). If they are absent, `install()` logs a
 warning and returns None: the pipeline then runs with Beam's reader and cannot drain
-(pipeline/drain.py says so when stopped). One local streaming
+(local_runner/drain.py says so when stopped). One local streaming
 pipeline per process: the control is a class attribute, replaced by each `install()`.
 """
 from __future__ import annotations
@@ -51,9 +51,9 @@ import apache_beam as beam
 from apache_beam.runners.worker import statesampler
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline import local_metrics
-from pipeline.local_metrics import CounterTotals
-from pipeline.local_runner import private_api_usable
+from local_runner import metrics
+from local_runner.metrics import CounterTotals
+from local_runner.window_state import private_api_usable
 
 PULL_MAX_MESSAGES = 1000
 IDLE_WAIT_S = 0.2
@@ -109,9 +109,9 @@ class ReaderControl:
         return self._drain.wait(seconds)
 
     def counters(self) -> CounterTotals | None:
-        """The pipeline's user counters (pipeline/local_metrics.py: Beam's `result.metrics()`
+        """The pipeline's user counters (local_runner/metrics.py: Beam's `result.metrics()`
         loses updates locally); None before the first bundle or if Beam keeps them elsewhere."""
-        return None if self._worker_sampler is None else local_metrics.counters(self._worker_sampler)
+        return None if self._worker_sampler is None else metrics.counters(self._worker_sampler)
 
     def add_pulled(self, messages: int, pulls: int) -> None:
         with self._lock:

@@ -1,0 +1,14 @@
+"""The local runner: what running the streaming pipeline on Beam's DirectRunner (`upvotes stream`
+on the emulators) takes beyond the pipeline itself. Never in the worker image, and never imported
+by the worker packages (.importlinter): Dataflow needs none of it.
+
+- streaming.py: runs the streaming pipeline from this process, on the DirectRunner with the
+  evaluators below installed, until drained;
+- drain.py: SIGINT and SIGTERM drain a local run (StopOnSignals, DrainReport);
+- pubsub_reader.py: the project's Pub/Sub reader (big pulls, no idle stall, a drain);
+- window_state.py: fired windows' state freed (and TESTED_BEAM_VERSION, the Beam the private
+  hooks are written for);
+- metrics.py: the user counters, read where Beam's streaming DirectRunner really keeps them.
+
+pubsub_reader.py and window_state.py patch private Beam internals (see their docstrings).
+"""
