@@ -2,7 +2,7 @@
 table's columns with their definitions, each index's stored columns, and a model of tables and
 indexes the code derives what depends on the schema from: the mutation cost of each write
 (spanner_store/mutation_cost.py, upvotes/devtools/mutation_count.py) and the migration
-`upvotes provision` applies (upvotes/devtools/provision.py).
+`upvotes provision` applies (upvotes/operations/provision.py).
 
 Parsed from the DDL itself, so a new column or index is counted without an edit elsewhere.
 """

@@ -24,7 +24,8 @@ import schemas
 from upvotes.devtools import emulators, local_stream
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
-from upvotes.devtools.provision import Resources, provision
+from upvotes.resources import Resources
+from upvotes.operations.provision import provision
 from tests import beam_graph_cache, faults
 from transforms import spanner_sink
 

@@ -60,7 +60,8 @@ from upvotes.cli import main as cli_main
 from spanner_store.deltas import write_deltas
 from spanner_store.database import RetryPolicy, is_transient, open_database, run_with_retries
 from upvotes.commands.errors import explain
-from upvotes.devtools.provision import Resources, provision_spanner
+from upvotes.resources import Resources
+from upvotes.operations.provision import provision_spanner
 from upvotes.devtools.ledger import Ledger
 from schemas.contract import batch_messages, event_message
 from upvotes.devtools.publishing import publish_messages

@@ -19,7 +19,7 @@ from spanner_store.reads import exact_counts, top_posts
 from tests.conftest import new_resources
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
-from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
+from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
 HOUR = 1_795_312_800
 

@@ -27,7 +27,7 @@ from spanner_store.reads import exact_counts
 from spanner_store.tables import delta_key, post_key
 from tests.conftest import new_resources
 from tests.test_fold import fold
-from upvotes.devtools.provision import provision_spanner
+from upvotes.operations.provision import provision_spanner
 
 HOUR_2001 = int(datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp())
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -26,7 +26,7 @@ from spanner_store.views import (
     LeaseLost, NoActiveVersion, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow,
     expire_versions, plan_version, publish_top_view, read_top_page,
 )
-from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
+from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 from spanner_store.reads import top_posts
 from tests.folding import run_fold as fold
 from tests.polling import wait_until

@@ -24,7 +24,7 @@ from upvotes.devtools import local_stream
 from upvotes.operations.dead_letters import pull_dead_letters, release
 from schemas import statements_of
 from schemas.ddl import table_columns
-from upvotes.devtools.provision import provision_pubsub, provision_spanner
+from upvotes.operations.provision import provision_pubsub, provision_spanner
 from upvotes.devtools.workload import VoteStateWorkload, Workload, generate_events, generate_vote_states
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"

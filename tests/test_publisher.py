@@ -24,7 +24,7 @@ from schemas.contract import (
 from schemas.counters import COUNTERS, Counts
 from schemas.records import VoteEvent
 from upvotes.devtools.progress import progress_bar
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
 from upvotes.devtools.ledger import Ledger

@@ -37,7 +37,7 @@ from tests.folding import run_fold
 from tests.test_large_fold import distinct_hour_deltas
 from transforms import fold_deltas, spanner_sink
 from transforms.spanner_sink import WriteDeltaRows
-from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
+from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
 HOUR = 1_795_312_800
 SEEDS = range(6)

@@ -16,7 +16,7 @@ from transforms.dead_letter import to_dead_letter
 from tests.conftest import new_resources
 from tests.polling import wait_until
 from upvotes.cli import main
-from upvotes.devtools.provision import provision, provision_pubsub, provision_spanner
+from upvotes.operations.provision import provision, provision_pubsub, provision_spanner
 from schemas.contract import event_message
 from upvotes.operations.status import Thresholds, problems, status_report
 from tests.folding import run_fold as fold

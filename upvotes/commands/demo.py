@@ -20,7 +20,8 @@ from pathlib import Path
 
 from schemas.counters import COUNTERS, RANKING
 from upvotes.devtools import emulators, local_stream
-from upvotes.devtools.provision import Resources, provision
+from upvotes.resources import Resources
+from upvotes.operations.provision import provision
 
 HELP = "Run everything locally end to end on the emulators: the race against read-modify-write, every count checked."
 

@@ -9,7 +9,7 @@ HELP = "Create the topics, subscriptions, Spanner instance (emulator) and databa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from upvotes.devtools.provision import DEFAULT_INSTANCE_CONFIG
+    from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG
 
     add_database_arguments(parser)
     parser.add_argument("--topic", required=True, help="Pub/Sub topic the publishers send votes to")
@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from upvotes.devtools.provision import Resources, provision
+    from upvotes.resources import Resources
+    from upvotes.operations.provision import provision
 
     resources = Resources(args.project, args.instance, args.database, args.topic, args.subscription,
                           args.dead_letter_topic, args.dead_letter_subscription or "")

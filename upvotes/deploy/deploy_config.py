@@ -159,7 +159,7 @@ class DeployConfig:
 
     @property
     def dead_letter_subscription(self) -> str:
-        return f"{self.dead_letter_topic}-kept"  # as upvotes.devtools.provision.Resources names it
+        return f"{self.dead_letter_topic}-kept"  # as upvotes.resources.Resources names it
 
     def email(self, account: str) -> str:
         return account if "@" in account else f"{account}@{self.project}.iam.gserviceaccount.com"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 
 DRAIN_TIMEOUT_S = 60.0  # what the stream is given to drain (--drain-timeout-s)
 # The stream exits by itself at DRAIN_TIMEOUT_S (exit 4, saying what it lost); SIGKILL only a

@@ -1,4 +1,6 @@
-"""Idempotent provisioning: Pub/Sub topics and subscriptions, the Spanner instance and database.
+"""Idempotent provisioning and migration: Pub/Sub topics and subscriptions, the Spanner instance
+and database, and the schema changes a new version needs (what `upvotes provision` runs, in
+production as locally).
 
 Every step first looks, then creates only what is missing, so a second run succeeds and
 changes nothing. On the emulator the Spanner instance is created too; on a real project
@@ -7,7 +9,6 @@ only when asked (`create_instance=True`), since an instance is billed by the hou
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Callable
 
 from google.api_core import exceptions
@@ -16,32 +17,10 @@ from google.cloud import pubsub_v1, spanner
 import schemas
 from schemas.ddl import ddl_object_name, stored_columns, table_columns
 from spanner_store.database import OPERATION_TIMEOUT_S, open_database
+from upvotes.resources import Resources
 
 EMULATOR_INSTANCE_CONFIG = "emulator-config"
 DEFAULT_INSTANCE_CONFIG = "regional-us-central1"
-
-
-@dataclass(frozen=True)
-class Resources:
-    """Everything `provision` creates; names are short IDs, not full paths."""
-
-    project: str
-    instance: str
-    database: str
-    topic: str
-    subscription: str
-    dead_letter_topic: str
-    dead_letter_subscription: str = ""
-
-    @property
-    def dead_letter_subscription_id(self) -> str:
-        return self.dead_letter_subscription or f"{self.dead_letter_topic}-kept"
-
-    def topic_path(self, topic: str) -> str:
-        return f"projects/{self.project}/topics/{topic}"
-
-    def subscription_path(self, subscription: str) -> str:
-        return f"projects/{self.project}/subscriptions/{subscription}"
 
 
 def missing_ddl(existing: list[str], wanted: list[str]) -> list[str]:
