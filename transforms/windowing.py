@@ -152,7 +152,7 @@ class _ToPostDeltas(beam.DoFn):
         self._writer = writer
         self._key_format = key_format
         # Votes of sums that cancel out and so write no row: what a drain's accounting of
-        # pulled-but-unwritten votes (pipeline/drain.py) must not count as missing.
+        # pulled-but-unwritten votes (local_runner/drain.py) must not count as missing.
         self._without_effect = Metrics.counter("WindowAndSumVotes", "events_without_effect")
         # Votes that arrived behind the watermark, within the allowed lateness: counted, in late panes.
         self._late = Metrics.counter("WindowAndSumVotes", "late_events")

@@ -16,7 +16,7 @@ transforms/parse_and_sum.py). `upvotes status` reads them beside the alert-late-
   read". Neither in the lookback is a check that could not be made (`LateVotesUnknown`,
   reported as such, never as healthy): is the streaming job running under that name?
 - On the emulators there is no Cloud Monitoring, and nothing can be late: the local runner's
-  watermark is its Pub/Sub reader's wall clock (pipeline/local_reader.py) and a bundle is
+  watermark is its Pub/Sub reader's wall clock (local_runner/pubsub_reader.py) and a bundle is
   stamped no earlier than its messages' publish times, taken on the same clock. The report says
   so (NOT_APPLICABLE, a null count), and that is not a problem.
 """
