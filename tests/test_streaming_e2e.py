@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from google.cloud import pubsub_v1
@@ -78,20 +77,22 @@ def wait_until_exact(stack, database, expected, streaming) -> float:
 
 
 def pull_all(subscription: str, want: int, timeout_s: float = 90) -> list:
+    """Pulls (and acknowledges) until `want` distinct messages came, then once more briefly:
+    anything beyond `want` would be a duplicate or a stray."""
     subscriber = pubsub_v1.SubscriberClient()
     messages: dict[str, object] = {}
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(messages) < want and time.monotonic() < deadline:
-            response = subscriber.pull(subscription=subscription, max_messages=1000, timeout=5)
-            for received in response.received_messages:
-                messages[received.message.message_id] = received.message
-            if response.received_messages:
-                subscriber.acknowledge(subscription=subscription, ack_ids=[m.ack_id for m in response.received_messages])
-        # One more short pull: anything beyond `want` would be a duplicate or a stray.
-        response = subscriber.pull(subscription=subscription, max_messages=1000, timeout=3)
+
+    def pull(timeout: float) -> None:
+        response = subscriber.pull(subscription=subscription, max_messages=1000, timeout=timeout)
         for received in response.received_messages:
             messages[received.message.message_id] = received.message
+        if response.received_messages:
+            subscriber.acknowledge(subscription=subscription, ack_ids=[m.ack_id for m in response.received_messages])
+
+    try:
+        wait_until(lambda: pull(5) or len(messages) >= want, timeout_s, f"{want} messages on {subscription}",
+                   poll_s=0)
+        pull(3)
     finally:
         subscriber.close()
     return list(messages.values())
@@ -137,10 +138,8 @@ def test_unique_voters_of_a_burst_are_within_three_percent_of_the_ledger(stack, 
             # Once the first half is counted (waited for, not assumed), a fold: half the voters end
             # up in the folded sketch, half in unfolded deltas.
             half = ledger.totals["burst-1"]
-            deadline = time.monotonic() + SETTLE_TIMEOUT_S
-            while exact_counts(database, ["burst-1"])[0].counts != Counts(**half):
-                assert time.monotonic() < deadline and streaming.poll() is None, "the first half was never counted"
-                time.sleep(0.5)
+            wait_until(lambda: exact_counts(database, ["burst-1"])[0].counts == Counts(**half), SETTLE_TIMEOUT_S,
+                       "the first half to be counted", streaming)
             outcome, _ = fold.run([f"--project={stack.project}", f"--instance={stack.instance}",
                                    f"--database={stack.database}"])
             assert outcome.deltas_folded > 0
