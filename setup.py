@@ -19,8 +19,8 @@ setup(
     version="0.1.0",
     description="Counts upvotes and shares on viral posts with blind-write deltas in Cloud Spanner.",
     python_requires=">=3.10",
-    packages=find_packages(include=["pipeline", "transforms", "spanner_store", "schemas", "local_runner",
-                                    "upvotes", "upvotes.*", "bench"]),
+    packages=find_packages(include=["pipeline", "transforms", "spanner_writes", "spanner_reads", "spanner_store",
+                                    "schemas", "local_runner", "upvotes", "upvotes.*", "bench"]),
     package_data={"schemas": ["*.sql", "*.json"]},
     install_requires=[
         f"apache-beam[gcp]=={BEAM_VERSION}",

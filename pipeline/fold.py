@@ -20,7 +20,7 @@ from apache_beam.runners.runner import PipelineResult
 
 from pipeline.options import FoldOptions, pipeline_options, spanner_project
 from pipeline.params import FoldSettings
-from spanner_store.folding import FoldOutcome
+from spanner_writes.folding import FoldOutcome
 from transforms.fold_deltas import FoldDeltas
 
 

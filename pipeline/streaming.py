@@ -7,7 +7,7 @@
 
 Delta events become blind-write delta rows; vote-state events (one vote per user) are merged to
 each user's latest state per window and applied against the stored state, with the counts they
-move, in one transaction per batch (spanner_store/votes.py).
+move, in one transaction per batch (spanner_writes/votes.py).
 
 Locally, on the emulators, `upvotes stream` runs it through the local runner
 (local_runner/streaming.py: the project's Pub/Sub reader and window-state cleanup on the
@@ -38,7 +38,7 @@ from pipeline.options import StreamingOptions, pipeline_options, spanner_project
 from pipeline.params import StreamingSettings, pubsub_path
 from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
-from spanner_store.writers import WriterClaim, claim_generation
+from spanner_writes.writers import WriterClaim, claim_generation
 from transforms.dead_letter import PublishDeadLetters
 from transforms.parse_and_sum import ParseVotes
 from transforms.read_votes import ReadVotes
@@ -59,7 +59,7 @@ def writer_name(options: PipelineOptions) -> str:
 
 
 def claim_writer(options: PipelineOptions, project: str, instance: str, database: str) -> WriterClaim:
-    """Claims this launch's writer generation (spanner_store/writers.py), once per launch, before
+    """Claims this launch's writer generation (spanner_writes/writers.py), once per launch, before
     the pipeline is built: an update (`--update`) keeps the running job's generation and so its
     delta keys; any other launch takes a new one, so a drained-and-relaunched job never
     rewrites a key of its predecessor."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from schemas import post_hash
 
-# How a generation spells its panes' DeltaIds (spanner_store/writers.py records it per
+# How a generation spells its panes' DeltaIds (spanner_writes/writers.py records it per
 # generation). The first format, writer:window start:pane, let two panes share a key when an
 # in-place update changed the window length or the shard count (an old [T, T+10 s) pane and a
 # new [T, T+20 s) one), and the second was then taken as already written: its votes lost. The

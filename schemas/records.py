@@ -77,7 +77,7 @@ class CounterSums(NamedTuple):
     votes that was, and who voted. The one record of a window's sums, from the bundle that
     first sums them (transforms/parse_and_sum.py) through the window combine
     (transforms/windowing.py) to the delta row (PostDelta.sums), and of the delta rows and
-    hourly rows read back per hour (spanner_store.reads.hour_sums_of, which reads no events:
+    hourly rows read back per hour (spanner_reads.reads.hour_sums_of, which reads no events:
     0) by the fold and the hourly reads."""
 
     counts: Counts = Counts()
@@ -164,7 +164,7 @@ class PostTotals(NamedTuple):
     def to_json(self, as_of: datetime | None = None) -> dict:
         """{"post_id", one field per counter[, "as_of"][, "unique_voters"]}: what `upvotes read`
         prints, and with `as_of` (the time the counts were read at) what the service answers
-        (spanner_store.counts_reader.PostCount)."""
+        (spanner_reads.counts_reader.PostCount)."""
         record = {"post_id": self.post_id, **self.counts._asdict()}
         if as_of is not None:
             record["as_of"] = as_of.isoformat()

@@ -10,7 +10,7 @@ changed without reading the others.
 - The cursor: `fold_cursor(snapshot)` is the finished fold run with the largest ChangesThrough
   and the posts it skipped. That run vouches that every post with a delta committed at or
   before ChangesThrough is folded (its watermark covers those deltas) or in its skipped list;
-  why the next fold may rely on that is in spanner_store/folding.py. Issue 30's fresh reads use
+  why the next fold may rely on that is in spanner_writes/folding.py. Issue 30's fresh reads use
   the skipped list to know which posts the cursor's snapshot does not cover.
 """
 from __future__ import annotations

@@ -62,12 +62,12 @@ ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind") + COUNTER_COLUMNS + ("Reason", "Actor", "AsOf", "CreatedAt",
                                                                              "UserId")
 
-# Each user's latest vote state per post (spanner_store/votes.py), keyed (UserHash, UserId, PostId).
+# Each user's latest vote state per post (spanner_writes/votes.py), keyed (UserHash, UserId, PostId).
 VOTES = "Votes"
 VOTE_KEY_COLUMNS = ("UserHash", "UserId", "PostId")
 VOTE_COLUMNS = VOTE_KEY_COLUMNS + ("Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
 
-# Erasure requests (spanner_store/forget_user.py): a user's forget times, keyed like Votes, then the request.
+# Erasure requests (upvotes/operations/forget_user.py): a user's forget times, keyed like Votes, then the request.
 USER_ERASURES = "UserErasures"
 USER_ERASURE_COLUMNS = ("UserHash", "UserId", "RequestId", "ForgottenThrough")
 

@@ -1,7 +1,7 @@
 """The TopCandidates table: each delta commit's biggest risers, so that the fresh top posts
-(spanner_store/fresh_top.py, which says why the guarantee holds) need no fold.
+(spanner_reads/fresh_top.py, which says why the guarantee holds) need no fold.
 
-- Writing (the write side: spanner_store.deltas.add_delta_writes, for every writer of delta
+- Writing (the write side: spanner_writes.deltas.add_delta_writes, for every writer of delta
   rows): every commit of delta rows also inserts one TopCandidates row *in the same commit*:
   the posts with the largest upvote sums in that commit (at most CANDIDATES_PER_COMMIT) and
   Threshold, the largest upvote sum of any post of the commit that is not listed (0 if every

@@ -7,7 +7,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.fold import outcome_from_metrics
 from pipeline.params import FOLD_PARAMS, defaults
-from spanner_store.folding import FoldOutcome
+from spanner_writes.folding import FoldOutcome
 from transforms.fold_deltas import FoldDeltas
 
 

@@ -12,13 +12,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bench.config import QUICK
+from bench.write_amplification import QUICK
 from bench.write_amplification import model_delta_rows, simulated_stream, group_sums
 from schemas.records import PostDelta, PostUser
 from schemas.vote_states import LatestVote
-from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, plan_commits
-from spanner_store.deltas import write_deltas
-from spanner_store.votes import MUTATIONS_PER_VOTE, apply_all_vote_states
+from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, plan_commits
+from spanner_writes.deltas import write_deltas
+from spanner_writes.votes import MUTATIONS_PER_VOTE, apply_all_vote_states
 from tests.folding import run_fold
 from upvotes.operations.capacity_model import (
     Assumption, Assumptions, Popularity, Workload, cancel_probability, capacity,

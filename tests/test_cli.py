@@ -9,7 +9,7 @@ import pytest
 
 from schemas.contract import parse_vote
 from schemas.records import PostUser
-from spanner_store.votes import apply_all_vote_states
+from spanner_writes.votes import apply_all_vote_states
 from upvotes.cli import build_parser, main
 
 SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view", "verify", "capacity",

@@ -10,10 +10,10 @@ import pytest
 
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from spanner_store.counts_reader import CountsReader
+from spanner_reads.counts_reader import CountsReader
 from schemas.voter_sketch import sketch_of
 from spanner_store.database import commit_mutations
-from spanner_store.deltas import add_delta_writes, write_deltas
+from spanner_writes.deltas import add_delta_writes, write_deltas
 
 HOUR = 1_795_312_800
 CALLERS = 32

@@ -18,9 +18,9 @@ from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
-from spanner_store.deltas import write_new_deltas
-from spanner_store.reads import exact_counts
-from spanner_store.votes import apply_all_vote_states
+from spanner_writes.deltas import write_new_deltas
+from spanner_reads.reads import exact_counts
+from spanner_writes.votes import apply_all_vote_states
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
@@ -219,7 +219,7 @@ def test_a_clean_streaming_build_warns_of_no_mixed_windows(monkeypatch, caplog) 
     from pipeline import streaming
     from pipeline.options import StreamingOptions, pipeline_options
     from pipeline.params import STREAMING_PARAMS
-    from spanner_store.writers import WriterClaim
+    from spanner_writes.writers import WriterClaim
 
     monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
     options = pipeline_options(["--project=build-project"] + [f"--{p.flag}={p.example}" for p in STREAMING_PARAMS],

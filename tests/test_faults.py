@@ -57,7 +57,7 @@ from schemas.records import PostDelta
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
 from upvotes.devtools import emulators, local_stream
 from upvotes.cli import main as cli_main
-from spanner_store.deltas import write_deltas
+from spanner_writes.deltas import write_deltas
 from spanner_store.database import RetryPolicy, is_transient, open_database, run_with_retries
 from upvotes.commands.errors import explain
 from upvotes.resources import Resources
@@ -67,7 +67,8 @@ from schemas.contract import batch_messages, event_message
 from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.workload import Workload, generate_events
 from upvotes.operations.backlog import peek_backlog
-from spanner_store.reads import exact_counts, verify_totals
+from spanner_reads.reads import exact_counts
+from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 
 HOUR = 1_795_312_800

@@ -14,9 +14,10 @@ from google.cloud.spanner_v1 import param_types
 import schemas
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from spanner_store.deltas import write_deltas
-from spanner_store.folding import FoldKey, FoldPlan, PostFold, choose_snapshot, watermark_text
-from spanner_store.reads import READ_CHUNK, exact_counts, read_unfolded
+from spanner_writes.deltas import write_deltas
+from spanner_writes.folding import FoldKey, FoldPlan, PostFold, choose_snapshot, watermark_text
+from spanner_reads.reads import exact_counts
+from spanner_store.unfolded import READ_CHUNK, read_unfolded
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from tests.faults import FlakyDatabase
 from tests.folding import run_fold as fold

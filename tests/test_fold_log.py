@@ -2,7 +2,7 @@
 cursor (a previous run's ChangesThrough), reads only the posts of the DeltaCommits rows after it
 plus the posts that run skipped, and must stay exact: concurrent runs, a killed run, split
 posts, skipped posts, moderation deltas, dead-letter replays and late writers.
-(Why it is exact: spanner_store/folding.py.)"""
+(Why it is exact: spanner_writes/folding.py.)"""
 from __future__ import annotations
 
 import json
@@ -15,10 +15,10 @@ from google.cloud import spanner
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.delta_commits import fold_cursor, read_changes
-from spanner_store.deltas import write_deltas, write_new_deltas
-from spanner_store.folding import FoldOutcome, choose_snapshot
-from spanner_store.moderation import adjust, current_hour, reset
-from spanner_store.reads import exact_counts
+from spanner_writes.deltas import write_deltas, write_new_deltas
+from spanner_writes.folding import FoldOutcome, choose_snapshot
+from upvotes.operations.moderation import adjust, current_hour, reset
+from spanner_reads.reads import exact_counts
 from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
 from tests.folding import run_fold
 from tests.test_large_fold import distinct_hour_deltas

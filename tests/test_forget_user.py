@@ -13,13 +13,15 @@ import pytest
 from schemas.counters import Counts
 from schemas.records import PostUser
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
-from spanner_store.forget_user import RequestIdInUse, forget_user, plan_retractions
-from spanner_store.hourly import hourly_counts
-from spanner_store.moderation import FORGET_USER, adjustment_of, list_adjustments
-from spanner_store.reads import exact_counts
+from upvotes.operations.forget_user import RequestIdInUse, forget_user, plan_retractions
+from spanner_reads.hourly import hourly_counts
+from upvotes.operations.moderation import FORGET_USER, adjustment_of, list_adjustments
+from spanner_reads.reads import exact_counts
 from spanner_store.tables import timestamp_micros
 from schemas.delta_ids import forget_event_id
-from spanner_store.votes import StoredVote, apply_all_vote_states, erasure, vote_of
+from spanner_reads.my_votes import vote_of
+from spanner_store.vote_rows import StoredVote, erasure
+from spanner_writes.votes import apply_all_vote_states
 from tests.faults import FlakyDatabase
 from upvotes.cli import build_parser, main
 

@@ -1,4 +1,4 @@
-"""Fresh top posts without a fold (spanner_store/fresh_top.py): the candidate rows each delta
+"""Fresh top posts without a fold (spanner_reads/fresh_top.py): the candidate rows each delta
 commit carries, and the exact re-ranking, on the Spanner emulator through the sink's own
 write path (WriteDeltaRows) and the real fold pipeline."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pipeline import fold
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import open_database
-from spanner_store.fresh_top import fresh_top
+from spanner_reads.fresh_top import fresh_top
 from spanner_store.top_candidates import CANDIDATES_PER_COMMIT, CandidateRow, commit_candidates
-from spanner_store.reads import exact_counts, top_posts
+from spanner_reads.reads import exact_counts, top_posts
 from tests.conftest import new_resources
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main

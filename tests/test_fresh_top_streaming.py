@@ -11,9 +11,9 @@ from google.cloud import pubsub_v1
 from pipeline import fold
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from spanner_store.deltas import write_deltas
-from spanner_store.fresh_top import fresh_top
-from spanner_store.reads import exact_counts, last_fold_snapshot, top_posts
+from spanner_writes.deltas import write_deltas
+from spanner_reads.fresh_top import fresh_top
+from spanner_reads.reads import exact_counts, last_fold_snapshot, top_posts
 from upvotes.devtools import local_stream
 from schemas.contract import event_message
 

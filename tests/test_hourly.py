@@ -12,8 +12,8 @@ from upvotes.cli import build_parser, main
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from schemas.voter_sketch import sketch_of
-from spanner_store.deltas import write_deltas
-from spanner_store.hourly import HourCount, hourly_counts
+from spanner_writes.deltas import write_deltas
+from spanner_reads.hourly import HourCount, hourly_counts
 from tests.folding import run_fold as fold
 
 DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)

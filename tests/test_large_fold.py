@@ -1,7 +1,7 @@
 """Posts too large for one commit (issue 15): folded exactly, in bounded commits, with reads
 exact at every step, and a post that cannot be folded never blocks the others.
 
-Deltas are written straight with spanner_store.deltas.write_deltas (the sink's own commit),
+Deltas are written straight with spanner_writes.deltas.write_deltas (the sink's own commit),
 in batches under Spanner's limit, so the sizes stay affordable on a small machine. Every
 commit here goes through the suite's mutation meter (tests/conftest.py).
 """
@@ -16,14 +16,14 @@ from schemas.counters import Counts, total
 from schemas.records import CounterSums, PostDelta
 from schemas.voter_sketch import sketch_of
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, commit_mutations, open_database, run_transaction
-from spanner_store.deltas import MUTATIONS_PER_DELTA, write_deltas
-from spanner_store.folding import (
+from spanner_writes.deltas import MUTATIONS_PER_DELTA, write_deltas
+from spanner_writes.folding import (
     HourlyStep, MUTATIONS_PER_HOUR, MUTATIONS_PER_POST, apply_hourly_step, choose_snapshot, plan_hourly_steps,
     read_post_for_steps,
 )
-from spanner_store.hourly import hourly_counts
+from spanner_reads.hourly import hourly_counts
 from schemas.ddl import schema_model
-from spanner_store.reads import exact_counts
+from spanner_reads.reads import exact_counts
 from spanner_store.tables import delta_key, post_key
 from tests.conftest import new_resources
 from tests.test_fold import fold

@@ -19,15 +19,15 @@ from tests.conftest import new_resources
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from upvotes.cli import build_parser, main
-from spanner_store.deltas import write_deltas
-from spanner_store import views as leaderboard
+from spanner_writes.deltas import write_deltas
+from spanner_reads import views as leaderboard
 from spanner_store.database import open_database
-from spanner_store.views import (
-    LeaseLost, NoActiveVersion, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow,
-    expire_versions, plan_version, publish_top_view, read_top_page,
+from spanner_reads.views import (
+    LeaseLost, NoActiveVersion, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow, expire_versions,
+    plan_version, publish_top_view, read_top_page,
 )
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
-from spanner_store.reads import top_posts
+from spanner_reads.reads import top_posts
 from tests.folding import run_fold as fold
 from tests.polling import wait_until
 

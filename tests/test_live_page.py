@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from schemas.records import PostDelta
-from spanner_store.deltas import write_deltas
+from spanner_writes.deltas import write_deltas
 from upvotes.devtools import local_stream
 from upvotes.serving.live_page import USER_META
 from upvotes.serving.live_sessions import COOKIE

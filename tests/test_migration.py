@@ -14,7 +14,7 @@ from schemas.counters import Counts
 from schemas.records import PostDelta
 import spanner_store.database
 from spanner_store.database import commit_mutations, open_database
-from spanner_store.reads import verify_totals
+from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, counts_at, delta_key, post_key
 from tests.conftest import new_resources
 from tests.folding import run_fold

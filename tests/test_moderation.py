@@ -12,10 +12,10 @@ from google.cloud import spanner
 from schemas.counters import Counts, total
 from schemas.records import PostDelta
 from spanner_store.database import run_with_retries
-from spanner_store.deltas import write_deltas, write_new_deltas
-from spanner_store.hourly import hourly_counts
-from spanner_store.moderation import current_hour
-from spanner_store.reads import exact_counts
+from spanner_writes.deltas import write_deltas, write_new_deltas
+from spanner_reads.hourly import hourly_counts
+from upvotes.operations.moderation import current_hour
+from spanner_reads.reads import exact_counts
 from spanner_store.tables import DELTAS, POSTS, post_key
 from upvotes.cli import main
 from tests.folding import run_fold as fold
@@ -142,8 +142,8 @@ def test_a_reset_racing_the_streaming_sink_and_a_fold_cancels_exactly_what_was_c
 def test_a_reset_of_a_post_with_more_hours_than_one_commit_holds_stays_within_the_budget() -> None:
     from datetime import datetime, timedelta, timezone
 
-    from spanner_store.hourly import HourCount
-    from spanner_store.moderation import MAX_HOUR_ROWS, bounded_hours
+    from spanner_reads.hourly import HourCount
+    from upvotes.operations.moderation import MAX_HOUR_ROWS, bounded_hours
 
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     hours = [HourCount(start + timedelta(hours=i), Counts(upvotes=-(i + 1), shares=-i % 3))

@@ -13,10 +13,10 @@ from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row
-from spanner_store.deltas import (
+from spanner_writes.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas,
 )
-from spanner_store.folding import MAX_SKIPPED_LISTED
+from spanner_writes.folding import MAX_SKIPPED_LISTED
 from schemas.ddl import schema_model
 from upvotes.devtools.mutation_count import commit_key_ranges, commit_mutation_count
 from spanner_store.tables import (
@@ -109,7 +109,7 @@ def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) 
 
 
 def test_a_view_row_operation_costs_at_most_what_the_view_batches_assume() -> None:
-    from spanner_store.views import MAX_BATCH_ROWS, MUTATIONS_PER_VIEW_ROW
+    from spanner_reads.views import MAX_BATCH_ROWS, MUTATIONS_PER_VIEW_ROW
 
     worst = max(
         count(lambda b: b.insert_or_update(VIEW_ROWS, VIEW_ROW_COLUMNS, [("top", 1, 2, 3, "p") + COUNTS])),
@@ -156,7 +156,7 @@ def test_a_fold_run_record_with_every_skipped_post_it_lists_fits_one_commit() ->
 def test_the_writers_planned_costs_are_what_the_model_counts_for_their_writes() -> None:
     """The per-row costs the writers plan with (spanner_store/mutation_cost.py, from the DDL)
     against this model on real client mutations: a new counter column is counted in both."""
-    from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
+    from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
     from spanner_store.tables import HOURLY, HOURLY_COLUMNS, POST_FOLD_COLUMNS
 
     post = (1, "p") + COUNTS + (HOUR, HOUR, None)

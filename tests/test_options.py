@@ -110,7 +110,7 @@ def test_both_pipelines_take_their_options_from_one_function_and_build_without_i
 
     from pipeline import fold, streaming
     from pipeline.options import LOCAL_RUNNER, pipeline_options
-    from spanner_store.writers import WriterClaim
+    from spanner_writes.writers import WriterClaim
 
     monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
     monkeypatch.setattr(streaming, "claim_writer", lambda *a: pytest.fail("build() claimed a writer"))

@@ -1,4 +1,4 @@
-"""PostTotals (what spanner_store.reads.exact_counts returns) and PostCount (what a CountsReader
+"""PostTotals (what spanner_reads.reads.exact_counts returns) and PostCount (what a CountsReader
 answers): one JSON form, and the per-counter attributes of before the counts moved into `counts`,
 kept working with a DeprecationWarning. Pure: no emulator."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from schemas.counters import NAMES, Counts
 from schemas.records import PostTotals
-from spanner_store.counts_reader import PostCount
+from spanner_reads.counts_reader import PostCount
 
 AS_OF = datetime(2026, 11, 26, 3, 0, 1, 250_000, tzinfo=timezone.utc)
 COUNTS = Counts(**{name: 10 * (i + 1) for i, name in enumerate(NAMES)})

@@ -33,11 +33,13 @@ from schemas.contract import parse_vote
 from schemas.counters import Counts
 from schemas.records import PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import LatestVote
-from spanner_store.deltas import write_deltas
+from spanner_writes.deltas import write_deltas
 from upvotes.cli import main
-from spanner_store.reads import exact_counts, verify_totals
+from spanner_reads.reads import exact_counts
+from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
-from spanner_store.votes import apply_all_vote_states, vote_of, votes_of_user
+from spanner_reads.my_votes import vote_of, votes_of_user
+from spanner_writes.votes import apply_all_vote_states
 from tests.folding import run_fold
 
 REPO = Path(__file__).resolve().parent.parent

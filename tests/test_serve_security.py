@@ -40,8 +40,8 @@ import pytest
 
 from schemas.contract import parse_vote
 from schemas.records import PostUser
-from spanner_store.counts_reader import CountsReader
-from spanner_store.votes import apply_all_vote_states
+from spanner_reads.counts_reader import CountsReader
+from spanner_writes.votes import apply_all_vote_states
 from upvotes.serving.http_guards import host_of, json_media_type, origin_key
 from upvotes.serving.live_page import CSRF_META, USER_META
 from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, USER_PREFIX, LiveSessions, Session, SessionRefused

@@ -22,9 +22,9 @@ from schemas.counters import Counts
 from schemas.records import PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import keep_latest
 from schemas.voter_sketch import sketch_of
-from spanner_store.counts_reader import CountsReader
-from spanner_store.deltas import write_deltas
-from spanner_store.votes import apply_all_vote_states
+from spanner_reads.counts_reader import CountsReader
+from spanner_writes.deltas import write_deltas
+from spanner_writes.votes import apply_all_vote_states
 from upvotes.cli import main
 from upvotes.serving.service import (
     MAX_BODY_BYTES, MAX_EVENTS, PubSubVotePublisher, ServiceSettings, create_app, start_in_background,

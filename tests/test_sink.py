@@ -11,11 +11,11 @@ from tests.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from schemas.counters import Counts
 from schemas.records import FailedDelta, PostDelta, PostTotals
 from spanner_store.database import SPANNER_MUTATION_LIMIT
-from spanner_store.deltas import (
+from spanner_writes.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, plan_commits,
 )
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
-from spanner_store.reads import exact_counts
+from spanner_reads.reads import exact_counts
 from spanner_store.tables import delta_key
 
 HOUR = 1_795_312_800

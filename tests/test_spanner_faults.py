@@ -24,13 +24,13 @@ from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import RetryPolicy, open_database, run_with_retries
 from spanner_store.delta_commits import fold_cursor
-from spanner_store import deltas as deltas_module
-from spanner_store.deltas import write_deltas
-from spanner_store.fresh_top import fresh_top
-from spanner_store.moderation import adjust, current_hour
-from spanner_store.reads import verify_totals
+from spanner_writes import deltas as deltas_module
+from spanner_writes.deltas import write_deltas
+from spanner_reads.fresh_top import fresh_top
+from upvotes.operations.moderation import adjust, current_hour
+from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COMMIT_SHARDS, COUNTER_COLUMNS, POSTS, commit_shard, counts_at, post_key
-from spanner_store.writers import claim_generation
+from spanner_writes.writers import claim_generation
 from tests.conftest import new_resources
 from tests.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
 from tests.folding import run_fold

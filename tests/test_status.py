@@ -10,8 +10,8 @@ import pytest
 from google.cloud import pubsub_v1
 
 from schemas.records import PostDelta, Rejected
-from spanner_store.deltas import write_deltas
-from spanner_store.health import DeltaHealth
+from spanner_writes.deltas import write_deltas
+from spanner_reads.health import DeltaHealth
 from transforms.dead_letter import to_dead_letter
 from tests.conftest import new_resources
 from tests.polling import wait_until
@@ -108,7 +108,7 @@ def test_unfolded_deltas_older_than_the_alert_threshold_cross_it_long_before_the
 
 
 def test_status_follows_the_change_log_and_agrees_with_a_full_scan(stack, database) -> None:
-    from spanner_store.health import delta_health
+    from spanner_reads.health import delta_health
 
     write_deltas(database, [PostDelta.of(f"status-idle-{i}", HOUR, "idle:0", upvotes=1, events=1) for i in range(200)])
     fold(stack)  # folds them and records the cursor
@@ -167,7 +167,7 @@ def test_what_status_cannot_check_is_a_problem_never_healthy(emulator_env, capsy
 
 def test_the_last_delta_commit_is_found_however_long_ago(database) -> None:
     """It reads the newest TopCandidates rows within a minute, then wider windows."""
-    from spanner_store.liveness import last_delta_commit
+    from spanner_reads.liveness import last_delta_commit
     from spanner_store.tables import TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES
 
     with database.snapshot(multi_use=True) as snapshot:

@@ -19,7 +19,7 @@ from schemas.contract import REASONS, batch_messages, event_message
 from schemas.counters import Counts
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import Workload, generate_events, invalid_payloads
-from spanner_store.reads import exact_counts
+from spanner_reads.reads import exact_counts
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from tests.polling import wait_until
 

@@ -4,7 +4,7 @@ and started again in the middle of the flips. The counts, every user's stored vo
 unique voters must end exactly as the ledger says, and the drains must account for every event.
 
 A restarted stream starts with no pipeline state at all: every state is applied against the one
-stored in Spanner (spanner_store/votes.py), so nothing depends on what the stopped run held.
+stored in Spanner (spanner_writes/votes.py), so nothing depends on what the stopped run held.
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import signal
 import time
 
 from schemas.counters import Counts
-from spanner_store.reads import exact_counts, verify_totals, verify_unique_voters
-from spanner_store.votes import vote_of
+from spanner_reads.reads import exact_counts
+from upvotes.devtools.verification import verify_totals, verify_unique_voters
+from spanner_reads.my_votes import vote_of
 from tests.polling import assert_stays, wait_until
 from tests.steady_load import SteadyLoad
 from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of

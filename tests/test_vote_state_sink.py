@@ -1,4 +1,4 @@
-"""Applying vote states to Spanner (spanner_store/votes.py, transforms/vote_state_sink.py) on the
+"""Applying vote states to Spanner (spanner_writes/votes.py, transforms/vote_state_sink.py) on the
 emulator, at every crash point the design names, with injected faults the emulator never produces.
 
 The crash points of one vote state, from the message to the count (docs/guarantees.md):
@@ -30,13 +30,14 @@ from google.cloud import spanner
 from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
-from spanner_store import votes as votes_module
+from spanner_writes import votes as votes_module
 from spanner_store.database import RetryPolicy, run_with_retries
-from spanner_store.reads import exact_counts
-from spanner_store.deltas import MUTATIONS_PER_DELTA
+from spanner_reads.reads import exact_counts
+from spanner_writes.deltas import MUTATIONS_PER_DELTA
 from spanner_store.database import commit_mutations
 from spanner_store.tables import post_key
-from spanner_store.votes import KnownPosts, apply_vote_states, batch_cost, changes_cost, vote_of
+from spanner_reads.my_votes import vote_of
+from spanner_writes.votes import KnownPosts, apply_vote_states, batch_cost, changes_cost
 from tests.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from transforms import vote_state_sink
 from transforms.parse_and_sum import vote_shard

@@ -1,4 +1,4 @@
-"""One vote per user, the pure rules (schemas/vote_states.py) and their plan (spanner_store/votes.py
+"""One vote per user, the pure rules (schemas/vote_states.py) and their plan (spanner_writes/votes.py
 plan_vote_changes, plan_batches), without an emulator.
 
 The property test runs the whole path in memory: random events (duplicates, flips, late and
@@ -23,7 +23,8 @@ from schemas.vote_states import DOWN, NONE, UP, VOTES, LatestVote, counted, keep
 from schemas.voter_sketch import estimate, union_of
 from spanner_store.database import MUTATION_BUDGET
 from spanner_store.tables import timestamp_micros, vote_key
-from spanner_store.votes import StoredVote, batch_cost, plan_batches, plan_vote_changes
+from spanner_store.vote_rows import StoredVote
+from spanner_writes.votes import batch_cost, plan_batches, plan_vote_changes
 from transforms.vote_states import MergeLatestVotes
 
 HOUR = 1_795_312_800

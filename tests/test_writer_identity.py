@@ -18,10 +18,10 @@ from google.cloud import spanner
 from pipeline.streaming import claim_writer
 from schemas.counters import Counts
 from schemas.records import CounterSums, PostHour
-from spanner_store.reads import exact_counts
+from spanner_reads.reads import exact_counts
 from schemas.delta_ids import FIRST_KEY_FORMAT, KEY_FORMAT, shards_of_key, sum_shard, writer_identity
 from spanner_store.tables import DELTAS, WRITER_GENERATIONS, post_key
-from spanner_store.writers import claim_generation
+from spanner_writes.writers import claim_generation
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.parse_and_sum import ShardSums
 from transforms.windowing import WindowAndSumVotes

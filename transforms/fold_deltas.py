@@ -10,7 +10,7 @@
       -> RecordFoldRun (ChangesThrough: S, or less past the run's budget; the posts skipped)
 
 Why each step is exact (the snapshot, the cursor, the compare-and-set, concurrent and killed
-folds) is in `spanner_store.folding`, which holds every read and transaction used here. Shards
+folds) is in `spanner_writes.folding`, which holds every read and transaction used here. Shards
 and partitions are read in parallel on Dataflow.
 """
 from __future__ import annotations
@@ -27,12 +27,12 @@ from spanner_store.database import (
     DEFAULT_RETRY, MUTATION_BUDGET, is_transient, open_database, run_transaction, run_with_retries,
 )
 from spanner_store.delta_commits import SkippedPost
-from spanner_store.folding import (
+from spanner_writes.folding import (
     FoldKey, FoldOutcome, FoldPlan, PostFold, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps,
-    oldest_unfolded_commit, outlived_snapshot, plan_fold, plan_partitions, read_candidates, read_partition, read_shard_changes,
-    record_fold_run,
+    oldest_unfolded_commit, outlived_snapshot, plan_fold, plan_partitions, read_candidates, read_partition,
+    read_shard_changes, record_fold_run,
 )
-from spanner_store.reads import READ_CHUNK
+from spanner_store.unfolded import READ_CHUNK
 from spanner_store.tables import COMMIT_SHARDS, key_range
 
 LOG = logging.getLogger(__name__)

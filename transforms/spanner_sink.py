@@ -3,7 +3,7 @@
 Our own DoFn over google-cloud-spanner, because Beam's native spannerio is deprecated and
 fails the whole pipeline on any write error, and the cross-language one needs Java. The
 writes themselves (blind inserts, idempotent retries, commits planned within a mutation
-budget) are `spanner_store.deltas`; buffering a bundle's rows and deciding what a failure
+budget) are `spanner_writes.deltas`; buffering a bundle's rows and deciding what a failure
 means are the buffered sinks' one skeleton (transforms/buffered_sink.py): transient errors
 are retried and then raised for the runner to retry the bundle (the deterministic keys make
 that safe), a database whose schema is behind this code is waited for, and rows that can
@@ -18,7 +18,7 @@ from apache_beam.metrics import Metrics
 
 from schemas.records import FailedDelta, PostDelta
 from spanner_store.database import RetryPolicy, open_database
-from spanner_store.deltas import WriteResult, plan_commits, write_new_deltas
+from spanner_writes.deltas import WriteResult, plan_commits, write_new_deltas
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
 
 

@@ -1,5 +1,5 @@
 """ApplyVoteStates: each pane's latest vote states applied to Spanner with the counts they move,
-one read-write transaction per batch (spanner_store/votes.py says why that is exact at every crash
+one read-write transaction per batch (spanner_writes/votes.py says why that is exact at every crash
 point, and why no hot row is read or locked).
 
 A bundle's states are merged to the latest per (post, user) (two panes of one key in one bundle
@@ -18,7 +18,7 @@ from apache_beam.metrics import Metrics
 from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import LatestVote, keep_latest
 from spanner_store.database import RetryPolicy, open_database
-from spanner_store.votes import KnownPosts, VoteChanges, apply_vote_states, plan_batches
+from spanner_writes.votes import KnownPosts, VoteChanges, apply_vote_states, plan_batches
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
 from transforms.parse_and_sum import ShardVotes
 
@@ -63,7 +63,7 @@ class ApplyVoteStatesFn(BufferedSinkFn[tuple[int, ShardVotes], States, States, F
     def setup(self) -> None:
         self._database = open_database(*self._where)
         # The posts this worker's transactions made sure have a Posts row: their keys are not
-        # upserted again, so no transaction writes (and locks) a hot post's row (spanner_store/votes.py).
+        # upserted again, so no transaction writes (and locks) a hot post's row (spanner_writes/votes.py).
         self._known_posts = KnownPosts()
 
     def _apply_once(self, batch: States) -> VoteChanges:

@@ -37,7 +37,7 @@ open; their panes and the new layout's then share a start and a pane index, and 
 end and the shard count they would share a key, the second taken as already written. The
 shard count travels in each element's grouping key (schemas/delta_ids.py shard_key) for the same
 reason: a window buffered under the old count fires under the new code. Generations claimed before
-this format keep the first one (spanner_store/writers.py), so an update never re-spells a
+this format keep the first one (spanner_writes/writers.py), so an update never re-spells a
 key already written.
 
 The trigger is Beam's default one, deliberately: one pane when the watermark passes the
@@ -176,7 +176,7 @@ class WindowAndSumVotes(beam.PTransform):
     one per post, event hour and pane of fixed windows.
 
     `writer` names this pipeline run (the job name and its launch generation, which an
-    update keeps: spanner_store/writers.py) so that deltas of different runs never share a key;
+    update keeps: spanner_writes/writers.py) so that deltas of different runs never share a key;
     `key_format` is the one its generation was claimed with.
     """
 

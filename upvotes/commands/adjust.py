@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanner_store.moderation import adjust, current_hour, list_adjustments
+    from upvotes.operations.moderation import adjust, current_hour, list_adjustments
 
     if args.list:
         for adjustment in list_adjustments(open_database_of(args), args.limit):

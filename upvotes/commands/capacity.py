@@ -130,9 +130,9 @@ def _assumption(given: float | None, flag: str, default: tuple[float, str]):
 def _sink_shape():
     from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
     from spanner_store.database import MUTATION_BUDGET
-    from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
-    from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
-    from spanner_store.votes import MUTATIONS_PER_VOTE
+    from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
+    from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
+    from spanner_writes.votes import MUTATIONS_PER_VOTE
     from upvotes.operations.capacity_model import SinkShape
 
     return SinkShape(
@@ -248,7 +248,7 @@ def report_lines(report) -> list[str]:
     lines += [
         "",
         "rows/s: rows written (delta and Votes rows, or counter rows: one per vote). Commits of this design are full",
-        "sink commits (rows per commit and the mutation budget of spanner_store.deltas), the vote states' read-write",
+        "sink commits (rows per commit and the mutation budget of spanner_writes.deltas), the vote states' read-write",
         "transactions and fold transactions; smaller bundles on Dataflow mean more, smaller commits. Spanner nodes:",
         "rows written / writes per node + rows read / reads per node, compute only (storage not counted). RMW and",
         "sharded counters run on app servers: no pipeline.",

@@ -90,8 +90,8 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
     """Replays the held dead letters; returns those still held (to release) and how many replays failed."""
     from schemas.records import PostDelta
     from spanner_store.database import run_with_retries
-    from spanner_store.deltas import write_new_deltas
-    from spanner_store.votes import apply_all_vote_states
+    from spanner_writes.deltas import write_new_deltas
+    from spanner_writes.votes import apply_all_vote_states
     from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay
 
     plan = plan_replay(held, corrected)

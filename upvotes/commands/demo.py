@@ -104,7 +104,7 @@ def _best_read_modify_write(database, seconds: float):
 
 def _wait_until_ready(database, topic_path: str, stream, log_path: Path) -> None:
     """Publishes one vote and waits until it is counted: the pipeline is up and reading."""
-    from spanner_store.reads import exact_counts
+    from spanner_reads.reads import exact_counts
     from schemas.contract import event_message
     from upvotes.devtools.publishing import publish_messages
 
@@ -147,7 +147,8 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     from pipeline import fold
     from upvotes.devtools import baseline_counters
     from spanner_store.database import open_database
-    from spanner_store.reads import delta_row_counts, exact_counts, top_posts, verify_totals, verify_unique_voters
+    from spanner_reads.reads import exact_counts, top_posts
+    from upvotes.devtools.verification import delta_row_counts, verify_totals, verify_unique_voters
     from upvotes.devtools.race import race_pipeline
     from upvotes.devtools.workload import VoteStateWorkload, Workload
 

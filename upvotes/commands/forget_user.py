@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanner_store.forget_user import RequestIdInUse, forget_user
+    from upvotes.operations.forget_user import RequestIdInUse, forget_user
 
     request_id = adjustment_id_of(args)
     reason, actor = required_reason(args), actor_of(args)

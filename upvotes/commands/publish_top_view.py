@@ -5,7 +5,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from spanner_store.views import DEFAULT_BATCH_ROWS, DEFAULT_K, DEFAULT_KEEP_VERSIONS_S, DEFAULT_VIEW
+from spanner_reads.views import DEFAULT_BATCH_ROWS, DEFAULT_K, DEFAULT_KEEP_VERSIONS_S, DEFAULT_VIEW
 from upvotes.argument_types import non_negative_float, positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Publishes one version; prints its report as one JSON line."""
-    from spanner_store.views import publish_top_view
+    from spanner_reads.views import publish_top_view
 
     result = publish_top_view(open_database_of(args), k=args.k, view=args.view, batch_rows=args.batch_rows,
                               keep_versions_for_s=args.keep_versions_seconds)

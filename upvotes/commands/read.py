@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     {"post_id", "hour", one field per counter}, per post in the order given, hours ascending;
     with --unique, "unique_voters" too; with --user, that user's vote on each post, in the
     order given (upvotes/serving/user_votes.py)."""
-    from spanner_store.hourly import hour_text, hourly_counts
-    from spanner_store.reads import exact_counts
+    from spanner_reads.hourly import hour_text, hourly_counts
+    from spanner_reads.reads import exact_counts
 
     if args.user is not None and (args.hourly or args.unique):
         raise UsageError("--user prints votes, not counts: it takes neither --hourly nor --unique")
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_votes(database, user: str, post_ids: list[str]) -> None:
     """One JSON line per post: `user`'s vote on it, one strong read each."""
-    from spanner_store.votes import vote_of
+    from spanner_reads.my_votes import vote_of
     from upvotes.serving.user_votes import vote_json
 
     for post_id in post_ids:

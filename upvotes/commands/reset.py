@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanner_store.moderation import reset
+    from upvotes.operations.moderation import reset
 
     result = reset(open_database_of(args), adjustment_id_of(args), args.post_id, required_reason(args), actor_of(args))
     print_result(result)

@@ -59,7 +59,7 @@ def _path(project: str, name: str) -> str:
 
 
 def kept_subscription(args: argparse.Namespace, watched: dict[str, str]) -> str | None:
-    from spanner_store.watches import DEAD_LETTER_SUBSCRIPTION
+    from upvotes.operations.watches import DEAD_LETTER_SUBSCRIPTION
 
     if args.subscription:
         return _path(args.project, args.subscription)
@@ -69,7 +69,7 @@ def kept_subscription(args: argparse.Namespace, watched: dict[str, str]) -> str 
 
 
 def votes_subscription(args: argparse.Namespace, watched: dict[str, str]) -> str | None:
-    from spanner_store.watches import VOTES_SUBSCRIPTION
+    from upvotes.operations.watches import VOTES_SUBSCRIPTION
 
     return _path(args.project, args.votes_subscription) if args.votes_subscription else watched.get(VOTES_SUBSCRIPTION)
 
@@ -78,7 +78,7 @@ def _recorded(database) -> tuple[dict[str, str], str | None]:
     """What provision recorded, or why it cannot be known."""
     from google.api_core import exceptions
 
-    from spanner_store import watches
+    from upvotes.operations import watches
 
     try:
         return watches.recorded(database), None
@@ -119,8 +119,8 @@ def _checked(what: str, flag: str, name: str | None, read: Callable[[str], T],
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanner_store.health import delta_health
-    from spanner_store.liveness import read_last_delta_commit
+    from spanner_reads.health import delta_health
+    from spanner_reads.liveness import read_last_delta_commit
     from upvotes.operations.backlog import read_backlog
     from upvotes.operations.late_votes import read_late_votes
     from upvotes.operations.status import (

@@ -8,8 +8,8 @@ import sys
 import time
 
 from schemas.counters import NAMES
-from spanner_store.fresh_top import DEFAULT_EXTRA
-from spanner_store.views import DEFAULT_VIEW
+from spanner_reads.fresh_top import DEFAULT_EXTRA
+from spanner_reads.views import DEFAULT_VIEW
 from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.commands.errors import UsageError
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.version is not None or args.page is not None:
         return _print_page(args)
-    from spanner_store.fresh_top import fresh_top
+    from spanner_reads.fresh_top import fresh_top
 
     if args.n < 1 or args.extra < 0:
         raise UsageError("-n must be at least 1 and --extra at least 0")
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_page(args: argparse.Namespace) -> int:
     """One page of a view as JSON lines (version, rank, post_id, one field per counter)."""
-    from spanner_store.views import read_top_page
+    from spanner_reads.views import read_top_page
 
     top = read_top_page(open_database_of(args), args.version, args.page or 1, args.page_size, view=args.view)
     age = "never folded" if top.folded_through is None else f"folded through {top.folded_through.isoformat()}"

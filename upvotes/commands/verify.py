@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanner_store.reads import verify_totals, verify_unique_voters
+    from upvotes.devtools.verification import verify_totals, verify_unique_voters
     from upvotes.devtools.ledger import Ledger
 
     try:

@@ -18,7 +18,7 @@ from typing import Callable
 
 from upvotes.devtools import baseline_counters
 from spanner_store.database import RetryPolicy, run_transaction, run_with_retries
-from spanner_store.reads import verify_totals
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import PublishReport, publish_workload

@@ -1,2 +1,2 @@
 """Operator tools: the health status, the Pub/Sub backlog, dead-letter re-drive and the
-capacity model. Moderation's storage side is spanner_store/moderation.py."""
+capacity model. Moderation's storage side is upvotes/operations/moderation.py."""

@@ -1,7 +1,7 @@
 """How long votes have waited unread: the age of a subscription's oldest unacknowledged message.
 
 A stream that died silently leaves its subscription filling up; `upvotes status` reads this
-beside the last delta commit (spanner_store/liveness.py) and crosses a threshold when votes
+beside the last delta commit (spanner_reads/liveness.py) and crosses a threshold when votes
 wait too long.
 
 - On Google Cloud: the Cloud Monitoring metric

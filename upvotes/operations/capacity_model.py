@@ -20,10 +20,10 @@ The number of posts in the catalogue is not a term: only the posts voted on in t
 
 Vote states (one vote per user, schemas/vote_states.py). A `state_fraction` of the votes are
 vote-state events, which cannot be blind writes: the sink applies them in read-write transactions
-of up to rows_per_commit states (spanner_store/votes.py), each reading the stored state of every
+of up to rows_per_commit states (spanner_writes/votes.py), each reading the stored state of every
 user in it and writing the later ones to their Votes rows, with one delta row per post it moves
 (`state_writes`). So every state costs one Votes row written and two keys read (its stored state,
-and its user's erasures, spanner_store/forget_user.py, which are almost always none): merging in a window
+and its user's erasures, upvotes/operations/forget_user.py, which are almost always none): merging in a window
 only drops a user's own repeats, and no batching removes a row that is one per (post, user).
 Those rows, not the deltas, set the Spanner nodes vote states need, at Google's published rate
 per node for plain writes or for throughput-optimized ones (commits batched by max_commit_delay).
@@ -91,7 +91,7 @@ class SinkShape:
     posts_per_fold_commit: int
     fold_mutations_per_post: int
     fold_mutations_per_hour: int
-    mutations_per_vote: int  # a vote state's Votes row (spanner_store.votes.MUTATIONS_PER_VOTE)
+    mutations_per_vote: int  # a vote state's Votes row (spanner_writes.votes.MUTATIONS_PER_VOTE)
     rmw_mutations_per_commit: int = 2  # (counter key, count): bench.hot_post's counter rows
 
 
@@ -227,7 +227,7 @@ def state_writes(popularity: Popularity, workload: Workload, shape: SinkShape, a
     """The vote-state events' Votes rows, reads, transactions and delta rows. A transaction's states
     are votes drawn from the workload's popularity, so it writes a delta row for each post among them
     (`expected_touched`). It upserts a post's Posts key only the first time its worker meets the post
-    (spanner_store.votes.KnownPosts), so no hot row is written per transaction; the mutations count a
+    (spanner_writes.votes.KnownPosts), so no hot row is written per transaction; the mutations count a
     parent per delta row all the same, as a bound."""
     votes = workload.votes_per_s * workload.state_fraction
     transactions = votes / shape.rows_per_commit

@@ -15,10 +15,10 @@ replay writes through the pipeline's own idempotent paths, so a replay that is r
 between a write and its acknowledgement, or handed a letter redelivered after its deadline counts
 each vote once:
 
-- a delta row is re-written through the sink's own path (spanner_store.deltas.write_new_deltas):
+- a delta row is re-written through the sink's own path (spanner_writes.deltas.write_new_deltas):
   its key is the one the pipeline gave it, so a second write finds it and writes nothing;
 - vote states are applied through the vote-state sink's own path
-  (spanner_store.votes.apply_all_vote_states): each is applied against the stored state, so a
+  (spanner_writes.votes.apply_all_vote_states): each is applied against the stored state, so a
   second application moves nothing;
 - a rejected vote is replaced by its corrected line from a JSON-lines file, matched by the
   rejected line's own identity (`DeadLetter.identity`: the line's event_id, or "@<message

@@ -140,8 +140,8 @@ def provision(
 
 def record_watches(res: Resources, log: Callable[[str], None]) -> None:
     """Records in the database the topics and subscriptions `upvotes status` must watch
-    (spanner_store/watches.py), so that it checks them without being told."""
-    from spanner_store import watches
+    (upvotes/operations/watches.py), so that it checks them without being told."""
+    from upvotes.operations import watches
 
     watched = {
         watches.VOTES_TOPIC: res.topic_path(res.topic),

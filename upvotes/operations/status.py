@@ -1,16 +1,16 @@
 """`upvotes status`: the health of a deployment as one report, and whether it crosses a threshold.
 
-What it reads (spanner_store/health.py), in one strong read-only snapshot: the fold cursor
+What it reads (spanner_reads/health.py), in one strong read-only snapshot: the fold cursor
 (the FoldRuns row with the largest ChangesThrough, and its skipped posts), the DeltaCommits rows
 committed since the cursor or the last 10 minutes, whichever is older, and for the posts those
 rows name, their watermarks and unfolded deltas; with a dead-letter topic, up to
 `--dead-letter-limit` messages of its kept subscription, pulled and released unacknowledged.
 Its cost follows what is unfolded and recent, not the number of posts (`rows_read` says how much).
 And whether the stream runs (`liveness_report`): the last delta commit
-(spanner_store/liveness.py) and the age of the votes subscription's oldest unacknowledged message
+(spanner_reads/liveness.py) and the age of the votes subscription's oldest unacknowledged message
 (upvotes/operations/backlog.py). And the votes that arrived late, from the streaming job's lateness
 counters (upvotes/operations/late_votes.py). The subscriptions are those `upvotes provision` recorded
-(spanner_store/watches.py) unless flags name others; a check that cannot be made is a problem,
+(upvotes/operations/watches.py) unless flags name others; a check that cannot be made is a problem,
 never healthy.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from spanner_store.health import DeltaHealth
+from spanner_reads.health import DeltaHealth
 from upvotes.operations.backlog import Backlog
 from upvotes.operations.late_votes import DEFAULT_MAX_LATE_VOTES, LateVotes
 from spanner_store.tables import DELTA_RETENTION_DAYS

@@ -20,7 +20,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from schemas.contract import MAX_ABS_DELTA
-from spanner_store.counts_reader import DEFAULT_REFRESH_S
+from spanner_reads.counts_reader import DEFAULT_REFRESH_S
 from upvotes.argument_types import non_negative_float, positive_float
 
 # Loopback names a browser on this machine may use; the bind address and --allowed-host add to them.

@@ -18,7 +18,7 @@ validated vote publishing, on FastAPI + uvicorn.
     GET  /                          the live page (upvotes/serving/live_page.py), with its session cookie
     GET  /live-page.js, .css        its script and style
 
-Reads go through one spanner_store.counts_reader.CountsReader per process, so a hot post
+Reads go through one spanner_reads.counts_reader.CountsReader per process, so a hot post
 costs at most one Spanner read per refresh interval however many viewers ask. A user's vote
 is one strong point read (upvotes/serving/user_votes.py). Its route is declared before the
 counts route, whose post ID may hold "/": the path is split at its LAST "/votes/", so the
@@ -85,7 +85,7 @@ from schemas.contract import (
     MAX_ID_CHARS, MAX_POST_ID_CHARS, NDJSON, events_message, parse_message, parse_vote, reason_of,
 )
 from schemas.records import Rejected, VoteEvent, VoteState
-from spanner_store.counts_reader import DEFAULT_REFRESH_S, CountsReader
+from spanner_reads.counts_reader import CountsReader, DEFAULT_REFRESH_S
 from upvotes.serving.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
 from upvotes.serving.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
 from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused

@@ -8,7 +8,7 @@ the user ever voted:
 
 A user who never voted on the post answers "vote": "none" with `voted_at`, `event_id` and
 `applied_at` null; a user who took a vote back answers "none" with the time of that event.
-The vote is the one the stream has applied (the Votes table, spanner_store/votes.py): a vote
+The vote is the one the stream has applied (the Votes table, spanner_writes/votes.py): a vote
 just published shows once its window is written, a few seconds later.
 
 No FastAPI here: the CLI imports this module without the `serve` extra.
@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from schemas.vote_states import NONE
-from spanner_store.votes import StoredVote, vote_of
+from spanner_reads.my_votes import vote_of
+from spanner_store.vote_rows import StoredVote
 
 
 class VoteReader(Protocol):

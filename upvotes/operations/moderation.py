@@ -1,5 +1,5 @@
 """Moderation: audited compensating deltas (`upvotes adjust`) and resets to zero (`upvotes reset`);
-the same audit table records each `upvotes forget-user` request (spanner_store/forget_user.py).
+the same audit table records each `upvotes forget-user` request (upvotes/operations/forget_user.py).
 
 Counts are never edited in place: a correction is one more delta row, so the exact reads,
 the hourly reads and the fold treat it like any vote, and the streaming sink and the fold
@@ -30,8 +30,8 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, read_timestamp, run_with_retries
-from spanner_store.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
-from spanner_store.hourly import HourCount, hourly_counts_in
+from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
+from spanner_reads.hourly import HourCount, hourly_counts_in
 from schemas.counters import Counts, total
 from schemas.delta_ids import adjustment_delta_id
 from schemas.records import CounterSums, PostDelta
@@ -41,7 +41,7 @@ from spanner_store.tables import (
 
 ADJUST = "adjust"
 RESET = "reset"
-FORGET_USER = "forget_user"  # `upvotes forget-user` (spanner_store/forget_user.py): its request, no delta of its own
+FORGET_USER = "forget_user"  # `upvotes forget-user` (upvotes/operations/forget_user.py): its request, no delta of its own
 LIST_ADJUSTMENTS_SQL = f"""SELECT {", ".join(ADJUSTMENT_COLUMNS)}
 FROM Adjustments ORDER BY CreatedAt DESC LIMIT @limit"""
 

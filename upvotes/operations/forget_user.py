@@ -1,7 +1,7 @@
 """Erasure requests (`upvotes forget-user`): every vote of one user retracted, now and in flight.
 
 A retraction is a "none" state (schemas/vote_states.py) applied through the vote-state sink's own
-path (spanner_store.votes.apply_all_vote_states), not a compensating delta: each one moves the
+path (spanner_writes.votes.apply_all_vote_states), not a compensating delta: each one moves the
 count the user's stored vote made, in that vote's hour, in the same read-write transaction that
 writes the "none" row, so the exact reads, the hourly counts, the fold and the fresh top see an
 ordinary vote-state change, and a stream applying the same user's events at the same time is
@@ -61,9 +61,11 @@ from schemas.counters import Counts
 from schemas.records import PostUser, hour_of_us
 from schemas.vote_states import NONE, Erasure, LatestVote, counted
 from spanner_store.database import commit_mutations, run_with_retries
-from spanner_store.moderation import FORGET_USER, Adjustment, adjustment_of, record
+from upvotes.operations.moderation import Adjustment, FORGET_USER, adjustment_of, record
 from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, micros_timestamp, timestamp_micros, user_hash
-from spanner_store.votes import StoredVote, apply_all_vote_states, erasure, votes_of_user
+from spanner_reads.my_votes import votes_of_user
+from spanner_store.vote_rows import StoredVote, erasure
+from spanner_writes.votes import apply_all_vote_states
 
 
 def utc_now() -> datetime:

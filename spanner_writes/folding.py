@@ -62,7 +62,7 @@ compare-and-set, so they are not folded twice); late writers (a commit whose tim
 after S_R, however late its writer's clock or commit, is after C_R, in the next run's range; one
 at or before S_R is visible at S_R). Duplicate DeltaCommits rows (a retried write) only repeat a
 candidate. The one requirement is on writers: every commit of PostDeltas rows carries its
-DeltaCommits row. Every writer here does (spanner_store.deltas.write_deltas, moderation); a
+DeltaCommits row. Every writer here does (spanner_writes.deltas.write_deltas, moderation); a
 writer of an older version (before the log) does not, which is why a database without a
 cursor is scanned in full, and why the stream is updated before the first fold (docs/operating.md,
 "Migrating a database").
@@ -86,7 +86,7 @@ from schemas.counters import Counts
 from schemas.records import CounterSums
 from schemas.voter_sketch import union_of
 from spanner_store.mutation_cost import insert_cost, update_cost
-from spanner_store.reads import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
+from spanner_store.unfolded import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 from spanner_store.tables import (
     COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS,

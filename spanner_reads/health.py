@@ -1,7 +1,7 @@
 """How far behind the fold is, and how much the writers write: what `upvotes status` reports.
 
 Read in one strong read-only snapshot, from the same structure the fold follows
-(spanner_store/delta_commits.py, the exactness argument in spanner_store/folding.py):
+(spanner_store/delta_commits.py, the exactness argument in spanner_writes/folding.py):
 
 1. the cursor: the finished fold run with the largest ChangesThrough C, and the posts it skipped;
 2. the DeltaCommits rows committed after min(C, now - recent window), a seek per shard: the
@@ -27,7 +27,8 @@ from google.cloud import spanner
 
 from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import fold_cursor, read_changes
-from spanner_store.reads import READ_CHUNK, last_fold_snapshot, read_unfolded
+from spanner_reads.reads import last_fold_snapshot
+from spanner_store.unfolded import READ_CHUNK, read_unfolded
 from spanner_store.tables import POSTS, WATERMARK_COLUMNS, PostKey, post_key
 
 RECENT_WINDOW = timedelta(minutes=10)

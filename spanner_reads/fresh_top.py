@@ -18,7 +18,7 @@ folded upvotes <= F (it is not in the folded top K+m of the same snapshot), and 
 its unfolded deltas was committed after C (the cursor run vouches that every delta committed
 at or before C is folded, except those of the posts it skipped, which are considered; a run's
 snapshot S is not that bound: a run that reached its budget vouches only up to its
-ChangesThrough < S, see spanner_store/folding.py) in a commit whose candidate row does not
+ChangesThrough < S, see spanner_writes/folding.py) in a commit whose candidate row does not
 list p, so that delta adds at most that row's Threshold. Hence every post left out has exact upvotes <= F + T =: bound. The answer is
 certified exact (`exact=True`) when the index held fewer than K+m posts (then every post
 was considered) or when the K-th post's exact upvotes >= bound (ties at the boundary may be
@@ -34,7 +34,7 @@ from schemas import post_hash
 from schemas.records import PostTotals
 from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import fold_cursor
-from spanner_store.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
+from spanner_reads.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
 from spanner_store.top_candidates import candidates_since
 
 # m: folded posts read beyond K, so that posts falling back can be replaced by the next ones.

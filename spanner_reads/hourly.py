@@ -7,7 +7,7 @@ inside PostHourlyCounts (committed at or before the hourly watermark) or among t
 deltas committed after it, never both and never neither. `hourly_counts` reads both sides
 in one read-only snapshot and sums them per event hour, which is exact even while a fold
 commits, and also while a post too large for one commit is folded in several (its hourly
-watermark then runs ahead of FoldedThrough; the totals of spanner_store.reads use
+watermark then runs ahead of FoldedThrough; the totals of spanner_reads.reads use
 FoldedThrough and are exact on their own).
 
 The event hour is the one the vote claims (its event_time), unless that is older than the
@@ -16,7 +16,7 @@ such a vote is counted in the hour it was ingested (see schemas.contract.event_h
 
 Both sides are key-range reads within the post's rows: PostHourlyCounts is keyed by
 (PostHash, PostId, EventHour DESC) (one row per hour the post was voted in), and the
-unfolded deltas come from the interleaved PostDeltasByCommit index as spanner_store.reads reads
+unfolded deltas come from the interleaved PostDeltasByCommit index as spanner_reads.reads reads
 them, so old, folded deltas are never touched.
 
 Hours are the event-time buckets of the pipeline: an hour is reported when it overlaps
@@ -33,7 +33,7 @@ from google.cloud import spanner
 
 from schemas.counters import Counts
 from schemas.voter_sketch import estimate, union_of
-from spanner_store.reads import hour_sums_of, hourly_watermark, read_unfolded
+from spanner_store.unfolded import hour_sums_of, hourly_watermark, read_unfolded
 from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, post_key
 
 

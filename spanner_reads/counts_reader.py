@@ -1,0 +1,188 @@
+"""CountsReader: exact counts for app servers, with reads that do not grow with viewers.
+
+An exact read costs two Spanner reads on the post's split (the Posts row and the post's
+unfolded delta range), so a viral post read by 10,000 viewers a second would be a read
+hotspot. A CountsReader, one per process, answers from a per-process cache instead:
+
+- Each post's count is read from Spanner at most once per `refresh_s` (per process),
+  however many threads ask: the first caller to find a post missing or expired reads it
+  (*single flight*); every concurrent caller for that post waits for that one read.
+- `get_many` reads all the posts it has to load in one snapshot (one batched read).
+- `staleness_s > 0` reads at an exact staleness (a snapshot that old, which any replica
+  that has caught up can serve without asking the leader); 0 reads strong.
+- Every answer carries `as_of`: the Spanner timestamp its snapshot read at. An answer is
+  at most `staleness_s + refresh_s` (plus one read's duration) older than the moment it is
+  returned.
+- `get(post_id, unique=True)` adds the post's unique voters, from the same snapshot; those
+  answers have a cache of their own, so plain reads never carry the sketches' bytes.
+- `top(n)` is `spanner_reads.fresh_top.fresh_top`, cached and single-flighted the same way.
+
+The clock (monotonic seconds) is injectable, so tests move time instead of sleeping.
+Thread-safe; meant for thread-pool servers (FastAPI runs plain `def` routes in threads).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable, Generic, Hashable, Iterable, NamedTuple, TypeVar
+
+from schemas.counters import Counts
+from schemas.records import PostTotals
+from spanner_store.database import read_timestamp
+from spanner_reads.fresh_top import DEFAULT_EXTRA, FreshTop, fresh_top
+from spanner_reads.reads import counts_in_snapshot
+
+T = TypeVar("T")
+DEFAULT_REFRESH_S = 1.0
+DEFAULT_MAX_POSTS = 100_000  # cached posts per process; the least recently used go first
+
+
+class PostCount(NamedTuple):
+    """One post's exact counts (a PostTotals) and the Spanner timestamp they were read at."""
+
+    post_id: str
+    counts: Counts
+    as_of: datetime
+    unique_voters: int | None = None  # distinct upvoters, when asked for (schemas/voter_sketch.py)
+
+    @classmethod
+    def of(cls, totals: PostTotals, as_of: datetime) -> PostCount:
+        return cls(totals.post_id, totals.counts, as_of, totals.unique_voters)
+
+    @property
+    def totals(self) -> PostTotals:
+        return PostTotals(self.post_id, self.counts, self.unique_voters)
+
+    def to_json(self) -> dict:
+        """{"post_id", one field per counter, "as_of"[, "unique_voters"]}: what the service answers
+        (PostTotals.to_json with the time)."""
+        return self.totals.to_json(self.as_of)
+
+
+@dataclass
+class _Flight(Generic[T]):
+    """One load in progress: the callers that find it wait for its result."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    value: T | None = None
+    error: BaseException | None = None
+
+
+class _SingleFlightCache(Generic[T]):
+    """Values by key, each loaded at most once per `refresh_s`; loads of many keys are batched."""
+
+    def __init__(self, refresh_s: float, max_entries: int, clock: Callable[[], float]) -> None:
+        self._refresh_s = refresh_s
+        self._max_entries = max_entries
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, tuple[float, T]] = OrderedDict()
+        self._flights: dict[Hashable, _Flight[T]] = {}
+
+    def get_many(self, keys: list[Hashable], load: Callable[[list[Hashable]], dict[Hashable, T]]) -> dict[Hashable, T]:
+        found: dict[Hashable, T] = {}
+        waiting: dict[Hashable, _Flight[T]] = {}
+        mine: dict[Hashable, _Flight[T]] = {}
+        with self._lock:
+            now = self._clock()
+            for key in dict.fromkeys(keys):
+                entry = self._entries.get(key)
+                if entry is not None and now - entry[0] < self._refresh_s:
+                    self._entries.move_to_end(key)
+                    found[key] = entry[1]
+                elif key in self._flights:
+                    waiting[key] = self._flights[key]
+                else:
+                    mine[key] = self._flights[key] = _Flight()
+        if mine:
+            self._load(mine, load)
+        for key, flight in {**mine, **waiting}.items():
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            found[key] = flight.value
+        return found
+
+    def _load(self, flights: dict[Hashable, _Flight[T]], load: Callable[[list[Hashable]], dict[Hashable, T]]) -> None:
+        try:
+            values = load(list(flights))
+            error = None
+        except Exception as failure:  # noqa: BLE001 - handed to every waiter, then raised
+            values, error = {}, failure
+        with self._lock:
+            now = self._clock()
+            for key, flight in flights.items():
+                del self._flights[key]
+                if error is None:
+                    flight.value = values[key]
+                    self._entries[key] = (now, values[key])
+                    self._entries.move_to_end(key)
+                else:
+                    flight.error = error
+                flight.done.set()
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+
+
+class CountsReader:
+    """Exact counts and fresh top posts for app servers (see the module docstring).
+
+    `spanner_reads` counts the snapshots this reader has opened: one per batched load of
+    counts, one per load of a top-n ranking.
+    """
+
+    def __init__(self, database, staleness_s: float = 0.0, refresh_s: float = DEFAULT_REFRESH_S,
+                 max_posts: int = DEFAULT_MAX_POSTS, top_extra: int = DEFAULT_EXTRA,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if staleness_s < 0 or refresh_s < 0 or max_posts < 1:
+            raise ValueError("staleness_s and refresh_s must be >= 0 and max_posts >= 1")
+        self._database = database
+        self.staleness_s = staleness_s
+        self.refresh_s = refresh_s
+        self._top_extra = top_extra
+        self._counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
+        self._unique_counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
+        self._tops: _SingleFlightCache[FreshTop] = _SingleFlightCache(refresh_s, 64, clock)
+        self._reads_lock = threading.Lock()
+        self.spanner_reads = 0
+
+    def get(self, post_id: str, unique: bool = False) -> PostCount:
+        """One post's exact counts (and with `unique` its unique voters); a post never voted
+        on reads as zeros."""
+        return self.get_many([post_id], unique)[0]
+
+    def get_many(self, post_ids: Iterable[str], unique: bool = False) -> list[PostCount]:
+        """Exact counts of these posts, in the order asked (duplicates answered once each)."""
+        wanted = list(post_ids)
+        if unique:
+            found = self._unique_counts.get_many(wanted, lambda keys: self._load_counts(keys, unique=True))
+        else:
+            found = self._counts.get_many(wanted, self._load_counts)
+        return [found[p] for p in wanted]
+
+    def top(self, n: int = 10) -> FreshTop:
+        """The top `n` posts by exact upvotes, with whether the ranking is certified exact."""
+        return self._tops.get_many([n], lambda keys: {keys[0]: self._load_top(keys[0])})[n]
+
+    def _snapshot(self):
+        self._count_read()
+        if self.staleness_s > 0:
+            return self._database.snapshot(multi_use=True, exact_staleness=timedelta(seconds=self.staleness_s))
+        return self._database.snapshot(multi_use=True)
+
+    def _count_read(self) -> None:
+        with self._reads_lock:
+            self.spanner_reads += 1
+
+    def _load_counts(self, post_ids: list[str], unique: bool = False) -> dict[str, PostCount]:
+        with self._snapshot() as snapshot:
+            totals = counts_in_snapshot(snapshot, post_ids, unique)
+            as_of = read_timestamp(snapshot)
+        return {t.post_id: PostCount.of(t, as_of) for t in totals}
+
+    def _load_top(self, n: int) -> FreshTop:
+        self._count_read()
+        return fresh_top(self._database, n, self._top_extra, self.staleness_s)

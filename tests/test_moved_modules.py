@@ -1,0 +1,29 @@
+"""The documented names of modules that moved (CHANGELOG.md) still import from their old paths,
+each with a DeprecationWarning naming the new one, and are the very same objects."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+MOVED = {
+    ("spanner_store.reads", "exact_counts"): "spanner_reads.reads",
+    ("spanner_store.reads", "top_posts"): "spanner_reads.reads",
+    ("spanner_store.reads", "verify_totals"): "upvotes.devtools.verification",
+    ("spanner_store.counts_reader", "CountsReader"): "spanner_reads.counts_reader",
+    ("spanner_store.votes", "vote_of"): "spanner_reads.my_votes",
+    ("spanner_store.votes", "StoredVote"): "spanner_store.vote_rows",
+}
+
+
+@pytest.mark.parametrize(("old", "name"), list(MOVED))
+def test_an_old_path_still_imports_and_warns_with_the_new_one(old: str, name: str) -> None:
+    new = MOVED[old, name]
+    with pytest.warns(DeprecationWarning, match=f"{old}.{name} is deprecated: import it from {new}"):
+        found = getattr(importlib.import_module(old), name)
+    assert found is getattr(importlib.import_module(new), name)
+
+
+def test_a_name_that_never_was_there_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'write_deltas'"):
+        importlib.import_module("spanner_store.reads").write_deltas  # noqa: B018
