@@ -5,7 +5,9 @@ a fresh database, runs every benchmark in a process of its own (so each one's pe
 is its own) and writes `bench/results/latest.json` and `latest.png`. Every figure is a
 ratio against a baseline measured in the same invocation, on the same machine.
 
-Modules, one per benchmark:
+Modules, one per benchmark, each owning its sizes, its markdown section (named after it in
+latest.md), its targets and its chart panels (`BENCHMARK`, a `bench.benchmark.Benchmark`);
+`registry` lists them in the order they run. Among them:
 
 - `hot_post`: one post receiving many votes: read-modify-write, sharded counters, this
   project's chain and sink fed from memory, and end to end through Pub/Sub.
@@ -18,7 +20,8 @@ Modules, one per benchmark:
 - `write_back`: the seed's fourth approach, a write-back cache on a real redis-server, raced
   beside the pipeline on the same burst, and what a SIGKILL of each process loses.
 
-Support: `config` (sizes), `machine`, `measure`, `stack` (emulators, databases, the
+Support: `benchmark` (what a benchmark module exports), `registry`, `config` (the race's sizes,
+a run's collection of every benchmark's sizes), `machine`, `measure`, `stack` (emulators, databases, the
 streaming subprocess, publishing), `feeds` (in-memory sources), `spanner_cost` (commits, mutations and emulator CPU per
 1,000 votes), `report`, `runner`.
 """

@@ -4,7 +4,7 @@ while the work stays the same, and what the change log costs the sink.
 One database grows through the catalogue sizes: posts are seeded straight into Posts (folded,
 nothing unfolded, commits of SEED_ROWS_PER_COMMIT rows within the 20,000-mutation budget). At
 each size the same work arrives `sizes.catalogue_rounds` times: WORK_DELTAS new delta rows over
-WORK_POSTS posts, written by the sink's own commit (spanner_store.deltas.write_deltas, so with its
+WORK_POSTS posts, written by the sink's own commit (spanner_writes.deltas.write_deltas, so with its
 DeltaCommits row). After each, as a user runs them (the installed `upvotes` command in a
 subprocess, timed whole: interpreter, imports, pipeline start; medians of the rounds, as the
 machine is shared):
@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.cloud import spanner
@@ -43,18 +44,18 @@ from google.cloud.spanner_v1 import Mutation
 from google.cloud.spanner_v1.batch import Batch
 
 import schemas
-from bench.config import Sizes
+from bench.benchmark import Benchmark, table, target
 from bench.stack import fresh_database
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, run_with_retries
-from spanner_store.deltas import add_delta_writes, write_deltas
+from spanner_writes.deltas import add_delta_writes, write_deltas
 from schemas.ddl import schema_model
 from upvotes.devtools.mutation_count import commit_mutation_count
-from spanner_store.reads import exact_counts
+from spanner_reads.reads import exact_counts
 from spanner_store.tables import DELTA_COMMITS, POST_COLUMNS, POSTS, post_key
 from schemas.ddl import ddl_object_name
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 
 WORK_DELTAS, WORK_POSTS = 1_000, 100
 # Posts rows (5 cells) and their PostsByUpvotes entries (5): 10 mutations a row, 20,000 a commit.
@@ -209,3 +210,68 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "full_scan_status_time_ratio": round(last["full_scan"]["status_s"] / first["full_scan"]["status_s"], 3),
         "sink_mutations_per_1k_votes": sink_cost(),
     }
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    catalogue_posts: tuple[int, ...]  # catalogue sizes, the same work at each
+    catalogue_rounds: int  # rounds of the work per size (medians of their timings)
+
+
+FULL = Sizes(catalogue_posts=(10_000, 100_000, 1_000_000), catalogue_rounds=3)
+QUICK = Sizes(catalogue_posts=(1_000, 10_000), catalogue_rounds=1)
+
+
+def targets(document: dict) -> list[dict]:
+    cc = document["benchmarks"]["catalogue_cost"]
+    first, last = cc["points"][0], cc["points"][-1]
+    span = f"{last['posts']:,} vs {first['posts']:,} posts"
+    sink = cc["sink_mutations_per_1k_votes"]
+    worst = max(shape["change_log_ratio"] for shape in sink.values())
+    return [
+        target(f"Fold of {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts, whole command: "
+               f"<= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
+               f"{cc['fold_time_ratio']:.2f}x ({last['fold_s']:.1f} s vs {first['fold_s']:.1f} s, {span}; rows read "
+               f"{first['fold_rows_read']:,} -> {last['fold_rows_read']:,}); full scan, same run: "
+               f"{cc['full_scan_fold_time_ratio']:.2f}x", cc["fold_time_ratio"] <= 1.5),
+        target(f"`upvotes status`, whole command: <= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
+               f"{cc['status_time_ratio']:.2f}x ({last['status_s']:.1f} s vs {first['status_s']:.1f} s; rows read "
+               f"{first['status_rows_read']:,} -> {last['status_rows_read']:,}); full scan, same run: "
+               f"{cc['full_scan_status_time_ratio']:.2f}x", cc["status_time_ratio"] <= 1.5),
+        target("Sink write cost of the change log: <= +20% mutations per 1,000 votes",
+               "; ".join(f"{name.replace('_', ' ')}: {shape['before']:,} -> {shape['change_log']:,} "
+                         f"({shape['change_log_ratio'] - 1:+.2%}; shard-led index instead: "
+                         f"{shape['shard_index_ratio'] - 1:+.1%})" for name, shape in sink.items()),
+               worst <= 1.2),
+    ]
+
+
+def markdown(document: dict) -> list[str]:
+    cc = document["benchmarks"]["catalogue_cost"]
+    rows = []
+    for p in cc["points"]:
+        scan = p["full_scan"]
+        rows.append([f"{p['posts']:,}", f"{p['fold_s']:.1f} / {p['fold_rows_read']:,}",
+                     f"{p['fold_idle_s']:.1f} / {p['fold_idle_rows_read']:,}",
+                     f"{p['status_s']:.1f} / {p['status_rows_read']:,}",
+                     f"{scan['fold_s']:.1f} / {scan['fold_rows_read']:,}",
+                     f"{scan['fold_idle_s']:.1f} / {scan['fold_idle_rows_read']:,}",
+                     f"{scan['status_s']:.1f} / {scan['status_rows_read']:,}", "yes" if p["exact"] else "NO"])
+    sink = cc["sink_mutations_per_1k_votes"]
+    return [
+        f"Catalogue cost: the same {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts at "
+        "each catalogue size (seconds of the whole command / rows read)",
+        table(["Posts", "fold", "fold, nothing to do", "status", "full-scan fold (baseline)",
+               "full-scan fold, nothing to do", "full-scan status", "Exact"], rows),
+        "Sink mutations per 1,000 votes (one vote per delta row), by the DDL mutation model: "
+        + "; ".join(f"{name.replace('_', ' ')}: before {s['before']:,}, with the change log {s['change_log']:,} "
+                    f"({s['change_log_ratio'] - 1:+.2%}), a shard-led index on PostDeltas instead {s['shard_index']:,} "
+                    f"({s['shard_index_ratio'] - 1:+.1%})" for name, s in sink.items()) + ".",
+    ]
+
+
+BENCHMARK = Benchmark(
+    name="catalogue_cost", title="What `upvotes fold` and `upvotes status` cost as the catalogue grows",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)

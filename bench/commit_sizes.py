@@ -1,4 +1,4 @@
-"""Benchmark: the largest Spanner commit each component builds, against the 80,000 limit.
+"""Benchmark commit_sizes: the largest Spanner commit each component builds, against the 80,000 limit.
 
 The emulator accepts commits of any size, so this is counted, not timed: every commit goes
 through upvotes.devtools.commit_meter (the real client, each commit's mutations counted from the DDL
@@ -23,25 +23,26 @@ commit of one window of the sink over `OTHER_POSTS` posts in arrival order, plan
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from google.cloud import spanner
 
-from bench.config import Sizes
+from bench.benchmark import Benchmark, table
 from bench.stack import fresh_database, run_fold
 from pipeline.params import FOLD_PARAMS, defaults
 from schemas import post_hash
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, run_with_retries
-from spanner_store.deltas import cut_commits, plan_commits, write_new_deltas
-from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
-from spanner_store.hourly import hourly_counts
-from spanner_store.reads import exact_counts
-from spanner_store.views import publish_top_view
+from spanner_writes.deltas import cut_commits, plan_commits, write_new_deltas
+from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
+from spanner_reads.hourly import hourly_counts
+from spanner_reads.reads import exact_counts
+from spanner_reads.views import publish_top_view
 from spanner_store.tables import POSTS, key_range, post_key
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 
 HOUR_2001 = 978_307_200
 ROWS_PER_COMMIT = 1_000  # the streaming default
@@ -57,8 +58,7 @@ def _measure(meter: CommitMeter, work) -> dict:
 
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
-    hours = 5_000 if sizes.name == "quick" else 20_000
-    window_rows = 2_000 if sizes.name == "quick" else 10_000
+    hours, window_rows = sizes.hours, sizes.window_rows
     database, fresh = fresh_database(res, f"{res.database}-cs")
     clock = [PostDelta.of("broken-clock", HOUR_2001 + 3600 * i, f"c:{i}", upvotes=1, events=1) for i in range(hours)]
     others = [PostDelta.of(f"p-{n}", HOUR_2001, f"o:{n}", upvotes=1 + n % 5, shares=n % 2, events=1) for n in range(OTHER_POSTS)]
@@ -155,3 +155,56 @@ def _folded_upvotes(database, post_ids: list[str]) -> dict[str, int]:
     keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
     with database.snapshot() as snapshot:
         return dict(snapshot.read(POSTS, columns=("PostId", "Upvotes"), keyset=keyset))
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    hours: int  # event hours of the one post whose commits are measured
+    window_rows: int  # delta rows of one window, for the commit shape
+
+
+FULL = Sizes(hours=20_000, window_rows=10_000)
+QUICK = Sizes(hours=5_000, window_rows=2_000)
+
+
+def markdown(document: dict) -> list[str]:
+    cs = document["benchmarks"]["commit_sizes"]
+    parts = [f"Largest commit (mutations, Spanner's limit {cs['limit']:,}; a post with "
+             f"{cs['hours']:,} event hours)", table(
+        ["Component", "Largest commit", "Share of the limit", "Commits"],
+        [[name, f"{c['largest_commit']:,}", f"{c['largest_commit'] / cs['limit']:.2f}", f"{c['commits']}"]
+         for name, c in cs["components"].items()]
+        + [["fold before issue 15 (one transaction per post, computed)", f"{cs['baseline_one_transaction_fold']:,}",
+            f"{cs['baseline_over_limit']:.2f}", "1"]],
+    )]
+    if "sink_commit_shape" in cs:
+        parts += [_commit_shape_section(cs["sink_commit_shape"], cs["fold_commit_shape"])]
+    return parts
+
+
+def _commit_shape_section(sink: dict, fold: dict) -> str:
+    """Key ranges per commit (a proxy for the splits a commit touches) of the sink and the fold,
+    against the same rows in arrival order, same run."""
+    rows = [[f"sink, one window of {sink['rows']:,} delta rows: {label}", f"{r['commits']}",
+             f"{r['key_ranges_per_commit']:.1f} / {r['key_ranges_largest']}", f"{r['mutations_per_commit']:,}"]
+            for label, r in (("arrival order (before issue 30)", sink["arrival_order_baseline"]),
+                             ("key order (plan_commits)", sink["key_order"]))]
+    before, after = fold["arrival_order_baseline"], fold["by_key_range"]
+    rows += [[f"fold of those {fold['posts']:,} posts: {label}", f"{r['commits']}",
+              f"{r['key_ranges_per_commit']:.1f} / {r['key_ranges_largest']}", mutations]
+             for label, r, mutations in (("transactions of the posts as met (before, computed)", before, "-"),
+                                         ("grouped by key range", after, f"{after['mutations_per_commit']:,}"))]
+    return ("Commit shape: distinct key ranges per commit (1/64 of the PostHash space, a proxy for the splits "
+            "a commit touches on real Spanner), same rows, same run:\n\n"
+            + table(["Commits", "Commits (n)", "Key ranges per commit (mean / largest)", "Mutations per commit"], rows)
+            + f"\n\nSink: {sink['key_order']['key_ranges_per_commit'] / sink['arrival_order_baseline']['key_ranges_per_commit']:.2f}x "
+              f"the ranges per commit; fold: {after['key_ranges_per_commit'] / before['key_ranges_per_commit']:.2f}x "
+              f"({after['commits']} transactions instead of {before['commits']}). "
+              + ("Exact." if sink["exact"] and fold["exact"] else "NOT EXACT."))
+
+
+BENCHMARK = Benchmark(
+    name="commit_sizes", title="The largest Spanner commit each component builds, against the 80,000 limit",
+    full=FULL, quick=QUICK, run=run, markdown=markdown)

@@ -1,4 +1,4 @@
-"""Benchmark: a fault soak. Every post must end exactly equal to the ledger.
+"""Benchmark fault_soak: a fault soak. Every post must end exactly equal to the ledger.
 
 A steady batched load (`fault_soak_rate` votes/s in batches of BATCH_SIZE, POSTS posts, user
 IDs, shares and un-votes) runs for `fault_soak_seconds`: three quarters published straight to
@@ -26,19 +26,20 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 from google.cloud import pubsub_v1
 
-from bench.config import Sizes
+from bench.benchmark import Benchmark, table, target
 from bench.stack import lost_and_doubled, run_fold, wait_until_ready, with_topics
 from spanner_store.database import open_database
-from spanner_store.reads import verify_totals
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools import local_stream
 from upvotes.devtools.emulators import PID_ENV_VARS, SPANNER, free_port
 from upvotes.devtools.ledger import Ledger
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from schemas.contract import batch_messages
 from upvotes.devtools.publishing import BATCH_SETTINGS
 from upvotes.devtools.workload import Workload, generate_events
@@ -332,3 +333,47 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "clean_fold_deltas": fold["deltas_folded"],
         "exact": exact,
     }
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    fault_soak_rate: int  # votes/s, batched
+    fault_soak_seconds: int
+
+
+FULL = Sizes(fault_soak_rate=2_000, fault_soak_seconds=120)
+QUICK = Sizes(fault_soak_rate=1_000, fault_soak_seconds=20)
+
+
+def targets(document: dict) -> list[dict]:
+    fs = document["benchmarks"]["fault_soak"]
+    kinds = {k: v for k, v in fs["faults"].items() if k != "folds_finished_before_the_kill"}
+    return [target(
+        "Fault soak: every post equal to the ledger (0 lost / 0 doubled) with folds killed, Spanner frozen, "
+        "the stream SIGTERMed and restarted, and `upvotes serve` restarted",
+        f"{fs['votes']:,} votes, {fs['faults_injected']} faults ("
+        + ", ".join(f"{k} {v}" for k, v in kinds.items()) + f"); lost {fs['lost']}, doubled {fs['doubled']}; "
+        + ("exact " + f"{fs['seconds_to_exact_after_the_load']:.0f} s after the load" if fs["exact"] else "NOT exact"),
+        fs["exact"] and all(kinds.values()) and fs["final_stop_exit_code"] == 0,
+    )]
+
+
+def markdown(document: dict) -> list[str]:
+    fs = document["benchmarks"]["fault_soak"]
+    load = fs["load"]
+    return [f"Fault soak: {load['votes_per_s']:,} votes/s for {load['seconds']:.0f} s in batches of "
+            f"{load['batch_size']} ({load['http_share']:.0%} through `upvotes serve`), {load['posts']} posts",
+            table(["Faults injected", "Votes", "Lost", "Doubled", "Seconds to exact after the load",
+                   "After a clean fold", "Stream drains (s, signal to exit)"],
+                  [[", ".join(f"{k.replace('_', ' ')} {v}" for k, v in fs["faults"].items()), f"{fs['votes']:,}",
+                    f"{fs['lost']}", f"{fs['doubled']}",
+                    "-" if fs["seconds_to_exact_after_the_load"] is None else f"{fs['seconds_to_exact_after_the_load']:.1f}",
+                    f"lost {fs['lost_after_fold']}, doubled {fs['doubled_after_fold']}",
+                    ", ".join(f"{d['seconds']:.1f}" for d in fs["drains"])]])]
+
+
+BENCHMARK = Benchmark(
+    name="fault_soak", title="A fault soak: folds killed, Spanner frozen, the stream and the service restarted",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)

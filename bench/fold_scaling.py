@@ -1,4 +1,4 @@
-"""Benchmark 4: fold time against the number of deltas; exact-read latency against the
+"""Benchmark fold_scaling: fold time against the number of deltas; exact-read latency against the
 number of old, folded deltas kept for a post.
 
 Fold: for each size, a fresh database gets that many deltas over FOLD_POSTS posts (a post's
@@ -9,7 +9,7 @@ start, snapshot, partitioning), reported beside the scaling exponent.
 
 Reads: one post accumulates 0, then 10,000, then 100,000 old deltas, each stage folded,
 plus 10 fresh unfolded deltas on top; at each stage, `reads` exact reads of that post,
-two kinds: spanner_store.reads.exact_counts as readers call it (a strong read-only snapshot:
+two kinds: spanner_reads.reads.exact_counts as readers call it (a strong read-only snapshot:
 the Posts row, then the index range of the post's unfolded deltas), and exact_counts on a
 handle whose snapshots read at an exact timestamp taken after the writes (on the emulator
 those do not slow down as commits accumulate). Reads that
@@ -23,17 +23,18 @@ one of 2,000 deltas for 200 posts, in the same fresh database.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.config import Sizes
+from bench.benchmark import Benchmark, p50_p99_ms, table, target
 from bench.measure import latency_summary, loglog_exponent, timed_calls
 from bench.stack import fresh_database, run_fold
-from spanner_store.folding import choose_snapshot
+from spanner_writes.folding import choose_snapshot
 from schemas.records import PostDelta
-from spanner_store.deltas import write_deltas
+from spanner_writes.deltas import write_deltas
 from spanner_store.database import run_with_retries
-from upvotes.devtools.provision import Resources
-from spanner_store.reads import exact_counts
+from upvotes.resources import Resources
+from spanner_reads.reads import exact_counts
 
 FOLD_POSTS = 1_000  # the scaling points: more deltas per post as they grow
 # One more fold over more posts: a run must fold every post, however many.
@@ -159,3 +160,85 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "read_p50_ratio_exact_timestamp": last["exact_timestamp"]["p50_ms"] / first["exact_timestamp"]["p50_ms"],
         "sink_commit_cost": commit_cost,
     }
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    fold_deltas: tuple[int, ...]
+    read_old_deltas: tuple[int, ...]
+    fold_reads: int
+
+
+FULL = Sizes(fold_deltas=(10_000, 30_000, 100_000), read_old_deltas=(0, 10_000, 100_000), fold_reads=100)
+QUICK = Sizes(fold_deltas=(1_000, 3_000), read_old_deltas=(0, 1_000, 3_000), fold_reads=10)
+
+
+def targets(document: dict) -> list[dict]:
+    fold = document["benchmarks"]["fold_scaling"]
+    return [
+        target(
+            f"Fold linear: {fold['size_ratio']:.0f}x deltas in <= {1.2 * fold['size_ratio']:.0f}x time (each run folding all)",
+            f"{fold['time_ratio']:.2f}x time; log-log exponent {fold['exponent']:.2f} "
+            f"(fixed cost of an empty fold {fold['empty_fold_seconds']:.1f} s); one run folded "
+            + ", ".join(f"{p['deltas_folded']:,} of {p['deltas']:,}" for p in fold["points"] + [fold["completeness"]])
+            + f" (the last over {fold['completeness']['posts']:,} posts)",
+            fold["folded_all"] and fold["time_ratio"] <= 1.2 * fold["size_ratio"],
+        ),
+        target(
+            f"Exact-read latency flat within 20% from 0 to {fold['reads'][-1]['old_deltas']:,} old deltas",
+            f"p50 ratio {fold['read_p50_ratio_strong']:.2f} (exact_counts, strong snapshot), "
+            f"{fold['read_p50_ratio_exact_timestamp']:.2f} (exact-timestamp snapshot)",
+            fold["read_p50_ratio_strong"] <= 1.2,
+        ),
+    ]
+
+
+def markdown(document: dict) -> list[str]:
+    fs = document["benchmarks"]["fold_scaling"]
+    return [f"Fold and read scaling ({fs['runner']})", table(
+        ["Deltas", "Posts", "Insert rows/s", "Folded by one run", "Fold s", "Deltas/s folded", "Posts/s folded"],
+        [[f"{p['deltas']:,}", f"{p['posts']:,}", f"{p['insert_rows_per_s']:,.0f}",
+          f"{p['deltas_folded']:,}" + ("" if p["folded_all"] else " (NOT ALL)"), f"{p['fold_seconds']:.2f}",
+          f"{p['deltas_per_s']:,.0f}", f"{p['posts_per_s']:,.0f}"] for p in fs["points"]],
+    ), f"Log-log exponent {fs['exponent']:.2f}; an empty fold takes {fs['empty_fold_seconds']:.1f} s. "
+       f"Completeness: one run over {fs['completeness']['posts']:,} posts folded {fs['completeness']['deltas_folded']:,} "
+       f"of {fs['completeness']['deltas']:,} deltas ({fs['completeness']['posts_folded']:,} posts). "
+       f"Sink commit of {fs['sink_commit_cost']['rows']:,} deltas on the emulator: "
+       f"{fs['sink_commit_cost']['distinct_posts']['rows_per_s']:,.0f} rows/s with a Posts key upsert per delta, "
+       f"{fs['sink_commit_cost']['ten_deltas_per_post']['rows_per_s']:,.0f} rows/s with one per 10 deltas.", table(
+        ["Old folded deltas", "exact_counts (strong) p50 / p99 ms", "Exact timestamp p50 / p99 ms", "Samples"],
+        [[f"{r['old_deltas']:,}", p50_p99_ms(r["exact_counts_strong"]), p50_p99_ms(r["exact_timestamp"]),
+          f"{r['exact_counts_strong']['samples']} / {r['exact_timestamp']['samples']}"] for r in fs["reads"]],
+    )]
+
+
+def chart(document: dict) -> list:
+    fs = document["benchmarks"]["fold_scaling"]
+
+    def fold_time(ax) -> None:
+        xs = [p["deltas"] for p in fs["points"]]
+        ax.loglog(xs, [p["fold_seconds"] for p in fs["points"]], "o-", label=f"fold (exponent {fs['exponent']:.2f})")
+        ax.loglog(xs, [fs["points"][0]["fold_seconds"] * x / xs[0] for x in xs], "--", color="grey", label="linear")
+        ax.set_xlabel("deltas")
+        ax.set_ylabel("seconds")
+        ax.set_title("fold_scaling: fold time")
+        ax.legend()
+
+    def read_latency(ax) -> None:
+        old = [max(r["old_deltas"], 1) for r in fs["reads"]]
+        ax.semilogx(old, [r["exact_counts_strong"]["p50_ms"] for r in fs["reads"]], "o-", label="exact_counts (strong)")
+        ax.semilogx(old, [r["exact_timestamp"]["p50_ms"] for r in fs["reads"]], "s-", label="exact timestamp")
+        ax.set_xlabel("old folded deltas (0 shown at 1)")
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("p50 ms")
+        ax.set_title("fold_scaling: exact-read latency")
+        ax.legend()
+
+    return [fold_time, read_latency]
+
+
+BENCHMARK = Benchmark(
+    name="fold_scaling", title="Fold time against deltas; exact-read latency against old deltas",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)

@@ -1,4 +1,4 @@
-"""Benchmark 5: time from publish to visible in exact_counts, under a steady publish rate.
+"""Benchmark freshness: time from publish to visible in exact_counts, under a steady publish rate.
 
 The streaming pipeline runs as a subprocess (DirectRunner, `fresh_window_s` windows) while
 a background publisher sends `fresh_rate` events per second (Zipf 1.1 over 1,000 posts;
@@ -14,14 +14,15 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bench.config import Sizes
+from bench.benchmark import Benchmark, table, target
 from bench.measure import current_rss_mib, latency_summary, peak_rss_mib
 from bench.stack import PacedPublisher, check_alive, streaming_pipeline, upvotes_of, with_topics
 from spanner_store.database import open_database
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from schemas.contract import event_message
 from upvotes.devtools.workload import Workload, generate_events
 
@@ -135,3 +136,55 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         },
         "stream_peak_rss": peak_rss_mib()["children_mib"],
     }
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    fresh_rate: int  # events per second
+    fresh_seconds: int
+    fresh_window_s: int
+
+
+FULL = Sizes(fresh_rate=100, fresh_seconds=60, fresh_window_s=2)
+QUICK = Sizes(fresh_rate=100, fresh_seconds=6, fresh_window_s=2)
+
+
+def targets(document: dict) -> list[dict]:
+    fresh = document["benchmarks"]["freshness"]
+    return [target(
+        f"Freshness p99 <= 2 windows + 1 s ({fresh['target_s']} s)",
+        f"p99 {fresh['latency']['p99_ms'] / 1000:.1f} s, p50 {fresh['latency']['p50_ms'] / 1000:.1f} s "
+        f"at {fresh['rate_events_per_s']} events/s",
+        fresh["latency"]["p99_ms"] / 1000 <= fresh["target_s"],
+    )]
+
+
+def markdown(document: dict) -> list[str]:
+    fr = document["benchmarks"]["freshness"]
+    return [f"Freshness (streaming subprocess, {fr['window_s']} s windows)", table(
+        ["Events/s", "Seconds", "Markers", "p50 s", "p99 s", "Max s", "Target s"],
+        [[f"{fr['rate_events_per_s']}", f"{fr['load_seconds']}", f"{fr['markers']}",
+          f"{fr['latency']['p50_ms'] / 1000:.2f}", f"{fr['latency']['p99_ms'] / 1000:.2f}",
+          f"{fr['latency']['max_ms'] / 1000:.2f}", f"{fr['target_s']}"]],
+    )]
+
+
+def chart(document: dict) -> list:
+    fr = document["benchmarks"]["freshness"]
+
+    def latency(ax) -> None:
+        ax.plot([s["published_at_s"] for s in fr["series"]], [s["latency_s"] for s in fr["series"]], ".")
+        ax.axhline(fr["target_s"], color="red", linestyle="--", label="target: 2 windows + 1 s")
+        ax.set_xlabel("published at (s)")
+        ax.set_ylabel("publish to visible (s)")
+        ax.set_title(f"freshness: at {fr['rate_events_per_s']} events/s")
+        ax.legend()
+
+    return [latency]
+
+
+BENCHMARK = Benchmark(
+    name="freshness", title="Publish-to-visible latency under a steady publish rate",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)

@@ -1,4 +1,4 @@
-"""Benchmark 1: the race. Every approach on the same Spanner emulator, in the same run.
+"""Benchmark hot_post, the race. Every approach on the same Spanner emulator, in the same run.
 
 (a) The baselines, honestly: read-modify-write on one hot counter row, and sharded counters
 (10 and 100 shards), over writer threads {1, 2, 4, 8} x {the client's own abort retry, our
@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage
 
-from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes, race_workload
+from bench.benchmark import Benchmark, p50_p99_ms, table, target
+from bench.config import FULL_RACE, QUICK_RACE, RACE_WINDOW_S, RACE_ZIPF, Race, race_workload
 from bench.feeds import RSS_SAMPLES, counter_values, emit_cycled, local_pipeline, set_cycled_feed
 from bench.measure import current_rss_mib, latency_summary, measured, timed_calls
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
@@ -38,12 +39,12 @@ from bench.stack import (
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
 from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
-from spanner_store.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
-from spanner_store.reads import verify_totals
+from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
+from upvotes.devtools.verification import verify_totals
 from transforms.parse_and_sum import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from schemas.contract import batch_messages
 from upvotes.devtools.race import BASELINE_SWEEP, BaselineRun, race_pipeline, run_baseline
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
@@ -136,7 +137,7 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
     topic_path = stream_res.topic_path(stream_res.topic)
     log_path = log_dir / "hot_post_stream.log"
     prefix = "e2e-"
-    workload = race_workload(sizes, prefix)
+    workload = race_workload(sizes.race, prefix)
     with streaming_pipeline(stream_res, RACE_WINDOW_S, log_path) as process:
         wait_until_ready(database, topic_path, process, log_path)
         with EmulatorCpu() as cpu:
@@ -226,3 +227,164 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     for result in approaches.values():
         result["votes_per_s_vs_rmw"] = result["votes_per_s"] / rmw["votes_per_s"]
     return {"approaches": approaches, "sweep": sweep, "memory": approaches["chain_sink"]["memory"], "soak": soak}
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    sweep_seconds: float  # per read-modify-write / sharded configuration
+    sweep_threads: tuple[int, ...]  # writer threads tried, each with both retry policies
+    chain_votes: int  # through the in-memory chain and sink; RSS sampled every tenth
+    race: Race  # (c)'s viral burst end to end through Pub/Sub
+    soak_short_s: int  # streaming peak RSS after this long under a steady load ...
+    soak_long_s: int  # ... and after this long
+    reads: int  # total-read latency samples per approach
+
+
+FULL = Sizes(sweep_seconds=4.0, sweep_threads=(1, 2, 4, 8), chain_votes=1_000_000, race=FULL_RACE,
+             soak_short_s=60, soak_long_s=300, reads=50)
+QUICK = Sizes(sweep_seconds=0.5, sweep_threads=(1, 4), chain_votes=50_000, race=QUICK_RACE,
+              soak_short_s=2, soak_long_s=6, reads=20)
+
+APPROACH_LABELS = {
+    "rmw": "Read-modify-write, 1 row",
+    "sharded_10": "Sharded counter, 10 shards",
+    "sharded_100": "Sharded counter, 100 shards",
+    "chain_sink": "This project: chain + sink (memory, batches) + fold",
+    "e2e_pubsub": "This project: end to end via Pub/Sub (batches)",
+}
+PLOT_LABELS = {
+    "rmw": "RMW", "sharded_10": "Sharded\n10", "sharded_100": "Sharded\n100",
+    "chain_sink": "Chain + sink\n(memory)", "e2e_pubsub": "End to end\n(Pub/Sub)",
+}
+
+
+def targets(document: dict) -> list[dict]:
+    hot_post = document["benchmarks"]["hot_post"]
+    hot = hot_post["approaches"]
+    rmw, chain, e2e = hot["rmw"], hot["chain_sink"], hot["e2e_pubsub"]
+    sweep, soak = hot_post["sweep"], hot_post["soak"]
+    commits_ratio = chain["commits_per_1k_votes"] / rmw["commits_per_1k_votes"]
+    race_ratio = e2e["votes_per_s"] / rmw["votes_per_s"]
+    best = ", ".join(f"{name}: {hot[name]['config']} ({hot[name]['votes_per_s']:,.0f}/s)"
+                     for name in ("rmw", "sharded_10", "sharded_100"))
+    costs = "; ".join(
+        f"{name} {a['commits_per_1k_votes']:,.3g} commits, {a['mutations_per_1k_votes']:,.4g} mutations, "
+        + ("n/a" if a["emulator_cpu_s_per_1k_votes"] is None else f"{a['emulator_cpu_s_per_1k_votes']:.3g}")
+        + " emulator CPU s" for name, a in hot.items())
+    return [
+        target(
+            "Baselines at their best: threads {1,2,4,8} x {client retry, jittered retry} each",
+            f"{len(sweep)} configurations; best {best}",
+            all(hot[name]["votes_per_s"] == max(r["votes_per_s"] for r in sweep if r["approach"] == name)
+                for name in ("rmw", "sharded_10", "sharded_100")),
+        ),
+        target(
+            "End to end, publish -> exact read of a batched viral burst, >= 20x the best RMW of the same run",
+            f"{e2e['votes_per_s']:,.0f} votes/s ({e2e['votes']:,} votes over {e2e['posts']:,} posts, "
+            f"{e2e['messages']:,} messages) vs best RMW {rmw['votes_per_s']:,.0f}: {race_ratio:.1f}x",
+            race_ratio >= 20,
+        ),
+        target(
+            "Spanner cost per 1,000 votes for every approach (commits, mutations with index entries, emulator CPU)",
+            costs,
+            all(a.get("mutations_per_1k_votes") is not None for a in hot.values()),
+        ),
+        target(
+            f"Memory flat: streaming peak RSS after {soak['long_s']} s / after {soak['short_s']} s of a steady "
+            f"load at {soak['load_of_e2e_rate']:.0%} of the e2e rate <= 1.1",
+            f"{soak['peak_rss_after_long_mib']:.0f} / {soak['peak_rss_after_short_mib']:.0f} MiB = "
+            f"{soak['ratio_long_to_short']:.3f} at {soak['votes_per_s']:,.0f} votes/s ({soak['votes']:,} votes, exact)",
+            soak["ratio_long_to_short"] <= 1.1,
+        ),
+        target(
+            "Commits per 1,000 hot-post votes <= 1/1,000 of read-modify-write's",
+            f"chain + sink + fold: {chain['commits_per_1k_votes']:.4f} vs RMW {rmw['commits_per_1k_votes']:.0f} "
+            f"(ratio {commits_ratio:.1e}); end to end with {e2e['window_s']} s windows: {e2e['commits_per_1k_votes']:.2f}",
+            commits_ratio <= 1e-3,
+        ),
+    ]
+
+
+def _sweep_cell(sweep: list[dict], best: dict, approach: str, threads: int, retry: str) -> str:
+    row = next((r for r in sweep if (r["approach"], r["threads"], r["retry"]) == (approach, threads, retry)), None)
+    if row is None:
+        return "-"
+    text = f"{row['votes_per_s']:,.0f} ({row['aborts']:,})"
+    return f"**{text}**" if best[approach]["counter"] == row["counter"] else text
+
+
+def markdown(document: dict) -> list[str]:
+    hot_post = document["benchmarks"]["hot_post"]
+    hot = hot_post["approaches"]
+    mem, soak = hot_post["memory"], hot_post["soak"]
+    return ["The race: every approach on the same Spanner emulator, same run", table(
+        ["Approach", "Configuration", "Votes", "Votes/s", "x best RMW", "Commits / 1k votes", "Mutations / 1k votes",
+         "Emulator CPU s / 1k votes", "Exact", "Total read", "Read p50 / p99 ms"],
+        [[APPROACH_LABELS[name], a.get("config", a.get("runner", "")), f"{a['votes']:,}", f"{a['votes_per_s']:,.1f}",
+          f"{a['votes_per_s_vs_rmw']:,.1f}", f"{a['commits_per_1k_votes']:,.4g}", f"{a['mutations_per_1k_votes']:,.4g}",
+          "n/a" if a["emulator_cpu_s_per_1k_votes"] is None else f"{a['emulator_cpu_s_per_1k_votes']:.3g}",
+          "yes" if a["exact"] else "NO", a["read_kind"], p50_p99_ms(a["read_latency"])]
+         for name, a in hot.items()],
+    ), "Every baseline configuration (votes/s; aborted attempts), best of each approach in bold:", table(
+        ["Approach", "Threads", "Client retry", "Jittered retry"],
+        [[approach, str(threads)] + [_sweep_cell(hot_post["sweep"], hot, approach, threads, retry)
+                                     for retry in ("client", "jittered")]
+         for approach in ("rmw", "sharded_10", "sharded_100")
+         for threads in sorted({r["threads"] for r in hot_post["sweep"]})],
+    ),
+        f"Memory, in-memory chain (FnApiRunner): {mem['rss_at_n_mib']:.0f} MiB after {mem['n_votes']:,} votes, "
+        f"{mem['rss_at_10n_mib']:.0f} MiB after {mem['ten_n_votes']:,} (ratio {mem['ratio_10n_to_n']:.3f}). "
+        f"Streaming subprocess under a steady batched load of {soak['votes_per_s']:,.0f} votes/s "
+        f"({soak['load_of_e2e_rate']:.0%} of the end-to-end rate): peak RSS {soak['peak_rss_after_short_mib']:.0f} MiB "
+        f"after {soak['short_s']} s, {soak['peak_rss_after_long_mib']:.0f} MiB after {soak['long_s']} s "
+        f"(ratio {soak['ratio_long_to_short']:.3f}); {soak['votes']:,} votes counted exactly, "
+        f"{soak['seconds_to_exact_after_the_load']:.0f} s after the load stopped."]
+
+
+def race_bars(document: dict) -> list[tuple[str, float, float, str]]:
+    """(label, votes/s, mutations per 1k votes, colour) of every approach in the race, the
+    write-back cache's modes included when it ran."""
+    from bench import write_back
+
+    hot = document["benchmarks"]["hot_post"]["approaches"]
+    bars = [(PLOT_LABELS[name], a["votes_per_s"], a["mutations_per_1k_votes"], "tab:blue") for name, a in hot.items()]
+    return bars + write_back.race_bars(document)
+
+
+def chart(document: dict) -> list:
+    labels, rates, mutations, colours = zip(*race_bars(document))
+    soak = document["benchmarks"]["hot_post"]["soak"]
+    names = "hot_post, write_back" if "write_back" in document["benchmarks"] else "hot_post"
+
+    def race(ax) -> None:
+        bars = ax.bar(labels, rates, color=colours)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(f"{names}: the race: votes/s, best configuration of each")
+        ax.tick_params(axis="x", labelsize=7, labelrotation=45)
+
+    def cost(ax) -> None:
+        bars = ax.bar(labels, mutations, color="tab:orange")
+        ax.bar_label(bars, fmt="%.3g", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(f"{names}: Spanner mutations per 1,000 votes (index entries included)")
+        ax.tick_params(axis="x", labelsize=7, labelrotation=45)
+
+    def memory(ax) -> None:
+        samples = soak["samples"]
+        ax.plot([s["second"] for s in samples], [s["rss_mib"] for s in samples], "-", label="RSS")
+        ax.plot([s["second"] for s in samples], [s["peak_mib"] for s in samples], "--", label="peak RSS")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("seconds of steady batched load")
+        ax.set_ylabel("MiB")
+        ax.set_title(f"hot_post: memory: streaming pipeline at {soak['votes_per_s']:,.0f} votes/s")
+        ax.legend()
+
+    return [race, cost, memory]
+
+
+BENCHMARK = Benchmark(
+    name="hot_post", title="The race: every approach on one hot post, same emulator, same run",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)

@@ -1,4 +1,4 @@
-"""Benchmark 6: hot reads. `hot_read_callers` threads read the same hot post at a combined
+"""Benchmark hot_reads. `hot_read_callers` threads read the same hot post at a combined
 target rate (each thread paced open-loop at rate / callers, never bursting to catch up),
 for `hot_read_seconds` per point:
 
@@ -22,21 +22,22 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 from urllib.parse import quote
 
 import httpx
 
-from bench.config import Sizes
+from bench.benchmark import Benchmark, p50_p99_ms, table, target
 from bench.measure import latency_summary
 from bench.stack import fresh_database
 from schemas.records import PostDelta
-from spanner_store.counts_reader import CountsReader
+from spanner_reads.counts_reader import CountsReader
 from spanner_store.database import classic_sessions_for_concurrent_reads
-from spanner_store.deltas import write_deltas
-from spanner_store.reads import exact_counts
-from upvotes.devtools.provision import Resources
+from spanner_writes.deltas import write_deltas
+from spanner_reads.reads import exact_counts
+from upvotes.resources import Resources
 
 HOT_POST = "hot/read ☃"
 HOT_UPVOTES = 12_345
@@ -175,3 +176,52 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "baseline_uncached": baseline, "library": library, "http": http,
         "exact": baseline["exact"] and all(p["exact"] for p in library + http),
     }
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    hot_read_callers: int
+    hot_read_rates: tuple[int, ...]  # combined target reads/s of the one hot post
+    hot_read_seconds: float  # per point
+
+
+FULL = Sizes(hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=5.0)
+QUICK = Sizes(hot_read_callers=32, hot_read_rates=(1_000, 10_000), hot_read_seconds=1.0)
+
+
+def targets(document: dict) -> list[dict]:
+    reads = document["benchmarks"]["hot_reads"]
+    lib_low, lib_high = reads["library"][0], reads["library"][-1]
+    http_high = reads["http"][-1]
+    growth = lib_high["reads_per_s"] / lib_low["reads_per_s"]
+    per_refresh_max = max(p["spanner_reads_per_refresh"] for p in reads["library"] + reads["http"])
+    return [target(
+        f"Hot reads: Spanner reads/s flat (<= 1 per post per {reads['refresh_s']:g} s refresh) while "
+        "client reads/s grow 10x",
+        f"library: {lib_low['reads_per_s']:,.0f} -> {lib_high['reads_per_s']:,.0f} reads/s ({growth:.1f}x) with "
+        f"{lib_low['spanner_reads_per_s']:.2f} -> {lib_high['spanner_reads_per_s']:.2f} Spanner reads/s; HTTP at "
+        f"{http_high['reads_per_s']:,.0f} req/s: {http_high['spanner_reads_per_s']:.2f}; uncached baseline "
+        f"{reads['baseline_uncached']['spanner_reads_per_s']:,.0f} Spanner reads/s",
+        per_refresh_max <= 1.0 + 1e-9 and growth >= 9.0,
+    )]
+
+
+def markdown(document: dict) -> list[str]:
+    hr = document["benchmarks"]["hot_reads"]
+    return [f"Hot reads: {hr['callers']} callers, one post, refresh {hr['refresh_s']:g} s", table(
+        ["Reader", "Target reads/s", "Reads/s achieved", "Spanner reads/s", "x baseline Spanner reads/s",
+         "Latency p50 / p99 ms", "Errors", "Exact"],
+        [[label, f"{p['target_reads_per_s']:,}", f"{p['reads_per_s']:,.0f}", f"{p['spanner_reads_per_s']:,.2f}",
+          f"{p['spanner_reads_per_s'] / hr['baseline_uncached']['spanner_reads_per_s']:.4f}", p50_p99_ms(p["latency"]),
+          f"{p['errors']}", "yes" if p["exact"] else "NO"]
+         for label, p in [("exact_counts per request (baseline)", hr["baseline_uncached"])]
+         + [("CountsReader (library)", p) for p in hr["library"]]
+         + [("upvotes serve (HTTP, httpx keep-alive)", p) for p in hr["http"]]],
+    )]
+
+
+BENCHMARK = Benchmark(
+    name="hot_reads", title="Reads of one hot post through CountsReader and upvotes serve against uncached reads",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)

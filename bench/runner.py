@@ -6,7 +6,6 @@ the next one's CPU measurements.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import multiprocessing
@@ -16,38 +15,37 @@ import traceback
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from bench import report
-from bench.config import FULL, QUICK, Sizes
+from bench.config import RunSizes
+from bench.registry import BENCHMARKS, benchmark, run_sizes
 from bench.machine import machine_info
 from bench.measure import peak_rss_mib
 import schemas
 from bench.stack import bench_resources, provision_bench
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from upvotes.devtools.emulators import running_emulators
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-              "commit_sizes", "unique_voters", "write_back",
-              "catalogue_cost", "stream_reader", "fault_soak", "vote_states")
 
 
 def say(message: str) -> None:
     print(f"[bench] {message}", flush=True)
 
 
-def _run_benchmark(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> dict:
-    """In the benchmark's own process: runs it, adds its time and peak RSS."""
+def _run_benchmark(name: str, sizes: Any, res: Resources, log_dir: Path) -> dict:
+    """In the benchmark's own process: runs it with its own `sizes`, adds its time and peak RSS."""
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    module = importlib.import_module(f"bench.{name}")
+    run_it = benchmark(name).run
     start = time.perf_counter()
     # Every commit this benchmark's process builds, counted as Spanner counts it (the
     # streaming pipeline's child processes are not: commit_sizes covers the sink in-process).
     with metering_commits(CommitMeter(extra_ddl=tuple(schemas.ddl_statements(schemas.BASELINE_DDL_FILE)))) as meter:
         try:
-            result = module.run(sizes, res, log_dir)
+            result = run_it(sizes, res, log_dir)
         except Exception:  # noqa: BLE001 - a client error may not pickle back to the parent: send its text
             raise RuntimeError(f"benchmark {name} failed:\n{traceback.format_exc()}") from None
     result["seconds"] = round(time.perf_counter() - start, 1)
@@ -56,13 +54,13 @@ def _run_benchmark(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> di
     return result
 
 
-def run_isolated(name: str, sizes: Sizes, res: Resources, log_dir: Path) -> dict:
+def run_isolated(name: str, sizes: Any, res: Resources, log_dir: Path) -> dict:
     """`_run_benchmark` in a fresh spawned process; its exceptions are raised here."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(_run_benchmark, name, sizes, res, log_dir).result()
 
 
-def _earlier_results(out_dir: Path, sizes: Sizes, fresh: dict) -> dict:
+def _earlier_results(out_dir: Path, sizes: RunSizes, fresh: dict) -> dict:
     """The latest.json a partial run updates: it must exist and be of the same size."""
     path = out_dir / report.JSON_NAME
     if not path.exists():
@@ -76,7 +74,7 @@ def _earlier_results(out_dir: Path, sizes: Sizes, fresh: dict) -> dict:
 def run(quick: bool, out_dir: Path, only: tuple[str, ...] = ()) -> dict:
     """Every benchmark (or `only` these, replacing their results in the existing latest.json of
     the same size), then latest.json, latest.md, latest.png and the markdown tables on stdout."""
-    sizes = QUICK if quick else FULL
+    sizes = run_sizes("quick" if quick else "full")
     out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = out_dir / "logs"
     started = time.perf_counter()
@@ -93,7 +91,7 @@ def run(quick: bool, out_dir: Path, only: tuple[str, ...] = ()) -> dict:
         provision_bench(res)
         for name in only or BENCHMARKS:
             say(f"{name} ...")
-            result = run_isolated(name, sizes, res, log_dir)
+            result = run_isolated(name, sizes[name], res, log_dir)
             document["benchmarks"][name] = result
             say(f"{name}: {result['seconds']:.0f} s, peak RSS {result['peak_rss']['self_mib']:.0f} MiB")
     document["total_seconds"] = round(time.perf_counter() - started, 1)

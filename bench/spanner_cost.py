@@ -7,7 +7,7 @@ import os
 from google.cloud.spanner_v1 import param_types
 
 from bench.measure import process_cpu_seconds
-from spanner_store.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
+from spanner_writes.deltas import MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT
 from upvotes.devtools.emulators import PID_ENV_VARS, SPANNER
 
 # Per post per commit: distinct (post, commit timestamp) pairs are the parent upserts.

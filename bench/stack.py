@@ -15,10 +15,12 @@ from google.cloud import pubsub_v1
 from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
 from upvotes.devtools import local_stream
-from upvotes.devtools.provision import Resources, provision, provision_spanner
+from upvotes.resources import Resources
+from upvotes.operations.provision import provision, provision_spanner
 from schemas.contract import batch_messages, event_message
 from upvotes.devtools.publishing import BATCH_SETTINGS, publish_messages
-from spanner_store.reads import exact_counts, verify_totals
+from spanner_reads.reads import exact_counts
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, VoteStateWorkload, Workload, generate
 
@@ -67,7 +69,7 @@ def fresh_database(res: Resources, name: str):
 
 
 def upvotes_of(database, post_ids: list[str]) -> dict[str, int]:
-    """Exact upvote counts (spanner_store.reads.exact_counts: one strong read-only snapshot)."""
+    """Exact upvote counts (spanner_reads.reads.exact_counts: one strong read-only snapshot)."""
     return {t.post_id: t.counts.upvotes for t in exact_counts(database, post_ids)}
 
 

@@ -12,7 +12,7 @@
 
 Measured in the same run, same database:
 
-- status: spanner_store.health.delta_health, what `upvotes status` reads (a strong read-only
+- status: spanner_reads.health.delta_health, what `upvotes status` reads (a strong read-only
   snapshot: the cursor, the DeltaCommits rows after it, then the watermarks and unfolded index
   ranges of the posts they name);
 - status --full-scan: the same with every Posts row's watermark read instead (what status read
@@ -39,13 +39,13 @@ from bench.stack import bench_resources, fresh_database, quiet
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_store.database import commit_mutations, run_with_retries
-from spanner_store.deltas import write_deltas
-from spanner_store.health import delta_health
+from spanner_writes.deltas import write_deltas
+from spanner_reads.health import delta_health
 from spanner_store.tables import (
     DELTA_COLUMNS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS, POST_COLUMNS, POSTS, delta_key, post_key,
 )
 from upvotes.devtools.emulators import running_emulators
-from upvotes.devtools.provision import provision
+from upvotes.operations.provision import provision
 
 HOUR = 1_795_312_800
 ROWS_PER_COMMIT = 2_000

@@ -1,4 +1,4 @@
-"""Benchmark 2: CPU per event of the parse-validate-key-combine chain, against plain Python.
+"""Benchmark transform_cost: CPU per event of the parse-validate-key-combine chain, against plain Python.
 
 Every variant runs in this process over the same pre-generated events (a viral workload:
 Zipf 1.1 over `transform_posts` posts, as upvotes.devtools.workload generates it), once as single-event
@@ -22,6 +22,7 @@ import cProfile
 import json
 import pstats
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable
@@ -30,7 +31,7 @@ import apache_beam as beam
 import orjson
 from apache_beam.io.gcp.pubsub import PubsubMessage
 
-from bench.config import Sizes
+from bench.benchmark import Benchmark, table, target
 from bench.feeds import collect, emit_feed, local_pipeline, set_feed, take_collected
 from bench.measure import measured
 from pipeline.params import STREAMING_PARAMS, defaults
@@ -39,7 +40,7 @@ from schemas.counters import CONTRACT_NAMES, Counts, by_contract_name
 from schemas.records import HOUR_S, PostDelta, VoteEvent
 from transforms.parse_and_sum import ParseVotes
 from transforms.windowing import WindowAndSumVotes
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 
 POOL = 100_000  # distinct generated events; larger runs cycle through them
@@ -221,3 +222,59 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "variants": results,
         "profile": profile_chain(sizes.profile_events),
     }
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    transform_events: int
+    transform_posts: int
+    profile_events: int
+
+
+FULL = Sizes(transform_events=2_000_000, transform_posts=1_000, profile_events=100_000)
+QUICK = Sizes(transform_events=20_000, transform_posts=1_000, profile_events=5_000)
+
+
+def targets(document: dict) -> list[dict]:
+    tc = document["benchmarks"]["transform_cost"]
+    batched, single = tc["variants"]["beam_chain_batched"], tc["variants"]["beam_chain"]
+    return [target(
+        "Chain >= plain Python (json.loads + dict of sums) per core on batched input",
+        f"batched {batched['vs_plain_json']:.2f}x plain_json all in, {batched['steady_vs_plain_json']:.2f}x without "
+        f"the {tc['beam_run_fixed_cpu_seconds']:.2f} s a Beam run costs once "
+        f"({batched['vs_plain_orjson']:.2f}x plain_orjson); single-event {single['vs_plain_json']:.2f}x",
+        batched["vs_plain_json"] >= 1.0,
+    )]
+
+
+def markdown(document: dict) -> list[str]:
+    tc = document["benchmarks"]["transform_cost"]
+    return [f"Transform CPU cost ({tc['workload']}; {tc['runner']})", table(
+        ["Variant", "Input", "Events", "CPU s", "Events/s per core", "x plain_json", "x plain_orjson",
+         "x plain_json without the run's fixed cost", "Exact"],
+        [[name, f"{v['input']} ({v['events_per_message']}/message)", f"{v['events']:,}", f"{v['cpu_seconds']:.2f}",
+          f"{v['events_per_s_per_core']:,.0f}", f"{v['vs_plain_json']:.3f}", f"{v['vs_plain_orjson']:.3f}",
+          f"{v['steady_vs_plain_json']:.3f}", "yes" if v["exact"] else "NO"] for name, v in tc["variants"].items()],
+    ), f"Profile of beam_chain over {tc['profile']['events']:,} events (cProfile inflates the absolute figures):",
+        table(["Area", "Share", "us per event"],
+              [[a["area"], f"{a['share']:.1%}", f"{a['us_per_event']:.1f}"] for a in tc["profile"]["areas"]])]
+
+
+def chart(document: dict) -> list:
+    variants = document["benchmarks"]["transform_cost"]["variants"]
+
+    def events_per_core(ax) -> None:
+        bars = ax.bar([n.replace("_", "\n", 1) for n in variants], [v["events_per_s_per_core"] for v in variants.values()],
+                      color="tab:green")
+        ax.bar_label(bars, fmt="%.0f")
+        ax.set_title("transform_cost: transform CPU: events/s per core")
+        ax.tick_params(axis="x", labelsize=8)
+
+    return [events_per_core]
+
+
+BENCHMARK = Benchmark(
+    name="transform_cost", title="CPU per event of the parse-and-sum chain against plain Python",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)

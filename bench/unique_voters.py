@@ -1,4 +1,4 @@
-"""Benchmark 8: unique voters (schemas/voter_sketch.py): error, bytes, write and fold cost, CPU.
+"""Benchmark unique_voters: unique voters (schemas/voter_sketch.py): error, bytes, write and fold cost, CPU.
 
 Error: for each audience size (10 to 1,000,000 distinct voters), one post receives two
 upvotes from each voter, in ndjson messages of 1,000 events, shuffled, through the
@@ -20,22 +20,23 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from bench.config import Sizes
+from bench.benchmark import Benchmark, table, target
 from bench.stack import fresh_database, run_fold
 from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
 from schemas.counters import Counts
 from schemas.records import PostDelta, PostHour
 from schemas.voter_sketch import LG_K, MAX_SKETCH_BYTES, estimate, union_of
 from spanner_store.database import run_with_retries
-from spanner_store.deltas import mutations_for, plan_commits, write_deltas
-from spanner_store.reads import exact_counts
+from spanner_writes.deltas import mutations_for, plan_commits, write_deltas
+from spanner_reads.reads import exact_counts
 from transforms.parse_and_sum import BundleSums
 from transforms.windowing import MergeSums, post_deltas
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from upvotes.devtools.workload import Workload, generate_events
 
 ATTRIBUTES = {FORMAT_ATTRIBUTE: NDJSON}
@@ -91,11 +92,11 @@ def error_point(voters: int, seed: int) -> dict:
 
 
 def workload_deltas(sizes: Sizes, with_voters: bool) -> tuple[list[PostDelta], int]:
-    """A tenth of the amplification workload over a hundredth of its posts, summed per post,
-    hour and window (a fifth of a second of arrival_rate: ten windows)."""
-    workload = Workload(events=sizes.amplification_votes // 10, posts=sizes.amplification_posts // 100, seed=8)
+    """sizes.workload_votes over sizes.workload_posts posts, summed per post, hour and window
+    (sizes.window_votes each: ten windows)."""
+    workload = Workload(events=sizes.workload_votes, posts=sizes.workload_posts, seed=8)
     events = list(generate_events(workload))
-    window = sizes.arrival_rate // 5
+    window = sizes.window_votes
     deltas: list[PostDelta] = []
     combine = MergeSums()
     for number, first in enumerate(range(0, len(events), window)):
@@ -133,7 +134,7 @@ def write_and_fold(res: Resources, name: str, deltas: list[PostDelta], votes: in
 
 
 def cpu_per_vote(sizes: Sizes) -> dict:
-    events = list(generate_events(Workload(events=sizes.transform_events // 4, posts=sizes.transform_posts, seed=9)))
+    events = list(generate_events(Workload(events=sizes.cpu_votes, posts=sizes.cpu_posts, seed=9)))
     with_ids = _messages(events)
     without_ids = _messages([{k: v for k, v in e.items() if k != "user_id"} for e in events])
 
@@ -152,7 +153,7 @@ def cpu_per_vote(sizes: Sizes) -> dict:
 
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
-    largest = 1_000_000 if sizes.name == "full" else 100_000
+    largest = sizes.largest_audience
     audiences = [n for n in (10, 100, 1_000, 10_000, 100_000, 1_000_000) if n <= largest]
     errors = [error_point(n, seed) for seed, n in enumerate(audiences)]
     tag = res.database[-8:]
@@ -167,3 +168,64 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
                    for name in ("rows_per_1k_votes", "mutations_per_1k_votes", "write_s", "fold_s")},
         "cpu": cpu_per_vote(sizes),
     }
+
+
+# --- sizes and report ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    largest_audience: int  # distinct voters of the largest error point (10, 100, ... up to this)
+    workload_votes: int  # the write-and-fold workload, with sketches and without ...
+    workload_posts: int
+    window_votes: int  # ... summed per post, hour and window of this many votes
+    cpu_votes: int  # the chain's parse-and-sum CPU per vote, over this many votes ...
+    cpu_posts: int
+
+
+FULL = Sizes(largest_audience=1_000_000, workload_votes=100_000, workload_posts=1_000, window_votes=10_000,
+             cpu_votes=500_000, cpu_posts=1_000)
+QUICK = Sizes(largest_audience=100_000, workload_votes=10_000, workload_posts=100, window_votes=1_000,
+              cpu_votes=5_000, cpu_posts=1_000)
+
+
+def targets(document: dict) -> list[dict]:
+    uv = document["benchmarks"]["unique_voters"]
+    largest, small = uv["errors"][-1], [p for p in uv["errors"] if p["voters"] <= 1_000]
+    return [target(
+        "Unique voters within 2% at the largest audience (1,000,000 distinct voters in the full run), "
+        "exact or near-exact up to 1,000",
+        f"{largest['relative_error']:.2%} at {largest['voters']:,} ({largest['deltas']} delta sketches unioned); "
+        f"up to 1,000: max {max(p['relative_error'] for p in small):.2%}",
+        largest["relative_error"] <= 0.02 and all(p["relative_error"] <= 0.005 for p in small),
+    )]
+
+
+def markdown(document: dict) -> list[str]:
+    uv = document["benchmarks"]["unique_voters"]
+    ws, wo, cpu = uv["with_sketches"], uv["without_sketches"], uv["cpu"]
+    return [f"Unique voters (HyperLogLog, lg_k {uv['lg_k']}, at most {uv['max_sketch_bytes']:,} bytes)",
+            table(["Distinct voters", "Upvotes", "Delta sketches", "Estimate", "Relative error",
+                   "Bytes per delta sketch (mean)", "Folded sketch bytes"],
+                  [[f"{p['voters']:,}", f"{p['votes']:,}", f"{p['deltas']}", f"{p['estimate']:,}",
+                    f"{p['relative_error']:.2%}", f"{p['delta_sketch_bytes_mean']:,}", f"{p['folded_sketch_bytes']:,}"]
+                   for p in uv["errors"]]),
+            f"Same {uv['workload_votes']:,}-vote Zipf workload, with sketches and without (user IDs removed), "
+            "same run:",
+            table(["", "Delta rows / 1k votes", "Mutations / 1k votes", "Sketch bytes per row (mean / max)",
+                   "Write s", "Fold s", "Exact"],
+                  [[label, f"{r['rows_per_1k_votes']:.1f}", f"{r['mutations_per_1k_votes']:,.0f}",
+                    f"{r['sketch_bytes_per_row']:,.0f} / {r['sketch_bytes_max']:,}", f"{r['write_s']:.2f}",
+                    f"{r['fold_s']:.2f}", "yes" if r["exact"] else "NO"]
+                   for label, r in (("with sketches", ws), ("without", wo))]
+                  + [["ratio"] + [f"{uv['ratios'][k]:.3f}" if uv["ratios"][k] is not None else "-"
+                                  for k in ("rows_per_1k_votes", "mutations_per_1k_votes")]
+                     + ["-"] + [f"{uv['ratios'][k]:.3f}" if uv["ratios"][k] is not None else "-"
+                                for k in ("write_s", "fold_s")] + ["-"]]),
+            f"CPU of the chain's parse-and-sum per vote: {cpu['us_per_vote_with_voters']:.2f} µs recording voters "
+            f"vs {cpu['us_per_vote_without_user_ids']:.2f} µs without user IDs (+{cpu['added_us_per_vote']:.2f} µs, "
+            f"{cpu['ratio']:.2f}x; best of 3 over {cpu['votes']:,} votes)."]
+
+
+BENCHMARK = Benchmark(
+    name="unique_voters", title="Unique-voter sketches: error, bytes, write and fold cost, CPU per vote",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)

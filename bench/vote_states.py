@@ -1,9 +1,9 @@
-"""Benchmark: one vote per user (issue 29), in one run on one emulator.
+"""Benchmark vote_states: one vote per user (issue 29), in one run on one emulator.
 
 Vote-state events ({"post_id", "user_id", "vote": "up" | "down" | "none", ...}; only each user's
 latest state per post counts, schemas/vote_states.py) cannot be blind writes: the sink applies
 each batch in a read-write transaction that reads the stored Votes rows and writes the later states
-with the counts they move (transforms/vote_state_sink.py, spanner_store/votes.py). The emulator runs
+with the counts they move (transforms/vote_state_sink.py, spanner_writes/votes.py). The emulator runs
 one read-write transaction at a time, so this measures what that costs instead of assuming it,
 beside delta events of the same shape and read-modify-write, all in the same run:
 
@@ -14,7 +14,7 @@ beside delta events of the same shape and read-modify-write, all in the same run
     and the best is the baseline.
 (b) End to end, one `upvotes stream` subprocess (2 s windows, as the race's): a burst published
     through Pub/Sub in batches of 500, timed from the first publish until every post's exact count
-    equals the ledger, on one viral post and on a Zipf spread (RACE_ZIPF over sizes.e2e_posts
+    equals the ledger, on one viral post and on a Zipf spread (RACE_ZIPF over sizes.race.e2e_posts
     posts). Vote states with the generator's default mix (20% down votes, 20% flips, 10%
     duplicates, 10% out of order) from sizes.state_voters users; beside them delta events of the
     same shape (as many events, the same posts and spread, +1 upvotes each) through the same stream.
@@ -57,21 +57,22 @@ from google.cloud.spanner_v1 import param_types
 
 from pipeline.params import STREAMING_PARAMS, defaults
 
-from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes
+from bench.benchmark import Benchmark, emulator_cpu, table, target
+from bench.config import FULL_RACE, QUICK_RACE, RACE_WINDOW_S, RACE_ZIPF, Race
 from bench.hot_post import SOAK_LOAD
 from bench.measure import current_rss_mib
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import LedgeredBatches, PacedPublisher, check_alive, upvotes_of, wait_until_ready, with_topics
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, batch_messages, event_message
 from spanner_store.database import open_database
-from spanner_store.deltas import MUTATIONS_PER_COMMIT
-from spanner_store.reads import verify_totals
-from spanner_store.votes import MUTATIONS_PER_VOTE
+from spanner_writes.deltas import MUTATIONS_PER_COMMIT
+from upvotes.devtools.verification import verify_totals
+from spanner_writes.votes import MUTATIONS_PER_VOTE
 from transforms.parse_and_sum import BundleSums
 from transforms.vote_states import MergeLatestVotes
 from upvotes.devtools import baseline_counters, local_stream
 from upvotes.devtools.ledger import Ledger
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.race import BASELINE_SWEEP, race_pipeline, run_baseline
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, VoteStateWorkload, Workload, generate
@@ -151,12 +152,12 @@ class Stream:
 def workloads(sizes: Sizes, shape: str) -> dict[str, Workload | VoteStateWorkload]:
     """The race's two workloads of one shape: delta events (+1 upvotes) and vote states, the same
     number of events over the same posts and spread, from the same users."""
-    posts = 1 if shape == "hot_post" else sizes.e2e_posts
+    posts = 1 if shape == "hot_post" else sizes.race.e2e_posts
     prefix = f"vs-{shape.replace('_', '')}-"
     return {
-        "deltas": Workload(events=sizes.e2e_votes, posts=posts, zipf=RACE_ZIPF, seed=29, unvote_fraction=0.0,
+        "deltas": Workload(events=sizes.race.e2e_votes, posts=posts, zipf=RACE_ZIPF, seed=29, unvote_fraction=0.0,
                            fractions=UPVOTES_ONLY, voters=sizes.state_voters, post_prefix=f"{prefix}d-"),
-        "states": VoteStateWorkload(events=sizes.e2e_votes, posts=posts, zipf=RACE_ZIPF, seed=29,
+        "states": VoteStateWorkload(events=sizes.race.e2e_votes, posts=posts, zipf=RACE_ZIPF, seed=29,
                                     voters=sizes.state_voters, post_prefix=f"{prefix}s-"),
     }
 
@@ -312,7 +313,7 @@ def stop_and_restart(stream: Stream) -> StopOutcome:
 def count_error(database, stream: Stream, sizes: Sizes) -> dict:
     """A steady state load over the Zipf spread, with a SIGTERM and a restart in its middle."""
     workload = VoteStateWorkload(events=int(sizes.state_stop_rate * (sizes.state_stop_seconds + 10)),
-                                 posts=sizes.e2e_posts, zipf=RACE_ZIPF, seed=37, voters=sizes.state_voters,
+                                 posts=sizes.race.e2e_posts, zipf=RACE_ZIPF, seed=37, voters=sizes.state_voters,
                                  duplicate_fraction=0.1, late_fraction=0.1, post_prefix="vs-stop-")
     source = LedgeredBatches(workload)
     publisher = PacedPublisher(stream.topic_path, source.next_message, sizes.state_stop_rate / DEFAULT_BATCH_SIZE)
@@ -375,3 +376,167 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             "voters": sizes.state_voters, "zipf": RACE_ZIPF, "window_state": state_bytes, "soak": soaked,
             "count_error": error, "final_exit_code": final_exit_code,
             "runner": "BundleBasedDirectRunner (`upvotes stream` subprocess), the project's Pub/Sub reader"}
+
+
+# --- sizes and report ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    sweep_seconds: float  # per read-modify-write configuration, as hot_post's sweep
+    race: Race  # each race's events, on one post and over race.e2e_posts posts, as hot_post's burst
+    state_voters: int  # the users a race's vote states come from
+    state_soak_short_s: int  # the stream's peak RSS under a steady hot-post state load after this long ...
+    state_soak_long_s: int  # ... and after this long
+    state_stop_rate: int  # votes/s of the state load a SIGTERM and a restart of the stream fall in
+    state_stop_seconds: float
+
+
+FULL = Sizes(sweep_seconds=4.0, race=FULL_RACE, state_voters=100_000, state_soak_short_s=60, state_soak_long_s=180,
+             state_stop_rate=2_000, state_stop_seconds=30.0)
+QUICK = Sizes(sweep_seconds=0.5, race=QUICK_RACE, state_voters=10_000, state_soak_short_s=2, state_soak_long_s=6,
+              state_stop_rate=1_000, state_stop_seconds=8.0)
+
+VOTE_STATE_SHAPES = {"hot_post": "one viral post", "zipf": "Zipf spread"}
+VOTE_STATE_KINDS = {"deltas": "delta events (+1)", "states": "vote states"}
+
+
+def targets(document: dict) -> list[dict]:
+    vs = document["benchmarks"]["vote_states"]
+    rmw, races, error, soak = vs["rmw"]["best"], vs["races"], vs["count_error"], vs["soak"]
+    return [
+        target("Vote states end to end (first publish -> every post exact) >= 10x the best read-modify-write of "
+               "the same run, on one viral post and on a Zipf spread",
+               "; ".join(f"{VOTE_STATE_SHAPES[shape]}: {r['states']['votes_per_s']:,.0f} votes/s = "
+                         f"{r['states']['votes_per_s_vs_rmw']:.1f}x (delta events {r['deltas']['votes_per_s']:,.0f}/s)"
+                         for shape, r in races.items())
+               + f"; best RMW {rmw['votes_per_s']:,.0f}/s ({rmw['config']})",
+               min(r["states"]["votes_per_s_vs_rmw"] for r in races.values()) >= 10),
+        target("Vote-state count error 0 with 10% duplicates, 10% late events, flips and a SIGTERM + restart of "
+               "the stream mid-load",
+               f"{error['mismatching_posts']} of {error['posts']} posts off, summed absolute error "
+               f"{error['absolute_error']:,} over {error['votes']:,} votes; drained in {error['drain_seconds']:.1f} s "
+               f"(exit {error['drain_exit_code']})",
+               error["exact"] and error["drain_exit_code"] == 0),
+        target(f"Memory flat under a hot-post vote-state load: stream peak RSS after {soak['long_s']} s / after "
+               f"{soak['short_s']} s <= 1.1",
+               f"{soak['peak_rss_after_long_mib']:.0f} / {soak['peak_rss_after_short_mib']:.0f} MiB = "
+               f"{soak['ratio_long_to_short']:.3f} at {soak['votes_per_s']:,.0f} votes/s ({soak['votes']:,} votes, "
+               f"{soak['distinct_pairs']:,} (post, user) pairs, exact)",
+               soak["ratio_long_to_short"] <= 1.1),
+    ]
+
+
+def markdown(document: dict) -> list[str]:
+    vs = document["benchmarks"]["vote_states"]
+    rmw, state, soak, error = vs["rmw"]["best"], vs["window_state"], vs["soak"], vs["count_error"]
+    rows = [[f"Read-modify-write, best of {len(vs['rmw']['runs'])} ({rmw['config']})", "one row", f"{rmw['votes']:,}",
+             f"{rmw['votes_per_s']:,.0f}", "1.0", "-", "1,000 (counter rows)", "-", f"{rmw['commits_per_1k_votes']:,.0f}",
+             f"{rmw['mutations_per_1k_votes']:,.0f}", emulator_cpu(rmw), "yes"]]
+    for shape, races in vs["races"].items():
+        for kind, r in races.items():
+            versus = r.get("vs_deltas", {}).get("votes_per_s")
+            rows.append([VOTE_STATE_KINDS[kind], VOTE_STATE_SHAPES[shape] + ("" if r["posts"] == 1 else f" ({r['posts']:,} posts)"),
+                         f"{r['votes']:,}",
+                         f"{r['votes_per_s']:,.0f}", f"{r['votes_per_s_vs_rmw']:.1f}",
+                         "1.0" if versus is None else f"{versus:.2f}",
+                         f"{r['votes_rows_per_1k_votes']:,.0f}" + (f" (writes <= {r['votes_row_writes_ceiling_per_1k_votes']:,.0f})"
+                                                                  if kind == "states" else ""),
+                         f"{r['delta_rows_per_1k_votes']:,.1f}", f"{r['commits_per_1k_votes']:.2f}",
+                         f"{r['mutations_per_1k_votes']:,.0f}", emulator_cpu(r), "yes" if r["exact"] else "NO"])
+    return [
+        f"One vote per user: vote-state events beside delta events, same stream, same run "
+        f"({vs['window_s']} s windows, batches of {vs['batch_size']}, {vs['voters']:,} voters)",
+        table(["Events", "Shape", "Votes", "Votes/s, first publish -> exact", "x best RMW", "x delta events",
+               "Votes rows / 1k votes", "Delta rows / 1k votes", "Commits / 1k votes", "Mutations / 1k votes",
+               "Emulator CPU s / 1k votes", "Exact"], rows),
+        "Votes rows: the (post, user) rows stored; a state replaced in a later window writes its row again, so the "
+        "writes lie between that and the distinct events (in brackets). Commits: one per distinct commit timestamp "
+        "of the race's delta rows. Mutations: index entries, parent keys and each commit's DeltaCommits and "
+        "TopCandidates rows included. Vote-state delta rows per 1k votes by `upvotes capacity`'s model (one per post "
+        "among a transaction's states): "
+        + "; ".join(f"{VOTE_STATE_SHAPES[shape]} {races['states']['model_delta_rows_per_1k_votes']:,.1f} (measured "
+                    f"{races['states']['delta_rows_per_1k_votes']:,.1f})" for shape, races in vs["races"].items())
+        + " (the burst packs two event hours into seconds, so a transaction also moves counts between hours).",
+        f"Pipeline state per (post, user), what WindowAndMergeVoteStates holds while its window is open: "
+        f"{state['encoded_bytes_per_key']:,.0f} bytes in Beam's accumulator coding ({state['coder']}), "
+        f"{state['python_bytes_per_key']:,.0f} bytes as Python objects on the DirectRunner (over {state['keys']:,} keys "
+        f"merged from {state['events']:,} hot-post states); at the hot-post state rate about "
+        f"{state['held_at_the_hot_post_rate_mib']:.1f} MiB per open window, freed when it fires. "
+        f"Under a steady hot-post state load of {soak['votes_per_s']:,.0f} votes/s, every voter new "
+        f"({soak['load_of_race_votes_rows']:.0%} of the {soak['race_votes_rows_per_s']:,.0f} Votes rows/s the hot-post "
+        f"race stored, at {soak['rows_per_vote']:.2f} rows per vote: {soak['of_race_votes_per_s']:.0%} of its votes/s): "
+        f"the stream's peak RSS {soak['peak_rss_after_short_mib']:.0f} MiB after "
+        f"{soak['short_s']} s, {soak['peak_rss_after_long_mib']:.0f} MiB after {soak['long_s']} s (ratio "
+        f"{soak['ratio_long_to_short']:.3f}); its {soak['distinct_pairs']:,} (post, user) pairs would have held "
+        f"{soak['if_window_state_were_kept_mib']:,.0f} MiB had their window state been kept; exact "
+        f"{soak['seconds_to_exact_after_the_load']:.0f} s after the load.",
+        f"Count error: {error['votes_per_s']:,} vote states/s for {error['load_seconds']:g} s over {error['posts']:,} "
+        f"posts ({error['duplicate_fraction']:.0%} duplicates, {error['late_fraction']:.0%} late, "
+        f"{error['flip_fraction']:.0%} flips up -> down -> none), the stream SIGTERMed at {error['sigterm_at_s']:g} s and "
+        "restarted at once on the same subscription:",
+        table(["Votes", "Drain s (exit code)", "Seconds to exact after the load", "Mismatching posts",
+               "Summed absolute error"],
+              [[f"{error['votes']:,}", f"{error['drain_seconds']:.1f} ({error['drain_exit_code']})",
+                "not exact" if error["seconds_to_exact_after_the_load"] is None
+                else f"{error['seconds_to_exact_after_the_load']:.1f}",
+                f"{error['mismatching_posts']}", f"{error['absolute_error']:,}"]]),
+    ]
+
+
+def chart(document: dict) -> list:
+    """A row of the figure: rates, Spanner cost, the soak, and the counts."""
+    vs = document["benchmarks"]["vote_states"]
+    shapes = list(vs["races"])
+    rmw = vs["rmw"]["best"]
+    soak = vs["soak"]
+
+    def bars(metric: str, title: str):
+        def panel(ax) -> None:
+            width = 0.38
+            for offset, (kind, colour) in zip((-width / 2, width / 2), (("deltas", "tab:blue"), ("states", "tab:green"))):
+                drawn = ax.bar([i + offset for i in range(len(shapes))], [vs["races"][s][kind][metric] for s in shapes],
+                               width, label=VOTE_STATE_KINDS[kind], color=colour)
+                ax.bar_label(drawn, fmt="%.0f", fontsize=8)
+            ax.axhline(rmw[metric], color="red", linestyle="--", label=f"best RMW ({rmw[metric]:,.0f})")
+            highest = max(rmw[metric], *(vs["races"][s][kind][metric] for s in shapes for kind in VOTE_STATE_KINDS))
+            if metric == "votes_per_s":
+                ax.axhline(10 * rmw[metric], color="grey", linestyle=":", label="10x best RMW")
+                ax.set_ylim(top=1.4 * max(highest, 10 * rmw[metric]))
+            else:
+                ax.set_yscale("log")
+                ax.set_ylim(top=30 * highest)
+            ax.set_xticks(range(len(shapes)), [VOTE_STATE_SHAPES[s] for s in shapes])
+            ax.set_title(title)
+            ax.legend(fontsize=8, loc="upper center", ncols=2)
+        return panel
+
+    def memory(ax) -> None:
+        ax.plot([s["second"] for s in soak["samples"]], [s["rss_mib"] for s in soak["samples"]], "-", label="RSS")
+        ax.plot([s["second"] for s in soak["samples"]], [s["peak_mib"] for s in soak["samples"]], "--", label="peak RSS")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("seconds of steady hot-post vote-state load")
+        ax.set_ylabel("MiB")
+        ax.set_title(f"vote_states: memory: stream at {soak['votes_per_s']:,.0f} vote states/s")
+        ax.legend()
+
+    def counts(ax) -> None:
+        error, state = vs["count_error"], vs["window_state"]
+        ax.axis("off")
+        ax.set_title("vote_states: window state and count error")
+        ax.text(0.0, 0.9, "\n".join([
+            f"Window state per (post, user): {state['encoded_bytes_per_key']:,.0f} B encoded,",
+            f"{state['python_bytes_per_key']:,.0f} B as Python objects; freed when the window fires",
+            f"Soak: {soak['distinct_pairs']:,} pairs would hold {soak['if_window_state_were_kept_mib']:,.0f} MiB if kept;",
+            f"peak RSS {soak['peak_rss_after_short_mib']:.0f} -> {soak['peak_rss_after_long_mib']:.0f} MiB",
+            f"SIGTERM + restart under {error['votes_per_s']:,} states/s ({error['duplicate_fraction']:.0%} duplicates,",
+            f"{error['late_fraction']:.0%} late, flips): {error['mismatching_posts']} posts off, "
+            f"absolute error {error['absolute_error']:,}",
+        ]), va="top", fontsize=10, family="monospace")
+
+    return [bars("votes_per_s", "vote_states: votes/s, first publish -> exact"),
+            bars("mutations_per_1k_votes", "vote_states: Spanner mutations per 1,000 votes"), memory, counts]
+
+
+BENCHMARK = Benchmark(
+    name="vote_states", title="One vote per user: vote-state events beside delta events and read-modify-write",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)

@@ -1,4 +1,4 @@
-"""Benchmark: the seed's fourth approach, a write-back cache on Redis (bench/write_back_cache.py),
+"""Benchmark write_back: the seed's fourth approach, a write-back cache on Redis (bench/write_back_cache.py),
 raced beside the pipeline on the same emulator, and what each approach loses on a crash.
 
 (a) The race. For each Redis durability mode (none, AOF everysec, AOF always): a fresh
@@ -57,16 +57,17 @@ import redis
 from google.cloud import pubsub_v1
 from google.cloud.spanner_v1 import param_types
 
-from bench.config import RACE_WINDOW_S, RACE_ZIPF, Sizes, race_workload
+from bench.benchmark import Benchmark, emulator_cpu, p50_p99_s, table, target
+from bench.config import FULL_RACE, QUICK_RACE, RACE_WINDOW_S, RACE_ZIPF, Race, race_workload
 from bench.measure import current_rss_mib, latency_summary, reset_peak_rss
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import check_alive, streaming_pipeline, with_topics
 from spanner_store.database import open_database
-from spanner_store.reads import exact_counts
+from spanner_reads.reads import exact_counts
 from bench import redis_server, write_back_cache
 from upvotes.devtools import local_stream
 from upvotes.devtools.ledger import Ledger
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
 
@@ -321,13 +322,13 @@ def race_write_back(res: Resources, database, sizes: Sizes, mode: str, log_dir: 
         warm_up(sink, counts, f"{live}-warm-up", alive)
         reset_peak_rss()
         with EmulatorCpu() as cpu:
-            result = burst(sink, counts, race_workload(sizes, f"{live}-", write_back_cache.WORKLOAD_FRACTIONS), f"{live}-m-",
+            result = burst(sink, counts, race_workload(sizes.race, f"{live}-", write_back_cache.WORKLOAD_FRACTIONS), f"{live}-m-",
                            alive)
         client_peak = current_rss_mib("self", "VmHWM")
         redis_peak = current_rss_mib(server.pid, "VmHWM")
         flusher_peak = current_rss_mib(flushers[-1].pid, "VmHWM")
         ingest = cache_ingest(sink.client, f"{live}-ingest", list(itertools.islice(
-            generate_events(race_workload(sizes, f"{live}-ingest-", write_back_cache.WORKLOAD_FRACTIONS)),
+            generate_events(race_workload(sizes.race, f"{live}-ingest-", write_back_cache.WORKLOAD_FRACTIONS)),
             sizes.unpipelined_votes)))
         sink.close()
     commits, mutations = flush_cost(database, live, result.since)
@@ -350,7 +351,7 @@ def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: su
     sink = PubSubVotes(stream_res.topic_path(stream_res.topic))
     reset_peak_rss()
     with EmulatorCpu() as cpu:
-        result = burst(sink, pipeline_counts(database), race_workload(sizes, prefix, write_back_cache.WORKLOAD_FRACTIONS),
+        result = burst(sink, pipeline_counts(database), race_workload(sizes.race, prefix, write_back_cache.WORKLOAD_FRACTIONS),
                        f"{prefix}m-", alive)
     sink.close()
     cost = delta_cost(database, prefix)
@@ -607,3 +608,166 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 def _redis_server_version() -> str:
     out = subprocess.run([redis_server.redis_binary(), "--version"], capture_output=True, text=True, check=True).stdout
     return out.split()[2].removeprefix("v=")
+
+
+# --- sizes and report ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    race: Race  # the race's burst, hot_post's end to end
+    unpipelined_votes: int  # one HINCRBY per vote, into Redis only
+    crash_rate: int  # votes/s of the steady load each crash row runs under
+    crash_seconds: float  # of steady load; the SIGKILL falls at a seeded time in its middle third
+    # The pipeline's row waits this long for counts that are not exact yet: past the subscription's
+    # 60 s ack deadline, so a redelivery after the kill is seen (and counted, if it counts twice).
+    crash_settle_s: float
+
+
+FULL = Sizes(race=FULL_RACE, unpipelined_votes=20_000, crash_rate=2_000, crash_seconds=20.0, crash_settle_s=75.0)
+QUICK = Sizes(race=QUICK_RACE, unpipelined_votes=2_000, crash_rate=2_000, crash_seconds=4.0, crash_settle_s=4.0)
+
+WRITE_BACK_LABELS = {"none": "Redis without persistence", "aof_everysec": "Redis AOF everysec",
+                     "aof_always": "Redis AOF always"}
+
+
+def targets(document: dict) -> list[dict]:
+    wb = document["benchmarks"]["write_back"]
+    flusher = [c for c in wb["crashes"] if c["killed"].startswith("flusher")]
+    race = wb["race"]
+    return [
+        target("Write-back flusher SIGKILLed at each fault point (after RENAME; after the Spanner commit, before "
+               "the DEL) and restarted at once: nothing lost, nothing doubled",
+               "; ".join(f"{c['killed']}: {c['lost']} lost, {c['doubled']} doubled of {c['acknowledged']:,} "
+                         f"acknowledged (leftover parts applied {c['leftover_parts_applied']}, already applied "
+                         f"{c['leftover_parts_already_applied']})" for c in flusher),
+               len(flusher) == 2 and all(c["lost"] == 0 == c["doubled"] for c in flusher)),
+        target("Four approaches on the same burst, same run: every write-back mode and the pipeline exact in Spanner",
+               ", ".join(f"{name} {r['votes_per_s']:,.0f} votes/s" for name, r in race.items()),
+               all(r["exact"] for r in race.values())),
+    ]
+
+
+def _rss(peaks: dict) -> str:
+    return ", ".join(f"{process} {mib:.0f}" for process, mib in peaks.items())
+
+
+def four_approaches_rows(document: dict) -> list[list[str]]:
+    """The four approaches, best configuration of each, with what a crash loses: the table of the
+    bench README and docs/benchmarks.md."""
+    bench = document["benchmarks"]
+    hot, wb = bench["hot_post"]["approaches"], bench["write_back"]
+    rmw_rate = hot["rmw"]["votes_per_s"]
+    sharded = max(("sharded_10", "sharded_100"), key=lambda name: hot[name]["votes_per_s"])
+    stream = next(c for c in wb["crashes"] if c["approach"] == "pipeline")
+    by_mode = {c["durability"]: c for c in wb["crashes"] if c["killed"] == "redis-server"}
+    machine = {c["durability"]: c for c in wb["crashes"] if c["killed"].startswith("machine")}
+    flusher = [c for c in wb["crashes"] if c["killed"].startswith("flusher")]
+    flusher_doubled = sum(c["doubled"] for c in flusher)
+    flusher_lost = sum(c["lost"] for c in flusher)
+    rows = [[f"1. Read-modify-write ({hot['rmw']['config']})", f"{rmw_rate:,.0f}", "1.0",
+             f"{hot['rmw']['commits_per_1k_votes']:,.0f}", "0 (acknowledged = committed)",
+             "0 (acknowledged only after its commit; not killed here)",
+             "0 (retries follow aborts, which commit nothing)"],
+            [f"2. Sharded counter ({hot[sharded]['config']})", f"{hot[sharded]['votes_per_s']:,.0f}",
+             f"{hot[sharded]['votes_per_s'] / rmw_rate:.1f}", f"{hot[sharded]['commits_per_1k_votes']:,.0f}",
+             "0 (acknowledged = committed)", "0 (as 1)", "0 (as 1)"]]
+    pipeline = wb["race"]["pipeline"]
+    rows.append([f"3. This project: Pub/Sub -> pipeline -> blind writes ({pipeline['window_s']} s windows)",
+                 f"{pipeline['votes_per_s']:,.0f} (hot_post, no markers: {hot['e2e_pubsub']['votes_per_s']:,.0f})",
+                 f"{pipeline['votes_per_s'] / rmw_rate:.1f}", f"{pipeline['commits_per_1k_votes']:.2f}",
+                 p50_p99_s(pipeline["freshness"]),
+                 f"stream SIGKILLed: {stream['lost']:,} of {stream['acknowledged']:,}",
+                 f"{stream['doubled']:,} (same kill)"])
+    for mode, label in WRITE_BACK_LABELS.items():
+        r, crash = wb["race"][mode], by_mode[mode]
+        lost, doubled = f"redis-server SIGKILLed: {crash['lost']:,} of {crash['acknowledged']:,}", ""
+        if mode in machine:
+            lost += f"; machine crash after a flush's commit (simulated): {machine[mode]['lost_gross']:,}"
+            doubled = f"{machine[mode]['doubled_gross']:,} (that machine crash: {_rename_fate(machine[mode])}); "
+        elif mode == "aof_everysec":  # a document from before the machine rows
+            lost += "; a machine crash: up to ~1 s of votes (documented, not measured)"
+        rows.append([f"4. Write-back cache: {label}, flushed every {r['flush_interval_s']} s", f"{r['votes_per_s']:,.0f}",
+                     f"{r['votes_per_s'] / rmw_rate:.1f}", f"{r['commits_per_1k_votes']:.2f}", p50_p99_s(r["freshness"]),
+                     f"{lost}; flusher SIGKILLed: {flusher_lost}",
+                     f"{doubled}{flusher_doubled} (flusher killed after its commit, flush retried)"])
+    return rows
+
+
+def _rename_fate(crash: dict) -> str:
+    """What a machine crash right after a flush's commit did to that flush's RENAME."""
+    if crash["rename_lost"]:
+        return "its RENAME lost with the AOF's unsynced second, the flush applied again"
+    if crash["waitaof"]:
+        return "the flusher had waited for the RENAME's fsync (WAITAOF)"
+    return "the RENAME was fsynced before its reply"
+
+
+FOUR_APPROACHES_HEADER = ["Approach", "Votes/s, first send -> exact read in Spanner", "x best RMW",
+                          "Commits / 1k votes", "Freshness p50 / p99 s (ack -> exact read)", "Lost on a crash",
+                          "Doubled on a crash or a retry"]
+
+
+def markdown(document: dict) -> list[str]:
+    """The four approaches beside hot_post's baselines: nothing when hot_post's results are missing."""
+    bench = document["benchmarks"]
+    if "hot_post" not in bench:
+        return []
+    wb = bench["write_back"]
+    race = wb["race"]
+    modes = [m for m in WRITE_BACK_LABELS if m in race]
+    first = race[modes[0]]
+    return [
+        f"Four approaches, same emulator, same run (redis-server {wb['redis_server_version']})",
+        f"The same Zipf burst ({first['votes']:,} votes over {first['posts']:,} posts, one marker vote per batch of "
+        f"{first['batch_size']}) for the pipeline and the write-back cache; read-modify-write and sharded counters at "
+        "their best from the hot_post section. Crash figures under a steady load of "
+        f"{wb['crash_rate']:,} upvotes/s, one SIGKILL at a seeded time, restarted at once (table below).",
+        table(FOUR_APPROACHES_HEADER, four_approaches_rows(document)),
+        "The write-back cache and the pipeline, each row its own processes:",
+        table(["Row", "Votes/s to exact", "Cache alone, pipelined / one command per vote (votes/s)",
+               "Commits / 1k votes", "Mutations / 1k votes", "Emulator CPU s / 1k votes", "Freshness p50 / p99 s",
+               "Exact", "Peak RSS MiB"],
+              [[WRITE_BACK_LABELS.get(name, "Pipeline (Pub/Sub, streaming subprocess)"), f"{r['votes_per_s']:,.0f}",
+                f"{r['cache_ingest']['pipelined_votes_per_s']:,.0f} / {r['cache_ingest']['unpipelined_votes_per_s']:,.0f}"
+                if "cache_ingest" in r else "-",
+                f"{r['commits_per_1k_votes']:.3f}", f"{r['mutations_per_1k_votes']:,.1f}", emulator_cpu(r),
+                p50_p99_s(r["freshness"]), "yes" if r["exact"] else "NO", _rss(r["peak_rss_mib"])]
+               for name, r in race.items()]),
+        f"What a SIGKILL loses, {wb['crash_rate']:,} upvotes/s for {wb['crash_seconds']:g} s; lost: acknowledged "
+        "but never counted; doubled: counted beyond the acknowledged and refused votes (per post, net):",
+        table(["Killed", "Redis durability", "Kill at s", "Back in s", "Acknowledged", "Refused", "Lost", "Doubled",
+               "Recovery"],
+              [[c["killed"], WRITE_BACK_LABELS.get(c.get("durability"), "-"), f"{c['kill_at_s']:.1f}",
+                f"{c['restart_s']:.3f}", f"{c['acknowledged']:,}", f"{c['refused']:,}", f"{c['lost']:,}",
+                f"{c['doubled']:,}", _recovery(c)] for c in wb["crashes"]]),
+        f"AOF everysec on a machine crash: {wb['everysec_machine_crash_window']}. The stream row measures "
+        "`python -m pipeline.streaming` as this checkout builds it (started through bench.stack.streaming_pipeline).",
+    ]
+
+
+def _recovery(crash: dict) -> str:
+    if "flushed_votes_at_crash" in crash:
+        return (f"flush {crash['kill_on_flush']} ({crash['flushed_votes_at_crash']:,} votes; "
+                f"{crash['unflushed_votes_at_crash']:,} acknowledged since its RENAME): {_rename_fate(crash)}; gross "
+                f"{crash['lost_gross']:,} lost, {crash['doubled_gross']:,} doubled; "
+                f"{crash['leftover_staging_keys']} staging key finished on restart")
+    if "leftover_staging_keys" in crash:
+        return (f"flush {crash['kill_on_flush']}: {crash['leftover_staging_keys']} staging key finished on restart, "
+                f"{crash['leftover_parts_applied']} part applied, {crash['leftover_parts_already_applied']} found in the "
+                "flush log")
+    if crash["approach"] == "pipeline":
+        return f"counts settled {crash['settle_s']:.0f} s after the load"
+    return f"the flusher saw {crash['flusher_redis_errors']} Redis errors"
+
+
+def race_bars(document: dict) -> list[tuple[str, float, float, str]]:
+    """The write-back cache's modes as bars of hot_post's race panels (label, votes/s, mutations per
+    1k votes, colour): none when it did not run."""
+    race = document["benchmarks"].get("write_back", {}).get("race", {})
+    return [(f"Write-back\n{m.removeprefix('aof_')}", race[m]["votes_per_s"], race[m]["mutations_per_1k_votes"],
+             "tab:red") for m in WRITE_BACK_LABELS if m in race]
+
+
+BENCHMARK = Benchmark(
+    name="write_back", title="The seed's fourth approach, a write-back cache, raced beside the pipeline, and crashes",
+    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)

@@ -51,7 +51,7 @@ from typing import Any, Callable, Iterable, Mapping
 from google.cloud import spanner
 
 from spanner_store.database import RetryPolicy, open_database, run_transaction, run_with_retries
-from upvotes.devtools.provision import Resources
+from upvotes.resources import Resources
 from upvotes.devtools.workload import DEFAULT_FRACTIONS
 
 COUNTERS = ("upvotes", "shares")  # what this baseline counts, in COUNTER_COLUMNS order

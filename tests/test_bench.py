@@ -2,24 +2,27 @@
 
 Runs the smoke-sized benchmarks in a subprocess (they start their own emulators unless
 SPANNER_EMULATOR_HOST / PUBSUB_EMULATOR_HOST name running ones). No timing is asserted:
-timings are what the benchmark reports, not what it checks.
+timings are what the benchmark reports, not what it checks. Beside it, without emulators: every
+registered benchmark reports itself (bench/benchmark.py), and the committed results render with
+named sections.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench import report
+from bench.registry import BENCHMARKS, benchmarks, run_sizes
 from upvotes.operations.capacity_model import fold_rows_read
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("hot_post", "transform_cost", "write_amplification", "fold_scaling", "freshness", "hot_reads",
-            "commit_sizes", "unique_voters", "write_back",
-            "catalogue_cost", "stream_reader", "fault_soak", "vote_states")
+SECTIONS = BENCHMARKS
 APPROACHES = ("rmw", "sharded_10", "sharded_100", "chain_sink", "e2e_pubsub")
 TIMEOUT_S = 540
 
@@ -37,7 +40,11 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert set(SECTIONS) <= set(document["benchmarks"])
     for key in ("date", "nproc", "cpu_model", "python", "apache_beam"):
         assert document["machine"][key]
-    assert len(document["targets"]) == 22 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert document["targets"] == report.evaluate_targets(document)
+    assert len(document["targets"]) >= 22 and all(isinstance(t["met"], bool) for t in document["targets"])
+    assert set(document["sizes"]) == {"name", *SECTIONS}
+    markdown = (tmp_path / "latest.md").read_text()
+    assert all(f'<a id="{name}"></a>' in markdown for name in SECTIONS)
     for section in SECTIONS:
         assert document["benchmarks"][section]["peak_rss"]["self_mib"] > 0
 
@@ -131,3 +138,29 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000
     assert "| Target |" in completed.stdout
+
+
+def test_every_registered_benchmark_reports_itself() -> None:
+    """One module per benchmark, registered once: its own sizes for both runs, its report."""
+    found = benchmarks()
+    assert [b.name for b in found] == list(BENCHMARKS) and len(set(BENCHMARKS)) == len(BENCHMARKS)
+    for benchmark in found:
+        assert type(benchmark.full) is type(benchmark.quick), benchmark.name
+        assert type(benchmark.full).__dataclass_params__.frozen, benchmark.name
+        assert benchmark.title and callable(benchmark.run) and callable(benchmark.markdown), benchmark.name
+    for run in ("full", "quick"):
+        sizes = run_sizes(run)
+        assert sizes.name == run and list(sizes.as_dict()) == ["name", *BENCHMARKS]
+
+
+def test_the_committed_results_render_with_named_sections(tmp_path: Path) -> None:
+    """bench/results/latest.json renders as the committed latest.md: a section per benchmark that
+    ran, anchored and headed by its name, never a number; the chart has every panel."""
+    document = json.loads((REPO / "bench" / "results" / "latest.json").read_text())
+    markdown = report.markdown(document)
+    assert markdown + "\n" == (REPO / "bench" / "results" / "latest.md").read_text()
+    for name in document["benchmarks"]:
+        assert f'<a id="{name}"></a>\n\n### {name}: ' in markdown, name
+    assert not re.search(r"^### \d", markdown, flags=re.M)
+    report.plot(document, tmp_path / "latest.png")
+    assert (tmp_path / "latest.png").stat().st_size > 10_000
