@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -26,11 +25,10 @@ from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
 from upvotes.resources import Resources
 from upvotes.operations.provision import provision
-from tests import beam_graph_cache, faults
+from tests.support import beam_graph_cache, faults
+from tests.support.resources import STREAM_WINDOW_S, new_resources
 from transforms import spanner_sink
 
-PROJECT = "test-project"
-STREAM_WINDOW_S = 2  # the window of the streams `streaming_stack` starts
 beam_graph_cache.install()
 
 
@@ -66,19 +64,6 @@ def commit_meter(_metered_commits: CommitMeter) -> Iterator[CommitMeter]:
     _metered_commits.reset()
     yield _metered_commits
     assert not _metered_commits.too_large, _metered_commits.too_large
-
-
-def new_resources(prefix: str = "t") -> Resources:
-    """Unique names, so every caller gets its own database, topics and subscriptions."""
-    tag = uuid.uuid4().hex[:8]
-    return Resources(
-        project=PROJECT,
-        instance="test-instance",
-        database=f"{prefix}-{tag}"[:30],
-        topic=f"votes-{tag}",
-        subscription=f"votes-sub-{tag}",
-        dead_letter_topic=f"votes-dl-{tag}",
-    )
 
 
 @pytest.fixture(scope="module")

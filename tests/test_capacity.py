@@ -19,7 +19,7 @@ from schemas.vote_states import LatestVote
 from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, plan_commits
 from spanner_writes.deltas import write_deltas
 from spanner_writes.votes import MUTATIONS_PER_VOTE, apply_all_vote_states
-from tests.folding import run_fold
+from tests.support.fold_runs import run_fold
 from upvotes.operations.capacity_model import (
     Assumption, Assumptions, Popularity, Workload, cancel_probability, capacity,
     expected_groups, expected_touched, fold_rows_read, rows_per_sink_commit, split_by_hour, state_writes,

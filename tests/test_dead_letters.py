@@ -24,7 +24,7 @@ from spanner_writes.votes import apply_all_vote_states
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
-from tests.polling import assert_stays, wait_until
+from tests.support.polling import assert_stays, wait_until
 from upvotes.operations.dead_letters import (
     HeldLetters, execute_replay, plan_replay, pull_dead_letters, read_corrected_votes, release,
 )

@@ -16,7 +16,7 @@ from local_runner.drain import (
     DRAIN_MIN_S, EXIT_NOT_DRAINED, DrainReport, Progress, StopOnSignals, default_drain_timeout_s, progress_of,
 )
 from local_runner.pubsub_reader import ReaderControl
-from tests.polling import wait_until
+from tests.support.polling import wait_until
 from upvotes.devtools import local_stream
 
 

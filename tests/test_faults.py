@@ -48,10 +48,10 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
 from local_runner import drain
-from tests.conftest import STREAM_WINDOW_S
-from tests.polling import assert_stays, wait_until
-from tests.steady_load import SteadyLoad
-from tests.folding import run_fold
+from tests.support.streams import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of, publish_events
+from tests.support.polling import assert_stays, wait_until
+from tests.support.steady_load import SteadyLoad
+from tests.support.fold_runs import run_fold
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
@@ -62,7 +62,6 @@ from spanner_store.database import RetryPolicy, is_transient, open_database, run
 from upvotes.commands.errors import explain
 from upvotes.resources import Resources
 from upvotes.operations.provision import provision_spanner
-from upvotes.devtools.ledger import Ledger
 from schemas.contract import batch_messages, event_message
 from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.workload import Workload, generate_events
@@ -72,8 +71,6 @@ from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 
 HOUR = 1_795_312_800
-WINDOW_S = STREAM_WINDOW_S
-SETTLE_TIMEOUT_S = 120
 
 
 def totals_of(deltas: list[PostDelta]) -> dict[str, dict[str, int]]:
@@ -272,29 +269,6 @@ def test_folds_racing_continuous_writes_stay_exact_and_reads_stay_in_bounds(stac
 
 
 # --- the streaming pipeline stopped and restarted ----------------------------------------------
-
-def publish_events(res: Resources, events: list[dict], rate: float | None = None) -> None:
-    report = publish_messages(res.topic_path(res.topic), (event_message(e) for e in events), rate=rate,
-                              total=len(events), progress=False)
-    assert report.failed == 0 and report.published == len(events)
-
-
-def ledger_of(events: list[dict]) -> Ledger:
-    ledger = Ledger()
-    for event in events:
-        ledger.add(event)
-    return ledger
-
-
-DRAIN_REPORT = re.compile(r"^upvotes stream: drained in [0-9.]+ s \((SIGINT|SIGTERM)\): every vote pulled is written;"
-                          r".* This run: ([0-9,]+) messages, ([0-9,]+) votes, [0-9,]+ delta rows, 0 dead letters\.$")
-
-
-def drain_reports(log: Path) -> list[tuple[str, int, int]]:
-    """(signal, messages, votes) of every drain the log reports."""
-    return [(m.group(1), int(m.group(2).replace(",", "")), int(m.group(3).replace(",", "")))
-            for m in map(DRAIN_REPORT.match, log.read_text(errors="replace").splitlines()) if m]
-
 
 def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streaming_stack) -> None:
     """`upvotes stream` (2 s windows) under a steady batched load is stopped with SIGINT (Ctrl-C),

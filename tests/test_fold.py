@@ -19,8 +19,8 @@ from spanner_writes.folding import FoldKey, FoldPlan, PostFold, choose_snapshot,
 from spanner_reads.reads import exact_counts
 from spanner_store.unfolded import READ_CHUNK, read_unfolded
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
-from tests.faults import FlakyDatabase
-from tests.folding import run_fold as fold
+from tests.support.faults import FlakyDatabase
+from tests.support.fold_runs import run_fold as fold
 from transforms import fold_deltas
 from transforms.fold_deltas import _ApplyFoldsFn
 

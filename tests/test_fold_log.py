@@ -20,8 +20,8 @@ from spanner_writes.folding import FoldOutcome, choose_snapshot
 from upvotes.operations.moderation import adjust, current_hour, reset
 from spanner_reads.reads import exact_counts
 from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
-from tests.folding import run_fold
-from tests.test_large_fold import distinct_hour_deltas
+from tests.support.fold_runs import run_fold
+from tests.support.fold_runs import distinct_hour_deltas
 from transforms import fold_deltas
 from upvotes.operations.dead_letters import DELTA_ROW, ERROR_ATTRIBUTE, KIND_ATTRIBUTE, DeadLetter, execute_replay, plan_replay
 

@@ -22,7 +22,7 @@ from schemas.delta_ids import forget_event_id
 from spanner_reads.my_votes import vote_of
 from spanner_store.vote_rows import StoredVote, erasure
 from spanner_writes.votes import apply_all_vote_states
-from tests.faults import FlakyDatabase
+from tests.support.faults import FlakyDatabase
 from upvotes.cli import build_parser, main
 
 HOUR = 1_795_312_800

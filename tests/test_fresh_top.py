@@ -16,7 +16,7 @@ from spanner_store.database import open_database
 from spanner_reads.fresh_top import fresh_top
 from spanner_store.top_candidates import CANDIDATES_PER_COMMIT, CandidateRow, commit_candidates
 from spanner_reads.reads import exact_counts, top_posts
-from tests.conftest import new_resources
+from tests.support.resources import new_resources
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner

@@ -14,7 +14,7 @@ from schemas.records import PostDelta
 from schemas.voter_sketch import sketch_of
 from spanner_writes.deltas import write_deltas
 from spanner_reads.hourly import HourCount, hourly_counts
-from tests.folding import run_fold as fold
+from tests.support.fold_runs import run_fold as fold
 
 DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)
 H1, H2, H3, H4 = (DAY + timedelta(hours=h) for h in (1, 2, 3, 4))

@@ -25,11 +25,11 @@ from spanner_reads.hourly import hourly_counts
 from schemas.ddl import schema_model
 from spanner_reads.reads import exact_counts
 from spanner_store.tables import delta_key, post_key
-from tests.conftest import new_resources
-from tests.test_fold import fold
+from tests.support.fold_runs import HOUR_2001, distinct_hour_deltas
+from tests.support.fold_runs import run_fold as fold
+from tests.support.resources import new_resources
 from upvotes.operations.provision import provision_spanner
 
-HOUR_2001 = int(datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp())
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -56,11 +56,6 @@ def expected_hours(deltas: list[PostDelta]) -> dict[int, Counts]:
 def totals(database, post_id: str) -> Counts:
     (found,) = exact_counts(database, [post_id])
     return found.counts
-
-
-def distinct_hour_deltas(post_id: str, hours: int, tag: str) -> list[PostDelta]:
-    """One vote per hour from 2001 on, each hour a different one: what a broken client clock makes."""
-    return [PostDelta.of(post_id, HOUR_2001 + 3600 * i, f"{tag}:{i}", upvotes=1 + i % 3, shares=i % 2, events=1) for i in range(hours)]
 
 
 # --- planning the steps (pure) --------------------------------------------------------------

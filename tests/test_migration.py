@@ -16,10 +16,10 @@ import spanner_store.database
 from spanner_store.database import commit_mutations, open_database
 from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, counts_at, delta_key, post_key
-from tests.conftest import new_resources
-from tests.folding import run_fold
-from tests.polling import wait_until
-from tests.test_faults import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events
+from tests.support.resources import new_resources
+from tests.support.fold_runs import run_fold
+from tests.support.polling import wait_until
+from tests.support.streams import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events
 from upvotes.devtools import local_stream
 from upvotes.operations.dead_letters import pull_dead_letters, release
 from schemas import statements_of

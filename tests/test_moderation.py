@@ -18,7 +18,7 @@ from upvotes.operations.moderation import current_hour
 from spanner_reads.reads import exact_counts
 from spanner_store.tables import DELTAS, POSTS, post_key
 from upvotes.cli import main
-from tests.folding import run_fold as fold
+from tests.support.fold_runs import run_fold as fold
 
 H1 = 1_795_312_800
 H2 = H1 + 3600

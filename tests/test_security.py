@@ -40,7 +40,7 @@ from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from spanner_reads.my_votes import vote_of, votes_of_user
 from spanner_writes.votes import apply_all_vote_states
-from tests.folding import run_fold
+from tests.support.fold_runs import run_fold
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"

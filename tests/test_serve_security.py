@@ -1,6 +1,6 @@
 """`upvotes serve` secure by default, over real HTTP: uvicorn on free loopback ports, httpx as
 the client, the Pub/Sub emulator's topic behind it. Every hostile request is refused AND
-nothing reaches the topic (tests/topic_audit.py: a marker published straight to the topic,
+nothing reaches the topic (tests/support/topic_audit.py: a marker published straight to the topic,
 and everything up to it pulled from the module's subscription):
 
 - cross-site simple POSTs (text/plain, form-urlencoded, multipart), with and without Origin;
@@ -53,7 +53,7 @@ from upvotes.serving.service import PubSubVotePublisher, create_app, start_in_ba
 from upvotes.serving.user_votes import SpannerVoteReader
 from upvotes.serving.write_credentials import CredentialError, resolve_write_credential, write_token_file
 
-from tests.topic_audit import TopicAudit
+from tests.support.topic_audit import TopicAudit
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-" + "x" * 32
@@ -112,7 +112,7 @@ def client(service):
 @pytest.fixture(scope="module")
 def published_since(stack):
     """Call it after the requests under test: every message published to the topic since the
-    previous call (tests/topic_audit.py)."""
+    previous call (tests/support/topic_audit.py)."""
     audit = TopicAudit(stack.topic_path(stack.topic), stack.subscription_path(stack.subscription))
     yield audit.published_since
     audit.close()

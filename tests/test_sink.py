@@ -7,7 +7,7 @@ from google.api_core import exceptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from google.cloud import spanner
 
-from tests.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
+from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from schemas.counters import Counts
 from schemas.records import FailedDelta, PostDelta, PostTotals
 from spanner_store.database import SPANNER_MUTATION_LIMIT

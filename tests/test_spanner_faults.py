@@ -1,5 +1,5 @@
 """What the emulator hides, injected: the sink, the fold and the writer claim against a Spanner
-that aborts, answers ambiguously, forgets old versions and interleaves (tests/faults.py).
+that aborts, answers ambiguously, forgets old versions and interleaves (tests/support/faults.py).
 
 Each schedule is drawn from a seed, so a failure names the seed that reproduces it. The
 assertions are the guarantees, whatever the schedule: totals are exact, nothing is skipped
@@ -31,10 +31,10 @@ from upvotes.operations.moderation import adjust, current_hour
 from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COMMIT_SHARDS, COUNTER_COLUMNS, POSTS, commit_shard, counts_at, post_key
 from spanner_writes.writers import claim_generation
-from tests.conftest import new_resources
-from tests.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
-from tests.folding import run_fold
-from tests.test_large_fold import distinct_hour_deltas
+from tests.support.resources import new_resources
+from tests.support.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
+from tests.support.fold_runs import run_fold
+from tests.support.fold_runs import distinct_hour_deltas
 from transforms import fold_deltas, spanner_sink
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner

@@ -13,13 +13,13 @@ from schemas.records import PostDelta, Rejected
 from spanner_writes.deltas import write_deltas
 from spanner_reads.health import DeltaHealth
 from transforms.dead_letter import to_dead_letter
-from tests.conftest import new_resources
-from tests.polling import wait_until
+from tests.support.resources import new_resources
+from tests.support.polling import wait_until
 from upvotes.cli import main
 from upvotes.operations.provision import provision, provision_pubsub, provision_spanner
 from schemas.contract import event_message
 from upvotes.operations.status import Thresholds, problems, status_report
-from tests.folding import run_fold as fold
+from tests.support.fold_runs import run_fold as fold
 
 HOUR = 1_795_312_800
 

@@ -21,7 +21,7 @@ from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import Workload, generate_events, invalid_payloads
 from spanner_reads.reads import exact_counts
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
-from tests.polling import wait_until
+from tests.support.polling import wait_until
 
 EVENTS = 3000
 INVALID = 30

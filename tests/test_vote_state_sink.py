@@ -38,7 +38,7 @@ from spanner_store.database import commit_mutations
 from spanner_store.tables import post_key
 from spanner_reads.my_votes import vote_of
 from spanner_writes.votes import KnownPosts, apply_vote_states, batch_cost, changes_cost
-from tests.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
+from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from transforms import vote_state_sink
 from transforms.parse_and_sum import vote_shard
 from transforms.vote_state_sink import ApplyVoteStates, ApplyVoteStatesFn

@@ -14,11 +14,13 @@ from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
 from schemas.counters import Counts
 from schemas.records import CounterSums, PostDelta, PostHour
 from schemas.voter_sketch import MAX_SKETCH_BYTES, VoterUnion, estimate, sketch_of, union_of
-from tests.test_windowing import HOUR, WRITER, streaming_pipeline
+from tests.support.streams import streaming_pipeline
 from schemas.delta_ids import sum_shard
 from transforms.parse_and_sum import BundleSums, sum_message
 from transforms.windowing import MergeSums, WindowAndSumVotes
 
+HOUR = 1_795_312_800
+WRITER = "test-writer"
 PUBLISHED = HOUR + 60.0
 HOSTILE_IDS = ["'; DROP TABLE Posts; --", "ü", "\u0000", "x" * 128, "a/b?c=d#e", " ", "🙂", "u-1", "U-1", "u-1 "]
 

@@ -8,7 +8,6 @@ from datetime import datetime, timezone
 
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.worker import statesampler
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
@@ -22,6 +21,7 @@ from schemas.records import CounterSums, PostDelta, PostHour
 from transforms.parse_and_sum import ParseVotes
 from schemas.delta_ids import SUM_SHARDS, pane_delta_id, sum_shard
 from transforms.windowing import ALLOWED_LATENESS_S, MergeSums, WindowAndSumVotes, ingestion_windows
+from tests.support.streams import streaming_pipeline
 
 HOUR = 1_795_312_800
 WRITER = "test-writer"
@@ -31,12 +31,6 @@ def vote(post: str, delta: int = 1, counter: str = "upvotes") -> tuple[int, dict
     """One vote as ParseVotes emits a bundle's sums: keyed by its post's shard."""
     sums = CounterSums(one(counter, delta), 1)
     return sum_shard(post), {PostHour(post, HOUR): sums}
-
-
-def streaming_pipeline() -> TestPipeline:
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
-    return TestPipeline(options=options)
 
 
 def run_stream(stream: TestStream, check, window_seconds: int = 10) -> None:

@@ -15,7 +15,7 @@ import pytest
 from google.cloud.spanner_v1 import param_types
 
 from schemas import post_hash
-from tests.conftest import new_resources
+from tests.support.resources import new_resources
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from upvotes.cli import build_parser, main
@@ -28,8 +28,8 @@ from spanner_reads.views import (
 )
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 from spanner_reads.reads import top_posts
-from tests.folding import run_fold as fold
-from tests.polling import wait_until
+from tests.support.fold_runs import run_fold as fold
+from tests.support.polling import wait_until
 
 HOUR = 1_795_312_800
 
