@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from bench import write_back as bench_write_back
-from bench.config import QUICK
+from bench.write_back import QUICK
 from upvotes.devtools import baseline_counters
 from spanner_store.database import open_database
 from bench import redis_server, write_back_cache
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import Workload, generate_events
-from tests.polling import wait_until
+from tests.support.polling import assert_stays, wait_until
 
 WINDOW_S = 0.5
 SETTLE_TIMEOUT_S = 60.0
@@ -144,8 +143,8 @@ def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(stack, wb_d
         try:
             everything = ledger_of(first + second)
             wait_until_exact(wb_database, everything)
-            time.sleep(3 * WINDOW_S)  # a few more flushes: nothing is applied twice later
-            assert write_back_cache.totals(wb_database, everything.totals) == expected(everything)
+            assert_stays(lambda: write_back_cache.totals(wb_database, everything.totals) == expected(everything),
+                         3 * WINDOW_S, "the counts exact over a few more flushes: nothing applied twice later")
         finally:
             restarted.send_signal(signal.SIGTERM)
             assert restarted.wait(timeout=SETTLE_TIMEOUT_S) == 0
