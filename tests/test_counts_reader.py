@@ -3,7 +3,6 @@ exact-staleness snapshots and the as_of of every answer."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -14,6 +13,7 @@ from spanner_reads.counts_reader import CountsReader
 from schemas.voter_sketch import sketch_of
 from spanner_store.database import commit_mutations
 from spanner_writes.deltas import add_delta_writes, write_deltas
+from tests.support.polling import wait_until
 
 HOUR = 1_795_312_800
 CALLERS = 32
@@ -92,10 +92,8 @@ def test_exact_staleness_reads_the_past_and_says_when(database) -> None:
     add(database, "stale", 10, "a")
     stale = CountsReader(database, staleness_s=2.0, refresh_s=0.0)
     strong = CountsReader(database, refresh_s=0.0)
-    deadline = time.monotonic() + 30
-    while stale.get("stale").counts.upvotes != 10:  # until the first write is 2 s in the past
-        assert time.monotonic() < deadline, "the stale reader never saw the first write"
-        time.sleep(0.1)  # polling a condition, with a deadline
+    wait_until(lambda: stale.get("stale").counts.upvotes == 10, 30,  # until the first write is 2 s in the past
+               "the stale reader to see the first write", poll_s=0.1)
     written_at = add(database, "stale", 5, "b")
     past, now = stale.get("stale"), strong.get("stale")
     # The stale read is 2 s behind the moment it was made, whatever the machine's pace: it sees the

@@ -16,6 +16,7 @@ from spanner_reads.fresh_top import fresh_top
 from spanner_reads.reads import exact_counts, last_fold_snapshot, top_posts
 from upvotes.devtools import local_stream
 from schemas.contract import event_message
+from tests.support.polling import wait_until
 
 WINDOW_S = 2
 LEADER_VOTES = 30
@@ -51,28 +52,19 @@ def _riser_overtakes(database, process, topic: str) -> float:
     riser is first and both exact counts are final; returns publish-to-first seconds."""
     publisher = pubsub_v1.PublisherClient()
     publisher.publish(topic, _vote("warm-up", 1)).result(timeout=60)
-    warm_deadline = time.monotonic() + DEADLINE_S
-    while exact_counts(database, ["warm-up"])[0].counts.upvotes != 1:
-        assert process.poll() is None, "the streaming pipeline died"
-        assert time.monotonic() < warm_deadline, "the pipeline never counted the warm-up vote"
-        time.sleep(0.2)
+    wait_until(lambda: exact_counts(database, ["warm-up"])[0].counts.upvotes == 1, DEADLINE_S,
+               "the pipeline to count the warm-up vote", process, poll_s=0.2)
     published = time.monotonic()
     futures = [publisher.publish(topic, _vote("riser", 1)) for _ in range(RISER_VOTES)]
     futures += [publisher.publish(topic, _vote("leader", -1)) for _ in range(5)]
     for future in futures:
         future.result(timeout=60)
-    while True:
-        top = fresh_top(database, k=2)
-        if top.posts and top.posts[0].post_id == "riser":
-            break
-        assert process.poll() is None, "the streaming pipeline died"
-        assert time.monotonic() - published < DEADLINE_S, f"the riser never came first: {top.posts}"
-        time.sleep(0.1)
+    wait_until(lambda: [p.post_id for p in fresh_top(database, k=2).posts][:1] == ["riser"],
+               DEADLINE_S - (time.monotonic() - published), "the riser to come first", process, poll_s=0.1)
     seconds = time.monotonic() - published
-    while [(p.post_id, p.counts.upvotes) for p in fresh_top(database, k=2).posts] != [
-            ("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)]:  # later windows may still be arriving
-        assert time.monotonic() - published < DEADLINE_S, "the counts never settled"
-        time.sleep(0.1)
+    wait_until(lambda: [(p.post_id, p.counts.upvotes) for p in fresh_top(database, k=2).posts] == [
+        ("riser", RISER_VOTES), ("leader", LEADER_VOTES - 5)],  # later windows may still be arriving
+        DEADLINE_S - seconds, "the counts to settle", process, poll_s=0.1)
     return seconds
 
 
