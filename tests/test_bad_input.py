@@ -1,45 +1,41 @@
-"""Hostile input: a corpus of malformed messages, property tests of parse_vote, and dead letters
-that always fit in Pub/Sub.
+"""Hostile input: a corpus of malformed messages, property tests of parse_vote and parse_message,
+and dead letters that always fit in Pub/Sub.
 
 parse_vote's contract (schemas/contract.py): bytes in, exactly one of VoteEvent or Rejected
 out, never an exception; a Rejected keeps the message whole and its error is
 "<reason>: <detail>" with reason in REASONS; an accepted event satisfies the event contract
-(schemas/vote_event.schema.json). The corpus in tests/corpus/ (made by make_corpus.py)
-pins the outcome of each kind of malformed message; hypothesis searches for inputs the
-corpus did not think of.
+(schemas/vote_event.schema.json). The corpus in tests/corpus/ (made by make_corpus.py, loaded
+by tests/support/corpus.py) pins the outcome of each kind of malformed message; hypothesis
+(tests/support/hostile_input.py's strategies) searches for inputs the corpus did not think of.
+A batch (contract v2) is judged line by line exactly like single messages. Dead letters
+(transforms/dead_letter.py to_dead_letter) of the largest and most hostile messages fit in
+Pub/Sub's limits. The same inputs through sum_message and ParseVotes: tests/test_parse_and_sum.py.
 
 Pure tests: no emulator is needed, and the module runs in seconds.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from datetime import datetime, timezone
-from pathlib import Path
 
-import apache_beam as beam
 import pytest
 from apache_beam.io.gcp.pubsub import PubsubMessage
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from transforms.dead_letter import ERROR_ATTRIBUTE, to_dead_letter
 from schemas.contract import (
-    DEFAULT_EVENT_TIME_POLICY, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_MESSAGE_BYTES, REASONS, EventTimePolicy,
-    parse_message, parse_vote, reason_of,
+    FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_MESSAGE_BYTES, REASONS, parse_message, parse_vote, reason_of,
 )
 from schemas.counters import CONTRACT_NAMES as COUNTERS
-from schemas.counters import VOTER_CONTRACT_NAMES
-from schemas.records import HOUR_S, FailedDelta, PostDelta, PostUser, Rejected, VoteEvent, VoteState
-from schemas.vote_states import VOTES, keep_latest
-from transforms.parse_and_sum import ParseVotes, RunningSums, sum_message
+from schemas.records import HOUR_S, FailedDelta, PostDelta, Rejected, VoteEvent, VoteState
+from schemas.vote_states import VOTES
 from spanner_store.tables import delta_key
+from tests.support.corpus import CORPUS, corpus_attributes, load_make_corpus, manifest
+from tests.support.corpus import CORPUS_PUBLISHED as PUBLISHED  # stands in for a missing event_time
+from tests.support.hostile_input import JSON_VALUES, MIXED_VOTE, NDJSON_LINES, NO_SURROGATES, VALID_TIMES
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
-PUBLISHED = 1_795_309_323.0  # 2026-11-22T01:02:03Z: stands in for a missing event_time
 PUBLISHED_HOUR = int(PUBLISHED // HOUR_S) * HOUR_S
 
 # Pub/Sub's limits on one message (https://cloud.google.com/pubsub/quotas#resource_limits).
@@ -50,20 +46,8 @@ PUBSUB_MAX_MESSAGE_BYTES = 10_000_000  # "10 MB", counted conservatively in deci
 TEN_MB = 10 * 1024 * 1024
 
 
-
 def outcome(result: VoteEvent | VoteState | Rejected) -> str:
     return reason_of(result) if isinstance(result, Rejected) else "accepted"
-
-
-def load_make_corpus():
-    spec = importlib.util.spec_from_file_location("make_corpus", CORPUS / "make_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def manifest() -> dict[str, str]:
-    return json.loads((CORPUS / "expected.json").read_text(encoding="utf-8"))
 
 
 def assert_well_formed(data: bytes, attributes: dict, result) -> None:
@@ -93,13 +77,6 @@ def assert_well_formed(data: bytes, attributes: dict, result) -> None:
 def corpus_params():
     for name, expected in sorted(manifest().items()):
         yield pytest.param(name, expected, id=name)
-
-
-def corpus_attributes(name: str) -> dict[str, str]:
-    """The attributes a corpus file is sent with: batches carry their `format`."""
-    if name.endswith(".ndjson"):
-        return {"event_id": "b-corpus", FORMAT_ATTRIBUTE: load_make_corpus().format_of(name)}
-    return {"event_id": "e-corpus"}
 
 
 def batch_outcome(results: list) -> dict:
@@ -205,43 +182,6 @@ def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build(moment: da
     assert key[2] == moment.replace(minute=0, second=0, microsecond=0)
 
 
-def test_the_corpus_through_parse_votes_in_a_pipeline() -> None:
-    """The DoFn (metrics per reason, tagged outputs) survives the whole corpus in one bundle."""
-    # The contract rejects these (their UTC hour is outside Spanner's range); the pipeline's
-    # event-time policy counts them in their ingestion hour instead (issue 15).
-    ingestion_hour = {"116-event-time-year-0-in-utc.bin", "117-event-time-year-10000-in-utc.bin"}
-    expected = {n: "accepted" if n in ingestion_hour else r for n, r in manifest().items()}
-    messages = [PubsubMessage((CORPUS / name).read_bytes(), {**corpus_attributes(name), "n": name})
-                for name in sorted(expected)]
-    messages.append(PubsubMessage(None, {"n": "none"}))  # a message without data
-    want_rejected = [("none", "not_json")]
-    accepted = 0
-    for name, want in expected.items():
-        if isinstance(want, str):
-            accepted += want == "accepted"
-            want_rejected += [(name, want)] if want != "accepted" else []
-        elif "whole" in want:
-            want_rejected.append((name, want["whole"]))
-        else:
-            accepted += want["accepted"]
-            want_rejected += [(name, reason) for reason in want["rejected"].values()]
-    with TestPipeline() as p:
-        parsed = (
-            p | beam.Create(messages)
-            | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
-            | ParseVotes()
-        )
-        events = ((parsed.sums, parsed.states) | beam.Flatten()
-                  | beam.FlatMap(lambda keyed: [sums.events for sums in keyed[1].values()])
-                  | beam.CombineGlobally(sum))
-        assert_that(events, equal_to([accepted]), label="votes")
-        assert_that(
-            parsed.rejected | beam.Map(lambda r: (r.attributes["n"], reason_of(r))),
-            equal_to(sorted(want_rejected)),
-            label="rejected",
-        )
-
-
 # --- property tests of parse_vote -------------------------------------------------------------
 
 @settings(max_examples=400, deadline=None)
@@ -251,20 +191,6 @@ def test_the_corpus_through_parse_votes_in_a_pipeline() -> None:
 @example(b'{"post_id":"p","counter":"upvotes","delta":1}')
 def test_parse_vote_never_raises_on_arbitrary_bytes(data: bytes) -> None:
     assert_well_formed(data, {}, parse_vote(data, {}, PUBLISHED))
-
-
-JSON_SCALARS = (
-    st.none() | st.booleans() | st.integers() | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40)
-    | st.sampled_from(["post_id", "counter", "delta", "upvotes", "shares", ""])
-)
-JSON_VALUES = st.recursive(
-    JSON_SCALARS,
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=12) | st.sampled_from(["post_id", "counter", "delta", "event_time"]),
-                      children, max_size=6),
-    max_leaves=40,
-)
 
 
 @settings(max_examples=400, deadline=None)
@@ -277,36 +203,6 @@ def test_parse_vote_never_raises_on_arbitrary_json(value, ascii_only: bool) -> N
     assert_well_formed(data, {"a": "b"}, result)
     if not isinstance(value, dict):
         assert isinstance(result, Rejected)
-
-
-NO_SURROGATES = st.characters(blacklist_categories=("Cs",))
-TEXT = st.text(NO_SURROGATES, max_size=200)
-VALID_TIMES = ["2026-11-22T01:02:03Z", "2026-11-22T03:02:03.5+02:00", "2026-11-22T01:59:59.999999-00:30"]
-INVALID_TIMES = ["yesterday", "2026-11-22T01:02:03", "", "2026-02-30T00:00:00Z", "2026-11-22T24:00:01Z"]
-def mostly(valid: st.SearchStrategy, *invalid: st.SearchStrategy) -> st.SearchStrategy:
-    """Valid about five times in six, so that whole valid votes are common too."""
-    return st.sampled_from([True] * 5 + [False]).flatmap(lambda ok: valid if ok else st.one_of(*invalid))
-
-
-REQUIRED = ("post_id", "counter", "delta")
-MIXED_VOTE = st.builds(
-    lambda fields, optional, dropped: {k: v for k, v in {**fields, **optional}.items() if k not in dropped},
-    st.fixed_dictionaries({
-        "post_id": mostly(st.text(NO_SURROGATES, min_size=1, max_size=128), st.just(""),
-                          st.text(NO_SURROGATES, min_size=129, max_size=140), st.integers(), st.none(), st.booleans()),
-        "counter": mostly(st.sampled_from(COUNTERS), TEXT, st.integers(), st.none()),
-        "delta": mostly(st.integers(-1_000_000, 1_000_000).filter(bool), st.just(0), st.integers(),
-                        st.integers(-(2**80), 2**80), st.floats(), st.booleans(), st.none(), TEXT),
-    }),
-    st.fixed_dictionaries({}, optional={
-        "event_id": mostly(st.text(NO_SURROGATES, max_size=128), TEXT, st.integers(), st.none()),
-        "user_id": mostly(st.text(NO_SURROGATES, max_size=128), TEXT, st.lists(st.integers(), max_size=2), st.none()),
-        "event_time": mostly(st.sampled_from(VALID_TIMES) | st.none(), st.sampled_from(INVALID_TIMES), st.integers()),
-        "vote": mostly(st.sampled_from(VOTES), TEXT, st.integers(), st.none()),
-        "extra": JSON_VALUES,
-    }),
-    mostly(st.just(()), st.lists(st.sampled_from(REQUIRED), max_size=3)),
-)
 
 
 def has_non_finite_number(value) -> bool:
@@ -464,18 +360,8 @@ def test_dead_letters_of_failed_delta_rows_fit_in_pubsub(post_id: str, error: st
 
 # --- property tests of batches (contract v2) ---------------------------------------------------
 
-_LINES = st.lists(
-    st.one_of(
-        MIXED_VOTE.map(lambda fields: json.dumps(fields, ensure_ascii=False).encode("utf-8", "surrogatepass")),
-        st.binary(max_size=64).filter(lambda b: b"\n" not in b),
-        st.sampled_from([b"", b"  ", b"\r", b"[]", b"null"]),
-    ),
-    max_size=60,
-)
-
-
 @settings(max_examples=300, deadline=None)
-@given(_LINES, st.booleans())
+@given(NDJSON_LINES, st.booleans())
 def test_a_batch_is_judged_line_by_line_exactly_like_single_messages(lines: list[bytes], trailing: bool) -> None:
     data = b"\n".join(lines) + (b"\n" if trailing else b"")
     attributes = {FORMAT_ATTRIBUTE: "ndjson", "event_id": "b-prop"}
@@ -495,79 +381,3 @@ def test_a_batch_is_judged_line_by_line_exactly_like_single_messages(lines: list
         else:
             assert isinstance(result, Rejected) and result.error == alone.error and result.data == line
             assert result.attributes == {**attributes, LINE_ATTRIBUTE: str(number)}
-
-
-# --- sum_message: the pipeline's fused parse-and-sum, held to parse_message -------------------
-
-def summed_by_parse_message(data: bytes, attributes: dict, published: float, policy) -> tuple[dict, dict, list, list]:
-    """What sum_message must produce: parse_message's accepted delta events summed, its vote-state
-    events merged to the latest per post and user, and its rejections."""
-    sums: dict = {}
-    states: dict = {}
-    rejected = []
-    ingestion: list[str] = []
-    for result in parse_message(data, attributes, published, policy, ingestion.append):
-        if isinstance(result, Rejected):
-            rejected.append(result)
-            continue
-        if isinstance(result, VoteState):
-            keep_latest(states, PostUser(result.post_id, result.user_id), result.latest())
-            continue
-        acc = sums.setdefault((result.post_id, result.event_hour), RunningSums())
-        acc.counts[result.counter] += result.delta
-        acc.events += 1
-        if result.counter in VOTER_CONTRACT_NAMES and result.delta > 0 and result.user_id is not None:
-            acc.voters = (acc.voters or set()) | {result.user_id}  # a voter: schemas/voter_sketch.py
-    return sums, states, rejected, sorted(ingestion)
-
-
-def assert_sums_like_parse_message(data: bytes, attributes: dict, published: float, policy) -> None:
-    want_sums, want_states, want_rejected, want_ingestion = summed_by_parse_message(data, attributes, published, policy)
-    sums: dict = {}
-    states: dict = {}
-    ingestion: list[str] = []
-    rejected = sum_message(data, attributes, published, sums, policy, ingestion.append, states=states)
-    assert sums == want_sums
-    assert states == want_states
-    assert [(r.data, r.attributes, r.error) for r in rejected] == [(r.data, r.attributes, r.error) for r in want_rejected]
-    assert sorted(ingestion) == want_ingestion
-
-
-@pytest.mark.parametrize("name", sorted(p.name for p in [*CORPUS.glob("*.bin"), *CORPUS.glob("*.ndjson")]))
-def test_sum_message_agrees_with_parse_message_on_every_corpus_message(name: str) -> None:
-    assert_sums_like_parse_message((CORPUS / name).read_bytes(), corpus_attributes(name), PUBLISHED,
-                                   DEFAULT_EVENT_TIME_POLICY)
-
-
-# Publish times and event times on both sides of the policy's bounds, and inside one hour of them.
-_SKEWED_POLICY = EventTimePolicy(max_clock_skew_s=600, retention_s=2 * HOUR_S + 30)
-_NEAR_BOUNDS = st.sampled_from([
-    "2026-11-22T01:02:03Z", "2026-11-22T01:12:04Z", "2026-11-22T01:59:59z", "2026-11-22T02:00:00Z",
-    "2026-11-21T23:01:00Z", "2026-11-21T23:02:33Z", "2026-11-21T22:59:59Z", "2026-11-22T01:02:03.5Z",
-    "2026-11-22T01:02:03+00:00", "2026-11-22T01:60:00Z", "2026-11-22T01:02:60Z", "0001-01-01T00:00:00Z",
-    "9999-12-31T23:59:59Z", "2026-02-30T00:00:00Z",
-])
-_EVENTS_NEAR_BOUNDS = st.lists(
-    st.one_of(
-        st.fixed_dictionaries(
-            {"post_id": st.sampled_from(["p-1", "p-2", "ü"]), "counter": st.sampled_from(COUNTERS),
-             "delta": st.sampled_from([1, -1, 3])},
-            optional={"event_time": _NEAR_BOUNDS, "user_id": st.sampled_from(["u", "v", "", "x" * 129, "ü\u0000/"]),
-                      "event_id": st.sampled_from(["e", None])},
-        ).map(lambda fields: json.dumps(fields).encode()),
-        _LINES.map(lambda lines: lines[0] if lines else b"{}"),
-    ),
-    max_size=40,
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(_EVENTS_NEAR_BOUNDS, st.booleans(), st.sampled_from([PUBLISHED, PUBLISHED + 0.5, 0.0, -1e15, float("inf")]),
-       st.sampled_from([DEFAULT_EVENT_TIME_POLICY, _SKEWED_POLICY, None]))
-def test_sum_message_agrees_with_parse_message_on_generated_batches(lines: list[bytes], batched: bool,
-                                                                    published: float, policy) -> None:
-    if batched:
-        assert_sums_like_parse_message(b"\n".join(lines), {FORMAT_ATTRIBUTE: "ndjson", "event_id": "b"}, published, policy)
-    else:
-        for line in lines:
-            assert_sums_like_parse_message(line, {"event_id": "e"}, published, policy)

@@ -1,4 +1,13 @@
-"""The published contract and the parser agree: schemas/vote_event.schema.json, checked with the
+"""The event contract (schemas/contract.py): what parse_vote and parse_message make of each
+message, the published JSON Schema agreeing with the parser, and the encoders.
+
+The table (tests/support/contract_table.py): each valid message gives its VoteEvent or
+VoteState, each invalid one is rejected with its reason and a detail, and every reason but the
+batch-only ones is in it. Batches (contract v2, ndjson): each line judged alone and numbered,
+blank lines skipped, a batch over the limits or of another format rejected whole, the limits
+themselves accepted.
+
+The published contract and the parser agree: schemas/vote_event.schema.json, checked with the
 jsonschema library, accepts exactly the documents schemas.contract.parse_vote accepts.
 
 Both sides see the same document: the parser the message bytes, the schema the JSON value
@@ -12,12 +21,15 @@ The writing side of the contract too: whatever events are encoded (event_message
 batch_messages, events_message), parse_message reads back each event's own verdict, and every
 message carries the attributes the contract names.
 
+The table is parsed at tests/support/event_times.py's PUBLISHED, the schema checks at the
+corpus's publish time (tests/support/corpus.py CORPUS_PUBLISHED). ParseVotes on the same
+messages: tests/test_parse_and_sum.py.
+
 Pure tests: no emulator.
 """
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import orjson
 import pytest
@@ -27,13 +39,103 @@ from jsonschema import Draft202012Validator
 
 import schemas
 from schemas.contract import (
-    BATCH_ID_PREFIX, EVENT_ID_ATTRIBUTE, EVENT_TIME_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_MESSAGE_BYTES, MESSAGE_ID_PREFIX,
-    NDJSON, batch_messages, event_message, events_message, parse_message, parse_vote, reason_of,
+    BATCH_ID_PREFIX, EVENT_ID_ATTRIBUTE, EVENT_TIME_ATTRIBUTE, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_BATCH_BYTES,
+    MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, MESSAGE_ID_PREFIX, NDJSON, REASONS, batch_messages, event_message,
+    events_message, parse_message, parse_vote, reason_of,
 )
 from schemas.records import Rejected, VoteEvent, VoteState
+from tests.support.contract_table import BATCH, INVALID, VALID, ndjson
+from tests.support.corpus import CORPUS, CORPUS_PUBLISHED
+from tests.support.event_times import PUBLISHED
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
-PUBLISHED = 1_795_309_323.0
+
+# --- the table: valid and invalid messages ----------------------------------------------------
+
+@pytest.mark.parametrize("data,expected", VALID)
+def test_valid_events_are_accepted(data: bytes, expected: VoteEvent | VoteState) -> None:
+    assert parse_vote(data, {}, PUBLISHED) == expected
+
+
+@pytest.mark.parametrize("data,reason", INVALID)
+def test_invalid_events_are_rejected_with_their_reason(data: bytes, reason: str) -> None:
+    result = parse_vote(data, {"event_id": "e9"}, PUBLISHED)
+    assert isinstance(result, Rejected)
+    assert reason_of(result) == reason, result.error
+    assert result.data == data and result.attributes == {"event_id": "e9"}
+    assert len(result.error) > len(reason) + 2  # a detail follows the reason
+
+
+BATCH_ONLY_REASONS = {"unknown_format", "too_many_events"}  # exercised by the batch tests below
+
+
+def test_every_reason_is_exercised_by_the_table() -> None:
+    assert {reason for _, reason in INVALID} == set(REASONS) - BATCH_ONLY_REASONS
+
+
+# --- contract v2: batches -------------------------------------------------------------------
+
+def results(data: bytes, attributes: dict | None = None) -> list[VoteEvent | Rejected]:
+    return list(parse_message(data, BATCH if attributes is None else attributes, PUBLISHED))
+
+
+def test_a_message_without_format_is_one_event_as_in_v1() -> None:
+    for data, expected in VALID:
+        assert results(data, {}) == [expected]
+    assert [reason_of(r) for r in results(b'[{"post_id": "p", "counter": "upvotes", "delta": 1}]', {})] == ["not_object"]
+
+
+def test_every_valid_line_of_a_batch_is_an_event_and_blank_lines_are_skipped() -> None:
+    data = ndjson(VALID[0][0], b"", b"   ", VALID[1][0], VALID[2][0], b"")  # blank lines and a trailing newline
+    assert results(data) == [VALID[0][1], VALID[1][1], VALID[2][1]]
+    assert results(b"\n\n") == []  # nothing to count, nothing to reject
+    assert results(ndjson(VALID[0][0], VALID[1][0]).replace(b"\n", b"\r\n")) == [VALID[0][1], VALID[1][1]]
+
+
+def test_one_bad_line_among_1000_is_dead_lettered_alone_with_its_line_number() -> None:
+    lines = [VALID[0][0]] * 1000
+    lines[636] = INVALID[12][0]  # delta "1": wrong_type
+    got = results(ndjson(*lines))
+    assert sum(isinstance(r, VoteEvent) for r in got) == 999
+    [bad] = [r for r in got if isinstance(r, Rejected)]
+    assert reason_of(bad) == "wrong_type" and bad.data == INVALID[12][0]
+    assert bad.attributes == {**BATCH, LINE_ATTRIBUTE: "637"}
+
+
+def test_every_line_bad_gives_one_dead_letter_per_line_numbered_past_blank_lines() -> None:
+    data = ndjson(INVALID[1][0], INVALID[3][0], b"", INVALID[4][0], INVALID[20][0])
+    got = results(data)
+    assert all(isinstance(r, Rejected) for r in got)
+    assert [(reason_of(r), r.attributes[LINE_ATTRIBUTE]) for r in got] == [
+        ("not_json", "1"), ("not_json", "2"), ("not_object", "4"), ("unknown_counter", "5")]  # line 3 was blank
+
+
+def test_a_line_over_the_event_limit_is_rejected_alone() -> None:
+    huge = json.dumps({"post_id": "p", "counter": "upvotes", "delta": 1, "pad": "x" * MAX_MESSAGE_BYTES}).encode()
+    got = results(ndjson(VALID[0][0], huge))
+    assert got[0] == VALID[0][1]
+    assert reason_of(got[1]) == "too_large" and got[1].attributes[LINE_ATTRIBUTE] == "2"
+
+
+@pytest.mark.parametrize("data,attributes,reason", [
+    (ndjson(*[VALID[0][0]] * (MAX_BATCH_EVENTS + 1)), BATCH, "too_many_events"),
+    (ndjson(VALID[0][0], b" " * MAX_BATCH_BYTES), BATCH, "too_large"),
+    (ndjson(VALID[0][0], b"\xff"), BATCH, "not_utf8"),
+    (VALID[0][0], {FORMAT_ATTRIBUTE: "json-array"}, "unknown_format"),
+    (VALID[0][0], {FORMAT_ATTRIBUTE: ""}, "unknown_format"),
+])
+def test_a_batch_over_the_limits_or_of_another_format_is_rejected_whole(data, attributes, reason) -> None:
+    [rejected] = results(data, attributes)
+    assert isinstance(rejected, Rejected) and reason_of(rejected) == reason, rejected.error
+    assert rejected.data == data and rejected.attributes == attributes  # the whole message, no line number
+
+
+def test_exactly_the_limits_are_accepted() -> None:
+    assert len(results(ndjson(*[VALID[0][0]] * MAX_BATCH_EVENTS))) == MAX_BATCH_EVENTS
+    padded = ndjson(VALID[0][0], b" " * (MAX_BATCH_BYTES - len(VALID[0][0]) - 1))
+    assert len(padded) == MAX_BATCH_BYTES and results(padded) == [VALID[0][1]]
+
+
+# --- the published JSON Schema and the parser agree ------------------------------------------
 
 # "Integers are written without a fraction (1, not 1.0)": JSON Schema's own integer type
 # would take 1.0 as well, so the check uses the schema's stated meaning.
@@ -53,13 +155,13 @@ def schema_accepts(document: object) -> bool:
 
 
 def parser_verdict(data: bytes) -> str:
-    result = parse_vote(data, {}, PUBLISHED)
+    result = parse_vote(data, {}, CORPUS_PUBLISHED)
     return reason_of(result) if isinstance(result, Rejected) else "accepted"
 
 
 def hour_out_of_range(data: bytes) -> bool:
     """The rule the schema states in words only: the event hour, in UTC, is in years 1..9999."""
-    result = parse_vote(data, {}, PUBLISHED)
+    result = parse_vote(data, {}, CORPUS_PUBLISHED)
     return isinstance(result, Rejected) and "outside Spanner's timestamp range" in result.error
 
 
@@ -199,8 +301,8 @@ def test_encoded_events_parse_back_to_themselves(events: list[dict], batch_size:
     side, for valid and invalid events alike, with the attributes the contract names."""
     messages = list(batch_messages(events, batch_size))
     assert [m.events for m in messages] == [min(batch_size, len(events) - i) for i in range(0, len(events), batch_size)]
-    parsed = [result for m in messages for result in parse_message(m.data, m.attributes, PUBLISHED)]
-    alone = [parse_vote(orjson.dumps(event), {}, PUBLISHED) for event in events]
+    parsed = [result for m in messages for result in parse_message(m.data, m.attributes, CORPUS_PUBLISHED)]
+    alone = [parse_vote(orjson.dumps(event), {}, CORPUS_PUBLISHED) for event in events]
     assert len(parsed) == len(events)
     for result, own, event in zip(parsed, alone, events):
         same_verdict(result, own, event)
@@ -215,7 +317,7 @@ def test_encoded_events_parse_back_to_themselves(events: list[dict], batch_size:
     if events:  # the service's path: the encoded events of one request, as one message
         lines = [orjson.dumps(event) for event in events]
         one = events_message(lines)
-        again = list(parse_message(one.data, one.attributes, PUBLISHED))
+        again = list(parse_message(one.data, one.attributes, CORPUS_PUBLISHED))
         for result, own, event in zip(again, alone, events, strict=True):
             same_verdict(result, own, event)
         if len(events) == 1:

@@ -1,5 +1,7 @@
-"""Unique voters: the sketch (schemas/voter_sketch.py), who counts as a voter (sum_message), and
-the window combine carrying sketches (MergeSums, WindowAndSumVotes) across panes and replays."""
+"""Unique voters: the sketch (schemas/voter_sketch.py), the window combine carrying sketches
+(MergeSums, WindowAndSumVotes) across panes and replays, and a delta's sketch through its dead
+letter. Who counts as a voter (sum_message) and a bundle's one sketch per post and hour
+(BundleSums): tests/test_parse_and_sum.py."""
 from __future__ import annotations
 
 import json
@@ -10,42 +12,20 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms.window import TimestampedValue
 
-from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
 from schemas.counters import Counts
 from schemas.records import CounterSums, PostDelta, PostHour
 from schemas.voter_sketch import MAX_SKETCH_BYTES, VoterUnion, estimate, sketch_of, union_of
+from tests.support.hostile_input import HOSTILE_IDS
 from tests.support.streams import streaming_pipeline
+from tests.support.vote_messages import HOUR
 from schemas.delta_ids import sum_shard
-from transforms.parse_and_sum import BundleSums, sum_message
 from transforms.windowing import MergeSums, WindowAndSumVotes
 
-HOUR = 1_795_312_800
 WRITER = "test-writer"
-PUBLISHED = HOUR + 60.0
-HOSTILE_IDS = ["'; DROP TABLE Posts; --", "ü", "\u0000", "x" * 128, "a/b?c=d#e", " ", "🙂", "u-1", "U-1", "u-1 "]
 
 
 def users(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
-
-
-def batch(*events: dict) -> bytes:
-    return b"\n".join(json.dumps(e).encode() for e in events)
-
-
-def voters_of(*events: dict) -> set[str] | None:
-    """The voters sum_message records for these events (one ndjson message, one post and hour)."""
-    sums: dict = {}
-    assert sum_message(batch(*events), {FORMAT_ATTRIBUTE: NDJSON}, PUBLISHED, sums, states={}) == []
-    (acc,) = sums.values()
-    return acc.voters
-
-
-def upvote(user: str | None, delta: int = 1, counter: str = "upvotes") -> dict:
-    event = {"post_id": "p", "counter": counter, "delta": delta}
-    if user is not None:
-        event["user_id"] = user
-    return event
 
 
 # --- the sketch ---------------------------------------------------------------------------
@@ -88,35 +68,6 @@ def test_voter_union_survives_pickling_as_beam_encodes_accumulators() -> None:
     copy = pickle.loads(pickle.dumps(union))
     assert estimate(copy.add(sketch_of(users("u", 400))).to_bytes()) == 400
     assert estimate(union.to_bytes()) == 300  # the original is untouched
-
-
-# --- who is a voter -----------------------------------------------------------------------
-
-def test_an_unvote_does_not_remove_a_voter() -> None:
-    assert voters_of(upvote("alice"), upvote("alice", -1)) == {"alice"}
-    assert voters_of(upvote("bob", -1), upvote("carol")) == {"carol"}  # an un-vote alone is no upvote
-
-
-def test_votes_without_user_id_and_shares_are_not_voters() -> None:
-    assert voters_of(upvote(None), upvote(None)) is None
-    assert voters_of(upvote("dave", counter="shares"), upvote(None)) is None
-    assert voters_of(upvote("erin", delta=3), upvote(None)) == {"erin"}
-
-
-def test_hostile_user_ids_are_distinct_voters_and_estimated_exactly() -> None:
-    recorded = voters_of(*[upvote(user) for user in HOSTILE_IDS + HOSTILE_IDS])
-    assert recorded == set(HOSTILE_IDS)
-    assert estimate(sketch_of(recorded)) == len(HOSTILE_IDS)
-
-
-def test_a_bundle_emits_one_sketch_per_post_and_hour() -> None:
-    bundle = BundleSums()
-    events = [upvote(f"u{i % 30}") for i in range(90)] + [upvote(None)] * 5
-    bundle.add_message(batch(*events), {FORMAT_ATTRIBUTE: NDJSON}, PUBLISHED, None, lambda _: None)
-    ((shard, sums),) = [value.value for value in bundle.emit(PUBLISHED)]
-    assert shard == sum_shard("p")
-    ((key, total),) = sums.items()
-    assert (total.counts, total.events) == (Counts(upvotes=95), 95) and estimate(total.voters) == 30
 
 
 # --- the window combine -------------------------------------------------------------------

@@ -1,13 +1,12 @@
-"""Windowing and triggering of WindowAndSumVotes with TestStream: panes, lateness, discarding,
-and the ingestion-time stamp ParseVotes gives each bundle's sums."""
+"""Windowing and triggering of WindowAndSumVotes (transforms/windowing.py) with TestStream: panes,
+lateness, discarding, one delta per post, event hour and window; and what the windows make of the
+ingestion-time stamp ParseVotes gives each bundle's sums (a vote behind the watermark, a worker
+clock behind it, still counted). ParseVotes' own stamp and counters: tests/test_parse_and_sum.py."""
 from __future__ import annotations
 
-import json
 import time
-from datetime import datetime, timezone
 
 import apache_beam as beam
-from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.runners.worker import statesampler
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
@@ -22,8 +21,8 @@ from transforms.parse_and_sum import ParseVotes
 from schemas.delta_ids import SUM_SHARDS, pane_delta_id, sum_shard
 from transforms.windowing import ALLOWED_LATENESS_S, MergeSums, WindowAndSumVotes, ingestion_windows
 from tests.support.streams import streaming_pipeline
+from tests.support.vote_messages import HOUR, message
 
-HOUR = 1_795_312_800
 WRITER = "test-writer"
 
 
@@ -67,12 +66,6 @@ def test_a_hot_post_costs_one_delta_per_window() -> None:
             equal_to([(0, "hot"), (0, "cold"), (10, "hot"), (20, "hot")]),
             label="one per post and window",
         )
-
-
-def message(post: str, event_hour: int, delta: int = 1, counter: str = "upvotes") -> PubsubMessage:
-    event_time = datetime.fromtimestamp(event_hour + 125, tz=timezone.utc).isoformat()
-    return PubsubMessage(json.dumps({"post_id": post, "counter": counter, "delta": delta,
-                                     "event_time": event_time}).encode(), {})
 
 
 def test_a_vote_older_than_the_watermark_is_counted_because_it_is_stamped_on_ingestion() -> None:
@@ -193,19 +186,6 @@ def test_a_worker_clock_behind_the_watermark_loses_no_vote() -> None:
 
     with streaming_pipeline() as p:
         assert_that((p | stream | ParseVotes()).sums | WindowAndSumVotes(WRITER, window_seconds=10), check)
-
-
-def test_parse_votes_counts_the_votes_a_lagging_worker_clock_would_have_stamped_late() -> None:
-    published = int(time.time()) + 3600
-    pipeline = TestPipeline()
-    parsed = (pipeline | beam.Create([message("p", HOUR), message("q", HOUR)])
-              | beam.Map(lambda m: TimestampedValue(m, published)) | ParseVotes())
-    assert_that(parsed.sums | beam.Map(lambda _, t=beam.DoFn.TimestampParam: int(t)), equal_to([published] * 2))
-    result = pipeline.run()
-    result.wait_until_finish()
-    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-                if c.key.metric.namespace == "ParseVotes"}
-    assert counters["stamped_ahead_of_worker_clock"] == 2
 
 
 def test_a_vote_within_the_allowed_lateness_counts_once_in_a_late_pane_of_its_own() -> None:
