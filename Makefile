@@ -18,7 +18,7 @@ install: $(BIN)/upvotes
 demo: install
 	$(BIN)/upvotes demo
 
-# The suite (about 7 minutes on 2 cores); the benchmarks' smoke run is apart (bench-smoke), as
+# The suite (about 8 minutes on 2 cores); the benchmarks' smoke run is apart (bench-smoke), as
 # it alone takes about 5 minutes. CI (.ci/run) runs both.
 test: install
 	$(BIN)/lint-imports
