@@ -55,7 +55,7 @@ RSS_SAMPLES_PER_RUN = 10
 E2E_TIMEOUT_S = 300.0
 # Of the end-to-end rate, as the issue asks, the publisher on the same 2 cores. Measured at 80%:
 # RSS ratio 1.057, exact 9 s after the load; with Beam's own DirectRunner evaluator instead of
-# pipeline/local_runner.py's (UPVOTES_DIRECT_RUNNER_CLEANUP=off), 1.099 and 25 s.
+# local_runner/window_state.py's (UPVOTES_DIRECT_RUNNER_CLEANUP=off), 1.099 and 25 s.
 SOAK_LOAD = 0.8
 
 
@@ -151,7 +151,7 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
         "votes_per_s": race.votes_per_s, "publish_seconds": round(race.report.seconds, 3),
         "messages": race.report.messages, "batch_size": DEFAULT_BATCH_SIZE, "window_s": RACE_WINDOW_S,
         "runner": "BundleBasedDirectRunner (streaming subprocess)",
-        "cap": "the project's local Pub/Sub reader (pipeline/local_reader.py) pulls up to 1,000 messages per bundle",
+        "cap": "the project's local Pub/Sub reader (local_runner/pubsub_reader.py) pulls up to 1,000 messages per bundle",
         "commits": cost["sink_commits"], "delta_rows": cost["delta_rows"],
         **spanner_cost(race.ledger.events, cost["sink_commits"], cost["sink_mutations"], cpu.seconds),
         "retries": None, "retries_note": "inside the subprocess; not observable from here",

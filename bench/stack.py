@@ -74,7 +74,7 @@ def upvotes_of(database, post_ids: list[str]) -> dict[str, int]:
 
 
 def streaming_pipeline(res: Resources, window_seconds: int, log_path: Path):
-    """`python -m pipeline.streaming` on the DirectRunner for a block (upvotes.devtools.local_stream).
+    """`upvotes stream` on the DirectRunner for a block (upvotes.devtools.local_stream).
 
     Stopped and waited for on the way out, so its peak RSS shows in this process's
     RUSAGE_CHILDREN.

@@ -5,7 +5,7 @@ published at once to a running `upvotes stream` (2 s windows), timed from the fi
 until every post's exact count equals the ledger (upvotes.devtools.race.race_pipeline): with Beam's
 own DirectRunner reader (READER_ENV=beam: 10 messages per pull; given its best
 configuration, the heartbeat it used to run with, an empty batch every 0.5 s, so that its
-idle pulls return) and with the project's (pipeline/local_reader.py: up to 1,000 messages per
+idle pulls return) and with the project's (local_runner/pubsub_reader.py: up to 1,000 messages per
 bundle), same run, same emulators, each on fresh topics.
 
 (b) A SIGKILL of the stream (with the project's reader, which acknowledges on pull: docs/guarantees.md,
@@ -42,7 +42,7 @@ WINDOW_S = 2
 RACE_TIMEOUT_S = 300.0
 SETTLE_TIMEOUT_S = 180.0
 HEARTBEAT_S = 0.5
-READERS = {"beam": "Beam's DirectRunner reader (10 per pull, heartbeat)", "project": "pipeline/local_reader.py"}
+READERS = {"beam": "Beam's DirectRunner reader (10 per pull, heartbeat)", "project": "local_runner/pubsub_reader.py"}
 
 
 class Heartbeat(threading.Thread):

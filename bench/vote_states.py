@@ -28,7 +28,7 @@ beside delta events of the same shape and read-modify-write, all in the same run
     Beam's accumulator coding (what Dataflow keeps in window state) and as Python objects (what the
     local DirectRunner holds), from a sample of the hot post's states merged as the pipeline does.
     It lives only while its window is open: the pane fires DISCARDING and the window's state goes
-    (pipeline/local_runner.py frees it on the DirectRunner; Dataflow garbage-collects it).
+    (local_runner/window_state.py frees it on the DirectRunner; Dataflow garbage-collects it).
 (e) Memory under a sustained hot-post state load, every voter new (the worst case for state that
     outlived its window): the stream's peak RSS after sizes.state_soak_short_s and
     sizes.state_soak_long_s, beside what the distinct (post, user) pairs would hold had their window

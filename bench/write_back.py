@@ -28,7 +28,7 @@ crash may double). One SIGKILL at a seeded time in the middle third of the load:
   flusher flushes them again (doubled), and the votes acknowledged after the RENAME are gone
   (lost). Under always the RENAME was fsynced before its reply. Both restarted at once. On Redis
   7.2+ the flusher waits for the RENAME's fsync (WAITAOF), so the simulated crash keeps the RENAME;
-- the pipeline's stream (`python -m pipeline.streaming`, started and stopped through
+- the pipeline's stream (`upvotes stream`, started and stopped through
   bench.stack.streaming_pipeline like every benchmark), restarted at once. It measures the stream
   as this checkout builds it: whatever the drain and acknowledgement work delivers shows here.
 Then the counts settle and every post is compared with the ledgers: lost = acknowledged votes
@@ -741,7 +741,7 @@ def markdown(document: dict) -> list[str]:
                 f"{c['restart_s']:.3f}", f"{c['acknowledged']:,}", f"{c['refused']:,}", f"{c['lost']:,}",
                 f"{c['doubled']:,}", _recovery(c)] for c in wb["crashes"]]),
         f"AOF everysec on a machine crash: {wb['everysec_machine_crash_window']}. The stream row measures "
-        "`python -m pipeline.streaming` as this checkout builds it (started through bench.stack.streaming_pipeline).",
+        "`upvotes stream` as this checkout builds it (started through bench.stack.streaming_pipeline).",
     ]
 
 
