@@ -43,18 +43,18 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import Mutation
 from google.cloud.spanner_v1.batch import Batch
 
-import schemas
 from bench.benchmark import Benchmark, table, target
 from bench.stack import fresh_database
+import schemas
 from schemas.counters import Counts
-from schemas.records import PostDelta
-from spanner_store.database import commit_mutations, run_with_retries
-from spanner_writes.deltas import add_delta_writes, write_deltas
 from schemas.ddl import schema_model
-from upvotes.devtools.mutation_count import commit_mutation_count
-from spanner_reads.reads import exact_counts
-from spanner_store.tables import DELTA_COMMITS, POST_COLUMNS, POSTS, post_key
 from schemas.ddl import ddl_object_name
+from schemas.records import PostDelta
+from spanner_reads.reads import exact_counts
+from spanner_store.database import commit_mutations, run_with_retries
+from spanner_store.tables import DELTA_COMMITS, POST_COLUMNS, POSTS, post_key
+from spanner_writes.deltas import add_delta_writes, write_deltas
+from upvotes.devtools.mutation_count import commit_mutation_count
 from upvotes.resources import Resources
 
 WORK_DELTAS, WORK_POSTS = 1_000, 100

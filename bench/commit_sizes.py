@@ -34,13 +34,13 @@ from bench.stack import fresh_database, run_fold
 from pipeline.params import FOLD_PARAMS, defaults
 from schemas import post_hash
 from schemas.records import PostDelta
-from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, run_with_retries
-from spanner_writes.deltas import cut_commits, plan_commits, write_new_deltas
-from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
 from spanner_reads.hourly import hourly_counts
 from spanner_reads.reads import exact_counts
 from spanner_reads.views import publish_top_view
+from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, run_with_retries
 from spanner_store.tables import POSTS, key_range, post_key
+from spanner_writes.deltas import cut_commits, plan_commits, write_new_deltas
+from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from upvotes.resources import Resources
 

@@ -34,15 +34,15 @@ from google.cloud import pubsub_v1
 
 from bench.benchmark import Benchmark, table, target
 from bench.stack import lost_and_doubled, run_fold, wait_until_ready, with_topics
+from schemas.contract import batch_messages
 from spanner_store.database import open_database
-from upvotes.devtools.verification import verify_totals
 from upvotes.devtools import local_stream
 from upvotes.devtools.emulators import PID_ENV_VARS, SPANNER, free_port
 from upvotes.devtools.ledger import Ledger
-from upvotes.resources import Resources
-from schemas.contract import batch_messages
 from upvotes.devtools.publishing import BATCH_SETTINGS
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import Workload, generate_events
+from upvotes.resources import Resources
 
 BATCH_SIZE = 500
 POSTS = 300

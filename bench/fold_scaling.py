@@ -29,12 +29,12 @@ from pathlib import Path
 from bench.benchmark import Benchmark, p50_p99_ms, table, target
 from bench.measure import latency_summary, loglog_exponent, timed_calls
 from bench.stack import fresh_database, run_fold
-from spanner_writes.folding import choose_snapshot
 from schemas.records import PostDelta
-from spanner_writes.deltas import write_deltas
-from spanner_store.database import run_with_retries
-from upvotes.resources import Resources
 from spanner_reads.reads import exact_counts
+from spanner_store.database import run_with_retries
+from spanner_writes.deltas import write_deltas
+from spanner_writes.folding import choose_snapshot
+from upvotes.resources import Resources
 
 FOLD_POSTS = 1_000  # the scaling points: more deltas per post as they grow
 # One more fold over more posts: a run must fold every post, however many.

@@ -21,10 +21,10 @@ from typing import Callable
 from bench.benchmark import Benchmark, table, target
 from bench.measure import current_rss_mib, latency_summary, peak_rss_mib
 from bench.stack import PacedPublisher, check_alive, streaming_pipeline, upvotes_of, with_topics
-from spanner_store.database import open_database
-from upvotes.resources import Resources
 from schemas.contract import event_message
+from spanner_store.database import open_database
 from upvotes.devtools.workload import Workload, generate_events
+from upvotes.resources import Resources
 
 MARKERS_PER_S = 2
 POLL_S = 0.05

@@ -37,17 +37,17 @@ from bench.stack import (
     wait_until_ready, with_topics,
 )
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
-from upvotes.devtools import baseline_counters
+from schemas.contract import batch_messages
 from spanner_store.database import open_database
 from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
-from upvotes.devtools.verification import verify_totals
 from transforms.parse_and_sum import ParseVotes
 from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
-from upvotes.resources import Resources
-from schemas.contract import batch_messages
+from upvotes.devtools import baseline_counters
 from upvotes.devtools.race import BASELINE_SWEEP, BaselineRun, race_pipeline, run_baseline
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
+from upvotes.resources import Resources
 
 CHAIN_POST = "hot-chain"
 MESSAGE_POOL = 200  # distinct pre-encoded batches the in-memory feed cycles through

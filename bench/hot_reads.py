@@ -34,9 +34,9 @@ from bench.measure import latency_summary
 from bench.stack import fresh_database
 from schemas.records import PostDelta
 from spanner_reads.counts_reader import CountsReader
+from spanner_reads.reads import exact_counts
 from spanner_store.database import classic_sessions_for_concurrent_reads
 from spanner_writes.deltas import write_deltas
-from spanner_reads.reads import exact_counts
 from upvotes.resources import Resources
 
 HOT_POST = "hot/read ☃"

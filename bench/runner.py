@@ -19,11 +19,11 @@ from typing import Any
 
 from bench import report
 from bench.config import RunSizes
-from bench.registry import BENCHMARKS, benchmark, run_sizes
 from bench.machine import machine_info
 from bench.measure import peak_rss_mib
-import schemas
+from bench.registry import BENCHMARKS, benchmark, run_sizes
 from bench.stack import bench_resources, provision_bench
+import schemas
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from upvotes.devtools.emulators import running_emulators
 from upvotes.resources import Resources

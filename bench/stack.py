@@ -12,17 +12,17 @@ from typing import Callable
 
 from google.cloud import pubsub_v1
 
-from upvotes.devtools import baseline_counters
-from spanner_store.database import open_database
-from upvotes.devtools import local_stream
-from upvotes.resources import Resources
-from upvotes.operations.provision import provision, provision_spanner
 from schemas.contract import batch_messages, event_message
-from upvotes.devtools.publishing import BATCH_SETTINGS, publish_messages
 from spanner_reads.reads import exact_counts
-from upvotes.devtools.verification import verify_totals
+from spanner_store.database import open_database
+from upvotes.devtools import baseline_counters
+from upvotes.devtools import local_stream
 from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.publishing import BATCH_SETTINGS, publish_messages
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, VoteStateWorkload, Workload, generate
+from upvotes.operations.provision import provision, provision_spanner
+from upvotes.resources import Resources
 
 PROJECT = "bench-project"
 INSTANCE = "bench"

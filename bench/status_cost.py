@@ -38,12 +38,12 @@ from bench.measure import latency_summary, peak_rss_mib, timed_calls
 from bench.stack import bench_resources, fresh_database, quiet
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from spanner_store.database import commit_mutations, run_with_retries
-from spanner_writes.deltas import write_deltas
 from spanner_reads.health import delta_health
+from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.tables import (
     DELTA_COLUMNS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS, POST_COLUMNS, POSTS, delta_key, post_key,
 )
+from spanner_writes.deltas import write_deltas
 from upvotes.devtools.emulators import running_emulators
 from upvotes.operations.provision import provision
 

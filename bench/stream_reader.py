@@ -34,9 +34,9 @@ from schemas.contract import FORMAT_ATTRIBUTE, NDJSON, batch_messages
 from spanner_store.database import open_database
 from upvotes.devtools import local_stream
 from upvotes.devtools.ledger import Ledger
-from upvotes.resources import Resources
 from upvotes.devtools.race import race_pipeline
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
+from upvotes.resources import Resources
 
 WINDOW_S = 2
 RACE_TIMEOUT_S = 300.0

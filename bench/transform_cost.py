@@ -40,8 +40,8 @@ from schemas.counters import CONTRACT_NAMES, Counts, by_contract_name
 from schemas.records import HOUR_S, PostDelta, VoteEvent
 from transforms.parse_and_sum import ParseVotes
 from transforms.windowing import WindowAndSumVotes
-from upvotes.resources import Resources
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
+from upvotes.resources import Resources
 
 POOL = 100_000  # distinct generated events; larger runs cycle through them
 WINDOW_SECONDS = defaults(STREAMING_PARAMS)["window_seconds"]

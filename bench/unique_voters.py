@@ -31,13 +31,13 @@ from schemas.contract import FORMAT_ATTRIBUTE, NDJSON
 from schemas.counters import Counts
 from schemas.records import PostDelta, PostHour
 from schemas.voter_sketch import LG_K, MAX_SKETCH_BYTES, estimate, union_of
+from spanner_reads.reads import exact_counts
 from spanner_store.database import run_with_retries
 from spanner_writes.deltas import mutations_for, plan_commits, write_deltas
-from spanner_reads.reads import exact_counts
 from transforms.parse_and_sum import BundleSums
 from transforms.windowing import MergeSums, post_deltas
-from upvotes.resources import Resources
 from upvotes.devtools.workload import Workload, generate_events
+from upvotes.resources import Resources
 
 ATTRIBUTES = {FORMAT_ATTRIBUTE: NDJSON}
 EVENTS_PER_MESSAGE = 1_000

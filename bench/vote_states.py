@@ -66,17 +66,17 @@ from bench.stack import LedgeredBatches, PacedPublisher, check_alive, upvotes_of
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, batch_messages, event_message
 from spanner_store.database import open_database
 from spanner_writes.deltas import MUTATIONS_PER_COMMIT
-from upvotes.devtools.verification import verify_totals
 from spanner_writes.votes import MUTATIONS_PER_VOTE
 from transforms.parse_and_sum import BundleSums
 from transforms.vote_states import MergeLatestVotes
 from upvotes.devtools import baseline_counters, local_stream
 from upvotes.devtools.ledger import Ledger
-from upvotes.resources import Resources
 from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.race import BASELINE_SWEEP, race_pipeline, run_baseline
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, VoteStateWorkload, Workload, generate
 from upvotes.operations.capacity_model import Popularity, expected_touched
+from upvotes.resources import Resources
 
 RMW_CANDIDATES = tuple(config for config in BASELINE_SWEEP if config.shards == 1 and config.threads <= 2)
 E2E_TIMEOUT_S = 300.0

@@ -31,12 +31,12 @@ from apache_beam.transforms.window import TimestampedValue
 from bench.benchmark import Benchmark, table
 from bench.feeds import collect, emit_feed, local_pipeline, set_feed, take_collected
 from bench.measure import measured
+from pipeline.params import STREAMING_PARAMS, defaults
 from schemas import post_hash
 from schemas.counters import Counts
+from schemas.delta_ids import SUM_SHARDS, pane_delta_id, sum_shard
 from schemas.records import HOUR_S, CounterSums, PostDelta, PostHour
 from spanner_writes.deltas import plan_commits
-from pipeline.params import STREAMING_PARAMS, defaults
-from schemas.delta_ids import SUM_SHARDS, pane_delta_id, sum_shard
 from transforms.windowing import WindowAndSumVotes
 from upvotes.operations.capacity_model import Popularity, stream_delta_rows
 from upvotes.operations.capacity_model import Workload as CapacityWorkload

@@ -57,19 +57,19 @@ import redis
 from google.cloud import pubsub_v1
 from google.cloud.spanner_v1 import param_types
 
+from bench import redis_server, write_back_cache
 from bench.benchmark import Benchmark, emulator_cpu, p50_p99_s, table, target
 from bench.config import FULL_RACE, QUICK_RACE, RACE_WINDOW_S, RACE_ZIPF, Race, race_workload
 from bench.measure import current_rss_mib, latency_summary, reset_peak_rss
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import check_alive, streaming_pipeline, with_topics
-from spanner_store.database import open_database
 from spanner_reads.reads import exact_counts
-from bench import redis_server, write_back_cache
+from spanner_store.database import open_database
 from upvotes.devtools import local_stream
 from upvotes.devtools.ledger import Ledger
-from upvotes.resources import Resources
 from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
+from upvotes.resources import Resources
 
 MARKER_POLL_S = 0.05  # as bench/freshness.py
 EXACT_POLL_S = 0.25  # as upvotes.devtools.race.race_pipeline

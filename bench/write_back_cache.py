@@ -51,8 +51,8 @@ from typing import Any, Callable, Iterable, Mapping
 from google.cloud import spanner
 
 from spanner_store.database import RetryPolicy, open_database, run_transaction, run_with_retries
-from upvotes.resources import Resources
 from upvotes.devtools.workload import DEFAULT_FRACTIONS
+from upvotes.resources import Resources
 
 COUNTERS = ("upvotes", "shares")  # what this baseline counts, in COUNTER_COLUMNS order
 # A generated workload for it: the default mix of the counters it keeps, nothing of the others.

@@ -31,9 +31,9 @@ from typing import Callable, Generic, Hashable, Iterable, NamedTuple, TypeVar
 
 from schemas.counters import Counts
 from schemas.records import PostTotals
-from spanner_store.database import read_timestamp
 from spanner_reads.fresh_top import DEFAULT_EXTRA, FreshTop, fresh_top
 from spanner_reads.reads import counts_in_snapshot
+from spanner_store.database import read_timestamp
 
 T = TypeVar("T")
 DEFAULT_REFRESH_S = 1.0

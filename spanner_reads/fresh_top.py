@@ -32,9 +32,9 @@ from datetime import datetime, timedelta, timezone
 
 from schemas import post_hash
 from schemas.records import PostTotals
+from spanner_reads.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
 from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import fold_cursor
-from spanner_reads.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
 from spanner_store.top_candidates import candidates_since
 
 # m: folded posts read beyond K, so that posts falling back can be replaced by the next ones.

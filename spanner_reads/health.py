@@ -25,11 +25,11 @@ from typing import Iterable, Iterator
 
 from google.cloud import spanner
 
+from spanner_reads.reads import last_fold_snapshot
 from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import fold_cursor, read_changes
-from spanner_reads.reads import last_fold_snapshot
-from spanner_store.unfolded import READ_CHUNK, read_unfolded
 from spanner_store.tables import POSTS, WATERMARK_COLUMNS, PostKey, post_key
+from spanner_store.unfolded import READ_CHUNK, read_unfolded
 
 RECENT_WINDOW = timedelta(minutes=10)
 

@@ -33,8 +33,8 @@ from google.cloud import spanner
 
 from schemas.counters import Counts
 from schemas.voter_sketch import estimate, union_of
-from spanner_store.unfolded import hour_sums_of, hourly_watermark, read_unfolded
 from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, post_key
+from spanner_store.unfolded import hour_sums_of, hourly_watermark, read_unfolded
 
 
 class HourCount(NamedTuple):

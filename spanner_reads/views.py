@@ -82,9 +82,9 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from schemas.counters import Counts
+from spanner_reads.reads import last_fold_snapshot, ranked_posts
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
 from spanner_store.mutation_cost import insert_cost, update_cost
-from spanner_reads.reads import last_fold_snapshot, ranked_posts
 from spanner_store.tables import (
     COUNTER_COLUMNS, VIEW_ACTIVE, VIEW_ACTIVE_COLUMNS, VIEW_LEASE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS,
     VIEW_ROWS, VIEW_VERSION_COLUMNS, VIEW_VERSIONS, counts_at,

@@ -26,11 +26,11 @@ from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
 from spanner_store.mutation_cost import insert_cost, new_row_cost
-from spanner_store.top_candidates import candidate_mutation_row
 from spanner_store.tables import (
     DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS,
     TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, delta_key, post_key, sketch_column,
 )
+from spanner_store.top_candidates import candidate_mutation_row
 
 # What each row of a commit costs against Spanner's mutation limit, from the DDL
 # (spanner_store/mutation_cost.py): a delta row and its PostDeltasByCommit entry; a parent

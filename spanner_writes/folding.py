@@ -80,18 +80,18 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1.database import BatchSnapshot
 
-from spanner_store.database import DEFAULT_RETRY, commit_mutations, read_timestamp, run_transaction, run_with_retries
-from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, read_changes
 from schemas.counters import Counts
 from schemas.records import CounterSums
 from schemas.voter_sketch import union_of
+from spanner_store.database import DEFAULT_RETRY, commit_mutations, read_timestamp, run_transaction, run_with_retries
+from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, read_changes
 from spanner_store.mutation_cost import insert_cost, update_cost
-from spanner_store.unfolded import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 from spanner_store.tables import (
     COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS,
     POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS, PostKey, counts_at, post_key, sketch_column, sketch_value,
 )
+from spanner_store.unfolded import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 
 LOG = logging.getLogger(__name__)
 # Per post its Posts row updated (its PostsByUpvotes entry replaced), and per hour a

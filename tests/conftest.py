@@ -20,14 +20,14 @@ from typing import Iterator
 import pytest
 
 import schemas
-from upvotes.devtools import emulators, local_stream
-from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from spanner_store.database import open_database
-from upvotes.resources import Resources
-from upvotes.operations.provision import provision
 from tests.support import beam_graph_cache, faults
 from tests.support.resources import STREAM_WINDOW_S, new_resources
 from transforms import spanner_sink
+from upvotes.devtools import emulators, local_stream
+from upvotes.devtools.commit_meter import CommitMeter, metering_commits
+from upvotes.operations.provision import provision
+from upvotes.resources import Resources
 
 beam_graph_cache.install()
 

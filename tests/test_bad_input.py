@@ -24,7 +24,6 @@ from apache_beam.io.gcp.pubsub import PubsubMessage
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from transforms.dead_letter import ERROR_ATTRIBUTE, to_dead_letter
 from schemas.contract import (
     FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_MESSAGE_BYTES, REASONS, parse_message, parse_vote, reason_of,
 )
@@ -35,6 +34,7 @@ from spanner_store.tables import delta_key
 from tests.support.corpus import CORPUS, corpus_attributes, load_make_corpus, manifest
 from tests.support.corpus import CORPUS_PUBLISHED as PUBLISHED  # stands in for a missing event_time
 from tests.support.hostile_input import JSON_VALUES, MIXED_VOTE, NDJSON_LINES, NO_SURROGATES, VALID_TIMES
+from transforms.dead_letter import ERROR_ATTRIBUTE, to_dead_letter
 
 PUBLISHED_HOUR = int(PUBLISHED // HOUR_S) * HOUR_S
 

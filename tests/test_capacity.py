@@ -20,13 +20,13 @@ from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUT
 from spanner_writes.deltas import write_deltas
 from spanner_writes.votes import MUTATIONS_PER_VOTE, apply_all_vote_states
 from tests.support.fold_runs import run_fold
+from upvotes.cli import main
+from upvotes.commands.capacity import _sink_shape, chain_rate_from_results
 from upvotes.operations.capacity_model import (
     Assumption, Assumptions, Popularity, Workload, cancel_probability, capacity,
     expected_groups, expected_touched, fold_rows_read, rows_per_sink_commit, split_by_hour, state_writes,
     stream_delta_rows,
 )
-from upvotes.cli import main
-from upvotes.commands.capacity import _sink_shape, chain_rate_from_results
 
 ASSUMPTIONS = Assumptions(
     spanner_writes_per_node_s=Assumption(1_000, "test"), spanner_optimized_writes_per_node_s=Assumption(5_000, "test"),

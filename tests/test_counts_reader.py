@@ -9,8 +9,8 @@ import pytest
 
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from spanner_reads.counts_reader import CountsReader
 from schemas.voter_sketch import sketch_of
+from spanner_reads.counts_reader import CountsReader
 from spanner_store.database import commit_mutations
 from spanner_writes.deltas import add_delta_writes, write_deltas
 from tests.support.polling import wait_until

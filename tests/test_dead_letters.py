@@ -18,13 +18,13 @@ from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
-from spanner_writes.deltas import write_new_deltas
 from spanner_reads.reads import exact_counts
+from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_all_vote_states
+from tests.support.polling import assert_stays, wait_until
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
-from tests.support.polling import assert_stays, wait_until
 from upvotes.operations.dead_letters import (
     HeldLetters, execute_replay, plan_replay, pull_dead_letters, read_corrected_votes, release,
 )

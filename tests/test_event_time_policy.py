@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-import schemas
 from pipeline.params import STREAMING_PARAMS, defaults
+import schemas
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, EventTimePolicy, event_hour, parse_vote
 from schemas.records import VoteEvent
 from tests.support.event_times import PUBLISHED, PUBLISHED_AT, PUBLISHED_HOUR, hour_of, rfc3339

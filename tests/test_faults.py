@@ -48,27 +48,27 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
 from local_runner import drain
-from tests.support.streams import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of, publish_events
-from tests.support.polling import assert_stays, wait_until
-from tests.support.steady_load import SteadyLoad
-from tests.support.fold_runs import run_fold
+from schemas.contract import batch_messages, event_message
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
-from upvotes.devtools import emulators, local_stream
-from upvotes.cli import main as cli_main
-from spanner_writes.deltas import write_deltas
+from spanner_reads.reads import exact_counts
 from spanner_store.database import RetryPolicy, is_transient, open_database, run_with_retries
+from spanner_store.tables import COUNTER_COLUMNS, counts_at
+from spanner_writes.deltas import write_deltas
+from tests.support.fold_runs import run_fold
+from tests.support.polling import assert_stays, wait_until
+from tests.support.steady_load import SteadyLoad
+from tests.support.streams import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of, publish_events
+from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
+from upvotes.cli import main as cli_main
 from upvotes.commands.errors import explain
-from upvotes.resources import Resources
-from upvotes.operations.provision import provision_spanner
-from schemas.contract import batch_messages, event_message
+from upvotes.devtools import emulators, local_stream
 from upvotes.devtools.publishing import publish_messages
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import Workload, generate_events
 from upvotes.operations.backlog import peek_backlog
-from spanner_reads.reads import exact_counts
-from upvotes.devtools.verification import verify_totals
-from spanner_store.tables import COUNTER_COLUMNS, counts_at
+from upvotes.operations.provision import provision_spanner
+from upvotes.resources import Resources
 
 HOUR = 1_795_312_800
 

@@ -14,11 +14,11 @@ from google.cloud.spanner_v1 import param_types
 import schemas
 from schemas.counters import Counts
 from schemas.records import PostDelta
+from spanner_reads.reads import exact_counts
+from spanner_store.tables import COUNTER_COLUMNS, counts_at
+from spanner_store.unfolded import READ_CHUNK, read_unfolded
 from spanner_writes.deltas import write_deltas
 from spanner_writes.folding import FoldKey, FoldPlan, PostFold, choose_snapshot, watermark_text
-from spanner_reads.reads import exact_counts
-from spanner_store.unfolded import READ_CHUNK, read_unfolded
-from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from tests.support.faults import FlakyDatabase
 from tests.support.fold_runs import run_fold as fold
 from transforms import fold_deltas

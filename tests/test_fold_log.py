@@ -14,16 +14,16 @@ from google.cloud import spanner
 
 from schemas.counters import Counts
 from schemas.records import PostDelta
+from spanner_reads.reads import exact_counts
 from spanner_store.delta_commits import fold_cursor, read_changes
+from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
 from spanner_writes.deltas import write_deltas, write_new_deltas
 from spanner_writes.folding import FoldOutcome, choose_snapshot
-from upvotes.operations.moderation import adjust, current_hour, reset
-from spanner_reads.reads import exact_counts
-from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
 from tests.support.fold_runs import run_fold
 from tests.support.fold_runs import distinct_hour_deltas
 from transforms import fold_deltas
 from upvotes.operations.dead_letters import DELTA_ROW, ERROR_ATTRIBUTE, KIND_ATTRIBUTE, DeadLetter, execute_replay, plan_replay
+from upvotes.operations.moderation import adjust, current_hour, reset
 
 HOUR = 1_795_312_800
 

@@ -11,19 +11,19 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from schemas.counters import Counts
+from schemas.delta_ids import forget_event_id
 from schemas.records import PostUser
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
-from upvotes.operations.forget_user import RequestIdInUse, forget_user, plan_retractions
 from spanner_reads.hourly import hourly_counts
-from upvotes.operations.moderation import FORGET_USER, adjustment_of, list_adjustments
+from spanner_reads.my_votes import vote_of
 from spanner_reads.reads import exact_counts
 from spanner_store.tables import timestamp_micros
-from schemas.delta_ids import forget_event_id
-from spanner_reads.my_votes import vote_of
 from spanner_store.vote_rows import StoredVote, erasure
 from spanner_writes.votes import apply_all_vote_states
 from tests.support.faults import FlakyDatabase
 from upvotes.cli import build_parser, main
+from upvotes.operations.forget_user import RequestIdInUse, forget_user, plan_retractions
+from upvotes.operations.moderation import FORGET_USER, adjustment_of, list_adjustments
 
 HOUR = 1_795_312_800
 VOTED_AT = datetime.fromtimestamp(HOUR + 60, tz=timezone.utc)

@@ -12,10 +12,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from pipeline import fold
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from spanner_store.database import open_database
 from spanner_reads.fresh_top import fresh_top
-from spanner_store.top_candidates import CANDIDATES_PER_COMMIT, CandidateRow, commit_candidates
 from spanner_reads.reads import exact_counts, top_posts
+from spanner_store.database import open_database
+from spanner_store.top_candidates import CANDIDATES_PER_COMMIT, CandidateRow, commit_candidates
 from tests.support.resources import new_resources
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main

@@ -9,14 +9,14 @@ import time
 from google.cloud import pubsub_v1
 
 from pipeline import fold
+from schemas.contract import event_message
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from spanner_writes.deltas import write_deltas
 from spanner_reads.fresh_top import fresh_top
 from spanner_reads.reads import exact_counts, last_fold_snapshot, top_posts
-from upvotes.devtools import local_stream
-from schemas.contract import event_message
+from spanner_writes.deltas import write_deltas
 from tests.support.polling import wait_until
+from upvotes.devtools import local_stream
 
 WINDOW_S = 2
 LEADER_VOTES = 30

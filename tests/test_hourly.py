@@ -8,13 +8,13 @@ import pytest
 from google.cloud.spanner_v1 import param_types
 
 from schemas import post_hash
-from upvotes.cli import build_parser, main
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from schemas.voter_sketch import sketch_of
-from spanner_writes.deltas import write_deltas
 from spanner_reads.hourly import HourCount, hourly_counts
+from spanner_writes.deltas import write_deltas
 from tests.support.fold_runs import run_fold as fold
+from upvotes.cli import build_parser, main
 
 DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)
 H1, H2, H3, H4 = (DAY + timedelta(hours=h) for h in (1, 2, 3, 4))

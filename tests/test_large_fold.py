@@ -13,18 +13,18 @@ from google.cloud import spanner
 
 import schemas
 from schemas.counters import Counts, total
+from schemas.ddl import schema_model
 from schemas.records import CounterSums, PostDelta
 from schemas.voter_sketch import sketch_of
+from spanner_reads.hourly import hourly_counts
+from spanner_reads.reads import exact_counts
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, commit_mutations, open_database, run_transaction
+from spanner_store.tables import delta_key, post_key
 from spanner_writes.deltas import MUTATIONS_PER_DELTA, write_deltas
 from spanner_writes.folding import (
     HourlyStep, MUTATIONS_PER_HOUR, MUTATIONS_PER_POST, apply_hourly_step, choose_snapshot, plan_hourly_steps,
     read_post_for_steps,
 )
-from spanner_reads.hourly import hourly_counts
-from schemas.ddl import schema_model
-from spanner_reads.reads import exact_counts
-from spanner_store.tables import delta_key, post_key
 from tests.support.fold_runs import HOUR_2001, distinct_hour_deltas
 from tests.support.fold_runs import run_fold as fold
 from tests.support.resources import new_resources

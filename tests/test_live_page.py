@@ -37,8 +37,8 @@ from upvotes.serving.live_sessions import COOKIE
 from upvotes.serving.serve_settings import ServiceSettings
 from upvotes.serving.service import serve_in_background
 
-from tests.support.topic_audit import TopicAudit
 from tests.support.polling import wait_until
+from tests.support.topic_audit import TopicAudit
 
 WINDOW_S = 2
 POST = "browser/post ☃"

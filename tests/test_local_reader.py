@@ -24,8 +24,8 @@ from google.cloud import pubsub_v1
 
 from local_runner import pubsub_reader
 from local_runner.pubsub_reader import PULL_MAX_MESSAGES, ReaderControl
-from tests.support.resources import PROJECT
 from tests.support.polling import wait_until
+from tests.support.resources import PROJECT
 
 _BUNDLES: list[int] = []  # the element count of every bundle RecordBundles saw
 _OUTPUT: list = []  # what a pipeline emitted (this process runs it)

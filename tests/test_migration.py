@@ -10,22 +10,22 @@ from pathlib import Path
 
 from google.cloud import pubsub_v1, spanner
 
+from schemas import statements_of
 from schemas.counters import Counts
+from schemas.ddl import table_columns
 from schemas.records import PostDelta
 import spanner_store.database
 from spanner_store.database import commit_mutations, open_database
-from upvotes.devtools.verification import verify_totals
 from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, counts_at, delta_key, post_key
-from tests.support.resources import new_resources
 from tests.support.fold_runs import run_fold
 from tests.support.polling import wait_until
+from tests.support.resources import new_resources
 from tests.support.streams import SETTLE_TIMEOUT_S, WINDOW_S, ledger_of, publish_events
 from upvotes.devtools import local_stream
-from upvotes.operations.dead_letters import pull_dead_letters, release
-from schemas import statements_of
-from schemas.ddl import table_columns
-from upvotes.operations.provision import provision_pubsub, provision_spanner
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import VoteStateWorkload, Workload, generate_events, generate_vote_states
+from upvotes.operations.dead_letters import pull_dead_letters, release
+from upvotes.operations.provision import provision_pubsub, provision_spanner
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
 HOUR = 1_795_312_800

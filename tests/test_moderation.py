@@ -11,14 +11,14 @@ from google.cloud import spanner
 
 from schemas.counters import Counts, total
 from schemas.records import PostDelta
-from spanner_store.database import run_with_retries
-from spanner_writes.deltas import write_deltas, write_new_deltas
 from spanner_reads.hourly import hourly_counts
-from upvotes.operations.moderation import current_hour
 from spanner_reads.reads import exact_counts
+from spanner_store.database import run_with_retries
 from spanner_store.tables import DELTAS, POSTS, post_key
-from upvotes.cli import main
+from spanner_writes.deltas import write_deltas, write_new_deltas
 from tests.support.fold_runs import run_fold as fold
+from upvotes.cli import main
+from upvotes.operations.moderation import current_hour
 
 H1 = 1_795_312_800
 H2 = H1 + 3600

@@ -11,8 +11,8 @@ import shlex
 
 import pytest
 
-from upvotes.deploy import gcloud_steps, monitoring
 from upvotes.commands import deploy as deploy_command
+from upvotes.deploy import gcloud_steps, monitoring
 from upvotes.deploy.deploy_config import DeployConfig
 
 # Metric types as Cloud Monitoring exports them (Dataflow and Pub/Sub metric lists; custom Beam

@@ -10,21 +10,21 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.batch import Batch
 
 from schemas.counters import Counts
+from schemas.ddl import schema_model
 from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row
-from spanner_writes.deltas import (
-    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas,
-)
-from spanner_writes.folding import MAX_SKIPPED_LISTED
-from schemas.ddl import schema_model
-from upvotes.devtools.mutation_count import commit_key_ranges, commit_mutation_count
 from spanner_store.tables import (
     COUNTER_COLUMNS, KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES,
     VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS, key_range,
 )
+from spanner_writes.deltas import (
+    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas,
+)
+from spanner_writes.folding import MAX_SKIPPED_LISTED
 from upvotes.devtools.commit_meter import CommitMeter, CommitTooLarge, metering_commits
+from upvotes.devtools.mutation_count import commit_key_ranges, commit_mutation_count
 
 MODEL = schema_model()
 HOUR = datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
@@ -156,8 +156,8 @@ def test_a_fold_run_record_with_every_skipped_post_it_lists_fits_one_commit() ->
 def test_the_writers_planned_costs_are_what_the_model_counts_for_their_writes() -> None:
     """The per-row costs the writers plan with (spanner_store/mutation_cost.py, from the DDL)
     against this model on real client mutations: a new counter column is counted in both."""
-    from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
     from spanner_store.tables import HOURLY, HOURLY_COLUMNS, POST_FOLD_COLUMNS
+    from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
 
     post = (1, "p") + COUNTS + (HOUR, HOUR, None)
     assert count(lambda b: b.update(POSTS, POST_FOLD_COLUMNS, [post])) == MUTATIONS_PER_POST

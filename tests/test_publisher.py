@@ -23,15 +23,15 @@ from schemas.contract import (
 )
 from schemas.counters import COUNTERS, Counts
 from schemas.records import VoteEvent
-from upvotes.devtools.progress import progress_bar
-from upvotes.resources import Resources
 from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
 from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import (
     _interleave, publish_file, publish_messages, publish_workload,
 )
 from upvotes.devtools.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
+from upvotes.resources import Resources
 
 START = datetime(2026, 11, 22, 3, 30, tzinfo=timezone.utc)
 VIRAL = Workload(events=10_000, posts=100, zipf=1.2, seed=7, start_time=START)

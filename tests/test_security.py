@@ -27,20 +27,20 @@ from pathlib import Path
 import pytest
 from google.cloud import spanner
 
-import schemas
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
+import schemas
 from schemas.contract import parse_vote
 from schemas.counters import Counts
 from schemas.records import PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import LatestVote
-from spanner_writes.deltas import write_deltas
-from upvotes.cli import main
-from spanner_reads.reads import exact_counts
-from upvotes.devtools.verification import verify_totals
-from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from spanner_reads.my_votes import vote_of, votes_of_user
+from spanner_reads.reads import exact_counts
+from spanner_store.tables import COUNTER_COLUMNS, counts_at
+from spanner_writes.deltas import write_deltas
 from spanner_writes.votes import apply_all_vote_states
 from tests.support.fold_runs import run_fold
+from upvotes.cli import main
+from upvotes.devtools.verification import verify_totals
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"

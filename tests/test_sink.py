@@ -7,16 +7,16 @@ from google.api_core import exceptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from google.cloud import spanner
 
-from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from schemas.counters import Counts
 from schemas.records import FailedDelta, PostDelta, PostTotals
+from spanner_reads.reads import exact_counts
 from spanner_store.database import SPANNER_MUTATION_LIMIT
+from spanner_store.tables import delta_key
 from spanner_writes.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, plan_commits,
 )
+from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
-from spanner_reads.reads import exact_counts
-from spanner_store.tables import delta_key
 
 HOUR = 1_795_312_800
 

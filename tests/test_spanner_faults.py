@@ -22,21 +22,21 @@ from google.cloud import spanner
 
 from schemas.counters import Counts
 from schemas.records import PostDelta
+from spanner_reads.fresh_top import fresh_top
 from spanner_store.database import RetryPolicy, open_database, run_with_retries
 from spanner_store.delta_commits import fold_cursor
+from spanner_store.tables import COMMIT_SHARDS, COUNTER_COLUMNS, POSTS, commit_shard, counts_at, post_key
 from spanner_writes import deltas as deltas_module
 from spanner_writes.deltas import write_deltas
-from spanner_reads.fresh_top import fresh_top
-from upvotes.operations.moderation import adjust, current_hour
-from upvotes.devtools.verification import verify_totals
-from spanner_store.tables import COMMIT_SHARDS, COUNTER_COLUMNS, POSTS, commit_shard, counts_at, post_key
 from spanner_writes.writers import claim_generation
-from tests.support.resources import new_resources
 from tests.support.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
 from tests.support.fold_runs import run_fold
 from tests.support.fold_runs import distinct_hour_deltas
+from tests.support.resources import new_resources
 from transforms import fold_deltas, spanner_sink
 from transforms.spanner_sink import WriteDeltaRows
+from upvotes.devtools.verification import verify_totals
+from upvotes.operations.moderation import adjust, current_hour
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
 HOUR = 1_795_312_800

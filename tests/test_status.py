@@ -9,17 +9,17 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.cloud import pubsub_v1
 
+from schemas.contract import event_message
 from schemas.records import PostDelta, Rejected
-from spanner_writes.deltas import write_deltas
 from spanner_reads.health import DeltaHealth
-from transforms.dead_letter import to_dead_letter
-from tests.support.resources import new_resources
+from spanner_writes.deltas import write_deltas
+from tests.support.fold_runs import run_fold as fold
 from tests.support.polling import wait_until
+from tests.support.resources import new_resources
+from transforms.dead_letter import to_dead_letter
 from upvotes.cli import main
 from upvotes.operations.provision import provision, provision_pubsub, provision_spanner
-from schemas.contract import event_message
 from upvotes.operations.status import Thresholds, problems, status_report
-from tests.support.fold_runs import run_fold as fold
 
 HOUR = 1_795_312_800
 

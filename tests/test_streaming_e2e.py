@@ -14,14 +14,14 @@ import pytest
 from google.cloud import pubsub_v1
 
 from pipeline import fold
-from transforms.dead_letter import ERROR_ATTRIBUTE
 from schemas.contract import REASONS, batch_messages, event_message
 from schemas.counters import Counts
-from upvotes.devtools.ledger import Ledger
-from upvotes.devtools.workload import Workload, generate_events, invalid_payloads
 from spanner_reads.reads import exact_counts
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from tests.support.polling import wait_until
+from transforms.dead_letter import ERROR_ATTRIBUTE
+from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.workload import Workload, generate_events, invalid_payloads
 
 EVENTS = 3000
 INVALID = 30

@@ -23,8 +23,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.options import FoldOptions, StreamingOptions
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, Param, parse_values
-from upvotes.deploy import gcloud_steps, template_metadata
 from upvotes.commands import deploy as deploy_command
+from upvotes.deploy import gcloud_steps, template_metadata
 from upvotes.deploy.deploy_config import DeployConfig, all_params
 
 ROOT = Path(__file__).resolve().parent.parent

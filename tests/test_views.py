@@ -15,21 +15,21 @@ import pytest
 from google.cloud.spanner_v1 import param_types
 
 from schemas import post_hash
-from tests.support.resources import new_resources
 from schemas.counters import Counts
 from schemas.records import PostDelta
-from upvotes.cli import build_parser, main
-from spanner_writes.deltas import write_deltas
 from spanner_reads import views as leaderboard
-from spanner_store.database import open_database
+from spanner_reads.reads import top_posts
 from spanner_reads.views import (
     LeaseLost, NoActiveVersion, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow, expire_versions,
     plan_version, publish_top_view, read_top_page,
 )
-from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
-from spanner_reads.reads import top_posts
+from spanner_store.database import open_database
+from spanner_writes.deltas import write_deltas
 from tests.support.fold_runs import run_fold as fold
 from tests.support.polling import wait_until
+from tests.support.resources import new_resources
+from upvotes.cli import build_parser, main
+from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
 HOUR = 1_795_312_800
 

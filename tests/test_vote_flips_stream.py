@@ -11,16 +11,16 @@ from __future__ import annotations
 import signal
 import time
 
+from schemas.contract import batch_messages
 from schemas.counters import Counts
-from spanner_reads.reads import exact_counts
-from upvotes.devtools.verification import verify_totals, verify_unique_voters
 from spanner_reads.my_votes import vote_of
+from spanner_reads.reads import exact_counts
 from tests.support.polling import assert_stays, wait_until
 from tests.support.steady_load import SteadyLoad
 from tests.support.streams import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of
 from upvotes.devtools import local_stream
-from schemas.contract import batch_messages
 from upvotes.devtools.publishing import publish_messages
+from upvotes.devtools.verification import verify_totals, verify_unique_voters
 from upvotes.devtools.workload import VoteStateWorkload, generate_vote_states
 
 

@@ -30,13 +30,13 @@ from google.cloud import spanner
 from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
-from spanner_writes import votes as votes_module
-from spanner_store.database import RetryPolicy, run_with_retries
+from spanner_reads.my_votes import vote_of
 from spanner_reads.reads import exact_counts
-from spanner_writes.deltas import MUTATIONS_PER_DELTA
+from spanner_store.database import RetryPolicy, run_with_retries
 from spanner_store.database import commit_mutations
 from spanner_store.tables import post_key
-from spanner_reads.my_votes import vote_of
+from spanner_writes import votes as votes_module
+from spanner_writes.deltas import MUTATIONS_PER_DELTA
 from spanner_writes.votes import KnownPosts, apply_vote_states, batch_cost, changes_cost
 from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from transforms import vote_state_sink

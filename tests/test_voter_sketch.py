@@ -13,12 +13,12 @@ from apache_beam.testing.util import assert_that
 from apache_beam.transforms.window import TimestampedValue
 
 from schemas.counters import Counts
+from schemas.delta_ids import sum_shard
 from schemas.records import CounterSums, PostDelta, PostHour
 from schemas.voter_sketch import MAX_SKETCH_BYTES, VoterUnion, estimate, sketch_of, union_of
 from tests.support.hostile_input import HOSTILE_IDS
 from tests.support.streams import streaming_pipeline
 from tests.support.vote_messages import HOUR
-from schemas.delta_ids import sum_shard
 from transforms.windowing import MergeSums, WindowAndSumVotes
 
 WRITER = "test-writer"

@@ -16,12 +16,12 @@ from apache_beam.transforms.window import TimestampedValue
 
 from local_runner import metrics
 from schemas.counters import Counts, one
-from schemas.records import CounterSums, PostDelta, PostHour
-from transforms.parse_and_sum import ParseVotes
 from schemas.delta_ids import SUM_SHARDS, pane_delta_id, sum_shard
-from transforms.windowing import ALLOWED_LATENESS_S, MergeSums, WindowAndSumVotes, ingestion_windows
+from schemas.records import CounterSums, PostDelta, PostHour
 from tests.support.streams import streaming_pipeline
 from tests.support.vote_messages import HOUR, message
+from transforms.parse_and_sum import ParseVotes
+from transforms.windowing import ALLOWED_LATENESS_S, MergeSums, WindowAndSumVotes, ingestion_windows
 
 WRITER = "test-writer"
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from bench import write_back as bench_write_back
-from bench.write_back import QUICK
-from upvotes.devtools import baseline_counters
-from spanner_store.database import open_database
 from bench import redis_server, write_back_cache
+from bench.write_back import QUICK
+from spanner_store.database import open_database
+from tests.support.polling import assert_stays, wait_until
+from upvotes.devtools import baseline_counters
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import Workload, generate_events
-from tests.support.polling import assert_stays, wait_until
 
 WINDOW_S = 0.5
 SETTLE_TIMEOUT_S = 60.0

@@ -17,13 +17,13 @@ from google.cloud import spanner
 
 from pipeline.streaming import claim_writer
 from schemas.counters import Counts
+from schemas.delta_ids import FIRST_KEY_FORMAT, KEY_FORMAT, shards_of_key, sum_shard, writer_identity
 from schemas.records import CounterSums, PostHour
 from spanner_reads.reads import exact_counts
-from schemas.delta_ids import FIRST_KEY_FORMAT, KEY_FORMAT, shards_of_key, sum_shard, writer_identity
 from spanner_store.tables import DELTAS, WRITER_GENERATIONS, post_key
 from spanner_writes.writers import claim_generation
-from transforms.spanner_sink import WriteDeltaRows
 from transforms.parse_and_sum import ShardSums
+from transforms.spanner_sink import WriteDeltaRows
 from transforms.windowing import WindowAndSumVotes
 
 HOUR = 1_795_312_800

@@ -27,13 +27,13 @@ from spanner_store.database import (
     DEFAULT_RETRY, MUTATION_BUDGET, is_transient, open_database, run_transaction, run_with_retries,
 )
 from spanner_store.delta_commits import SkippedPost
+from spanner_store.tables import COMMIT_SHARDS, key_range
+from spanner_store.unfolded import READ_CHUNK
 from spanner_writes.folding import (
     FoldKey, FoldOutcome, FoldPlan, PostFold, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps,
     oldest_unfolded_commit, outlived_snapshot, plan_fold, plan_partitions, read_candidates, read_partition,
     read_shard_changes, record_fold_run,
 )
-from spanner_store.unfolded import READ_CHUNK
-from spanner_store.tables import COMMIT_SHARDS, key_range
 
 LOG = logging.getLogger(__name__)
 

@@ -65,9 +65,9 @@ from apache_beam.transforms import trigger, window
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from schemas.counters import Counts
+from schemas.delta_ids import KEY_FORMAT, pane_delta_id, shards_of_key
 from schemas.records import CounterSums, PostDelta, PostHour
 from schemas.voter_sketch import VoterUnion
-from schemas.delta_ids import KEY_FORMAT, pane_delta_id, shards_of_key
 from transforms.parse_and_sum import ShardSums
 
 # How far behind the watermark an element may arrive and still be counted, in a late pane (see

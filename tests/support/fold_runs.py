@@ -9,8 +9,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.fold import outcome_from_metrics
-from schemas.records import PostDelta
 from pipeline.params import FOLD_PARAMS, defaults
+from schemas.records import PostDelta
 from spanner_writes.folding import FoldOutcome
 from transforms.fold_deltas import FoldDeltas
 

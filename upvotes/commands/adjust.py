@@ -7,10 +7,10 @@ import json
 from schemas.counters import NAMES, Counts
 from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
+from upvotes.commands.errors import UsageError
 from upvotes.commands.moderation_flags import (
     actor_of, add_moderation_arguments, adjustment_id_of, print_result, required_reason,
 )
-from upvotes.commands.errors import UsageError
 
 HELP = (f"Add or remove {'/'.join(NAMES)} of a post as an audited compensating delta (idempotent per --id); "
         "--list shows them.")

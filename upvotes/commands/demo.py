@@ -20,8 +20,8 @@ from pathlib import Path
 
 from schemas.counters import COUNTERS, RANKING
 from upvotes.devtools import emulators, local_stream
-from upvotes.resources import Resources
 from upvotes.operations.provision import provision
+from upvotes.resources import Resources
 
 HELP = "Run everything locally end to end on the emulators: the race against read-modify-write, every count checked."
 
@@ -104,8 +104,8 @@ def _best_read_modify_write(database, seconds: float):
 
 def _wait_until_ready(database, topic_path: str, stream, log_path: Path) -> None:
     """Publishes one vote and waits until it is counted: the pipeline is up and reading."""
-    from spanner_reads.reads import exact_counts
     from schemas.contract import event_message
+    from spanner_reads.reads import exact_counts
     from upvotes.devtools.publishing import publish_messages
 
     publish_messages(topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
@@ -145,11 +145,11 @@ def _check_alive(stream, log_path: Path) -> None:
 
 def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> int:
     from pipeline import fold
-    from upvotes.devtools import baseline_counters
-    from spanner_store.database import open_database
     from spanner_reads.reads import exact_counts, top_posts
-    from upvotes.devtools.verification import delta_row_counts, verify_totals, verify_unique_voters
+    from spanner_store.database import open_database
+    from upvotes.devtools import baseline_counters
     from upvotes.devtools.race import race_pipeline
+    from upvotes.devtools.verification import delta_row_counts, verify_totals, verify_unique_voters
     from upvotes.devtools.workload import VoteStateWorkload, Workload
 
     res = RESOURCES

@@ -12,8 +12,8 @@ from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 
 from pipeline.params import InvalidParameter
-from spanner_store.database import is_transient
 from spanner_reads.views import ViewError
+from spanner_store.database import is_transient
 from upvotes.devtools.emulators import EmulatorError
 
 START_EMULATORS = 'start the emulators with: eval "$(upvotes emulators start)"'

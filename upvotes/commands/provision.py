@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from upvotes.resources import Resources
     from upvotes.operations.provision import provision
+    from upvotes.resources import Resources
 
     resources = Resources(args.project, args.instance, args.database, args.topic, args.subscription,
                           args.dead_letter_topic, args.dead_letter_subscription or "")

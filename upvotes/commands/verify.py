@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from upvotes.devtools.verification import verify_totals, verify_unique_voters
     from upvotes.devtools.ledger import Ledger
+    from upvotes.devtools.verification import verify_totals, verify_unique_voters
 
     try:
         ledger = Ledger.load(args.ledger)

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Callable
 
-from upvotes.devtools import baseline_counters
 from spanner_store.database import RetryPolicy, run_transaction, run_with_retries
-from upvotes.devtools.verification import verify_totals
+from upvotes.devtools import baseline_counters
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import PublishReport, publish_workload
+from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import VoteStateWorkload, Workload
 
 CLIENT_RETRY, JITTERED_RETRY = "client", "jittered"

@@ -60,12 +60,12 @@ from typing import Callable, Iterable, NamedTuple
 from schemas.counters import Counts
 from schemas.records import PostUser, hour_of_us
 from schemas.vote_states import NONE, Erasure, LatestVote, counted
-from spanner_store.database import commit_mutations, run_with_retries
-from upvotes.operations.moderation import Adjustment, FORGET_USER, adjustment_of, record
-from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, micros_timestamp, timestamp_micros, user_hash
 from spanner_reads.my_votes import votes_of_user
+from spanner_store.database import commit_mutations, run_with_retries
+from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, micros_timestamp, timestamp_micros, user_hash
 from spanner_store.vote_rows import StoredVote, erasure
 from spanner_writes.votes import apply_all_vote_states
+from upvotes.operations.moderation import Adjustment, FORGET_USER, adjustment_of, record
 
 
 def utc_now() -> datetime:

@@ -29,15 +29,15 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from spanner_store.database import MUTATION_BUDGET, commit_mutations, read_timestamp, run_with_retries
-from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
-from spanner_reads.hourly import HourCount, hourly_counts_in
 from schemas.counters import Counts, total
 from schemas.delta_ids import adjustment_delta_id
 from schemas.records import CounterSums, PostDelta
+from spanner_reads.hourly import HourCount, hourly_counts_in
+from spanner_store.database import MUTATION_BUDGET, commit_mutations, read_timestamp, run_with_retries
 from spanner_store.tables import (
     ADJUSTMENT_COLUMNS, ADJUSTMENTS, COUNTER_COLUMNS, POST_KEY_COLUMNS, POSTS, counts_at, post_key,
 )
+from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
 
 ADJUST = "adjust"
 RESET = "reset"

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spanner_reads.health import DeltaHealth
-from upvotes.operations.backlog import Backlog
-from upvotes.operations.late_votes import DEFAULT_MAX_LATE_VOTES, LateVotes
 from spanner_store.tables import DELTA_RETENTION_DAYS
 from upvotes.deploy.deploy_config import DeployConfig
+from upvotes.operations.backlog import Backlog
+from upvotes.operations.late_votes import DEFAULT_MAX_LATE_VOTES, LateVotes
 
 EXIT_HEALTHY = 0
 EXIT_THRESHOLD_CROSSED = 3
