@@ -31,6 +31,7 @@ each vote once:
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
 from transforms.dead_letter import DELTA_ROW, KIND_ATTRIBUTE, VOTE_STATES
 
+LOG = logging.getLogger(__name__)
 REJECTED_VOTE = "rejected_vote"
 PULL_BATCH = 100
 # A synchronous pull on an empty subscription waits for its whole deadline (the emulator and
@@ -153,9 +155,14 @@ class HeldLetters:
             with self._lock:
                 ack_ids = list(self._held)
             for start in range(0, len(ack_ids), PULL_BATCH):
-                self._subscriber.modify_ack_deadline(request={
-                    "subscription": self._subscription, "ack_ids": ack_ids[start:start + PULL_BATCH],
-                    "ack_deadline_seconds": self._deadline_s})
+                try:
+                    self._subscriber.modify_ack_deadline(request={
+                        "subscription": self._subscription, "ack_ids": ack_ids[start:start + PULL_BATCH],
+                        "ack_deadline_seconds": self._deadline_s})
+                except exceptions.GoogleAPICallError as error:  # tried again at the next beat, well within the deadline
+                    LOG.warning("could not extend the ack deadline of %d held dead letters: %s",
+                                len(ack_ids[start:start + PULL_BATCH]), error)
+                    continue
                 self.extensions += 1
 
 
