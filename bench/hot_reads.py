@@ -205,7 +205,31 @@ def targets(document: dict) -> list[dict]:
         f"{http_high['reads_per_s']:,.0f} req/s: {http_high['spanner_reads_per_s']:.2f}; uncached baseline "
         f"{reads['baseline_uncached']['spanner_reads_per_s']:,.0f} Spanner reads/s",
         per_refresh_max <= 1.0 + 1e-9 and growth >= 9.0,
-    )]
+    ), _http_target(reads)]
+
+
+# `upvotes serve` over HTTP on the bench machine (2 cores, idle): it keeps up with the lowest rate
+# and serves at least this much when asked for more. Committed full runs: 922-998 req/s, p50 4-6 ms
+# at 1,000/s; 1,244-1,385 req/s at 10,000/s. Issue 37's report, 480 and 497 req/s with p50 59 ms,
+# misses all three.
+HTTP_HELD_SHARE = 0.9  # of the lowest target rate
+HTTP_HELD_P50_MS = 20.0  # at the lowest target rate
+HTTP_SATURATED_MIN = 900  # req/s at the highest target rate
+
+
+def _http_target(reads: dict) -> dict:
+    low, high = reads["http"][0], reads["http"][-1]
+    held = (low["reads_per_s"] >= HTTP_HELD_SHARE * low["target_reads_per_s"]
+            and low["latency"]["p50_ms"] <= HTTP_HELD_P50_MS and low["errors"] == 0)
+    return target(
+        f"Hot reads over HTTP: `upvotes serve` holds {low['target_reads_per_s']:,} req/s (>= "
+        f"{HTTP_HELD_SHARE:.0%}, p50 <= {HTTP_HELD_P50_MS:g} ms) and serves >= {HTTP_SATURATED_MIN:,} req/s at "
+        f"{high['target_reads_per_s']:,}/s",
+        f"{low['target_reads_per_s']:,}/s: {low['reads_per_s']:,.0f} req/s, p50 / p99 {p50_p99_ms(low['latency'])} ms; "
+        f"{high['target_reads_per_s']:,}/s: {high['reads_per_s']:,.0f} req/s, p50 / p99 "
+        f"{p50_p99_ms(high['latency'])} ms",
+        held and high["reads_per_s"] >= HTTP_SATURATED_MIN and high["errors"] == 0,
+    )
 
 
 def markdown(document: dict) -> list[str]:
