@@ -6,6 +6,7 @@ from schemas.records import PostUser
 from spanner_store.tables import VOTES, user_rows_range
 from spanner_store.vote_rows import READ_COLUMNS, StoredVote, stored, stored_votes
 
+
 def vote_of(database, post_id: str, user_id: str) -> StoredVote | None:
     """One user's vote on one post ("my vote"), as applied so far (strong read); None: never voted."""
     with database.snapshot() as snapshot:
