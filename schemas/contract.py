@@ -216,18 +216,17 @@ ABSENT = object()  # a field the event does not have
 _COUNTERS = frozenset(CONTRACT_NAMES)
 
 
-def _valid_id(value: object) -> bool:
-    return value is ABSENT or (type(value) is str and 0 < len(value) <= MAX_ID_CHARS)
-
-
 def is_common_vote(post_id: object, counter: object, delta: object, event_id: object, user_id: object) -> bool:
     """The fields of a common, valid delta event, checked in bulk: the fast paths of _validate and
     sum_message (which also check that the event has no VOTE_FIELD). Anything else takes the
     step-by-step path, which names the problem."""
+    # The two optional IDs are checked inline, not by a helper: this runs once per vote, and a
+    # call costs about as much as the check.
     return (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
             and type(counter) is str and counter in _COUNTERS
             and type(delta) is int and delta != 0 and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
-            and _valid_id(event_id) and _valid_id(user_id))
+            and (event_id is ABSENT or (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS))
+            and (user_id is ABSENT or (type(user_id) is str and 0 < len(user_id) <= MAX_ID_CHARS)))
 
 
 def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None = None,
@@ -399,10 +398,13 @@ def parse_line(number: int, line: bytes, attributes: Mapping[str, str] | None, p
     return result
 
 
+_UNBOUNDED = (float("-inf"), float("inf"))
+
+
 def trusted_range(publish_time_s: float, policy: EventTimePolicy | None) -> tuple[float, float]:
     """The event times (seconds) `policy` keeps for a message published at `publish_time_s`."""
     if policy is None or not MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
-        return float("-inf"), float("inf")
+        return _UNBOUNDED
     return publish_time_s - policy.retention_s, publish_time_s + policy.max_clock_skew_s
 
 

@@ -115,32 +115,33 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
     ingestion_hour = None
     if MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
         ingestion_hour = int(publish_time_s // HOUR_S) * HOUR_S
-    loads, hour_of, rfc3339 = orjson.loads, utc_hour, RFC3339.match
+    # Names bound locally: this loop runs once per vote, and a global lookup costs as much as a check.
+    loads, hour_of, rfc3339, common, voter_counters = orjson.loads, utc_hour, RFC3339.match, is_common_vote, \
+        VOTER_CONTRACT_NAMES
     for number, line in lines:
-        fields = None
+        hour = None
         if len(line) <= MAX_MESSAGE_BYTES:
             try:
                 fields = loads(line)
             except orjson.JSONDecodeError:
-                pass
-        hour = None
-        if type(fields) is dict:
-            post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
-            event_id, user_id = fields.get("event_id", ABSENT), fields.get("user_id", ABSENT)
-            event_time = fields.get("event_time", ABSENT)
-            if is_common_vote(post_id, counter, delta, event_id, user_id) and VOTE_FIELD not in fields:
-                if event_time is ABSENT:
-                    hour = ingestion_hour
-                elif (type(event_time) is str and event_time[-1:] in ("Z", "z") and rfc3339(event_time)
-                        and event_time[14:16] < "60" and event_time[17:19] < "60"):
-                    try:
-                        hour = hour_of(event_time[:13])
-                    except ValueError:
-                        pass  # no such hour: parse_line names the problem
-                    # An hour that straddles a policy bound needs the time to the second.
-                    if hour is not None and not (lowest <= hour and hour + HOUR_S - 1 <= highest
-                                                 and MIN_HOUR_S <= hour <= MAX_HOUR_S):
-                        hour = None
+                fields = None
+            if type(fields) is dict:
+                get = fields.get
+                post_id, counter, delta, user_id = get("post_id"), get("counter"), get("delta"), get("user_id", ABSENT)
+                event_time = get("event_time", ABSENT)
+                if common(post_id, counter, delta, get("event_id", ABSENT), user_id) and VOTE_FIELD not in fields:
+                    if event_time is ABSENT:
+                        hour = ingestion_hour
+                    elif (type(event_time) is str and event_time[-1:] in ("Z", "z") and rfc3339(event_time)
+                            and event_time[14:16] < "60" and event_time[17:19] < "60"):
+                        try:
+                            hour = hour_of(event_time[:13])
+                        except ValueError:
+                            pass  # no such hour: parse_line names the problem
+                        # An hour that straddles a policy bound needs the time to the second.
+                        if hour is not None and not (lowest <= hour and hour + HOUR_S - 1 <= highest
+                                                     and MIN_HOUR_S <= hour <= MAX_HOUR_S):
+                            hour = None
         if hour is None:
             result = parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour) if number \
                 else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
@@ -157,7 +158,7 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
             acc = sums[(post_id, hour)] = RunningSums()
         acc.counts[counter] += delta
         acc.events += 1
-        if delta > 0 and type(user_id) is str and counter in VOTER_CONTRACT_NAMES:  # schemas/voter_sketch.py
+        if delta > 0 and type(user_id) is str and counter in voter_counters:  # schemas/voter_sketch.py
             if acc.voters is None:
                 acc.voters = {user_id}
             else:
@@ -183,7 +184,8 @@ class BundleSums:
     def add_message(self, data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
                     policy: EventTimePolicy, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
         """Adds the message's accepted votes; returns its rejected events."""
-        self.latest_publish_s = max(self.latest_publish_s, publish_time_s)
+        if publish_time_s > self.latest_publish_s:
+            self.latest_publish_s = publish_time_s
         return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour,
                            states=self._states)
 
@@ -234,12 +236,19 @@ class _ParseAndSumFn(beam.DoFn):
         self._ingestion_hour: Counter[str] = Counter()
         self._messages = 0
 
-    def process(self, message: PubsubMessage, timestamp=beam.DoFn.TimestampParam):
+    def process(self, message: PubsubMessage, windowed=beam.DoFn.WindowedValueParam):
+        # Runs once per message, so Beam's per-element cost counts: the element's timestamp is read
+        # as its microseconds (float(TimestampParam) exactly, without making a Timestamp per
+        # message), and a message without rejections returns an empty tuple, not a generator.
         self._messages += 1
-        for rejected in self._sums.add_message(message.data or b"", message.attributes, float(timestamp),
-                                               self._policy, self._count_ingestion_hour):
-            self._rejected[reason_of(rejected)] += 1
-            yield beam.pvalue.TaggedOutput(self.REJECTED, rejected)
+        rejected = self._sums.add_message(message.data or b"", message.attributes,
+                                          windowed.timestamp_micros / 1_000_000, self._policy,
+                                          self._count_ingestion_hour)
+        if not rejected:
+            return ()
+        for each in rejected:
+            self._rejected[reason_of(each)] += 1
+        return [beam.pvalue.TaggedOutput(self.REJECTED, each) for each in rejected]
 
     def _count_ingestion_hour(self, reason: str) -> None:
         self._ingestion_hour[reason] += 1
