@@ -152,6 +152,17 @@ FOLD_PARAMS: tuple[Param, ...] = (
 )
 
 
+# Recorded once per database by `upvotes provision` (spanner_store/ranking_settings.py); not a
+# pipeline parameter: the fold reads the recorded value, so no job can disagree with the data.
+HOT_HALF_LIFE_HOURS = Param(
+    "hot-half-life-hours", "hotHalfLifeHours", "Hot score half-life in hours",
+    "A vote counts half as much in the hot ranking every this many hours (schemas/hot_score.py), "
+    "1 to 9999. Fixed per database when it is provisioned; a different value later is a recompute "
+    "of every post's score (upvotes provision --recompute-hot).",
+    r"(?:[1-9][0-9]{0,3})(?:\.[0-9]{1,3})?", default="12", example="12", kind=float,
+)
+
+
 class InvalidParameter(ValueError):
     """A parameter value the pipeline refuses before it starts."""
 

@@ -16,6 +16,8 @@ A counter is a number per post that vote events change by a delta. Each is decla
 - `vote`: the value of a vote-state event (schemas/vote_states.py) that this counter counts
   the users of: the post's upvotes include every user whose latest vote is "up", its
   downvotes every user whose latest vote is "down". None: no vote state counts here.
+- `hot_weight`: what one of its events adds to the post's hot score (schemas/hot_score.py)
+  before the decay: an upvote +1, a downvote -1, shares and views 0 unless declared otherwise.
 
 Generated from it: `Counts`, the typed sums every accumulator uses (no positional slots);
 the column lists and the mutation costs of every write (spanner_store/tables.py,
@@ -49,13 +51,14 @@ class Counter:
     noun: str
     generated_fraction: float
     vote: str | None = None
+    hot_weight: float = 0.0
 
 
 COUNTERS: tuple[Counter, ...] = (
     Counter(name="upvotes", contract_name="upvotes", column="Upvotes", records_voters=True, noun="upvote",
-            generated_fraction=0.0, vote="up"),
+            generated_fraction=0.0, vote="up", hot_weight=1.0),
     Counter(name="downvotes", contract_name="downvotes", column="Downvotes", records_voters=True, noun="downvote",
-            generated_fraction=0.0, vote="down"),
+            generated_fraction=0.0, vote="down", hot_weight=-1.0),
     Counter(name="shares", contract_name="shares", column="Shares", records_voters=False, noun="share",
             generated_fraction=0.2),
     Counter(name="views", contract_name="views", column="Views", records_voters=False, noun="view",
@@ -70,6 +73,8 @@ COLUMNS: tuple[str, ...] = tuple(counter.column for counter in COUNTERS)
 RANKING = COUNTERS[0]
 # The contract names whose events name a voter (schemas/voter_sketch.py).
 VOTER_CONTRACT_NAMES = frozenset(counter.contract_name for counter in COUNTERS if counter.records_voters)
+# Per counter, in Counts order: what one event adds to the hot score (schemas/hot_score.py).
+HOT_WEIGHTS: tuple[float, ...] = tuple(counter.hot_weight for counter in COUNTERS)
 NAME_OF = {counter.contract_name: counter.name for counter in COUNTERS}  # contract name -> name
 # Vote-state values -> the counter each counts (schemas/vote_states.py adds "none", which counts nowhere).
 COUNTER_OF_VOTE = {counter.vote: counter.name for counter in COUNTERS if counter.vote is not None}

@@ -25,6 +25,7 @@ CREATE TABLE Posts (
   FoldedThrough       TIMESTAMP NOT NULL DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),
   HourlyFoldedThrough TIMESTAMP,
   Voters              BYTES(MAX),
+  HotKey              FLOAT64,
 ) PRIMARY KEY (PostHash, PostId);
 
 -- Insert-only deltas, one row per (post, event hour, pane) written by the streaming
@@ -61,6 +62,16 @@ CREATE INDEX PostDeltasByCommit ON PostDeltas (PostHash, PostId, CommittedAt)
 -- stored, PostId is part of every index key, so there is no back-join.
 CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC) STORING (Downvotes, Shares, Views, FoldedThrough);
 
+-- HotKey: the post's hot score (schemas/hot_score.py: its sign and log2 in one ordered value),
+-- computed by the fold from all of the post's PostHourlyCounts rows in the transaction that
+-- writes them, so it is always that of the hourly rows (HourlyFoldedThrough). NULL: no hourly
+-- row yet (a score of 0), or a row from before the column, until `upvotes provision` backfills it.
+-- "Hot posts" straight from this index, the folded side of spanner_reads/trending.py.
+-- NULL_FILTERED: a new post's parent row (written by the sink, HotKey NULL) costs no entry.
+-- Not a write hotspot although new hot posts enter at its top: entries change once per post
+-- per fold run, not per vote.
+CREATE NULL_FILTERED INDEX PostsByHot ON Posts (HotKey DESC);
+
 -- Per-hour folded counts (event time), written by the fold in the same
 -- transaction as Posts; hourly reads add the unfolded deltas on top.
 CREATE TABLE PostHourlyCounts (
@@ -72,8 +83,16 @@ CREATE TABLE PostHourlyCounts (
   Shares    INT64 NOT NULL,
   Views     INT64 NOT NULL DEFAULT (0),
   Voters    BYTES(MAX),
+  HourShard INT64 NOT NULL DEFAULT (0),
 ) PRIMARY KEY (PostHash, PostId, EventHour DESC),
   INTERLEAVE IN PARENT Posts ON DELETE CASCADE;
+
+-- "Top posts of hour h by upvotes" (folded), the per-hour sorted lists the last-N-hours ranking
+-- walks (spanner_reads/trending.py, a threshold algorithm). HourShard (PostHash mod
+-- HOURLY_SHARDS, written by the fold) leads, so the fold's writes to the current hour spread
+-- over that many key ranges instead of one; a reader merges the shards of each hour. Rows from
+-- before the column read shard 0: still found, as every reader reads every shard.
+CREATE INDEX PostHourlyCountsByHour ON PostHourlyCounts (HourShard, EventHour DESC, Upvotes DESC);
 
 -- One row per finished fold; `upvotes top` reports the newest as the ranking's age.
 -- PostsSkipped: posts whose fold failed with a non-transient error and were left
@@ -214,12 +233,18 @@ CREATE NULL_FILTERED INDEX TopPostsViewRowsByInvalidSince
 -- gained (see spanner_store/fresh_top.py). Shard (a hash of CandidateId) leads the key, so
 -- these inserts spread over SHARDS key ranges instead of appending at one end; a reader
 -- seeks each shard's rows committed after the fold.
+-- RiseThreshold and NewestHour bound the trending rankings (spanner_reads/trending.py): the
+-- largest rise (schemas/hot_score.py rise_of, summed over a post's delta rows, each clipped at
+-- 0) of any post the row does not list, and the newest event hour of the commit's rows. NULL:
+-- a row from before the columns, which a trending read cannot certify past.
 CREATE TABLE TopCandidates (
   Shard       INT64 NOT NULL,
   CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
   CandidateId STRING(36) NOT NULL,
   PostIds     ARRAY<STRING(128)> NOT NULL,
   Threshold   INT64 NOT NULL,
+  RiseThreshold FLOAT64,
+  NewestHour  TIMESTAMP,
 ) PRIMARY KEY (Shard, CommittedAt, CandidateId),
   ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 30 DAY));
 
@@ -301,3 +326,13 @@ CREATE TABLE UserErasures (
   RequestId        STRING(64) NOT NULL,
   ForgottenThrough TIMESTAMP NOT NULL,
 ) PRIMARY KEY (UserHash, UserId, RequestId);
+
+-- The trending rankings' settings, recorded once per database by `upvotes provision`
+-- (spanner_store/ranking_settings.py): the hot score's half-life in hours, which every HotKey
+-- was computed with (changing it is a recompute, docs/reading.md), and whether every post's
+-- HotKey has been backfilled (1) so that a hot read can certify its answer. A handful of rows.
+CREATE TABLE RankingSettings (
+  Name       STRING(64) NOT NULL,
+  Value      FLOAT64 NOT NULL,
+  RecordedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (Name);

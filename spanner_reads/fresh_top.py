@@ -66,13 +66,13 @@ def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: fl
         # No cursor: a database whose folds predate the change log; each of those scanned every post.
         since = cursor.changes_through if cursor else folded_through or EPOCH
         skipped = sorted(post.post_id for post in cursor.skipped) if cursor else []
-        candidates, threshold_sum, rows = candidates_since(snapshot, since)
-        considered = list(dict.fromkeys([p.post_id for p in folded] + sorted(candidates) + skipped))
+        candidates = candidates_since(snapshot, since)
+        considered = list(dict.fromkeys([p.post_id for p in folded] + sorted(candidates.post_ids) + skipped))
         counts = counts_in_snapshot(snapshot, considered)
         as_of = read_timestamp(snapshot)
     # The index's own tie order (PostHash, PostId), so equal counts always come out the same way.
     ranked = sorted(counts, key=lambda t: (-t.counts.upvotes, post_hash(t.post_id), t.post_id))[:k]
     complete = len(folded) < k + extra
-    bound = None if complete else folded[-1].counts.upvotes + threshold_sum
+    bound = None if complete else folded[-1].counts.upvotes + candidates.threshold_sum
     exact = complete or (len(ranked) == k and ranked[-1].counts.upvotes >= bound)
-    return FreshTop(ranked, as_of, folded_through, exact, bound, len(considered), rows)
+    return FreshTop(ranked, as_of, folded_through, exact, bound, len(considered), candidates.rows)

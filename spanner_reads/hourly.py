@@ -27,14 +27,16 @@ out (an upvote and an un-vote) is reported with its net zero, like the publisher
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from google.cloud import spanner
 
 from schemas.counters import Counts
 from schemas.voter_sketch import estimate, union_of
-from spanner_store.tables import DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, post_key
-from spanner_store.unfolded import hour_sums_of, hourly_watermark, read_unfolded
+from spanner_store.tables import (
+    COUNTER_COLUMNS, DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, counts_at, hour_timestamp, post_key,
+)
+from spanner_store.unfolded import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 
 
 class HourCount(NamedTuple):
@@ -86,6 +88,38 @@ def hourly_counts_in(snapshot, post_id: str, unique: bool = False) -> list[HourC
     add(read_unfolded(snapshot, {key: hourly_watermark(*posts[0])}, DELTA_SUM_COLUMNS))
     return [HourCount(hour, counts[hour], estimate(union_of(voters[hour])) if unique else None)
             for hour in sorted(counts)]
+
+
+def hours_of_posts(snapshot, post_ids: Iterable[str], first_hour: int | None = None,
+                   last_hour: int | None = None) -> dict[str, dict[int, Counts]]:
+    """Exact counts per event hour (epoch seconds) of many posts, in the hours [first_hour,
+    last_hour] when given, read in `snapshot` (multi-use): the folded hourly rows plus the
+    deltas committed after each post's hourly watermark, READ_CHUNK posts per read. A post
+    without any row maps to {}. What the trending rankings score (spanner_reads/trending.py)."""
+    wanted = list(dict.fromkeys(post_ids))
+    hours: dict[str, dict[int, Counts]] = {post_id: {} for post_id in wanted}
+    newest = None if last_hour is None else hour_timestamp(last_hour)
+    oldest = None if first_hour is None else hour_timestamp(first_hour)
+
+    def add(rows) -> None:
+        for post_id, hour, *counts in rows:
+            at = int(_utc(hour).timestamp())
+            if (first_hour is None or at >= first_hour) and (last_hour is None or at <= last_hour):
+                hours[post_id][at] = hours[post_id].get(at, Counts()).plus(counts_at(counts, 0))
+
+    for start in range(0, len(wanted), READ_CHUNK):
+        keys = [post_key(p) for p in wanted[start:start + READ_CHUNK]]
+        watermarks = {(h, p): hourly_watermark(folded, hourly) for h, p, folded, hourly in snapshot.read(
+            POSTS, columns=("PostHash", "PostId", "FoldedThrough", HOURLY_WATERMARK),
+            keyset=spanner.KeySet(keys=[list(key) for key in keys]))}
+        # EventHour is DESC in the key: a post's window runs from its newest hour to its oldest.
+        ranges = [spanner.KeyRange(start_closed=[h, p] + ([newest] if newest else []),
+                                   end_closed=[h, p] + ([oldest] if oldest else [])) for h, p in watermarks]
+        if ranges:
+            add(snapshot.read(HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS,
+                              keyset=spanner.KeySet(ranges=ranges)))
+        add(read_unfolded(snapshot, watermarks, ("PostId", "EventHour") + COUNTER_COLUMNS))
+    return hours
 
 
 def _plain(hour: datetime) -> datetime:

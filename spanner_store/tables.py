@@ -18,6 +18,9 @@ from schemas.records import PostDelta
 
 POSTS = "Posts"
 POSTS_BY_UPVOTES = "PostsByUpvotes"
+# The post's hot score as one ordered value (schemas/hot_score.py HotScore.key), and its index.
+HOT_KEY = "HotKey"
+POSTS_BY_HOT = "PostsByHot"
 POST_KEY_COLUMNS = ("PostHash", "PostId")
 POST_COLUMNS = ("PostHash", "PostId") + COUNTER_COLUMNS + ("FoldedThrough",)
 WATERMARK_COLUMNS = ("PostHash", "PostId", "FoldedThrough")
@@ -26,8 +29,9 @@ HOURLY_WATERMARK = "HourlyFoldedThrough"
 # The union of the voter sketches of every delta folded (schemas/voter_sketch.py); on
 # Posts, PostDeltas and PostHourlyCounts alike. NULL: no voter recorded.
 VOTERS = "Voters"
-POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK, VOTERS)
-HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK)
+POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK, VOTERS, HOT_KEY)
+# What a step of a split fold writes: the hourly watermark and the score of the hourly rows.
+HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK, HOT_KEY)
 
 DELTAS = "PostDeltas"
 # The interleaved commit-time index: a post's deltas committed after its watermark are one
@@ -45,6 +49,10 @@ DELTA_COMMIT_SUM_COLUMNS = ("CommittedAt",) + DELTA_SUM_COLUMNS
 
 HOURLY = "PostHourlyCounts"
 HOURLY_COLUMNS = ("PostHash", "PostId", "EventHour") + COUNTER_COLUMNS + (VOTERS,)
+# The fold writes the row's shard of the by-hour index too (`hour_shard`).
+HOURLY_WRITE_COLUMNS = HOURLY_COLUMNS + ("HourShard",)
+HOURLY_BY_HOUR = "PostHourlyCountsByHour"
+HOURLY_SHARDS = 4
 
 FOLD_RUNS = "FoldRuns"
 FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt", "PostsSkipped",
@@ -77,10 +85,15 @@ USER_ERASURE_COLUMNS = ("UserHash", "UserId", "RequestId", "ForgottenThrough")
 COMMIT_SHARDS = 16
 # One row per commit of delta rows: that commit's biggest risers (spanner_store/top_candidates.py).
 TOP_CANDIDATES = "TopCandidates"
-TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Threshold")
+TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Threshold", "RiseThreshold",
+                         "NewestHour")
 # One row per commit of delta rows: its posts, the change log the fold follows (spanner_store/delta_commits.py).
 DELTA_COMMITS = "DeltaCommits"
 DELTA_COMMIT_COLUMNS = ("Shard", "CommittedAt", "CommitId", "PostIds", "DeltaRows", "Events")
+
+# The trending rankings' settings per database (spanner_store/ranking_settings.py).
+RANKING_SETTINGS = "RankingSettings"
+RANKING_SETTING_COLUMNS = ("Name", "Value", "RecordedAt")
 
 VIEW_ACTIVE = "TopPostsActiveVersion"
 VIEW_VERSIONS = "TopPostsVersions"
@@ -103,6 +116,11 @@ def counts_at(row, start: int) -> Counts:
 
 def post_key(post_id: str) -> PostKey:
     return (post_hash(post_id), post_id)
+
+
+def post_rows_range(posts) -> spanner.KeySet:
+    """Every row of these posts (PostKeys) in a table keyed (PostHash, PostId, ...): one key range each."""
+    return spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key)) for key in posts])
 
 
 def vote_key(post_id: str, user_id: str) -> tuple[int, str, str]:
@@ -146,6 +164,11 @@ def committed_after(after: datetime, shard: int | None = None) -> spanner.KeySet
     key range per shard, of every shard or of one (for parallel readers)."""
     shards = range(COMMIT_SHARDS) if shard is None else (shard,)
     return spanner.KeySet(ranges=[spanner.KeyRange(start_open=[s, after], end_closed=[s]) for s in shards])
+
+
+def hour_shard(post_hash_value: int) -> int:
+    """The shard of a post's PostHourlyCounts rows in the by-hour index."""
+    return post_hash_value % HOURLY_SHARDS
 
 
 def commit_shard(commit_id: str) -> int:

@@ -18,8 +18,9 @@ from typing import Iterable, NamedTuple
 
 from google.cloud import spanner
 
+from schemas.hot_score import rise_of
 from schemas.records import PostDelta
-from spanner_store.tables import TOP_CANDIDATES, commit_shard, committed_after
+from spanner_store.tables import TOP_CANDIDATES, commit_shard, committed_after, hour_timestamp
 
 # Posts listed per commit. A commit holds one bundle's deltas; listing its 16 biggest risers
 # keeps the row small (at most 16 IDs of 128 characters) while the threshold stays 0 for
@@ -28,39 +29,73 @@ CANDIDATES_PER_COMMIT = 16
 
 
 class CandidateRow(NamedTuple):
-    """One commit's biggest risers and the bound on every other post of that commit."""
+    """One commit's biggest risers and the bounds on every other post of that commit."""
 
     post_ids: list[str]
-    threshold: int
+    threshold: int  # the largest upvote sum of a post not listed (clipped at 0)
+    # The largest rise (schemas/hot_score.py rise_of, per delta row, summed) of a post not listed,
+    # and the newest event hour (epoch seconds) of the commit: the trending rankings' bound.
+    rise_threshold: float = 0.0
+    newest_hour: int | None = None
 
 
 def commit_candidates(deltas: Iterable[PostDelta], limit: int = CANDIDATES_PER_COMMIT) -> CandidateRow:
     """The `limit` posts with the largest positive sums of the ranking counter in these deltas,
-    and the largest sum of any post not listed (clipped at 0: a falling post cannot overtake anyone)."""
+    the largest sum of any post not listed (clipped at 0: a falling post cannot overtake anyone),
+    and for the trending rankings the largest rise of a post not listed and the newest event hour.
+
+    A rise is clipped at 0 per delta row, not per post: a flip moves a vote from an old hour to a
+    new one, which nets 0 upvotes but raises the hot score and a last-hours count."""
+    deltas = list(deltas)
     sums: dict[str, int] = {}
+    rises: dict[str, float] = {}
     for delta in deltas:
         sums[delta.post_id] = sums.get(delta.post_id, 0) + delta.sums.counts.upvotes
+        rises[delta.post_id] = rises.get(delta.post_id, 0.0) + rise_of(delta.sums.counts)
     ranked = heapq.nsmallest(limit + 1, sums.items(), key=lambda item: (-item[1], item[0]))
     listed = [post_id for post_id, total in ranked[:limit] if total > 0]
     threshold = max(0, ranked[limit][1]) if len(ranked) > limit else 0
-    return CandidateRow(listed, threshold)
+    unlisted = set(listed)
+    rise_threshold = max((rise for post_id, rise in rises.items() if post_id not in unlisted), default=0.0)
+    newest_hour = max((delta.event_hour for delta in deltas), default=None)
+    return CandidateRow(listed, threshold, rise_threshold, newest_hour)
 
 
 def candidate_mutation_row(deltas: list[PostDelta], commit_id: str) -> tuple:
     """The TopCandidates row to insert in the same commit as `deltas` (TOP_CANDIDATE_COLUMNS),
     keyed by the commit's random ID (the one its DeltaCommits row has too)."""
     row = commit_candidates(deltas)
-    return (commit_shard(commit_id), spanner.COMMIT_TIMESTAMP, commit_id, row.post_ids, row.threshold)
+    newest = None if row.newest_hour is None else hour_timestamp(row.newest_hour)
+    return (commit_shard(commit_id), spanner.COMMIT_TIMESTAMP, commit_id, row.post_ids, row.threshold,
+            row.rise_threshold, newest)
 
 
-def candidates_since(snapshot, since: datetime) -> tuple[set[str], int, int]:
-    """Posts listed by candidate rows committed after `since`, the sum of those rows'
-    thresholds, and how many rows that was. One key range per shard."""
+class Candidates(NamedTuple):
+    """What the candidate rows committed after some time say, summed (`candidates_since`)."""
+
+    post_ids: set[str]  # every post they list
+    threshold_sum: int  # the sum of their thresholds: what a post not listed gained in upvotes, at most
+    rows: int
+    # Per row with rises, (its rise threshold, its newest event hour in epoch seconds); a row
+    # from before those columns makes `certifiable` False.
+    rises: tuple[tuple[float, int], ...] = ()
+    certifiable: bool = True
+
+
+def candidates_since(snapshot, since: datetime) -> Candidates:
+    """The candidate rows committed after `since`, summed. One key range per shard."""
     posts: set[str] = set()
     threshold_sum = rows = 0
-    for post_ids, threshold in snapshot.read(TOP_CANDIDATES, columns=("PostIds", "Threshold"),
-                                             keyset=committed_after(since)):
+    rises: list[tuple[float, int]] = []
+    certifiable = True
+    for post_ids, threshold, rise, newest in snapshot.read(
+            TOP_CANDIDATES, columns=("PostIds", "Threshold", "RiseThreshold", "NewestHour"),
+            keyset=committed_after(since)):
         posts.update(post_ids)
         threshold_sum += threshold
         rows += 1
-    return posts, threshold_sum, rows
+        if rise is None:
+            certifiable = False
+        elif rise > 0:
+            rises.append((rise, int(newest.timestamp())))
+    return Candidates(posts, threshold_sum, rows, tuple(rises), certifiable)

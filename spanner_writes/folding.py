@@ -85,20 +85,22 @@ from schemas.records import CounterSums
 from schemas.voter_sketch import union_of
 from spanner_store.database import DEFAULT_RETRY, commit_mutations, read_timestamp, run_transaction, run_with_retries
 from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, read_changes
+from spanner_store.hot_keys import hot_keys_of, read_post_hours
 from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (
     COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
-    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOURLY, HOURLY_COLUMNS, HOURLY_WATERMARK, HOURLY_WATERMARK_COLUMNS,
-    POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS, PostKey, counts_at, post_key, sketch_column, sketch_value,
+    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOT_KEY, HOURLY, HOURLY_WATERMARK,
+    HOURLY_WATERMARK_COLUMNS, HOURLY_WRITE_COLUMNS, POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS, PostKey, counts_at,
+    hour_shard, post_key, sketch_column, sketch_value,
 )
 from spanner_store.unfolded import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 
 LOG = logging.getLogger(__name__)
-# Per post its Posts row updated (its PostsByUpvotes entry replaced), and per hour a
-# PostHourlyCounts row: the fold's side of Spanner's 80,000-mutation commit limit, from the
+# Per post its Posts row updated (its PostsByUpvotes and PostsByHot entries replaced), and per
+# hour a PostHourlyCounts row (and its by-hour index entry): the fold's side of Spanner's 80,000-mutation commit limit, from the
 # DDL (spanner_store/mutation_cost.py; a PostHourlyCounts row is new or replaced, the larger).
 MUTATIONS_PER_POST = update_cost(POSTS, POST_FOLD_COLUMNS)
-MUTATIONS_PER_HOUR = max(insert_cost(HOURLY, HOURLY_COLUMNS), update_cost(HOURLY, HOURLY_COLUMNS))
+MUTATIONS_PER_HOUR = max(insert_cost(HOURLY, HOURLY_WRITE_COLUMNS), update_cost(HOURLY, HOURLY_WRITE_COLUMNS))
 # The run's record: its FoldRuns row, and per skipped post a FoldRunSkippedPosts row (no index).
 # A run skipping more posts than it may list in that one commit leaves ChangesThrough NULL:
 # it vouches for nothing and the next run covers its range again (see the module docstring).
@@ -200,7 +202,8 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
 
     The counters (under FoldedThrough) and the hourly rows (under HourlyFoldedThrough,
     which may be ahead after a split fold, `fold_post_in_steps`) are each compare-and-set
-    on their own watermark, and both end at S. Whatever the watermarks are, the hours
+    on their own watermark, and both end at S. The post's HotKey is recomputed whenever its
+    hourly rows change, in the same transaction (`_add_to_hourly`). Whatever the watermarks are, the hours
     written are a subset of the fold's own: both watermarks are at or after the one the
     snapshot saw, so `fold_cost` bounds the commit.
     """
@@ -210,12 +213,12 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
         for row in transaction.read(POSTS, columns=POST_FOLD_COLUMNS, keyset=spanner.KeySet(keys=keys))
     }
     outcome = FoldOutcome()
-    post_rows, hour_gains = [], {}
+    post_rows, hot_keys, hour_gains = [], {}, {}
     for fold in folds:
         post_hash, post_id, seen = fold.key
         row = current[(post_hash, post_id)]
         counts = counts_at(row, 2)
-        watermark, hourly_mark, voters = row[2 + len(COUNTER_COLUMNS):]
+        watermark, hourly_mark, voters, hot_keys[(post_hash, post_id)] = row[2 + len(COUNTER_COLUMNS):]
         voters = sketch_value(voters)
         hourly_mark = hourly_watermark(watermark, hourly_mark)
         if watermark >= snapshot_at:
@@ -234,28 +237,31 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
                           sketch_column(union_of((voters, gain_voters)))))
         for hour, sums in hours.items():
             hour_gains[(post_hash, post_id, hour)] = sums
-    _add_to_hourly(transaction, hour_gains)
+    hot_keys.update(_add_to_hourly(transaction, hour_gains))
     if post_rows:
-        transaction.update(POSTS, columns=POST_FOLD_COLUMNS, values=post_rows)
+        transaction.update(POSTS, columns=POST_FOLD_COLUMNS,
+                           values=[row + (hot_keys[row[:2]],) for row in post_rows])
     return outcome
 
 
-def _add_to_hourly(transaction, hour_gains: dict) -> None:
-    """Adds {(post hash, post id, hour): CounterSums} to PostHourlyCounts (read, then upsert)."""
+def _add_to_hourly(transaction, hour_gains: dict) -> dict[PostKey, float | None]:
+    """Adds {(post hash, post id, hour): CounterSums} to PostHourlyCounts (read, then upsert), and
+    returns each of these posts' new HotKey, from all of its hourly rows (schemas/hot_score.py:
+    deterministic, so it is the key a read computes from the same rows; None while the database
+    has no half-life recorded).
+
+    Every hourly row of the posts is read, not only the hours written: the score is a function of
+    all of them. That is one key range per post, its hours, within the post's own split."""
     if not hour_gains:
-        return
-    existing = {
-        (r[0], r[1], r[2]): hour_sums_of(r[2:])[1]
-        for r in transaction.read(
-            HOURLY, columns=HOURLY_COLUMNS,
-            keyset=spanner.KeySet(keys=[list(k) for k in hour_gains]),
-        )
-    }
+        return {}
+    hours = read_post_hours(transaction, {key[:2] for key in hour_gains})
     rows = []
-    for key, gain in hour_gains.items():
-        total = existing.get(key, CounterSums()).plus(gain)
-        rows.append(key + tuple(total.counts) + (sketch_column(total.voters),))
-    transaction.insert_or_update(HOURLY, columns=HOURLY_COLUMNS, values=rows)
+    for (post_hash, post_id, hour), gain in hour_gains.items():
+        total = hours[(post_hash, post_id)].get(hour, CounterSums()).plus(gain)
+        hours[(post_hash, post_id)][hour] = total
+        rows.append((post_hash, post_id, hour, *total.counts, sketch_column(total.voters), hour_shard(post_hash)))
+    transaction.insert_or_update(HOURLY, columns=HOURLY_WRITE_COLUMNS, values=rows)
+    return hot_keys_of(transaction, hours)
 
 
 def _refold(transaction, post_hash: int, post_id: str, after: datetime, hours_after: datetime, through: datetime):
@@ -315,17 +321,19 @@ def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlySte
     """One split-fold step: adds the deltas committed in (hourly watermark, step.through] to the
     post's hourly rows and moves its hourly watermark to step.through, compare-and-set: a
     watermark already there (a concurrent or earlier fold) makes it a no-op. Returns hours written."""
-    rows = list(transaction.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
+    rows = list(transaction.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK, HOT_KEY),
                                  keyset=spanner.KeySet(keys=[[post_hash, post_id]])))
-    hourly_mark = hourly_watermark(*rows[0])
+    folded_through, hourly_mark, hot_key = rows[0]
+    hourly_mark = hourly_watermark(folded_through, hourly_mark)
     if hourly_mark >= step.through:
         return 0
     # The watermark only grows and the previous step left it at step.after or later, so
     # these rows are a subset of the step's own: the commit stays within its bound.
     hours: dict[datetime, CounterSums] = {}
     add_hours(hours, [(hour, sums) for committed_at, hour, sums in step.rows if committed_at > hourly_mark])
-    _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()})
-    transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(post_hash, post_id, step.through)])
+    hot_key = _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()}).get(
+        (post_hash, post_id), hot_key)
+    transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(post_hash, post_id, step.through, hot_key)])
     return len(hours)
 
 

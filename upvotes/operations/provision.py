@@ -17,6 +17,8 @@ from google.cloud import pubsub_v1, spanner
 import schemas
 from schemas.ddl import ddl_object_name, stored_columns, table_columns
 from spanner_store.database import OPERATION_TIMEOUT_S, open_database
+from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS
+from upvotes.operations.hot_backfill import ensure_hot_ranking
 from upvotes.resources import Resources
 
 EMULATOR_INSTANCE_CONFIG = "emulator-config"
@@ -85,8 +87,16 @@ def _create(what: str, create: Callable[[], object], log: Callable[[str], None])
 
 
 def provision_spanner(
-    res: Resources, create_instance: bool, instance_config: str, log: Callable[[str], None]
+    res: Resources, create_instance: bool, instance_config: str, log: Callable[[str], None],
+    hot_half_life_hours: float = DEFAULT_HALF_LIFE_HOURS, recompute_hot: bool = False,
 ) -> None:
+    """The instance, the database and every schema object missing from it, then the hot
+    ranking's half-life and backfill (upvotes/operations/hot_backfill.py)."""
+    database = _provision_database(res, create_instance, instance_config, log)
+    ensure_hot_ranking(database, hot_half_life_hours, log, recompute_hot)
+
+
+def _provision_database(res: Resources, create_instance: bool, instance_config: str, log: Callable[[str], None]):
     client = spanner.Client(project=res.project)
     instance = client.instance(res.instance)
     on_emulator = bool(os.environ.get("SPANNER_EMULATOR_HOST"))
@@ -108,7 +118,7 @@ def provision_spanner(
         database = instance.database(res.database, ddl_statements=wanted)
         _create(f"database {res.database} with {len(wanted)} DDL statements",
                 lambda: database.create().result(OPERATION_TIMEOUT_S), log)
-        return
+        return open_database(res.project, res.instance, res.database)
     database.reload()
     todo = missing_ddl(list(database.ddl_statements), wanted)
     new_columns = missing_columns(list(database.ddl_statements), wanted)
@@ -124,6 +134,7 @@ def provision_spanner(
         for statement in todo:
             log(f"created {ddl_object_name(statement)}")
     log(f"exists  database {res.database} ({len(wanted) - len(todo)} of {len(wanted)} schema objects were there)")
+    return database
 
 
 def provision(
@@ -131,10 +142,12 @@ def provision(
     create_instance: bool = False,
     instance_config: str = DEFAULT_INSTANCE_CONFIG,
     log: Callable[[str], None] = print,
+    hot_half_life_hours: float = DEFAULT_HALF_LIFE_HOURS,
+    recompute_hot: bool = False,
 ) -> None:
     """Creates whatever of `res` is missing; safe to run any number of times."""
     provision_pubsub(res, log)
-    provision_spanner(res, create_instance, instance_config, log)
+    provision_spanner(res, create_instance, instance_config, log, hot_half_life_hours, recompute_hot)
     record_watches(res, log)
 
 

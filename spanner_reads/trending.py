@@ -1,0 +1,237 @@
+"""What is viral now: the hot ranking and the top posts of the last N hours, exact and certified
+without a fold, at a cost that follows the votes (docs/reading.md, "Trending").
+
+Both work like the all-time fresh top (spanner_reads/fresh_top.py), in ONE read-only snapshot:
+the fold cursor C and the posts it skipped; the folded side from an index; every TopCandidates
+row committed after C (a seek per shard); then the exact scores of every post those name, from
+their hourly rows plus their unfolded deltas (spanner_reads/hourly.py hours_of_posts).
+
+A post p not considered: its folded side is bounded by the index (below), and each of its
+unfolded deltas was committed after C (C vouches for the rest; its skipped posts are
+considered) in a commit whose candidate row does not list p, so that commit raised p by at
+most the row's RiseThreshold votes (schemas/hot_score.py rise_of), none newer than the row's
+NewestHour. The answer is certified (`exact`) when its K-th score beats the sum of both bounds
+strictly, so a tie at the boundary is never certified the wrong way.
+
+- Hot (`hot_top`): the folded side is the Posts(HotKey DESC) index; an unread post has folded
+  S <= F, the lowest of the K+m read (0 when the index held fewer). Each candidate row adds at
+  most RiseThreshold * 2^(NewestHour / H) to S. The bound, F plus those, is summed in log2
+  (schemas/hot_score.py log2_sum). The HotKey of a post is that of its hourly rows (the fold
+  computes both in one transaction), so it is exactly the folded side of the score read here.
+- Last N hours (`window_top`): the window is the N event hours ending with the snapshot's own
+  hour. The folded side is a threshold algorithm over the per-hour lists of the
+  PostHourlyCountsByHour index (Fagin, Lotem and Naor, PODS 2001, read in batched rounds):
+  the top d rows of every hour of the window (of every shard), one query. A post not in an
+  hour's list has at most that list's last upvotes in that hour (0 when the list was not full:
+  it holds every row of the hour), so an unread post has at most their sum. When that does not
+  certify the K-th, d grows fourfold and the lists are read again; rounds end when every list
+  is exhausted or at MAX_DEPTH. Hours sliding out of the window change the answer with no vote.
+
+Cost: K+m index rows (hot) or N * HOURLY_SHARDS lists of d rows (last N hours), one row per
+commit since the cursor, and the hourly rows of the posts considered: none of it grows with
+the catalogue.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Callable, NamedTuple
+
+from google.cloud.spanner_v1 import param_types
+
+from schemas.counters import Counts, total
+from schemas.hot_score import HOUR_S, HotScore, hot_score, log2_of_rise, log2_sum
+from schemas.records import PostTotals
+from spanner_reads.fresh_top import DEFAULT_EXTRA, EPOCH
+from spanner_reads.hourly import hours_of_posts
+from spanner_reads.reads import counts_in_snapshot, last_fold_snapshot
+from spanner_store.database import read_timestamp
+from spanner_store.delta_commits import fold_cursor
+from spanner_store.ranking_settings import read_settings
+from spanner_store.tables import HOURLY_SHARDS, hour_timestamp
+from spanner_store.top_candidates import Candidates, candidates_since
+
+HOT = "hot"
+LAST = "last"
+MAX_HOURS = 720
+MAX_DEPTH = 4_096  # rows per hour list in the last round of a window read
+# log2 units: the bound's and the scores' rounding (a few ulps of ~41,000) is far below this.
+LOG2_MARGIN = 1e-9
+
+# The emulator cannot tell that `HotKey IS NOT NULL` makes the NULL_FILTERED index complete for
+# this query; its hint says so (Cloud Spanner ignores it).
+HOT_SQL = """SELECT PostId, HotKey
+FROM Posts@{FORCE_INDEX=PostsByHot, spanner_emulator.disable_query_null_filtered_index_check=true}
+WHERE HotKey IS NOT NULL ORDER BY HotKey DESC, PostHash, PostId LIMIT @limit"""
+
+# The top @depth rows of each hour of the window in each shard, one seek each.
+HOUR_LISTS_SQL = """SELECT shard, hour, ARRAY(
+  SELECT AS STRUCT PostId, Upvotes FROM PostHourlyCounts@{FORCE_INDEX=PostHourlyCountsByHour}
+  WHERE HourShard = shard AND EventHour = hour
+  ORDER BY Upvotes DESC, PostHash, PostId LIMIT @depth) AS top
+FROM UNNEST(@shards) AS shard, UNNEST(@hours) AS hour"""
+
+
+class HotRankingUnavailable(RuntimeError):
+    """The database has no hot half-life recorded: it was provisioned before the hot ranking."""
+
+
+class RankedPost(NamedTuple):
+    totals: PostTotals  # the post's exact all-time counts
+    score: float  # what it is ranked by: its hot score at the snapshot, or its upvotes in the window
+
+
+@dataclass(frozen=True)
+class TrendingTop:
+    by: str  # HOT or LAST
+    posts: list[RankedPost]  # highest score first, ties by post ID
+    as_of: datetime  # the snapshot every count was read at
+    folded_through: datetime | None  # the newest finished fold's snapshot
+    exact: bool  # certified: these are the top K by that score (see the module docstring)
+    bound: float  # no post left out scores more than this (hot: at the snapshot; 0: none above 0)
+    considered: int  # posts whose exact scores were read
+    candidate_rows: int  # TopCandidates rows read
+    rows_read: int  # index rows read for the folded side (and hourly rows read for the scores)
+    half_life_hours: float | None = None  # hot: H
+    hours: int | None = None  # last: N
+
+    def to_json(self) -> dict:
+        """The answer's header: how it was ranked and whether it is certified."""
+        return {"by": self.by, "as_of": self.as_of.isoformat(), "exact": self.exact, "bound": self.bound,
+                "folded_through": None if self.folded_through is None else self.folded_through.isoformat(),
+                "considered": self.considered, "candidate_rows": self.candidate_rows,
+                **({"half_life_hours": self.half_life_hours} if self.by == HOT else {"hours": self.hours})}
+
+
+class _Fresh(NamedTuple):
+    folded_through: datetime | None
+    candidates: Candidates
+    skipped: list[str]
+
+
+def _fresh_side(snapshot) -> _Fresh:
+    """The fold cursor's view in `snapshot`: what it skipped and every candidate row after it."""
+    folded_through = last_fold_snapshot(snapshot)
+    cursor = fold_cursor(snapshot)
+    since = cursor.changes_through if cursor else folded_through or EPOCH
+    skipped = sorted(post.post_id for post in cursor.skipped) if cursor else []
+    return _Fresh(folded_through, candidates_since(snapshot, since), skipped)
+
+
+def _snapshot(database, staleness_s: float):
+    options = {"exact_staleness": timedelta(seconds=staleness_s)} if staleness_s > 0 else {}
+    return database.snapshot(multi_use=True, **options)
+
+
+def _check(k: int, extra: int) -> None:
+    if k < 1 or extra < 0:
+        raise ValueError("k must be at least 1 and extra at least 0")
+
+
+def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0) -> TrendingTop:
+    """The top `k` posts by hot score, certified when possible (see the module docstring)."""
+    _check(k, extra)
+    with _snapshot(database, staleness_s) as snapshot:
+        settings = read_settings(snapshot)
+        half_life = settings.half_life_hours
+        if half_life is None:
+            raise HotRankingUnavailable("this database has no hot half-life recorded: run `upvotes provision` "
+                                        "to add the hot ranking (it backfills every post's score)")
+        folded = [(post_id, HotScore.from_key(key)) for post_id, key in snapshot.execute_sql(
+            HOT_SQL, params={"limit": k + extra}, param_types={"limit": param_types.INT64})]
+        fresh = _fresh_side(snapshot)
+        considered = list(dict.fromkeys([p for p, _ in folded] + sorted(fresh.candidates.post_ids) + fresh.skipped))
+        hours = hours_of_posts(snapshot, considered)
+        as_of = read_timestamp(snapshot)
+    scores = {p: hot_score(hours[p].items(), half_life) for p in considered}
+    ranked = sorted(considered, key=lambda p: (*scores[p].order(), p))[:k]
+    # F: the lowest folded score read, when the index held more; a post below 0 adds nothing.
+    lowest = folded[-1][1] if len(folded) == k + extra else None
+    folded_side = [lowest.log2] if lowest is not None and lowest.sign > 0 else []
+    bound_log2 = log2_sum(folded_side + [log2_of_rise(r, h, half_life) for r, h in fresh.candidates.rises])
+    ready = settings.backfilled and fresh.candidates.certifiable
+    kth = scores[ranked[-1]] if len(ranked) == k else None
+    beats_bound = kth is not None and kth.sign > 0 and kth.log2 > bound_log2 + LOG2_MARGIN
+    # Fewer than k posts with a score at all: certified when nothing else can have risen above 0.
+    everything = len(ranked) < k and lowest is None and bound_log2 == -math.inf
+    bound = 0.0 if bound_log2 == -math.inf else HotScore(1, bound_log2).at(as_of, half_life)
+    # Every hour of each post was read: their sum is its exact all-time counts.
+    totals = {p: PostTotals(p, total(hours[p].values())) for p in ranked}
+    return TrendingTop(HOT, [RankedPost(totals[p], scores[p].at(as_of, half_life)) for p in ranked], as_of,
+                       fresh.folded_through, ready and (beats_bound or everything), bound, len(considered),
+                       fresh.candidates.rows, len(folded) + sum(map(len, hours.values())), half_life_hours=half_life)
+
+
+def window_hours(as_of: datetime, hours: int) -> tuple[int, int]:
+    """The first and last event hour (epoch seconds) of the `hours`-hour window ending with
+    `as_of`'s own hour."""
+    if not 1 <= hours <= MAX_HOURS:
+        raise ValueError(f"the window is 1 to {MAX_HOURS} hours, not {hours}")
+    last = int(as_of.timestamp()) // HOUR_S * HOUR_S
+    return last - (hours - 1) * HOUR_S, last
+
+
+class HourLists(NamedTuple):
+    """One round of the threshold algorithm's sorted access: the posts seen, and what any post
+    not seen in an hour can have had in it, summed over the window's hours."""
+
+    seen: list[str]
+    bound: int
+    exhausted: bool  # every list held fewer than `depth` rows: every folded row was seen
+    rows: int
+
+
+def read_hour_lists(snapshot, first: int, last: int, depth: int) -> HourLists:
+    """The top `depth` rows of every hour of [first, last] in every shard (HOUR_LISTS_SQL)."""
+    hours = [hour_timestamp(h) for h in range(first, last + 1, HOUR_S)]
+    per_hour: dict[datetime, int] = {}
+    seen: list[str] = []
+    exhausted, rows = True, 0
+    for _, hour, top in snapshot.execute_sql(
+            HOUR_LISTS_SQL, params={"shards": list(range(HOURLY_SHARDS)), "hours": hours, "depth": depth},
+            param_types={"shards": param_types.Array(param_types.INT64),
+                         "hours": param_types.Array(param_types.TIMESTAMP), "depth": param_types.INT64}):
+        rows += len(top)
+        seen += [post_id for post_id, _ in top]
+        if len(top) == depth:
+            exhausted = False
+            hour_key = int(hour.timestamp())
+            per_hour[hour_key] = max(per_hour.get(hour_key, 0), top[-1][1], 0)
+    return HourLists(list(dict.fromkeys(seen)), sum(per_hour.values()), exhausted, rows)
+
+
+def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTRA,
+               staleness_s: float = 0.0, clock: Callable[[datetime], datetime] | None = None) -> TrendingTop:
+    """The top `k` posts by upvotes counted in the last `hours` event hours, certified when
+    possible (see the module docstring). Posts with no upvote in the window are not listed.
+    `clock` maps the snapshot's time to the moment whose window is read (tests move it)."""
+    _check(k, extra)
+    window_hours(EPOCH, hours)
+    with _snapshot(database, staleness_s) as snapshot:
+        fresh = _fresh_side(snapshot)
+        as_of = read_timestamp(snapshot)
+        first, last = window_hours(clock(as_of) if clock else as_of, hours)
+        # A candidate row whose newest hour is before the window raised nothing in it.
+        rise = sum(r for r, newest in fresh.candidates.rises if newest >= first)
+        scored: dict[str, dict[int, Counts]] = {}
+        depth, rows = k + extra, 0
+        while True:
+            lists = read_hour_lists(snapshot, first, last, depth)
+            rows += lists.rows
+            new = [p for p in dict.fromkeys(lists.seen + sorted(fresh.candidates.post_ids) + fresh.skipped)
+                   if p not in scored]
+            scored.update(hours_of_posts(snapshot, new, first, last))
+            window = {p: sum(c.upvotes for c in h.values()) for p, h in scored.items()}
+            ranked = sorted((p for p in window if window[p] > 0), key=lambda p: (-window[p], p))[:k]
+            bound = lists.bound + rise
+            beats = len(ranked) == k and window[ranked[-1]] > bound
+            if beats or lists.exhausted or depth >= MAX_DEPTH:
+                break
+            depth *= 4
+        totals = {t.post_id: t for t in counts_in_snapshot(snapshot, ranked)}
+    # Fewer than k posts with upvotes in the window: certified when no other post can have any.
+    everything = len(ranked) < k and bound == 0
+    return TrendingTop(LAST, [RankedPost(totals[p], window[p]) for p in ranked], as_of, fresh.folded_through,
+                       fresh.candidates.certifiable and (beats or everything), bound, len(scored),
+                       fresh.candidates.rows, rows, hours=hours)

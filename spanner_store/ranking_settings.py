@@ -1,0 +1,39 @@
+"""The trending rankings' settings, recorded once per database (the RankingSettings table).
+
+- `hot_half_life_hours`: H, which every Posts.HotKey was computed with. `upvotes provision`
+  records it when it creates or migrates the database and never changes it afterwards: a
+  different H is a different ranking, so changing it is an explicit recompute of every key
+  (`upvotes provision --recompute-hot`, docs/reading.md). The fold reads it in each of its
+  transactions and writes no HotKey while it is missing; the reads read it in their snapshot.
+- `hot_backfilled`: 1 once every post that had hourly rows when H was recorded has its HotKey
+  (the backfill, upvotes/operations/hot_backfill.py). Until then a hot read may miss a post
+  from the index, so it never says its answer is certified.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from google.cloud import spanner
+
+from spanner_store.tables import RANKING_SETTING_COLUMNS, RANKING_SETTINGS
+
+HALF_LIFE = "hot_half_life_hours"
+BACKFILLED = "hot_backfilled"
+
+
+class RankingSettings(NamedTuple):
+    half_life_hours: float | None  # None: not recorded yet (a database from before the hot ranking)
+    backfilled: bool
+
+
+def read_settings(snapshot_or_transaction) -> RankingSettings:
+    """Both settings, read in the caller's snapshot or transaction (one small read)."""
+    values = dict(snapshot_or_transaction.read(RANKING_SETTINGS, columns=("Name", "Value"),
+                                               keyset=spanner.KeySet(keys=[[HALF_LIFE], [BACKFILLED]])))
+    return RankingSettings(values.get(HALF_LIFE), values.get(BACKFILLED) == 1.0)
+
+
+def record_setting(batch_or_transaction, name: str, value: float) -> None:
+    """Writes one setting (insert or update), stamped with the commit time."""
+    batch_or_transaction.insert_or_update(RANKING_SETTINGS, columns=RANKING_SETTING_COLUMNS,
+                                          values=[(name, value, spanner.COMMIT_TIMESTAMP)])
