@@ -33,10 +33,11 @@ def test_every_table_that_keeps_counts_has_every_counter_column() -> None:
 
 
 def test_every_index_storing_a_counter_stores_every_counter() -> None:
+    """(An index keyed on one, like the per-hour lists by upvotes, need not store the others.)"""
     for table in schema_model().values():
         for index in table.indexes:
-            held = set(index.entry) & set(COLUMNS)
-            assert not held or held == set(COLUMNS), index.name
+            stored = (set(index.entry) - set(index.key)) & set(COLUMNS)
+            assert not stored or set(index.entry) >= set(COLUMNS), index.name
 
 
 def test_a_counter_added_since_the_first_schema_can_be_added_to_a_database_with_rows() -> None:

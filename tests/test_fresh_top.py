@@ -40,10 +40,11 @@ def test_commit_candidates_lists_the_biggest_risers_and_bounds_the_rest() -> Non
 
 
 def test_commit_candidates_never_lists_a_fall_and_a_small_commit_has_threshold_zero() -> None:
-    assert commit_candidates([delta("up", 3, "a"), delta("down", -5, "b"), delta("down", 1, "c")]) == \
-        CandidateRow(["up"], 0)
+    row = commit_candidates([delta("up", 3, "a"), delta("down", -5, "b"), delta("down", 1, "c")])
+    # "down" nets -4, but its +1 row could lift a trending ranking by 1 (rises are clipped per row).
+    assert row == CandidateRow(["up"], 0, rise_threshold=1.0, newest_hour=HOUR)
     falls = [delta(f"f-{i}", -1 - i, f"d{i}") for i in range(CANDIDATES_PER_COMMIT + 5)]
-    assert commit_candidates(falls) == CandidateRow([], 0)
+    assert commit_candidates(falls) == CandidateRow([], 0, rise_threshold=0.0, newest_hour=HOUR)
 
 
 # --- on the emulator ---------------------------------------------------------------------------

@@ -47,7 +47,10 @@ def test_the_model_reads_every_index_from_the_ddl() -> None:
     assert set(BY_UPVOTES.entry) == {"PostHash", "PostId", "FoldedThrough", *COUNTER_COLUMNS}
     invalid_since = {i.name: i for i in MODEL[VIEW_ROWS].indexes}["TopPostsViewRowsByInvalidSince"]
     assert invalid_since.null_filtered and not by_commit.null_filtered
-    assert MODEL["PostHourlyCounts"].indexes == ()
+    (by_hour,) = MODEL["PostHourlyCounts"].indexes
+    assert by_hour.entry == ("HourShard", "EventHour", "Upvotes", "PostHash", "PostId")
+    (by_hot,) = [i for i in MODEL[POSTS].indexes if i.name == "PostsByHot"]
+    assert by_hot.null_filtered and by_hot.entry == ("HotKey", "PostHash", "PostId")
 
 
 def test_an_insert_counts_its_columns_and_every_index_entry() -> None:
@@ -84,7 +87,8 @@ def test_a_null_filtered_index_has_no_entry_for_a_null_key() -> None:
 
 def test_deletes_count_per_key_plus_each_index_entry_and_ranges_of_indexed_tables_are_unbounded() -> None:
     assert count(lambda b: b.delete(VIEW_ROWS, spanner.KeySet(keys=[["top", 1, 1], ["top", 2, 1]]))) == 2 * 2
-    assert count(lambda b: b.delete("PostHourlyCounts", spanner.KeySet(keys=[[1, "p", HOUR]]))) == 1
+    assert count(lambda b: b.delete("PostHourlyCounts", spanner.KeySet(keys=[[1, "p", HOUR]]))) == 1 + 1
+    assert count(lambda b: b.delete("FoldRuns", spanner.KeySet(keys=[["f"]]))) == 1
     assert count(lambda b: b.delete(DELTAS, spanner.KeySet(all_=True))) == math.inf
 
 
@@ -128,7 +132,7 @@ def test_key_ranges_count_the_post_hash_ranges_and_other_tables_rows() -> None:
     low, high = 5, (1 << 63) - 5
     batch.insert(POSTS, columns=("PostHash", "PostId"), values=[(low, "a"), (low + 1, "b"), (high, "c")])
     batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS,
-                 values=[(3, spanner.COMMIT_TIMESTAMP, "x", ["a"], 0)])
+                 values=[(3, spanner.COMMIT_TIMESTAMP, "x", ["a"], 0, 0.0, None)])
     assert commit_key_ranges(batch._mutations, model) == 3
     assert (key_range(low), key_range(high)) == (0, KEY_RANGES - 1)
 
@@ -139,7 +143,7 @@ def test_the_change_log_costs_a_few_mutations_per_commit_not_per_delta() -> None
     ids = [f"p-{i}" for i in range(1_000)]
     logged = delta_commit_row("c", ids, 1_000, 1_000)
     assert count(lambda b: b.insert(DELTA_COMMITS, DELTA_COMMIT_COLUMNS, [logged])) == MUTATIONS_PER_DELTA_COMMIT == 6
-    candidates = (0, spanner.COMMIT_TIMESTAMP, "c", ids[:16], 0)
+    candidates = (0, spanner.COMMIT_TIMESTAMP, "c", ids[:16], 0, 0.0, HOUR)
     assert count(lambda b: b.insert(TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS, [candidates])) + 6 == MUTATIONS_PER_COMMIT
     deltas = [PostDelta.of(p, 1_795_312_800, "w:0:0", upvotes=1, events=1) for p in ids]
     assert MUTATIONS_PER_DELTA_COMMIT / (mutations_for(deltas) - MUTATIONS_PER_DELTA_COMMIT) < 0.001
@@ -156,12 +160,12 @@ def test_a_fold_run_record_with_every_skipped_post_it_lists_fits_one_commit() ->
 def test_the_writers_planned_costs_are_what_the_model_counts_for_their_writes() -> None:
     """The per-row costs the writers plan with (spanner_store/mutation_cost.py, from the DDL)
     against this model on real client mutations: a new counter column is counted in both."""
-    from spanner_store.tables import HOURLY, HOURLY_COLUMNS, POST_FOLD_COLUMNS
+    from spanner_store.tables import HOURLY, HOURLY_WRITE_COLUMNS, POST_FOLD_COLUMNS
     from spanner_writes.folding import MUTATIONS_PER_HOUR, MUTATIONS_PER_POST
 
-    post = (1, "p") + COUNTS + (HOUR, HOUR, None)
+    post = (1, "p") + COUNTS + (HOUR, HOUR, None, 43_000.5)
     assert count(lambda b: b.update(POSTS, POST_FOLD_COLUMNS, [post])) == MUTATIONS_PER_POST
-    assert count(lambda b: b.insert_or_update(HOURLY, HOURLY_COLUMNS, [(1, "p", HOUR) + COUNTS + (None,)])) \
+    assert count(lambda b: b.insert_or_update(HOURLY, HOURLY_WRITE_COLUMNS, [(1, "p", HOUR) + COUNTS + (None, 1)])) \
         == MUTATIONS_PER_HOUR
     assert count(lambda b: b.insert_or_update(POSTS, POST_KEY_COLUMNS, [(1, "p")])) + len(MODEL[POSTS].columns) - 2 \
         == MUTATIONS_PER_PARENT

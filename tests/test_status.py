@@ -176,7 +176,7 @@ def test_the_last_delta_commit_is_found_however_long_ago(database) -> None:
         existing = last_delta_commit(snapshot, now)
     two_hours_ago = now - timedelta(hours=2)
     with database.batch() as batch:
-        batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[(3, two_hours_ago, "old-commit", [], 0)])
+        batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[(3, two_hours_ago, "old-commit", [], 0, 0.0, None)])
     with database.snapshot(multi_use=True) as snapshot:
         list(snapshot.execute_sql("SELECT 1"))
         found = last_delta_commit(snapshot, snapshot._transaction_read_timestamp)

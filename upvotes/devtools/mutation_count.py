@@ -45,8 +45,11 @@ def _write_cost(kind: str, table: TableModel, columns: Sequence[str], rows: Sequ
             continue
         removes_old = kind == "replace" or (kind != "insert" and bool(written & set(index.key)))
         key_positions = [columns.index(c) for c in index.key if c in written]
+        # A NULL_FILTERED index keyed on a column the write leaves out (nullable, as such keys
+        # are): a new row has it NULL, so no entry, and an existing row keeps its entry as it is.
+        unwritten_key = index.null_filtered and kind != "update" and not set(index.key) <= written
         for is_null in rows:
-            has_entry = not (index.null_filtered and any(is_null[p] for p in key_positions))
+            has_entry = not (index.null_filtered and (unwritten_key or any(is_null[p] for p in key_positions)))
             cost += (len(index.entry) if has_entry else 0) + (1 if removes_old else 0)
     return cost
 
