@@ -6,9 +6,12 @@ replaces, in its best configurations on this emulator), and a viral burst of 100
 published through Pub/Sub in batches to the streaming pipeline, timed until every post's
 exact count equals the ledger. Then one vote per user: a burst of vote-state events on the
 same posts (up, down, none, with duplicates, flips and late events), timed the same way
-against the ledger of both bursts. Prints the rates and the ratios, folds, shows the top posts
-with their downvotes, verifies every post again after the fold, counts the dead letters, and
-stops everything it started.
+against the ledger of both bursts. Then what is viral now: yesterday's viral post (votes
+stamped 30 hours ago, more than today's leader) ranks first of all time but not in the hot
+ranking nor in the last 24 hours; the three top lists are shown side by side, each saying
+whether it is certified exact, before any fold. Prints the rates and the ratios, folds,
+verifies every post again after the fold, counts the dead letters, and stops everything it
+started.
 """
 from __future__ import annotations
 
@@ -33,6 +36,9 @@ WARM_UP_POST = "demo-warm-up"
 READY_TIMEOUT_S = 120.0
 # unique voters are an estimate (schemas/voter_sketch.py): about 0.8% standard error above 1,000 voters
 UNIQUE_TOLERANCE = 0.03
+YESTERDAYS_POST = "viral-yesterday"
+YESTERDAY_HOURS_AGO = 30
+TOP_N = 5
 # The race's votes give each counter besides upvotes (schemas/counters.py) a fifth of the
 # events, so every counter shows in the demo, even one `upvotes publish` sends none of unless asked;
 # a counter of vote states (downvotes) shows through part 3's vote-state events instead.
@@ -138,6 +144,55 @@ def _start_live_page(res: Resources, work_dir: Path):
     return service
 
 
+def _yesterdays_viral_post(database, topic_path: str, ledger, args: argparse.Namespace) -> bool:
+    """Publishes twice today's leader's upvotes on one post, stamped YESTERDAY_HOURS_AGO hours ago
+    (within the delta retention, so counted in that hour), and waits until its exact count is the
+    ledger's. False if it did not settle in time."""
+    from datetime import datetime, timedelta, timezone
+
+    from schemas.contract import batch_messages
+    from spanner_reads.reads import exact_counts
+    from upvotes.devtools.publishing import publish_messages
+
+    leader = max((totals["upvotes"] for totals in ledger.totals.values()), default=0)
+    votes = max(2 * leader, 100)
+    stamp = (datetime.now(timezone.utc) - timedelta(hours=YESTERDAY_HOURS_AGO)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    events = [{"post_id": YESTERDAYS_POST, "counter": "upvotes", "delta": 1, "event_time": stamp,
+               "event_id": f"yesterday-{i}", "user_id": f"fan-{i}"} for i in range(votes)]
+    say(f"what is viral now: {votes:,} upvotes on {YESTERDAYS_POST}, stamped {YESTERDAY_HOURS_AGO} hours ago "
+        f"(today's leader has {leader:,})")
+    for event in events:
+        ledger.add(event)
+    publish_messages(topic_path, batch_messages(events, args.batch_size), progress=False)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if exact_counts(database, [YESTERDAYS_POST])[0].counts.upvotes == votes:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _show_tops(database) -> None:
+    """The hot, last-24-hours and all-time top lists side by side, exact without a fold, each
+    saying whether it is certified."""
+    from spanner_reads.fresh_top import fresh_top
+    from spanner_reads.trending import hot_top, window_top
+
+    hot, last, ever = hot_top(database, TOP_N), window_top(database, TOP_N, hours=24), fresh_top(database, TOP_N)
+    columns = [
+        (f"hot (half-life {hot.half_life_hours:g} h)", hot.exact, [(p.totals.post_id, f"{p.score:,.1f}") for p in hot.posts]),
+        ("last 24 h (upvotes)", last.exact, [(p.totals.post_id, f"{p.score:,.0f}") for p in last.posts]),
+        ("all time (upvotes)", ever.exact, [(p.post_id, f"{p.counts.upvotes:,}") for p in ever.posts]),
+    ]
+    say(f"top {TOP_N} posts three ways, exact without a fold (as of {hot.as_of:%H:%M:%S} UTC):")
+    say("    " + "".join(f"{title:<34}" for title, _, _ in columns))
+    say("    " + "".join(f"{'certified exact' if exact else 'NOT certified':<34}" for _, exact, _ in columns))
+    for rank in range(TOP_N):
+        cells = [f"{rows[rank][0]:<18}{rows[rank][1]:>12}    " if rank < len(rows) else " " * 34
+                 for _, _, rows in columns]
+        say(f"  {rank + 1}. " + "".join(cells))
+
+
 def _check_alive(stream, log_path: Path) -> None:
     if stream.poll() is not None:
         raise RuntimeError(f"the streaming pipeline exited with code {stream.returncode}; see {log_path}")
@@ -202,6 +257,11 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
                 f"publish: {voted.votes_per_s:,.0f} vote-state events/s, {voted.votes_per_s / rmw.votes_per_s:,.1f}x "
                 "read-modify-write; each user's latest vote counted once")
 
+        if not _yesterdays_viral_post(database, topic_path, ledger, args):
+            say(f"FAILED: counts did not settle within {args.timeout:.0f} s; see {stream_log}")
+            return 1
+        _show_tops(database)
+
         rows, groups = delta_row_counts(database)
         say(f"{rows:,} delta rows for {ledger.events:,} votes: {1000 * rows / ledger.events:.1f} per 1,000 "
             f"votes (one per post, event hour and window), against 1,000 commits per 1,000 votes for read-modify-write")
@@ -209,11 +269,11 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
         outcome, fold_s = fold.run([], {"project": res.project, "instance": res.instance, "database": res.database})
         say(f"fold: {outcome.deltas_folded:,} deltas into {outcome.posts_folded} posts in {fold_s:.1f} s")
 
-        top = top_posts(database, 5)
-        say("top 5 posts by upvotes (folded):")
+        top = top_posts(database, TOP_N)
+        say(f"top {TOP_N} posts by upvotes (folded):")
         for rank, post in enumerate(top.posts, 1):
             counts = " ".join(f"{value:>8,} {name}" for name, value in post.counts._asdict().items())
-            say(f"  {rank}. {post.post_id:<12} {counts}")
+            say(f"  {rank}. {post.post_id:<16} {counts}")
 
         mismatches = verify_totals(database, ledger.totals)
         dead = _count_dead_letters(res, ledger.invalid)
