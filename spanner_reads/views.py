@@ -26,7 +26,9 @@ Publishing (`publish_top_view`), one publisher per view at a time:
    PublishInProgress; an expired lease (a crashed publisher) is taken over.
 2. Rank: one snapshot reads the top K from the PostsByUpvotes index (folded counts,
    ties broken by the index's own key order, so a ranking is deterministic) and the
-   newest fold's snapshot, which tells readers how fresh the ranking is.
+   newest fold's snapshot, which tells readers how fresh the ranking is. A hot view
+   (`by="hot"`, view "top-hot" by default) takes the top K by hot score instead, exact at the
+   snapshot (spanner_reads/trending.py hot_top); its rows hold each post's exact counts.
 3. Diff: the stored rows still valid at the active version are compared rank by rank
    with the new ranking. A rank whose (post, counts) is unchanged is kept as it
    is; a changed one gets a new row (ValidSince = new version) and its old row is retired
@@ -83,6 +85,7 @@ from google.cloud.spanner_v1 import param_types
 
 from schemas.counters import Counts
 from spanner_reads.reads import last_fold_snapshot, ranked_posts
+from spanner_reads.trending import HOT, hot_top
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
 from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (
@@ -93,6 +96,9 @@ from spanner_store.tables import (
 Clock = Callable[[], datetime]
 
 DEFAULT_VIEW = "top-upvotes"
+UPVOTES = "upvotes"
+RANKINGS = (UPVOTES, HOT)  # what a view can rank by
+DEFAULT_VIEWS = {UPVOTES: DEFAULT_VIEW, HOT: "top-hot"}
 DEFAULT_K = 100
 DEFAULT_BATCH_ROWS = 100
 # A row upsert (its cells, its index entry and the removal of the old entry, from the DDL:
@@ -332,7 +338,10 @@ def _query(snapshot, sql: str, **params):
     return snapshot.execute_sql(sql, params=params, param_types=_param_types(params))
 
 
-def _rank(database, k: int) -> tuple[list[Ranked], datetime | None]:
+def _rank(database, k: int, by: str) -> tuple[list[Ranked], datetime | None]:
+    if by == HOT:
+        top = hot_top(database, k)
+        return [(post.totals.post_id, post.totals.counts) for post in top.posts], top.folded_through
     with database.snapshot(multi_use=True) as snapshot:
         return [(post.post_id, post.counts) for post in ranked_posts(snapshot, k)], last_fold_snapshot(snapshot)
 
@@ -383,8 +392,10 @@ def publish_top_view(
     lease_s: float = DEFAULT_LEASE_S,
     progress: Callable[[str, int], None] | None = None,
     clock: Clock = utc_now,
+    by: str = UPVOTES,
 ) -> ViewVersion:
-    """Publishes the current top `k` as a new version of `view` (see the module docstring).
+    """Publishes the current top `k` by `by` (UPVOTES or HOT) as a new version of `view` (see the
+    module docstring). Give each ranking a view of its own: DEFAULT_VIEWS names them.
 
     `progress(stage, n)` is called after each committed step: ("lease", new version),
     ("batch", rows written so far), ("switch", new version), ("expire", rows deleted).
@@ -392,6 +403,8 @@ def publish_top_view(
     """
     if k < 1 or batch_rows < 1:
         raise ValueError("k and batch_rows must be at least 1")
+    if by not in RANKINGS:
+        raise ValueError(f"a view ranks by one of {', '.join(RANKINGS)}, not {by!r}")
     batch_rows = min(batch_rows, MAX_BATCH_ROWS)
     started = time.monotonic()
     report = progress or (lambda stage, n: None)
@@ -400,7 +413,7 @@ def publish_top_view(
     transactions = 1
     report("lease", new)
     try:
-        ranking, folded_through = _rank(database, k)
+        ranking, folded_through = _rank(database, k, by)
         plan = plan_version(view, _stored_rows(database, view, base), ranking, base, new)
         operations = plan.operations()
         # Unchanged ranking: nothing to publish (a crashed attempt's leftovers, if any, stay

@@ -322,3 +322,24 @@ def test_cli_subcommands(fresh, capsys) -> None:
     assert "page 2 of 3" in out.err
     assert main(["top"] + where + ["--version", "9"]) == 1
     assert "no version 9" in capsys.readouterr().err
+
+
+def test_a_hot_view_ranks_by_hot_score_and_lives_beside_the_upvotes_view(fresh, capsys) -> None:
+    """`publish-top-view --by hot`: yesterday's big post leads the upvotes view but not the hot one."""
+    resources, database = fresh
+    now_hour = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
+    write_deltas(database, [PostDelta.of("yesterday", now_hour - 30 * 3600, "y", upvotes=100, events=100),
+                            PostDelta.of("today", now_hour, "t", upvotes=40, events=40),
+                            PostDelta.of("hour-ago", now_hour - 3600, "h", upvotes=30, events=30)])
+    fold(resources)
+    flags = [f"--project={resources.project}", f"--instance={resources.instance}", f"--database={resources.database}"]
+    assert main(["publish-top-view", *flags, "-k", "3", "--by", "hot"]) == 0
+    assert main(["publish-top-view", *flags, "-k", "3"]) == 0
+    published = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(p["view"], p["version"], p["ranked_rows"]) for p in published] == [("top-hot", 1, 3), ("top-upvotes", 1, 3)]
+    # 100 votes 30 hours ago weigh 100 / 2^2.5 = 17.7 now: below 40 now and 30 an hour ago (28.3).
+    hot = read_top_page(database, None, 1, 10, view="top-hot").rows
+    assert [(row.post_id, row.counts.upvotes) for row in hot] == [("today", 40), ("hour-ago", 30), ("yesterday", 100)]
+    assert [row.post_id for row in read_top_page(database, None, 1, 10).rows] == ["yesterday", "today", "hour-ago"]
+    with pytest.raises(ValueError, match="ranks by one of"):
+        publish_top_view(database, k=3, by="shares")
