@@ -126,3 +126,17 @@ def test_both_pipelines_take_their_options_from_one_function_and_build_without_i
                                     streaming=False)
     assert not fold_options.view_as(StandardOptions).streaming
     fold.build(beam.Pipeline(options=fold_options), fold_options.view_as(FoldOptions).validated(), project="build-project")
+
+
+def test_the_hot_half_life_is_a_provision_setting_checked_documented_and_offered(capsys) -> None:
+    from pipeline.params import HOT_HALF_LIFE_HOURS
+
+    assert HOT_HALF_LIFE_HOURS.parse(HOT_HALF_LIFE_HOURS.default) == 12.0
+    assert HOT_HALF_LIFE_HOURS.parse("1.5") == 1.5
+    for bad in ("0", "10000", "-3", "12h", ""):
+        with pytest.raises(InvalidParameter, match="hotHalfLifeHours"):
+            HOT_HALF_LIFE_HOURS.parse(bad)
+    assert f"`--{HOT_HALF_LIFE_HOURS.flag}`" in PARAMETERS_PAGE and f"`{HOT_HALF_LIFE_HOURS.template_name}`" in PARAMETERS_PAGE
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["provision", "--help"])
+    assert f"--{HOT_HALF_LIFE_HOURS.flag}" in capsys.readouterr().out
