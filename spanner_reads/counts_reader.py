@@ -15,7 +15,9 @@ hotspot. A CountsReader, one per process, answers from a per-process cache inste
   returned.
 - `get(post_id, unique=True)` adds the post's unique voters, from the same snapshot; those
   answers have a cache of their own, so plain reads never carry the sketches' bytes.
-- `top(n)` is `spanner_reads.fresh_top.fresh_top`, cached and single-flighted the same way.
+- `top(n)` is `spanner_reads.fresh_top.fresh_top`, cached and single-flighted the same way;
+  so are `hot_top(n)` and `window_top(n, hours)` (`spanner_reads.trending`: what is viral now),
+  in the same cache of rankings, each keyed by its kind, n (and hours).
 
 The clock (monotonic seconds) is injectable, so tests move time instead of sleeping.
 Thread-safe; meant for thread-pool servers (FastAPI runs plain `def` routes in threads).
@@ -31,13 +33,15 @@ from typing import Callable, Generic, Hashable, Iterable, NamedTuple, TypeVar
 
 from schemas.counters import Counts
 from schemas.records import PostTotals
-from spanner_reads.fresh_top import DEFAULT_EXTRA, FreshTop, fresh_top
+from spanner_reads.fresh_top import DEFAULT_EXTRA, EPOCH, FreshTop, fresh_top
 from spanner_reads.reads import counts_in_snapshot
+from spanner_reads.trending import HOT, LAST, TrendingTop, hot_top, window_hours, window_top
 from spanner_store.database import read_timestamp
 
 T = TypeVar("T")
 DEFAULT_REFRESH_S = 1.0
 DEFAULT_MAX_POSTS = 100_000  # cached posts per process; the least recently used go first
+ALL_TIME = "upvotes"  # the all-time ranking's kind in the cache of rankings (trending: HOT, LAST)
 
 
 class PostCount(NamedTuple):
@@ -131,7 +135,7 @@ class CountsReader:
     """Exact counts and fresh top posts for app servers (see the module docstring).
 
     `spanner_reads` counts the snapshots this reader has opened: one per batched load of
-    counts, one per load of a top-n ranking.
+    counts, one per load of a top-n ranking (all time, hot or last N hours).
     """
 
     def __init__(self, database, staleness_s: float = 0.0, refresh_s: float = DEFAULT_REFRESH_S,
@@ -145,7 +149,8 @@ class CountsReader:
         self._top_extra = top_extra
         self._counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
         self._unique_counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
-        self._tops: _SingleFlightCache[FreshTop] = _SingleFlightCache(refresh_s, 64, clock)
+        # Every ranking, keyed (kind, n) or (LAST, n, hours).
+        self._tops: _SingleFlightCache[FreshTop | TrendingTop] = _SingleFlightCache(refresh_s, 64, clock)
         self._reads_lock = threading.Lock()
         self.spanner_reads = 0
 
@@ -165,7 +170,28 @@ class CountsReader:
 
     def top(self, n: int = 10) -> FreshTop:
         """The top `n` posts by exact upvotes, with whether the ranking is certified exact."""
-        return self._tops.get_many([n], lambda keys: {keys[0]: self._load_top(keys[0])})[n]
+        return self._ranking((ALL_TIME, n), lambda: fresh_top(self._database, n, self._top_extra, self.staleness_s))
+
+    def hot_top(self, n: int = 10) -> TrendingTop:
+        """The top `n` posts by hot score (spanner_reads.trending.hot_top), with whether the
+        ranking is certified. Raises HotRankingUnavailable when the database has no half-life
+        recorded (run `upvotes provision`); that is not cached."""
+        return self._ranking((HOT, n), lambda: hot_top(self._database, n, self._top_extra, self.staleness_s))
+
+    def window_top(self, n: int = 10, hours: int = 24) -> TrendingTop:
+        """The top `n` posts by upvotes in the last `hours` event hours (1 to MAX_HOURS;
+        spanner_reads.trending.window_top), with whether the ranking is certified."""
+        window_hours(EPOCH, hours)  # a bad window is refused before it takes a cache entry
+        return self._ranking((LAST, n, hours),
+                             lambda: window_top(self._database, n, hours, self._top_extra, self.staleness_s))
+
+    def _ranking(self, key: tuple, read: Callable[[], FreshTop | TrendingTop]) -> FreshTop | TrendingTop:
+        """One ranking, from the cache or read once for every concurrent caller (one snapshot)."""
+        def load(keys: list[Hashable]) -> dict[Hashable, FreshTop | TrendingTop]:
+            self._count_read()
+            return {keys[0]: read()}
+
+        return self._tops.get_many([key], load)[key]
 
     def _snapshot(self):
         self._count_read()
@@ -182,7 +208,3 @@ class CountsReader:
             totals = counts_in_snapshot(snapshot, post_ids, unique)
             as_of = read_timestamp(snapshot)
         return {t.post_id: PostCount.of(t, as_of) for t in totals}
-
-    def _load_top(self, n: int) -> FreshTop:
-        self._count_read()
-        return fresh_top(self._database, n, self._top_extra, self.staleness_s)
