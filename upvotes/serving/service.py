@@ -10,6 +10,13 @@ validated vote publishing, on FastAPI + uvicorn.
                                     "vote": "up"|"down"|"none", "voted_at", "event_id", "applied_at"}
                                     (upvotes/serving/user_votes.py); never voted: "none" and nulls
     GET  /v1/top?n=10               {"posts": [{"post_id", "upvotes", "shares"}...], "as_of", "exact", "bound", "folded_through"}
+    GET  /v1/top?by=hot&n=10        what is viral now (spanner_reads/trending.py): the top posts by hot score, each
+                                    post with "hot" (its score at the snapshot); the header adds "by": "hot",
+                                    "half_life_hours", "considered", "candidate_rows". 503 when the database
+                                    has no half-life recorded (run `upvotes provision`)
+    GET  /v1/top?last=24h&n=10      the top posts by upvotes in the last N event hours (Nh or Nd, 1 to 720 h),
+                                    each with "window_upvotes"; the header adds "by": "last", "hours", ...
+                                    (by=upvotes, or no by, is the all-time answer; by=hot with last is 400)
     POST /v1/votes                  one JSON event (Content-Type application/json) or ndjson
                                     (application/x-ndjson), one event a line, with a credential:
                                     202 {"accepted": n, "rejected": [{"line", "error"}]}; 400 when nothing is valid
@@ -65,7 +72,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Literal, Protocol
 
 import orjson
 import uvicorn
@@ -86,6 +93,8 @@ from schemas.contract import (
 )
 from schemas.records import Rejected, VoteEvent, VoteState
 from spanner_reads.counts_reader import CountsReader, DEFAULT_REFRESH_S
+from spanner_reads.trending import HOT, MAX_HOURS, HotRankingUnavailable, TrendingTop
+from upvotes.argument_types import hours_of
 from upvotes.serving.http_guards import HostAllowlist, SecurityHeaders, json_media_type, origin_key
 from upvotes.serving.live_page import PAGE_CSP, PAGE_SCRIPT, PAGE_STYLE, SCRIPT_PATH, STYLE_PATH, page_html
 from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, LiveSessions, Session, SessionRefused
@@ -166,6 +175,20 @@ def validate_votes(body: bytes, one_event: bool, now_s: float, max_delta: int = 
 
 
 UNIQUE_HELP = "add unique_voters: distinct user IDs that upvoted (a HyperLogLog estimate)"
+BY_HELP = ("upvotes: all-time exact upvotes (the default); hot: hot score, upvotes minus downvotes each weighing "
+           "half as much every half-life, each post with \"hot\", its score at the snapshot")
+LAST_HELP = ("rank by upvotes in the last N event hours instead, written Nh or Nd (24h, 7d; at most "
+             f"{MAX_HOURS}h), each post with \"window_upvotes\"; not with by=hot")
+HOT_SCORE = "hot"  # the per-post score field of each trending answer
+WINDOW_SCORE = "window_upvotes"
+
+
+def trending_json(top: TrendingTop, score_field: str) -> dict:
+    """A trending answer: {"posts": [{"post_id", a field per counter, score_field}...]} and the
+    ranking's header (TrendingTop.to_json: "by", "as_of", "exact", "bound", "folded_through", ...)."""
+    score = int if score_field == WINDOW_SCORE else float
+    return {"posts": [{**post.totals.to_json(), score_field: score(post.score)} for post in top.posts],
+            **top.to_json()}
 
 
 def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -365,6 +388,10 @@ def create_app(reader: CountsReader, votes: VoteReader, publisher: VotePublisher
         LOG.warning("backend error: %s", error)
         return _error(503, f"the database or Pub/Sub is unavailable ({type(error).__name__}); retry later")
 
+    @app.exception_handler(HotRankingUnavailable)
+    async def no_hot_ranking(_: Request, error: HotRankingUnavailable) -> JSONResponse:
+        return _error(503, str(error))
+
     @app.exception_handler(Exception)
     async def internal_error(_: Request, error: Exception) -> JSONResponse:
         LOG.exception("internal error")  # the traceback goes to the server log, never to the client
@@ -436,8 +463,21 @@ def create_app(reader: CountsReader, votes: VoteReader, publisher: VotePublisher
             _check_post_id(post_id)
         return {"posts": [count.to_json() for count in reader.get_many(id, unique)]}
 
-    @app.get("/v1/top", summary="Top posts by exact upvotes, fresh without a fold")
-    def read_top(n: int = Query(10, ge=1, le=MAX_TOP_N)) -> dict:
+    @app.get("/v1/top", summary="Top posts by exact upvotes, fresh without a fold; by hot score (by=hot) or by "
+                                "upvotes in the last N hours (last=24h): what is viral now")
+    def read_top(n: int = Query(10, ge=1, le=MAX_TOP_N),
+                 by: Literal["upvotes", "hot"] = Query("upvotes", description=BY_HELP),
+                 last: str | None = Query(None, max_length=16, description=LAST_HELP)) -> dict:
+        if last is not None:
+            if by == HOT:
+                raise HTTPException(400, "last ranks by upvotes in the window: ask for by=hot or last, not both")
+            try:
+                hours = hours_of(last)
+            except ValueError as error:
+                raise HTTPException(400, f"last: {error}") from None
+            return trending_json(reader.window_top(n, hours), WINDOW_SCORE)
+        if by == HOT:
+            return trending_json(reader.hot_top(n), HOT_SCORE)
         top = reader.top(n)
         return {
             "posts": [post.to_json() for post in top.posts],
