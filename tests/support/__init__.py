@@ -4,4 +4,5 @@ conditions (polling.py), a steady publishing load (steady_load.py), fold runs an
 audit (topic_audit.py), the Beam graph cache (beam_graph_cache.py), and the contract's inputs: the
 table of valid and invalid events (contract_table.py), the corpus (corpus.py), publish and event
 times (event_times.py), hostile-input strategies (hostile_input.py) and vote messages
-(vote_messages.py). Test modules import from here, never from each other."""
+(vote_messages.py); and the trending rankings by brute force from a ledger (trending_ledger.py).
+Test modules import from here, never from each other."""
