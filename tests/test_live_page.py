@@ -300,3 +300,63 @@ def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, 
         assert pipeline.poll() is None, "the streaming pipeline died"
     finally:
         audit.close()
+
+
+def shown_rows(driver) -> list[tuple[str, str | None]] | None:
+    """(post ID, score cell or None) of each listed post, in order; None if the table was
+    redrawn while it was read."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        rows = []
+        for row in driver.find_elements(By.CSS_SELECTOR, "tr.post"):
+            score = row.find_elements(By.CSS_SELECTOR, "td.score")
+            rows.append((row.find_element(By.CSS_SELECTOR, "td.post-id").text, score[0].text if score else None))
+        return rows
+    except StaleElementReferenceException:
+        return None
+
+
+def listed(driver) -> list[str]:
+    return [post for post, _ in shown_rows(driver) or []]
+
+
+def selected_tab(driver) -> str:
+    return driver.find_element("css selector", '#tabs [aria-selected="true"]').text
+
+
+def test_the_tabs_switch_between_hot_the_last_24_hours_and_all_time(service, browser, database) -> None:
+    """A post voted this hour outranks, on the Hot and Last 24 h tabs, a post with more upvotes
+    three days ago, which leads All time (the default) and is not in the last 24 hours."""
+    now_hour = int(time.time()) // 3600 * 3600
+    viral, former = "tabs/viral now ☃", "tabs/three days ago"
+    write_deltas(database, [PostDelta.of(former, now_hour - 72 * 3600, "tabs:1", upvotes=500, events=500),
+                            PostDelta.of(viral, now_hour, "tabs:2", upvotes=30, events=30)])
+    browser.get(service.url + "/")
+    wait_until(lambda: listed(browser)[:2] == [former, viral], 30, "the all-time list", poll_s=0.1)
+    assert selected_tab(browser) == "All time" and shown_rows(browser)[0][1] is None  # no score column
+    assert not browser.find_element("id", "score-header").is_displayed()
+
+    browser.find_element("id", "tab-hot").click()
+    wait_until(lambda: listed(browser)[:2] == [viral, former], 30, "the hot list", poll_s=0.1)
+    assert selected_tab(browser) == "Hot"
+    assert browser.find_element("id", "score-header").text == "hot score"
+    # 30 upvotes this hour: between 30 * 2^(-1 / 12) and 30; 500 three days ago: 500 / 2^6, a little less.
+    scores = dict(shown_rows(browser))
+    assert 30 * 2 ** (-1 / 12) <= float(scores[viral]) <= 30 and 500 / 2 ** (73 / 12) <= float(scores[former]) <= 500 / 64
+    status = browser.find_element("id", "status").text
+    assert status.startswith("hot scores (half-life 12 h) and exact counts as of ") and "certified exact" in status
+    wait_until(lambda: toggle_label(browser, viral) == "upvote", 30, "the toggle on the hot list", poll_s=0.1)
+
+    browser.find_element("id", "tab-last").click()
+    wait_until(lambda: listed(browser)[:1] == [viral] and former not in listed(browser), 30, "the last 24 hours",
+               poll_s=0.1)
+    assert selected_tab(browser) == "Last 24 h" and dict(shown_rows(browser))[viral] == "30"
+    assert browser.find_element("id", "score-header").text == "upvotes, 24 h"
+    assert browser.find_element("id", "status").text.startswith("upvotes in the last 24 h and exact counts as of ")
+
+    browser.find_element("id", "tab-all").click()
+    wait_until(lambda: listed(browser)[:2] == [former, viral], 30, "the all-time list again", poll_s=0.1)
+    assert not browser.find_element("id", "score-header").is_displayed()
+    assert browser.find_element("id", "error").text == ""

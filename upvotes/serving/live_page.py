@@ -1,6 +1,12 @@
 """The live page `upvotes serve` answers at `/`: the top posts with their exact counts, polled
 from the JSON API every second, and an upvote toggle per post.
 
+Three tabs choose the list (RANKINGS): "Hot" (GET /v1/top?by=hot, by hot score), "Last 24 h"
+(GET /v1/top?last=24h, by upvotes in the last 24 event hours) and "All time" (GET /v1/top, by
+all-time upvotes: the default). The two trending tabs add a column with the score each post is
+ranked by. Switching tabs polls the new list at once; an answer for a tab no longer shown is
+dropped.
+
 The page has no inline script or style: its script (PAGE_SCRIPT, at /live-page.js) and
 style (PAGE_STYLE, at /live-page.css) are served files, so its Content-Security-Policy
 (PAGE_CSP) allows scripts, styles and connections from its own origin only, and no
@@ -32,6 +38,16 @@ SCRIPT_PATH = "/live-page.js"
 STYLE_PATH = "/live-page.css"
 CSRF_META = "upvotes-csrf-token"
 USER_META = "upvotes-user-id"
+# The tabs, in order: what each lists (its /v1/top query), the field of the score it is ranked by
+# (none: all-time upvotes, a column already) and how the status line and the score column name it.
+RANKINGS = {
+    "hot": {"tab": "Hot", "url": "/v1/top?by=hot&n=10", "score": "hot", "column": "hot score",
+            "what": "hot scores (half-life {half_life_hours} h) and "},
+    "last": {"tab": "Last 24 h", "url": "/v1/top?last=24h&n=10", "score": "window_upvotes",
+             "column": "upvotes, 24 h", "what": "upvotes in the last {hours} h and "},
+    "all": {"tab": "All time", "url": "/v1/top?n=10", "score": None, "column": "", "what": ""},
+}
+DEFAULT_RANKING = "all"
 PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
             "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
@@ -48,9 +64,10 @@ _PAGE_HTML = """<!doctype html>
 </head>
 <body>
 <h1>Top posts, live</h1>
+<div id="tabs" role="tablist" aria-label="ranking">__TABS__</div>
 <p id="status">loading&hellip;</p>
 <table>
-  <thead><tr><th>#</th><th>post</th>__COUNTER_HEADERS__<th></th></tr></thead>
+  <thead><tr><th>#</th><th>post</th><th id="score-header" class="num" hidden></th>__COUNTER_HEADERS__<th></th></tr></thead>
   <tbody id="posts"></tbody>
 </table>
 <form id="new-vote">
@@ -62,7 +79,11 @@ _PAGE_HTML = """<!doctype html>
 </html>
 """.replace("__CSRF_META__", CSRF_META).replace("__USER_META__", USER_META).replace("__STYLE_PATH__", STYLE_PATH) \
     .replace("__SCRIPT_PATH__", SCRIPT_PATH) \
-    .replace("__COUNTER_HEADERS__", "".join(f'<th class="num">{name}</th>' for name in NAMES))
+    .replace("__COUNTER_HEADERS__", "".join(f'<th class="num">{name}</th>' for name in NAMES)) \
+    .replace("__TABS__", "".join(
+        f'<button type="button" role="tab" id="tab-{kind}" data-ranking="{kind}" '
+        f'aria-selected="{str(kind == DEFAULT_RANKING).lower()}">{ranking["tab"]}</button>'
+        for kind, ranking in RANKINGS.items()))
 
 PAGE_STYLE = """body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 46rem; color: #222; }
 table { border-collapse: collapse; width: 100%; }
@@ -74,11 +95,18 @@ form { margin: 1rem 0; display: flex; gap: .5rem; flex-wrap: wrap; }
 input { padding: .3rem; }
 button.vote { min-width: 6rem; }
 button.vote[aria-pressed="true"] { font-weight: bold; }
-""".replace("__COUNTER_CELLS__", ", ".join(f"td.{name}" for name in NAMES))
+#tabs { display: flex; gap: .25rem; border-bottom: 1px solid #ddd; }
+#tabs button { border: 0; border-bottom: 3px solid transparent; background: none; padding: .4rem .8rem; cursor: pointer; }
+#tabs button[aria-selected="true"] { border-bottom-color: #222; font-weight: bold; }
+""".replace("__COUNTER_CELLS__", ", ".join(f"td.{name}" for name in (*NAMES, "score")))
 
 PAGE_SCRIPT = """"use strict";
 const POLL_MS = __POLL_MS__;
 const COUNTERS = __COUNTERS__;
+const RANKINGS = __RANKINGS__;
+let ranking = "__DEFAULT_RANKING__";  // the tab shown
+let polls = 0;  // polls started: an answer to an older one (another tab) is dropped
+let pollTimer = null;
 const byId = (id) => document.getElementById(id);
 const metaContent = (name) => document.querySelector('meta[name="' + name + '"]').content;
 const CSRF_TOKEN = metaContent("__CSRF_META__");
@@ -163,14 +191,20 @@ async function sendVote(postId, vote) {
   return false;
 }
 
-function render(top) {
+function scoreText(value) {
+  return Number(value).toLocaleString("en", {maximumFractionDigits: 2});
+}
+
+function render(top, kind) {
   const body = byId("posts");
+  const score = RANKINGS[kind].score;
   body.replaceChildren();
   shownToggles = new Map();
   top.posts.forEach((post, index) => {
     const row = document.createElement("tr");
     row.className = "post";
     const cells = [["rank", String(index + 1)], ["post-id", post.post_id],
+                   ...(score ? [["score", scoreText(post[score])]] : []),
                    ...COUNTERS.map((name) => [name, post[name].toLocaleString("en")])];
     cells.forEach(([name, text]) => {
       const cell = document.createElement("td");
@@ -189,19 +223,47 @@ function render(top) {
     body.appendChild(row);
     if (!asked.has(post.post_id)) readMyVote(post.post_id);
   });
-  byId("status").textContent = "exact counts as of " + top.as_of + "; ranking " +
-    (top.exact ? "certified exact" : "not certified (a post left out may have up to " + top.bound + ")");
+  const what = RANKINGS[kind].what.replace(/\{(\w+)\}/g, (_, field) => String(top[field]));
+  const bound = score ? scoreText(top.bound) + (kind === "hot" ? " (hot score)" : " upvotes in the window") : top.bound;
+  byId("status").textContent = what + "exact counts as of " + top.as_of + "; ranking " +
+    (top.exact ? "certified exact" : "not certified (a post left out may have up to " + bound + ")");
 }
 
 async function poll() {
+  clearTimeout(pollTimer);
+  const kind = ranking;
+  const mine = ++polls;
   try {
-    const response = await fetch("/v1/top?n=10", {cache: "no-store"});
-    if (response.ok) render(await response.json());
+    const response = await fetch(RANKINGS[kind].url, {cache: "no-store"});
+    const reply = await response.json().catch(() => ({}));
+    if (mine !== polls) return;  // another tab was chosen meanwhile: its poll draws the table
+    if (response.ok) render(reply, kind);
+    // A list already drawn stays until the next poll; an empty one says why (e.g. no hot ranking yet).
+    else if (!byId("posts").children.length) {
+      byId("status").textContent = "the list could not be read: " + (reply.error || response.status);
+    }
   } catch (error) {
+    if (mine !== polls) return;
     byId("status").textContent = "server unreachable, retrying";
   }
-  setTimeout(poll, POLL_MS);
+  pollTimer = setTimeout(poll, POLL_MS);
 }
+
+function choose(kind) {
+  ranking = kind;
+  document.querySelectorAll("#tabs [role=tab]").forEach(
+    (tab) => tab.setAttribute("aria-selected", String(tab.dataset.ranking === kind)));
+  const header = byId("score-header");
+  header.hidden = !RANKINGS[kind].score;
+  header.textContent = RANKINGS[kind].column;
+  byId("posts").replaceChildren();
+  shownToggles = new Map();
+  byId("status").textContent = "loading\u2026";
+  poll();
+}
+
+document.querySelectorAll("#tabs [role=tab]").forEach(
+  (tab) => tab.addEventListener("click", () => choose(tab.dataset.ranking)));
 
 byId("new-vote").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -209,7 +271,10 @@ byId("new-vote").addEventListener("submit", async (event) => {
 });
 poll();
 """.replace("__POLL_MS__", str(POLL_MS)).replace("__CSRF_META__", CSRF_META).replace("__USER_META__", USER_META) \
-    .replace("__CSRF_HEADER__", CSRF_HEADER).replace("__COUNTERS__", json.dumps(NAMES))
+    .replace("__CSRF_HEADER__", CSRF_HEADER).replace("__COUNTERS__", json.dumps(NAMES)) \
+    .replace("__RANKINGS__", json.dumps({kind: {key: ranking[key] for key in ("url", "score", "column", "what")}
+                                         for kind, ranking in RANKINGS.items()})) \
+    .replace("__DEFAULT_RANKING__", DEFAULT_RANKING)
 
 
 def page_html(csrf_token: str, user_id: str) -> str:
