@@ -13,7 +13,7 @@ from schemas.counters import NAMES
 from schemas.records import PostTotals
 from spanner_reads.fresh_top import DEFAULT_EXTRA
 from spanner_reads.trending import HOT, LAST, MAX_HOURS, hot_top, window_top
-from spanner_reads.views import DEFAULT_VIEW
+from spanner_reads.views import DEFAULT_VIEWS, UPVOTES
 from upvotes.argument_types import last_hours, positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.commands.errors import UsageError
@@ -21,7 +21,6 @@ from upvotes.commands.errors import UsageError
 HELP = ("Top posts by exact upvotes (folded + unfolded, one snapshot), fresh without a fold, "
         "each line saying whether the ranking is certified exact; --by hot or --last 24h: what is "
         "viral now; --version/--page page through a published, versioned view.")
-UPVOTES = "upvotes"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,16 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="page through this published version (default: the active one)")
     parser.add_argument("--page", type=positive_int, help="page number, from 1 (default 1)")
     parser.add_argument("--page-size", type=positive_int, default=20, help="rows per page (default 20)")
-    parser.add_argument("--view", default=DEFAULT_VIEW, help=f"view name (default {DEFAULT_VIEW})")
+    parser.add_argument("--view", help="view name (default: " + ", ".join(
+        f"{name} with --by {by}" for by, name in DEFAULT_VIEWS.items()) + ", as publish-top-view names them)")
 
 
 def run(args: argparse.Namespace) -> int:
     ranking = _ranking_of(args)
     if args.version is not None or args.page is not None:
-        if ranking != UPVOTES:
-            raise UsageError("--version and --page page through a published view, ranked by upvotes: "
-                             "not with --by hot or --last")
-        return _print_page(args)
+        if ranking == LAST:
+            raise UsageError("--version and --page page through a published view (publish-top-view --by "
+                             "upvotes or hot): not with --last")
+        return _print_page(args, args.view or DEFAULT_VIEWS[ranking])
     if args.n < 1 or args.extra < 0:
         raise UsageError("-n must be at least 1 and --extra at least 0")
     database = open_database_of(args)
@@ -138,11 +138,11 @@ def _shown(score: float) -> str:
     return f"{score:,}" if isinstance(score, int) else f"{score:,.2f}"
 
 
-def _print_page(args: argparse.Namespace) -> int:
+def _print_page(args: argparse.Namespace, view: str) -> int:
     """One page of a view as JSON lines (version, rank, post_id, one field per counter)."""
     from spanner_reads.views import read_top_page
 
-    top = read_top_page(open_database_of(args), args.version, args.page or 1, args.page_size, view=args.view)
+    top = read_top_page(open_database_of(args), args.version, args.page or 1, args.page_size, view=view)
     age = "never folded" if top.folded_through is None else f"folded through {top.folded_through.isoformat()}"
     print(f"view {top.view} version {top.version} ({age}): page {top.page} of {top.pages}, "
           f"{top.ranked_rows} ranked rows", file=sys.stderr)
