@@ -22,6 +22,7 @@ BENCHMARKS = (
     "stream_reader",
     "fault_soak",
     "vote_states",
+    "trending",
 )
 
 

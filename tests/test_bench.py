@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import report
+from bench import report, trending
 from bench.registry import BENCHMARKS, benchmarks, run_sizes
+from tests.support.resources import new_resources
 from upvotes.operations.capacity_model import fold_rows_read
+from upvotes.operations.provision import provision
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = BENCHMARKS
@@ -135,9 +137,49 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert error["drain_exit_code"] == 0 == error["mismatching_posts"] == error["absolute_error"], error
     assert states["final_exit_code"] == 0
 
+    assert_trending(document["benchmarks"]["trending"])
+
     figure = tmp_path / "latest.png"
     assert figure.exists() and figure.stat().st_size > 10_000
     assert "| Target |" in completed.stdout
+
+
+def assert_trending(result: dict) -> None:
+    """bench/trending.py's quick results: every size ranked by both rankings, certified, with
+    exact counts and no rank error against the ledger; freshness and the cost measured."""
+    assert [p["posts"] for p in result["points"]] == list(trending.QUICK.posts)
+    assert result["rank_errors"] == 0 and result["exact"] is True
+    for point in result["points"]:
+        for by in ("hot", "last"):
+            ranked = point[by]
+            assert ranked["rank_errors"] == 0 and ranked.get("command_rank_errors", 0) == 0, (point["posts"], by)
+            assert ranked["exact"] is ranked["counts_exact"] is True and len(ranked["posts"]) == trending.K
+            assert ranked["rows_read"] > 0 and point["brute_force"][by]["rank_errors"] == 0
+            assert point["brute_force"][by]["rows"] in (point["posts"], point["hourly_rows"])
+    fresh = result["points"][-1]["freshness"]
+    assert fresh["rank_errors"] == 0 and fresh["exact"] is True and fresh["panes"] == 1
+    cost = result["cost"]
+    assert cost["deltas_folded"] == cost["delta_rows"] and cost["fold"]["commits"] > 0
+    assert cost["sink"]["before"] <= cost["sink"]["after"] and cost["fold"]["before"] < cost["fold"]["after"]
+
+
+@pytest.mark.bench_smoke
+def test_trending_quick_run_ranks_every_size_without_rank_errors(emulator_env, tmp_path: Path) -> None:
+    """bench/trending.py at its quick sizes, in this process on the session's emulators: its table
+    has a row per size and ranking, and no answer differs from the ledger's brute-force ranking."""
+    resources = new_resources("trb")
+    provision(resources, log=lambda _: None)
+    result = trending.run(trending.QUICK, resources, tmp_path)
+    assert_trending(result)
+    document = {"benchmarks": {"trending": result}}
+    section = "\n\n".join(trending.markdown(document))
+    for posts in trending.QUICK.posts:
+        for ranking in ("--by hot", f"--last {trending.WINDOW_HOURS}h"):
+            assert re.search(rf"^\| {posts:,} \| [\d,]+ \| {ranking} \|.*\| 0( / 0)? \| yes \|$", section, flags=re.M), \
+                (posts, ranking, section)
+    found = {t["target"]: t for t in trending.targets(document)}
+    assert found["Trending rank errors against the ledger's brute-force ranking: 0"]["met"] is True
+    assert len(found) == 5
 
 
 def test_every_registered_benchmark_reports_itself() -> None:
