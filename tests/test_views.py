@@ -308,7 +308,7 @@ def test_cli_subcommands(fresh, capsys) -> None:
     where = ["--project", resources.project, "--instance", resources.instance, "--database", resources.database]
     publish = ["publish-top-view"] + where + ["-k", "5", "--batch-rows", "2", "--keep-versions-seconds", "60"]
     args = build_parser().parse_args(publish)
-    assert (args.k, args.view, args.batch_rows, args.keep_versions_seconds) == (5, "top-upvotes", 2, 60.0)
+    assert (args.k, args.view, args.by, args.batch_rows, args.keep_versions_seconds) == (5, None, "upvotes", 2, 60.0)
     assert main(publish) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["version"], report["rows_written"], report["full_rewrite_rows"]) == (1, 5, 5)
