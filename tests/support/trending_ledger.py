@@ -48,11 +48,13 @@ class VoteLedger:
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
+        self._posts: set[str] = set()  # every post voted on, even by votes that cancel out
         # (post, user) -> (at_us, event_id, rank, vote, hour) of the latest state seen
         self._states: dict[tuple[str, str], tuple[int, str, int, str, int]] = {}
 
     def add(self, post_id: str, hour: int, counter: str, delta: int) -> None:
         assert counter in WEIGHTS and hour % HOUR_S == 0
+        self._posts.add(post_id)
         if delta:
             self.entries.append(Entry(post_id, hour, counter, delta))
 
@@ -75,7 +77,7 @@ class VoteLedger:
         return self.entries + states
 
     def posts(self) -> set[str]:
-        return {post_id for post_id, *_ in self.entries} | {post_id for post_id, _ in self._states}
+        return self._posts | {post_id for post_id, _ in self._states}
 
     def hours(self) -> dict[str, dict[int, dict[str, int]]]:
         """{post: {hour: {counter: net}}}: what each post got in each event hour."""
