@@ -11,7 +11,8 @@ that record, so the scan, which starts after it, sees and fills that post.
 
 The scan reads every post once, a page of keys at a time (a one-off migration, proportional to
 the catalogue; a fresh database has nothing to scan). `hot_backfilled` is recorded only at the
-end: until then hot reads are never certified. A rerun continues where the keys are missing.
+end: until then hot reads are never certified. A rerun after a run cut short writes every key
+again: a recompute cut short leaves keys of the old half-life beside the new ones.
 """
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ def ensure_hot_ranking(database, half_life_hours: float, log: Callable[[str], No
         log(f"recorded hot half-life {half_life_hours:g} h")
     elif settings.backfilled:
         return BackfillReport(half_life_hours, 0, 0)
+    else:
+        # A run cut short: a recompute leaves keys of the previous half-life, which no row tells
+        # apart from the others, so every key is written again.
+        recompute = True
     scanned = written = 0
     for page in _pages(database):
         scanned += len(page)
