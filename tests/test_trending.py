@@ -19,11 +19,13 @@ from schemas.vote_states import DOWN, NONE, UP, LatestVote
 from spanner_reads.fresh_top import fresh_top
 from spanner_reads.reads import exact_counts
 from spanner_reads.trending import hot_top, window_top
-from spanner_store.database import RetryPolicy, open_database, run_with_retries
+from spanner_store.database import MUTATION_BUDGET, RetryPolicy, open_database, run_with_retries
 from spanner_store.top_candidates import CANDIDATES_PER_COMMIT
-from spanner_writes.deltas import write_deltas, write_new_deltas
+from spanner_writes import folding
+from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
+from transforms import fold_deltas
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
     VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, window_of,
@@ -290,3 +292,50 @@ def test_a_commit_with_more_risers_than_it_lists_uncertifies_an_answer_a_left_ou
         top = hot_top(database, k, extra=4 if k == 1 else 2)
         assert ids(top) == ["lurker", "base-29", "base-28"][:k] and top.exact and top.candidate_rows == 0
         assert_hot_answer(top, ledger, H, k, f"folded, K={k}")
+
+
+def test_a_post_folded_in_steps_keeps_its_hot_key_even_when_the_steps_are_cut_short(fresh, monkeypatch) -> None:
+    """A post with more unfolded hours than one commit holds is folded in steps of its hourly rows
+    (spanner_writes/folding.py fold_post_in_steps), each writing the key of the rows it leaves.
+    Here "more than one commit" is more than 3 hours and a step holds 2."""
+    resources, database = fresh
+    ledger = VoteLedger()
+    real_cost, real_steps = fold_deltas.fold_cost, fold_deltas.fold_post_in_steps
+    monkeypatch.setattr(fold_deltas, "fold_cost",
+                        lambda fold: MUTATION_BUDGET + 1 if len(fold.hours) > 3 else real_cost(fold))
+    two_hours = folding.MUTATIONS_PER_POST + 2 * folding.MUTATIONS_PER_HOUR
+    monkeypatch.setattr(fold_deltas, "fold_post_in_steps",
+                        lambda database_, fold, snapshot_at, _, on_retry: real_steps(
+                            database_, fold, snapshot_at, two_hours, on_retry))
+    spread = [delta("spread", 3 + i, f"a:{i}", hours_ago=2 * i, downvotes=i % 2) for i in range(9)]
+    write(database, ledger, spread + [delta(f"other-{i}", 4 + 2 * i, f"b:{i}", hours_ago=i) for i in range(6)])
+    assert run_fold(resources).posts_split == 1
+    for k in (1, 4):
+        top = hot_top(database, k, extra=2)
+        assert top.exact
+        assert_hot_answer(top, ledger, H, k, f"folded in steps, K={k}")
+
+    # More hours, and a fold killed after its first step: the post is skipped with its hourly
+    # rows ahead of its counters, and its key that of those rows.
+    for i in range(8):  # a step takes whole commits: one commit an hour
+        write(database, ledger, [delta("spread", 9, f"c:{i}", hours_ago=2 * i + 1)])
+    real_step = folding.apply_hourly_step
+    steps = []
+
+    def killed_after_one_step(transaction, post_hash, post_id, step):
+        if steps:
+            raise RuntimeError("killed between two steps")
+        steps.append(step)
+        return real_step(transaction, post_hash, post_id, step)
+
+    monkeypatch.setattr(folding, "apply_hourly_step", killed_after_one_step)
+    assert run_fold(resources).posts_skipped == 1 and len(steps) == 1
+    for k in (1, 4):
+        top = hot_top(database, k, extra=2)
+        assert_hot_answer(top, ledger, H, k, f"steps cut short, K={k}")
+        assert top.exact
+    monkeypatch.setattr(folding, "apply_hourly_step", real_step)
+    assert run_fold(resources).posts_split == 1
+    top = hot_top(database, 7, extra=1)
+    assert_hot_answer(top, ledger, H, 7, "completed")
+    assert ids(top) == [s.post_id for s in brute_hot(ledger, H, top.as_of)] and top.exact
