@@ -20,7 +20,7 @@ from schemas.counters import Counts
 from schemas.hot_score import hot_score
 from schemas.records import PostDelta
 from spanner_reads.reads import exact_counts
-from spanner_reads.trending import hot_top
+from spanner_reads.trending import hot_top, window_top
 from spanner_store.database import (
     RetryPolicy, commit_mutations, open_database, run_with_retries, wait_for_schema,
 )
@@ -35,7 +35,9 @@ from spanner_writes.deltas import write_new_deltas
 from tests.support.fold_runs import run_fold
 from tests.support.polling import wait_until
 from tests.support.resources import new_resources
-from tests.support.trending_ledger import VoteLedger, assert_hot_answer, brute_hot
+from tests.support.trending_ledger import (
+    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, window_of,
+)
 from upvotes.cli import main
 from upvotes.operations import hot_backfill
 from upvotes.operations.provision import provision_spanner
@@ -212,6 +214,12 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
     assert top.exact and [p.totals.post_id for p in top.posts] == [
         s.post_id for s in brute_hot(ledger, 12.0, top.as_of)[:5]]
     assert_hot_answer(top, ledger, 12.0, 5, "migrated")
+    # The hourly rows the previous version wrote are in the by-hour index's shard 0: still read.
+    moment = datetime.fromtimestamp(NOW_HOUR + 1800, timezone.utc)
+    last = window_top(database, 5, hours=24, clock=lambda _: moment)
+    assert last.exact and [p.totals.post_id for p in last.posts] == [
+        p for p, _ in brute_window(ledger, *window_of(moment, 24))[:5]]
+    assert_window_answer(last, ledger, 5, *window_of(moment, 24), "migrated, last 24 h")
     with capsys.disabled():
         print(f"\nbackfill of {sum(pages)} posts in {len(pages)} pages raced {len(folds)} folds and "
               f"{len(commits)} stream commits ({sum(commits)} rows)")
