@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import apache_beam as beam
 import pytest
@@ -28,7 +28,7 @@ from tests.support.fold_runs import run_fold
 from transforms import fold_deltas
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, window_of,
+    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, window_of,
 )
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner

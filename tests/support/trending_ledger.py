@@ -10,7 +10,9 @@ checked against them): what the publisher knows, never what the database compute
 - `brute_window`: every post's upvotes in the event hours [first, last], those above 0 ranked.
 - `assert_hot_answer`, `assert_window_answer`: an answer against them: every listed post at its
   true score and all-time counts, in the true order; a certified (`exact`) answer is the true
-  top K; and the bound holds for every post left out that would outrank the answer's K-th.
+  top K (a hot answer of fewer than K posts: it holds every post scoring above 0, as
+  spanner_reads/trending.py certifies; the 0 and negative posts it lists are those it read);
+  and the bound holds for every post left out that would outrank the answer's K-th.
 """
 from __future__ import annotations
 
@@ -174,15 +176,15 @@ def assert_hot_answer(answer, ledger: VoteLedger, half_life_hours: float, k: int
     truth = hot_values(ledger, half_life_hours, answer.as_of)
     totals = ledger.totals()
     listed = [p.totals.post_id for p in answer.posts]
+    ranked = sorted(truth.values(), key=lambda s: (-s.value, s.post_id))  # brute_hot
     context = f"{what}: answer {[(p.totals.post_id, p.score) for p in answer.posts]} exact={answer.exact} " \
-              f"bound={answer.bound}; truth {[(s.post_id, s.score) for s in brute_hot(ledger, half_life_hours, answer.as_of)][:k + 5]}"
+              f"bound={answer.bound}; truth {[(s.post_id, s.score) for s in ranked[:k + 5]]}"
     assert len(listed) <= k and len(set(listed)) == len(listed), context
     for post in answer.posts:
         true = truth[post.totals.post_id]
         assert _close(post.score, true.score), f"{post.totals.post_id} scored {post.score}, truly {true.score}; {context}"
         assert post.totals.counts == totals[post.totals.post_id], f"{post.totals.post_id} counts; {context}"
     assert listed == sorted(listed, key=lambda p: (-truth[p].value, p)), f"listed out of order; {context}"
-    ranked = brute_hot(ledger, half_life_hours, answer.as_of)
     if answer.exact:
         if len(listed) == k:
             assert listed == [s.post_id for s in ranked[:k]], f"certified but wrong; {context}"
