@@ -238,7 +238,6 @@ def test_answers_read_while_a_fold_races_the_stream_are_right_whenever_certified
     assert not errors and not thread.is_alive()
     assert len(folds) >= 4 and sum(f.posts_folded for f in folds) > 0, folds
     assert read["hot"][0] > 0 and read["last"][0] > 0, read  # certified answers were read mid-race
-    assert read["hot"][1] > 0, read  # and answers whose bound had to hold
     print(f"\n{len(folds)} folds raced {sum(read['hot'])} commits; certified hot {read['hot']}, last {read['last']}")
 
     run_fold(resources)
