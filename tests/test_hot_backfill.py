@@ -15,12 +15,12 @@ import pytest
 from google.cloud import spanner
 
 import spanner_store.database
-from schemas import statements_of
+from schemas import ddl_statements, statements_of
 from schemas.counters import Counts
 from schemas.hot_score import hot_score
 from schemas.records import PostDelta
 from spanner_reads.reads import exact_counts
-from spanner_reads.trending import hot_top, window_top
+from spanner_reads.trending import HotRankingUnavailable, hot_top, window_top
 from spanner_store.database import (
     RetryPolicy, commit_mutations, open_database, run_with_retries, wait_for_schema,
 )
@@ -285,3 +285,21 @@ def test_a_recompute_cut_short_is_finished_by_the_next_provision(stack, monkeypa
     assert top.exact and [p.totals.post_id for p in top.posts] == [
         s.post_id for s in brute_hot(ledger, 6.0, top.as_of)[:5]]
     assert_hot_answer(top, ledger, 6.0, 5, "recompute finished")
+
+
+def test_hot_reads_of_a_database_with_no_half_life_recorded_say_to_provision(stack) -> None:
+    """The schema of this version without `provision`'s record (its DDL applied by hand): the
+    fold writes no key, and a hot read names the fix instead of ranking without one."""
+    res = new_resources("nohalf")
+    client = spanner.Client(project=res.project)
+    client.instance(res.instance).database(res.database, ddl_statements=ddl_statements()).create().result(300)
+    database = open_database(res.project, res.instance, res.database)
+    run_with_retries(lambda: write_new_deltas(database, [PostDelta.of("p", NOW_HOUR, "d", upvotes=3, events=3)]),
+                     PATIENT)
+    run_fold(res)
+    assert keys_and_hours(database)[0] == {"p": None}
+    with pytest.raises(HotRankingUnavailable, match="upvotes provision"):
+        hot_top(database, 3)
+    provision_spanner(res, False, "unused", lambda _: None)
+    assert keys_and_hours(database)[0] == {"p": hot_score([(NOW_HOUR, Counts(upvotes=3))], 12.0).key}
+    assert [p.totals.post_id for p in hot_top(database, 3).posts] == ["p"]
