@@ -15,7 +15,7 @@ The arithmetic (each property is tested in tests/test_hot_score.py):
   largest float within weeks). The score is kept as its sign and log2|S|, computed as
   E / H + log2|m| with E the newest hour of a nonzero net and m = sum_h net_h * 2^((h - E) / H):
   every term has |2^((h - E) / H)| <= 1, so m stays a count-sized float, and log2|S| grows by
-  1 per H hours (about 41,000 in 2026 at H = 12, 130,000 in 2126 at H = 12, and 1.4 million in
+  1 per H hours (about 41,000 in 2026 at H = 12, 114,600 in 2126 at H = 12, and 1.4 million in
   2126 at H = 1, where a float's step is 2.3e-10: still an exact order for scores a
   billionth apart). Terms older than about 1,000 half-lives before E underflow to 0: they
   weigh less than 2^-1000 of a newer vote.

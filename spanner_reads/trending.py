@@ -11,7 +11,8 @@ unfolded deltas was committed after C (C vouches for the rest; its skipped posts
 considered) in a commit whose candidate row does not list p, so that commit raised p by at
 most the row's RiseThreshold votes (schemas/hot_score.py rise_of), none newer than the row's
 NewestHour. The answer is certified (`exact`) when its K-th score beats the sum of both bounds
-strictly, so a tie at the boundary is never certified the wrong way.
+strictly, so a tie at the boundary is never certified the wrong way. A post without any vote
+is in neither ranking (an answer with fewer than K posts lists every post that has one).
 
 - Hot (`hot_top`): the folded side is the Posts(HotKey DESC) index; an unread post has folded
   S <= F, the lowest of the K+m read (0 when the index held fewer). Each candidate row adds at
