@@ -26,18 +26,21 @@ and parsing share the attribute names and the batch limits, and a property test 
 parse_message(encode(events)) to the events. A message the encoder names gets an `event_id`
 attribute always: a v1 message its event's own `event_id`, else `message-<uuid4>`; a batch
 `batch-<uuid4>` (see new_message_id). The pipeline's fused parse-and-sum
-(transforms/parse_and_sum.py `sum_message`) checks the common event inline with the pieces
-marked below and hands anything else to `parse_line`, the specification; a property test
-holds the two to the same results.
+(transforms/parse_and_sum.py `sum_message`) decodes the common event in one call, as a
+`CommonVote` (msgspec checks its keys, types and limits in C), checks its time with the pieces
+marked below and hands anything else to `parse_line`, the specification; property tests hold
+the two to the same results.
 """
 from __future__ import annotations
 
 import functools
+import math
 import re
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Annotated, Any, Callable, Iterable, Iterator, Literal, Mapping, NamedTuple, Sequence
 
+import msgspec
 import orjson
 
 from schemas import delta_retention_days
@@ -62,9 +65,9 @@ MAX_MESSAGE_BYTES = 64 * 1024  # a vote is about 200 bytes; Pub/Sub allows 10 MB
 MAX_POST_ID_CHARS = 128
 MAX_ID_CHARS = 128
 MAX_ABS_DELTA = 1_000_000
-# The pieces a fused reader of the contract inlines (transforms/parse_and_sum.py): the
-# RFC 3339 pattern, the hours Spanner can store, the hour lookup, `is_common_vote`,
-# `trusted_range`, `batch_lines` and `parse_line`.
+# The pieces the fused reader (transforms/parse_and_sum.py) is made of: `common_lines`,
+# `CommonVote` and `decode_common_vote`, `common_hour` and the COMMON_ sets of a common time,
+# `trusted_hours`, and `parse_line` and `parse_vote` for anything else.
 RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})\Z")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_HOUR_S = -62_135_596_800  # 0001-01-01T00:00:00Z
@@ -217,9 +220,9 @@ _COUNTERS = frozenset(CONTRACT_NAMES)
 
 
 def is_common_vote(post_id: object, counter: object, delta: object, event_id: object, user_id: object) -> bool:
-    """The fields of a common, valid delta event, checked in bulk: the fast paths of _validate and
-    sum_message (which also check that the event has no VOTE_FIELD). Anything else takes the
-    step-by-step path, which names the problem."""
+    """The fields of a common, valid delta event, checked in bulk: the fast path of _validate
+    (which also checks that the event has no VOTE_FIELD). Anything else takes the step-by-step
+    path, which names the problem."""
     # The two optional IDs are checked inline, not by a helper: this runs once per vote, and a
     # call costs about as much as the check.
     return (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
@@ -401,11 +404,89 @@ def parse_line(number: int, line: bytes, attributes: Mapping[str, str] | None, p
 _UNBOUNDED = (float("-inf"), float("inf"))
 
 
-def trusted_range(publish_time_s: float, policy: EventTimePolicy | None) -> tuple[float, float]:
-    """The event times (seconds) `policy` keeps for a message published at `publish_time_s`."""
+def trusted_hours(publish_time_s: float, policy: EventTimePolicy | None) -> tuple[float, float]:
+    """(first, last): the event hours every second of which `policy` keeps for a message published
+    at `publish_time_s`; an event time in any other hour needs the general path."""
     if policy is None or not MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
         return _UNBOUNDED
-    return publish_time_s - policy.retention_s, publish_time_s + policy.max_clock_skew_s
+    # The hours h with lowest <= h and h + 3599 <= highest, for the very bounds EventTimePolicy.untrusted
+    # computes; floor() makes the second comparison one between integers, exact.
+    return (publish_time_s - policy.retention_s,
+            math.floor(publish_time_s + policy.max_clock_skew_s) - (HOUR_S - 1))
+
+
+# --- the common vote, decoded and checked in one call -------------------------------------
+
+class CommonVote(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A delta event of the common shape, as `decode_common_vote` reads it from a line's bytes in
+    one call: these keys and no other, each of its type and within its limits (UNSET: absent).
+
+    A line that decodes into one is a valid delta event with these very values, save for two
+    rules left to the reader: delta != 0, and event_time (any string here; see `common_hour`).
+    Any other line fails to decode and takes the general path (`parse_line`), which names its
+    problem. Why the subset is exact: with no unknown field, every byte of the line is syntax or
+    a typed string or integer, which msgspec checks as strictly as orjson (UTF-8, escapes,
+    surrogates, no float or bool for an int; the last of duplicate keys wins in both), whereas
+    values it skips are checked less (an unknown field's 1e400 or invalid UTF-8 would pass).
+    Not nullable: null in any field fails, as the contract rejects it. tests/test_parse_and_sum.py
+    holds the fast path to parse_message on mutated common lines."""
+
+    post_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_POST_ID_CHARS)]
+    counter: Literal[CONTRACT_NAMES]  # type: ignore[valid-type]  # the contract's names, whatever they are
+    delta: Annotated[int, msgspec.Meta(ge=-MAX_ABS_DELTA, le=MAX_ABS_DELTA)]
+    event_time: str | msgspec.UnsetType = msgspec.UNSET
+    event_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)] | msgspec.UnsetType = msgspec.UNSET
+    user_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)] | msgspec.UnsetType = msgspec.UNSET
+
+
+# bytes -> CommonVote; raises one of COMMON_VOTE_ERRORS for a line of any other shape (msgspec
+# raises UnicodeDecodeError for invalid UTF-8 in a string, DecodeError for anything else).
+decode_common_vote = msgspec.json.Decoder(CommonVote).decode
+COMMON_VOTE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+
+# A common event_time: "YYYY-MM-DDTHH" (ASCII digits), then one of COMMON_MINUTES_SECONDS, then
+# one of COMMON_ENDINGS or, for longer fractions, COMMON_FRACTION: RFC 3339 in UTC, a subset of
+# RFC3339, checked by two set lookups instead of the pattern (which costs as much as decoding
+# the whole event). The hour is the text's own, as _epoch_seconds reads it.
+COMMON_MINUTES_SECONDS = frozenset(f":{minute:02d}:{second:02d}" for minute in range(60) for second in range(60))
+COMMON_ENDINGS = frozenset(f"{fraction}{zone}" for zone in "Zz" for fraction in (
+    "", *(f".{n:0{digits}d}" for digits in (1, 2, 3) for n in range(10 ** digits))))
+COMMON_FRACTION = re.compile(r"\.[0-9]{1,9}[Zz]\Z")
+_COMMON_DATE_HOUR = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}\Z")
+
+
+@functools.lru_cache(maxsize=4096)
+def common_hour(date_and_hour: str) -> int | None:
+    """"2026-11-22T01" -> utc_hour of it; None when the text is of another form or no such hour.
+    Every hour it returns is one Spanner can store (a year from 1 to 9999)."""
+    if not _COMMON_DATE_HOUR.match(date_and_hour):
+        return None
+    try:
+        return utc_hour(date_and_hour)
+    except ValueError:
+        return None
+
+
+def common_lines(data: bytes, attributes: Mapping[str, str] | None) -> tuple[int, list[bytes]] | None:
+    """(number of the first line, lines) of a message that no whole-message rule rejects, for a
+    reader to decode line by line: a v1 message is its one line, numbered 0; a batch's lines are
+    numbered from 1, blank ones included (the reader skips them). None when a rule needs checking:
+    `batch_lines` then applies them all. Cheap: no pass over the lines in Python."""
+    message_format = attributes.get(FORMAT_ATTRIBUTE) if attributes else None
+    if message_format is None:
+        return (0, [data]) if len(data) <= MAX_MESSAGE_BYTES else None
+    if message_format != NDJSON or len(data) > MAX_BATCH_BYTES:
+        return None
+    lines = data.split(b"\n")
+    if len(lines) > MAX_BATCH_EVENTS and len(lines) - lines.count(b"") > MAX_BATCH_EVENTS:
+        return None  # perhaps too many events: batch_lines counts the non-blank lines
+    if len(data) > MAX_MESSAGE_BYTES and max(map(len, lines)) > MAX_MESSAGE_BYTES:
+        return None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return 1, lines
 
 
 def _whole(data: bytes, attributes: Mapping[str, str] | None, reason: str, detail: str) -> Rejected:

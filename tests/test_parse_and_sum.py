@@ -29,7 +29,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.contract import (
-    DEFAULT_EVENT_TIME_POLICY, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, NDJSON, EventTimePolicy, parse_message, reason_of,
+    DEFAULT_EVENT_TIME_POLICY, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, NDJSON, EventTimePolicy, batch_messages, parse_message,
+    reason_of,
 )
 from schemas.counters import CONTRACT_NAMES as COUNTERS
 from schemas.counters import VOTER_CONTRACT_NAMES, Counts, one
@@ -39,10 +40,11 @@ from schemas.vote_states import keep_latest
 from schemas.voter_sketch import estimate, sketch_of
 from tests.support.contract_table import BATCH, INVALID, VALID, ndjson
 from tests.support.corpus import CORPUS, CORPUS_PUBLISHED, corpus_attributes, manifest
-from tests.support.event_times import PUBLISHED, PUBLISHED_AT, PUBLISHED_HOUR, hour_of, rfc3339
+from tests.support.event_times import PUBLISHED, PUBLISHED_AT, PUBLISHED_HOUR, epoch, hour_of, rfc3339
 from tests.support.hostile_input import HOSTILE_IDS, NDJSON_LINES
 from tests.support.vote_messages import HOUR, message
 from transforms.parse_and_sum import BundleSums, ParseVotes, RunningSums, sum_message
+from upvotes.devtools.workload import Workload, generate_events
 
 PUBLISHED_IN_HOUR = HOUR + 60.0  # when the voter tests' messages are published: a minute into HOUR
 
@@ -122,6 +124,82 @@ def test_sum_message_agrees_with_parse_message_on_generated_batches(lines: list[
     else:
         for line in lines:
             assert_sums_like_parse_message(line, {"event_id": "e"}, published, policy)
+
+
+# --- sum_message's fast path: common votes decoded in one call (schemas.contract.CommonVote) ----
+
+def _common_time(moment: datetime, digits: int, t: str, z: str) -> str:
+    fraction = f".{moment.microsecond:06d}{moment.microsecond % 1000:03d}"[:digits + 1] if digits else ""
+    return f"{moment.year:04d}-{moment:%m-%d}{t}{moment:%H:%M:%S}{fraction}{z}"
+
+
+# UTC times of every fraction length and case, near the bounds the tests publish at, and times
+# the fast path must leave to the general path (offsets, leap seconds, no such day, other digits).
+_COMMON_TIMES = st.one_of(
+    st.builds(_common_time, st.datetimes(min_value=PUBLISHED_AT.replace(tzinfo=None) - timedelta(hours=3),
+                                         max_value=PUBLISHED_AT.replace(tzinfo=None) + timedelta(hours=2)),
+              st.integers(0, 9), st.sampled_from("Tt"), st.sampled_from("Zz")),
+    st.builds(_common_time, st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
+              st.sampled_from([0, 3, 6]), st.just("T"), st.just("Z")),
+    st.sampled_from(["2026-11-22T00:00:00Z", "2026-11-22T00:00:00.4z", "2026-11-22T00:59:59Z", "2026-11-22T00:59:59.999Z",
+                     "2026-11-22T01:00:00Z", "2026-11-21T23:59:59.5Z"]),
+    st.sampled_from(["2026-11-22T00:22:03+00:00", "2026-11-22T00:59:60Z", "2026-11-22T00:60:00Z", "2026-02-30T00:00:00Z",
+                     "2026-11-22T24:00:00Z", "0000-01-01T00:00:00Z", "2026-11-22T00:22:03.1234567890Z",
+                     "\uff12026-11-22T00:22:03Z", "2026-11-22 00:22:03Z", "", "2026-11-22T00:22:03.Z"]),
+)
+_COMMON_VOTES = st.fixed_dictionaries(
+    {"post_id": st.sampled_from(["p-1", "p-2", "ü", "🙂" * 128]), "counter": st.sampled_from(COUNTERS),
+     "delta": st.sampled_from([1, -1, 7, 1_000_000, -1_000_000])},
+    optional={"event_time": _COMMON_TIMES, "event_id": st.sampled_from(["e", "x" * 128]),
+              "user_id": st.sampled_from(["u", "v", "ü\u0000/", "x" * 128])},
+).map(lambda fields: json.dumps(fields, ensure_ascii=False).encode())
+# Edits where a decoder could be laxer than orjson: bytes that are not UTF-8 or a surrogate, escapes,
+# numbers orjson cannot hold, duplicate and unknown keys, null, line breaks, nesting.
+_PIECES = [b'"', b"\\", b"\\u", b"\\ud800", b"\\udc00", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc3\xa9", b"\x00",
+           b"\x7f", b"\n", b"\r", b" ", b"\x0b", b"{", b"}", b"[", b"]", b",", b":", b"0", b"-0", b"1e400", b"1.0", b"true",
+           b"null", b"99999999999999999999", b'"vote":"up",', b'"delta":0,', b'"delta":2,', b'"post_id":"q",',
+           b'"extra":1e400,', b'"extra":"\xff",', b'"event_time":null,', b"60", b"+01:00", b"T", b"z", b".", b"\xef\xbb\xbf"]
+_EDITS = st.lists(st.tuples(st.sampled_from(["insert", "replace", "delete"]), st.integers(0, 700),
+                            st.sampled_from(_PIECES)), max_size=3)
+
+
+def _edited(line: bytes, edits: list[tuple[str, int, bytes]]) -> bytes:
+    for edit, at, piece in edits:
+        at %= len(line) + 1
+        end = at if edit == "insert" else at + len(piece)
+        line = line[:at] + (b"" if edit == "delete" else piece) + line[end:]
+    return line
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.builds(_edited, _COMMON_VOTES, _EDITS), min_size=1, max_size=8), st.booleans(),
+       # Publish times whose policy bounds fall half a second either side of an hour's first or last second.
+       st.sampled_from([PUBLISHED, PUBLISHED_HOUR - 0.5, PUBLISHED_HOUR - 1.5, PUBLISHED_HOUR + 2998.5,
+                        PUBLISHED_HOUR + 2999.5, PUBLISHED_HOUR + 7229.5, PUBLISHED_HOUR + 7230.5, 0.0, -1e15,
+                        float("inf")]),
+       st.sampled_from([DEFAULT_EVENT_TIME_POLICY, _SKEWED_POLICY, None]))
+def test_the_fast_path_agrees_with_parse_message_on_common_votes_and_their_edits(
+        lines: list[bytes], trailing_newline: bool, published: float, policy) -> None:
+    for line in lines:
+        assert_sums_like_parse_message(line, {"event_id": "e"}, published, policy)
+    assert_sums_like_parse_message(b"\n".join(lines) + b"\n" * trailing_newline, {FORMAT_ATTRIBUTE: NDJSON},
+                                   published, policy)
+
+
+def test_common_votes_never_reach_the_specification(monkeypatch) -> None:
+    """What the fast path is for: the workload's events, one per message and batched, are summed
+    without parse_message, parse_vote or parse_line (tests above hold it to them)."""
+    def general_path(*_, **__):
+        raise AssertionError("the general path was taken")
+
+    events = list(generate_events(Workload(events=2_000, posts=50, zipf=1.1, seed=3)))
+    published = max(epoch(event["event_time"]) for event in events) + 1.0
+    for name in ("parse_message", "parse_vote", "parse_line"):
+        monkeypatch.setattr(f"transforms.parse_and_sum.{name}", general_path)
+    sums: dict = {}
+    for item in [*batch_messages(events, 1), *batch_messages(events, 500)]:
+        assert sum_message(item.data, item.attributes, published, sums, DEFAULT_EVENT_TIME_POLICY, states={}) == []
+    assert sum(acc.events for acc in sums.values()) == 2 * len(events)
 
 
 # --- sum_message: who is a voter ---------------------------------------------------------------

@@ -9,11 +9,13 @@ is made per vote or per message, only one per shard of posts per bundle.
 
 - `sum_message`: one message parsed and folded into a bundle's running sums in one pass. For
   batches the pipeline's cost is this loop, once per vote, and parse_message spends most of
-  it on calls (a VoteEvent, event_hour, the policy) that the common event does not need.
-  Here the common event (a dict of the right types, a UTC time whose whole hour lies inside
-  the policy's bounds) is checked inline with the contract's own pieces and summed; anything
-  else takes `schemas.contract.parse_line`, the specification, for that line alone. Same
-  results as summing parse_message's (a property test holds the two together).
+  it on calls (a dict, a VoteEvent, event_hour, the policy) that the common event does not
+  need. Here each line is decoded in one call into the contract's `CommonVote` (msgspec checks
+  keys, types and limits as it decodes); a common vote (delta not 0, no time or a UTC time
+  whose whole hour lies inside the policy's bounds) is summed at once, and anything else takes
+  `schemas.contract.parse_line`, the specification, for that line alone. Same results as
+  summing parse_message's (property tests hold the two together, on generated batches and on
+  common votes edited byte by byte).
 - `BundleSums`: the running sums of one bundle, emitted when the bundle ends as one
   (shard, ShardSums) element per shard of posts, stamped with that moment as their
   ingestion time (what transforms/windowing.py windows by). The bundle is not yet committed
@@ -48,19 +50,20 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, NamedTuple
 
 import apache_beam as beam
-import orjson
 from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
+from msgspec import UNSET
 
 from schemas import user_hash
 from schemas.contract import (
-    ABSENT, DEFAULT_EVENT_TIME_POLICY, MAX_HOUR_S, MAX_MESSAGE_BYTES, MIN_HOUR_S, RFC3339, VOTE_FIELD,
-    EventTimePolicy, batch_lines, is_common_vote, parse_line, parse_vote, reason_of, trusted_range, utc_hour,
+    COMMON_ENDINGS, COMMON_FRACTION, COMMON_MINUTES_SECONDS, COMMON_VOTE_ERRORS, DEFAULT_EVENT_TIME_POLICY,
+    MAX_HOUR_S, MIN_HOUR_S, EventTimePolicy, common_hour, common_lines, decode_common_vote, parse_line, parse_message,
+    parse_vote, reason_of, trusted_hours,
 )
 from schemas.counters import CONTRACT_NAMES, VOTER_CONTRACT_NAMES, by_contract_name
 from schemas.delta_ids import sum_shard
-from schemas.records import HOUR_S, CounterSums, PostHour, PostUser, Rejected, VoteState
+from schemas.records import HOUR_S, CounterSums, PostHour, PostUser, Rejected, VoteEvent, VoteState
 from schemas.vote_states import LatestVote, keep_latest
 from schemas.voter_sketch import sketch_of
 
@@ -104,66 +107,76 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
     accepted delta events are added to `sums` (and the user_id of each with a positive delta on a
     counter that records voters to the post and hour's voters), the vote-state events merged into
     `states` (the latest per post and user), the rejected ones returned."""
-    lines = batch_lines(data, attributes)
-    if lines is None:
-        lines = ((0, data),)
-    elif type(lines) is Rejected:
-        return [lines]
-    rejected: list[Rejected] = []
-    lowest, highest = trusted_range(publish_time_s, policy)
-    # The hour of events without a time, when storable; otherwise parse_vote rejects them.
-    ingestion_hour = None
-    if MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
-        ingestion_hour = int(publish_time_s // HOUR_S) * HOUR_S
-    # Names bound locally: this loop runs once per vote, and a global lookup costs as much as a check.
-    loads, hour_of, rfc3339, common, voter_counters = orjson.loads, utc_hour, RFC3339.match, is_common_vote, \
-        VOTER_CONTRACT_NAMES
-    for number, line in lines:
+    numbered = common_lines(data, attributes)
+    if numbered is None:  # a whole-message rule to check: the specification judges it all
+        rejected: list[Rejected] = []
+        for result in parse_message(data, attributes, publish_time_s, policy, on_ingestion_hour):
+            _add_result(result, sums, states, rejected)
+        return rejected
+    first_number, lines = numbered
+    rejected = []
+    first_hour, last_hour = trusted_hours(publish_time_s, policy)
+    for number, line in enumerate(lines, first_number):
+        try:
+            vote = decode_common_vote(line)
+        except COMMON_VOTE_ERRORS:
+            vote = None
         hour = None
-        if len(line) <= MAX_MESSAGE_BYTES:
-            try:
-                fields = loads(line)
-            except orjson.JSONDecodeError:
-                fields = None
-            if type(fields) is dict:
-                get = fields.get
-                post_id, counter, delta, user_id = get("post_id"), get("counter"), get("delta"), get("user_id", ABSENT)
-                event_time = get("event_time", ABSENT)
-                if common(post_id, counter, delta, get("event_id", ABSENT), user_id) and VOTE_FIELD not in fields:
-                    if event_time is ABSENT:
-                        hour = ingestion_hour
-                    elif (type(event_time) is str and event_time[-1:] in ("Z", "z") and rfc3339(event_time)
-                            and event_time[14:16] < "60" and event_time[17:19] < "60"):
-                        try:
-                            hour = hour_of(event_time[:13])
-                        except ValueError:
-                            pass  # no such hour: parse_line names the problem
-                        # An hour that straddles a policy bound needs the time to the second.
-                        if hour is not None and not (lowest <= hour and hour + HOUR_S - 1 <= highest
-                                                     and MIN_HOUR_S <= hour <= MAX_HOUR_S):
-                            hour = None
+        if vote is not None and vote.delta:
+            event_time = vote.event_time
+            if event_time is UNSET:  # the publish time's hour, when storable
+                if MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
+                    hour = int(publish_time_s // HOUR_S) * HOUR_S
+            else:
+                hour = common_hour(event_time[:13])
+                # A common UTC time in an hour the policy trusts to the last second, else the general path.
+                if hour is not None and not (first_hour <= hour <= last_hour
+                                             and event_time[13:19] in COMMON_MINUTES_SECONDS
+                                             and (event_time[19:] in COMMON_ENDINGS
+                                                  or COMMON_FRACTION.match(event_time, 19))):
+                    hour = None
         if hour is None:
-            result = parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour) if number \
-                else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
-            if type(result) is Rejected:
-                rejected.append(result)
-                continue
-            if type(result) is VoteState:
-                keep_latest(states, PostUser(result.post_id, result.user_id), result.latest())
-                continue
-            post_id, counter, delta, hour = result.post_id, result.counter, result.delta, result.event_hour
-            user_id = result.user_id
+            if number and not line.strip():
+                continue  # a blank line of a batch: skipped, though it keeps its number
+            _add_result(parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour) if number
+                        else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour),
+                        sums, states, rejected)
+            continue
+        # _add_result's addition, inline: a call per vote costs a tenth of the vote.
+        post_id, counter, delta, user_id = vote.post_id, vote.counter, vote.delta, vote.user_id
         acc = sums.get((post_id, hour))
         if acc is None:
             acc = sums[(post_id, hour)] = RunningSums()
         acc.counts[counter] += delta
         acc.events += 1
-        if delta > 0 and type(user_id) is str and counter in voter_counters:  # schemas/voter_sketch.py
+        if delta > 0 and user_id is not UNSET and counter in VOTER_CONTRACT_NAMES:  # schemas/voter_sketch.py
             if acc.voters is None:
                 acc.voters = {user_id}
             else:
                 acc.voters.add(user_id)
     return rejected
+
+
+def _add_result(result: VoteEvent | VoteState | Rejected, sums: Running, states: ShardVotes,
+                rejected: list[Rejected]) -> None:
+    """One result of the specification (parse_vote, parse_line) added where it belongs: a delta
+    event to `sums` (its user_id to the voters as sum_message says), a vote state merged into
+    `states`, a rejection appended to `rejected`."""
+    if type(result) is Rejected:
+        rejected.append(result)
+    elif type(result) is VoteState:
+        keep_latest(states, PostUser(result.post_id, result.user_id), result.latest())
+    else:
+        acc = sums.get((result.post_id, result.event_hour))
+        if acc is None:
+            acc = sums[(result.post_id, result.event_hour)] = RunningSums()
+        acc.counts[result.counter] += result.delta
+        acc.events += 1
+        if result.delta > 0 and result.user_id is not None and result.counter in VOTER_CONTRACT_NAMES:
+            if acc.voters is None:
+                acc.voters = {result.user_id}
+            else:
+                acc.voters.add(result.user_id)
 
 
 def ingestion_time(worker_now_s: float, latest_publish_s: float) -> float:
