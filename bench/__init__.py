@@ -19,6 +19,9 @@ latest.md), its targets and its chart panels (`BENCHMARK`, a `bench.benchmark.Be
 - `freshness`: publish-to-visible latency under a steady publish rate.
 - `write_back`: the seed's fourth approach, a write-back cache on a real redis-server, raced
   beside the pipeline on the same burst, and what a SIGKILL of each process loses.
+- `trending`: what is viral now (`upvotes top --by hot`, `--last 24h`) as the catalogue grows to
+  1,000,000 posts, against brute-force scans of every post and a ledger's ranking; how fast a post
+  made viral now reaches hot rank 1; what the hot ranking costs the sink and the fold.
 
 Support: `benchmark` (what a benchmark module exports), `registry`, `config` (the race's sizes,
 a run's collection of every benchmark's sizes), `machine`, `measure`, `stack` (emulators, databases, the
