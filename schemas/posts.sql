@@ -58,9 +58,11 @@ CREATE INDEX PostDeltasByCommit ON PostDeltas (PostHash, PostId, CommittedAt)
   STORING (Upvotes, Downvotes, Shares, Views, Events, Voters),
   INTERLEAVE IN Posts;
 
--- "Top posts by upvotes" straight from the index: the other counters and FoldedThrough are
--- stored, PostId is part of every index key, so there is no back-join.
-CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC) STORING (Downvotes, Shares, Views, FoldedThrough);
+-- "Top posts by upvotes" straight from the index: the other counters are stored, PostId is
+-- part of every index key, so there is no back-join. (FoldedThrough was stored too until issue
+-- 36: nothing reads it from here, and it cost a mutation in every new post's entry and in every
+-- fold of a post; `upvotes provision` drops it from an existing index.)
+CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC) STORING (Downvotes, Shares, Views);
 
 -- HotKey: the post's hot score (schemas/hot_score.py: its sign and log2 in one ordered value),
 -- computed by the fold from all of the post's PostHourlyCounts rows in the transaction that

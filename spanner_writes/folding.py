@@ -90,8 +90,8 @@ from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (
     COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOT_KEY, HOURLY, HOURLY_WATERMARK,
-    HOURLY_WATERMARK_COLUMNS, HOURLY_WRITE_COLUMNS, POST_FOLD_COLUMNS, POSTS, WATERMARK_COLUMNS, PostKey, counts_at,
-    hour_shard, post_key, sketch_column, sketch_value,
+    HOURLY_WATERMARK_COLUMNS, HOURLY_WRITE_COLUMNS, POST_FOLD_COLUMNS, POSTS, VOTERS, WATERMARK_COLUMNS, PostKey,
+    counts_at, hour_shard, post_key, sketch_column, sketch_value,
 )
 from spanner_store.unfolded import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 
@@ -218,9 +218,9 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
         post_hash, post_id, seen = fold.key
         row = current[(post_hash, post_id)]
         counts = counts_at(row, 2)
-        watermark, hourly_mark, voters, hot_keys[(post_hash, post_id)] = row[2 + len(COUNTER_COLUMNS):]
+        watermark, stored_hourly_mark, voters, hot_keys[(post_hash, post_id)] = row[2 + len(COUNTER_COLUMNS):]
         voters = sketch_value(voters)
-        hourly_mark = hourly_watermark(watermark, hourly_mark)
+        hourly_mark = hourly_watermark(watermark, stored_hourly_mark)
         if watermark >= snapshot_at:
             outcome = outcome.plus(FoldOutcome(posts_already_folded=1))
             continue
@@ -233,15 +233,32 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
             gain, deltas, hours, gain_voters = _refold(transaction, post_hash, post_id, watermark, hourly_mark, snapshot_at)
             outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas,
                                                posts_refolded=int(watermark_text(watermark) != seen)))
-        post_rows.append((post_hash, post_id, *counts.plus(gain), snapshot_at, max(hourly_mark, snapshot_at),
-                          sketch_column(union_of((voters, gain_voters)))))
+        row = {"PostHash": post_hash, "PostId": post_id, **dict(zip(COUNTER_COLUMNS, counts.plus(gain))),
+               "FoldedThrough": snapshot_at}
+        # Each column written costs a mutation: leave out what keeps its value. A NULL hourly
+        # watermark means "the same as FoldedThrough", which it stays at S.
+        if not (stored_hourly_mark is None and hourly_mark <= snapshot_at):
+            row[HOURLY_WATERMARK] = max(hourly_mark, snapshot_at)
+        if gain_voters is not None:
+            row[VOTERS] = sketch_column(union_of((voters, gain_voters)))
+        post_rows.append(row)
         for hour, sums in hours.items():
             hour_gains[(post_hash, post_id, hour)] = sums
-    hot_keys.update(_add_to_hourly(transaction, hour_gains))
-    if post_rows:
-        transaction.update(POSTS, columns=POST_FOLD_COLUMNS,
-                           values=[row + (hot_keys[row[:2]],) for row in post_rows])
+    new_keys = _add_to_hourly(transaction, hour_gains)
+    for row in post_rows:
+        if (row["PostHash"], row["PostId"]) in new_keys:  # its hourly rows changed: so did its score
+            row[HOT_KEY] = new_keys[(row["PostHash"], row["PostId"])]
+    _update_by_columns(transaction, POSTS, post_rows)
     return outcome
+
+
+def _update_by_columns(transaction, table: str, rows: list[dict]) -> None:
+    """Updates rows given as {column: value}, one mutation per set of columns written."""
+    groups: dict[tuple[str, ...], list[tuple]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(tuple(row.values()))
+    for columns, values in groups.items():
+        transaction.update(table, columns=columns, values=values)
 
 
 def _add_to_hourly(transaction, hour_gains: dict) -> dict[PostKey, float | None]:

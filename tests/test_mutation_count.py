@@ -44,7 +44,7 @@ def test_the_model_reads_every_index_from_the_ddl() -> None:
     # CommittedAt, every counter, Events and Voters.
     assert by_commit.entry == ("PostHash", "PostId", "CommittedAt", "EventHour", "DeltaId") + COUNTER_COLUMNS + (
         "Events", "Voters")
-    assert set(BY_UPVOTES.entry) == {"PostHash", "PostId", "FoldedThrough", *COUNTER_COLUMNS}
+    assert set(BY_UPVOTES.entry) == {"PostHash", "PostId", *COUNTER_COLUMNS}
     invalid_since = {i.name: i for i in MODEL[VIEW_ROWS].indexes}["TopPostsViewRowsByInvalidSince"]
     assert invalid_since.null_filtered and not by_commit.null_filtered
     (by_hour,) = MODEL["PostHourlyCounts"].indexes

@@ -49,6 +49,21 @@ def missing_stored_columns(existing: list[str], wanted: list[str]) -> list[tuple
             for column in columns if column not in have[index]]
 
 
+def extra_stored_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
+    """(index, column) of each STORING column of an existing index that the `wanted` index no
+    longer stores (each write of an entry costs a mutation per stored column)."""
+    want = dict(filter(None, map(stored_columns, wanted)))
+    return [(index, column)
+            for index, columns in filter(None, map(stored_columns, existing)) if index in want
+            for column in columns if column not in want[index]]
+
+
+def drop_stored_column_ddl(index: str, column: str) -> str:
+    """The DDL dropping a stored column from an index; both parts come from the database's own DDL
+    and posts.sql, never from input."""
+    return f"ALTER INDEX {index} DROP STORED COLUMN {column}"
+
+
 def add_stored_column_ddl(index: str, column: str) -> str:
     """The DDL adding a stored column to an index; both parts come from posts.sql itself."""
     return f"ALTER INDEX {index} ADD STORED COLUMN {column}"
@@ -123,14 +138,17 @@ def _provision_database(res: Resources, create_instance: bool, instance_config: 
     todo = missing_ddl(list(database.ddl_statements), wanted)
     new_columns = missing_columns(list(database.ddl_statements), wanted)
     new_stored = missing_stored_columns(list(database.ddl_statements), wanted)
-    if todo or new_columns or new_stored:
+    dropped_stored = extra_stored_columns(list(database.ddl_statements), wanted)
+    if todo or new_columns or new_stored or dropped_stored:
         # Columns first: a stored column must exist in its table before an index stores it.
         database.update_ddl([add_column_ddl(*c) for c in new_columns] + [add_stored_column_ddl(*c) for c in new_stored]
-                            + todo).result(OPERATION_TIMEOUT_S)
+                            + [drop_stored_column_ddl(*c) for c in dropped_stored] + todo).result(OPERATION_TIMEOUT_S)
         for table, definition in new_columns:
             log(f"added   column {table}.{definition}")
         for index, column in new_stored:
             log(f"added   stored column {index}.{column}")
+        for index, column in dropped_stored:
+            log(f"dropped stored column {index}.{column} (no longer read from the index)")
         for statement in todo:
             log(f"created {ddl_object_name(statement)}")
     log(f"exists  database {res.database} ({len(wanted) - len(todo)} of {len(wanted)} schema objects were there)")
