@@ -58,11 +58,12 @@ CREATE INDEX PostDeltasByCommit ON PostDeltas (PostHash, PostId, CommittedAt)
   STORING (Upvotes, Downvotes, Shares, Views, Events, Voters),
   INTERLEAVE IN Posts;
 
--- "Top posts by upvotes" straight from the index: the other counters are stored, PostId is
--- part of every index key, so there is no back-join. (FoldedThrough was stored too until issue
--- 36: nothing reads it from here, and it cost a mutation in every new post's entry and in every
--- fold of a post; `upvotes provision` drops it from an existing index.)
-CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC) STORING (Downvotes, Shares, Views);
+-- "Top posts by upvotes": the index order is the ranking; the K rows read take their other
+-- counters from Posts (a back-join of K rows). Until issue 36 the index stored them and
+-- FoldedThrough: each stored column cost a mutation in every new post's entry (the sink) and in
+-- every fold of a post, on every post of a long tail, to save K point reads on a top-K read.
+-- `upvotes provision` drops them from an existing index.
+CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC);
 
 -- HotKey: the post's hot score (schemas/hot_score.py: its sign and log2 in one ordered value),
 -- computed by the fold from all of the post's PostHourlyCounts rows in the transaction that
