@@ -58,7 +58,7 @@ from upvotes.devtools.mutation_count import commit_mutation_count
 from upvotes.resources import Resources
 
 WORK_DELTAS, WORK_POSTS = 1_000, 100
-# Posts rows (5 cells) and their PostsByUpvotes entries (5): 10 mutations a row, 20,000 a commit.
+# Posts rows (5 cells) and their PostsByUpvotes entries (3): 8 mutations a row, 16,000 a commit.
 SEED_ROWS_PER_COMMIT = 2_000
 HOUR = 1_795_312_800
 COMMIT_SHAPES = (1_000, 1)  # delta rows per sink commit, one vote and one post each
