@@ -39,22 +39,30 @@ At each size, after seeding:
 
 Sink and fold cost (`sink_and_fold_cost`), in a database of its own: a hot post's panes and a
 long tail of votes on random hours of the last 30 days, through the sink's commits (planned by
-spanner_writes.deltas.plan_commits), then one fold; every commit metered with
-upvotes.devtools.mutation_count. "After" is these commits as this code builds them, counted on
-posts.sql; "before" the same commits counted on the schema before issue 36
-(bench/fixtures/posts_before_issue_36.sql, posts.sql at 21e5855) with the columns that did not
-exist then dropped from each mutation (HotKey, HourShard, RiseThreshold, NewestHour; the
-RankingSettings table). At 21e5855 the sink and the fold wrote the same rows (the fold upserted
-the same hourly rows, then read only those), so that is what it committed.
+spanner_writes.deltas.plan_commits), then one fold; every commit's client mutations recorded and
+counted by upvotes.devtools.mutation_count's rules. "After": this code's commits on posts.sql.
+"Before": the same windows and fold through the code of the last commit before issue 36
+(BEFORE_COMMIT, extracted with `git archive` and run in a subprocess by
+bench/fixtures/commits_before_issue_36.py, on a database its own provision created), its commits
+counted on its schema (bench/fixtures/posts_before_issue_36.sql, posts.sql at that commit).
+Beside it, the schema's share alone: this code's commits counted on that schema with the columns
+it did not have dropped from each mutation (the only "before" when git or the commit is missing).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
 import json
 import math
+import os
 import random
+import shutil
 import statistics
 import subprocess
+import sys
+import tarfile
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -111,7 +119,13 @@ FRESH_MARGIN = 1.5  # the viral post's pane: this many times the hot #1's score,
 FRESH_MAX_PANES = 3
 FRESH_POLL_S = 0.05
 STREAM_TIMEOUT_S = 120.0
+# The last commit before issue 36, its schema (posts.sql there) and the packages its sink and fold need.
+BEFORE_COMMIT = "21e5855"
 BEFORE_DDL = Path(__file__).resolve().parent / "fixtures" / "posts_before_issue_36.sql"
+BEFORE_SCRIPT = Path(__file__).resolve().parent / "fixtures" / "commits_before_issue_36.py"
+BEFORE_TREE = ("bench", "local_runner", "pipeline", "schemas", "spanner_reads", "spanner_store", "spanner_writes",
+               "transforms", "upvotes")
+REPO = Path(__file__).resolve().parents[1]
 CLI_TIMEOUT_S = 3_600
 # A first call this slow is a sample of its own (no warm-up): a call of the read at the largest
 # sizes can take minutes on the emulator.
@@ -667,13 +681,54 @@ def before_issue_36(mutations: list) -> list:
     return kept
 
 
-def mutations_of(commits: list[list]) -> dict:
-    """The commits' mutations on posts.sql (after) and on the schema before issue 36 (before)."""
-    now = schema_model()
-    before = schema_model(schemas.statements_of(BEFORE_DDL.read_text(encoding="utf-8")))
-    after_count = sum(commit_mutation_count(c, now) for c in commits)
-    before_count = sum(commit_mutation_count(before_issue_36(c), before) for c in commits)
-    return {"commits": len(commits), "after": int(after_count), "before": int(before_count)}
+def old_model() -> dict:
+    return schema_model(schemas.statements_of(BEFORE_DDL.read_text(encoding="utf-8")))
+
+
+def mutations_of(commits: list[list], before_commits: list[list] | None) -> dict:
+    """Mutations of this code's commits on posts.sql (after); of the code before issue 36's commits
+    on its DDL (before; None when that code could not be run: then the model below stands for it);
+    and of this code's commits on that DDL with the new columns dropped (the schema's share alone)."""
+    now, before = schema_model(), old_model()
+    part = {"commits": len(commits), "after": int(sum(commit_mutation_count(c, now) for c in commits)),
+            "model": int(sum(commit_mutation_count(before_issue_36(c), before) for c in commits))}
+    if before_commits is None:
+        return {**part, "before_commits": len(commits), "before": part["model"]}
+    return {**part, "before_commits": len(before_commits),
+            "before": int(sum(commit_mutation_count(c, before) for c in before_commits))}
+
+
+def commits_before_issue_36(res: Resources, windows: list[list[PostDelta]]) -> dict | None:
+    """The same windows and fold through the code of BEFORE_COMMIT (bench/fixtures/
+    commits_before_issue_36.py in that commit's tree, extracted by `git archive`), in a database
+    provisioned by that code: its commits' client mutations. None without git or the commit."""
+    with tempfile.TemporaryDirectory(prefix="bench-trending-before-") as work:
+        tree = Path(work) / "tree"
+        tree.mkdir()
+        try:
+            archive = subprocess.run(["git", "archive", "--format=tar", BEFORE_COMMIT, *BEFORE_TREE], cwd=REPO,
+                                     capture_output=True, check=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as error:
+            say(f"cannot extract {BEFORE_COMMIT} ({error}): the cost before issue 36 is this code's commits "
+                "on its schema, the new columns dropped")
+            return None
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tree, filter="data")
+        script = tree / BEFORE_SCRIPT.name
+        shutil.copy(BEFORE_SCRIPT, script)
+        spec, out = Path(work) / "spec.json", Path(work) / "out.json"
+        spec.write_text(json.dumps({
+            "resources": dataclasses.asdict(res), "database": f"{res.database}-trb"[:30],
+            "windows": [[[d.post_id, d.event_hour, d.delta_id, d.sums.counts.upvotes] for d in w] for w in windows],
+        }), encoding="utf-8")
+        done = subprocess.run([sys.executable, str(script), str(spec), str(out)], cwd=tree, capture_output=True,
+                              text=True, timeout=CLI_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(tree)})
+        if done.returncode != 0:
+            raise RuntimeError(f"the workload through {BEFORE_COMMIT}'s code failed: {done.stderr[-3000:]}")
+        found = json.loads(out.read_text(encoding="utf-8"))
+    decoded = {phase: [[Mutation.deserialize(bytes.fromhex(m)) for m in commit] for commit in commits]
+               for phase, commits in found["commits"].items()}
+    return {**decoded, "posts_folded": found["posts_folded"], "deltas_folded": found["deltas_folded"]}
 
 
 def cost_workload(sizes: Sizes, hour: int) -> tuple[list[list[PostDelta]], int]:
@@ -705,16 +760,24 @@ def sink_and_fold_cost(res: Resources, sizes: Sizes) -> dict:
                 run_with_retries(lambda commit=commit: write_deltas(database, commit))
     with recording_commits() as fold_commits:
         folded = run_fold(fresh)
+    before = commits_before_issue_36(res, windows)
     per_1k = 1_000 / votes
     result: dict = {"votes": votes, "windows": sizes.cost_windows, "delta_rows": sum(map(len, windows)),
-                    "deltas_folded": folded["deltas_folded"], "posts_folded": folded["posts_folded"]}
-    parts = {"sink": mutations_of(sink_commits), "fold": mutations_of(fold_commits)}
-    parts["sink_and_fold"] = {key: parts["sink"][key] + parts["fold"][key] for key in ("commits", "after", "before")}
+                    "deltas_folded": folded["deltas_folded"], "posts_folded": folded["posts_folded"],
+                    "before_from": f"the code of {BEFORE_COMMIT} on its schema" if before
+                    else f"this code's commits on the schema of {BEFORE_COMMIT}, the new columns dropped"}
+    parts = {phase: mutations_of(commits, before and before[phase])
+             for phase, commits in (("sink", sink_commits), ("fold", fold_commits))}
+    parts["sink_and_fold"] = {key: parts["sink"][key] + parts["fold"][key] for key in parts["sink"]}
     for name, part in parts.items():
         result[name] = {**part, "before_per_1k_votes": round(part["before"] * per_1k, 1),
                         "after_per_1k_votes": round(part["after"] * per_1k, 1),
-                        "ratio": round(part["after"] / part["before"], 4)}
+                        "model_per_1k_votes": round(part["model"] * per_1k, 1),
+                        "ratio": round(part["after"] / part["before"], 4),
+                        "model_ratio": round(part["after"] / part["model"], 4)}
     assert folded["deltas_folded"] == result["delta_rows"], (folded, result["delta_rows"])
+    assert before is None or (before["deltas_folded"], before["posts_folded"]) == (
+        folded["deltas_folded"], folded["posts_folded"]), (before and before["deltas_folded"], folded)
     return result
 
 
@@ -845,7 +908,8 @@ def targets(document: dict) -> list[dict]:
     found.append(target(
         "Sink and fold mutations per 1,000 votes with the hot ranking: at most +10%",
         f"{cost['before_per_1k_votes']:,.0f} -> {cost['after_per_1k_votes']:,.0f} ({cost['ratio'] - 1:+.1%}; sink "
-        f"{t['cost']['sink']['ratio'] - 1:+.1%}, fold {t['cost']['fold']['ratio'] - 1:+.1%})",
+        f"{t['cost']['sink']['ratio'] - 1:+.1%}, fold {t['cost']['fold']['ratio'] - 1:+.1%}); before: "
+        f"{t['cost']['before_from']}",
         cost["ratio"] <= 1.10))
     return found
 
@@ -874,8 +938,10 @@ def markdown(document: dict) -> list[str]:
                            f"{s['votes']:,}", f"{s['messages']} messages",
                            f"{s['publish_to_rank_1_s']:.2f} s after the first publish", "-"])
     c = t["cost"]
-    cost_rows = [[name.replace("_and_", " and "), f"{c[name]['commits']:,}", f"{c[name]['before_per_1k_votes']:,.1f}",
-                  f"{c[name]['after_per_1k_votes']:,.1f}", f"{c[name]['ratio'] - 1:+.1%}"]
+    cost_rows = [[name.replace("_and_", " and "), f"{c[name]['before_commits']:,} / {c[name]['commits']:,}",
+                  f"{c[name]['before_per_1k_votes']:,.1f}", f"{c[name]['after_per_1k_votes']:,.1f}",
+                  f"{c[name]['ratio'] - 1:+.1%}",
+                  f"{c[name]['model_per_1k_votes']:,.1f} ({c[name]['model_ratio'] - 1:+.1%})"]
                  for name in ("sink", "fold", "sink_and_fold")]
     brute_rows = [[f"{p['posts']:,}", by, name, "refused" if cfg["seconds"] is None else f"{cfg['seconds']:,.2f}",
                    f"{cfg['rows']:,}", cfg.get("failed", f"{cfg['rank_errors']}")]
@@ -895,9 +961,10 @@ def markdown(document: dict) -> list[str]:
         table(["Posts", "Path", "Votes (per pane)", "Panes", "To hot rank 1", "Rank errors"], fresh_rows),
         f"Sink and fold mutations per 1,000 votes ({c['votes']:,} votes in {c['windows']} windows: a hot post and a "
         f"long tail on random hours of 30 days, {c['delta_rows']:,} delta rows, then one fold of {c['posts_folded']:,} "
-        "posts), by the DDL mutation model; before: the same commits on the schema before issue 36 "
-        "(bench/fixtures/posts_before_issue_36.sql), the new columns dropped:",
-        table(["Commits of", "Commits", "Before", "After", "Change"], cost_rows),
+        f"posts), by the DDL mutation model; before: {c['before_from']} (bench/fixtures/posts_before_issue_36.sql); "
+        "the last column isolates the schema: this code's commits counted on that schema, the new columns dropped:",
+        table(["Commits of", "Commits before / after", "Before", "After", "Change",
+               "This code's commits on the old schema (change)"], cost_rows),
     ]
 
 

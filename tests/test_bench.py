@@ -160,7 +160,10 @@ def assert_trending(result: dict) -> None:
     assert fresh["rank_errors"] == 0 and fresh["exact"] is True and fresh["panes"] == 1
     cost = result["cost"]
     assert cost["deltas_folded"] == cost["delta_rows"] and cost["fold"]["commits"] > 0
-    assert cost["sink"]["before"] <= cost["sink"]["after"] and cost["fold"]["before"] < cost["fold"]["after"]
+    assert cost["before_from"].startswith(f"the code of {trending.BEFORE_COMMIT}")  # git archive ran it
+    for part in ("sink", "fold"):
+        assert cost[part]["before"] > 0 and cost[part]["after"] > 0 and cost[part]["before_commits"] > 0, part
+        assert cost[part]["ratio"] == round(cost[part]["after"] / cost[part]["before"], 4), part
 
 
 @pytest.mark.bench_smoke
