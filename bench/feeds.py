@@ -38,6 +38,13 @@ def emit_feed(_: bytes) -> list[Any]:
     return _FEED
 
 
+def emit_slice(bounds: tuple[int, int]) -> list[Any]:
+    """The feed's elements from `start` to `stop` (set_feed): a stream of these bounds, one per
+    bundle, reads the feed in bundles of that size."""
+    start, stop = bounds
+    return _FEED[start:stop]
+
+
 def emit_cycled(_: bytes) -> Iterator[Any]:
     """Yields lazily, so nothing but the pool is held: memory reflects the pipeline alone."""
     pool, total, every = _FEED, _REPEAT["total"], _REPEAT["sample_every"]
