@@ -12,18 +12,22 @@ of event hours: VIRAL_NOW posts viral now (thousands of votes in each of the las
 PAST_VIRAL posts viral days ago (tens of thousands, decayed), RISING posts with hundreds in
 the last day, and the long tail: a vote or a few on one to three random hours (most on one: the
 emulator holds about 6 KB per Posts row with its index entries and 4 KB per hourly row with its
-entry, about 11 GB at 1,000,000 posts: runs of this benchmark were OOM-killed at 13 GB). The `Ledger`
-keeps every seeded (post, hour) count in memory (numpy arrays) for the brute force.
+entry, about 11 GB at 1,000,000 posts; with 1.7 hourly rows a post, 13-15 GB, the emulator was
+OOM-killed on this shared 23 GB machine). The `Ledger` keeps every seeded (post, hour) count in
+memory (numpy arrays) for the brute force.
 
 At each size, after seeding:
 
 - the two commands as a user runs them (the installed `upvotes` in a subprocess: interpreter,
-  imports, the read; median of `repetitions`) when `upvotes top` has `--by` and `--last`;
-  always, the read functions they call (spanner_reads.trending hot_top and window_top,
-  in-process, median of `read_repetitions`) with what they read: posts considered, candidate
-  rows (TopCandidates rows since the fold cursor) and rows read (index rows and hourly rows);
-- the brute force, same run, same database: every post's rows read and ranked, in each of its
-  configurations (`BRUTE_FORCE`), the fastest exact one being the baseline;
+  imports, the read; the median of `repetitions` runs, fewer once `budget_s` is spent) when
+  `upvotes top` has `--by` and `--last`; always, the read functions they call
+  (spanner_reads.trending hot_top and window_top, in-process, the median of `read_repetitions`)
+  with what they read: posts considered, candidate rows (TopCandidates rows since the fold
+  cursor) and rows read (index rows and hourly rows);
+- the brute force, same run, same database (`brute_force`): every post's rows read and ranked,
+  by the client (every PostHourlyCounts row, both rankings from one scan), by SQL aggregates of
+  every hourly row, and for hot by a scan of every Posts row's HotKey; the fastest one without a
+  rank error is each ranking's baseline;
 - rank errors: each answer (the read functions', the commands', the brute force's) against
   the ledger's own ranking, computed from the seeded counts with the same arithmetic
   (`Ledger.hot_ranking`, `Ledger.window_ranking`): ranks whose post differs, plus the answer's
@@ -134,7 +138,8 @@ WARM_UP_AS_SAMPLE_S = 2.0
 # The brute force: every post's rows read and ranked, in each configuration (the fastest exact one
 # is the baseline). "scan": every PostHourlyCounts row read by the client, both rankings computed
 # from them (one scan serves both). The SQL ones have Spanner aggregate every row and return K.
-HOT_AGGREGATE_SQL = """SELECT PostId, SUM((Upvotes - Downvotes) * POW(2, (UNIX_SECONDS(EventHour) - @ref) / @half_life_s)) AS s
+HOT_AGGREGATE_SQL = """SELECT PostId,
+  SUM((Upvotes - Downvotes) * POW(2, (UNIX_SECONDS(EventHour) - @ref) / @half_life_s)) AS s
 FROM PostHourlyCounts GROUP BY PostHash, PostId ORDER BY s DESC, PostId LIMIT @k"""
 WINDOW_AGGREGATE_SQL = """SELECT PostId, SUM(Upvotes) AS u FROM PostHourlyCounts
 WHERE EventHour BETWEEN @first AND @last GROUP BY PostHash, PostId HAVING u > 0 ORDER BY u DESC, PostId LIMIT @k"""
@@ -197,7 +202,8 @@ class Ledger:
         per post (numpy) finds the candidates; schemas.hot_score scores them exactly."""
         post, hour, up, down = self.arrays()
         reference = int(hour.max())
-        approx = np.bincount(post, weights=(up - down) * np.exp2((hour - reference) / half_life), minlength=len(self.ids))
+        weights = (up - down) * np.exp2((hour - reference) / half_life)
+        approx = np.bincount(post, weights=weights, minlength=len(self.ids))
         order = np.argsort(-approx, kind="stable")
         kth = approx[order[min(k, len(order)) - 1]]
         # Every post within a relative 1e-6 of the k-th (far beyond the float sum's error) is scored exactly.
@@ -423,7 +429,8 @@ def measure_ranking(by: str, database, res: Resources, ledger: Ledger, sizes: Si
         "read_s": round(statistics.median(samples), 4), "read_samples_s": [round(s, 4) for s in samples],
         "considered": top.considered, "candidate_rows": top.candidate_rows, "rows_read": top.rows_read,
         "exact": all(a.exact for a in answers),
-        "rank_errors": max(rank_errors([p.totals.post_id for p in a.posts], truth_of(by, ledger, a, cache)) for a in answers),
+        "rank_errors": max(rank_errors([p.totals.post_id for p in a.posts], truth_of(by, ledger, a, cache))
+                           for a in answers),
         "counts_exact": all(p.totals.counts == ledger.totals(p.totals.post_id) for p in top.posts),
         "posts": [p.totals.post_id for p in top.posts], "truth": truth,
     }
@@ -504,7 +511,8 @@ def brute_force(database, ledger: Ledger, posts: int) -> dict:
         database, HOT_AGGREGATE_SQL,
         {"ref": int(now.timestamp()) // HOUR_S * HOUR_S, "half_life_s": HALF_LIFE_HOURS * HOUR_S, "k": K},
         {"ref": param_types.INT64, "half_life_s": param_types.FLOAT64, "k": param_types.INT64})
-    configurations["hot"]["SQL aggregate of PostHourlyCounts"] = sql_configuration(seconds, ranked, hourly_rows, hot_truth)
+    configurations["hot"]["SQL aggregate of PostHourlyCounts"] = sql_configuration(
+        seconds, ranked, hourly_rows, hot_truth)
     seconds, ranked = brute_sql(database, HOT_KEY_SCAN_SQL, {"k": K}, {"k": param_types.INT64})
     configurations["hot"]["SQL scan of Posts.HotKey (this issue's column)"] = sql_configuration(
         seconds, ranked, posts, hot_truth)
@@ -600,8 +608,8 @@ def streaming_freshness(res: Resources, database, ledger: Ledger, log_dir: Path)
         votes = viral_votes(ledger)
         now_ms = int(time.time() * 1000)
         event_time = datetime.fromtimestamp(now_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
-        events = ({"post_id": post_id, "counter": "upvotes", "delta": 1, "event_time": event_time.replace("+00:00", "Z")}
-                  for _ in range(votes))
+        event = {"post_id": post_id, "counter": "upvotes", "delta": 1, "event_time": event_time.replace("+00:00", "Z")}
+        events = (event for _ in range(votes))
         messages = list(batch_messages(events, 500))
         started = time.perf_counter()
         report = publish_messages(topic_path, messages, progress=False)
@@ -812,7 +820,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             f"{point['brute_force']['last']['seconds']:.1f} s")
         if sizes.freshness_every_size or size == sizes.posts[-1]:
             point["freshness"] = sink_freshness(database, ledger, str(size))
-            say(f"freshness at {size:,} posts: rank 1 {point['freshness']['commit_to_rank_1_s']:.2f} s after the commit")
+            say(f"freshness at {size:,} posts: rank 1 {point['freshness']['commit_to_rank_1_s']:.2f} s "
+                "after the commit")
             if size != sizes.posts[-1]:
                 point["fold_after_freshness"] = {k: round(v, 2) if isinstance(v, float) else v
                                                  for k, v in run_fold(fresh).items()}
@@ -822,16 +831,19 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     timed = "command_s" if cli else "read_s"
     return {
         "k": K, "window_hours": WINDOW_HOURS, "half_life_hours": HALF_LIFE_HOURS, "window_s": WINDOW_S,
-        "timed": "the upvotes command (subprocess)" if cli else "the read functions in-process (upvotes top has no --by/--last yet)",
+        "timed": "the upvotes command (subprocess)" if cli
+        else "the read functions in-process (upvotes top has no --by/--last yet)",
         "cli": cli,
         "points": points,
         "ratios": {by: {"time": round(last[by][timed] / first[by][timed], 3),
                         "read_time": round(last[by]["read_s"] / first[by]["read_s"], 3),
                         "rows_read": round(last[by]["rows_read"] / first[by]["rows_read"], 3),
                         "considered": round(last[by]["considered"] / first[by]["considered"], 3),
-                        "brute_force_time": round(last["brute_force"][by]["seconds"] / first["brute_force"][by]["seconds"], 3)}
+                        "brute_force_time": round(last["brute_force"][by]["seconds"]
+                                                  / first["brute_force"][by]["seconds"], 3)}
                    for by in ("hot", "last")},
-        "rank_errors": sum(p[by]["rank_errors"] + p[by].get("command_rank_errors", 0) for p in points for by in ("hot", "last"))
+        "rank_errors": sum(p[by]["rank_errors"] + p[by].get("command_rank_errors", 0)
+                           for p in points for by in ("hot", "last"))
         + sum(p["freshness"]["rank_errors"] for p in points if "freshness" in p),
         "exact": all(p[by]["exact"] and p[by]["counts_exact"] for p in points for by in ("hot", "last"))
         and (streamed is None or streamed["counts_exact"]),
