@@ -1015,7 +1015,7 @@ def chart(document: dict) -> list:
         xs = range(len(names))
         ax.bar([x - 0.2 for x in xs], [c[n]["before_per_1k_votes"] for n in names], 0.4, label="before issue 36")
         ax.bar([x + 0.2 for x in xs], [c[n]["after_per_1k_votes"] for n in names], 0.4, label="after")
-        ax.set_xticks(list(xs), [n.replace("_", " + ") for n in names])
+        ax.set_xticks(list(xs), [n.replace("_and_", " + ") for n in names])
         ax.set_ylabel("mutations per 1,000 votes")
         ax.set_title("trending: sink and fold cost")
         ax.legend(fontsize=7)
