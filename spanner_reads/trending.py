@@ -133,9 +133,7 @@ def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: floa
         if half_life is None:
             raise HotRankingUnavailable("this database has no hot half-life recorded: run `upvotes provision` "
                                         "to add the hot ranking (it backfills every post's score)")
-        folded = [(post_id, HotScore.from_key(key)) for post_id, key in snapshot.read(
-            POSTS, columns=("PostId", HOT_KEY), keyset=spanner.KeySet(all_=True), index=POSTS_BY_HOT,
-            limit=k + extra)]
+        folded = top_of_hot_index(snapshot, k + extra, half_life)
         fresh = _fresh_side(snapshot)
         considered = list(dict.fromkeys([p for p, _ in folded] + sorted(fresh.candidates.post_ids) + fresh.skipped))
         hours = hours_of_posts(snapshot, considered)
@@ -157,6 +155,32 @@ def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: floa
     return TrendingTop(HOT, [RankedPost(totals[p], scores[p].at(as_of, half_life)) for p in ranked], as_of,
                        fresh.folded_through, ready and (beats_bound or everything), bound, len(considered),
                        fresh.candidates.rows, len(folded) + sum(map(len, hours.values())), half_life_hours=half_life)
+
+
+# Where a read of the hot index's top starts: scores of at least one vote now, then a millionth
+# of one (20 half-lives older), then the whole index.
+HOT_FLOORS_LOG2 = (0.0, -20.0)
+
+
+def top_of_hot_index(snapshot, limit: int, half_life_hours: float) -> list[tuple[str, HotScore]]:
+    """The first `limit` rows of PostsByHot (the highest folded scores), read in `snapshot`.
+
+    Read as a range bounded from the top, widened until it holds `limit` rows: the emulator reads
+    a whole index range before it applies a row limit (2.2 s for the unbounded range at 1,000,000
+    posts in bench/trending.py), while a bounded range costs its own rows. Cloud Spanner seeks
+    either way."""
+    now = read_timestamp(snapshot)  # the snapshot has read (its settings): its time is fixed
+    for floor in HOT_FLOORS_LOG2:
+        lowest_key = HotScore(1, now.timestamp() / HOUR_S / half_life_hours + floor).key
+        rows = _hot_rows(snapshot, spanner.KeySet(ranges=[spanner.KeyRange(end_closed=[lowest_key])]), limit)
+        if len(rows) == limit:
+            return rows
+    return _hot_rows(snapshot, spanner.KeySet(all_=True), limit)
+
+
+def _hot_rows(snapshot, keyset: spanner.KeySet, limit: int) -> list[tuple[str, HotScore]]:
+    return [(post_id, HotScore.from_key(key)) for post_id, key in snapshot.read(
+        POSTS, columns=("PostId", HOT_KEY), keyset=keyset, index=POSTS_BY_HOT, limit=limit)]
 
 
 def window_hours(as_of: datetime, hours: int) -> tuple[int, int]:
