@@ -220,9 +220,9 @@ _COUNTERS = frozenset(CONTRACT_NAMES)
 
 
 def is_common_vote(post_id: object, counter: object, delta: object, event_id: object, user_id: object) -> bool:
-    """The fields of a common, valid delta event, checked in bulk: the fast path of _validate
-    (which also checks that the event has no VOTE_FIELD). Anything else takes the step-by-step
-    path, which names the problem."""
+    """The fields of a common, valid delta event, checked in bulk: the fast paths of _validate and
+    of sum_message's events with fields of their own (which also check that the event has no
+    VOTE_FIELD). Anything else takes the step-by-step path, which names the problem."""
     # The two optional IDs are checked inline, not by a helper: this runs once per vote, and a
     # call costs about as much as the check.
     return (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
