@@ -1,6 +1,6 @@
 """`upvotes provision` adding the hot ranking to a database of the schema before issue 36
-(tests/fixtures/posts_before_issue_36.sql: no HotKey, no rise bounds in TopCandidates, no
-RankingSettings) with folded posts, while a stream writes deltas and folds run
+(bench/fixtures/posts_before_issue_36.sql, shared with the benchmark: no HotKey, no rise bounds
+in TopCandidates, no RankingSettings) with folded posts, while a stream writes deltas and folds run
 (upvotes/operations/hot_backfill.py): afterwards every HotKey is the score of its post's hourly
 rows, hot_top is certified and is the ledger's, and no vote is lost or counted twice. Then a
 second provision keeps the recorded half-life, and --recompute-hot changes it and every key."""
@@ -42,7 +42,7 @@ from upvotes.cli import main
 from upvotes.operations import hot_backfill
 from upvotes.operations.provision import provision_spanner
 
-BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_36.sql"
+BEFORE = Path(__file__).resolve().parent.parent / "bench" / "fixtures" / "posts_before_issue_36.sql"
 NOW_HOUR = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
 PATIENT = RetryPolicy(attempts=200, first_delay_s=0.001, max_delay_s=0.05)
 # The TopCandidates columns of that schema, as its writers wrote them.
