@@ -67,7 +67,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -79,8 +78,6 @@ import numpy as np
 from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1 import Mutation, param_types
-from google.cloud.spanner_v1.batch import Batch
-from google.cloud.spanner_v1.transaction import Transaction
 
 from bench.benchmark import Benchmark, table, target
 from bench.catalogue_cost import upvotes_command
@@ -101,6 +98,7 @@ from spanner_store.tables import (
     COUNTER_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUNS, HOURLY, POSTS, hour_shard, hour_timestamp, post_key,
 )
 from spanner_writes.deltas import plan_commits, write_deltas
+from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from upvotes.devtools.mutation_count import commit_mutation_count
 from upvotes.devtools.publishing import publish_messages
 from upvotes.resources import Resources
@@ -639,28 +637,17 @@ def streaming_freshness(res: Resources, database, ledger: Ledger, log_dir: Path)
 
 # --- sink and fold cost ----------------------------------------------------------------------
 
-@contextlib.contextmanager
-def recording_commits() -> Iterator[list[list]]:
-    """Every commit's client mutations made in this process while the block runs (the commit still
-    goes to the emulator, through whatever meter is already installed)."""
-    commits: list[list] = []
-    lock = threading.Lock()
-    originals = {cls: cls.commit for cls in (Batch, Transaction)}
+@dataclass
+class RecordingMeter(CommitMeter):
+    """A commit meter (upvotes/devtools/commit_meter.py) that also keeps each commit's client
+    mutations, to count them again on the schema before issue 36."""
 
-    def recorded(original):
-        def commit(self, *args, **kwargs):
-            with lock:
-                commits.append(list(self._mutations))  # noqa: SLF001 - the mutations the commit sends
-            return original(self, *args, **kwargs)
-        return commit
+    mutations: list[list] = dataclasses.field(default_factory=list)
 
-    for cls, original in originals.items():
-        cls.commit = recorded(original)
-    try:
-        yield commits
-    finally:
-        for cls, original in originals.items():
-            cls.commit = original
+    def record(self, mutations) -> None:
+        with self._lock:
+            self.mutations.append(list(mutations))
+        super().record(mutations)
 
 
 def before_issue_36(mutations: list) -> list:
@@ -762,11 +749,11 @@ def sink_and_fold_cost(res: Resources, sizes: Sizes) -> dict:
     sink plans them), then one fold, in a database of its own; mutations per 1,000 votes."""
     database, fresh = fresh_database(res, f"{res.database}-trc")
     windows, votes = cost_workload(sizes, current_hour())
-    with recording_commits() as sink_commits:
+    with metering_commits(RecordingMeter()) as sink_meter:
         for deltas in windows:
             for commit in plan_commits(deltas, max_rows=1_000):
                 run_with_retries(lambda commit=commit: write_deltas(database, commit))
-    with recording_commits() as fold_commits:
+    with metering_commits(RecordingMeter()) as fold_meter:
         folded = run_fold(fresh)
     before = commits_before_issue_36(res, windows)
     per_1k = 1_000 / votes
@@ -775,7 +762,7 @@ def sink_and_fold_cost(res: Resources, sizes: Sizes) -> dict:
                     "before_from": f"the code of {BEFORE_COMMIT} on its schema" if before
                     else f"this code's commits on the schema of {BEFORE_COMMIT}, the new columns dropped"}
     parts = {phase: mutations_of(commits, before and before[phase])
-             for phase, commits in (("sink", sink_commits), ("fold", fold_commits))}
+             for phase, commits in (("sink", sink_meter.mutations), ("fold", fold_meter.mutations))}
     parts["sink_and_fold"] = {key: parts["sink"][key] + parts["fold"][key] for key in parts["sink"]}
     for name, part in parts.items():
         result[name] = {**part, "before_per_1k_votes": round(part["before"] * per_1k, 1),
@@ -985,29 +972,24 @@ def chart(document: dict) -> list:
     posts = [p["posts"] for p in t["points"]]
     timed = "command_s" if t["cli"] else "read_s"
 
-    def times(ax) -> None:
+    def against_brute_force(ax, ours: str, label: str, brute: str, brute_label: str, unit: str, what: str) -> None:
+        """Log-log, per ranking: our figure and the brute force's, as the catalogue grows."""
         for by, style in (("hot", "o-"), ("last", "s-")):
-            ax.plot(posts, [p[by][timed] for p in t["points"]], style, label=f"top {by} ({timed[:-2]})")
-            ax.plot(posts, [p["brute_force"][by]["seconds"] for p in t["points"]], style.replace("-", "--"),
-                    label=f"{by}: brute force (best)")
+            ax.plot(posts, [p[by][ours] for p in t["points"]], style, label=f"top {by}{label}")
+            ax.plot(posts, [p["brute_force"][by][brute] for p in t["points"]], style.replace("-", "--"),
+                    label=f"{by}: brute force{brute_label}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("posts")
-        ax.set_ylabel("seconds")
-        ax.set_title("trending: time vs catalogue")
+        ax.set_ylabel(unit)
+        ax.set_title(f"trending: {what} vs catalogue")
         ax.legend(fontsize=7)
 
+    def times(ax) -> None:
+        against_brute_force(ax, timed, f" ({timed[:-2]})", "seconds", " (best)", "seconds", "time")
+
     def rows_read(ax) -> None:
-        for by, style in (("hot", "o-"), ("last", "s-")):
-            ax.plot(posts, [p[by]["rows_read"] for p in t["points"]], style, label=f"top {by}: rows read")
-            ax.plot(posts, [p["brute_force"][by]["rows"] for p in t["points"]], style.replace("-", "--"),
-                    label=f"{by}: brute force rows")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("posts")
-        ax.set_ylabel("rows")
-        ax.set_title("trending: rows read vs catalogue")
-        ax.legend(fontsize=7)
+        against_brute_force(ax, "rows_read", ": rows read", "rows", " rows", "rows", "rows read")
 
     def cost(ax) -> None:
         c = t["cost"]

@@ -119,9 +119,11 @@ def _snapshot(database, staleness_s: float):
     return database.snapshot(multi_use=True, **options)
 
 
-def _check(k: int, extra: int) -> None:
+def _check(k: int, extra: int, hours: int = 1) -> None:
     if k < 1 or extra < 0:
         raise ValueError("k must be at least 1 and extra at least 0")
+    if not 1 <= hours <= MAX_HOURS:
+        raise ValueError(f"the window is 1 to {MAX_HOURS} hours, not {hours}")
 
 
 def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0) -> TrendingTop:
@@ -186,8 +188,7 @@ def _hot_rows(snapshot, keyset: spanner.KeySet, limit: int) -> list[tuple[str, H
 def window_hours(as_of: datetime, hours: int) -> tuple[int, int]:
     """The first and last event hour (epoch seconds) of the `hours`-hour window ending with
     `as_of`'s own hour."""
-    if not 1 <= hours <= MAX_HOURS:
-        raise ValueError(f"the window is 1 to {MAX_HOURS} hours, not {hours}")
+    _check(1, 0, hours)
     last = int(as_of.timestamp()) // HOUR_S * HOUR_S
     return last - (hours - 1) * HOUR_S, last
 
@@ -226,8 +227,7 @@ def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTR
     """The top `k` posts by upvotes counted in the last `hours` event hours, certified when
     possible (see the module docstring). Posts with no upvote in the window are not listed.
     `clock` maps the snapshot's time to the moment whose window is read (tests move it)."""
-    _check(k, extra)
-    window_hours(EPOCH, hours)
+    _check(k, extra, hours)
     with _snapshot(database, staleness_s) as snapshot:
         fresh = _fresh_side(snapshot)
         as_of = read_timestamp(snapshot)

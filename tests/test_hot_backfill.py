@@ -28,7 +28,7 @@ from spanner_store.delta_commits import delta_commit_row, new_commit_id
 from spanner_store.ranking_settings import read_settings
 from spanner_store.tables import (
     COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS,
-    HOT_KEY, HOURLY, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATES, commit_shard, delta_key, hour_timestamp, post_key,
+    HOURLY, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATES, commit_shard, delta_key, hour_timestamp, post_key,
 )
 from spanner_store.top_candidates import commit_candidates
 from spanner_writes.deltas import write_new_deltas
@@ -36,7 +36,7 @@ from tests.support.fold_runs import run_fold
 from tests.support.polling import wait_until
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, window_of,
+    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, keys_and_hours, window_of,
 )
 from upvotes.cli import main
 from upvotes.operations import hot_backfill
@@ -89,17 +89,6 @@ def old_fold(database, deltas: list[PostDelta], through: datetime) -> None:
         batch.insert(FOLD_RUNS, columns=FOLD_RUN_COLUMNS,
                      values=[("before-36", through, len(totals), len(deltas), spanner.COMMIT_TIMESTAMP, 0, through)])
     commit_mutations(database, write)
-
-
-def keys_and_hours(database) -> tuple[dict[str, float | None], dict[str, dict[int, Counts]]]:
-    """Every Posts.HotKey and every PostHourlyCounts row, read directly, in one snapshot."""
-    with database.snapshot(multi_use=True) as snapshot:
-        keys = dict(snapshot.read(POSTS, columns=("PostId", HOT_KEY), keyset=spanner.KeySet(all_=True)))
-        hours: dict[str, dict[int, Counts]] = {}
-        for post_id, hour, *counts in snapshot.read(HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS,
-                                                    keyset=spanner.KeySet(all_=True)):
-            hours.setdefault(post_id, {})[int(hour.timestamp())] = Counts(*counts)
-    return keys, hours
 
 
 def settings(database):

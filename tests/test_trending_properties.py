@@ -14,23 +14,20 @@ from datetime import datetime, timezone
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
-from google.cloud import spanner
 
-from schemas.counters import Counts
 from schemas.hot_score import HotScore, hot_score
 from schemas.records import PostDelta, PostUser
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
 from spanner_reads.reads import exact_counts
 from spanner_reads.trending import hot_top, window_top
 from spanner_store.database import RetryPolicy, open_database, run_with_retries
-from spanner_store.tables import COUNTER_COLUMNS, HOT_KEY, HOURLY, POSTS
 from spanner_store.top_candidates import CANDIDATES_PER_COMMIT
 from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, hot_values, window_of,
+    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, hot_values, keys_and_hours, window_of,
 )
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
@@ -151,7 +148,7 @@ def test_every_answer_agrees_with_the_ledger_and_every_certified_one_is_exact(em
     totals = run.ledger.totals()
     assert {t.post_id: t.counts for t in exact_counts(run.database, totals)} == totals
     # Folded, every post's HotKey is the score of its hourly rows, and of the ledger.
-    keys, hours = _keys_and_hours(run.database)
+    keys, hours = keys_and_hours(run.database)
     truth = hot_values(run.ledger, half_life, moment(0))
     for post_id, key in keys.items():
         assert key == hot_score(hours.get(post_id, {}).items(), half_life).key
@@ -165,12 +162,3 @@ def test_every_answer_agrees_with_the_ledger_and_every_certified_one_is_exact(em
     print(f"\nseed {seed}: answers certified/not: {run.answers}")
 
 
-def _keys_and_hours(database) -> tuple[dict[str, float | None], dict[str, dict[int, Counts]]]:
-    """Every Posts.HotKey and every PostHourlyCounts row, read directly."""
-    with database.snapshot(multi_use=True) as snapshot:
-        keys = dict(snapshot.read(POSTS, columns=("PostId", HOT_KEY), keyset=spanner.KeySet(all_=True)))
-        hours: dict[str, dict[int, Counts]] = {}
-        for post_id, hour, *counts in snapshot.read(HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS,
-                                                    keyset=spanner.KeySet(all_=True)):
-            hours.setdefault(post_id, {})[int(hour.timestamp())] = Counts(*counts)
-    return keys, hours

@@ -22,8 +22,12 @@ from datetime import datetime, timezone
 from decimal import Decimal, localcontext
 from typing import Iterable, NamedTuple
 
+from google.cloud import spanner
+
+from schemas.counters import COLUMNS as COUNTER_COLUMNS
 from schemas.counters import Counts
 from schemas.records import PostDelta
+from spanner_store.tables import HOT_KEY, HOURLY, POSTS
 
 HOUR_S = 3600
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -223,3 +227,14 @@ def assert_window_answer(answer, ledger: VoteLedger, k: int, first: int, last: i
         if post_id in listed or len(listed) == k and (-n, post_id) > (-upvotes[listed[-1]], listed[-1]):
             continue
         assert n <= answer.bound, f"{post_id} left out with {n} > bound {answer.bound}; {context}"
+
+
+def keys_and_hours(database) -> tuple[dict[str, float | None], dict[str, dict[int, Counts]]]:
+    """Every Posts.HotKey and every PostHourlyCounts row, read directly, in one snapshot."""
+    with database.snapshot(multi_use=True) as snapshot:
+        keys = dict(snapshot.read(POSTS, columns=("PostId", HOT_KEY), keyset=spanner.KeySet(all_=True)))
+        hours: dict[str, dict[int, Counts]] = {}
+        for post_id, hour, *counts in snapshot.read(HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS,
+                                                    keyset=spanner.KeySet(all_=True)):
+            hours.setdefault(post_id, {})[int(hour.timestamp())] = Counts(*counts)
+    return keys, hours
