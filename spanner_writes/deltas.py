@@ -2,7 +2,9 @@
 
 - Blind writes: `insert` of delta rows stamped with the commit timestamp, plus a key-only
   `insert_or_update` of each parent Posts row (creates it when missing, touches no
-  counter), all in one commit. No reads on the normal path.
+  counter), all in one commit. No reads on the normal path. A writer that keeps
+  `KnownPosts` (the streaming sink) skips the parents it has committed before
+  (spanner_writes/known_posts.py says why, and why that is safe).
 - Idempotent: a delta's key is deterministic (post, hour, writer, window, pane). A retry
   after an unseen success fails with ALREADY_EXISTS; `write_new_deltas` then reads which of
   its keys exist and writes only the others.
@@ -31,6 +33,7 @@ from spanner_store.tables import (
     TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, delta_key, post_key, sketch_column,
 )
 from spanner_store.top_candidates import candidate_mutation_row
+from spanner_writes.known_posts import KnownPosts, lost_a_known_parent
 
 # What each row of a commit costs against Spanner's mutation limit, from the DDL
 # (spanner_store/mutation_cost.py): a delta row and its PostDeltasByCommit entry; a parent
@@ -80,9 +83,20 @@ def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection
     batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[candidate_mutation_row(deltas, commit_id)])
 
 
-def write_deltas(database, deltas: list[PostDelta]) -> None:
-    """One blind commit of `add_delta_writes`."""
-    commit_mutations(database, lambda batch: add_delta_writes(batch, deltas))
+def write_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = None) -> None:
+    """One blind commit of `add_delta_writes`; with `known`, without the parents it holds, and
+    recording this commit's posts in it. If a parent it holds is gone (NOT_FOUND: nothing was
+    written), the commit is made again with every parent."""
+    present = known.among(d.post_id for d in deltas) if known is not None else frozenset()
+    try:
+        commit_mutations(database, lambda batch: add_delta_writes(batch, deltas, present))
+    except exceptions.NotFound as error:
+        if not lost_a_known_parent(error, present):
+            raise
+        known.forget(present)
+        commit_mutations(database, lambda batch: add_delta_writes(batch, deltas))
+    if known is not None:
+        known.add(d.post_id for d in deltas)
 
 
 def existing_delta_keys(database, deltas: list[PostDelta]) -> set[tuple]:
@@ -98,18 +112,19 @@ class WriteResult(NamedTuple):
     already_written: int
 
 
-def write_new_deltas(database, deltas: list[PostDelta]) -> WriteResult:
+def write_new_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = None) -> WriteResult:
     """One attempt to commit `deltas`, idempotently: rows whose key exists are not written again.
+    `known`: as write_deltas'.
 
     A retry after an unseen success, or a replayed bundle, fails with ALREADY_EXISTS; then
     the existing keys are read and only the new rows are written.
     """
     try:
-        write_deltas(database, deltas)
+        write_deltas(database, deltas, known)
         return WriteResult(len(deltas), 0)
     except exceptions.AlreadyExists:
         existing = existing_delta_keys(database, deltas)
         new = [d for d in deltas if delta_key(d) not in existing]
         if new:
-            write_deltas(database, new)
+            write_deltas(database, new, known)
         return WriteResult(len(new), len(deltas) - len(new))

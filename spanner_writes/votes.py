@@ -29,13 +29,12 @@ moves it, is what makes a state count once. No hot row is read or written: the V
 batch are one per user (a viral post's voters are spread over the key space, see posts.sql),
 and the delta rows are inserts, one per post and hour per batch. Their parent Posts rows must
 exist, and upserting a hot post's key in every transaction would lock that row in every one of
-them: `KnownPosts` remembers the posts whose row a committed transaction of this process made
+them: `KnownPosts` (spanner_writes/known_posts.py) remembers the posts whose row a committed transaction of this process made
 sure of, and their keys are not written again (Posts rows are never deleted; if an operator
 deletes one, the insert fails NOT_FOUND and the transaction runs again upserting every parent).
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Collection, Iterable, Mapping, NamedTuple
 
 from google.api_core import exceptions
@@ -47,9 +46,7 @@ from schemas.records import CounterSums, PostDelta, PostUser
 from schemas.vote_states import NONE, LatestVote, counted, erased
 from schemas.voter_sketch import sketch_of
 from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
-from spanner_store.database import (
-    DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, is_transient, run_transaction, run_with_retries, schema_behind,
-)
+from spanner_store.database import DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, run_transaction, run_with_retries
 from spanner_store.delta_commits import new_commit_id
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import VOTE_COLUMNS, VOTES, hour_timestamp, micros_timestamp, vote_key
@@ -57,6 +54,7 @@ from spanner_store.vote_rows import StoredVote, erasures_of, stored_votes
 from spanner_writes.deltas import (
     DELTA_COMMIT_COST, MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes,
 )
+from spanner_writes.known_posts import KnownPosts, lost_a_known_parent
 
 # A vote state's row: every column of Votes (no index on it).
 MUTATIONS_PER_VOTE = insert_cost(VOTES, VOTE_COLUMNS)
@@ -149,31 +147,6 @@ def plan_batches(states: Mapping[PostUser, LatestVote], max_rows: int,
     return [dict(batch) for batch in cut_within_budget(ordered, VOTE_BATCH_COST, max_rows, max_mutations, "vote state")]
 
 
-class KnownPosts:
-    """Posts whose Posts row exists, as far as this process knows: the posts of its committed
-    vote-state transactions. Bounded (the least recently used are forgotten first), so memory
-    stays flat however many posts are voted on; a forgotten post only costs its key's upsert again."""
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self._capacity = capacity
-        self._posts: OrderedDict[str, None] = OrderedDict()
-
-    def among(self, post_ids: Iterable[str]) -> frozenset[str]:
-        """Those of `post_ids` known to exist."""
-        return frozenset(post_id for post_id in post_ids if post_id in self._posts)
-
-    def add(self, post_ids: Iterable[str]) -> None:
-        for post_id in post_ids:
-            self._posts[post_id] = None
-            self._posts.move_to_end(post_id)
-        while len(self._posts) > self._capacity:
-            self._posts.popitem(last=False)
-
-    def forget(self, post_ids: Iterable[str]) -> None:
-        for post_id in post_ids:
-            self._posts.pop(post_id, None)
-
-
 class _OverBudget(Exception):
     """A batch whose writes, once the stored states are read, cost more than the budget."""
 
@@ -219,7 +192,7 @@ def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutat
                   for part in (keys[:len(keys) // 2], keys[len(keys) // 2:])]
         return VoteChanges(*(a + b for a, b in zip(*halves)))
     except exceptions.NotFound as error:
-        if not present or schema_behind(error) or is_transient(error):  # "Session not found" is for the retry
+        if not lost_a_known_parent(error, present):
             raise
         known.forget(present)  # a Posts row taken as present is gone (deleted by an operator): upsert them all
         return apply_vote_states(database, states, max_mutations, known)

@@ -37,7 +37,8 @@ from spanner_store.database import commit_mutations
 from spanner_store.tables import post_key
 from spanner_writes import votes as votes_module
 from spanner_writes.deltas import MUTATIONS_PER_DELTA
-from spanner_writes.votes import KnownPosts, apply_vote_states, batch_cost, changes_cost
+from spanner_writes.known_posts import KnownPosts
+from spanner_writes.votes import apply_vote_states, batch_cost, changes_cost
 from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from transforms import vote_state_sink
 from transforms.parse_and_sum import vote_shard

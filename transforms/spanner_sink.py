@@ -19,6 +19,7 @@ from apache_beam.metrics import Metrics
 from schemas.records import FailedDelta, PostDelta
 from spanner_store.database import RetryPolicy, open_database
 from spanner_writes.deltas import WriteResult, plan_commits, write_new_deltas
+from spanner_writes.known_posts import KnownPosts
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
 
 
@@ -55,12 +56,14 @@ class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], 
         self._where = (project, instance, database)
         self._rows_written = Metrics.counter("WriteDeltaRows", "rows_written")
         self._rows_already = Metrics.counter("WriteDeltaRows", "rows_already_written")
+        # The posts this instance has committed: their Posts rows are not upserted again.
+        self._known_posts = KnownPosts()
 
     def setup(self) -> None:
         self._database = open_database(*self._where)
 
     def _commit_once(self, batch: list[PostDelta]) -> WriteResult:
-        result = write_new_deltas(self._database, batch)
+        result = write_new_deltas(self._database, batch, self._known_posts)
         self._rows_written.inc(result.written)
         self._rows_already.inc(result.already_written)
         return result

@@ -18,7 +18,8 @@ from apache_beam.metrics import Metrics
 from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import LatestVote, keep_latest
 from spanner_store.database import RetryPolicy, open_database
-from spanner_writes.votes import KnownPosts, VoteChanges, apply_vote_states, plan_batches
+from spanner_writes.known_posts import KnownPosts
+from spanner_writes.votes import VoteChanges, apply_vote_states, plan_batches
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
 from transforms.parse_and_sum import ShardVotes
 

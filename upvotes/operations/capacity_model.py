@@ -227,7 +227,7 @@ def state_writes(popularity: Popularity, workload: Workload, shape: SinkShape, a
     """The vote-state events' Votes rows, reads, transactions and delta rows. A transaction's states
     are votes drawn from the workload's popularity, so it writes a delta row for each post among them
     (`expected_touched`). It upserts a post's Posts key only the first time its worker meets the post
-    (spanner_writes.votes.KnownPosts), so no hot row is written per transaction; the mutations count a
+    (spanner_writes.known_posts.KnownPosts), so no hot row is written per transaction; the mutations count a
     parent per delta row all the same, as a bound."""
     votes = workload.votes_per_s * workload.state_fraction
     transactions = votes / shape.rows_per_commit
