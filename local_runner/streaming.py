@@ -54,6 +54,8 @@ def run(options: PipelineOptions, settings: StreamingSettings,
 
 def _run_until_drained(options: PipelineOptions, settings: StreamingSettings, control: ReaderControl | None,
                        stopping: StopOnSignals) -> DrainReport:
+    if control is not None:
+        control.window_seconds = settings.window_seconds  # an idle reader wakes as each window ends
     stopping.attach(control)
     return stopping.until_finished(start(options, settings))
 

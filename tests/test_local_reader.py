@@ -23,7 +23,7 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
 from local_runner import pubsub_reader
-from local_runner.pubsub_reader import PULL_MAX_MESSAGES, ReaderControl
+from local_runner.pubsub_reader import IDLE_WAIT_S, PULL_MAX_MESSAGES, WAKE_AFTER_WINDOW_END_S, ReaderControl
 from tests.support.polling import wait_until
 from tests.support.resources import PROJECT
 
@@ -222,3 +222,16 @@ def test_a_pull_error_is_raised_not_swallowed(reader, emulator_env):
     pipeline | beam.io.ReadFromPubSub(subscription=f"projects/{PROJECT}/subscriptions/missing-{uuid.uuid4().hex[:8]}")
     with pytest.raises(exceptions.NotFound):
         pipeline.run().wait_until_finish()
+
+
+def test_an_idle_reader_wakes_just_after_each_window_end_when_it_knows_the_windows() -> None:
+    control = ReaderControl()
+    assert control.idle_wait_s(100.0) == IDLE_WAIT_S  # windows unknown: the plain idle wait
+    control.window_seconds = 2
+    assert control.idle_wait_s(101.99) == pytest.approx(0.01 + WAKE_AFTER_WINDOW_END_S)
+    assert control.idle_wait_s(100.5) == IDLE_WAIT_S  # the next end is further than the plain wait
+    for now in (99.0, 101.9999, 102.0, 102.03):
+        assert 0 < control.idle_wait_s(now) <= IDLE_WAIT_S
+        woken = now + control.idle_wait_s(now)
+        # Never sleeping through a window end by more than the wake margin.
+        assert woken - (now // 2 + 1) * 2 <= WAKE_AFTER_WINDOW_END_S + 1e-9
