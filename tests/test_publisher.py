@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 import pytest
+from hypothesis import given, strategies as st
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
@@ -30,7 +31,7 @@ from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import (
     _interleave, publish_file, publish_messages, publish_workload,
 )
-from upvotes.devtools.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads
+from upvotes.devtools.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads, uuid4_text
 from upvotes.resources import Resources
 
 START = datetime(2026, 11, 22, 3, 30, tzinfo=timezone.utc)
@@ -58,6 +59,11 @@ def test_same_seed_gives_the_same_events_and_another_seed_does_not() -> None:
     assert list(generate_events(small)) == list(generate_events(small))
     other = list(generate_events(Workload(events=500, posts=50, seed=4, start_time=START)))
     assert other != list(generate_events(small))
+
+
+@given(st.integers(0, 2**128 - 1))
+def test_event_ids_are_spelled_as_pythons_uuid4(bits: int) -> None:
+    assert uuid4_text(bits) == str(uuid.UUID(int=bits, version=4))
 
 
 def test_zipf_puts_most_votes_on_a_few_posts() -> None:
