@@ -105,10 +105,15 @@ def field(post_id: str, counter: str) -> str:
 def record_votes(client, live_key: str, events: Iterable[dict[str, Any]]) -> None:
     """One HINCRBY per vote, sent as one pipeline without MULTI/EXEC (the fastest way in); returns
     once Redis has answered every command, which is the votes' acknowledgement."""
+    vote_commands(client, live_key, events).execute()
+
+
+def vote_commands(client, live_key: str, events: Iterable[dict[str, Any]]):
+    """record_votes' command pipeline, built and not sent (redis-py packs it as it sends)."""
     pipeline = client.pipeline(transaction=False)
     for event in events:
         pipeline.hincrby(live_key, field(event["post_id"], event["counter"]), event["delta"])
-    pipeline.execute()
+    return pipeline
 
 
 Sums = dict[str, dict[str, int]]  # post_id -> {counter: sum}, every one of COUNTERS
@@ -160,7 +165,10 @@ def _stored(reader, post_ids: list[str]) -> Sums:
 @dataclass(frozen=True)
 class FlushOutcome:
     """One staging key finished: how many posts, in how many parts, how many parts it applied
-    (the others were in the flush log already), and whether an earlier run had left it."""
+    (the others were in the flush log already), and whether an earlier run had left it. Its
+    stages, for the race's breakdown: `started_at` (wall clock, before the RENAME), then
+    `read_s` (RENAME, its WAITAOF, HGETALL), `sum_s` (the hash's fields to sums) and
+    `commit_s` (the Spanner transactions); `seconds` is read_s's HGETALL to the DEL."""
 
     flush_id: str
     posts: int
@@ -168,6 +176,10 @@ class FlushOutcome:
     parts_applied: int
     leftover: bool
     seconds: float
+    started_at: float = 0.0
+    read_s: float = 0.0
+    sum_s: float = 0.0
+    commit_s: float = 0.0
 
 
 class Flusher:
@@ -201,6 +213,7 @@ class Flusher:
         import redis
 
         staging = f"{self.live_key}:flush:{self._new_id()}"
+        started_at, started = time.time(), time.monotonic()
         try:
             # RENAMENX: never overwrite a staging key, whatever happens (its name is new anyway).
             if not self._client.renamenx(self.live_key, staging):
@@ -213,11 +226,17 @@ class Flusher:
             self._client.execute_command("WAITAOF", 1, 0, 0)  # the RENAME on the local disk; no timeout
         self.flushes += 1
         self._fault(AFTER_RENAME, self.flushes)
-        return self._finish(staging, leftover=False, number=self.flushes)
+        return self._finish(staging, leftover=False, number=self.flushes, started_at=started_at,
+                            renamed_s=time.monotonic() - started)
 
-    def _finish(self, staging: str, leftover: bool, number: int) -> FlushOutcome:
+    def _finish(self, staging: str, leftover: bool, number: int, started_at: float | None = None,
+                renamed_s: float = 0.0) -> FlushOutcome:
+        started_at = time.time() if started_at is None else started_at
         started = time.monotonic()
-        sums = sums_of(self._client.hgetall(staging))
+        hash_fields = self._client.hgetall(staging)
+        read = time.monotonic()
+        sums = sums_of(hash_fields)
+        summed = time.monotonic()
         posts = sorted(sums)
         parts = [posts[i:i + POSTS_PER_COMMIT] for i in range(0, len(posts), POSTS_PER_COMMIT)]
         applied = 0
@@ -225,22 +244,27 @@ class Flusher:
             part_sums = {post: sums[post] for post in part_posts}
             applied += run_with_retries(lambda: run_transaction(
                 self._database, lambda transaction: apply_part(transaction, staging, part, part_sums)), RETRY)
+        committed = time.monotonic()
         self._fault(AFTER_COMMIT, number)
         self._client.delete(staging)
-        return FlushOutcome(staging, len(posts), len(parts), applied, leftover, round(time.monotonic() - started, 4))
+        return FlushOutcome(staging, len(posts), len(parts), applied, leftover, round(time.monotonic() - started, 4),
+                            round(started_at, 4), round(renamed_s + read - started, 4), round(summed - read, 4),
+                            round(committed - summed, 4))
 
 
 def run(flusher: Flusher, interval_s: float, stopping: threading.Event,
         log: Callable[[dict], None] = lambda _: None) -> None:
-    """Finishes leftovers, then flushes every `interval_s` (on a fixed beat, like windows) until
-    `stopping` is set, then once more. A Redis error (the server restarting) is logged and the
-    next beat first finishes leftovers again; a Spanner error that outlasts RETRY ends the run."""
+    """Finishes leftovers, then flushes every `interval_s` until `stopping` is set, then once more.
+    The beat is the pipeline's fixed windows': wall-clock multiples of `interval_s`, so that a race
+    started at a given phase meets a flush and a window end at the same moment. A Redis error (the
+    server restarting) is logged and the next beat first finishes leftovers again; a Spanner error
+    that outlasts RETRY ends the run."""
     import redis
 
-    recover, next_beat = True, time.monotonic()
+    recover, next_beat = True, time.time()
     while True:
-        stop = stopping.wait(max(0.0, next_beat - time.monotonic()))
-        next_beat = max(next_beat + interval_s, time.monotonic())
+        stop = stopping.wait(max(0.0, next_beat - time.time()))
+        next_beat = (time.time() // interval_s + 1) * interval_s
         try:
             if recover:
                 for outcome in flusher.finish_leftovers():

@@ -55,6 +55,17 @@ def pane_delta_id(writer: str, window_start_us: int, pane_index: int, window_end
     return f"{writer}:{window_start_us}:{pane_index}:{window_end_us}:{shards}"
 
 
+def pane_window_end_us(delta_id: str) -> int | None:
+    """The window end of a streaming pane's DeltaId of the current format (`pane_delta_id`); None
+    for any other DeltaId (first format, vote state, adjustment, replay)."""
+    if delta_id.startswith("@"):
+        return None
+    parts = delta_id.rsplit(":", 4)
+    if len(parts) != 5 or not all(part.isdigit() for part in parts[1:]):
+        return None
+    return int(parts[3])
+
+
 def vote_delta_id(commit_id: str) -> str:
     """The DeltaId of the delta rows one vote-state commit writes."""
     return f"@vote/{commit_id}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 from hypothesis import given, strategies as st
 
 from schemas.delta_ids import (
-    FIRST_KEY_FORMAT, FIRST_SUM_SHARDS, adjustment_delta_id, forget_event_id, pane_delta_id, replay_delta_id,
-    shards_of_key, sum_shard, vote_delta_id, writer_identity,
+    FIRST_KEY_FORMAT, FIRST_SUM_SHARDS, adjustment_delta_id, forget_event_id, pane_delta_id, pane_window_end_us,
+    replay_delta_id, shards_of_key, sum_shard, vote_delta_id, writer_identity,
 )
 
 
@@ -16,6 +16,16 @@ def test_a_pane_is_spelled_in_its_generations_format_and_the_first_format_stays_
     assert pane_delta_id("old-job", 10, 0, 20, 64, key_format=FIRST_KEY_FORMAT) == "old-job:10:0"
     # Two layouts of the same window start and pane (an update changed the window or the shards): two keys.
     assert len({pane_delta_id(writer, 10, 0, end, shards) for end in (20, 30) for shards in (32, 64)}) == 4
+
+
+@given(st.from_regex(r"[a-z][-a-z0-9]{0,62}", fullmatch=True), st.integers(0, 2**62), st.integers(0, 100),
+       st.integers(1, 2**20))
+def test_a_panes_window_end_is_read_back_from_its_id_and_no_other_id_has_one(name: str, start: int, pane: int,
+                                                                              shards: int) -> None:
+    end = start + 2_000_000
+    assert pane_window_end_us(pane_delta_id(writer_identity(name, 2), start, pane, end, shards)) == end
+    assert pane_window_end_us(pane_delta_id(name, start, pane, end, shards, key_format=FIRST_KEY_FORMAT)) is None
+    assert {pane_window_end_us(f(name)) for f in (vote_delta_id, adjustment_delta_id, replay_delta_id)} == {None}
 
 
 @given(st.text(min_size=1, max_size=128))
