@@ -473,7 +473,7 @@ def race_write_back(res: Resources, database, sizes: Sizes, mode: str, log_dir: 
             "cache_ingest": ingest,
         }
         if mode == DURABLE_MODE:
-            million, _ = phased_bursts(sink, counts, sizes.million, (0.0,), f"{live}-million-", alive, critical_path)
+            million, _ = phased_bursts(sink, counts, sizes.million, (0.0,), f"{live}-million-", alive, lambda *_: {})
             row["million"] = race_summary(million, [{}], (0.0,))
             row["sustained"] = highest_sustained(sink, counts, sizes, f"{live}-steady-", alive)
         sink.close()
@@ -838,7 +838,8 @@ class Sizes:
 FULL = Sizes(race=FULL_RACE, unpipelined_votes=20_000, crash_rate=2_000, crash_seconds=20.0, crash_settle_s=75.0,
              phases=(0.0, 0.5, 1.0, 1.5), million=Race(e2e_votes=1_000_000, e2e_posts=FULL_RACE.e2e_posts),
              sustained_s=120.0,
-             sustained_rates=(150_000, 120_000, 100_000, 80_000, 64_000, 50_000, 40_000, 32_000, 25_000, 20_000, 10_000))
+             # Not above 64,000: at 150,000-80,000 votes/s the Pub/Sub emulator ran out of Java heap.
+             sustained_rates=(64_000, 50_000, 40_000, 32_000, 25_000, 20_000, 10_000))
 QUICK = Sizes(race=QUICK_RACE, unpipelined_votes=2_000, crash_rate=2_000, crash_seconds=4.0, crash_settle_s=4.0,
               phases=(0.0, 1.0), million=Race(e2e_votes=20_000, e2e_posts=QUICK_RACE.e2e_posts), sustained_s=6.0,
               sustained_rates=(16_000, 8_000, 4_000, 2_000))
