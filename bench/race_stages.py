@@ -31,7 +31,7 @@ from google.cloud import pubsub_v1
 from google.cloud.spanner_v1 import param_types
 
 from bench.config import RACE_WINDOW_S
-from local_runner.pubsub_reader import PULL_MAX_MESSAGES, subscriber_client
+from local_runner.pubsub_reader import pull_bundle, subscriber_client
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, Message
 from schemas.delta_ids import pane_window_end_us
 from transforms.parse_and_sum import BundleSums
@@ -88,8 +88,7 @@ def flusher_critical_path(flushes: Sequence[Mapping], last_ack_at: float, exact_
 
 def pull_and_parse(project: str, topic: str, messages: Sequence[Message]) -> dict:
     """The burst's `messages`, published to `topic` (new, with a subscription of its own) and
-    pulled as the local reader pulls (local_runner/pubsub_reader.py: return_immediately, up to
-    PULL_MAX_MESSAGES a bundle, acknowledged), then summed by the chain's BundleSums one bundle at
+    pulled as the local reader pulls (local_runner/pubsub_reader.py `pull_bundle`), then summed by the chain's BundleSums one bundle at
     a time: seconds of each, and the votes summed (checked by the caller)."""
     publisher, subscriber = pubsub_v1.PublisherClient(), subscriber_client()
     topic_path = publisher.topic_path(project, topic)
@@ -100,15 +99,8 @@ def pull_and_parse(project: str, topic: str, messages: Sequence[Message]) -> dic
         future.result(timeout=60)
     bundles, started = [], time.perf_counter()
     while sum(len(b) for b in bundles) < len(messages):
-        bundle: list = []
-        while len(bundle) < PULL_MAX_MESSAGES:
-            response = subscriber.pull(request={"subscription": subscription, "return_immediately": True,
-                                                "max_messages": PULL_MAX_MESSAGES - len(bundle)}, timeout=30)
-            if not response.received_messages:
-                break
-            bundle.extend(response.received_messages)
+        bundle, _ = pull_bundle(subscription)
         if bundle:
-            subscriber.acknowledge(request={"subscription": subscription, "ack_ids": [m.ack_id for m in bundle]})
             bundles.append(bundle)
     pull_s = time.perf_counter() - started
     votes, started = 0, time.perf_counter()

@@ -161,6 +161,24 @@ def subscriber_client() -> Any:
     return _UNLIMITED_CLIENT
 
 
+def pull_bundle(subscription: str) -> tuple[list, int]:
+    """One bundle's pull: up to PULL_MAX_MESSAGES messages, pulled with return_immediately until
+    a pull comes back empty, then acknowledged in one call; (the messages in pull order, pulls)."""
+    client = subscriber_client()
+    received: list = []
+    pulls = 0
+    while len(received) < PULL_MAX_MESSAGES:
+        response = client.pull(request={"subscription": subscription, "return_immediately": True,
+                                        "max_messages": PULL_MAX_MESSAGES - len(received)}, timeout=PULL_TIMEOUT_S)
+        pulls += 1
+        if not response.received_messages:
+            break
+        received.extend(response.received_messages)
+    if received:
+        client.acknowledge(request={"subscription": subscription, "ack_ids": [m.ack_id for m in received]})
+    return received, pulls
+
+
 class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,valid-type]
     """Beam's DirectRunner Pub/Sub read, with bigger pulls, no idle stall and a drain (see the
     module docstring). Subscription resolution and the client cache are Beam's."""
@@ -174,19 +192,7 @@ class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,v
 
     def _pull(self) -> list:
         """Up to PULL_MAX_MESSAGES messages, acknowledged (one call), in pull order."""
-        client = subscriber_client()
-        received: list = []
-        pulls = 0
-        while len(received) < PULL_MAX_MESSAGES:
-            response = client.pull(request={"subscription": self._sub_name, "return_immediately": True,
-                                            "max_messages": PULL_MAX_MESSAGES - len(received)},
-                                   timeout=PULL_TIMEOUT_S)
-            pulls += 1
-            if not response.received_messages:
-                break
-            received.extend(response.received_messages)
-        if received:
-            client.acknowledge(request={"subscription": self._sub_name, "ack_ids": [m.ack_id for m in received]})
+        received, pulls = pull_bundle(self._sub_name)
         self.control.add_pulled(len(received), pulls)
         return received
 
