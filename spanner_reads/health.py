@@ -28,6 +28,7 @@ from google.cloud import spanner
 from spanner_reads.reads import last_fold_snapshot
 from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import fold_cursor, read_changes
+from spanner_store.key_sets import KeySet
 from spanner_store.tables import POSTS, WATERMARK_COLUMNS, PostKey, post_key
 from spanner_store.unfolded import READ_CHUNK, read_unfolded
 
@@ -59,7 +60,7 @@ def _watermark_chunks(snapshot, keyset: spanner.KeySet) -> Iterator[dict[PostKey
 def _candidate_chunks(snapshot, post_ids: Iterable[str]) -> Iterator[dict[PostKey, datetime]]:
     keys = sorted({post_key(p) for p in post_ids})
     for start in range(0, len(keys), READ_CHUNK):
-        yield from _watermark_chunks(snapshot, spanner.KeySet(keys=[list(k) for k in keys[start:start + READ_CHUNK]]))
+        yield from _watermark_chunks(snapshot, KeySet(keys=[list(k) for k in keys[start:start + READ_CHUNK]]))
 
 
 def delta_health(database, recent_window: timedelta = RECENT_WINDOW, full_scan: bool = False) -> DeltaHealth:

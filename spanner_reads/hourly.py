@@ -33,6 +33,7 @@ from google.cloud import spanner
 
 from schemas.counters import Counts
 from schemas.voter_sketch import estimate, union_of
+from spanner_store.key_sets import KeySet
 from spanner_store.tables import (
     COUNTER_COLUMNS, DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, counts_at, hour_timestamp, post_key,
 )
@@ -111,13 +112,13 @@ def hours_of_posts(snapshot, post_ids: Iterable[str], first_hour: int | None = N
         keys = [post_key(p) for p in wanted[start:start + READ_CHUNK]]
         watermarks = {(h, p): hourly_watermark(folded, hourly) for h, p, folded, hourly in snapshot.read(
             POSTS, columns=("PostHash", "PostId", "FoldedThrough", HOURLY_WATERMARK),
-            keyset=spanner.KeySet(keys=[list(key) for key in keys]))}
+            keyset=KeySet(keys=[list(key) for key in keys]))}
         # EventHour is DESC in the key: a post's window runs from its newest hour to its oldest.
         ranges = [spanner.KeyRange(start_closed=[h, p] + ([newest] if newest else []),
                                    end_closed=[h, p] + ([oldest] if oldest else [])) for h, p in watermarks]
         if ranges:
             add(snapshot.read(HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS,
-                              keyset=spanner.KeySet(ranges=ranges)))
+                              keyset=KeySet(ranges=ranges)))
         add(read_unfolded(snapshot, watermarks, ("PostId", "EventHour") + COUNTER_COLUMNS))
     return hours
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
-from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from schemas.counters import Counts
 from schemas.records import PostTotals
 from schemas.voter_sketch import estimate, union_of
+from spanner_store.key_sets import KeySet
 from spanner_store.tables import COUNTER_COLUMNS, POSTS, VOTERS, counts_at, post_key, sketch_value
 from spanner_store.unfolded import READ_CHUNK, read_unfolded
 
@@ -49,7 +49,7 @@ def counts_in_snapshot(snapshot, post_ids: Iterable[str], unique: bool = False) 
         keys = [list(post_key(p)) for p in wanted[start:start + READ_CHUNK]]
         watermarks = {}
         for row in snapshot.read(POSTS, columns=("PostHash", "PostId", "FoldedThrough") + COUNTER_COLUMNS + voters,
-                                 keyset=spanner.KeySet(keys=keys)):
+                                 keyset=KeySet(keys=keys)):
             post_hash, post_id, folded_through = row[:3]
             counts[post_id] = counts_at(row, 3)
             sketches[post_id] = [sketch_value(s) for s in row[3 + len(COUNTER_COLUMNS):]]

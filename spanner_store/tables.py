@@ -15,6 +15,7 @@ from schemas import delta_retention_days, post_hash, user_hash
 from schemas.counters import COLUMNS as COUNTER_COLUMNS
 from schemas.counters import Counts
 from schemas.records import PostDelta
+from spanner_store.key_sets import KeySet
 
 POSTS = "Posts"
 POSTS_BY_UPVOTES = "PostsByUpvotes"
@@ -120,7 +121,7 @@ def post_key(post_id: str) -> PostKey:
 
 def post_rows_range(posts) -> spanner.KeySet:
     """Every row of these posts (PostKeys) in a table keyed (PostHash, PostId, ...): one key range each."""
-    return spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key)) for key in posts])
+    return KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key)) for key in posts])
 
 
 def vote_key(post_id: str, user_id: str) -> tuple[int, str, str]:
@@ -132,7 +133,7 @@ def user_rows_range(*user_ids: str) -> spanner.KeySet:
     """Every row of these users in a table keyed (UserHash, UserId, ...), Votes or UserErasures:
     one key range per user."""
     prefixes = ([user_hash(user_id), user_id] for user_id in user_ids)
-    return spanner.KeySet(ranges=[spanner.KeyRange(start_closed=prefix, end_closed=prefix) for prefix in prefixes])
+    return KeySet(ranges=[spanner.KeyRange(start_closed=prefix, end_closed=prefix) for prefix in prefixes])
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -163,7 +164,7 @@ def committed_after(after: datetime, shard: int | None = None) -> spanner.KeySet
     """The rows of a per-commit table (TopCandidates, DeltaCommits) committed after `after`: one
     key range per shard, of every shard or of one (for parallel readers)."""
     shards = range(COMMIT_SHARDS) if shard is None else (shard,)
-    return spanner.KeySet(ranges=[spanner.KeyRange(start_open=[s, after], end_closed=[s]) for s in shards])
+    return KeySet(ranges=[spanner.KeyRange(start_open=[s, after], end_closed=[s]) for s in shards])
 
 
 def hour_shard(post_hash_value: int) -> int:

@@ -16,15 +16,16 @@ from typing import Iterable, Mapping, Sequence
 from google.cloud import spanner
 
 from schemas.records import CounterSums
+from spanner_store.key_sets import KeySet
 from spanner_store.tables import DELTAS, DELTAS_BY_COMMIT, PostKey, counts_at, sketch_value
 
 # Posts per read call; bounds the size of one request's key set.
 READ_CHUNK = 1_000
 
 
-def unfolded_ranges(watermarks: Mapping[PostKey, datetime], through: datetime | None = None) -> spanner.KeySet:
+def unfolded_ranges(watermarks: Mapping[PostKey, datetime], through: datetime | None = None) -> KeySet:
     """Index ranges of each post's deltas committed after its watermark (and at or before `through`)."""
-    return spanner.KeySet(ranges=[
+    return KeySet(ranges=[
         spanner.KeyRange(start_open=[h, p, after], end_closed=[h, p] if through is None else [h, p, through])
         for (h, p), after in watermarks.items()
     ])

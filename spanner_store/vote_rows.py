@@ -7,11 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Iterable, NamedTuple
 
-from google.cloud import spanner
-
 from schemas.delta_ids import forget_event_id
 from schemas.records import PostUser, hour_of_us
 from schemas.vote_states import Erasure, VoteOrder, order_of
+from spanner_store.key_sets import KeySet
 from spanner_store.tables import (
     USER_ERASURE_COLUMNS, USER_ERASURES, VOTES, micros_timestamp, timestamp_micros, user_rows_range, vote_key,
 )
@@ -54,7 +53,7 @@ def stored(row) -> StoredVote:
 
 def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]:
     """The stored states of these keys (absent: never voted), read by `reader` (a transaction or a snapshot)."""
-    keyset = spanner.KeySet(keys=[list(vote_key(key.post_id, key.user_id)) for key in keys])
+    keyset = KeySet(keys=[list(vote_key(key.post_id, key.user_id)) for key in keys])
     found = (stored(row) for row in reader.read(VOTES, columns=READ_COLUMNS, keyset=keyset))
     return {PostUser(vote.post_id, vote.user_id): vote for vote in found}
 

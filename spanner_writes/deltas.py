@@ -27,6 +27,7 @@ from schemas.records import PostDelta
 from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
+from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, new_row_cost
 from spanner_store.tables import (
     DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS,
@@ -101,7 +102,7 @@ def write_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = N
 
 def existing_delta_keys(database, deltas: list[PostDelta]) -> set[tuple]:
     """The keys among these deltas' that are already in Spanner (strong read)."""
-    keyset = spanner.KeySet(keys=[list(delta_key(d)) for d in deltas])
+    keyset = KeySet(keys=[list(delta_key(d)) for d in deltas])
     with database.snapshot() as snapshot:
         rows = snapshot.read(DELTAS, columns=DELTA_KEY_COLUMNS, keyset=keyset)
         return {(r[0], r[1], r[2], r[3]) for r in rows}

@@ -86,6 +86,7 @@ from schemas.voter_sketch import union_of
 from spanner_store.database import DEFAULT_RETRY, commit_mutations, read_timestamp, run_transaction, run_with_retries
 from spanner_store.delta_commits import FoldCursor, SkippedPost, fold_cursor, read_changes
 from spanner_store.hot_keys import hot_keys_of, read_post_hours
+from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (
     COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
@@ -210,7 +211,7 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
     keys = [[f.key.post_hash, f.key.post_id] for f in folds]
     current = {
         (row[0], row[1]): row
-        for row in transaction.read(POSTS, columns=POST_FOLD_COLUMNS, keyset=spanner.KeySet(keys=keys))
+        for row in transaction.read(POSTS, columns=POST_FOLD_COLUMNS, keyset=KeySet(keys=keys))
     }
     outcome = FoldOutcome()
     post_rows, hot_keys, hour_gains = [], {}, {}
@@ -457,7 +458,7 @@ def read_candidates(database, post_ids: Iterable[str], snapshot_at: datetime,
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
         while chunk := list(itertools.islice(keys, READ_CHUNK)):
             watermarks = {(h, p): wm for h, p, wm in snapshot.read(
-                POSTS, columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(keys=[list(k) for k in chunk]))}
+                POSTS, columns=WATERMARK_COLUMNS, keyset=KeySet(keys=[list(k) for k in chunk]))}
             count_rows(len(watermarks))
             yield from _unfolded_of(snapshot, watermarks, count_rows)
 
@@ -515,7 +516,7 @@ def oldest_unfolded_commit(database, plan: FoldPlan, skipped: list[SkippedPost],
     keys = sorted({(post.post_hash, post.post_id) for post in skipped})
     with database.snapshot(multi_use=True) as snapshot:
         watermarks = {(h, p): wm for h, p, wm in snapshot.read(
-            POSTS, columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(keys=[list(k) for k in keys]))}
+            POSTS, columns=WATERMARK_COLUMNS, keyset=KeySet(keys=[list(k) for k in keys]))}
         commits = [committed_at for (committed_at,) in read_unfolded(snapshot, watermarks, ("CommittedAt",))]
         if cut_short:
             commits += [change.committed_at for shard in range(COMMIT_SHARDS)
