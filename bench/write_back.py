@@ -195,9 +195,9 @@ def wait_exact(counts: Counts, expected: Mapping[str, Mapping[str, int]], timeou
                alive: Callable[[], None]) -> float:
     """Seconds until every count equals `expected`, read as cheaply as the check allows, so that the
     polls load the emulator both approaches write to as little as they can: each poll reads a
-    sample of the posts that did not match yet, and the rest of them only once the sample matches;
-    once none is left, one read of them all must match (a count can pass through its final value
-    on the way; then the check starts over)."""
+    sample of the posts that did not match yet, and all of them once the sample matches. Exact is
+    one read (one snapshot) in which every count matches: a count can pass through its final
+    value on the way, so posts that matched in an earlier read are read again in that one."""
     pending = list(expected)
 
     def unmatched(posts: list[str]) -> list[str]:
@@ -206,14 +206,9 @@ def wait_exact(counts: Counts, expected: Mapping[str, Mapping[str, int]], timeou
 
     def exact() -> bool:
         nonlocal pending
-        sample, rest = unmatched(pending[:EXACT_SAMPLE]), pending[EXACT_SAMPLE:]
-        pending = sample + (rest if sample else unmatched(rest))
-        if pending:
-            return False
-        if counts(list(expected)) == expected:
-            return True
-        pending = list(expected)
-        return False
+        sample = unmatched(pending[:EXACT_SAMPLE])
+        pending = sample + pending[EXACT_SAMPLE:] if sample else unmatched(list(expected))
+        return not pending
     return wait_for(exact, timeout_s, what, alive)
 
 
@@ -522,8 +517,10 @@ def sustained(sink, counts: Counts, rate: float, seconds: float, posts: int, pre
     marker. Held when the sender kept the schedule (never over MAX_BEHIND_S late), every marker
     was seen within LAG_BOUND_S, and every count was exact within LAG_BOUND_S of the last send;
     the load stops as soon as it cannot hold. Either way its counts are exact before it returns."""
+    # Live votes: stamped over the load's own seconds (before it starts, so that none is in the future).
     workload = seeded(Workload(events=int(rate * seconds) + DEFAULT_BATCH_SIZE, posts=posts, zipf=RACE_ZIPF,
-                               seed=SEED, post_prefix=prefix, fractions=write_back_cache.WORKLOAD_FRACTIONS))
+                               seed=SEED, post_prefix=prefix, fractions=write_back_cache.WORKLOAD_FRACTIONS,
+                               span_ms=int(seconds * 1000)))
     poller = MarkerPoller(counts)
     poller.start()
     events = generate_events(workload)

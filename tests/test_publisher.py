@@ -87,6 +87,14 @@ def test_events_have_unique_ids_a_user_and_times_over_two_hours() -> None:
     assert 0.15 < kinds["shares", 1] / len(events) < 0.25 and 0.07 < kinds["upvotes", -1] / len(events) < 0.13
 
 
+def test_live_events_are_stamped_within_their_span() -> None:
+    live = list(generate_events(Workload(events=5_000, posts=100, seed=7, start_time=START, span_ms=1_500)))
+    times = [datetime.fromisoformat(event["event_time"]) for event in live]
+    assert START - timedelta(milliseconds=1_500) <= min(times) < START - timedelta(seconds=1) and max(times) <= START
+    with pytest.raises(ValueError):
+        Workload(events=1, posts=1, span_ms=-1)
+
+
 def test_every_generated_event_is_accepted_with_its_attributes() -> None:
     for event in generate_events(Workload(events=2000, posts=300, seed=1, start_time=START)):
         data, attributes = event_message(event)

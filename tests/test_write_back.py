@@ -193,3 +193,22 @@ def test_a_machine_crash_after_a_flushs_commit_doubles_it_under_everysec_not_alw
         assert everysec["doubled"] > 0
     assert not always["rename_lost"] and always["leftover_staging_keys"] == 1, always
     assert always["lost"] == always["doubled"] == always["lost_gross"] == always["doubled_gross"] == 0, always
+
+
+def test_wait_exact_needs_one_read_in_which_every_count_matches() -> None:
+    """A count can pass through its final value on the way (an un-vote after a vote): exact is one
+    read of every post that matches, not posts that each matched at some time."""
+    expected = {f"p-{i}": {"upvotes": 1, "shares": 0} for i in range(120)}
+    reads: list[list[str]] = []
+    # p-0 reads right on the second read only (then off, then right for good); the rest from the start.
+    p0 = iter([0, 1, 2] + [1] * 100)
+
+    def counts(posts: list[str]) -> dict[str, dict[str, int]]:
+        reads.append(posts)
+        return {post: {"upvotes": next(p0) if post == "p-0" else 1, "shares": 0} for post in posts}
+
+    bench_write_back.wait_exact(counts, expected, timeout_s=5.0, what="test", alive=lambda: None)
+    full = [i for i, posts in enumerate(reads) if len(posts) == len(expected)]
+    assert full and reads[full[-1]] == list(expected)  # it ended on a read of every post
+    assert all(len(posts) <= bench_write_back.EXACT_SAMPLE for i, posts in enumerate(reads) if i not in full)
+    assert len(full) >= 2  # the full read that caught p-0 off its value did not end it

@@ -29,7 +29,7 @@ OTHER_COUNTERS = tuple(counter for counter in COUNTERS if counter is not RANKING
 DEFAULT_FRACTIONS: Mapping[str, float] = {counter.name: counter.generated_fraction for counter in OTHER_COUNTERS}
 UPVOTES_ONLY: Mapping[str, float] = {counter.name: 0.0 for counter in OTHER_COUNTERS}
 
-SPAN_MS = 2 * 3600 * 1000  # generated event times cover the two hours before the start time
+SPAN_MS = 2 * 3600 * 1000  # by default, generated event times cover the two hours before the start time
 # Events per message for generated workloads: each message costs the same fixed work in Pub/Sub
 # and in the pipeline whatever it carries (see docs/benchmarks.md); 500 events of about
 # 200 bytes are about 100 KB, well inside the 1 MB batch limit.
@@ -45,8 +45,9 @@ class Workload:
     with the probability `fractions` gives it (by counter name; DEFAULT_FRACTIONS for those it
     does not name), an un-vote (-1 upvotes) with probability unvote_fraction, otherwise an
     upvote (+1).
-    Event times rise through the two hours before start_time (default: now; a naive
-    datetime is taken as UTC), so at least two event hours appear.
+    Event times rise through the span_ms milliseconds before start_time (default: now; a naive
+    datetime is taken as UTC). The default span, two hours, makes at least two event hours
+    appear; a burst of live votes, stamped as they are cast, is a span of a few seconds.
     """
 
     events: int
@@ -59,10 +60,13 @@ class Workload:
     start_time: datetime | None = None
     post_prefix: str = "p-"  # post IDs are <post_prefix><rank>
     voters: int = 1_000_000  # user IDs are u-0 .. u-<voters - 1>, drawn uniformly
+    span_ms: int = SPAN_MS
 
     def __post_init__(self) -> None:
         if self.events < 0 or self.invalid < 0:
             raise ValueError("the numbers of events and invalid messages must not be negative")
+        if self.span_ms < 0:
+            raise ValueError("the span of event times must not be negative")
         if self.posts < 1:
             raise ValueError("posts must be at least 1")
         if self.voters < 1:
@@ -111,7 +115,7 @@ def generate_events(workload: Workload) -> Iterator[dict[str, Any]]:
         kind = rng.random()
         counter, delta = next((event for cut, event in cuts if kind < cut), (RANKING.contract_name, 1))
         # Rising times with jitter, like a live stream, ending just before start_time.
-        event_ms = start_ms - int(SPAN_MS * (workload.events - index - rng.random()) / workload.events)
+        event_ms = start_ms - int(workload.span_ms * (workload.events - index - rng.random()) / workload.events)
         yield {
             "post_id": f"{workload.post_prefix}{rank}",
             "counter": counter,
