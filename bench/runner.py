@@ -1,8 +1,14 @@
-"""Runs every benchmark on freshly started emulators, each in a process of its own, and reports.
+"""Runs every benchmark on emulators of its own, each in a process of its own, and reports.
 
 A process per benchmark (multiprocessing "spawn") makes each benchmark's peak RSS its own
 (ru_maxrss only ever grows) and keeps one benchmark's imports, threads and garbage out of
-the next one's CPU measurements.
+the next one's CPU measurements. Emulators per benchmark (started, provisioned and stopped
+around it, about 15 s) keep what one benchmark wrote out of the next one's figures: the
+Spanner emulator keeps every version of every row and frees nothing, so in one full run on
+shared emulators the last benchmark (trending, seeding 1,000,000 posts) ran on an emulator
+holding the earlier ones' tens of millions of votes, and its commits timed out. Each finished
+benchmark's result is also written to logs/run-in-progress.json, so that a failure late in a
+run loses only the benchmark that failed.
 """
 from __future__ import annotations
 
@@ -25,10 +31,11 @@ from bench.registry import BENCHMARKS, benchmark, run_sizes
 from bench.stack import bench_resources, provision_bench
 import schemas
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
-from upvotes.devtools.emulators import running_emulators
+from upvotes.devtools.emulators import ENV_VARS, PID_ENV_VARS, running_emulators
 from upvotes.resources import Resources
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+IN_PROGRESS_NAME = "run-in-progress.json"  # in the logs directory: the results so far of the run going on
 
 
 def say(message: str) -> None:
@@ -60,6 +67,25 @@ def run_isolated(name: str, sizes: Any, res: Resources, log_dir: Path) -> dict:
         return pool.submit(_run_benchmark, name, sizes, res, log_dir).result()
 
 
+def run_on_own_emulators(name: str, sizes: Any, log_dir: Path) -> dict:
+    """`run_isolated` on emulators started for it (or the ones the environment names, reused,
+    as `running_emulators` does) and a database provisioned for it."""
+    inherited = {var: os.environ.get(var) for var in (*ENV_VARS.values(), *PID_ENV_VARS.values())}
+    try:
+        with running_emulators(log_dir, say) as env:
+            os.environ.update(env)
+            res = bench_resources(uuid.uuid4().hex[:8])
+            say(f"provisioning {res.instance}/{res.database}")
+            provision_bench(res)
+            return run_isolated(name, sizes, res, log_dir)
+    finally:  # the next benchmark starts emulators of its own, not these (stopped by now)
+        for var, value in inherited.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
 def _earlier_results(out_dir: Path, sizes: RunSizes, fresh: dict) -> dict:
     """The latest.json a partial run updates: it must exist and be of the same size."""
     path = out_dir / report.JSON_NAME
@@ -81,19 +107,16 @@ def run(quick: bool, out_dir: Path, only: tuple[str, ...] = ()) -> dict:
     document: dict = {"machine": machine_info(), "sizes": sizes.as_dict(), "benchmarks": {}}
     if only:
         document = _earlier_results(out_dir, sizes, document)
-    with running_emulators(log_dir, say) as env:
-        os.environ.update(env)
-        # A classic session pool: the default multiplexed sessions break concurrent
-        # read-write transactions on the emulator.
-        os.environ["GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW"] = "false"
-        res = bench_resources(uuid.uuid4().hex[:8])
-        say(f"provisioning {res.instance}/{res.database}")
-        provision_bench(res)
-        for name in only or BENCHMARKS:
-            say(f"{name} ...")
-            result = run_isolated(name, sizes[name], res, log_dir)
-            document["benchmarks"][name] = result
-            say(f"{name}: {result['seconds']:.0f} s, peak RSS {result['peak_rss']['self_mib']:.0f} MiB")
+    # A classic session pool: the default multiplexed sessions break concurrent
+    # read-write transactions on the emulator.
+    os.environ["GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW"] = "false"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for name in only or BENCHMARKS:
+        say(f"{name} ...")
+        result = run_on_own_emulators(name, sizes[name], log_dir)
+        document["benchmarks"][name] = result
+        (log_dir / IN_PROGRESS_NAME).write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
+        say(f"{name}: {result['seconds']:.0f} s, peak RSS {result['peak_rss']['self_mib']:.0f} MiB")
     document["total_seconds"] = round(time.perf_counter() - started, 1)
     if only:
         document["partial_runs"] = document.get("partial_runs", []) + [
