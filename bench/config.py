@@ -1,6 +1,6 @@
 """Sizes shared by benchmarks: the race's burst, and a run's collection of every benchmark's sizes.
 
-Each benchmark's own sizes (full run, about 70 minutes on 2 cores in all, and the --quick smoke
+Each benchmark's own sizes (full run, about 45 minutes on 2 cores in all, and the --quick smoke
 run) are a frozen dataclass `Sizes` in its module, with module-level FULL and QUICK."""
 from __future__ import annotations
 
