@@ -88,8 +88,9 @@ def flusher_critical_path(flushes: Sequence[Mapping], last_ack_at: float, exact_
 
 def pull_and_parse(project: str, topic: str, messages: Sequence[Message]) -> dict:
     """The burst's `messages`, published to `topic` (new, with a subscription of its own) and
-    pulled as the local reader pulls (local_runner/pubsub_reader.py `pull_bundle`), then summed by the chain's BundleSums one bundle at
-    a time: seconds of each, and the votes summed (checked by the caller)."""
+    pulled as the local reader pulls (local_runner/pubsub_reader.py `pull_bundle`), then summed by
+    the chain's BundleSums one bundle at a time: seconds of each, and the votes summed (checked by
+    the caller)."""
     publisher, subscriber = pubsub_v1.PublisherClient(), subscriber_client()
     topic_path = publisher.topic_path(project, topic)
     subscription = subscriber.subscription_path(project, f"{topic}-sub")

@@ -3,7 +3,7 @@
 A process per benchmark (multiprocessing "spawn") makes each benchmark's peak RSS its own
 (ru_maxrss only ever grows) and keeps one benchmark's imports, threads and garbage out of
 the next one's CPU measurements. Emulators per benchmark (started, provisioned and stopped
-around it, about 15 s) keep what one benchmark wrote out of the next one's figures: the
+around it, about 6 s) keep what one benchmark wrote out of the next one's figures: the
 Spanner emulator keeps every version of every row and frees nothing, so in one full run on
 shared emulators the last benchmark (trending, seeding 1,000,000 posts) ran on an emulator
 holding the earlier ones' tens of millions of votes, and its commits timed out. Each finished

@@ -10,10 +10,9 @@ big exact read after the reads themselves.
 What: `KeySet` is the client's `KeySet` (same arguments, same `KeyRange`s, accepted wherever
 the client takes one: reads, deletes) whose protobuf is built once, as a raw message (strings and
 integers written directly, any other value in the client's own encoding, `_make_value_pb`), then
-wrapped without a copy. It is the
-same message: tests/test_key_sets.py holds its bytes to the client's for keys and every kind of
-range bound. `_to_pb` and `_make_value_pb` are the client's private names (what
-`Snapshot.read` and `Batch.delete` call); that test fails if they change.
+wrapped without a copy. It is the same message: tests/test_key_sets.py holds its bytes to the
+client's for keys and every kind of range bound. `_to_pb` and `_make_value_pb` are the client's
+private names (what `Snapshot.read` and `Batch.delete` call); that test fails if they change.
 """
 from __future__ import annotations
 
@@ -39,8 +38,9 @@ class KeySet(spanner.KeySet):
             for bound in _BOUNDS:
                 values = getattr(key_range, bound)
                 if values is not None:
-                    getattr(raw_range, bound).SetInParent()  # an empty bound is there, and means "to the end"
-                    _encode(values, getattr(raw_range, bound))
+                    raw_bound = getattr(raw_range, bound)
+                    raw_bound.SetInParent()  # an empty bound is there, and means "to the end"
+                    _encode(values, raw_bound)
         return KeySetMessage.wrap(raw)
 
 
