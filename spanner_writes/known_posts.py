@@ -1,6 +1,7 @@
 """KnownPosts: the posts whose Posts row a writer has seen committed, so that its next commits
 need not write that row again. The streaming sink (spanner_writes/deltas.py) and the vote-state
-sink (spanner_writes/votes.py) each keep one.
+sink (spanner_writes/votes.py) each keep one per process, shared by their DoFn's copies and a
+worker's threads (transforms/per_process.py), so it is thread-safe.
 
 Why: a delta row is interleaved in its post's Posts row, which must exist, so a commit used to
 upsert the key of every post it names. For a post that votes keep reaching, window after window,
@@ -17,6 +18,7 @@ having written nothing (`lost_a_known_parent`), and the writer commits again wit
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Collection, Iterable
 
@@ -36,25 +38,29 @@ class KnownPosts:
             raise ValueError("capacity must be at least 1")
         self._capacity = capacity
         self._posts: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._posts)
 
     def among(self, post_ids: Iterable[str]) -> frozenset[str]:
         """Those of `post_ids` whose Posts row is known to exist."""
-        return frozenset(post for post in post_ids if post in self._posts)
+        with self._lock:
+            return frozenset(post for post in post_ids if post in self._posts)
 
     def add(self, post_ids: Iterable[str]) -> None:
         """Records `post_ids` as committed (their Posts rows exist), the most recent last."""
-        for post in post_ids:
-            self._posts[post] = None
-            self._posts.move_to_end(post)
-        while len(self._posts) > self._capacity:
-            self._posts.popitem(last=False)
+        with self._lock:
+            for post in post_ids:
+                self._posts[post] = None
+                self._posts.move_to_end(post)
+            while len(self._posts) > self._capacity:
+                self._posts.popitem(last=False)
 
     def forget(self, post_ids: Iterable[str]) -> None:
-        for post in post_ids:
-            self._posts.pop(post, None)
+        with self._lock:
+            for post in post_ids:
+                self._posts.pop(post, None)
 
 
 def lost_a_known_parent(error: exceptions.NotFound, present: Collection[str]) -> bool:

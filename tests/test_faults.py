@@ -156,7 +156,7 @@ class ContinuousWriter(threading.Thread):
     def __init__(self, stack: Resources, prefix: str, posts: int, pause_s: float) -> None:
         super().__init__(daemon=True)
         self.fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=1000)
-        self.fn._database = open_database(stack.project, stack.instance, stack.database)
+        self.fn.setup()
         self.prefix, self.posts, self.pause_s = prefix, posts, pause_s
         self.lock = threading.Lock()
         self.committed: dict[str, Counts] = {}  # post -> the counts acknowledged
@@ -342,7 +342,11 @@ CUT_SHORT = re.compile(r"^upvotes stream: stopped at once \(second signal, SIGTE
 
 def test_a_second_sigterm_stops_at_once_and_says_what_it_loses(streaming_stack) -> None:
     """The drain is stuck (the Spanner emulator frozen under the sink): a second SIGTERM ends the
-    stream at once, exit 4, and its report bounds what was lost, which a restart confirms."""
+    stream at once, exit 4, and its report bounds what was lost, which a restart confirms.
+
+    The stuck commit is ambiguous: the sink's channel was open, so its request may have reached the
+    frozen emulator, which then applies it when it resumes, though the stream is gone. It commits
+    the whole batch or none of it, and nothing of it comes back to the restarted stream."""
     pid = os.environ.get(emulators.PID_ENV_VARS[emulators.SPANNER])
     if not pid:
         pytest.skip("needs a Spanner emulator started by this test session (to freeze it)")
@@ -370,12 +374,15 @@ def test_a_second_sigterm_stops_at_once_and_says_what_it_loses(streaming_stack) 
     restarted = start()  # the stuck batch was acknowledged on pull: it never comes back
     wait_until(lambda: log.read_text(errors="replace").count("streaming pipeline starting") >= 2, SETTLE_TIMEOUT_S,
                "the restarted stream to start", restarted, log)
-    assert_stays(lambda: not any(t.counts.upvotes for t in exact_counts(database, [e["post_id"] for e in stuck])),
-                 3 * WINDOW_S, "nothing of the stuck batch counted by the restarted stream")
+
+    def stuck_counts() -> list[int]:
+        return [t.counts.upvotes for t in exact_counts(database, [e["post_id"] for e in stuck])]
+    assert_stays(lambda: stuck_counts() in ([0] * len(stuck), [1] * len(stuck)), 3 * WINDOW_S,
+                 "the stuck batch counted once, whole (its commit landed), or not at all, and never again")
     assert local_stream.stop(restarted) == 0
     assert verify_totals(database, ledger_of(counted).totals) == []
-    lost = len(stuck) - sum(t.counts.upvotes for t in exact_counts(database, [e["post_id"] for e in stuck]))
-    assert lost == len(stuck)  # nothing of it was written before the stop
+    lost = len(stuck) - sum(stuck_counts())
+    assert lost in (0, len(stuck))
     assert unwritten + 100 * unparsed >= lost  # the report is an upper bound of the loss
     print(f"\nsecond SIGTERM: reported up to {unwritten} votes unwritten and {unparsed} messages unparsed; lost {lost}")
 

@@ -3,13 +3,15 @@ is upserted by its first commit only, and a row deleted behind the sink's back i
 from __future__ import annotations
 
 import pytest
+from apache_beam.testing.test_stream import TestStream
 
 from schemas.records import PostDelta
 from spanner_reads.reads import exact_counts
 from spanner_store.database import commit_mutations
 from spanner_store.tables import POSTS, post_key
 from spanner_writes.known_posts import KnownPosts
-from transforms.spanner_sink import WriteDeltasFn
+from tests.support.streams import streaming_pipeline
+from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
 from upvotes.devtools.commit_meter import _table_of, metering_commits
 
 HOUR = 1_795_312_800
@@ -57,6 +59,22 @@ def test_the_sink_upserts_a_posts_row_in_its_first_commit_only_and_counts_exactl
         for window in range(3):
             assert bundle(fn, [PostDelta.of(p, HOUR, f"known:{window}", upvotes=1 + i, events=1)
                                for i, p in enumerate(posts)]) == []
+    assert meter.commits == [5, 0, 0]
+    assert [t.counts.upvotes for t in exact_counts(database, posts)] == [3 * (1 + i) for i in range(5)]
+
+
+def test_on_the_direct_runner_a_posts_row_is_upserted_once_across_bundles(stack, database) -> None:
+    """The DirectRunner copies the sink's DoFn and calls its setup for every bundle; what the sink
+    knows lives per process (transforms/per_process.py), so the next bundles upsert no Posts row."""
+    posts = [f"bundles-{i}" for i in range(5)]
+    stream = TestStream()
+    for window in range(3):
+        stream = stream.add_elements([PostDelta.of(p, HOUR, f"bundles:{window}", upvotes=1 + i, events=1)
+                                      for i, p in enumerate(posts)])
+    meter = PostsRowsPerCommit()
+    with metering_commits(meter), streaming_pipeline() as pipeline:
+        pipeline | stream.advance_watermark_to_infinity() | WriteDeltaRows(
+            stack.project, stack.instance, stack.database, rows_per_commit=1000)
     assert meter.commits == [5, 0, 0]
     assert [t.counts.upvotes for t in exact_counts(database, posts)] == [3 * (1 + i) for i in range(5)]
 

@@ -86,6 +86,7 @@ def test_injected_aborts_are_retried_and_unseen_successes_are_not_counted_twice(
     items = [PostDelta.of(f"flaky-{writer}-{i % 5}", HOUR, f"{writer}:{i}:0", upvotes=1, events=1) for i in range(200)]
     flaky = FlakyDatabase(database, fail_before=fail_before, fail_after=fail_after, seed=7)
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
+    fn.setup()
     fn._database = flaky  # the real emulator database, with faults injected around its commits
     fn.start_bundle()
     failed = [out for d in items for out in fn.process(d)] + list(fn.finish_bundle())
@@ -120,6 +121,7 @@ def test_an_error_a_retry_fixes_on_one_commit_writes_every_row_and_dead_letters_
     items = [PostDelta.of(f"{writer}-{i % 5}", HOUR, f"{writer}:{i}:0", upvotes=1, events=1) for i in range(100)]
     flaky = FlakyDatabase(database, error=RETRYABLE_ERRORS[name], fail_commits={2})
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
+    fn.setup()
     fn._database = flaky
     assert dead_letters_of_bundle(fn, items) == []
     assert flaky.injected_before == 1
@@ -132,6 +134,7 @@ def test_a_permanent_error_on_one_commit_dead_letters_that_commit_only(stack, da
     items = [PostDelta.of(f"{writer}-{i % 5}", HOUR, f"{writer}:{i}:0", upvotes=1, events=1) for i in range(100)]
     flaky = FlakyDatabase(database, error=exceptions.InvalidArgument, fail_commits={2})
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
+    fn.setup()
     fn._database = flaky
     failed = dead_letters_of_bundle(fn, items)
     assert len(failed) == 20 and all(f.error.startswith("spanner_write_failed: 400 injected") for f in failed)

@@ -15,12 +15,14 @@ from __future__ import annotations
 from typing import Iterator
 
 from apache_beam.metrics import Metrics
+from google.cloud.spanner_v1.database import Database
 
 from schemas.records import FailedDelta, PostDelta
 from spanner_store.database import RetryPolicy, open_database
 from spanner_writes.deltas import WriteResult, plan_commits, write_new_deltas
 from spanner_writes.known_posts import KnownPosts
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
+from transforms.per_process import PerProcess
 
 
 def _dead_letters(batch: list[PostDelta], error: str) -> Iterator[FailedDelta]:
@@ -56,11 +58,12 @@ class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], 
         self._where = (project, instance, database)
         self._rows_written = Metrics.counter("WriteDeltaRows", "rows_written")
         self._rows_already = Metrics.counter("WriteDeltaRows", "rows_already_written")
-        # The posts this instance has committed: their Posts rows are not upserted again.
-        self._known_posts = KnownPosts()
+        self._per_process: PerProcess[tuple[Database, KnownPosts]] = PerProcess()
 
     def setup(self) -> None:
-        self._database = open_database(*self._where)
+        # One client per process, and the posts this process has committed: their Posts rows are
+        # not upserted again. Kept across bundles: the DirectRunner calls setup for each one.
+        self._database, self._known_posts = self._per_process.get(lambda: (open_database(*self._where), KnownPosts()))
 
     def _commit_once(self, batch: list[PostDelta]) -> WriteResult:
         result = write_new_deltas(self._database, batch, self._known_posts)

@@ -14,6 +14,7 @@ letters, to be replayed through the same path.
 from __future__ import annotations
 
 from apache_beam.metrics import Metrics
+from google.cloud.spanner_v1.database import Database
 
 from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import LatestVote, keep_latest
@@ -21,6 +22,7 @@ from spanner_store.database import RetryPolicy, open_database
 from spanner_writes.known_posts import KnownPosts
 from spanner_writes.votes import VoteChanges, apply_vote_states, plan_batches
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
+from transforms.per_process import PerProcess
 from transforms.parse_and_sum import ShardVotes
 
 States = dict[PostUser, LatestVote]
@@ -60,12 +62,13 @@ class ApplyVoteStatesFn(BufferedSinkFn[tuple[int, ShardVotes], States, States, F
         self._applied = Metrics.counter("ApplyVoteStates", "states_applied")
         self._superseded = Metrics.counter("ApplyVoteStates", "states_superseded")
         self._delta_rows = Metrics.counter("ApplyVoteStates", "delta_rows_written")
+        self._per_process: PerProcess[tuple[Database, KnownPosts]] = PerProcess()
 
     def setup(self) -> None:
-        self._database = open_database(*self._where)
-        # The posts this worker's transactions made sure have a Posts row: their keys are not
-        # upserted again, so no transaction writes (and locks) a hot post's row (spanner_writes/votes.py).
-        self._known_posts = KnownPosts()
+        # One client per process, and the posts this process's transactions made sure have a Posts
+        # row: their keys are not upserted again, so no transaction writes (and locks) a hot post's
+        # row (spanner_writes/votes.py). Kept across bundles (transforms/per_process.py).
+        self._database, self._known_posts = self._per_process.get(lambda: (open_database(*self._where), KnownPosts()))
 
     def _apply_once(self, batch: States) -> VoteChanges:
         changes = apply_vote_states(self._database, batch, known=self._known_posts)
