@@ -295,16 +295,14 @@ def seed_posts(sink, counts: Counts, workload: Workload, alive: Callable[[], Non
     return expected
 
 
-def burst(sink, counts: Counts, workload: Workload, marker_prefix: str, alive: Callable[[], None],
+def burst(sink, counts: Counts, workload: Workload, ledger: Ledger, marker_prefix: str, alive: Callable[[], None],
           before: Mapping[str, Mapping[str, int]]) -> Burst:
     """The race's burst through `sink`, a marker in every batch; timed until every count, on top
-    of `before`, is exact. The ledger is built before the clock starts, from the same events
-    (`seeded`), so that its bookkeeping is in neither approach's time (nor takes a core from it)."""
+    of `before`, is exact. `ledger` holds the same events (`seeded`), built by the caller before
+    the burst's phase, so that its bookkeeping is in neither approach's time (nor takes a core from
+    it) and the clock starts at the phase."""
     if sink.recorded is not None:
         sink.recorded.clear()  # this burst's messages only
-    ledger = Ledger()
-    for event in generate_events(workload):
-        ledger.add(event)
     burst_totals = write_back_cache.its_counters(ledger.totals)
     poller = MarkerPoller(counts)
     poller.start()
@@ -350,13 +348,16 @@ CriticalPath = Callable[[str, Burst], dict]  # (the burst's post prefix, the bur
 def phased_bursts(sink, counts: Counts, race: Race, phases: tuple[float, ...], prefix: str,
                   alive: Callable[[], None], critical_path: CriticalPath) -> tuple[list[Burst], list[dict]]:
     """One burst of `race` per phase of the shared beat (race_stages.wait_for_phase), each on posts
-    of its own, seeded first; returns the bursts and their stages."""
+    of its own, seeded first, its first send at its phase; returns the bursts and their stages."""
     results, stages = [], []
     for index, phase in enumerate(phases):
         workload = seeded(race_workload(race, f"{prefix}{index}-", write_back_cache.WORKLOAD_FRACTIONS))
         before = seed_posts(sink, counts, workload, alive)
+        ledger = Ledger()
+        for event in generate_events(workload):
+            ledger.add(event)
         race_stages.wait_for_phase(phase)
-        result = burst(sink, counts, workload, f"{prefix}{index}-m-", alive, before)
+        result = burst(sink, counts, workload, ledger, f"{prefix}{index}-m-", alive, before)
         results.append(result)
         stages.append(result.sender | critical_path(f"{prefix}{index}-", result))
     return results, stages
@@ -832,8 +833,14 @@ class Sizes:
     sustained_rates: tuple[int, ...]  # votes/s tried, highest first, until one holds
 
 
+# Where the full race's bursts start in the 2 s beat: 16, evenly spaced. A burst's wait for the beat
+# depends on where its send ends, so the mean over N evenly spaced phases is off the mean over every
+# phase (half the beat) by up to half their spacing, the send's length deciding the sign: with the 4
+# phases of earlier runs, up to 0.25 s (measured: the write-back's sends of about 0.97 s waited 0.77 s
+# on average in one full run and 1.22 s in the next). With 16, up to 0.06 s.
+RACE_PHASES = tuple(i * RACE_WINDOW_S / 16 for i in range(16))
 FULL = Sizes(race=FULL_RACE, unpipelined_votes=20_000, crash_rate=2_000, crash_seconds=20.0, crash_settle_s=75.0,
-             phases=(0.0, 0.5, 1.0, 1.5), million=Race(e2e_votes=1_000_000, e2e_posts=FULL_RACE.e2e_posts),
+             phases=RACE_PHASES, million=Race(e2e_votes=1_000_000, e2e_posts=FULL_RACE.e2e_posts),
              sustained_s=120.0,
              # Not above 64,000: at 150,000-80,000 votes/s the Pub/Sub emulator ran out of Java heap.
              sustained_rates=(64_000, 50_000, 40_000, 32_000, 25_000, 20_000, 10_000))
