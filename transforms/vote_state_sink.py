@@ -22,8 +22,8 @@ from spanner_store.database import RetryPolicy, open_database
 from spanner_writes.known_posts import KnownPosts
 from spanner_writes.votes import VoteChanges, apply_vote_states, plan_batches
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
-from transforms.per_process import PerProcess
 from transforms.parse_and_sum import ShardVotes
+from transforms.per_process import PerProcess
 
 States = dict[PostUser, LatestVote]
 
