@@ -189,6 +189,11 @@ CREATE TABLE TopPostsActiveVersion (
 -- readable (set when a newer version replaces it), with what its publication cost.
 -- Version numbers grow by one per publication, but under the ViewName key, so new
 -- versions do not pile onto the end of one key space.
+-- Certified: whether the ranking was certified when it was ranked (the read's `exact`: these are
+-- the top K by the view's score at its snapshot), and Bound: the most a post left out may score
+-- (NULL when every post was considered). A version is published uncertified only when its
+-- publisher asks for it (`--allow-uncertified`); pages show both. NULL: a version published
+-- before the columns, whose certification was never recorded.
 CREATE TABLE TopPostsVersions (
   ViewName      STRING(64) NOT NULL,
   Version       INT64 NOT NULL,
@@ -198,6 +203,8 @@ CREATE TABLE TopPostsVersions (
   RowsWritten   INT64 NOT NULL,
   RowsRetired   INT64 NOT NULL,
   FoldedThrough TIMESTAMP,
+  Certified     BOOL,
+  Bound         FLOAT64,
 ) PRIMARY KEY (ViewName, Version DESC),
   INTERLEAVE IN PARENT TopPostsActiveVersion ON DELETE CASCADE;
 

@@ -22,24 +22,29 @@ ChangesThrough < S, see spanner_writes/folding.py) in a commit whose candidate r
 list p, so that delta adds at most that row's Threshold. Hence every post left out has exact upvotes <= F + T =: bound. The answer is
 certified exact (`exact=True`) when the index held fewer than K+m posts (then every post
 was considered) or when the K-th post's exact upvotes >= bound (ties at the boundary may be
-broken either way). Otherwise the listed posts have their exact counts, and no post left
-out has more than `bound` upvotes.
+broken either way).
+
+When the bound is in the way, the read reads what decides it (spanner_reads/fresh_side.py): the
+posts of the commits whose thresholds are largest, until the thresholds left are within what the
+K-th beats (each post of a commit read is then considered, so that commit bounds nothing), and the
+folded side deeper when F itself is, all within its budget. Otherwise the listed posts have their
+exact counts, and no post left out has more than `bound` upvotes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
+from typing import Iterable
 
 from schemas import post_hash
 from schemas.records import PostTotals
-from spanner_reads.reads import counts_in_snapshot, last_fold_snapshot, ranked_posts
+from spanner_reads.fresh_side import (
+    DEFAULT_EXTRA, EPOCH, RESOLVE_POSTS, Resolver, commits_to_read, read_fresh_side,
+)
+from spanner_reads.reads import counts_in_snapshot, ranked_posts
 from spanner_store.database import read_timestamp
-from spanner_store.delta_commits import fold_cursor
-from spanner_store.top_candidates import candidates_since
 
-# m: folded posts read beyond K, so that posts falling back can be replaced by the next ones.
-DEFAULT_EXTRA = 20
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+__all__ = ["DEFAULT_EXTRA", "EPOCH", "FreshTop", "fresh_top"]
 
 
 @dataclass(frozen=True)
@@ -51,28 +56,55 @@ class FreshTop:
     bound: int | None  # no post left out has more upvotes than this; None: every post was considered
     considered: int  # posts whose exact counts were read
     candidate_rows: int  # TopCandidates rows read (commits since the fold cursor)
+    commits_read: int = 0  # commits whose every post was read, to certify the answer
 
 
-def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0) -> FreshTop:
+def _order(totals: PostTotals) -> tuple:
+    """The index's own tie order (PostHash, PostId), so equal counts always come out the same way."""
+    return (-totals.counts.upvotes, post_hash(totals.post_id), totals.post_id)
+
+
+def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0,
+              resolve_posts: int = RESOLVE_POSTS) -> FreshTop:
     """The top `k` posts by exact upvotes (see the module docstring), read in one snapshot,
-    strong or `staleness_s` seconds old."""
+    strong or `staleness_s` seconds old, adding at most `resolve_posts` posts to certify it."""
     if k < 1 or extra < 0:
         raise ValueError("k must be at least 1 and extra at least 0")
     options = {"exact_staleness": timedelta(seconds=staleness_s)} if staleness_s > 0 else {}
     with database.snapshot(multi_use=True, **options) as snapshot:
-        folded = ranked_posts(snapshot, k + extra)
-        folded_through = last_fold_snapshot(snapshot)
-        cursor = fold_cursor(snapshot)
-        # No cursor: a database whose folds predate the change log; each of those scanned every post.
-        since = cursor.changes_through if cursor else folded_through or EPOCH
-        skipped = sorted(post.post_id for post in cursor.skipped) if cursor else []
-        candidates = candidates_since(snapshot, since)
-        considered = list(dict.fromkeys([p.post_id for p in folded] + sorted(candidates.post_ids) + skipped))
-        counts = counts_in_snapshot(snapshot, considered)
+        side = read_fresh_side(snapshot)
+        resolver = Resolver(snapshot, side.candidates, resolve_posts)
+        counts: dict[str, PostTotals] = {}
+
+        def consider(post_ids: Iterable[str]) -> None:
+            new = [p for p in dict.fromkeys(post_ids) if p not in counts]
+            counts.update((t.post_id, t) for t in counts_in_snapshot(snapshot, new))
+
+        limit = k + extra
+        folded = ranked_posts(snapshot, limit)
+        consider([p.post_id for p in folded] + sorted(side.candidates.post_ids) + side.skipped)
+        while True:
+            ranked = sorted(counts.values(), key=_order)[:k]
+            complete = len(folded) < limit  # the index held fewer: every post was considered
+            floor = None if complete else folded[-1].counts.upvotes
+            bound = None if floor is None else floor + sum(c.threshold for c in resolver.open_commits)
+            exact = bound is None or (len(ranked) == k and ranked[-1].counts.upvotes >= bound)
+            if exact:
+                break
+            room = ranked[-1].counts.upvotes - floor if len(ranked) == k else -1
+            if room < 0:  # the folded side itself is in the way: read deeper into the index
+                if not resolver.spend(3 * limit):
+                    break
+                limit *= 4
+                folded = ranked_posts(snapshot, limit)
+                consider(p.post_id for p in folded)
+                continue
+            added = resolver.read(commits_to_read(
+                [(c.commit_id, c.threshold) for c in resolver.open_commits if c.threshold > 0], room, strict=False),
+                counts)
+            if added is None:
+                break
+            consider(added)
         as_of = read_timestamp(snapshot)
-    # The index's own tie order (PostHash, PostId), so equal counts always come out the same way.
-    ranked = sorted(counts, key=lambda t: (-t.counts.upvotes, post_hash(t.post_id), t.post_id))[:k]
-    complete = len(folded) < k + extra
-    bound = None if complete else folded[-1].counts.upvotes + candidates.threshold_sum
-    exact = complete or (len(ranked) == k and ranked[-1].counts.upvotes >= bound)
-    return FreshTop(ranked, as_of, folded_through, exact, bound, len(considered), candidates.rows)
+    return FreshTop(ranked, as_of, side.folded_through, exact, bound, len(counts), side.candidates.rows,
+                    resolver.commits_read)

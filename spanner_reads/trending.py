@@ -28,32 +28,39 @@ is in neither ranking (an answer with fewer than K posts lists every post that h
   certify the K-th, d grows fourfold and the lists are read again; rounds end when every list
   is exhausted or at MAX_DEPTH. Hours sliding out of the window change the answer with no vote.
 
+Certified when it can be: when those bounds leave the K-th uncertified, the read reads what
+decides it (spanner_reads/fresh_side.py): the posts of the commits whose rises stand in the way,
+largest first (each post of a commit read is considered, so that commit bounds nothing any more),
+and, when the folded side itself is in the way, deeper into the index (hot) or the hour lists
+(last N hours), within its budget. A row from before the rise bounds bounds nothing until its
+commit is read.
+
 Cost: K+m index rows (hot) or N * HOURLY_SHARDS lists of d rows (last N hours), one row per
 commit since the cursor, and the hourly rows of the posts considered: none of it grows with
-the catalogue.
+the catalogue. An answer the bounds leave uncertified adds the DeltaCommits rows it reads and the
+hourly rows of their posts, at most RESOLVE_POSTS posts.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 from google.cloud import spanner
 
 from schemas.counters import Counts, total
 from schemas.hot_score import HOUR_S, HotScore, hot_score, log2_of_rise, log2_sum
 from schemas.records import PostTotals
-from spanner_reads.fresh_top import DEFAULT_EXTRA, EPOCH
+from spanner_reads.fresh_side import DEFAULT_EXTRA, RESOLVE_POSTS, Resolver, commits_to_read, read_fresh_side
 from spanner_reads.hourly import hours_of_posts
-from spanner_reads.reads import counts_in_snapshot, last_fold_snapshot
+from spanner_reads.reads import counts_in_snapshot
 from spanner_store.database import read_timestamp
-from spanner_store.delta_commits import fold_cursor
 from spanner_store.ranking_settings import read_settings
 from spanner_store.tables import (
     HOT_KEY, HOURLY, HOURLY_BY_HOUR, HOURLY_SHARDS, POSTS, POSTS_BY_HOT, hour_timestamp,
 )
-from spanner_store.top_candidates import Candidates, candidates_since
+from spanner_store.top_candidates import CommitCandidates
 
 HOT = "hot"
 LAST = "last"
@@ -84,34 +91,23 @@ class TrendingTop:
     as_of: datetime  # the snapshot every count was read at
     folded_through: datetime | None  # the newest finished fold's snapshot
     exact: bool  # certified: these are the top K by that score (see the module docstring)
-    bound: float  # no post left out scores more than this (hot: at the snapshot; 0: none above 0)
+    bound: float  # no post left out scores more than this (hot: at the snapshot; 0: none above 0; inf: unbounded)
     considered: int  # posts whose exact scores were read
     candidate_rows: int  # TopCandidates rows read
     rows_read: int  # index rows read for the folded side (and hourly rows read for the scores)
     half_life_hours: float | None = None  # hot: H
     hours: int | None = None  # last: N
+    commits_read: int = 0  # commits whose every post was read, to certify the answer
 
     def to_json(self) -> dict:
         """The answer's header: how it was ranked and whether it is certified."""
-        return {"by": self.by, "as_of": self.as_of.isoformat(), "exact": self.exact, "bound": self.bound,
+        # An infinite bound (a commit that bounds nothing, past the read's budget) is not JSON: null.
+        return {"by": self.by, "as_of": self.as_of.isoformat(), "exact": self.exact,
+                "bound": self.bound if math.isfinite(self.bound) else None,
                 "folded_through": None if self.folded_through is None else self.folded_through.isoformat(),
                 "considered": self.considered, "candidate_rows": self.candidate_rows,
+                "commits_read": self.commits_read,
                 **({"half_life_hours": self.half_life_hours} if self.by == HOT else {"hours": self.hours})}
-
-
-class _Fresh(NamedTuple):
-    folded_through: datetime | None
-    candidates: Candidates
-    skipped: list[str]
-
-
-def _fresh_side(snapshot) -> _Fresh:
-    """The fold cursor's view in `snapshot`: what it skipped and every candidate row after it."""
-    folded_through = last_fold_snapshot(snapshot)
-    cursor = fold_cursor(snapshot)
-    since = cursor.changes_through if cursor else folded_through or EPOCH
-    skipped = sorted(post.post_id for post in cursor.skipped) if cursor else []
-    return _Fresh(folded_through, candidates_since(snapshot, since), skipped)
 
 
 def _snapshot(database, staleness_s: float):
@@ -126,8 +122,24 @@ def _check(k: int, extra: int, hours: int = 1) -> None:
         raise ValueError(f"the window is 1 to {MAX_HOURS} hours, not {hours}")
 
 
-def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0) -> TrendingTop:
-    """The top `k` posts by hot score, certified when possible (see the module docstring)."""
+def _rise_log2(commit: CommitCandidates, half_life_hours: float) -> float:
+    """log2 of what a commit can have added to S of a post it does not list: +inf for a row from
+    before the rise bounds (it bounds nothing), -inf for none."""
+    if commit.rise_threshold is None:
+        return math.inf
+    return log2_of_rise(commit.rise_threshold, commit.newest_hour or 0, half_life_hours)
+
+
+def _relative(log2_value: float, to_log2: float) -> float:
+    """2^(log2_value - to_log2), +inf past a float's range."""
+    exponent = log2_value - to_log2
+    return 0.0 if exponent == -math.inf else (2.0 ** exponent if exponent < 1000 else math.inf)
+
+
+def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0,
+            resolve_posts: int = RESOLVE_POSTS) -> TrendingTop:
+    """The top `k` posts by hot score, certified when possible (see the module docstring), adding
+    at most `resolve_posts` posts to certify it (spanner_reads/fresh_side.py)."""
     _check(k, extra)
     with _snapshot(database, staleness_s) as snapshot:
         settings = read_settings(snapshot)
@@ -135,28 +147,58 @@ def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: floa
         if half_life is None:
             raise HotRankingUnavailable("this database has no hot half-life recorded: run `upvotes provision` "
                                         "to add the hot ranking (it backfills every post's score)")
-        folded = top_of_hot_index(snapshot, k + extra, half_life)
-        fresh = _fresh_side(snapshot)
-        considered = list(dict.fromkeys([p for p, _ in folded] + sorted(fresh.candidates.post_ids) + fresh.skipped))
-        hours = hours_of_posts(snapshot, considered)
+        side = read_fresh_side(snapshot)
+        resolver = Resolver(snapshot, side.candidates, resolve_posts)
+        hours: dict[str, dict[int, Counts]] = {}
+        scores: dict[str, HotScore] = {}
+
+        def consider(post_ids: Iterable[str]) -> None:
+            new = [p for p in dict.fromkeys(post_ids) if p not in hours]
+            hours.update(hours_of_posts(snapshot, new))
+            scores.update((p, hot_score(hours[p].items(), half_life)) for p in new)
+
+        limit = k + extra
+        folded = top_of_hot_index(snapshot, limit, half_life)
+        consider([p for p, _ in folded] + sorted(side.candidates.post_ids) + side.skipped)
+        folded_rows = len(folded)
+        while True:
+            ranked = sorted(scores, key=lambda p: (*scores[p].order(), p))[:k]
+            # F: the lowest folded score read, when the index held more; a post below 0 adds nothing.
+            lowest = folded[-1][1] if len(folded) == limit else None
+            folded_log2 = lowest.log2 if lowest is not None and lowest.sign > 0 else -math.inf
+            rises = [(c.commit_id, _rise_log2(c, half_life)) for c in resolver.open_commits]
+            bound_log2 = (math.inf if any(r == math.inf for _, r in rises)
+                          else log2_sum([folded_log2] + [r for _, r in rises]))
+            kth = scores[ranked[-1]] if len(ranked) == k else None
+            beats = kth is not None and kth.sign > 0 and kth.log2 > bound_log2 + LOG2_MARGIN
+            # Fewer than k posts with a score at all: certified when nothing else can have risen above 0.
+            everything = len(ranked) < k and lowest is None and bound_log2 == -math.inf
+            exact = settings.backfilled and (beats or everything)
+            if exact or not settings.backfilled or (kth is not None and kth.sign <= 0):
+                break
+            # What the open commits may still add, relative to the K-th: below 1 (less a margin) certifies.
+            room = -1.0 if kth is None else 2.0 ** -LOG2_MARGIN - _relative(folded_log2, kth.log2)
+            if kth is not None and room <= 0:  # the folded side itself is in the way: read deeper
+                if lowest is None or not resolver.spend(3 * limit):
+                    break
+                limit *= 4
+                folded = top_of_hot_index(snapshot, limit, half_life)
+                folded_rows += len(folded)
+                consider(p for p, _ in folded)
+                continue
+            weights = [(c, _relative(r, kth.log2) if kth is not None else 1.0) for c, r in rises if r > -math.inf]
+            added = resolver.read(commits_to_read(weights, room, strict=True), hours)
+            if added is None:
+                break
+            consider(added)
         as_of = read_timestamp(snapshot)
-    scores = {p: hot_score(hours[p].items(), half_life) for p in considered}
-    ranked = sorted(considered, key=lambda p: (*scores[p].order(), p))[:k]
-    # F: the lowest folded score read, when the index held more; a post below 0 adds nothing.
-    lowest = folded[-1][1] if len(folded) == k + extra else None
-    folded_side = [lowest.log2] if lowest is not None and lowest.sign > 0 else []
-    bound_log2 = log2_sum(folded_side + [log2_of_rise(r, h, half_life) for r, h in fresh.candidates.rises])
-    ready = settings.backfilled and fresh.candidates.certifiable
-    kth = scores[ranked[-1]] if len(ranked) == k else None
-    beats_bound = kth is not None and kth.sign > 0 and kth.log2 > bound_log2 + LOG2_MARGIN
-    # Fewer than k posts with a score at all: certified when nothing else can have risen above 0.
-    everything = len(ranked) < k and lowest is None and bound_log2 == -math.inf
     bound = 0.0 if bound_log2 == -math.inf else HotScore(1, bound_log2).at(as_of, half_life)
     # Every hour of each post was read: their sum is its exact all-time counts.
     totals = {p: PostTotals(p, total(hours[p].values())) for p in ranked}
     return TrendingTop(HOT, [RankedPost(totals[p], scores[p].at(as_of, half_life)) for p in ranked], as_of,
-                       fresh.folded_through, ready and (beats_bound or everything), bound, len(considered),
-                       fresh.candidates.rows, len(folded) + sum(map(len, hours.values())), half_life_hours=half_life)
+                       side.folded_through, exact, bound, len(hours), side.candidates.rows,
+                       folded_rows + sum(map(len, hours.values())), half_life_hours=half_life,
+                       commits_read=resolver.commits_read)
 
 
 # Where a read of the hot index's top starts: scores of at least one vote now, then a millionth
@@ -223,35 +265,58 @@ def read_hour_lists(snapshot, first: int, last: int, depth: int) -> HourLists:
 
 
 def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTRA,
-               staleness_s: float = 0.0, clock: Callable[[datetime], datetime] | None = None) -> TrendingTop:
+               staleness_s: float = 0.0, clock: Callable[[datetime], datetime] | None = None,
+               resolve_posts: int = RESOLVE_POSTS) -> TrendingTop:
     """The top `k` posts by upvotes counted in the last `hours` event hours, certified when
-    possible (see the module docstring). Posts with no upvote in the window are not listed.
+    possible (see the module docstring), adding at most `resolve_posts` posts to certify it
+    (spanner_reads/fresh_side.py). Posts with no upvote in the window are not listed.
     `clock` maps the snapshot's time to the moment whose window is read (tests move it)."""
     _check(k, extra, hours)
     with _snapshot(database, staleness_s) as snapshot:
-        fresh = _fresh_side(snapshot)
+        side = read_fresh_side(snapshot)
+        resolver = Resolver(snapshot, side.candidates, resolve_posts)
         as_of = read_timestamp(snapshot)
         first, last = window_hours(clock(as_of) if clock else as_of, hours)
-        # A candidate row whose newest hour is before the window raised nothing in it.
-        rise = sum(r for r, newest in fresh.candidates.rises if newest >= first)
         scored: dict[str, dict[int, Counts]] = {}
-        depth, rows = k + extra, 0
+
+        def consider(post_ids: Iterable[str]) -> None:
+            scored.update(hours_of_posts(snapshot, [p for p in dict.fromkeys(post_ids) if p not in scored],
+                                         first, last))
+
+        depth = k + extra
+        lists = read_hour_lists(snapshot, first, last, depth)
+        rows = lists.rows
+        consider(lists.seen + sorted(side.candidates.post_ids) + side.skipped)
         while True:
-            lists = read_hour_lists(snapshot, first, last, depth)
-            rows += lists.rows
-            new = [p for p in dict.fromkeys(lists.seen + sorted(fresh.candidates.post_ids) + fresh.skipped)
-                   if p not in scored]
-            scored.update(hours_of_posts(snapshot, new, first, last))
             window = {p: sum(c.upvotes for c in h.values()) for p, h in scored.items()}
             ranked = sorted((p for p in window if window[p] > 0), key=lambda p: (-window[p], p))[:k]
-            bound = lists.bound + rise
+            # A candidate row whose newest hour is before the window raised nothing in it; one from
+            # before the rise bounds bounds nothing.
+            rises = [(c.commit_id, math.inf if c.rise_threshold is None else c.rise_threshold)
+                     for c in resolver.open_commits
+                     if c.rise_threshold is None or (c.rise_threshold > 0 and c.newest_hour >= first)]
+            bound = lists.bound + sum(r for _, r in rises)
             beats = len(ranked) == k and window[ranked[-1]] > bound
-            if beats or lists.exhausted or depth >= MAX_DEPTH:
+            # Fewer than k posts with upvotes in the window: certified when no other post can have any.
+            everything = len(ranked) < k and bound == 0
+            if beats or everything:
                 break
-            depth *= 4
+            # The commits to read: those whose rises keep the rest above what the K-th beats once
+            # the lists' bound is taken; with fewer than K posts, every one (once the lists are read
+            # whole). When the lists' bound is itself in the way, no commit can help.
+            room = window[ranked[-1]] - lists.bound if len(ranked) == k else -1.0
+            useful = room > 0 if len(ranked) == k else lists.bound == 0
+            added = resolver.read(commits_to_read(rises, room, strict=True), scored) if useful else None
+            if added is not None:
+                consider(added)
+                continue
+            if lists.exhausted or depth >= MAX_DEPTH:  # nothing more to read: not certified
+                break
+            depth *= 4  # the hour lists are in the way (or the commits could not be read): read deeper
+            lists = read_hour_lists(snapshot, first, last, depth)
+            rows += lists.rows
+            consider(lists.seen)
         totals = {t.post_id: t for t in counts_in_snapshot(snapshot, ranked)}
-    # Fewer than k posts with upvotes in the window: certified when no other post can have any.
-    everything = len(ranked) < k and bound == 0
-    return TrendingTop(LAST, [RankedPost(totals[p], window[p]) for p in ranked], as_of, fresh.folded_through,
-                       fresh.candidates.certifiable and (beats or everything), bound, len(scored),
-                       fresh.candidates.rows, rows, hours=hours)
+    return TrendingTop(LAST, [RankedPost(totals[p], window[p]) for p in ranked], as_of, side.folded_through,
+                       beats or everything, bound, len(scored), side.candidates.rows, rows, hours=hours,
+                       commits_read=resolver.commits_read)

@@ -24,11 +24,15 @@ Publishing (`publish_top_view`), one publisher per view at a time:
 1. Lease: one transaction claims the view (PendingVersion = active + 1, an owner ID and a
    lease deadline). Another publisher holding an unexpired lease makes this one raise
    PublishInProgress; an expired lease (a crashed publisher) is taken over.
-2. Rank: one snapshot reads the top K from the PostsByUpvotes index (folded counts,
-   ties broken by the index's own key order, so a ranking is deterministic) and the
+2. Rank: one snapshot reads the top K by exact upvotes (spanner_reads/fresh_top.py: the
+   folded index plus every commit since the fold, ties broken by the index's own key order,
+   so a ranking is deterministic), whether that ranking is certified and its bound, and the
    newest fold's snapshot, which tells readers how fresh the ranking is. A hot view
    (`by="hot"`, view "top-hot" by default) takes the top K by hot score instead, exact at the
-   snapshot (spanner_reads/trending.py hot_top); its rows hold each post's exact counts.
+   snapshot (spanner_reads/trending.py hot_top). Rows hold each post's exact counts. A
+   ranking that is not certified is not published (NotCertified) unless the publisher allows
+   it (`allow_uncertified`); the version records either way whether it was (Certified, Bound),
+   and every page says so.
 3. Diff: the stored rows still valid at the active version are compared rank by rank
    with the new ranking. A rank whose (post, counts) is unchanged is kept as it
    is; a changed one gets a new row (ValidSince = new version) and its old row is retired
@@ -50,8 +54,8 @@ Publishing (`publish_top_view`), one publisher per view at a time:
    `batch_rows`. A reader's snapshot checks ExpiredThrough before reading rows, and rows
    are deleted only after it moved, so a reader sees a whole version or "expired".
 
-A publication whose ranking equals the active version's writes nothing and publishes no
-new version (it still runs step 6).
+A publication whose ranking and certification equal the active version's writes nothing and
+publishes no new version (it still runs step 6).
 
 Reading (`read_top_page`): one read-only snapshot reads the active row (the active
 version, or checks that the asked-for version is published and not expired), the
@@ -84,7 +88,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from schemas.counters import Counts
-from spanner_reads.reads import last_fold_snapshot, ranked_posts
+from spanner_reads.fresh_top import fresh_top
 from spanner_reads.trending import HOT, hot_top
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
 from spanner_store.mutation_cost import insert_cost, update_cost
@@ -157,6 +161,10 @@ class LeaseLost(ViewError):
     """This publisher's lease was taken over (it was presumed dead) or the view moved on."""
 
 
+class NotCertified(ViewError):
+    """The ranking could not be certified: nothing was published (unless allowed: `allow_uncertified`)."""
+
+
 # --- results ------------------------------------------------------------------------------
 
 class ViewRow(NamedTuple):
@@ -178,6 +186,8 @@ class TopPage:
     created_at: datetime  # when the version became active
     folded_through: datetime | None  # the newest fold when it was ranked: the ranking's age
     rows: list[ViewRow]
+    certified: bool | None = None  # the ranking was certified when published; None: not recorded (older versions)
+    bound: float | None = None  # the most a post left out may score; None: every post considered, or not recorded
 
     @property
     def pages(self) -> int:
@@ -199,6 +209,8 @@ class ViewVersion:
     versions_expired: int
     rows_deleted: int
     seconds: float
+    certified: bool = True  # the active version's ranking was certified when ranked
+    bound: float | None = None  # the most a post left out of it may score; None: every post considered
 
 
 Ranked = tuple[str, Counts]  # one rank's content: (post_id, its counts)
@@ -338,12 +350,30 @@ def _query(snapshot, sql: str, **params):
     return snapshot.execute_sql(sql, params=params, param_types=_param_types(params))
 
 
-def _rank(database, k: int, by: str) -> tuple[list[Ranked], datetime | None]:
+class Ranking(NamedTuple):
+    """What a publication publishes: the ranking, its age and whether it is certified."""
+
+    rows: list[Ranked]
+    folded_through: datetime | None
+    certified: bool
+    bound: float | None
+
+
+def _rank(database, k: int, by: str) -> Ranking:
     if by == HOT:
-        top = hot_top(database, k)
-        return [(post.totals.post_id, post.totals.counts) for post in top.posts], top.folded_through
-    with database.snapshot(multi_use=True) as snapshot:
-        return [(post.post_id, post.counts) for post in ranked_posts(snapshot, k)], last_fold_snapshot(snapshot)
+        hot = hot_top(database, k)
+        return Ranking([(post.totals.post_id, post.totals.counts) for post in hot.posts], hot.folded_through,
+                       hot.exact, hot.bound)
+    top = fresh_top(database, k)
+    return Ranking([(post.post_id, post.counts) for post in top.posts], top.folded_through, top.exact,
+                   None if top.bound is None else float(top.bound))
+
+
+def _certified(database, view: str, version: int) -> bool | None:
+    """Whether a published version's ranking was certified; None: not recorded, or no such version."""
+    with database.snapshot() as snapshot:
+        rows = list(snapshot.read(VIEW_VERSIONS, columns=("Certified",), keyset=spanner.KeySet(keys=[[view, version]])))
+    return rows[0][0] if rows else None
 
 
 def _stored_rows(database, view: str, base: int) -> list[StoredRow]:
@@ -367,8 +397,8 @@ def _write_batch(transaction, view: str, owner: str, base: int, new: int, lease_
                        values=[(view, clock() + timedelta(seconds=lease_s))])
 
 
-def _switch(transaction, view: str, owner: str, base: int, new: int, plan: Plan, ranked_rows: int,
-            folded_through: datetime | None, keep_versions_for_s: float, clock: Clock) -> None:
+def _switch(transaction, view: str, owner: str, base: int, new: int, plan: Plan, ranking: Ranking,
+            keep_versions_for_s: float, clock: Clock) -> None:
     _check_lease(transaction, view, owner, base, new)
     transaction.update(
         VIEW_ACTIVE,
@@ -376,7 +406,8 @@ def _switch(transaction, view: str, owner: str, base: int, new: int, plan: Plan,
         values=[(view, new, spanner.COMMIT_TIMESTAMP, None, None, None)],
     )
     transaction.insert_or_update(VIEW_VERSIONS, columns=VIEW_VERSION_COLUMNS, values=[(
-        view, new, spanner.COMMIT_TIMESTAMP, None, ranked_rows, plan.rows_written, plan.rows_retired, folded_through,
+        view, new, spanner.COMMIT_TIMESTAMP, None, len(ranking.rows), plan.rows_written, plan.rows_retired,
+        ranking.folded_through, ranking.certified, ranking.bound,
     )])
     if base:
         transaction.update(VIEW_VERSIONS, columns=("ViewName", "Version", "ExpiresAt"),
@@ -393,9 +424,13 @@ def publish_top_view(
     progress: Callable[[str, int], None] | None = None,
     clock: Clock = utc_now,
     by: str = UPVOTES,
+    allow_uncertified: bool = False,
 ) -> ViewVersion:
     """Publishes the current top `k` by `by` (UPVOTES or HOT) as a new version of `view` (see the
     module docstring). Give each ranking a view of its own: DEFAULT_VIEWS names them.
+
+    A ranking that is not certified raises NotCertified and publishes nothing, unless
+    `allow_uncertified`: then the version records that it is not, and its pages say so.
 
     `progress(stage, n)` is called after each committed step: ("lease", new version),
     ("batch", rows written so far), ("switch", new version), ("expire", rows deleted).
@@ -413,12 +448,19 @@ def publish_top_view(
     transactions = 1
     report("lease", new)
     try:
-        ranking, folded_through = _rank(database, k, by)
-        plan = plan_version(view, _stored_rows(database, view, base), ranking, base, new)
+        ranking = _rank(database, k, by)
+        if not (ranking.certified or allow_uncertified):
+            raise NotCertified(
+                f"view {view}: the top {k} by {by} is not certified (a post left out may score up to "
+                f"{ranking.bound:,.4g}): nothing published. Publish again after the next fold, or pass "
+                "--allow-uncertified to publish it marked as not certified")
+        plan = plan_version(view, _stored_rows(database, view, base), ranking.rows, base, new)
         operations = plan.operations()
         # Unchanged ranking: nothing to publish (a crashed attempt's leftovers, if any, stay
-        # invisible and are reconciled by the next publication, which reuses the number).
-        published = plan.rows_written > 0 or plan.rows_retired > 0 or base == 0
+        # invisible and are reconciled by the next publication, which reuses the number). A
+        # ranking certified now whose version was not (or the other way) is a new version.
+        changed = plan.rows_written > 0 or plan.rows_retired > 0
+        published = changed or base == 0 or _certified(database, view, base) != ranking.certified
         if published:
             for start in range(0, len(operations), batch_rows):
                 batch = operations[start:start + batch_rows]
@@ -427,7 +469,7 @@ def publish_top_view(
                 transactions += 1
                 report("batch", start + len(batch))
             run_with_retries(lambda: run_transaction(database, lambda txn: _switch(
-                txn, view, owner, base, new, plan, len(ranking), folded_through, keep_versions_for_s, clock)))
+                txn, view, owner, base, new, plan, ranking, keep_versions_for_s, clock)))
             transactions += 1
             report("switch", new)
         else:
@@ -440,11 +482,11 @@ def publish_top_view(
     report("expire", rows_deleted)
     return ViewVersion(
         view=view, version=new if published else base, previous_version=base or None, published=published,
-        ranked_rows=len(ranking), rows_written=plan.rows_written if published else 0,
+        ranked_rows=len(ranking.rows), rows_written=plan.rows_written if published else 0,
         rows_retired=plan.rows_retired if published else 0, rows_repaired=plan.rows_repaired if published else 0,
-        full_rewrite_rows=len(ranking), transactions=transactions + gc_transactions,
+        full_rewrite_rows=len(ranking.rows), transactions=transactions + gc_transactions,
         versions_expired=versions_expired, rows_deleted=rows_deleted,
-        seconds=round(time.monotonic() - started, 3),
+        seconds=round(time.monotonic() - started, 3), certified=ranking.certified, bound=ranking.bound,
     )
 
 
@@ -514,14 +556,15 @@ def read_top_page(database, version: int | None, page: int, page_size: int, view
             raise VersionNotAvailable(
                 f"view {view} has no version {wanted}: readable versions are "
                 f"{expired_through + 1}..{active_version}")
-        meta = list(snapshot.read(VIEW_VERSIONS, columns=("CreatedAt", "ExpiresAt", "RankedRows", "FoldedThrough"),
+        meta = list(snapshot.read(VIEW_VERSIONS, columns=("CreatedAt", "ExpiresAt", "RankedRows", "FoldedThrough",
+                                                          "Certified", "Bound"),
                                   keyset=spanner.KeySet(keys=[[view, wanted]])))
         if not meta:
             raise VersionNotAvailable(f"view {view} has no version {wanted}")
-        created_at, expires_at, ranked_rows, folded_through = meta[0]
+        created_at, expires_at, ranked_rows, folded_through, certified, bound = meta[0]
         if expires_at is not None and expires_at <= clock():
             raise VersionNotAvailable(f"view {view}: version {wanted} expired at {expires_at.isoformat()}")
         first = (page - 1) * page_size + 1
         rows = [ViewRow(row[0], row[1], counts_at(row, 2)) for row in _query(
             snapshot, PAGE_SQL, view=view, version=wanted, first=first, last=first + page_size - 1)]
-    return TopPage(view, wanted, page, page_size, ranked_rows, created_at, folded_through, rows)
+    return TopPage(view, wanted, page, page_size, ranked_rows, created_at, folded_through, rows, certified, bound)

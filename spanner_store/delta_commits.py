@@ -7,6 +7,8 @@ changed without reading the others.
   commit, so the row's CommittedAt is the deltas' own commit timestamp.
 - Reading: `read_changes(snapshot, after)` seeks each shard's rows committed after `after`
   (COMMIT_SHARDS key ranges, one per shard); its cost is one row per commit since then.
+- Reading one commit's posts: `posts_of_commits` (a fresh ranking that its candidate rows' bounds
+  leave uncertified reads the posts of the commits that bound it: spanner_reads/fresh_side.py).
 - The cursor: `fold_cursor(snapshot)` is the finished fold run with the largest ChangesThrough
   and the posts it skipped. That run vouches that every post with a delta committed at or
   before ChangesThrough is folded (its watermark covers those deltas) or in its skipped list;
@@ -21,6 +23,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 from google.cloud import spanner
 
+from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
     DELTA_COMMIT_COLUMNS, DELTA_COMMITS, FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, commit_shard, committed_after,
@@ -58,6 +61,17 @@ def read_changes(snapshot, after: datetime, shard: int | None = None) -> Iterato
     for committed_at, post_ids, delta_rows, events in snapshot.read(
             DELTA_COMMITS, columns=("CommittedAt", "PostIds", "DeltaRows", "Events"), keyset=committed_after(after, shard)):
         yield Change(committed_at, post_ids, delta_rows, events)
+
+
+def posts_of_commits(snapshot, commits: Iterable[tuple[int, datetime, str]]) -> dict[str, list[str]]:
+    """Every post of these commits, by commit ID: their DeltaCommits rows, keyed (Shard, CommittedAt,
+    CommitId) like the commits' TopCandidates rows, in one read of point keys. A commit without its
+    row (none is known) is left out."""
+    keys = [list(commit) for commit in commits]
+    if not keys:
+        return {}
+    return {commit_id: post_ids for commit_id, post_ids in snapshot.read(
+        DELTA_COMMITS, columns=("CommitId", "PostIds"), keyset=KeySet(keys=keys))}
 
 
 class SkippedPost(NamedTuple):

@@ -103,7 +103,7 @@ VIEW_ROWS_BY_INVALID_SINCE = "TopPostsViewRowsByInvalidSince"
 VIEW_ACTIVE_COLUMNS = ("ViewName", "Version", "ExpiredThrough", "PendingVersion", "PendingOwner", "PendingUntil")
 VIEW_LEASE_COLUMNS = ("ViewName", "PendingVersion", "PendingOwner", "PendingUntil")
 VIEW_VERSION_COLUMNS = ("ViewName", "Version", "CreatedAt", "ExpiresAt", "RankedRows", "RowsWritten",
-                        "RowsRetired", "FoldedThrough")
+                        "RowsRetired", "FoldedThrough", "Certified", "Bound")
 VIEW_ROW_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince", "PostId") + COUNTER_COLUMNS
 VIEW_RETIRE_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince")
 

@@ -8,7 +8,9 @@
   post with a positive sum is listed). The row's key
   starts with a shard taken from the commit's random ID, so these inserts spread over
   COMMIT_SHARDS key ranges and no single row or range takes every commit's write.
-- Reading (`candidates_since`): the rows committed after a time, a seek per shard.
+- Reading (`candidates_since`): the rows committed after a time, a seek per shard, each with its
+  key, which is also the key of its commit's DeltaCommits row (the commit's every post): a read
+  that its bounds leave uncertified reads those rows (spanner_reads/fresh_side.py).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from google.cloud import spanner
 
 from schemas.hot_score import rise_of
 from schemas.records import PostDelta
-from spanner_store.tables import TOP_CANDIDATES, commit_shard, committed_after, hour_timestamp
+from spanner_store.tables import TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, commit_shard, committed_after, hour_timestamp
 
 # Posts listed per commit. A commit holds one bundle's deltas; listing its 16 biggest risers
 # keeps the row small (at most 16 IDs of 128 characters) while the threshold stays 0 for
@@ -70,32 +72,38 @@ def candidate_mutation_row(deltas: list[PostDelta], commit_id: str) -> tuple:
             row.rise_threshold, newest)
 
 
-class Candidates(NamedTuple):
-    """What the candidate rows committed after some time say, summed (`candidates_since`)."""
+class CommitCandidates(NamedTuple):
+    """One TopCandidates row as a read finds it: one commit's listed risers, and its bounds on every
+    other post of that commit."""
 
-    post_ids: set[str]  # every post they list
-    threshold_sum: int  # the sum of their thresholds: what a post not listed gained in upvotes, at most
-    rows: int
-    # Per row with rises, (its rise threshold, its newest event hour in epoch seconds); a row
-    # from before those columns makes `certifiable` False.
-    rises: tuple[tuple[float, int], ...] = ()
-    certifiable: bool = True
+    shard: int
+    committed_at: datetime
+    commit_id: str  # its commit's random ID: the key of the commit's DeltaCommits row is the same
+    post_ids: list[str]
+    threshold: int  # the largest upvote sum of a post not listed
+    rise_threshold: float | None  # the largest rise of a post not listed; None: a row from before the column
+    newest_hour: int | None  # the newest event hour (epoch seconds) of the commit's rows
+
+
+class Candidates(NamedTuple):
+    """The candidate rows committed after some time (`candidates_since`), oldest first per shard."""
+
+    commits: tuple[CommitCandidates, ...]
+
+    @property
+    def post_ids(self) -> set[str]:
+        """Every post they list."""
+        return {post_id for commit in self.commits for post_id in commit.post_ids}
+
+    @property
+    def rows(self) -> int:
+        return len(self.commits)
 
 
 def candidates_since(snapshot, since: datetime) -> Candidates:
-    """The candidate rows committed after `since`, summed. One key range per shard."""
-    posts: set[str] = set()
-    threshold_sum = rows = 0
-    rises: list[tuple[float, int]] = []
-    certifiable = True
-    for post_ids, threshold, rise, newest in snapshot.read(
-            TOP_CANDIDATES, columns=("PostIds", "Threshold", "RiseThreshold", "NewestHour"),
-            keyset=committed_after(since)):
-        posts.update(post_ids)
-        threshold_sum += threshold
-        rows += 1
-        if rise is None:
-            certifiable = False
-        elif rise > 0:
-            rises.append((rise, int(newest.timestamp())))
-    return Candidates(posts, threshold_sum, rows, tuple(rises), certifiable)
+    """The candidate rows committed after `since`. One key range per shard."""
+    return Candidates(tuple(
+        CommitCandidates(shard, committed_at, commit_id, post_ids, threshold, rise,
+                         None if newest is None else int(newest.timestamp()))
+        for shard, committed_at, commit_id, post_ids, threshold, rise, newest in snapshot.read(
+            TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, keyset=committed_after(since))))

@@ -102,14 +102,20 @@ def test_the_bound_holds_for_every_post_left_out_and_decides_exact(fresh) -> Non
     risers = [delta(f"r-{i}", 10 + i, f"b:{i}") for i in range(CANDIDATES_PER_COMMIT + 4)]
     sink(resources, risers, rows_per_commit=1_000)
 
-    top = fresh_top(database, k=3, extra=2)
+    # Without reading what decides it (no budget to resolve a bound): the 5th folded post has 50
+    # and the commit's threshold is its 17th-largest sum, 13: a post left out could have 63 > 50,
+    # so this answer is not certified.
+    top = fresh_top(database, k=3, extra=2, resolve_posts=0)
     listed = {p.post_id for p in top.posts}
     everyone = exact_counts(database, [f"base-{i}" for i in range(30)] + [d.post_id for d in risers])
     assert all(t.counts.upvotes <= top.bound for t in everyone if t.post_id not in listed)
     assert [p.counts.upvotes for p in top.posts] == [50, 50, 50]
-    # The 5th folded post has 50 and the commit's threshold is its 17th-largest sum, 13: a
-    # post left out could have 63 > 50, so this answer is not certified.
-    assert (top.bound, top.exact) == (50 + 13, False)
+    assert (top.bound, top.exact, top.commits_read) == (50 + 13, False, 0)
+    # By default the read reads that commit's 20 posts (its DeltaCommits row): every post it raised
+    # is then considered, its threshold bounds nothing, and the answer is certified without a fold.
+    resolved = fresh_top(database, k=3, extra=2)
+    assert (resolved.bound, resolved.exact, resolved.commits_read) == (50, True, 1)
+    assert resolved.posts == top.posts and resolved.considered == top.considered + 4  # the 4 it did not list
 
     # After a fold the candidates are behind the watermark: the folded ranking certifies itself.
     run_fold(resources)

@@ -188,9 +188,13 @@ def test_ties_are_broken_by_post_id_in_both_rankings(fresh) -> None:
         last = window_top(database, 3, hours=1, clock=lambda _: at_hour(0))
         assert ids(last) == ["top", "tie-a", "tie-b"] and last.exact
     # With exactly K + extra index rows read, the lowest one (5, tied with the K-th) may hide
-    # another 5: not certified, though right.
-    hot = hot_top(database, 3, extra=1)
+    # another 5: not certified, though right, by a read that may read no further.
+    hot = hot_top(database, 3, extra=1, resolve_posts=0)
     assert ids(hot) == ["top", "tie-a", "tie-b"] and not hot.exact
+    # Given the budget, the read reads deeper into the index, finds it holds no other post, and
+    # certifies the same answer.
+    hot = hot_top(database, 3, extra=1)
+    assert ids(hot) == ["top", "tie-a", "tie-b"] and hot.exact and hot.commits_read == 0
 
 
 def test_answers_read_while_a_fold_races_the_stream_are_right_whenever_certified(fresh) -> None:
@@ -264,24 +268,35 @@ def test_a_commit_with_more_risers_than_it_lists_uncertifies_an_answer_a_left_ou
     top = hot_top(database, 1, extra=4)
     assert ids(top) == ["base-29"] and top.exact
     assert_hot_answer(top, ledger, H, 1, "K=1, rise 3")
-    # K = 3: the 3rd (67) does not beat 68: not certified (the lurker has 67 indeed).
-    top = hot_top(database, 3, extra=2)
+    # K = 3: the 3rd (67) does not beat 68: not certified by the bounds alone (the lurker has 67
+    # indeed, and ties base-27, whom it follows by post ID).
+    top = hot_top(database, 3, extra=2, resolve_posts=0)
     assert ids(top) == ["base-29", "base-28", "base-27"] and not top.exact
     assert_hot_answer(top, ledger, H, 3, "K=3, rise 3")
+    # Reading the commit's 17 posts (its DeltaCommits row) puts the lurker among those considered,
+    # and nothing bounds the rest: certified, and the same answer.
+    top = hot_top(database, 3, extra=2)
+    assert ids(top) == ["base-29", "base-28", "base-27"] and top.exact and top.commits_read == 1
+    assert_hot_answer(top, ledger, H, 3, "K=3, rise 3, the commit read")
 
     # Another such commit: the lurker's +7 makes it first with 74, and the read cannot see it.
     write(database, ledger, [d._replace(delta_id=f"c:{i}") for i, d in enumerate(risers)]
           + [delta("lurker", 7, "c:lurker", hours_ago=1)])
     truth = brute_hot(ledger, H, datetime.now(timezone.utc))
     assert [s.post_id for s in truth[:3]] == ["lurker", "base-29", "base-28"]
-    top = hot_top(database, 1, extra=4)
+    top = hot_top(database, 1, extra=4, resolve_posts=0)
     assert ids(top) == ["base-29"] and not top.exact  # wrong, and says so
     factor = 2.0 ** ((top.as_of.timestamp() - NOW_HOUR) / 3600 / H)
     # The bound: the 5th index row (65) plus both commits' thresholds (3 + 7), an hour ago.
     assert top.bound * factor == pytest.approx(75 / 2 ** (1 / H), rel=1e-9)
     assert_hot_answer(top, ledger, H, 1, "K=1, rise 3 + 7")  # the bound covers the lurker's 74
+    # Reading the commits that stand in the way finds the lurker: first, and certified, no fold.
+    for k in (1, 3):
+        top = hot_top(database, k, extra=4 if k == 1 else 2)
+        assert ids(top) == ["lurker", "base-29", "base-28"][:k] and top.exact and top.commits_read >= 1
+        assert_hot_answer(top, ledger, H, k, f"K={k}, the commits read")
     # The last hours read deeper instead: four times as many rows of each hour holds every post.
-    last = window_top(database, 3, hours=2, extra=2, clock=lambda _: at_hour(0))
+    last = window_top(database, 3, hours=2, extra=2, clock=lambda _: at_hour(0), resolve_posts=0)
     assert [(p.totals.post_id, p.score) for p in last.posts] == [("lurker", 74), ("base-29", 69),
                                                                  ("base-28", 68)] and last.exact
     assert_window_answer(last, ledger, 3, *window_of(at_hour(0), 2), "last 2 hours")

@@ -20,8 +20,8 @@ from schemas.records import PostDelta
 from spanner_reads import views as leaderboard
 from spanner_reads.reads import top_posts
 from spanner_reads.views import (
-    LeaseLost, NoActiveVersion, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow, expire_versions,
-    plan_version, publish_top_view, read_top_page,
+    LeaseLost, NoActiveVersion, NotCertified, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow,
+    expire_versions, plan_version, publish_top_view, read_top_page,
 )
 from spanner_store.database import open_database
 from spanner_writes.deltas import write_deltas
@@ -316,10 +316,12 @@ def test_cli_subcommands(fresh, capsys) -> None:
     assert main(["top"] + where + ["--version", "1", "--page-size", "2", "--page", "2"]) == 0
     out = capsys.readouterr()
     assert [json.loads(line) for line in out.out.splitlines()] == [
-        {"version": 1, "rank": 3, "post_id": "cli-5", **Counts(upvotes=50, shares=5)._asdict()},
-        {"version": 1, "rank": 4, "post_id": "cli-4", **Counts(upvotes=40, shares=4)._asdict()},
+        {"version": 1, "rank": 3, "post_id": "cli-5", **Counts(upvotes=50, shares=5)._asdict(), "exact": True,
+         "bound": None},
+        {"version": 1, "rank": 4, "post_id": "cli-4", **Counts(upvotes=40, shares=4)._asdict(), "exact": True,
+         "bound": None},
     ]
-    assert "page 2 of 3" in out.err
+    assert "page 2 of 3" in out.err and "certified exact" in out.err
     assert main(["top"] + where + ["--version", "9"]) == 1
     assert "no version 9" in capsys.readouterr().err
 
@@ -343,3 +345,52 @@ def test_a_hot_view_ranks_by_hot_score_and_lives_beside_the_upvotes_view(fresh, 
     assert [row.post_id for row in read_top_page(database, None, 1, 10).rows] == ["yesterday", "today", "hour-ago"]
     with pytest.raises(ValueError, match="ranks by one of"):
         publish_top_view(database, k=3, by="shares")
+
+
+def test_an_uncertified_ranking_is_never_published_as_certified(fresh, capsys, monkeypatch) -> None:
+    """Issue 44, item 2: a commit that lists 16 new posts and raises an unlisted 17th past the folded
+    leader. A read that cannot read that commit (no budget) is not certified, and its first post is
+    not the true first: publishing it refuses, or, when allowed, stores and shows that it is not
+    certified. A read that can (the default) is certified and right, and is published as such."""
+    import functools
+
+    from spanner_reads import trending
+    from spanner_store.top_candidates import CANDIDATES_PER_COMMIT
+
+    resources, database = fresh
+    now_hour = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
+    write_deltas(database, [PostDelta.of(f"old-{i}", now_hour, f"a:{i}", upvotes=50 + i, events=1) for i in range(25)])
+    fold(resources)
+    risers = [PostDelta.of(f"new-{i:02}", now_hour, f"b:{i}", upvotes=60 + i, events=1)
+              for i in range(CANDIDATES_PER_COMMIT)]
+    write_deltas(database, risers + [PostDelta.of("old-0", now_hour, "b:unlisted", upvotes=59, events=1)])
+    # old-0 now has 109: the true first of both rankings, raised by a commit that does not list it.
+    flags = [f"--project={resources.project}", f"--instance={resources.instance}", f"--database={resources.database}"]
+
+    monkeypatch.setattr(leaderboard, "hot_top", functools.partial(trending.hot_top, resolve_posts=0))
+    assert not trending.hot_top(database, 3, resolve_posts=0).exact
+    with pytest.raises(NotCertified, match="not certified"):
+        publish_top_view(database, k=3, by="hot", view="top-hot")
+    with pytest.raises(NoActiveVersion):
+        read_top_page(database, None, 1, 10, view="top-hot")
+    assert main(["publish-top-view", *flags, "-k", "3", "--by", "hot"]) == 1
+    assert "--allow-uncertified" in capsys.readouterr().err
+
+    allowed = publish_top_view(database, k=3, by="hot", view="top-hot", allow_uncertified=True)
+    assert (allowed.version, allowed.certified) == (1, False) and allowed.bound > 0
+    page = read_top_page(database, None, 1, 10, view="top-hot")
+    assert (page.certified, page.bound) == (False, allowed.bound) and page.rows[0].post_id != "old-0"
+    assert main(["top", *flags, "--by", "hot", "--page", "1"]) == 0
+    shown = capsys.readouterr()
+    assert all(json.loads(line)["exact"] is False for line in shown.out.splitlines())
+    assert "NOT certified" in shown.err
+
+    monkeypatch.undo()  # the default read: it reads the commit, finds old-0, and certifies
+    certified = publish_top_view(database, k=3, by="hot", view="top-hot")
+    assert (certified.version, certified.published, certified.certified) == (2, True, True)
+    page = read_top_page(database, None, 1, 10, view="top-hot")
+    assert page.certified and [row.post_id for row in page.rows][0] == "old-0"
+    upvotes = publish_top_view(database, k=3)
+    assert upvotes.certified and read_top_page(database, None, 1, 3).rows[0] == ViewRow(1, "old-0", Counts(upvotes=109))
+    # Certified again with the same rows: nothing new to publish.
+    assert not publish_top_view(database, k=3, by="hot", view="top-hot").published

@@ -17,7 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", type=positive_int, default=DEFAULT_K,
                         help=f"how many top posts the view holds (default {DEFAULT_K})")
     parser.add_argument("--by", choices=RANKINGS, default=UPVOTES,
-                        help="rank by folded upvotes (default) or by hot score, exact at the snapshot")
+                        help="rank by exact upvotes (default) or by hot score, at the snapshot")
+    parser.add_argument("--allow-uncertified", action="store_true",
+                        help="publish a ranking that is not certified, marked as such on every page (default: "
+                        "publish nothing and exit 1)")
     parser.add_argument("--view", help="view name (default: " + ", ".join(
         f"{name} with --by {by}" for by, name in DEFAULT_VIEWS.items()) + ")")
     parser.add_argument("--batch-rows", type=positive_int, default=DEFAULT_BATCH_ROWS,
@@ -32,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from spanner_reads.views import publish_top_view
 
     result = publish_top_view(open_database_of(args), k=args.k, view=args.view or DEFAULT_VIEWS[args.by],
-                              batch_rows=args.batch_rows, keep_versions_for_s=args.keep_versions_seconds, by=args.by)
+                              batch_rows=args.batch_rows, keep_versions_for_s=args.keep_versions_seconds, by=args.by,
+                              allow_uncertified=args.allow_uncertified)
     print(json.dumps(asdict(result)))
     return 0

@@ -130,12 +130,22 @@ def _read(database, args: argparse.Namespace, ranking: str) -> _Shown:
 
 def _summary(top, ranking: str) -> str:
     folded = None if top.folded_through is None else top.folded_through.isoformat()
+    read = f", {top.commits_read} of them read to certify it" if top.commits_read else ""
     return (f"{ranking} ({top.considered} posts considered, {top.candidate_rows} commits since the last fold "
-            f"{'(never folded)' if folded is None else 'at ' + folded})")
+            f"{'(never folded)' if folded is None else 'at ' + folded}{read})")
 
 
 def _shown(score: float) -> str:
     return f"{score:,}" if isinstance(score, int) else f"{score:,.2f}"
+
+
+def _certification(page) -> str:
+    """What a view page says of its version's ranking (spanner_reads.views.TopPage)."""
+    if page.certified is None:
+        return "certification not recorded (published before it was)"
+    if page.certified:
+        return "certified exact"
+    return f"NOT certified: a post left out may score up to {page.bound:,.4g}"
 
 
 def _print_page(args: argparse.Namespace, view: str) -> int:
@@ -144,8 +154,8 @@ def _print_page(args: argparse.Namespace, view: str) -> int:
 
     top = read_top_page(open_database_of(args), args.version, args.page or 1, args.page_size, view=view)
     age = "never folded" if top.folded_through is None else f"folded through {top.folded_through.isoformat()}"
-    print(f"view {top.view} version {top.version} ({age}): page {top.page} of {top.pages}, "
+    print(f"view {top.view} version {top.version} ({age}, {_certification(top)}): page {top.page} of {top.pages}, "
           f"{top.ranked_rows} ranked rows", file=sys.stderr)
     for row in top.rows:
-        print(json.dumps({"version": top.version, **row.to_json()}))
+        print(json.dumps({"version": top.version, **row.to_json(), "exact": top.certified, "bound": top.bound}))
     return 0
