@@ -6,6 +6,8 @@ succeeded, and a long replay keeps what it holds."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime, timedelta, timezone
 
 import apache_beam as beam
 import pytest
@@ -18,9 +20,11 @@ from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
+from spanner_reads.hourly import hourly_counts
 from spanner_reads.reads import exact_counts
 from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_all_vote_states
+from tests.support.event_times import rfc3339
 from tests.support.polling import assert_stays, wait_until
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
@@ -206,6 +210,73 @@ def test_dead_lettered_vote_states_replayed_twice_move_each_count_once(stack, da
     (second,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database)
     assert (second["states_applied"], second["states_already_applied"], second["acknowledged"]) == (0, 2, 1)
     assert exact_counts(database, ["dl-states"])[0].counts == Counts(upvotes=1, downvotes=1)
+
+
+def replay_corrections(stack, capsys, corrected, *extra: str) -> tuple[int, list[dict], str]:
+    """`dead-letters replay --corrected-votes`, whatever it ends with: (exit status, its JSON lines, stderr)."""
+    code = main(["dead-letters", "replay", "--project", stack.project, "--dead-letter-topic", stack.dead_letter_topic,
+                 "--instance", stack.instance, "--database", stack.database, "--corrected-votes", str(corrected),
+                 *extra])
+    out = capsys.readouterr()
+    return code, [json.loads(line) for line in out.out.splitlines()], out.err
+
+
+def hour_start(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s // 3600 * 3600, tz=timezone.utc)
+
+
+def hours_counted(database, post_id: str) -> dict[datetime, Counts]:
+    return {hour.hour: hour.counts for hour in hourly_counts(database, post_id, since=datetime(1, 1, 1, tzinfo=timezone.utc))}
+
+
+def test_a_correction_stamped_far_ahead_counts_in_the_hour_the_stream_would_count_it(
+        stack, database, capsys, tmp_path) -> None:
+    """Issue 44: a replay parsed corrections without the stream's event-time policy, so a corrected
+    delta event stamped 2099 was written in hour 2099 (leading the hot ranking for decades) and a
+    corrected vote state stamped 2099 beat every later vote of its user. Now a correction is read as
+    the stream reads a vote, at its dead letter's publish time: both count in that hour, and the
+    user's later vote wins."""
+    before = time.time()
+    publish_dead_letters(stack, b'{"post_id": "future-post", "counter": "upvotes", "delta": "1", "event_id": "e-future"}',
+                         {})
+    publish_dead_letters(stack, b'{"post_id": "future-post", "user_id": "u-ahead", "vote": "upp", '
+                                b'"event_time": "2099-01-01T00:00:00Z", "event_id": "e-future-state"}', {})
+    after = time.time()
+    corrected = tmp_path / "corrected.jsonl"
+    corrected.write_text(
+        '{"post_id": "future-post", "counter": "upvotes", "delta": 1, "event_time": "2099-01-01T00:00:00Z", '
+        '"event_id": "e-future"}\n'
+        '{"post_id": "future-post", "user_id": "u-ahead", "vote": "up", "event_time": "2099-01-01T00:00:00Z", '
+        '"event_id": "e-future-state"}\n')
+    code, (report,), _ = replay_corrections(stack, capsys, corrected)
+    assert (code, report["corrections_written"], report["acknowledged"]) == (0, 2, 2)
+    # Both in the hour the dead letters were published in (an hour may have turned while publishing).
+    counted = hours_counted(database, "future-post")
+    assert counted in ({hour_start(before): Counts(upvotes=2)}, {hour_start(after): Counts(upvotes=2)}), counted
+
+    # The user takes the vote back a minute later, as the stream's sink applies it.
+    later_s = after + 60
+    apply_all_vote_states(database, {PostUser("future-post", "u-ahead"): LatestVote(
+        "none", int(later_s * 1_000_000), "e-later", int(later_s) // 3600 * 3600, 1, False)})
+    assert exact_counts(database, ["future-post"])[0].counts == Counts(upvotes=1)
+
+
+def test_the_replay_takes_the_streams_clock_skew_flag(stack, database, capsys, tmp_path) -> None:
+    """`--max-clock-skew-seconds` of the stream, with its default (3600): a correction 2 hours ahead of
+    its dead letter counts in the letter's hour by default, and keeps its own under 3 hours."""
+    before = time.time()
+    publish_dead_letters(stack, b'{"post_id": "skewed-post", "counter": "upvotes", "delta": "1", "event_id": "e-skew"}',
+                         {})
+    after = time.time()
+    ahead = datetime.now(timezone.utc) + timedelta(hours=2)
+    corrected = tmp_path / "corrected.jsonl"
+    corrected.write_text(json.dumps({"post_id": "skewed-post", "counter": "upvotes", "delta": 1,
+                                     "event_time": rfc3339(ahead), "event_id": "e-skew"}) + "\n")
+    code, (dry,), _ = replay_corrections(stack, capsys, corrected, "--dry-run")
+    assert code == 0 and dry["delta"]["event_hour"] in (int(before) // 3600 * 3600, int(after) // 3600 * 3600)
+    code, (report,), _ = replay_corrections(stack, capsys, corrected, "--max-clock-skew-seconds", "10800")
+    assert (code, report["corrections_written"], report["acknowledged"]) == (0, 1, 1)
+    assert hours_counted(database, "skewed-post") == {hour_start(ahead.timestamp()): Counts(upvotes=1)}
 
 
 def test_a_clean_streaming_build_warns_of_no_mixed_windows(monkeypatch, caplog) -> None:

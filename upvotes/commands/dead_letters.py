@@ -6,6 +6,7 @@ import json
 import sys
 import time
 
+from pipeline.params import REPLAY_PARAMS, ReplaySettings, add_params
 from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_project_argument, open_database_of
 from upvotes.commands.errors import UsageError
@@ -34,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", help="deprecated, ignored: corrected votes are written to the database, no longer "
                                         "published")
     parser.add_argument("--dry-run", action="store_true", help="replay: say what would be done; change nothing")
+    # The stream's own flags (pipeline/params.py): a correction is read under the stream's event-time
+    # policy, at its dead letter's publish time.
+    add_params(parser, REPLAY_PARAMS)
 
 
 def _kept_subscription(args: argparse.Namespace) -> str:
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if args.topic:
         print("upvotes dead-letters: --topic is deprecated and ignored: corrected votes are written to the "
               "database through the pipeline's own path, no longer published", file=sys.stderr)
-    corrected = _read_corrected(args.corrected_votes) if args.corrected_votes else {}
+    policy = _event_time_policy(args)
+    corrected = _read_corrected(args.corrected_votes, policy) if args.corrected_votes else {}
 
     subscription = _kept_subscription(args)
     subscriber = pubsub_v1.SubscriberClient()
@@ -66,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                 for letter in held:
                     print(json.dumps(letter.summary()))
                 return 0
-            held, failed = _replay(args, subscriber, subscription, held, corrected, leases)
+            held, failed = _replay(args, subscriber, subscription, held, corrected, policy, leases)
     finally:
         release(subscriber, subscription, held)
         subscriber.close()
@@ -75,17 +80,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_corrected(path: str) -> dict:
+def _event_time_policy(args: argparse.Namespace):
+    """The stream's event-time policy, from the same flags and defaults (pipeline/params.py)."""
+    from schemas.contract import EventTimePolicy
+
+    settings = ReplaySettings.parse({param.dest: getattr(args, param.dest) for param in REPLAY_PARAMS})
+    return EventTimePolicy(max_clock_skew_s=settings.max_clock_skew_seconds)
+
+
+def _read_corrected(path: str, policy) -> dict:
     from upvotes.operations.dead_letters import read_corrected_votes
 
     try:
         with open(path, "rb") as lines:
-            return read_corrected_votes(lines, publish_time_s=time.time())
+            return read_corrected_votes(lines, publish_time_s=time.time(), policy=policy)
     except (OSError, ValueError) as error:
         raise UsageError(f"--corrected-votes {path}: {error}") from None
 
 
-def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict,
+def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict, policy,
             leases) -> tuple[list, int]:
     """Replays the held dead letters; returns those still held (to release) and how many replays failed."""
     from schemas.records import PostDelta
@@ -94,7 +107,7 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
     from spanner_writes.votes import apply_all_vote_states
     from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay
 
-    plan = plan_replay(held, corrected)
+    plan = plan_replay(held, corrected, policy)
     if args.dry_run:
         for letter, delta in plan.deltas:
             print(json.dumps({"would": "rewrite_delta", "message_id": letter.message_id, "delta": delta.to_json()}))

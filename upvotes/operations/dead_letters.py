@@ -22,10 +22,11 @@ each vote once:
   second application moves nothing;
 - a rejected vote is replaced by its corrected line from a JSON-lines file, matched by the
   rejected line's own identity (`DeadLetter.identity`: the line's event_id, or "@<message
-  ID>/<line>" for a line with none, which the correction then carries as its event_id). A
-  corrected delta event becomes one delta row keyed by that identity ("@replay/<identity>",
-  written by the sink's path: a second write finds it); a corrected vote-state event is applied
-  through the vote-state sink's path. Nothing is published to the votes topic, so no Pub/Sub or
+  ID>/<line>" for a line with none, which the correction then carries as its event_id). It is
+  read as the stream reads a vote, under the stream's event-time policy, at the dead letter's
+  publish time (`CorrectedLine.parsed`). A corrected delta event becomes one delta row keyed by
+  that identity ("@replay/<identity>", written by the sink's path: a second write finds it); a
+  corrected vote-state event is applied through the vote-state sink's path. Nothing is published to the votes topic, so no Pub/Sub or
   Dataflow deduplication (`id_label`) can drop a correction after its dead letter was acknowledged.
 """
 from __future__ import annotations
@@ -39,7 +40,9 @@ from typing import Callable, Iterable, Sequence
 
 from google.api_core import exceptions
 
-from schemas.contract import ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, LINE_ATTRIBUTE, parse_vote
+from schemas.contract import (
+    DEFAULT_EVENT_TIME_POLICY, ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, LINE_ATTRIBUTE, EventTimePolicy, parse_vote,
+)
 from schemas.counters import NAME_OF, VOTER_CONTRACT_NAMES, Counts
 from schemas.delta_ids import replay_delta_id
 from schemas.records import CounterSums, FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
@@ -215,17 +218,22 @@ class CorrectedLine:
     data: bytes
     event_id: str
 
-    def parsed(self, publish_time_s: float) -> VoteEvent | VoteState:
-        """The vote, as the pipeline would read it in a message published at `publish_time_s`: a
-        delta event without an event_time is counted in that hour. A replay passes its dead letter's
-        publish time, which every delivery of the letter carries, so a rerun of the replay, in any
-        hour, writes the same delta row key and finds it written."""
-        vote = parse_vote(self.data, None, publish_time_s=publish_time_s)
+    def parsed(self, publish_time_s: float, policy: EventTimePolicy) -> VoteEvent | VoteState:
+        """The vote, as the stream reads it in a message published at `publish_time_s`, under the
+        stream's event-time policy: a delta event without an event_time, or with one further ahead
+        of that time than the clock skew or older than the retention, is counted in that hour, and a
+        vote state stamped that far ahead takes that time. A replay passes its dead letter's publish
+        time: the stream stamps a rejected vote's dead letter as it parses the vote, so it is the
+        vote's own arrival but for those seconds, and every delivery of the letter carries it, so a
+        rerun in any hour (the replay's clock is never read) parses the same vote and writes the same
+        correction."""
+        vote = parse_vote(self.data, None, publish_time_s=publish_time_s, policy=policy)
         assert isinstance(vote, (VoteEvent, VoteState)), vote  # read_corrected_votes accepted it
         return vote
 
 
-def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float) -> dict[str, CorrectedLine]:
+def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float,
+                         policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> dict[str, CorrectedLine]:
     """The corrected votes of a JSON-lines file by event_id (the identity of the dead letter each
     replaces); raises ValueError on a line the pipeline would reject again, or one without an
     event_id to match it to its dead letter."""
@@ -234,7 +242,7 @@ def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float) -> dict[
         data = line.rstrip(b"\r\n")
         if not data.strip():
             continue
-        vote = parse_vote(data, None, publish_time_s=publish_time_s)
+        vote = parse_vote(data, None, publish_time_s=publish_time_s, policy=policy)
         if not isinstance(vote, (VoteEvent, VoteState)):
             raise ValueError(f"line {number} would be rejected again: {vote.error}")
         if not vote.event_id:
@@ -269,7 +277,10 @@ class ReplayPlan:
     left: list[DeadLetter] = field(default_factory=list)  # no replay for these: released, kept
 
 
-def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLine]) -> ReplayPlan:
+def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLine],
+                policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> ReplayPlan:
+    """Each held dead letter's replay; a correction is read under `policy` (the stream's, from the
+    same flags) at its dead letter's publish time (CorrectedLine.parsed)."""
     plan = ReplayPlan()
     for letter in letters:
         if letter.kind == DELTA_ROW:
@@ -277,7 +288,7 @@ def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLin
         elif letter.kind == VOTE_STATES:
             plan.states.append((letter, letter.failed_states()))
         elif (line := corrected.get(letter.identity())) is not None:
-            vote = line.parsed(letter.publish_time_s)
+            vote = line.parsed(letter.publish_time_s, policy)
             plan.corrections.append((letter, correction_delta(vote, letter.identity()) if isinstance(vote, VoteEvent)
                                      else correction_states(vote)))
         else:
