@@ -71,12 +71,12 @@ def run(args: argparse.Namespace) -> int:
                 for letter in held:
                     print(json.dumps(letter.summary()))
                 return 0
-            held, failed = _replay(args, subscriber, subscription, held, corrected, policy, leases)
+            held, unreplayed = _replay(args, subscriber, subscription, held, corrected, policy, leases)
     finally:
         release(subscriber, subscription, held)
         subscriber.close()
-    if failed:
-        raise RuntimeError(f"{failed} replays failed; their dead letters are kept")
+    if unreplayed:
+        raise RuntimeError(f"{unreplayed} dead letters not replayed (failed or refused, see above); they are kept")
     return 0
 
 
@@ -100,12 +100,13 @@ def _read_corrected(path: str, policy) -> dict:
 
 def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict, policy,
             leases) -> tuple[list, int]:
-    """Replays the held dead letters; returns those still held (to release) and how many replays failed."""
+    """Replays the held dead letters; returns those still held (to release) and how many replays
+    failed or were refused."""
     from schemas.records import PostDelta
     from spanner_store.database import run_with_retries
     from spanner_writes.deltas import write_new_deltas
     from spanner_writes.votes import apply_all_vote_states
-    from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay
+    from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay, write_corrected
 
     plan = plan_replay(held, corrected, policy)
     if args.dry_run:
@@ -114,10 +115,11 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
         for letter, states in plan.states:
             print(json.dumps({"would": "apply_vote_states", "message_id": letter.message_id, "states": len(states)}))
         for letter, correction in plan.corrections:
-            written = ({"delta": correction.to_json()} if isinstance(correction, PostDelta)
-                       else {"states": len(correction)})
+            write = correction.write()
+            written = {"delta": write.to_json()} if isinstance(write, PostDelta) else {"states": len(write)}
             print(json.dumps({"would": "write_correction", "message_id": letter.message_id,
-                              "identity": letter.identity(), **written}))
+                              "identity": letter.identity(), **written, "line": correction.line.number,
+                              "correction": correction.text}))
         for letter in plan.left:
             print(json.dumps({"would": "leave", **letter.summary()}))
         return held, 0
@@ -131,12 +133,17 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
         totals = apply_all_vote_states(database, states)
         return totals.applied, totals.superseded
 
+    def write_correction(correction):
+        return run_with_retries(lambda: write_corrected(database, correction))
+
     def ack(letters):
         acknowledge(subscriber, subscription, letters)
         leases.let_go(letters)
 
-    report, still_held = execute_replay(plan, write_delta, apply_states, ack)
+    report, still_held = execute_replay(plan, write_delta, apply_states, write_correction, ack)
     print(json.dumps(report.to_json()))
     for failure in report.failed:
         print(f"replay failed, dead letter kept: {failure}", file=sys.stderr)
-    return still_held, len(report.failed)
+    for refusal in report.corrections_refused:
+        print(f"replay refused: {refusal}", file=sys.stderr)
+    return still_held, len(report.failed) + len(report.corrections_refused)
