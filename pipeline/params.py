@@ -89,6 +89,13 @@ WINDOW_SECONDS = Param(
     r"[1-9][0-9]{0,4}", default="10", example="10", kind=int,
 )
 
+MAX_CLOCK_SKEW_SECONDS = Param(
+    "max-clock-skew-seconds", "maxClockSkewSeconds", "Largest clock skew believed, in seconds",
+    "A vote whose event_time is further ahead of its publish time than this, or older than "
+    "the 30-day delta retention, is counted in the hour it was ingested instead (never dropped).",
+    r"[1-9][0-9]{0,5}", default="3600", example="3600", kind=int,
+)
+
 STREAMING_PARAMS: tuple[Param, ...] = (
     Param(
         "subscription", "inputSubscription", "Pub/Sub input subscription",
@@ -110,13 +117,12 @@ STREAMING_PARAMS: tuple[Param, ...] = (
         "Most delta rows in one commit (the sink also stays under a mutation budget).",
         r"[1-9][0-9]{0,4}", default="1000", example="1000", kind=int,
     ),
-    Param(
-        "max-clock-skew-seconds", "maxClockSkewSeconds", "Largest clock skew believed, in seconds",
-        "A vote whose event_time is further ahead of its publish time than this, or older than "
-        "the 30-day delta retention, is counted in the hour it was ingested instead (never dropped).",
-        r"[1-9][0-9]{0,5}", default="3600", example="3600", kind=int,
-    ),
+    MAX_CLOCK_SKEW_SECONDS,
 )
+
+# What `upvotes dead-letters replay` shares with the stream: it parses each corrected vote under
+# the stream's event-time policy (upvotes/operations/dead_letters.py), from the same flag and default.
+REPLAY_PARAMS: tuple[Param, ...] = (MAX_CLOCK_SKEW_SECONDS,)
 
 FOLD_PARAMS: tuple[Param, ...] = (
     SPANNER_INSTANCE,
@@ -204,6 +210,18 @@ class StreamingSettings:
         """The settings from `values` (text or values by dest, as collected or as Beam's options
         hold them); raises InvalidParameter. Called once per launch."""
         return cls(**parse_values(STREAMING_PARAMS, values))
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """REPLAY_PARAMS, checked and converted: the stream's settings a dead-letter replay applies."""
+
+    max_clock_skew_seconds: int
+
+    @classmethod
+    def parse(cls, values: Mapping[str, object]) -> "ReplaySettings":
+        """The settings from `values` (by dest); raises InvalidParameter. Called once per replay."""
+        return cls(**parse_values(REPLAY_PARAMS, values))
 
 
 @dataclass(frozen=True)

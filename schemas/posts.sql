@@ -346,3 +346,26 @@ CREATE TABLE RankingSettings (
   Value      FLOAT64 NOT NULL,
   RecordedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (Name);
+
+-- Corrected dead letters a replay wrote (issue 44, spanner_writes/replays.py): one row per
+-- dead letter's identity (`upvotes dead-letters replay`: the rejected line's event_id, or
+-- "@<message ID>/<line>"), holding the correction as it was counted (its canonical text, after
+-- the event-time policy). Written in the same commit as the correction's delta row, or in the
+-- read-write transaction that applies its vote state (which reads it first): a rerun finds it
+-- whatever the correction now says, so a replay is keyed by the identity alone. The same
+-- correction again is acknowledged and writes nothing; a different one (edited between a killed
+-- run and its rerun: another hour, another value) is refused with both versions, never written
+-- a second time nor skipped in silence.
+-- The key: IdentityHash (a hash of Identity) leads, so replayed letters spread over the key space
+-- instead of piling onto one split (message IDs and event IDs are often sequential).
+-- Kept 31 days: a dead letter can be delivered, and so replayed, only while Pub/Sub keeps it: 7
+-- days by default (the kept subscription `upvotes provision` creates), 31 at most (Pub/Sub's
+-- longest subscription or topic retention, a seek included). So a row, committed after its letter
+-- was published, outlives every delivery of the letter, and the delta row written with it (30 days).
+CREATE TABLE ReplayedCorrections (
+  IdentityHash INT64 NOT NULL,
+  Identity     STRING(128) NOT NULL,
+  Correction   STRING(MAX) NOT NULL,
+  ReplayedAt   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (IdentityHash, Identity),
+  ROW DELETION POLICY (OLDER_THAN(ReplayedAt, INTERVAL 31 DAY));

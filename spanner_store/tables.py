@@ -80,6 +80,11 @@ VOTE_COLUMNS = VOTE_KEY_COLUMNS + ("Vote", "VotedAt", "EventId", "EventHour", "A
 USER_ERASURES = "UserErasures"
 USER_ERASURE_COLUMNS = ("UserHash", "UserId", "RequestId", "ForgottenThrough")
 
+# Each corrected dead letter a replay wrote (spanner_writes/replays.py), keyed by a hash of its
+# identity, then the identity (`replayed_correction_key`).
+REPLAYED_CORRECTIONS = "ReplayedCorrections"
+REPLAYED_CORRECTION_COLUMNS = ("IdentityHash", "Identity", "Correction", "ReplayedAt")
+
 # Rows written once per commit of delta rows are keyed (Shard, CommittedAt, ID) with the shard
 # a hash of a random ID (`commit_shard`): COMMIT_SHARDS key ranges share the appends, and a
 # reader of "committed after T" seeks each.
@@ -127,6 +132,12 @@ def post_rows_range(posts) -> spanner.KeySet:
 def vote_key(post_id: str, user_id: str) -> tuple[int, str, str]:
     """The Votes primary key of one user's vote on one post."""
     return (user_hash(user_id), user_id, post_id)
+
+
+def replayed_correction_key(identity: str) -> tuple[int, str]:
+    """The ReplayedCorrections primary key of a dead letter's identity: the identity's hash (the
+    posts' hash, of another string) leads, spreading sequential message and event IDs."""
+    return (post_hash(identity), identity)
 
 
 def user_rows_range(*user_ids: str) -> spanner.KeySet:

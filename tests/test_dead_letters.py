@@ -6,6 +6,8 @@ succeeded, and a long replay keeps what it holds."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime, timedelta, timezone
 
 import apache_beam as beam
 import pytest
@@ -13,20 +15,24 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
-from schemas.contract import parse_message
+from schemas.contract import DEFAULT_EVENT_TIME_POLICY, parse_message
 from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
+from spanner_reads.hourly import hourly_counts
 from spanner_reads.reads import exact_counts
 from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_all_vote_states
+from tests.support.event_times import rfc3339
 from tests.support.polling import assert_stays, wait_until
 from transforms.dead_letter import PublishDeadLetters, to_dead_letter
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.cli import main
+from upvotes.operations import dead_letters as dead_letter_operations
 from upvotes.operations.dead_letters import (
-    HeldLetters, execute_replay, plan_replay, pull_dead_letters, read_corrected_votes, release,
+    HeldLetters, correction_delta, execute_replay, plan_replay, pull_dead_letters, read_corrected_votes, release,
+    write_corrected,
 )
 
 HOUR = 1_795_312_800
@@ -66,7 +72,7 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
     report, still_held = execute_replay(plan_replay(held, {}), lambda d: tuple(write_new_deltas(database, [d])),
-                                        lambda states: (0, 0), ack=lambda letters: None)
+                                        lambda states: (0, 0), lambda correction: None, ack=lambda letters: None)
     assert report.deltas_written == 3
     release(subscriber, kept(stack), held)
 
@@ -138,9 +144,10 @@ def test_two_bad_lines_of_a_batch_replayed_twice_with_a_crash_before_the_ack_eac
     def crash_on_the_first_ack(letters) -> None:
         raise KeyboardInterrupt("injected: the replay died after its first write, before its acknowledgement")
 
-    write = lambda d: tuple(write_new_deltas(database, [d]))  # noqa: E731 - the command's own path
+    write = lambda correction: write_corrected(database, correction)  # noqa: E731 - the command's own path
     with pytest.raises(KeyboardInterrupt):
-        execute_replay(plan_replay(held, corrections), write, lambda s: (0, 0), ack=crash_on_the_first_ack)
+        execute_replay(plan_replay(held, corrections), lambda d: (0, 0), lambda s: (0, 0), write,
+                       ack=crash_on_the_first_ack)
     release(subscriber, kept(stack), held)  # what the command's `finally` does (or the deadline, on a kill)
     assert sum(exact_counts(database, ["batch-post"])[0].counts) == 2  # one correction is in
 
@@ -198,7 +205,7 @@ def test_dead_lettered_vote_states_replayed_twice_move_each_count_once(stack, da
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
     report, _ = execute_replay(plan_replay(held, {}), lambda d: (0, 0),
-                               lambda s: tuple(apply_all_vote_states(database, s))[:2],
+                               lambda s: tuple(apply_all_vote_states(database, s))[:2], lambda correction: None,
                                ack=lambda letters: None)  # applied, but the acknowledgement is lost
     assert (report.states_applied, report.states_already_applied) == (2, 0)
     release(subscriber, kept(stack), held)
@@ -206,6 +213,192 @@ def test_dead_lettered_vote_states_replayed_twice_move_each_count_once(stack, da
     (second,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database)
     assert (second["states_applied"], second["states_already_applied"], second["acknowledged"]) == (0, 2, 1)
     assert exact_counts(database, ["dl-states"])[0].counts == Counts(upvotes=1, downvotes=1)
+
+
+def replay_corrections(stack, capsys, corrected, *extra: str) -> tuple[int, list[dict], str]:
+    """`dead-letters replay --corrected-votes`, whatever it ends with: (exit status, its JSON lines, stderr)."""
+    code = main(["dead-letters", "replay", "--project", stack.project, "--dead-letter-topic", stack.dead_letter_topic,
+                 "--instance", stack.instance, "--database", stack.database, "--corrected-votes", str(corrected),
+                 *extra])
+    out = capsys.readouterr()
+    return code, [json.loads(line) for line in out.out.splitlines()], out.err
+
+
+def killed_before_its_ack(stack, capsys, monkeypatch, corrected) -> None:
+    """A replay killed between its write and its acknowledgement: what it held goes back unacknowledged
+    (the command's `finally`, or the ack deadline after a SIGKILL)."""
+    def killed(*_) -> None:
+        raise KeyboardInterrupt("injected: killed after the write, before the acknowledgement")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(dead_letter_operations, "acknowledge", killed)
+        assert replay_corrections(stack, capsys, corrected)[0] == 130
+
+
+def hour_start(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s // 3600 * 3600, tz=timezone.utc)
+
+
+def hours_counted(database, post_id: str) -> dict[datetime, Counts]:
+    return {hour.hour: hour.counts for hour in hourly_counts(database, post_id, since=datetime(1, 1, 1, tzinfo=timezone.utc))}
+
+
+def test_a_correction_stamped_far_ahead_counts_in_the_hour_the_stream_would_count_it(
+        stack, database, capsys, tmp_path) -> None:
+    """Issue 44: a replay parsed corrections without the stream's event-time policy, so a corrected
+    delta event stamped 2099 was written in hour 2099 (leading the hot ranking for decades) and a
+    corrected vote state stamped 2099 beat every later vote of its user. Now a correction is read as
+    the stream reads a vote, at its dead letter's publish time: both count in that hour, and the
+    user's later vote wins."""
+    before = time.time()
+    publish_dead_letters(stack, b'{"post_id": "future-post", "counter": "upvotes", "delta": "1", "event_id": "e-future"}',
+                         {})
+    publish_dead_letters(stack, b'{"post_id": "future-post", "user_id": "u-ahead", "vote": "upp", '
+                                b'"event_time": "2099-01-01T00:00:00Z", "event_id": "e-future-state"}', {})
+    after = time.time()
+    corrected = tmp_path / "corrected.jsonl"
+    corrected.write_text(
+        '{"post_id": "future-post", "counter": "upvotes", "delta": 1, "event_time": "2099-01-01T00:00:00Z", '
+        '"event_id": "e-future"}\n'
+        '{"post_id": "future-post", "user_id": "u-ahead", "vote": "up", "event_time": "2099-01-01T00:00:00Z", '
+        '"event_id": "e-future-state"}\n')
+    code, (report,), _ = replay_corrections(stack, capsys, corrected)
+    assert (code, report["corrections_written"], report["acknowledged"]) == (0, 2, 2)
+    # Both in the hour the dead letters were published in (an hour may have turned while publishing).
+    counted = hours_counted(database, "future-post")
+    assert counted in ({hour_start(before): Counts(upvotes=2)}, {hour_start(after): Counts(upvotes=2)}), counted
+
+    # The user takes the vote back a minute later, as the stream's sink applies it.
+    later_s = after + 60
+    apply_all_vote_states(database, {PostUser("future-post", "u-ahead"): LatestVote(
+        "none", int(later_s * 1_000_000), "e-later", int(later_s) // 3600 * 3600, 1, False)})
+    assert exact_counts(database, ["future-post"])[0].counts == Counts(upvotes=1)
+
+
+def test_the_replay_takes_the_streams_clock_skew_flag(stack, database, capsys, tmp_path) -> None:
+    """`--max-clock-skew-seconds` of the stream, with its default (3600): a correction 2 hours ahead of
+    its dead letter counts in the letter's hour by default, and keeps its own under 3 hours."""
+    before = time.time()
+    publish_dead_letters(stack, b'{"post_id": "skewed-post", "counter": "upvotes", "delta": "1", "event_id": "e-skew"}',
+                         {})
+    after = time.time()
+    ahead = datetime.now(timezone.utc) + timedelta(hours=2)
+    corrected = tmp_path / "corrected.jsonl"
+    corrected.write_text(json.dumps({"post_id": "skewed-post", "counter": "upvotes", "delta": 1,
+                                     "event_time": rfc3339(ahead), "event_id": "e-skew"}) + "\n")
+    code, (dry,), _ = replay_corrections(stack, capsys, corrected, "--dry-run")
+    assert code == 0 and dry["delta"]["event_hour"] in (int(before) // 3600 * 3600, int(after) // 3600 * 3600)
+    code, (report,), _ = replay_corrections(stack, capsys, corrected, "--max-clock-skew-seconds", "10800")
+    assert (code, report["corrections_written"], report["acknowledged"]) == (0, 1, 1)
+    assert hours_counted(database, "skewed-post") == {hour_start(ahead.timestamp()): Counts(upvotes=1)}
+
+
+def test_a_correction_edited_between_a_killed_replay_and_its_rerun_counts_once_and_is_refused(
+        stack, database, capsys, tmp_path, monkeypatch) -> None:
+    """Issue 44: a corrected delta event was keyed (post, event hour, identity). Run 1 wrote it and
+    was killed before the acknowledgement; the operator fixed its time and reran, as the docs say:
+    no row under the new hour's key, so the vote counted twice. Edited in value only, it collided
+    with the first row and was reported already written: the fix dropped in silence. Now the
+    identity alone keys it: both reruns are refused, naming the line and both versions, and keep the
+    dead letter; the original restored, the rerun acknowledges it and writes nothing."""
+    publish_dead_letters(stack, b'{"post_id": "edited-post", "counter": "upvotes", "delta": "1", "event_id": "e-edit"}',
+                         {})
+    now = datetime.now(timezone.utc)
+    first, edited = now - timedelta(hours=15), now - timedelta(hours=6)
+    corrected = tmp_path / "corrected.jsonl"
+
+    def correct(event_time: datetime, delta: int = 1) -> None:  # line 2: the file's own numbering
+        corrected.write_text("\n" + json.dumps({"post_id": "edited-post", "counter": "upvotes", "delta": delta,
+                                                "event_time": rfc3339(event_time), "event_id": "e-edit"}) + "\n")
+
+    correct(first)
+    killed_before_its_ack(stack, capsys, monkeypatch, corrected)
+    assert hours_counted(database, "edited-post") == {hour_start(first.timestamp()): Counts(upvotes=1)}
+
+    correct(edited)  # another hour
+    code, (report,), err = replay_corrections(stack, capsys, corrected)
+    assert hours_counted(database, "edited-post") == {hour_start(first.timestamp()): Counts(upvotes=1)}  # once
+    assert (code, report["corrections_written"], report["corrections_already_written"], report["acknowledged"]) == (
+        1, 0, 0, 0)
+    (refusal,) = report["corrections_refused"]
+    assert refusal in err and "corrected line 2 (identity 'e-edit')" in refusal
+    assert f'"event_hour":"{hour_start(first.timestamp()):%Y-%m-%dT%H}:00:00Z"' in refusal  # written
+    assert f'"event_hour":"{hour_start(edited.timestamp()):%Y-%m-%dT%H}:00:00Z"' in refusal  # this line
+
+    correct(first, delta=5)  # the same post and hour, another value
+    code, (report,), err = replay_corrections(stack, capsys, corrected)
+    assert (code, report["corrections_already_written"], report["acknowledged"]) == (1, 0, 0)
+    (refusal,) = report["corrections_refused"]
+    assert '"delta":1' in refusal and '"delta":5' in refusal and refusal in err
+    assert exact_counts(database, ["edited-post"])[0].counts == Counts(upvotes=1)
+
+    correct(first)  # the correction written, restored
+    (report,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database,
+                             "--corrected-votes", str(corrected))
+    assert (report["corrections_written"], report["corrections_already_written"], report["acknowledged"],
+            report["corrections_refused"]) == (0, 1, 1, [])
+    assert exact_counts(database, ["edited-post"])[0].counts == Counts(upvotes=1)
+    assert dead_letters(stack, capsys, "show")[0]["shown"] == 0
+
+
+def test_a_vote_state_correction_edited_between_runs_is_refused_and_counted_once(
+        stack, database, capsys, tmp_path, monkeypatch) -> None:
+    """The same for a corrected vote-state event: run 1 applies "up" and is killed before the ack; the
+    rerun says "down" at the same time (a later-ranked vote, which the sink would apply as a flip):
+    refused, the user counted once, as "up"; the original restored, acknowledged."""
+    publish_dead_letters(stack, b'{"post_id": "edited-state", "user_id": "u-e", "vote": "upp", '
+                                b'"event_time": "2026-11-27T01:02:03Z", "event_id": "e-state-edit"}', {})
+    voted = datetime.now(timezone.utc) - timedelta(hours=2)
+    corrected = tmp_path / "corrected.jsonl"
+
+    def correct(vote: str) -> None:
+        corrected.write_text(json.dumps({"post_id": "edited-state", "user_id": "u-e", "vote": vote,
+                                         "event_time": rfc3339(voted), "event_id": "e-state-edit"}) + "\n")
+
+    correct("up")
+    killed_before_its_ack(stack, capsys, monkeypatch, corrected)
+    assert exact_counts(database, ["edited-state"])[0].counts == Counts(upvotes=1)
+
+    correct("down")
+    code, (report,), err = replay_corrections(stack, capsys, corrected)
+    assert exact_counts(database, ["edited-state"])[0].counts == Counts(upvotes=1)
+    (refusal,) = report["corrections_refused"]
+    assert (code, report["corrections_written"], report["acknowledged"]) == (1, 0, 0) and refusal in err
+    assert "corrected line 1 (identity 'e-state-edit')" in refusal and '"vote":"up"' in refusal
+    assert '"vote":"down"' in refusal
+
+    correct("up")
+    (report,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database,
+                             "--corrected-votes", str(corrected))
+    assert (report["corrections_written"], report["corrections_already_written"], report["acknowledged"]) == (0, 1, 1)
+    assert exact_counts(database, ["edited-state"])[0].counts == Counts(upvotes=1)
+    assert dead_letters(stack, capsys, "show")[0]["shown"] == 0
+
+
+def test_a_correction_a_replay_wrote_before_markers_existed_is_acknowledged_once(stack, database, capsys,
+                                                                                 tmp_path) -> None:
+    """A replay of the previous version wrote the delta row ("@replay/<identity>") without a marker
+    and was killed before its acknowledgement: the rerun's row collides with it and is taken as
+    written, as that version took it, instead of failing the letter forever."""
+    publish_dead_letters(stack, b'{"post_id": "legacy-post", "counter": "upvotes", "delta": "1", "event_id": "e-old"}',
+                         {})
+    corrected = tmp_path / "corrected.jsonl"
+    corrected.write_text(json.dumps({"post_id": "legacy-post", "counter": "upvotes", "delta": 1, "event_id": "e-old",
+                                     "event_time": rfc3339(datetime.now(timezone.utc) - timedelta(hours=3))}) + "\n")
+    (line,) = read_corrected_votes(corrected.read_bytes().splitlines(), time.time()).values()
+    write_new_deltas(database, [correction_delta(line.parsed(time.time(), DEFAULT_EVENT_TIME_POLICY), "e-old")])
+
+    code, (report,), _ = replay_corrections(stack, capsys, corrected)
+    assert (code, report["corrections_written"], report["corrections_already_written"], report["acknowledged"]) == (
+        0, 0, 1, 1)
+    assert exact_counts(database, ["legacy-post"])[0].counts == Counts(upvotes=1)
+
+
+def test_two_lines_for_one_dead_letter_are_refused() -> None:
+    lines = [b'{"post_id": "p", "counter": "upvotes", "delta": 1, "event_id": "e-twice"}', b"",
+             b'{"post_id": "p", "counter": "upvotes", "delta": 2, "event_id": "e-twice"}']
+    with pytest.raises(ValueError, match="lines 1 and 3 both correct 'e-twice'"):
+        read_corrected_votes(lines, publish_time_s=HOUR)
 
 
 def test_a_clean_streaming_build_warns_of_no_mixed_windows(monkeypatch, caplog) -> None:

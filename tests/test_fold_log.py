@@ -186,7 +186,7 @@ def test_a_dead_letter_replay_after_a_fold_is_in_the_log_and_counted_once(stack,
                           {KIND_ATTRIBUTE: DELTA_ROW, ERROR_ATTRIBUTE: "spanner_write_failed: test"})
                for d in (written[0], never_written)]  # one already in Spanner, one not
     report, still_held = execute_replay(plan_replay(letters, {}), lambda d: tuple(write_new_deltas(database, [d])),
-                                        lambda states: (0, 0), ack=lambda held: None)
+                                        lambda states: (0, 0), lambda correction: None, ack=lambda held: None)
     assert (report.deltas_written, report.deltas_already_written) == (1, 1) and still_held == []
     assert fold(stack).deltas_folded == 1
     assert folded(database, ["replayed"]) == {"replayed": Counts(upvotes=11, shares=1)} == exact(database, ["replayed"])

@@ -10,7 +10,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.options import FoldOptions, SpannerOptions, StreamingOptions
 from pipeline.params import (
-    FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, FoldSettings, InvalidParameter, StreamingSettings, parse_values,
+    FOLD_PARAMS, REPLAY_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, FoldSettings, InvalidParameter, ReplaySettings,
+    StreamingSettings, parse_values,
 )
 from upvotes.cli import build_parser
 
@@ -55,7 +56,8 @@ def test_the_docs_and_the_deploy_guide_carry_the_generated_parameter_table() -> 
     assert stale_files() == []
 
 
-@pytest.mark.parametrize("command,params", [("stream", STREAMING_PARAMS), ("fold", FOLD_PARAMS)])
+@pytest.mark.parametrize("command,params", [("stream", STREAMING_PARAMS), ("fold", FOLD_PARAMS),
+                                            ("dead-letters", REPLAY_PARAMS)])
 def test_cli_help_offers_every_flag(command: str, params, capsys) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args([command, "--help"])
@@ -66,6 +68,14 @@ def test_cli_help_offers_every_flag(command: str, params, capsys) -> None:
 
 def test_shared_spanner_parameters_are_declared_once() -> None:
     assert all(p in STREAMING_PARAMS and p in FOLD_PARAMS for p in SPANNER_PARAMS)
+
+
+def test_a_dead_letter_replay_takes_the_streams_own_parameters() -> None:
+    """A replay reads corrections under the stream's event-time policy: the same flags, the same defaults."""
+    assert all(p in STREAMING_PARAMS for p in REPLAY_PARAMS)
+    replay = ReplaySettings.parse(vars(build_parser().parse_args(["dead-letters", "replay", "--dead-letter-topic", "t"])))
+    stream = StreamingSettings.parse({p.dest: p.example for p in STREAMING_PARAMS if p not in REPLAY_PARAMS})
+    assert replay.max_clock_skew_seconds == stream.max_clock_skew_seconds == 3600
 
 
 def test_the_parameter_table_holds_the_only_defaults() -> None:
@@ -82,7 +92,8 @@ def test_the_parameter_table_holds_the_only_defaults() -> None:
         assert parameter.default is inspect.Parameter.empty, transform
 
 
-@pytest.mark.parametrize("params,settings_class", [(STREAMING_PARAMS, StreamingSettings), (FOLD_PARAMS, FoldSettings)])
+@pytest.mark.parametrize("params,settings_class", [(STREAMING_PARAMS, StreamingSettings), (FOLD_PARAMS, FoldSettings),
+                                                   (REPLAY_PARAMS, ReplaySettings)])
 def test_the_typed_settings_have_one_field_per_parameter(params, settings_class) -> None:
     assert {f.name for f in dataclasses.fields(settings_class)} == {p.dest for p in params}
 

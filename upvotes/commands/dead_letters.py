@@ -6,6 +6,7 @@ import json
 import sys
 import time
 
+from pipeline.params import REPLAY_PARAMS, ReplaySettings, add_params
 from upvotes.argument_types import positive_int
 from upvotes.commands.database_flags import add_project_argument, open_database_of
 from upvotes.commands.errors import UsageError
@@ -34,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", help="deprecated, ignored: corrected votes are written to the database, no longer "
                                         "published")
     parser.add_argument("--dry-run", action="store_true", help="replay: say what would be done; change nothing")
+    # The stream's own flags (pipeline/params.py): a correction is read under the stream's event-time
+    # policy, at its dead letter's publish time.
+    add_params(parser, REPLAY_PARAMS)
 
 
 def _kept_subscription(args: argparse.Namespace) -> str:
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if args.topic:
         print("upvotes dead-letters: --topic is deprecated and ignored: corrected votes are written to the "
               "database through the pipeline's own path, no longer published", file=sys.stderr)
-    corrected = _read_corrected(args.corrected_votes) if args.corrected_votes else {}
+    policy = _event_time_policy(args)
+    corrected = _read_corrected(args.corrected_votes, policy) if args.corrected_votes else {}
 
     subscription = _kept_subscription(args)
     subscriber = pubsub_v1.SubscriberClient()
@@ -66,45 +71,55 @@ def run(args: argparse.Namespace) -> int:
                 for letter in held:
                     print(json.dumps(letter.summary()))
                 return 0
-            held, failed = _replay(args, subscriber, subscription, held, corrected, leases)
+            held, unreplayed = _replay(args, subscriber, subscription, held, corrected, policy, leases)
     finally:
         release(subscriber, subscription, held)
         subscriber.close()
-    if failed:
-        raise RuntimeError(f"{failed} replays failed; their dead letters are kept")
+    if unreplayed:
+        raise RuntimeError(f"{unreplayed} dead letters not replayed (failed or refused, see above); they are kept")
     return 0
 
 
-def _read_corrected(path: str) -> dict:
+def _event_time_policy(args: argparse.Namespace):
+    """The stream's event-time policy, from the same flags and defaults (pipeline/params.py)."""
+    from schemas.contract import EventTimePolicy
+
+    settings = ReplaySettings.parse({param.dest: getattr(args, param.dest) for param in REPLAY_PARAMS})
+    return EventTimePolicy(max_clock_skew_s=settings.max_clock_skew_seconds)
+
+
+def _read_corrected(path: str, policy) -> dict:
     from upvotes.operations.dead_letters import read_corrected_votes
 
     try:
         with open(path, "rb") as lines:
-            return read_corrected_votes(lines, publish_time_s=time.time())
+            return read_corrected_votes(lines, publish_time_s=time.time(), policy=policy)
     except (OSError, ValueError) as error:
         raise UsageError(f"--corrected-votes {path}: {error}") from None
 
 
-def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict,
+def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict, policy,
             leases) -> tuple[list, int]:
-    """Replays the held dead letters; returns those still held (to release) and how many replays failed."""
+    """Replays the held dead letters; returns those still held (to release) and how many replays
+    failed or were refused."""
     from schemas.records import PostDelta
     from spanner_store.database import run_with_retries
     from spanner_writes.deltas import write_new_deltas
     from spanner_writes.votes import apply_all_vote_states
-    from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay
+    from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay, write_corrected
 
-    plan = plan_replay(held, corrected)
+    plan = plan_replay(held, corrected, policy)
     if args.dry_run:
         for letter, delta in plan.deltas:
             print(json.dumps({"would": "rewrite_delta", "message_id": letter.message_id, "delta": delta.to_json()}))
         for letter, states in plan.states:
             print(json.dumps({"would": "apply_vote_states", "message_id": letter.message_id, "states": len(states)}))
         for letter, correction in plan.corrections:
-            written = ({"delta": correction.to_json()} if isinstance(correction, PostDelta)
-                       else {"states": len(correction)})
+            write = correction.write()
+            written = {"delta": write.to_json()} if isinstance(write, PostDelta) else {"states": len(write)}
             print(json.dumps({"would": "write_correction", "message_id": letter.message_id,
-                              "identity": letter.identity(), **written}))
+                              "identity": letter.identity(), **written, "line": correction.line.number,
+                              "correction": correction.text}))
         for letter in plan.left:
             print(json.dumps({"would": "leave", **letter.summary()}))
         return held, 0
@@ -118,12 +133,17 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
         totals = apply_all_vote_states(database, states)
         return totals.applied, totals.superseded
 
+    def write_correction(correction):
+        return run_with_retries(lambda: write_corrected(database, correction))
+
     def ack(letters):
         acknowledge(subscriber, subscription, letters)
         leases.let_go(letters)
 
-    report, still_held = execute_replay(plan, write_delta, apply_states, ack)
+    report, still_held = execute_replay(plan, write_delta, apply_states, write_correction, ack)
     print(json.dumps(report.to_json()))
     for failure in report.failed:
         print(f"replay failed, dead letter kept: {failure}", file=sys.stderr)
-    return still_held, len(report.failed)
+    for refusal in report.corrections_refused:
+        print(f"replay refused: {refusal}", file=sys.stderr)
+    return still_held, len(report.failed) + len(report.corrections_refused)

@@ -22,11 +22,16 @@ each vote once:
   second application moves nothing;
 - a rejected vote is replaced by its corrected line from a JSON-lines file, matched by the
   rejected line's own identity (`DeadLetter.identity`: the line's event_id, or "@<message
-  ID>/<line>" for a line with none, which the correction then carries as its event_id). A
-  corrected delta event becomes one delta row keyed by that identity ("@replay/<identity>",
-  written by the sink's path: a second write finds it); a corrected vote-state event is applied
-  through the vote-state sink's path. Nothing is published to the votes topic, so no Pub/Sub or
-  Dataflow deduplication (`id_label`) can drop a correction after its dead letter was acknowledged.
+  ID>/<line>" for a line with none, which the correction then carries as its event_id). It is
+  read as the stream reads a vote, under the stream's event-time policy, at the dead letter's
+  publish time (`CorrectedLine.parsed`). A corrected delta event becomes one delta row
+  ("@replay/<identity>"); a corrected vote-state event is applied through the vote-state sink's
+  path. Either is written with a marker keyed by the identity alone, holding the correction's
+  canonical text, in the same commit (spanner_writes/replays.py): a rerun whose correction equals
+  the one written acknowledges its dead letter and writes nothing; one that differs (edited between
+  a killed run and its rerun) is refused with both versions, its dead letter kept. Nothing is
+  published to the votes topic, so no Pub/Sub or Dataflow deduplication (`id_label`) can drop a
+  correction after its dead letter was acknowledged.
 """
 from __future__ import annotations
 
@@ -35,16 +40,20 @@ import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 from google.api_core import exceptions
 
-from schemas.contract import ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, LINE_ATTRIBUTE, parse_vote
+from schemas.contract import (
+    DEFAULT_EVENT_TIME_POLICY, ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, LINE_ATTRIBUTE, EventTimePolicy, parse_vote,
+)
 from schemas.counters import NAME_OF, VOTER_CONTRACT_NAMES, Counts
 from schemas.delta_ids import replay_delta_id
 from schemas.records import CounterSums, FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
+from spanner_writes.replays import CorrectionMarker, apply_corrected_states, write_corrected_delta
 from transforms.dead_letter import DELTA_ROW, KIND_ATTRIBUTE, VOTE_STATES
 
 LOG = logging.getLogger(__name__)
@@ -210,43 +219,53 @@ def backlog_by_reason(letters: Iterable[DeadLetter]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class CorrectedLine:
-    """One line of a corrections file: the JSON of a vote the pipeline accepts, and its event_id."""
+    """One line of a corrections file: the JSON of a vote the pipeline accepts, its event_id, and
+    its line number in the file (what a refusal names)."""
 
     data: bytes
     event_id: str
+    number: int
 
-    def parsed(self, publish_time_s: float) -> VoteEvent | VoteState:
-        """The vote, as the pipeline would read it in a message published at `publish_time_s`: a
-        delta event without an event_time is counted in that hour. A replay passes its dead letter's
-        publish time, which every delivery of the letter carries, so a rerun of the replay, in any
-        hour, writes the same delta row key and finds it written."""
-        vote = parse_vote(self.data, None, publish_time_s=publish_time_s)
+    def parsed(self, publish_time_s: float, policy: EventTimePolicy) -> VoteEvent | VoteState:
+        """The vote, as the stream reads it in a message published at `publish_time_s`, under the
+        stream's event-time policy: a delta event without an event_time, or with one further ahead
+        of that time than the clock skew or older than the retention, is counted in that hour, and a
+        vote state stamped that far ahead takes that time. A replay passes its dead letter's publish
+        time: the stream stamps a rejected vote's dead letter as it parses the vote, so it is the
+        vote's own arrival but for those seconds, and every delivery of the letter carries it, so a
+        rerun in any hour (the replay's clock is never read) parses the same vote and writes the same
+        correction."""
+        vote = parse_vote(self.data, None, publish_time_s=publish_time_s, policy=policy)
         assert isinstance(vote, (VoteEvent, VoteState)), vote  # read_corrected_votes accepted it
         return vote
 
 
-def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float) -> dict[str, CorrectedLine]:
+def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float,
+                         policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> dict[str, CorrectedLine]:
     """The corrected votes of a JSON-lines file by event_id (the identity of the dead letter each
-    replaces); raises ValueError on a line the pipeline would reject again, or one without an
-    event_id to match it to its dead letter."""
+    replaces); raises ValueError on a line the pipeline would reject again, one without an event_id
+    to match it to its dead letter, or a second line for the same dead letter."""
     corrected: dict[str, CorrectedLine] = {}
     for number, line in enumerate(lines, 1):
         data = line.rstrip(b"\r\n")
         if not data.strip():
             continue
-        vote = parse_vote(data, None, publish_time_s=publish_time_s)
+        vote = parse_vote(data, None, publish_time_s=publish_time_s, policy=policy)
         if not isinstance(vote, (VoteEvent, VoteState)):
             raise ValueError(f"line {number} would be rejected again: {vote.error}")
         if not vote.event_id:
             raise ValueError(f"line {number} has no event_id to match it to its dead letter (for a rejected line "
                              "without one, the identity `dead-letters show` prints)")
-        corrected[vote.event_id] = CorrectedLine(data, vote.event_id)
+        if (first := corrected.get(vote.event_id)) is not None:
+            raise ValueError(f"lines {first.number} and {number} both correct {vote.event_id!r}: one line per "
+                             "dead letter")
+        corrected[vote.event_id] = CorrectedLine(data, vote.event_id, number)
     return corrected
 
 
 def correction_delta(vote: VoteEvent, identity: str) -> PostDelta:
     """The delta row a corrected delta event becomes: the sums the pipeline would give it alone,
-    keyed by the identity of the dead letter it replaces, so a second write of it finds the first."""
+    keyed by the identity of the dead letter it replaces."""
     voters = (sketch_of([vote.user_id]) if vote.delta > 0 and vote.user_id and vote.counter in VOTER_CONTRACT_NAMES
               else None)
     counts = Counts(**{NAME_OF[vote.counter]: vote.delta})
@@ -258,18 +277,78 @@ def correction_states(vote: VoteState) -> dict[PostUser, LatestVote]:
     return {PostUser(vote.post_id, vote.user_id): vote.latest()}
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _utc_text(epoch_us: int) -> str:
+    """A time in microseconds since the epoch in RFC 3339, UTC (exact: no float in between)."""
+    return (_EPOCH + timedelta(microseconds=epoch_us)).isoformat().replace("+00:00", "Z")
+
+
+def correction_text(vote: VoteEvent | VoteState) -> str:
+    """A corrected vote's canonical text: every field its replay writes from, as counted (after the
+    event-time policy), keys sorted, times in RFC 3339, so that two corrections are the same
+    correction exactly when they count the same, and an operator reads both versions of a refused
+    rerun. A vote state's time is its `event_time` as ordered (microseconds)."""
+    fields = vote._asdict()
+    fields["event_hour"] = _utc_text(vote.event_hour * 1_000_000)
+    if isinstance(vote, VoteState):
+        fields["event_time"] = _utc_text(fields.pop("at_us"))
+    return json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+class Correction(NamedTuple):
+    """A rejected vote's corrected line as a replay writes it: the vote as the stream counts it,
+    and the dead letter's identity, which keys the write (its marker and its delta row)."""
+
+    line: CorrectedLine
+    identity: str
+    vote: VoteEvent | VoteState
+
+    @property
+    def text(self) -> str:
+        return correction_text(self.vote)
+
+    @property
+    def marker(self) -> CorrectionMarker:
+        return CorrectionMarker(self.identity, self.text)
+
+    def write(self) -> PostDelta | dict[PostUser, LatestVote]:
+        """What it writes: a delta row (a delta event) or a vote state to apply."""
+        return (correction_delta(self.vote, self.identity) if isinstance(self.vote, VoteEvent)
+                else correction_states(self.vote))
+
+    def refusal(self, written: str) -> str:
+        """Why its rerun is refused: the line, its identity, and both versions."""
+        return (f"corrected line {self.line.number} (identity {self.identity!r}) differs from the correction an "
+                f"earlier replay wrote for its dead letter; nothing written, dead letter kept. Written: {written}; "
+                f"this line: {self.text}")
+
+
+def write_corrected(database, correction: Correction) -> str | None:
+    """One attempt to write a correction with its marker, in one commit (spanner_writes/replays.py):
+    None when written now, else the correction an earlier replay recorded for its identity."""
+    write = correction.write()
+    if isinstance(write, PostDelta):
+        return write_corrected_delta(database, write, correction.marker)
+    return apply_corrected_states(database, write, correction.marker)
+
+
 @dataclass(frozen=True)
 class ReplayPlan:
     """What a replay does with the dead letters it holds: each is written, then acknowledged."""
 
     deltas: list[tuple[DeadLetter, PostDelta]] = field(default_factory=list)  # delta rows, re-written
     states: list[tuple[DeadLetter, dict[PostUser, LatestVote]]] = field(default_factory=list)  # vote states
-    corrections: list[tuple[DeadLetter, PostDelta | dict[PostUser, LatestVote]]] = field(
+    corrections: list[tuple[DeadLetter, Correction]] = field(
         default_factory=list)  # rejected votes replaced by their corrections: a delta row or a vote state
     left: list[DeadLetter] = field(default_factory=list)  # no replay for these: released, kept
 
 
-def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLine]) -> ReplayPlan:
+def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLine],
+                policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> ReplayPlan:
+    """Each held dead letter's replay; a correction is read under `policy` (the stream's, from the
+    same flags) at its dead letter's publish time (CorrectedLine.parsed)."""
     plan = ReplayPlan()
     for letter in letters:
         if letter.kind == DELTA_ROW:
@@ -277,9 +356,8 @@ def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLin
         elif letter.kind == VOTE_STATES:
             plan.states.append((letter, letter.failed_states()))
         elif (line := corrected.get(letter.identity())) is not None:
-            vote = line.parsed(letter.publish_time_s)
-            plan.corrections.append((letter, correction_delta(vote, letter.identity()) if isinstance(vote, VoteEvent)
-                                     else correction_states(vote)))
+            plan.corrections.append((letter, Correction(line, letter.identity(),
+                                                        line.parsed(letter.publish_time_s, policy))))
         else:
             plan.left.append(letter)
     return plan
@@ -291,11 +369,15 @@ class ReplayReport:
     deltas_already_written: int
     states_applied: int
     states_already_applied: int
-    corrections_written: int  # corrected votes counted now: a delta row written, or a vote state applied
-    corrections_already_written: int  # corrected votes an earlier run (killed before its acknowledgement) counted
+    corrections_written: int  # corrected votes replayed now: a delta row written, or a vote state applied (or
+    # superseded by the user's stored later vote, as the sink would find it)
+    corrections_already_written: int  # the same corrections an earlier run (killed before its acknowledgement) wrote
     acknowledged: int
     left: int
     failed: list[str]  # "<message id>: <error>" of replays that failed; those stay on the subscription
+    # Corrections that differ from the one an earlier run wrote for their dead letter (Correction.refusal):
+    # nothing written, and their dead letters stay on the subscription.
+    corrections_refused: list[str]
 
     def to_json(self) -> dict:
         """What `dead-letters replay` prints; `votes_published` is kept for scripts that read it:
@@ -303,21 +385,33 @@ class ReplayReport:
         return {**self.__dict__, "votes_published": 0}
 
 
+class _Refused(Exception):
+    """A correction whose dead letter an earlier replay wrote another correction for."""
+
+
 def execute_replay(plan: ReplayPlan, write_delta: Callable[[PostDelta], tuple[int, int]],
                    apply_states: Callable[[dict[PostUser, LatestVote]], tuple[int, int]],
+                   write_correction: Callable[[Correction], str | None],
                    ack: Callable[[list[DeadLetter]], None]) -> tuple[ReplayReport, list[DeadLetter]]:
     """Replays each dead letter and acknowledges it right after its replay succeeded; returns the
-    report and the dead letters still held (failed or left), for the caller to release.
-    `write_delta` and `apply_states` return (written or applied, already there)."""
+    report and the dead letters still held (failed, refused or left), for the caller to release.
+    `write_delta` and `apply_states` return (written or applied, already there); `write_correction`
+    the correction recorded for its identity before it (spanner_writes/replays.py), None if none:
+    the same as this one, it was already written; another, this one is refused."""
+    def replay_correction(correction: Correction) -> tuple[int, int]:
+        written = write_correction(correction)
+        if written is not None and written != correction.text:
+            raise _Refused(correction.refusal(written))
+        return (1, 0) if written is None else (0, 1)
+
     totals = {"deltas": [0, 0], "states": [0, 0], "corrections": [0, 0]}
     acked = 0
     failed: list[str] = []
+    refused: list[str] = []
     still_held: list[DeadLetter] = list(plan.left)
-    corrections = [(letter, item, write_delta if isinstance(item, PostDelta) else apply_states)
-                   for letter, item in plan.corrections]
     for kind, replays in (("deltas", [(letter, item, write_delta) for letter, item in plan.deltas]),
                           ("states", [(letter, item, apply_states) for letter, item in plan.states]),
-                          ("corrections", corrections)):
+                          ("corrections", [(letter, item, replay_correction) for letter, item in plan.corrections])):
         for letter, item, replay in replays:
             try:
                 new, existing = replay(item)
@@ -325,9 +419,13 @@ def execute_replay(plan: ReplayPlan, write_delta: Callable[[PostDelta], tuple[in
                 failed.append(f"{letter.message_id}: {error}")
                 still_held.append(letter)
                 continue
+            except _Refused as refusal:
+                refused.append(str(refusal))
+                still_held.append(letter)
+                continue
             totals[kind][0] += new
             totals[kind][1] += existing
             ack([letter])
             acked += 1
     return ReplayReport(*totals["deltas"], *totals["states"], *totals["corrections"], acked, len(plan.left),
-                        failed), still_held
+                        failed, refused), still_held
