@@ -182,6 +182,18 @@ def test_a_vote_stamped_ahead_of_the_clock_is_retracted_without_silencing_the_us
     assert (rerun.retracted, rerun.kept) == (0, 2)  # the votes cast after the request are the user's own
 
 
+def test_a_vote_in_flight_when_the_request_runs_adds_no_unique_voter(database) -> None:
+    """Issue 44, item 6: the in-flight vote of a forgotten user counts nothing when it arrives, and
+    its user must not join the post's unique voters either (`upvotes read --unique`)."""
+    cast(database, {("fu-1", "stays"): UP})
+    forget_user(database, "req-u", "gone-u", "erasure", "dpo")
+    in_flight = vote(UP, VOTED_AT + timedelta(minutes=1), "in-flight")  # cast before the request
+    apply_all_vote_states(database, {PostUser("fu-1", "gone-u"): in_flight})
+    (totals,) = exact_counts(database, ["fu-1"], unique=True)
+    assert (totals.counts, totals.unique_voters) == (Counts(upvotes=1), 1)  # "stays" alone
+    assert vote_of(database, "fu-1", "gone-u").event_id == forget_event_id("req-u")
+
+
 def test_an_id_used_by_another_request_is_refused_before_any_write(database) -> None:
     cast(database, {("fd-1", "first"): UP, ("fd-1", "second"): UP})
     forget_user(database, "req-d", "first", "erasure", "dpo", clock)
