@@ -59,7 +59,7 @@ class Adjustment(NamedTuple):
     counts: Counts  # the compensating change written, summed over its hours (forget-user: the votes it found)
     reason: str
     actor: str
-    as_of: datetime | None  # a reset's snapshot S; a forget-user's retraction time
+    as_of: datetime | None  # a reset's snapshot S; a forget-user's forget time (its record's commit time)
     created_at: datetime | None  # commit time; None until read back
     user_id: str | None = None  # the user a forget-user retracted the votes of
 
@@ -117,12 +117,16 @@ def adjustment_of(database, adjustment_id: str) -> Adjustment | None:
     return Adjustment.from_row(rows[0]) if rows else None
 
 
-def record(database, adjustment: Adjustment, with_rows: Callable[[spanner.Batch], None] | None = None) -> bool:
+def record(database, adjustment: Adjustment, with_rows: Callable[[spanner.Batch], None] | None = None,
+           as_of_committed: bool = False) -> bool:
     """Writes the audit row alone, or with the rows `with_rows` adds, in a blind commit of its own
-    (forget-user records its request and its erasure before its first retraction). False if the ID
-    exists, and then nothing is written: an earlier run of the same request wrote it, or this one
-    did when a retried commit's first attempt succeeded unseen."""
-    row = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP).row()
+    (forget-user records its request and its erasure before its first retraction). With
+    `as_of_committed`, AsOf is the commit's timestamp, as CreatedAt is (forget-user's forget time:
+    the clock every reader agrees on, read back once committed). False if the ID exists, and then
+    nothing is written: an earlier run of the same request wrote it, or this one did when a retried
+    commit's first attempt succeeded unseen."""
+    stamped = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP)
+    row = (stamped._replace(as_of=spanner.COMMIT_TIMESTAMP) if as_of_committed else stamped).row()
 
     def write(batch) -> None:
         batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[row])
