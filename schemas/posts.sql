@@ -156,6 +156,11 @@ CREATE TABLE WriterGenerations (
 -- row (issue 44): Spanner's clock, which every writer of the user's votes is ordered by, never
 -- the operator's (rows of earlier versions hold the operator's clock). A reset's AsOf is its
 -- snapshot, a time in the past, which such a column takes as any timestamp.
+-- SplitRows: a reset of a post with more event hours than one commit holds is written in several
+-- commits of at most SplitRows hour rows each (upvotes/operations/moderation.py); that number and
+-- the post's hourly counts at AsOf decide every commit's rows, so a rerun by ID writes the same
+-- ones. Set by the reset's first commit, cleared to NULL by its last: NULL means nothing is left to
+-- write (every other row, and rows from before the column), so a rerun then reads nothing.
 CREATE TABLE Adjustments (
   AdjustmentId STRING(64) NOT NULL,
   PostId       STRING(128) NOT NULL,
@@ -169,6 +174,7 @@ CREATE TABLE Adjustments (
   AsOf         TIMESTAMP OPTIONS (allow_commit_timestamp = true),
   CreatedAt    TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
   UserId       STRING(128),
+  SplitRows    INT64,
 ) PRIMARY KEY (AdjustmentId);
 
 -- Versioned top-posts views (issue 8; spanner-static-views.txt). A reader pins one

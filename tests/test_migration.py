@@ -89,7 +89,8 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
         assert {"created TABLE DeltaCommits", "created TABLE FoldRunSkippedPosts", "created TABLE Votes",
                 "added   column FoldRuns.ChangesThrough TIMESTAMP",
                 "added   column Adjustments.UserId STRING(128)",
-                "set     options Adjustments.AsOf (allow_commit_timestamp = true)"} <= set(logged)
+                "set     options Adjustments.AsOf (allow_commit_timestamp = true)",
+                "added   column Adjustments.SplitRows INT64"} <= set(logged)
         # Every counter declared since (schemas/counters.py) is added where counts are kept.
         before = dict(filter(None, map(table_columns, statements(BEFORE))))
         newer = [column for column in COUNTER_COLUMNS if column not in before["Posts"]]
