@@ -64,6 +64,20 @@ def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
     return name.split()[1], columns
 
 
+_OPTIONS = re.compile(r"\bOPTIONS\s*\(([^)]*)\)", re.IGNORECASE)
+
+
+def column_options(definition: str) -> dict[str, str]:
+    """{option: value} of a column definition's OPTIONS (...), as written but for spacing (and the
+    names' case): `X TIMESTAMP OPTIONS (allow_commit_timestamp = true)` gives
+    {"allow_commit_timestamp": "true"}; the database's own DDL spells the same on several lines."""
+    match = _OPTIONS.search(definition)
+    if match is None:
+        return {}
+    pairs = (part.split("=", 1) for part in _top_level_parts(match.group(1)))
+    return {name.strip().lower(): " ".join(value.split()) for name, value in pairs}
+
+
 _STORING = re.compile(r"\bSTORING\s*\(([^)]*)\)", re.IGNORECASE)
 
 

@@ -12,7 +12,9 @@ write it was:
   The pane's shard count travels in its elements' grouping key (`sum_shard`, `shards_of_key`);
 - a vote-state transaction: `@vote/<commit id>` (`vote_delta_id`), made exact by the stored state
   read in the transaction, not by the key;
-- a moderation adjustment: `@adjust/<adjustment ID>` (`adjustment_delta_id`);
+- a moderation adjustment: `@adjust/<adjustment ID>` (`adjustment_delta_id`), and each later
+  commit of a reset split in several: `@adjust/<adjustment ID>/<part>` (`reset_part_delta_id`;
+  an adjustment ID holds no '/', so it never equals another adjustment's);
 - a corrected dead letter: `@replay/<dead letter identity>` (`replay_delta_id`).
 
 '@' is in no Dataflow job name nor writer identity, so the last three never equal a pane's. An
@@ -74,6 +76,12 @@ def vote_delta_id(commit_id: str) -> str:
 def adjustment_delta_id(adjustment_id: str) -> str:
     """The DeltaId of a moderation adjustment's compensating delta rows (one per event hour)."""
     return f"@adjust/{adjustment_id}"
+
+
+def reset_part_delta_id(adjustment_id: str, part: int) -> str:
+    """The DeltaId of the rows of a split reset's commit number `part` (2 and on; the first is
+    adjustment_delta_id's): the same in every run of the reset, so a rerun's collides."""
+    return f"@adjust/{adjustment_id}/{part}"
 
 
 def replay_delta_id(identity: str) -> str:

@@ -151,7 +151,16 @@ CREATE TABLE WriterGenerations (
 -- by the adjustment's ID (the operator's --id, or a random UUID): a retried command
 -- collides with its own row and writes nothing twice. A few rows a day; never a hotspot.
 -- `upvotes forget-user` writes one too (Kind "forget_user", UserId the user, PostId empty,
--- AsOf the time its retractions are stamped with: a rerun of the same ID reuses it).
+-- AsOf its forget time, which its retractions are stamped with: a rerun of the same ID reuses it).
+-- AsOf allows the commit timestamp because a forget time is the commit timestamp of that very
+-- row (issue 44): Spanner's clock, which every writer of the user's votes is ordered by, never
+-- the operator's (rows of earlier versions hold the operator's clock). A reset's AsOf is its
+-- snapshot, a time in the past, which such a column takes as any timestamp.
+-- SplitRows: a reset of a post with more event hours than one commit holds is written in several
+-- commits of at most SplitRows hour rows each (upvotes/operations/moderation.py); that number and
+-- the post's hourly counts at AsOf decide every commit's rows, so a rerun by ID writes the same
+-- ones. Set by the reset's first commit, cleared to NULL by its last: NULL means nothing is left to
+-- write (every other row, and rows from before the column), so a rerun then reads nothing.
 CREATE TABLE Adjustments (
   AdjustmentId STRING(64) NOT NULL,
   PostId       STRING(128) NOT NULL,
@@ -162,9 +171,10 @@ CREATE TABLE Adjustments (
   Views        INT64 NOT NULL DEFAULT (0),
   Reason       STRING(1024) NOT NULL,
   Actor        STRING(256) NOT NULL,
-  AsOf         TIMESTAMP,
+  AsOf         TIMESTAMP OPTIONS (allow_commit_timestamp = true),
   CreatedAt    TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
   UserId       STRING(128),
+  SplitRows    INT64,
 ) PRIMARY KEY (AdjustmentId);
 
 -- Versioned top-posts views (issue 8; spanner-static-views.txt). A reader pins one
@@ -327,6 +337,10 @@ CREATE TABLE Votes (
 -- state no later than the newest of them into the request's "none" (schemas/vote_states.py
 -- `erased`). So a vote in flight when the request runs (in an open window, the subscription's
 -- backlog or a dead-letter batch) loses when it arrives, on a post with no stored vote too.
+-- ForgottenThrough is the commit timestamp of the request's record (this row and its audit row,
+-- one commit; issue 44), not the operator's clock: the transactions that apply the user's states
+-- read these rows, so Spanner orders them against it, and a state applied before it is one the
+-- request finds and retracts. Rows of earlier versions hold the operator's clock.
 -- Keyed like Votes, a user's rows together (UserHash leads, then UserId), then the request's ID.
 -- Kept: the row holds the user's ID for as long as an event of the user may still arrive; it is
 -- deleted with the user's Votes rows once that can no longer happen (docs/operating.md).
@@ -334,7 +348,7 @@ CREATE TABLE UserErasures (
   UserHash         INT64 NOT NULL,
   UserId           STRING(128) NOT NULL,
   RequestId        STRING(64) NOT NULL,
-  ForgottenThrough TIMESTAMP NOT NULL,
+  ForgottenThrough TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (UserHash, UserId, RequestId);
 
 -- The trending rankings' settings, recorded once per database by `upvotes provision`

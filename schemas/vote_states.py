@@ -98,10 +98,15 @@ def erased(state: LatestVote, erasure: Erasure | None) -> LatestVote:
     (they were delivered, they just count nothing). So an event of a forgotten user that arrives
     late (from a window, a backlog or a replay) writes what the request would have written on that
     post, whether or not the user had a stored vote there, and moves a stored vote out if the
-    request has not reached it yet. Pure."""
+    request has not reached it yet.
+
+    Nor does it make the user a unique voter: a state no later than the erasure is the latest of
+    the events it stands for, so every one of them is at or before the forget time, forgotten
+    (`voted` False). A state later than the erasure keeps its `voted`: it may come from one of its
+    events after the forget time, which a merged state cannot tell apart from one before it. Pure."""
     if erasure is None or state.order > erasure.order:
         return state
-    return LatestVote(NONE, erasure.at_us, erasure.event_id, erasure.event_hour, state.events, state.voted)
+    return LatestVote(NONE, erasure.at_us, erasure.event_id, erasure.event_hour, state.events, False)
 
 
 def counted(vote: str | None) -> Counts:

@@ -69,7 +69,9 @@ STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
 
 ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind") + COUNTER_COLUMNS + ("Reason", "Actor", "AsOf", "CreatedAt",
-                                                                             "UserId")
+                                                                             "UserId", "SplitRows")
+# What the last commit of a reset split in several commits updates: its audit row's split, cleared.
+ADJUSTMENT_SPLIT_COLUMNS = ("AdjustmentId", "SplitRows")
 
 # Each user's latest vote state per post (spanner_writes/votes.py), keyed (UserHash, UserId, PostId).
 VOTES = "Votes"

@@ -6,8 +6,10 @@
   `KnownPosts` (the streaming sink) skips the parents it has committed before
   (spanner_writes/known_posts.py says why, and why that is safe).
 - Idempotent: a delta's key is deterministic (post, hour, writer, window, pane). A retry
-  after an unseen success fails with ALREADY_EXISTS; `write_new_deltas` then reads which of
-  its keys exist and writes only the others.
+  after an unseen success, or a duplicate execution of the same bundle, fails with
+  ALREADY_EXISTS; `write_new_deltas` then reads the rows stored under its keys and writes only
+  the missing ones. A stored row with the same content is "already written"; one with other
+  content is a key conflict, never taken for it (the caller dead-letters it).
 - Bounded: `plan_commits` splits rows into commits under a mutation budget far below
   Spanner's per-commit limit, counting index entries (`DELTA_COMMIT_COST`, cut by
   spanner_store/commit_budget.py; the emulator does not enforce the limit, so the planner is
@@ -23,15 +25,15 @@ from typing import Collection, Iterable, NamedTuple
 from google.api_core import exceptions
 from google.cloud import spanner
 
-from schemas.records import PostDelta
+from schemas.records import CounterSums, PostDelta
 from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, new_row_cost
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS,
-    TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, delta_key, post_key, sketch_column,
+    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS,
+    POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VOTERS, counts_at, delta_key, post_key, sketch_column, sketch_value,
 )
 from spanner_store.top_candidates import candidate_mutation_row
 from spanner_writes.known_posts import KnownPosts, lost_a_known_parent
@@ -100,32 +102,78 @@ def write_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = N
         known.add(d.post_id for d in deltas)
 
 
-def existing_delta_keys(database, deltas: list[PostDelta]) -> set[tuple]:
-    """The keys among these deltas' that are already in Spanner (strong read)."""
+# What a stored delta row holds besides its key and commit time: what "the same row" compares.
+_CONTENT_COLUMNS = COUNTER_COLUMNS + ("Events", VOTERS)
+# Why a row under a key that holds a different row is not written (a dead letter's reason).
+KEY_CONFLICT = ("key conflict: a different delta row (other counts, events or voters) is stored under this "
+                "row's key; this row was not written")
+
+
+def stored_delta_sums(database, deltas: list[PostDelta]) -> dict[tuple, CounterSums]:
+    """The rows stored under these deltas' keys (strong read), by key, with what they hold."""
     keyset = KeySet(keys=[list(delta_key(d)) for d in deltas])
     with database.snapshot() as snapshot:
-        rows = snapshot.read(DELTAS, columns=DELTA_KEY_COLUMNS, keyset=keyset)
-        return {(r[0], r[1], r[2], r[3]) for r in rows}
+        rows = snapshot.read(DELTAS, columns=DELTA_KEY_COLUMNS + _CONTENT_COLUMNS, keyset=keyset)
+        events = len(DELTA_KEY_COLUMNS) + len(COUNTER_COLUMNS)
+        return {tuple(row[:len(DELTA_KEY_COLUMNS)]): CounterSums(counts_at(row, len(DELTA_KEY_COLUMNS)), row[events],
+                                                                 sketch_value(row[events + 1]))
+                for row in rows}
 
 
 class WriteResult(NamedTuple):
     written: int
-    already_written: int
+    already_written: int  # found stored with the same content: an unseen success's, a duplicate execution's
+
+
+class KeyConflict(exceptions.AlreadyExists):
+    """Rows whose key holds a different row, so not written, raised by write_new_deltas once every
+    other row of the call is written or found written (`result`). An ALREADY_EXISTS: a caller that
+    does not look (a dead-letter replay) treats it as a write that failed, and keeps the row."""
+
+    def __init__(self, conflicting: tuple[PostDelta, ...], result: WriteResult) -> None:
+        first = conflicting[0]
+        super().__init__(f"{KEY_CONFLICT} ({len(conflicting)} rows, the first {first.delta_id!r} of post "
+                         f"{first.post_id!r})")
+        self.conflicting = conflicting
+        self.result = result
 
 
 def write_new_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = None) -> WriteResult:
-    """One attempt to commit `deltas`, idempotently: rows whose key exists are not written again.
-    `known`: as write_deltas'.
+    """One attempt to commit `deltas`, idempotently: a row whose key holds the same row is already
+    written, and is not written again. `known`: as write_deltas'.
 
-    A retry after an unseen success, or a replayed bundle, fails with ALREADY_EXISTS; then
-    the existing keys are read and only the new rows are written.
+    A retry after an unseen success, a replayed bundle or a duplicate execution of it (a runner may
+    run one bundle twice at once) fails with ALREADY_EXISTS; then the rows stored under its keys are
+    read and only the missing ones are written. A duplicate execution may commit between that read
+    and that write, which then fails too: the read and the write are made again for what is still
+    missing, until nothing is (each round finds at least one more row stored, so it ends). A row
+    stored under one of the keys with other content is no copy of this one: once the others are
+    written, KeyConflict names it, unwritten, for the caller's dead letters.
     """
     try:
         write_deltas(database, deltas, known)
         return WriteResult(len(deltas), 0)
-    except exceptions.AlreadyExists:
-        existing = existing_delta_keys(database, deltas)
-        new = [d for d in deltas if delta_key(d) not in existing]
-        if new:
-            write_deltas(database, new, known)
-        return WriteResult(len(new), len(deltas) - len(new))
+    except exceptions.AlreadyExists as error:
+        collision = error
+    pending, already, conflicting = deltas, 0, []
+    while True:
+        stored = stored_delta_sums(database, pending)
+        if not stored:
+            raise collision  # no row of ours collided (gone since?): not a duplicate to settle here
+        missing = [d for d in pending if delta_key(d) not in stored]
+        for delta in pending:
+            found = stored.get(delta_key(delta))
+            if found == delta.sums:
+                already += 1
+            elif found is not None:
+                conflicting.append(delta)
+        try:
+            if missing:
+                write_deltas(database, missing, known)
+        except exceptions.AlreadyExists as error:
+            collision, pending = error, missing  # a duplicate execution committed some of them just now
+            continue
+        result = WriteResult(len(missing), already)
+        if conflicting:
+            raise KeyConflict(tuple(conflicting), result)
+        return result

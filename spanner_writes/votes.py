@@ -77,7 +77,8 @@ def plan_vote_changes(stored: Mapping[PostUser, StoredVote], incoming: Mapping[P
     hour, the new vote into the new state's. Unique voters (schemas/voter_sketch.py) are the users
     with any up or down event on the post: a user is added when a state standing for such an event
     is applied, or when it loses to a stored "none" (an older vote arriving after its retraction,
-    which may never have been applied). Pure."""
+    which may never have been applied); never for a forgotten user's state at or before the forget
+    time (`erased` made it stand for no vote). Pure."""
     rows: list[tuple] = []
     counts: dict[tuple[str, int], Counts] = {}
     events: dict[tuple[str, int], int] = {}

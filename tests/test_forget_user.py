@@ -12,26 +12,22 @@ import pytest
 
 from schemas.counters import Counts
 from schemas.delta_ids import forget_event_id
-from schemas.records import PostUser
+from schemas.records import PostUser, hour_of_us
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
 from spanner_reads.hourly import hourly_counts
 from spanner_reads.my_votes import vote_of
 from spanner_reads.reads import exact_counts
 from spanner_store.tables import timestamp_micros
-from spanner_store.vote_rows import StoredVote, erasure
+from spanner_store.vote_rows import StoredVote, erasure, erasures_of
 from spanner_writes.votes import apply_all_vote_states
 from tests.support.faults import FlakyDatabase
 from upvotes.cli import build_parser, main
+import upvotes.operations.forget_user as forget_user_module
 from upvotes.operations.forget_user import RequestIdInUse, forget_user, plan_retractions
-from upvotes.operations.moderation import FORGET_USER, adjustment_of, list_adjustments
+from upvotes.operations.moderation import FORGET_USER, Adjustment, adjustment_of, list_adjustments, record
 
 HOUR = 1_795_312_800
-VOTED_AT = datetime.fromtimestamp(HOUR + 60, tz=timezone.utc)
-FORGET_AT = VOTED_AT + timedelta(hours=2, minutes=5)  # the tests' clock when a request is first run
-
-
-def clock() -> datetime:
-    return FORGET_AT
+VOTED_AT = datetime.fromtimestamp(HOUR + 60, tz=timezone.utc)  # days before any request of these tests
 
 
 def us(at: datetime) -> int:
@@ -39,7 +35,7 @@ def us(at: datetime) -> int:
 
 
 def vote(vote_: str, at: datetime = VOTED_AT, event_id: str = "e") -> LatestVote:
-    return LatestVote(vote_, us(at), event_id, HOUR, 1, vote_ != NONE)
+    return LatestVote(vote_, us(at), event_id, hour_of_us(us(at)), 1, vote_ != NONE)
 
 
 def cast(database, votes: dict[tuple[str, str], str]) -> None:
@@ -56,14 +52,14 @@ def test_the_plan_retracts_each_vote_stored_before_the_request_once_at_the_forge
     before, after = recorded - timedelta(seconds=1), recorded + timedelta(seconds=1)
     stored = [StoredVote("p1", "u", UP, 10, "e", HOUR, before), StoredVote("p2", "u", DOWN, 20, "e", HOUR, before),
               StoredVote("p3", "u", NONE, 30, "e", HOUR, before),
-              StoredVote("p4", "u", UP, 5_000_000, "e", HOUR, before),  # stamped ahead of the clock, stored before
+              StoredVote("p4", "u", UP, 5_000_000, "e", HOUR, before),  # stamped ahead of F, stored before
               StoredVote("p5", "u", UP, 6_000_000, "e", HOUR, after)]  # cast and applied after the request
     plan = plan_retractions(stored, erasure("r", 1_000), recorded)
     assert set(plan.states) == {PostUser(post, "u") for post in ("p1", "p2", "p4")}  # p3 is "none" already
     assert plan.kept == 1 and plan.counts == Counts(upvotes=-2, downvotes=-1)
     at_forget = LatestVote(NONE, 1_000, "@forget/r", 0, 0, False)
     assert plan.states[PostUser("p1", "u")] == plan.states[PostUser("p2", "u")] == at_forget
-    # The vote ahead of the clock is retracted on its own post just after its own time; F stays the clock's.
+    # The vote ahead of F is retracted on its own post just after its own time; F stays the record's.
     assert plan.states[PostUser("p4", "u")] == at_forget._replace(at_us=5_000_001)
 
 
@@ -76,7 +72,8 @@ def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(
     assert counts(database, *posts) == [Counts(upvotes=3, downvotes=2), Counts(upvotes=3, downvotes=2),
                                         Counts(upvotes=2, downvotes=3), Counts(upvotes=2, downvotes=2)]
 
-    result = forget_user(database, "req-a", "gone-a", "erasure request #1", "dpo", clock)
+    result = forget_user(database, "req-a", "gone-a", "erasure request #1", "dpo")
+    forget_at = result.request.as_of
 
     assert (result.written, result.retracted, result.posts, result.kept, result.superseded, result.commits) == (
         True, 3, 3, 0, 0, 1)
@@ -86,7 +83,7 @@ def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(
         (datetime.fromtimestamp(HOUR, tz=timezone.utc), Counts(upvotes=2, downvotes=2))]
     for post in posts[:3]:
         retracted = vote_of(database, post, "gone-a")  # kept, with the user ID: late events lose to it
-        assert (retracted.vote, retracted.voted_at_us, retracted.event_id) == (NONE, us(FORGET_AT), "@forget/req-a")
+        assert (retracted.vote, retracted.voted_at_us, retracted.event_id) == (NONE, us(forget_at), "@forget/req-a")
     assert vote_of(database, "fa-4", "gone-a").event_id == "e"  # already "none": not rewritten
     assert all(vote_of(database, post, "other-1").vote == DOWN for post in posts)
 
@@ -94,27 +91,28 @@ def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(
     assert audit == result.request
     assert (audit.kind, audit.user_id, audit.post_id, audit.counts, audit.reason, audit.actor) == (
         FORGET_USER, "gone-a", "", Counts(upvotes=-2, downvotes=-1), "erasure request #1", "dpo")
-    assert audit.as_of == FORGET_AT and audit.created_at is not None
+    assert audit.as_of == audit.created_at  # the forget time is the record's commit timestamp
 
 
 def test_a_rerun_moves_nothing_a_later_vote_counts_and_an_older_late_event_does_not_resurrect(database) -> None:
     cast(database, {("fb-1", "gone-b"): UP, ("fb-2", "gone-b"): DOWN, ("fb-1", "stays"): UP})
-    first = forget_user(database, "req-b", "gone-b", "erasure", "dpo", clock)
+    first = forget_user(database, "req-b", "gone-b", "erasure", "dpo")
+    forget_at = first.request.as_of
     assert first.retracted == 2 and counts(database, "fb-1", "fb-2") == [Counts(upvotes=1), Counts()]
 
-    rerun = forget_user(database, "req-b", "gone-b", "erasure", "dpo", lambda: FORGET_AT + timedelta(days=1))
+    rerun = forget_user(database, "req-b", "gone-b", "erasure", "dpo")
     assert (rerun.written, rerun.retracted, rerun.posts, rerun.commits) == (False, 0, 0, 0)
     assert rerun.request == first.request  # the same audit row, the same forget time
     assert counts(database, "fb-1", "fb-2") == [Counts(upvotes=1), Counts()]
 
-    after = FORGET_AT + timedelta(seconds=1)
+    after = forget_at + timedelta(seconds=1)
     apply_all_vote_states(database, {PostUser("fb-1", "gone-b"): vote(UP, after, "new")})
-    late = FORGET_AT - timedelta(minutes=1)  # cast before the forget, delivered after it
+    late = forget_at - timedelta(minutes=1)  # cast before the forget, delivered after it
     late_totals = apply_all_vote_states(database, {PostUser("fb-2", "gone-b"): vote(DOWN, late, "late")})
     assert late_totals.superseded == 1
     assert counts(database, "fb-1", "fb-2") == [Counts(upvotes=2), Counts()]
 
-    again = forget_user(database, "req-b", "gone-b", "erasure", "dpo", lambda: FORGET_AT + timedelta(days=1))
+    again = forget_user(database, "req-b", "gone-b", "erasure", "dpo")
     assert (again.retracted, again.kept) == (0, 1)  # the vote cast after the forget is not this request's
     assert counts(database, "fb-1", "fb-2") == [Counts(upvotes=2), Counts()]
 
@@ -129,18 +127,17 @@ def test_a_crash_after_the_first_batch_then_a_rerun_ends_exact(database) -> None
 
     crashing = FlakyDatabase(database, before_transaction=crash_on_the_second_batch)
     with pytest.raises(RuntimeError, match="injected"):
-        forget_user(crashing, "req-c", "gone-c", "erasure", "dpo", clock, rows_per_commit=2)
+        forget_user(crashing, "req-c", "gone-c", "erasure", "dpo", rows_per_commit=2)
     assert crashing.injected.transactions == 2
     assert sum(c.upvotes for c in counts(database, *posts)) == 5 + 3  # the first batch of two is applied
     first_audit = adjustment_of(database, "req-c")
 
-    rerun = forget_user(database, "req-c", "gone-c", "erasure", "dpo", lambda: FORGET_AT + timedelta(hours=1),
-                        rows_per_commit=2)
+    rerun = forget_user(database, "req-c", "gone-c", "erasure", "dpo", rows_per_commit=2)
     assert (rerun.written, rerun.retracted, rerun.posts, rerun.commits) == (False, 3, 3, 2)
-    assert rerun.request == first_audit and first_audit.as_of == FORGET_AT
+    assert rerun.request == first_audit and first_audit.as_of == first_audit.created_at
     assert counts(database, *posts) == [Counts(upvotes=1)] * 5
     assert {(v.vote, v.voted_at_us, v.event_id) for v in (vote_of(database, post, "gone-c") for post in posts)} == {
-        (NONE, us(FORGET_AT), forget_event_id("req-c"))}  # both runs wrote the same state
+        (NONE, us(first_audit.as_of), forget_event_id("req-c"))}  # both runs wrote the same state
     assert [a.adjustment_id for a in list_adjustments(database, 1_000)].count("req-c") == 1
 
 
@@ -149,44 +146,120 @@ def test_a_vote_in_flight_when_the_request_runs_does_not_count_when_it_arrives(d
     backlog or a dead-letter batch when the request runs) is applied afterwards: it must not count.
     One cast after the forget time still does, on that post and on any other."""
     cast(database, {("fi-1", "gone-i"): UP, ("fi-2", "stays"): UP})
-    result = forget_user(database, "req-i", "gone-i", "erasure", "dpo", clock)
+    result = forget_user(database, "req-i", "gone-i", "erasure", "dpo")
+    forget_at = result.request.as_of
     assert result.retracted == 1
 
-    in_flight = vote(UP, FORGET_AT - timedelta(minutes=3), "in-flight")  # cast before the request
+    in_flight = vote(UP, forget_at - timedelta(minutes=3), "in-flight")  # cast before the request
     totals = apply_all_vote_states(database, {PostUser("fi-2", "gone-i"): in_flight})
     assert counts(database, "fi-1", "fi-2") == [Counts(), Counts(upvotes=1)]
     stored = vote_of(database, "fi-2", "gone-i")  # the request's own "none", as if it had found a vote there
     assert (stored.vote, stored.voted_at_us, stored.event_id, totals.applied) == (
-        NONE, us(FORGET_AT), forget_event_id("req-i"), 1)
+        NONE, us(forget_at), forget_event_id("req-i"), 1)
 
-    later = vote(UP, FORGET_AT + timedelta(seconds=1), "after")
+    later = vote(UP, forget_at + timedelta(seconds=1), "after")
     apply_all_vote_states(database, {PostUser("fi-2", "gone-i"): later, PostUser("fi-3", "gone-i"): later})
     assert counts(database, "fi-1", "fi-2", "fi-3") == [Counts(), Counts(upvotes=2), Counts(upvotes=1)]
 
 
-def test_a_vote_stamped_ahead_of_the_clock_is_retracted_without_silencing_the_users_later_votes(database) -> None:
-    """The forget time is the request's clock, not the newest vote's: a vote whose event time runs
-    ahead (by up to the clock skew) is retracted on its own post, and the user's genuine votes cast
-    after the request count on every other post."""
-    ahead = FORGET_AT + timedelta(minutes=30)
+def test_a_vote_stamped_ahead_of_the_forget_time_is_retracted_without_silencing_the_users_later_votes(
+        database) -> None:
+    """The forget time is the record's commit time, not the newest vote's: a vote whose event time
+    runs ahead of it (a publisher's clock ahead, by up to the clock skew) is retracted on its own
+    post, and the user's genuine votes cast after the request count on every other post."""
+    ahead = datetime.now(timezone.utc) + timedelta(minutes=30)
     apply_all_vote_states(database, {PostUser("fj-1", "gone-j"): vote(UP, ahead, "ahead"),
                                      PostUser("fj-2", "gone-j"): vote(UP)})
-    result = forget_user(database, "req-j", "gone-j", "erasure", "dpo", clock)
-    assert (result.retracted, result.kept, result.request.as_of) == (2, 0, FORGET_AT)
+    result = forget_user(database, "req-j", "gone-j", "erasure", "dpo")
+    forget_at = result.request.as_of
+    assert (result.retracted, result.kept) == (2, 0) and forget_at < ahead
     assert counts(database, "fj-1", "fj-2") == [Counts(), Counts()]
 
-    genuine = vote(UP, FORGET_AT + timedelta(minutes=5), "genuine")  # cast five minutes after the request
+    genuine = vote(UP, forget_at + timedelta(minutes=5), "genuine")  # cast five minutes after the request
     apply_all_vote_states(database, {PostUser("fj-2", "gone-j"): genuine, PostUser("fj-3", "gone-j"): genuine})
     assert counts(database, "fj-1", "fj-2", "fj-3") == [Counts(), Counts(upvotes=1), Counts(upvotes=1)]
-    rerun = forget_user(database, "req-j", "gone-j", "erasure", "dpo", clock)
+    rerun = forget_user(database, "req-j", "gone-j", "erasure", "dpo")
     assert (rerun.retracted, rerun.kept) == (0, 2)  # the votes cast after the request are the user's own
+
+
+def test_a_vote_in_flight_when_the_request_runs_adds_no_unique_voter(database) -> None:
+    """Issue 44, item 6: the in-flight vote of a forgotten user counts nothing when it arrives, and
+    its user must not join the post's unique voters either (`upvotes read --unique`)."""
+    cast(database, {("fu-1", "stays"): UP})
+    forget_user(database, "req-u", "gone-u", "erasure", "dpo")
+    in_flight = vote(UP, VOTED_AT + timedelta(minutes=1), "in-flight")  # cast before the request
+    apply_all_vote_states(database, {PostUser("fu-1", "gone-u"): in_flight})
+    (totals,) = exact_counts(database, ["fu-1"], unique=True)
+    assert (totals.counts, totals.unique_voters) == (Counts(upvotes=1), 1)  # "stays" alone
+    assert vote_of(database, "fu-1", "gone-u").event_id == forget_event_id("req-u")
+
+
+@pytest.fixture(params=[timedelta(hours=1), -timedelta(hours=1)], ids=["clock_ahead", "clock_behind"])
+def operator_clock_skew(request, monkeypatch) -> timedelta:
+    """The operator machine's clock an hour ahead or behind: every `datetime.now` the request's
+    module asks is off by that much (the forget time must not come from it)."""
+    skew = request.param
+
+    class SkewedClock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + skew
+
+    monkeypatch.setattr(forget_user_module, "datetime", SkewedClock)
+    return skew
+
+
+def test_the_forget_time_is_the_records_commit_timestamp_whatever_the_operators_clock(
+        database, operator_clock_skew) -> None:
+    """Issue 44, item 7: with the operator's clock an hour off either way, the forget time F is the
+    commit timestamp of the request's record (its audit row's CreatedAt, its UserErasures row), the
+    clock every reader agrees on. A vote in flight stamped between the operator's clock and F, and a
+    genuine vote just after F, each count exactly when they are later than F."""
+    tag = "ahead" if operator_clock_skew > timedelta(0) else "behind"
+    user, posts = f"gone-k-{tag}", [f"fk-{tag}-{i}" for i in range(3)]
+    cast(database, {(posts[0], user): UP})
+    started = datetime.now(timezone.utc)
+    result = forget_user(database, f"req-k-{tag}", user, "erasure", "dpo")
+    finished = datetime.now(timezone.utc)
+
+    forget_at = result.request.as_of
+    assert forget_at == result.request.created_at  # the record's commit timestamp
+    assert started - timedelta(seconds=5) <= forget_at <= finished + timedelta(seconds=5)
+    with database.snapshot() as snapshot:
+        assert erasures_of(snapshot, [user])[user].at_us == us(forget_at)
+
+    in_flight_at = forget_at + operator_clock_skew / 2  # between the operator's clock and F
+    genuine_at = forget_at + timedelta(seconds=1)
+    apply_all_vote_states(database, {PostUser(posts[1], user): vote(UP, in_flight_at, "in-flight"),
+                                     PostUser(posts[2], user): vote(UP, genuine_at, "genuine")})
+    counted_in_flight = 1 if in_flight_at > forget_at else 0  # ahead: cast after F; behind: before it
+    assert counts(database, *posts) == [Counts(), Counts(upvotes=counted_in_flight), Counts(upvotes=1)]
+
+
+def test_a_request_an_earlier_version_recorded_with_its_operators_clock_reruns_with_that_time(database) -> None:
+    """Before issue 44 the forget time was the operator's clock, and before UserErasures existed a
+    request had no erasure row: its rerun by ID keeps that forget time, writes the missing erasure
+    with it, and retracts what the first run had not."""
+    cast(database, {("fo-1", "gone-o"): UP, ("fo-2", "gone-o"): DOWN})
+    operators_clock = datetime.now(timezone.utc) - timedelta(minutes=30)
+    # What that version's first run committed before it stopped: the audit row alone.
+    assert record(database, Adjustment("req-o", "", FORGET_USER, Counts(upvotes=-1, downvotes=-1), "erasure", "dpo",
+                                       operators_clock, None, "gone-o"))
+
+    rerun = forget_user(database, "req-o", "gone-o", "erasure", "dpo")
+    assert (rerun.written, rerun.retracted, rerun.request.as_of) == (False, 2, operators_clock)
+    with database.snapshot() as snapshot:
+        assert erasures_of(snapshot, ["gone-o"])["gone-o"].at_us == us(operators_clock)
+    assert counts(database, "fo-1", "fo-2") == [Counts(), Counts()]
+    assert vote_of(database, "fo-1", "gone-o").voted_at_us == us(operators_clock)
+    assert forget_user(database, "req-o", "gone-o", "erasure", "dpo").retracted == 0
 
 
 def test_an_id_used_by_another_request_is_refused_before_any_write(database) -> None:
     cast(database, {("fd-1", "first"): UP, ("fd-1", "second"): UP})
-    forget_user(database, "req-d", "first", "erasure", "dpo", clock)
+    forget_user(database, "req-d", "first", "erasure", "dpo")
     with pytest.raises(RequestIdInUse, match="req-d"):
-        forget_user(database, "req-d", "second", "erasure", "dpo", clock)
+        forget_user(database, "req-d", "second", "erasure", "dpo")
     assert counts(database, "fd-1") == [Counts(upvotes=1)] and vote_of(database, "fd-1", "second").vote == UP
 
 
@@ -237,7 +310,7 @@ def test_the_cost_follows_the_users_votes_not_the_other_voters(database) -> None
     cast(database, {**{(post, f"crowd-{i}"): UP for post in posts for i in range(100)},
                     **{(post, "gone-e"): DOWN for post in posts}})
     meter = ReadMeter(database)
-    result = forget_user(meter, "req-e", "gone-e", "erasure", "dpo", clock)
+    result = forget_user(meter, "req-e", "gone-e", "erasure", "dpo")
     assert result.retracted == 4
     # The user's rows before and after the record and in the batch's transaction, with the user's erasure.
     assert meter.rows == {"Votes": 3 * 4, "Adjustments": 1, "UserErasures": 1} and meter.queries == 0

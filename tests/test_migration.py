@@ -1,15 +1,20 @@
 """`upvotes provision` migrating a database of the previous schema (tests/fixtures/
 posts_before_issue_22.sql: no change log, no fold cursor) while the streaming pipeline of this
 version writes to it: no vote lost or counted twice, the first fold scans every post, the later
-ones follow the change log, and a second provision changes nothing."""
+ones follow the change log, and a second provision changes nothing. And a database of issue 34's
+schema, whose forget-time columns provision makes commit-timestamp columns."""
 from __future__ import annotations
 
+import re
 import signal
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
+from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
+import schemas
 from schemas import statements_of
 from schemas.counters import Counts
 from schemas.ddl import table_columns
@@ -25,6 +30,7 @@ from upvotes.devtools import local_stream
 from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import VoteStateWorkload, Workload, generate_events, generate_vote_states
 from upvotes.operations.dead_letters import pull_dead_letters, release
+from upvotes.operations.forget_user import forget_user
 from upvotes.operations.provision import provision_pubsub, provision_spanner
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
@@ -82,7 +88,9 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
         provision_spanner(res, False, "unused", logged.append)
         assert {"created TABLE DeltaCommits", "created TABLE FoldRunSkippedPosts", "created TABLE Votes",
                 "added   column FoldRuns.ChangesThrough TIMESTAMP",
-                "added   column Adjustments.UserId STRING(128)"} <= set(logged)
+                "added   column Adjustments.UserId STRING(128)",
+                "set     options Adjustments.AsOf (allow_commit_timestamp = true)",
+                "added   column Adjustments.SplitRows INT64"} <= set(logged)
         # Every counter declared since (schemas/counters.py) is added where counts are kept.
         before = dict(filter(None, map(table_columns, statements(BEFORE))))
         newer = [column for column in COUNTER_COLUMNS if column not in before["Posts"]]
@@ -123,6 +131,31 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
     again: list[str] = []
     provision_spanner(res, False, "unused", again.append)
     assert not [line for line in again if line.startswith(("added", "created", "dropped"))]
+
+
+def test_provision_makes_the_forget_time_columns_take_the_commit_timestamp(stack) -> None:
+    """A database of issue 34's schema, where UserErasures.ForgottenThrough and Adjustments.AsOf do
+    not allow the commit timestamp: this version's `upvotes forget-user` cannot record a request
+    there (its forget time is that commit's timestamp). `upvotes provision` sets the option on both
+    columns of the existing tables; then it can, and a second provision changes nothing."""
+    res = new_resources("options")
+    before_issue_44 = [re.sub(r"(ForgottenThrough\s+TIMESTAMP NOT NULL|AsOf\s+TIMESTAMP) OPTIONS \(allow_commit_timestamp = true\)",
+                              r"\1", statement) for statement in schemas.ddl_statements()]
+    client = spanner.Client(project=res.project)
+    client.instance(res.instance).database(res.database, ddl_statements=before_issue_44).create().result(300)
+    database = open_database(res.project, res.instance, res.database)
+    with pytest.raises(exceptions.GoogleAPICallError, match="commit timestamp|allow_commit_timestamp"):
+        forget_user(database, "req-before", "gone", "erasure", "dpo")
+
+    logged: list[str] = []
+    provision_spanner(res, False, "unused", logged.append)
+    assert {"set     options UserErasures.ForgottenThrough (allow_commit_timestamp = true)",
+            "set     options Adjustments.AsOf (allow_commit_timestamp = true)"} <= set(logged)
+    request = forget_user(database, "req-after", "gone", "erasure", "dpo").request
+    assert request.as_of == request.created_at
+    again: list[str] = []
+    provision_spanner(res, False, "unused", again.append)
+    assert not [line for line in again if line.startswith(("added", "created", "dropped", "set"))]
 
 
 def test_a_sink_that_waited_its_whole_patience_dead_letters_its_rows_naming_the_fix(stack, monkeypatch) -> None:

@@ -190,6 +190,7 @@ ALLOWED: dict[tuple[str, int], str] = {
     ("upvotes/operations/provision.py", 64): "drop_stored_column_ddl: ALTER INDEX DROP STORED COLUMN, the database's own",
     ("upvotes/operations/provision.py", 69): "add_stored_column_ddl: ALTER INDEX ADD STORED COLUMN from posts.sql's own index",
     ("upvotes/operations/provision.py", 74): "add_column_ddl: ALTER TABLE ADD COLUMN from posts.sql's own column definitions",
+    ("upvotes/operations/provision.py", 97): "set_column_options_ddl: ALTER COLUMN SET OPTIONS from posts.sql's own options",
 }
 
 

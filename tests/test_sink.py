@@ -1,6 +1,8 @@
 """WriteDeltaRows against the real Spanner emulator, and its commit planning."""
 from __future__ import annotations
 
+import contextlib
+
 import apache_beam as beam
 import pytest
 from google.api_core import exceptions
@@ -10,10 +12,11 @@ from google.cloud import spanner
 from schemas.counters import Counts
 from schemas.records import FailedDelta, PostDelta, PostTotals
 from spanner_reads.reads import exact_counts
-from spanner_store.database import SPANNER_MUTATION_LIMIT
+from spanner_store.database import SPANNER_MUTATION_LIMIT, is_transient
 from spanner_store.tables import delta_key
 from spanner_writes.deltas import (
-    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, plan_commits,
+    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, KeyConflict, mutations_for, plan_commits,
+    write_deltas, write_new_deltas,
 )
 from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
@@ -146,3 +149,77 @@ def test_a_permanent_error_on_one_commit_dead_letters_that_commit_only(stack, da
             "SELECT DeltaId FROM PostDeltas WHERE STARTS_WITH(DeltaId, @writer)",
             params={"writer": f"{writer}:"}, param_types={"writer": spanner.param_types.STRING})}
     assert not dead & stored and len(dead | stored) == 100
+
+
+class DuplicateRacing:
+    """The real database, where a duplicate execution of the same bundle (Dataflow may run a bundle
+    twice at once) commits its own rows right after this sink's existence read: between the read that
+    found which keys exist and the write of the others."""
+
+    def __init__(self, database, duplicate_writes: list[PostDelta]) -> None:
+        self._database = database
+        self._duplicate_writes = duplicate_writes
+        self.raced = False
+
+    def __getattr__(self, name):
+        return getattr(self._database, name)
+
+    @contextlib.contextmanager
+    def snapshot(self, **kwargs):
+        with self._database.snapshot(**kwargs) as snapshot:
+            yield snapshot
+        if not self.raced:
+            self.raced = True
+            write_deltas(self._database, self._duplicate_writes)
+
+
+def test_a_duplicate_execution_racing_the_existence_read_is_already_written_not_dead_lettered(stack, database) -> None:
+    """Issue 44, item 9: the bundle's first half is written (by a duplicate execution); this
+    execution's commit collides, it reads which keys exist, and the duplicate commits the second
+    half just then: the second write collides too. Identical rows are success, counted as already
+    written, and every vote counts once."""
+    writer = "dup-race"
+    items = [PostDelta.of(f"{writer}-{i % 4}", HOUR, f"{writer}:{i}:0", upvotes=1, events=1) for i in range(20)]
+    write_deltas(database, items[:10])
+    racing = DuplicateRacing(database, items[10:])
+    fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=50)
+    fn.setup()
+    fn._database = racing
+    assert dead_letters_of_bundle(fn, items) == []
+    assert racing.raced and row_count(database, f"WHERE STARTS_WITH(DeltaId, '{writer}:')") == 20
+    assert [t.counts.upvotes for t in exact_counts(database, [f"{writer}-{i}" for i in range(4)])] == [5] * 4
+
+
+def test_a_different_row_under_the_same_key_is_a_conflict_dead_lettered_with_its_reason(stack, database) -> None:
+    """A row stored under one of the bundle's keys with other counts is not "already written": the
+    bundle's row goes to the dead letters saying so, whether it was there before the first write or
+    committed in the race after the existence read; every other row is written or found written."""
+    writer = "dup-conflict"
+    items = [PostDelta.of(f"{writer}-{i % 4}", HOUR, f"{writer}:{i}:0", upvotes=1, events=1) for i in range(20)]
+    stored_before = items[3]._replace(sums=items[3].sums._replace(counts=Counts(upvotes=7)))
+    racing_row = items[15]._replace(sums=items[15].sums._replace(counts=Counts(upvotes=9)))
+    write_deltas(database, [*items[:3], stored_before, *items[4:10]])
+    racing = DuplicateRacing(database, [*items[10:15], racing_row, *items[16:]])
+    fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=50)
+    fn.setup()
+    fn._database = racing
+    failed = dead_letters_of_bundle(fn, items)
+    assert sorted(f.delta.delta_id for f in failed) == sorted([items[3].delta_id, items[15].delta_id])
+    assert all(f.error.startswith("spanner_write_failed: key conflict") for f in failed), failed
+    assert row_count(database, f"WHERE STARTS_WITH(DeltaId, '{writer}:')") == 20
+    # The stored rows stand: 18 of the bundle's, and the two different ones.
+    assert sum(t.counts.upvotes for t in exact_counts(database, [f"{writer}-{i}" for i in range(4)])) == 18 + 7 + 9
+
+
+def test_a_different_row_written_again_alone_is_a_key_conflict_a_replay_keeps_its_dead_letter_for(database) -> None:
+    """What `upvotes dead-letters replay` meets when it writes such a dead letter's row again
+    (write_new_deltas on that row alone): an ALREADY_EXISTS that no retry fixes, so the replay counts
+    it failed and keeps the letter, instead of taking it for already written; the stored row stands."""
+    stored = PostDelta.of("conflicted", HOUR, "conflict:1:0", upvotes=3, events=3)
+    write_deltas(database, [stored])
+    with pytest.raises(KeyConflict) as raised:
+        write_new_deltas(database, [stored._replace(sums=stored.sums._replace(counts=Counts(upvotes=4)))])
+    assert isinstance(raised.value, exceptions.AlreadyExists) and not is_transient(raised.value)
+    assert raised.value.result == (0, 0) and "key conflict" in str(raised.value)
+    assert write_new_deltas(database, [stored]) == (0, 1)  # the same row again: already written
+    assert exact_counts(database, ["conflicted"])[0].counts == Counts(upvotes=3)

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from schemas.contract import EventTimePolicy, parse_vote
 from schemas.counters import COUNTER_OF_VOTE, Counts, total
 from schemas.records import PostUser, VoteState
-from schemas.vote_states import DOWN, NONE, UP, VOTES, LatestVote, counted, keep_latest, later, order_of
+from schemas.vote_states import (
+    DOWN, NONE, UP, VOTES, Erasure, LatestVote, counted, erased, keep_latest, later, order_of,
+)
 from schemas.voter_sketch import estimate, union_of
 from spanner_store.database import MUTATION_BUDGET
 from spanner_store.tables import timestamp_micros, vote_key
@@ -74,6 +76,23 @@ def test_a_flip_takes_the_old_vote_out_of_its_own_hour() -> None:
                                 {key: state(DOWN, 2, hour=HOUR)}, "@vote/x")
     assert {d.event_hour: d.sums.counts for d in changes.deltas} == {
         HOUR - 3600: Counts(upvotes=-1), HOUR: Counts(downvotes=1)}
+
+
+def test_an_erased_state_adds_no_voter_and_a_state_later_than_the_erasure_keeps_its_own() -> None:
+    """A merged state no later than its user's erasure stands only for events at or before it (it
+    is the latest of them), all forgotten: it becomes the request's "none" and adds no unique voter
+    (issue 44, item 6). A state later than the erasure is left whole: its `voted` may come from an
+    event after the erasure, which the merged state cannot tell apart from one before it."""
+    key, request = PostUser("p", "u"), Erasure(1_000, "@forget/r", HOUR)
+    merged = later(state(UP, 10, "up"), state(NONE, 20, "taken-back"))  # voted, latest "none"
+    forgotten = erased(merged, request)
+    assert (forgotten.vote, forgotten.at_us, forgotten.events, forgotten.voted) == (NONE, 1_000, 2, False)
+    assert plan_vote_changes({}, {key: forgotten}, "@vote/x").deltas == []  # no count moved, no sketch
+
+    after = later(state(UP, 10, "up"), state(NONE, 2_000, "taken-back"))
+    assert erased(after, request) == after and after.voted
+    (delta,) = plan_vote_changes({}, {key: erased(after, request)}, "@vote/x").deltas
+    assert delta.sums.counts == Counts() and estimate(delta.sums.voters) == 1
 
 
 @given(st.lists(st.tuples(st.sampled_from(VOTES), st.integers(0, 3), st.sampled_from(["", "a", "b"])),

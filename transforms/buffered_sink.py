@@ -17,6 +17,9 @@ The skeleton does the rest, the same for both:
   of dead-lettering or failing the stream; after that the batch is dead-lettered with the error.
 - Any other error sends the batch's dead letters (`fail`, with "<reason>: <error>") to the
   FAILED output, to be replayed through the same path once the cause is fixed.
+- A batch applied but for some of its items, which the attempt refused (`refused`: the delta
+  sink's key conflicts, a different row stored under an item's key), sends those items' dead
+  letters alone, with "<reason>: <why>"; the rest counts as written.
 - What the end of a bundle emits has no element's window: it is re-windowed into the global one.
 
 Every sink counts, in its own metric namespace, the counters of `SinkCounters`; it declares them
@@ -66,10 +69,12 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
     def __init__(self, *, writer: str, reason: str, rows_per_commit: int, retry: RetryPolicy,
                  counters: SinkCounters, empty: Callable[[], Pending], add: Callable[[Pending, Element], None],
                  plan: Callable[[Pending, int], Iterable[Batch]], apply: Callable[[Batch], object],
-                 fail: Callable[[Batch, str], Iterable[Failed]], events: Callable[[Batch], int]) -> None:
+                 fail: Callable[[Batch, str], Iterable[Failed]], events: Callable[[Batch], int],
+                 refused: Callable[[object], tuple[Batch, str] | None] = lambda _result: None) -> None:
         """`writer` names the sink in the log line of a schema wait; `reason` starts each dead
         letter's error; `apply` is one attempt to write one batch (it may be a bound method of a
-        subclass that opens its database in `setup`)."""
+        subclass that opens its database in `setup`); `refused` reads from what `apply` returned
+        the items it did not write and why, or None when it wrote (or found) them all."""
         self._writer = writer
         self._reason = reason
         self._rows_per_commit = rows_per_commit
@@ -81,6 +86,7 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
         self._apply = apply
         self._fail = fail
         self._events = events
+        self._refused = refused
         self._pending = empty()
 
     def start_bundle(self) -> None:
@@ -100,18 +106,27 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
         counters = self._counters
         for batch in self._plan(pending, self._rows_per_commit):
             try:
-                run_with_retries(lambda b=batch: self._attempt(b), self._retry,
-                                 lambda _: counters.transient_retries.inc())
+                result = run_with_retries(lambda b=batch: self._attempt(b), self._retry,
+                                          lambda _: counters.transient_retries.inc())
             except exceptions.GoogleAPICallError as error:
                 if is_transient(error):
                     raise  # the runner retries the bundle; applying a batch twice applies it once
-                counters.dead_lettered.inc(len(batch))
-                counters.events_dead_lettered.inc(self._events(batch))
-                for failed in self._fail(batch, f"{self._reason}: {error}"[:1000]):
-                    yield beam.pvalue.TaggedOutput(self.FAILED, failed)
+                yield from self._dead_letter(batch, str(error))
                 continue
-            counters.events_written.inc(self._events(batch))
+            refused = self._refused(result)
+            written_events = self._events(batch)
+            if refused is not None:
+                items, why = refused
+                written_events -= self._events(items)
+                yield from self._dead_letter(items, why)
+            counters.events_written.inc(written_events)
             counters.commits.inc()
+
+    def _dead_letter(self, batch: Batch, why: str) -> Iterator[beam.pvalue.TaggedOutput]:
+        self._counters.dead_lettered.inc(len(batch))
+        self._counters.events_dead_lettered.inc(self._events(batch))
+        for failed in self._fail(batch, f"{self._reason}: {why}"[:1000]):
+            yield beam.pvalue.TaggedOutput(self.FAILED, failed)
 
     def _attempt(self, batch: Batch) -> object:
         # After SCHEMA_WAIT_S the error is raised, and the batch dead-lettered, to be replayed once

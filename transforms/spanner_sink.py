@@ -7,8 +7,10 @@ budget) are `spanner_writes.deltas`; buffering a bundle's rows and deciding what
 means are the buffered sinks' one skeleton (transforms/buffered_sink.py): transient errors
 are retried and then raised for the runner to retry the bundle (the deterministic keys make
 that safe), a database whose schema is behind this code is waited for, and rows that can
-never be written go to the `failed` output with the reason. Rows found already written count
-as `rows_already_written`, not errors.
+never be written go to the `failed` output with the reason. Rows found already written (the
+same row under the same key: a retry after an unseen success, a replayed bundle, a duplicate
+execution of it racing this one) count as `rows_already_written`, not errors; a different row
+under a row's key is a key conflict, and that row alone goes to the `failed` output saying so.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from google.cloud.spanner_v1.database import Database
 
 from schemas.records import FailedDelta, PostDelta
 from spanner_store.database import RetryPolicy, open_database
-from spanner_writes.deltas import WriteResult, plan_commits, write_new_deltas
+from spanner_writes.deltas import KEY_CONFLICT, KeyConflict, plan_commits, write_new_deltas
 from spanner_writes.known_posts import KnownPosts
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
 from transforms.per_process import PerProcess
@@ -31,6 +33,10 @@ def _dead_letters(batch: list[PostDelta], error: str) -> Iterator[FailedDelta]:
 
 def _events(batch: list[PostDelta]) -> int:
     return sum(delta.sums.events for delta in batch)
+
+
+def _conflicts(conflicting: tuple[PostDelta, ...]) -> tuple[list[PostDelta], str] | None:
+    return (list(conflicting), KEY_CONFLICT) if conflicting else None
 
 
 class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], FailedDelta]):
@@ -54,7 +60,7 @@ class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], 
         )
         super().__init__(writer="sink", reason="spanner_write_failed", rows_per_commit=rows_per_commit, retry=retry,
                          counters=counters, empty=list, add=list.append, plan=plan_commits,
-                         apply=self._commit_once, fail=_dead_letters, events=_events)
+                         apply=self._commit_once, fail=_dead_letters, events=_events, refused=_conflicts)
         self._where = (project, instance, database)
         self._rows_written = Metrics.counter("WriteDeltaRows", "rows_written")
         self._rows_already = Metrics.counter("WriteDeltaRows", "rows_already_written")
@@ -65,11 +71,15 @@ class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], 
         # not upserted again. Kept across bundles: the DirectRunner calls setup for each one.
         self._database, self._known_posts = self._per_process.get(lambda: (open_database(*self._where), KnownPosts()))
 
-    def _commit_once(self, batch: list[PostDelta]) -> WriteResult:
-        result = write_new_deltas(self._database, batch, self._known_posts)
+    def _commit_once(self, batch: list[PostDelta]) -> tuple[PostDelta, ...]:
+        """Writes the batch; returns the rows a key conflict kept out (for `_conflicts`)."""
+        try:
+            result, conflicting = write_new_deltas(self._database, batch, self._known_posts), ()
+        except KeyConflict as conflict:
+            result, conflicting = conflict.result, conflict.conflicting
         self._rows_written.inc(result.written)
         self._rows_already.inc(result.already_written)
-        return result
+        return conflicting
 
 
 class WriteDeltaRows(BufferedSink):

@@ -44,5 +44,5 @@ def required_reason(args: argparse.Namespace) -> str:
 
 
 def print_result(result) -> None:
-    """One JSON line: the adjustment as recorded, and whether this run wrote it."""
-    print(json.dumps({**result.adjustment.to_json(), "written_now": result.written}))
+    """One JSON line: the adjustment as recorded, whether this run wrote it, and the commits it made."""
+    print(json.dumps({**result.adjustment.to_json(), "written_now": result.written, "commits": result.commits}))

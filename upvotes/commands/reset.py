@@ -1,4 +1,4 @@
-"""`upvotes reset`: a post's counts to zero as of now, by one audited compensating delta."""
+"""`upvotes reset`: a post's counts to zero as of now, every hour, by audited compensating deltas."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +8,9 @@ from upvotes.commands.moderation_flags import (
     actor_of, add_moderation_arguments, adjustment_id_of, print_result, required_reason,
 )
 
-HELP = ("Zero a post as of a snapshot S (minus its exact count at S, per hour, in one commit); "
-        "votes committed after S still count.")
+HELP = ("Zero a post as of a snapshot S (minus its exact count at S in every hour, in one commit, or in several "
+        "for a post with very many hours: rerun the same --id to finish one that stopped); votes committed after "
+        "S still count.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

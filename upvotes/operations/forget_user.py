@@ -7,34 +7,48 @@ writes the "none" row, so the exact reads, the hourly counts, the fold and the f
 ordinary vote-state change, and a stream applying the same user's events at the same time is
 serialised with it on the Votes rows.
 
-One request, one ID (the operator's --id or a random UUID), one forget time F (the clock's, when
-the request is first run):
+One request, one ID (the operator's --id or a random UUID), one forget time F: the commit
+timestamp of the request's record, Spanner's clock, which every reader agrees on:
 
-1. ONE blind commit records the request, before anything is retracted: its audit row
-   (Adjustments, Kind FORGET_USER, UserId the user, PostId "", AsOf F, CreatedAt its commit time,
-   the counts it found to retract) and its UserErasures row (the user, the ID, F). From that
-   commit on, every application of the user's states (the stream's sink, a dead-letter replay, a
-   rerun) reads the erasure in its own transaction and turns a state at or before F into the
-   request's "none" (schemas/vote_states.py `erased`): a vote still in flight when the request
-   runs, in an open window, the subscription's backlog or a dead-letter batch, counts nothing when
-   it arrives, on a post with no stored vote too;
-2. the user's Votes rows are read (after the commit, so every state applied before it is seen),
-   and every vote stored before the request (AppliedAt before CreatedAt) or at or before F gets
-   the state "none", event_id "@forget/<ID>", at F, or just after the vote if the vote's own time
-   is later (`plan_retractions`).
+1. the user's Votes rows are read: what they count is what the audit row records as found to
+   retract, since every vote stored before the record is retracted whatever its own time (step 3),
+   so no forget time is needed to count them (`counts_to_retract`);
+2. ONE blind commit records the request, before anything is retracted: its audit row
+   (Adjustments, Kind FORGET_USER, UserId the user, PostId "", AsOf and CreatedAt both the commit
+   timestamp, the counts found) and its UserErasures row (the user, the ID, ForgottenThrough the
+   commit timestamp), read back for F. From that commit on, every application of the user's states
+   (the stream's sink, a dead-letter replay, a rerun) reads the erasure in its own transaction and
+   turns a state at or before F into the request's "none" (schemas/vote_states.py `erased`): a vote
+   still in flight when the request runs, in an open window, the subscription's backlog or a
+   dead-letter batch, counts nothing when it arrives, on a post with no stored vote too;
+3. the user's Votes rows are read again (after the commit, so every state applied before it is
+   seen), and every vote stored before the request (AppliedAt before F) or at or before F gets the
+   state "none", event_id "@forget/<ID>", at F, or just after the vote if the vote's own time is
+   later (`plan_retractions`).
 
-The bound on the forget time: F is the request's clock time, never the newest vote's. A vote
-whose event time runs ahead of the clock (by up to the contract's clock skew) is retracted on its
-own post just after its own time, where only an older event of the user on that post is silenced,
-which loses to that vote anyway; the user's votes cast after the request, on every other post,
-count from F on. A vote published before the request with a time ahead of F that has not arrived
-when the request runs counts as cast after it: the skew bounds that window, and a second request
-(a new ID) once the backlog has drained retracts it.
+Why the commit timestamp, and not the operator's clock (as before issue 44): Spanner orders the
+record and every transaction that applies the user's states by their commit timestamps (they read
+the user's UserErasures rows, so they serialise with the record). A state applied before F is in
+the rows step 3 reads and is retracted; a state applied after F saw the erasure. So "before the
+request" means before F for every writer, whatever any machine's clock says. With the operator's
+clock behind, votes in flight stamped between that clock and the commit counted; ahead, the user's
+genuine votes cast after the request were silenced until the clock's time.
+
+The bound on the forget time: F is the record's commit time, never the newest vote's. A vote whose
+event time runs ahead of F (a publisher's clock ahead, by up to the contract's clock skew) and that
+was stored before the record is retracted on its own post just after its own time, where only an
+older event of the user on that post is silenced, which loses to that vote anyway; the user's votes
+cast after the request, on every other post, count from F on. A vote published before the request
+with a time ahead of F that has not arrived when the request runs counts as cast after it: the skew
+bounds that window, and a second request (a new ID) once the backlog has drained retracts it.
 
 A rerun of the same ID (after a crash, a timeout, or just again) reads the audit row back and
 reuses its forget time and commit time, so it plans the same states: what an earlier run applied
 is "none" already and is not planned again, the rest is applied now, and no count moves twice. A
 vote applied after the request and later than F is the user's own later vote: a rerun keeps it.
+A request recorded by an earlier version holds the operator's clock as its AsOf (and as its
+erasure's ForgottenThrough): a rerun reuses that time and its CreatedAt as they are, as that
+version did, and writes the erasure row of a request recorded before UserErasures existed.
 
 Cost: point reads of the audit row, two key-range reads of the user's Votes rows (one for the
 counts the audit row records, one after the record), one blind commit, and one read-write
@@ -54,22 +68,21 @@ would count again).
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Callable, Iterable, NamedTuple
+from datetime import datetime
+from typing import Iterable, NamedTuple
 
-from schemas.counters import Counts
+from google.api_core import exceptions
+from google.cloud import spanner
+
+from schemas.counters import Counts, total
 from schemas.records import PostUser, hour_of_us
 from schemas.vote_states import NONE, Erasure, LatestVote, counted
 from spanner_reads.my_votes import votes_of_user
 from spanner_store.database import commit_mutations, run_with_retries
-from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, micros_timestamp, timestamp_micros, user_hash
+from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, timestamp_micros, user_hash
 from spanner_store.vote_rows import StoredVote, erasure
 from spanner_writes.votes import apply_all_vote_states
 from upvotes.operations.moderation import Adjustment, FORGET_USER, adjustment_of, record
-
-
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 class Retractions(NamedTuple):
@@ -80,11 +93,18 @@ class Retractions(NamedTuple):
     kept: int  # votes later than the forget time: cast after it, they count
 
 
+def counts_to_retract(votes: Iterable[StoredVote]) -> Counts:
+    """What a request recorded after these votes were read retracts of them, negated and summed
+    over posts: all of them, since plan_retractions retracts every vote stored before the record,
+    whatever its time. What the audit row records, known before the record's commit fixes F. Pure."""
+    return total(counted(vote.vote).negated() for vote in votes)
+
+
 def plan_retractions(votes: Iterable[StoredVote], request: Erasure, recorded_at: datetime) -> Retractions:
     """A "none" state for each vote that is not "none" and was stored before the request was
     recorded (`recorded_at`) or is no later than its erasure: at the forget time, or just after the
-    vote's own time if that is later (a clock ahead), on that vote's post alone. A retraction stands
-    for no event from the stream (events=0) and adds no voter. Pure."""
+    vote's own time if that is later (a publisher's clock ahead), on that vote's post alone. A
+    retraction stands for no event from the stream (events=0) and adds no voter. Pure."""
     states: dict[PostUser, LatestVote] = {}
     counts = Counts()
     kept = 0
@@ -123,29 +143,38 @@ def _recorded(database, request_id: str, user_id: str) -> Adjustment | None:
     return request
 
 
-def _erasure_row(request_id: str, user_id: str, forgotten_through: datetime) -> tuple:
+def _erasure_row(request_id: str, user_id: str, forgotten_through) -> tuple:
+    """The request's UserErasures row; `forgotten_through` is spanner.COMMIT_TIMESTAMP when it is recorded."""
     return (user_hash(user_id), user_id, request_id, forgotten_through)
 
 
+def _write_missing_erasure(database, request: Adjustment) -> None:
+    """The erasure of a request recorded before UserErasures existed, written by its rerun with the
+    request's own forget time. Inserted, never rewritten: a request that has its row keeps it."""
+    row = _erasure_row(request.adjustment_id, request.user_id, request.as_of)
+    try:
+        run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert(
+            USER_ERASURES, columns=USER_ERASURE_COLUMNS, values=[row])))
+    except exceptions.AlreadyExists:
+        pass  # recorded with the request (or by an earlier rerun)
+
+
 def forget_user(database, request_id: str, user_id: str, reason: str, actor: str,
-                clock: Callable[[], datetime] = utc_now, rows_per_commit: int = 1_000) -> ForgetResult:
-    """Retracts every vote of `user_id`, now and in flight (see the module docstring); idempotent
-    per `request_id`."""
+                rows_per_commit: int = 1_000) -> ForgetResult:
+    """Retracts every vote of `user_id`, now and in flight, as of the commit timestamp of the
+    request's record (see the module docstring); idempotent per `request_id`."""
     request = _recorded(database, request_id, user_id)
     written = False
     if request is None:
-        at = micros_timestamp(timestamp_micros(clock()))
-        found = plan_retractions(votes_of_user(database, user_id), erasure(request_id, timestamp_micros(at)),
-                                 at).counts
-        written = record(database, Adjustment(request_id, "", FORGET_USER, found, reason, actor, at, None, user_id),
-                         lambda batch: batch.insert_or_update(USER_ERASURES, columns=USER_ERASURE_COLUMNS,
-                                                              values=[_erasure_row(request_id, user_id, at)]))
-        # Read back: this run's row with its commit time, or that of a run of the same ID racing it.
+        found = counts_to_retract(votes_of_user(database, user_id))
+        erasure_row = _erasure_row(request_id, user_id, spanner.COMMIT_TIMESTAMP)
+        written = record(database, Adjustment(request_id, "", FORGET_USER, found, reason, actor, None, None, user_id),
+                         lambda batch: batch.insert(USER_ERASURES, columns=USER_ERASURE_COLUMNS, values=[erasure_row]),
+                         as_of_committed=True)
+        # Read back for F: this run's record with its commit time, or that of a run of the same ID racing it.
         request = _recorded(database, request_id, user_id)
-    if not written:  # a rerun: the erasure of a request recorded before UserErasures existed is written now
-        row = _erasure_row(request_id, user_id, request.as_of)
-        run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert_or_update(
-            USER_ERASURES, columns=USER_ERASURE_COLUMNS, values=[row])))
+    if not written:
+        _write_missing_erasure(database, request)
     # Read after the record: every state applied before it is here, every one after it saw the erasure.
     plan = plan_retractions(votes_of_user(database, user_id), erasure(request_id, timestamp_micros(request.as_of)),
                             request.created_at)

@@ -15,7 +15,7 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
 import schemas
-from schemas.ddl import ddl_object_name, stored_columns, table_columns
+from schemas.ddl import column_options, ddl_object_name, stored_columns, table_columns
 from spanner_store.database import OPERATION_TIMEOUT_S, open_database
 from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS
 from upvotes.operations.hot_backfill import ensure_hot_ranking
@@ -72,6 +72,29 @@ def add_stored_column_ddl(index: str, column: str) -> str:
 def add_column_ddl(table: str, definition: str) -> str:
     """The DDL adding a column; both parts come from posts.sql itself, never from input."""
     return f"ALTER TABLE {table} ADD COLUMN {definition}"
+
+
+def missing_column_options(existing: list[str], wanted: list[str]) -> list[tuple[str, str, dict[str, str]]]:
+    """(table, column, {option: value}) of each existing column lacking options its `wanted`
+    definition declares, or holding another value (a column made a commit-timestamp column in a
+    later version). Options the database has and posts.sql does not are left as they are."""
+    have = dict(filter(None, map(table_columns, existing)))
+    changes = []
+    for table, columns in filter(None, map(table_columns, wanted)):
+        for column, definition in columns.items():
+            if column not in have.get(table, {}):
+                continue  # a new table or column is created with its options
+            present = column_options(have[table][column])
+            lacking = {name: value for name, value in column_options(definition).items() if present.get(name) != value}
+            if lacking:
+                changes.append((table, column, lacking))
+    return changes
+
+
+def set_column_options_ddl(table: str, column: str, options: dict[str, str]) -> str:
+    """The DDL setting a column's options; every part comes from posts.sql itself, never from input."""
+    settings = ", ".join(f"{name} = {value}" for name, value in options.items())
+    return f"ALTER TABLE {table} ALTER COLUMN {column} SET OPTIONS ({settings})"
 
 
 def provision_pubsub(res: Resources, log: Callable[[str], None]) -> None:
@@ -139,12 +162,16 @@ def _provision_database(res: Resources, create_instance: bool, instance_config: 
     new_columns = missing_columns(list(database.ddl_statements), wanted)
     new_stored = missing_stored_columns(list(database.ddl_statements), wanted)
     dropped_stored = extra_stored_columns(list(database.ddl_statements), wanted)
-    if todo or new_columns or new_stored or dropped_stored:
+    new_options = missing_column_options(list(database.ddl_statements), wanted)
+    if todo or new_columns or new_stored or dropped_stored or new_options:
         # Columns first: a stored column must exist in its table before an index stores it.
         database.update_ddl([add_column_ddl(*c) for c in new_columns] + [add_stored_column_ddl(*c) for c in new_stored]
-                            + [drop_stored_column_ddl(*c) for c in dropped_stored] + todo).result(OPERATION_TIMEOUT_S)
+                            + [drop_stored_column_ddl(*c) for c in dropped_stored]
+                            + [set_column_options_ddl(*c) for c in new_options] + todo).result(OPERATION_TIMEOUT_S)
         for table, definition in new_columns:
             log(f"added   column {table}.{definition}")
+        for table, column, options in new_options:
+            log(f"set     options {table}.{column} ({', '.join(f'{k} = {v}' for k, v in options.items())})")
         for index, column in new_stored:
             log(f"added   stored column {index}.{column}")
         for index, column in dropped_stored:
