@@ -137,10 +137,17 @@ class ReaderControl:
 
 
 def message_of(received: Any) -> tuple[Timestamp, "PubsubMessage"]:
-    """(publish time, Beam's PubsubMessage) of a pulled message, stamped as Beam's reader does
-    without a timestamp attribute."""
-    message = PubsubMessage._from_message(received.message)
-    return Timestamp.from_utc_datetime(received.message.publish_time), message
+    """(publish time, Beam's PubsubMessage) of a pulled message (a raw ReceivedMessage protobuf,
+    as `pull_bundle` returns them), stamped as Beam's reader does without a timestamp attribute.
+
+    Built from the protobuf's fields directly: Beam's `PubsubMessage._from_message` of the client's
+    proto-plus message, and its publish time as a datetime, cost about 180 us per message (20%
+    of the local stream's time on single-vote messages, py-spy); this costs about 20 us. The
+    message's publish_time is the Beam Timestamp it is stamped with."""
+    message = received.message
+    published = message.publish_time
+    at = Timestamp(micros=published.seconds * 1_000_000 + published.nanos // 1_000)
+    return at, PubsubMessage(message.data, dict(message.attributes), message.message_id, at, message.ordering_key)
 
 
 _UNLIMITED_CLIENT: Any = None  # one per process: one local streaming pipeline per process
@@ -163,7 +170,9 @@ def subscriber_client() -> Any:
 
 def pull_bundle(subscription: str) -> tuple[list, int]:
     """One bundle's pull: up to PULL_MAX_MESSAGES messages, pulled with return_immediately until
-    a pull comes back empty, then acknowledged in one call; (the messages in pull order, pulls)."""
+    a pull comes back empty, then acknowledged in one call; (the messages in pull order, as raw
+    ReceivedMessage protobufs: the client's proto-plus wrappers cost more per message than the
+    rest of the read, pulls)."""
     client = subscriber_client()
     received: list = []
     pulls = 0
@@ -171,9 +180,10 @@ def pull_bundle(subscription: str) -> tuple[list, int]:
         response = client.pull(request={"subscription": subscription, "return_immediately": True,
                                         "max_messages": PULL_MAX_MESSAGES - len(received)}, timeout=PULL_TIMEOUT_S)
         pulls += 1
-        if not response.received_messages:
+        messages = type(response).pb(response).received_messages
+        if not messages:
             break
-        received.extend(response.received_messages)
+        received.extend(messages)
     if received:
         client.acknowledge(request={"subscription": subscription, "ack_ids": [m.ack_id for m in received]})
     return received, pulls

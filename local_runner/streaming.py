@@ -14,7 +14,7 @@ import logging
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from local_runner import pubsub_reader, window_state
+from local_runner import dofn_specs, pubsub_reader, window_state
 from local_runner.drain import DrainReport, StopOnSignals, default_drain_timeout_s, say_now
 from local_runner.pubsub_reader import ReaderControl
 from pipeline.options import StreamingOptions, pipeline_options
@@ -24,11 +24,12 @@ from pipeline.streaming import start
 
 def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
     """On the local DirectRunner, installs the project's evaluators (window_state.py: fired
-    windows' state freed; pubsub_reader.py: big pulls and a drain) and returns the reader's
-    control; on any other runner, nothing."""
+    windows' state freed; pubsub_reader.py: big pulls and a drain) and the DoFn specs cache
+    (dofn_specs.py), and returns the reader's control; on any other runner, nothing."""
     if not window_state.is_local_runner(options.view_as(StandardOptions).runner):
         return None
     window_state.install()
+    dofn_specs.install()
     return pubsub_reader.install()
 
 
