@@ -21,6 +21,9 @@ What: `DrainablePubSubReadEvaluator`, evaluated once per bundle like Beam's:
   the Pub/Sub client's channel keeps gRPC's 4 MB receive limit, which 100 batch messages of
   500 votes exceed (measured: "Received message larger than max (5258396 vs. 4194304)", after
   which the pipeline stopped reading); the client for Pub/Sub itself has no limit already;
+- it emits each pull as ONE element, the list of its messages (as the pipeline reads them, with
+  attributes; transforms/read_votes.py), each message's publish time in its `publish_time`: the
+  DirectRunner's cost per element exceeded parsing a single-vote message;
 - it acknowledges what it pulled in one call before emitting it, as Beam's reader does
   (at-most-once: docs/guarantees.md, "Stopping a stream", says why, and what a SIGKILL loses);
 - once `ReaderControl.drain()` is called it pulls nothing more, emits what its last pull got,
@@ -216,9 +219,15 @@ class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,v
         bundles = []
         if received:
             bundle = self._evaluation_context.create_bundle(next(iter(self._outputs)))
-            for timestamp, message in map(message_of, received):
-                bundle.output(GlobalWindows.windowed_value(
-                    message if self.source.with_attributes else message.data, timestamp=timestamp))
+            if self.source.with_attributes:
+                # The whole pull as one element (transforms/read_votes.py says why), stamped with its
+                # latest publish time; each message keeps its own in `publish_time`.
+                stamped = list(map(message_of, received))
+                bundle.output(GlobalWindows.windowed_value([message for _, message in stamped],
+                                                           timestamp=max(at for at, _ in stamped)))
+            else:
+                for timestamp, message in map(message_of, received):
+                    bundle.output(GlobalWindows.windowed_value(message.data, timestamp=timestamp))
             bundles.append(bundle)
         if control.draining:
             control.mark_stopped()

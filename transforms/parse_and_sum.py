@@ -295,19 +295,33 @@ class _ParseAndSumFn(beam.DoFn):
         self._on_ingestion_hour = self._count_ingestion_hour  # bound once, not once per message
         self._messages = 0
 
-    def process(self, message: PubsubMessage, windowed=beam.DoFn.WindowedValueParam):
-        # Runs once per message, so Beam's per-element cost counts: the element's timestamp is read
+    def process(self, message: PubsubMessage | list[PubsubMessage], windowed=beam.DoFn.WindowedValueParam):
+        # Runs once per element, so Beam's per-element cost counts: the element's timestamp is read
         # as its microseconds (float(TimestampParam) exactly, without making a Timestamp per
         # message), and a message without rejections returns an empty tuple, not a generator.
-        self._messages += 1
-        rejected = self._sums.add_message(message.data or b"", message.attributes,
-                                          windowed.timestamp_micros / 1_000_000, self._policy,
-                                          self._on_ingestion_hour)
+        if type(message) is list:  # a whole pull of the local reader (transforms/read_votes.py)
+            rejected = self._add_pull(message)
+        else:
+            self._messages += 1
+            rejected = self._sums.add_message(message.data or b"", message.attributes,
+                                              windowed.timestamp_micros / 1_000_000, self._policy,
+                                              self._on_ingestion_hour)
         if not rejected:
             return ()
         for each in rejected:
             self._rejected[reason_of(each)] += 1
         return [beam.pvalue.TaggedOutput(self.REJECTED, each) for each in rejected]
+
+    def _add_pull(self, messages: list[PubsubMessage]) -> list[Rejected]:
+        """Every message of one pull, each with its own publish time (its `publish_time`, the Beam
+        Timestamp it would have been stamped with as an element of its own)."""
+        self._messages += len(messages)
+        add, policy, on_ingestion_hour = self._sums.add_message, self._policy, self._on_ingestion_hour
+        rejected: list[Rejected] = []
+        for message in messages:
+            rejected += add(message.data or b"", message.attributes, message.publish_time.micros / 1_000_000, policy,
+                            on_ingestion_hour)
+        return rejected
 
     def _count_ingestion_hour(self, reason: str) -> None:
         self._ingestion_hour[reason] += 1
@@ -331,7 +345,9 @@ class _ParseAndSumFn(beam.DoFn):
 class ParseVotes(beam.PTransform):
     """PubsubMessage -> ParsedVotes(sums: (shard, ShardSums), states: (shard, ShardVotes), rejected: Rejected).
 
-    A message is one event, or a batch of them (contract v2). `sums` holds each bundle's
+    A message is one event, or a batch of them (contract v2). An element may also be a list of
+    messages: the local reader's whole pull (transforms/read_votes.py), each message with
+    its publish time in `publish_time`. `sums` holds each bundle's
     accepted delta events summed per post and event hour, `states` its vote-state events merged
     to the latest per post and user, both stamped with the bundle's ingestion time (what
     WindowAndSumVotes and WindowAndMergeVoteStates window by). The element timestamp (the Pub/Sub
