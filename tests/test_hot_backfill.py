@@ -36,7 +36,7 @@ from tests.support.fold_runs import run_fold
 from tests.support.polling import wait_until
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, keys_and_hours, window_of,
+    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, keys_and_hours, unfenced, window_of,
 )
 from upvotes.cli import main
 from upvotes.operations import hot_backfill
@@ -186,11 +186,12 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
         for thread in threads:
             thread.join(timeout=TIMEOUT_S)
     assert not errors and not any(thread.is_alive() for thread in threads), errors
-    assert {"added   column Posts.HotKey FLOAT64", "created TABLE RankingSettings", "recorded hot half-life 12 h"} \
-        <= set(logged), logged
+    assert {"added   column Posts.HotKey FLOAT64", "added   column Posts.HotKeyThrough TIMESTAMP",
+            "added   constraint Posts.HotKeyCurrent", "created TABLE RankingSettings",
+            "recorded hot half-life 12 h"} <= set(logged), logged
     assert len(pages) > RACED_PAGES and sum(pages) >= len(POSTS_BEFORE) and mid_backfill == [False] * RACED_PAGES
     assert [line for line in logged if line.startswith("backfilled hot scores")], logged
-    assert settings(database) == (12.0, True)
+    assert settings(database) == (12.0, True, 1) and unfenced(database) == {}
 
     run_fold(res)  # past the previous version's candidate rows, which bound nothing
     totals = ledger.totals()
@@ -219,12 +220,12 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
     capsys.readouterr()
     assert main(["provision", *flags, "--hot-half-life-hours", "6"]) == 0
     assert "kept    hot half-life 12 h" in capsys.readouterr().out
-    assert settings(database) == (12.0, True) and keys_and_hours(database)[0] == keys
+    assert settings(database) == (12.0, True, 1) and keys_and_hours(database)[0] == keys
 
     # --recompute-hot records it and recomputes every key.
     assert main(["provision", *flags, "--hot-half-life-hours", "6", "--recompute-hot"]) == 0
     assert "recorded hot half-life 6 h" in capsys.readouterr().out
-    assert settings(database) == (6.0, True)
+    assert settings(database) == (6.0, True, 2) and unfenced(database) == {}
     recomputed, hours = keys_and_hours(database)
     for post_id, key in recomputed.items():
         assert key == hot_score(hours.get(post_id, {}).items(), 6.0).key, post_id
@@ -252,22 +253,22 @@ def test_a_recompute_cut_short_is_finished_by_the_next_provision(stack, monkeypa
     real_write_keys = hot_backfill._write_keys
     written: list[int] = []
 
-    def killed_after_two_pages(transaction, posts, recompute):
+    def killed_after_two_pages(transaction, posts, *run):
         if len(written) == 2:
             raise RuntimeError("killed mid-recompute")
         written.append(len(posts))
-        return real_write_keys(transaction, posts, recompute)
+        return real_write_keys(transaction, posts, *run)
 
     monkeypatch.setattr(hot_backfill, "_write_keys", killed_after_two_pages)
     with pytest.raises(RuntimeError, match="killed mid-recompute"):
         provision_spanner(res, False, "unused", lambda _: None, hot_half_life_hours=6.0, recompute_hot=True)
-    assert settings(database) == (6.0, False) and not hot_top(database, 3).exact
+    assert settings(database) == (6.0, False, 2) and not hot_top(database, 3).exact
     monkeypatch.setattr(hot_backfill, "_write_keys", real_write_keys)
 
     logged: list[str] = []
     provision_spanner(res, False, "unused", logged.append)  # the default 12: the recorded 6 is kept
     assert any(line.startswith("kept    hot half-life 6 h") for line in logged), logged
-    assert settings(database) == (6.0, True)
+    assert settings(database) == (6.0, True, 3) and unfenced(database) == {}
     keys, hours = keys_and_hours(database)
     assert {p: k for p, k in keys.items() if k != hot_score(hours.get(p, {}).items(), 6.0).key} == {}
     top = hot_top(database, 5, extra=5)
@@ -286,9 +287,11 @@ def test_hot_reads_of_a_database_with_no_half_life_recorded_say_to_provision(sta
     run_with_retries(lambda: write_new_deltas(database, [PostDelta.of("p", NOW_HOUR, "d", upvotes=3, events=3)]),
                      PATIENT)
     run_fold(res)
-    assert keys_and_hours(database)[0] == {"p": None}
+    assert keys_and_hours(database)[0] == {"p": None} and list(unfenced(database)) == ["p"]  # no key: unfenced
     with pytest.raises(HotRankingUnavailable, match="upvotes provision"):
         hot_top(database, 3)
     provision_spanner(res, False, "unused", lambda _: None)
     assert keys_and_hours(database)[0] == {"p": hot_score([(NOW_HOUR, Counts(upvotes=3))], 12.0).key}
+    assert unfenced(database) == {}
     assert [p.totals.post_id for p in hot_top(database, 3).posts] == ["p"]
+

@@ -5,7 +5,11 @@ ledger (tests/support/trending_ledger.py): every post it lists at its true score
 the true order; when it says `exact`, the true top K; and its bound above every post left out
 that would outrank its K-th. Votes go through the real write paths: delta rows through
 write_new_deltas (the sink's commit) and the sink transform WriteDeltaRows, vote states through
-apply_vote_states (the vote-state sink's transaction), and the real fold at random points."""
+apply_vote_states (the vote-state sink's transaction), and the real fold at random points.
+
+Issue 44 adds what an upgrade brings: an older fold among the actions (the pre-trending one,
+which leaves HotKey as it is, or the one before issue 44, which keeps it but not its fence;
+tests/support/older_folds.py), which the database makes skip every fenced post."""
 from __future__ import annotations
 
 import random
@@ -25,9 +29,10 @@ from spanner_store.top_candidates import CANDIDATES_PER_COMMIT
 from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
+from tests.support.older_folds import older_fold
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, hot_values, keys_and_hours, window_of,
+    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, hot_values, keys_and_hours, unfenced, window_of,
 )
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
@@ -120,6 +125,12 @@ class Run:
         outcome = run_fold(self.resources, posts_per_commit=self.rng.choice([2, 500]))
         return f"a fold of {outcome.posts_folded} posts"
 
+    def older_fold(self) -> str:
+        """A fold of an earlier version: it skips every post voted on since it was last folded
+        (all fenced, rows of this version); its run is the cursor the reads start from."""
+        skipped = older_fold(self.database, writes_hot_key=self.rng.random() < 0.5)
+        return f"an older fold that skipped {len(skipped)} posts"
+
     def check(self, step: str) -> None:
         rng = self.rng
         k = rng.randint(1, 5)
@@ -137,23 +148,26 @@ class Run:
 def test_every_answer_agrees_with_the_ledger_and_every_certified_one_is_exact(emulator_env, seed: int,
                                                                              half_life: float) -> None:
     run = Run(seed, half_life)
-    actions = [run.write_deltas] * 5 + [run.vote_states] * 3 + [run.write_wide] * 2 + [run.fold] * 2
-    sink_at = run.rng.randrange(STEPS)
+    actions = [run.write_deltas] * 5 + [run.vote_states] * 3 + [run.write_wide] * 2 + [run.fold] * 2 \
+        + [run.older_fold]
+    # Once each at least: the sink transform, an older fold.
+    once = dict(zip(run.rng.sample(range(STEPS), 2), (run.sink, run.older_fold)))
     for step in range(STEPS):
-        action = run.sink if step == sink_at else run.rng.choice(actions)
+        action = once.get(step) or run.rng.choice(actions)
         run.check(f"seed {seed}, step {step}: after {action()}")
 
     run.fold()
     run.check(f"seed {seed}: folded")
     totals = run.ledger.totals()
     assert {t.post_id: t.counts for t in exact_counts(run.database, totals)} == totals
-    # Folded, every post's HotKey is the score of its hourly rows, and of the ledger.
+    # Folded, every post's HotKey is the score of its hourly rows, and of the ledger, and fenced.
     keys, hours = keys_and_hours(run.database)
     truth = hot_values(run.ledger, half_life, moment(0))
     for post_id, key in keys.items():
         assert key == hot_score(hours.get(post_id, {}).items(), half_life).key
         score = HotScore.from_key(key).at(moment(0), half_life)
         assert score == pytest.approx(truth[post_id].score, rel=1e-9, abs=0), post_id
+    assert unfenced(run.database) == {}
     # With the index read whole, the answer is certified and is the brute force's.
     everything = hot_top(run.database, 3, extra=len(run.posts))
     assert everything.exact and [p.totals.post_id for p in everything.posts] == [
