@@ -6,13 +6,18 @@
   (`upvotes provision --recompute-hot`, docs/reading.md). The fold reads it in each of its
   transactions and writes no HotKey while it is missing; the reads read it in their snapshot.
 - `hot_settings_generation`: which backfill run owns the keys (issue 44). Every run of the
-  backfill (upvotes/operations/hot_backfill.py) starts by recording the next generation, with H
-  (or keeping it) and `hot_backfilled` = 0.
+  backfill (upvotes/operations/hot_backfill.py) starts by taking the next generation, in the
+  read-write transaction that records H (or keeps it) and sets `hot_backfilled` to 0; each of
+  its page transactions and its last one read it again and stop when another run has taken a
+  newer one. So the record, the scan and `hot_backfilled` belong to one run, and two
+  provisions at once (two recomputes with different H, two first provisions) never certify keys
+  computed under two half-lives: the later run takes over, the earlier one stops.
 - `hot_backfilled`: 1 once the run of the current generation has given every post its HotKey
-  under H and fenced it (Posts.HotKeyThrough set, schemas/posts.sql). Until then a hot read may
-  miss a post from the index, so it never says its answer is certified. A database with no
-  generation recorded (migrated by a version before issue 44, whose `hot_backfilled` vouched for
-  keys with no fence) reads as not backfilled.
+  under H and fenced it (Posts.HotKeyThrough set, schemas/posts.sql), written only by a
+  transaction that finds that generation still current. Until then a hot read may miss a post
+  from the index, so it never says its answer is certified. A database with no generation
+  recorded (migrated by a version before issue 44, whose `hot_backfilled` vouched for keys with
+  no fence) reads as not backfilled.
 """
 from __future__ import annotations
 
