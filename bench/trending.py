@@ -4,7 +4,8 @@ post made viral now reaches hot rank 1; and what the hot ranking costs the sink 
 
 One database grows through the catalogue sizes. At each size the posts are seeded straight
 into Spanner (`seed`): Posts rows with their counts, FoldedThrough and the HotKey that
-schemas/hot_score.py gives their seeded hours (the half-life recorded in RankingSettings, and
+schemas/hot_score.py gives their seeded hours, fenced at FoldedThrough (HotKeyThrough, as the
+fold writes it; the half-life recorded in RankingSettings, and
 hot_backfilled = 1), their PostHourlyCounts rows with HourShard, and a FoldRuns row whose
 ChangesThrough is the reads' fold cursor: as a fold would have left them, in commits of up to
 SEED_MUTATIONS_PER_COMMIT mutations from `seed_threads` threads. The votes spread over 30 days
@@ -113,7 +114,7 @@ SEED = 36
 # Within the writers' 20,000-mutation budget (spanner_store.database.MUTATION_BUDGET).
 SEED_MUTATIONS_PER_COMMIT = 19_000
 # What the fold writes (the counters in COUNTER_COLUMNS order; no voter sketch: seeded votes have no user).
-SEED_POST_COLUMNS = ("PostHash", "PostId", *COUNTER_COLUMNS, "FoldedThrough", "HotKey")
+SEED_POST_COLUMNS = ("PostHash", "PostId", *COUNTER_COLUMNS, "FoldedThrough", "HotKey", "HotKeyThrough")
 SEED_HOUR_COLUMNS = ("PostHash", "PostId", "EventHour", *COUNTER_COLUMNS, "HourShard")
 POST_MUTATIONS, HOUR_MUTATIONS = insert_cost(POSTS, SEED_POST_COLUMNS), insert_cost(HOURLY, SEED_HOUR_COLUMNS)
 FRESH_TAIL = 200  # other posts' one-vote deltas in the viral post's window, as a pane would carry
@@ -304,7 +305,7 @@ def seed_batches(first: int, last: int, now_hour: int, folded_at: datetime, ledg
         post_hash, _ = post_key(post_id)
         score = hot_score(((at, Counts(upvotes=u, downvotes=d)) for at, (u, d) in hours.items()), HALF_LIFE_HOURS)
         totals = Counts(upvotes=sum(u for u, _ in hours.values()), downvotes=sum(d for _, d in hours.values()))
-        batch.posts.append((post_hash, post_id, *totals, folded_at, score.key))
+        batch.posts.append((post_hash, post_id, *totals, folded_at, score.key, folded_at))
         shard = hour_shard(post_hash)
         batch.hours += [(post_hash, post_id, hour_timestamp(at), *Counts(upvotes=u, downvotes=d), shard)
                         for at, (u, d) in hours.items()]

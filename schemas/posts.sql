@@ -15,6 +15,16 @@
 -- Voters (here, on PostDeltas and on PostHourlyCounts): a serialised HyperLogLog sketch of
 -- the user IDs that upvoted (schemas/voter_sketch.py), folded as a union in the same
 -- transaction as the counts. NULL means no voter recorded (rows written before the column).
+-- HotKeyThrough (issue 44): the hourly watermark HotKey was computed at, from every hourly row
+-- then there (below, PostsByHot). HotKeyCurrent holds it to the post's hourly watermark in every
+-- write, whatever the writer's version: a fold that moves FoldedThrough or HourlyFoldedThrough
+-- without writing it (every fold older than the column, which knows nothing of it) fails that
+-- post's transaction with OUT_OF_RANGE, and the fold skips the post (its reads stay exact) until
+-- a fold of this version folds it. So a non-NULL HotKeyThrough means "HotKey is the score of the
+-- hourly rows". NULL: unfenced, a row from before the column (or whose key could not be computed,
+-- no half-life recorded yet) until `upvotes provision` backfills it; every row created later
+-- takes the default, FoldedThrough's own, and is fenced from birth. Added to an existing table
+-- without its default, which Spanner would otherwise write into every row already there.
 CREATE TABLE Posts (
   PostHash            INT64 NOT NULL,
   PostId              STRING(128) NOT NULL,
@@ -26,6 +36,8 @@ CREATE TABLE Posts (
   HourlyFoldedThrough TIMESTAMP,
   Voters              BYTES(MAX),
   HotKey              FLOAT64,
+  HotKeyThrough       TIMESTAMP DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),
+  CONSTRAINT HotKeyCurrent CHECK (HotKeyThrough IS NULL OR HotKeyThrough = COALESCE(HourlyFoldedThrough, FoldedThrough)),
 ) PRIMARY KEY (PostHash, PostId);
 
 -- Insert-only deltas, one row per (post, event hour, pane) written by the streaming
@@ -67,8 +79,10 @@ CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC);
 
 -- HotKey: the post's hot score (schemas/hot_score.py: its sign and log2 in one ordered value),
 -- computed by the fold from all of the post's PostHourlyCounts rows in the transaction that
--- writes them, so it is always that of the hourly rows (HourlyFoldedThrough). NULL: no hourly
--- row yet (a score of 0), or a row from before the column, until `upvotes provision` backfills it.
+-- writes them, so it is that of the hourly rows (HourlyFoldedThrough) wherever HotKeyThrough is
+-- set (the HotKeyCurrent constraint above keeps older folds from moving the rows under it). NULL:
+-- no hourly row yet (a score of 0), or a row from before the column, until `upvotes provision`
+-- backfills it.
 -- "Hot posts" straight from this index, the folded side of spanner_reads/trending.py.
 -- NULL_FILTERED: a new post's parent row (written by the sink, HotKey NULL) costs no entry.
 -- Not a write hotspot although new hot posts enter at its top: entries change once per post
@@ -353,8 +367,9 @@ CREATE TABLE UserErasures (
 
 -- The trending rankings' settings, recorded once per database by `upvotes provision`
 -- (spanner_store/ranking_settings.py): the hot score's half-life in hours, which every HotKey
--- was computed with (changing it is a recompute, docs/reading.md), and whether every post's
--- HotKey has been backfilled (1) so that a hot read can certify its answer. A handful of rows.
+-- was computed with (changing it is a recompute, docs/reading.md), the generation of the
+-- backfill run that owns the keys, and whether that run has given every post its HotKey and
+-- fenced it (1) so that a hot read can certify its answer. A handful of rows.
 CREATE TABLE RankingSettings (
   Name       STRING(64) NOT NULL,
   Value      FLOAT64 NOT NULL,

@@ -19,6 +19,13 @@ is in neither ranking (an answer with fewer than K posts lists every post that h
   most RiseThreshold * 2^(NewestHour / H) to S. The bound, F plus those, is summed in log2
   (schemas/hot_score.py log2_sum). The HotKey of a post is that of its hourly rows (the fold
   computes both in one transaction), so it is exactly the folded side of the score read here.
+  What guards that against writers that do not keep HotKey (issue 44): every post's
+  HotKeyThrough, the hourly watermark its key was computed at, is held to its hourly watermark
+  by the database (the HotKeyCurrent constraint, schemas/posts.sql), so a fold of an older
+  version cannot fold a fenced post's hourly rows without it (it skips the post, whose deltas the
+  reads add); and the answer is certified only once `hot_backfilled` says the current
+  generation's backfill has fenced every post, under the H read here
+  (spanner_store/ranking_settings.py).
 - Last N hours (`window_top`): the window is the N event hours ending with the snapshot's own
   hour. The folded side is a threshold algorithm over the per-hour lists of the
   PostHourlyCountsByHour index (Fagin, Lotem and Naor, PODS 2001, read in batched rounds):

@@ -21,6 +21,9 @@ POSTS = "Posts"
 POSTS_BY_UPVOTES = "PostsByUpvotes"
 # The post's hot score as one ordered value (schemas/hot_score.py HotScore.key), and its index.
 HOT_KEY = "HotKey"
+# The hourly watermark HotKey was computed at; the HotKeyCurrent constraint holds it to the
+# post's hourly watermark (NULL: unfenced, not yet backfilled; schemas/posts.sql).
+HOT_KEY_THROUGH = "HotKeyThrough"
 POSTS_BY_HOT = "PostsByHot"
 POST_KEY_COLUMNS = ("PostHash", "PostId")
 POST_COLUMNS = ("PostHash", "PostId") + COUNTER_COLUMNS + ("FoldedThrough",)
@@ -30,9 +33,9 @@ HOURLY_WATERMARK = "HourlyFoldedThrough"
 # The union of the voter sketches of every delta folded (schemas/voter_sketch.py); on
 # Posts, PostDeltas and PostHourlyCounts alike. NULL: no voter recorded.
 VOTERS = "Voters"
-POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK, VOTERS, HOT_KEY)
-# What a step of a split fold writes: the hourly watermark and the score of the hourly rows.
-HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK, HOT_KEY)
+POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK, VOTERS, HOT_KEY, HOT_KEY_THROUGH)
+# What a step of a split fold writes: the hourly watermark and the score of the hourly rows at it.
+HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK, HOT_KEY, HOT_KEY_THROUGH)
 
 DELTAS = "PostDeltas"
 # The interleaved commit-time index: a post's deltas committed after its watermark are one
