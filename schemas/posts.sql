@@ -376,7 +376,7 @@ CREATE TABLE RankingSettings (
   RecordedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (Name);
 
--- Corrected dead letters a replay wrote (issue 44, spanner_writes/replays.py): one row per
+-- Corrected dead letters a replay wrote (issue 44, upvotes/operations/replayed_corrections.py): one row per
 -- dead letter's identity (`upvotes dead-letters replay`: the rejected line's event_id, or
 -- "@<message ID>/<line>"), holding the correction as it was counted (its canonical text, after
 -- the event-time policy). Written in the same commit as the correction's delta row, or in the

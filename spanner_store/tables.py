@@ -85,7 +85,7 @@ VOTE_COLUMNS = VOTE_KEY_COLUMNS + ("Vote", "VotedAt", "EventId", "EventHour", "A
 USER_ERASURES = "UserErasures"
 USER_ERASURE_COLUMNS = ("UserHash", "UserId", "RequestId", "ForgottenThrough")
 
-# Each corrected dead letter a replay wrote (spanner_writes/replays.py), keyed by a hash of its
+# Each corrected dead letter a replay wrote (upvotes/operations/replayed_corrections.py), keyed by a hash of its
 # identity, then the identity (`replayed_correction_key`).
 REPLAYED_CORRECTIONS = "ReplayedCorrections"
 REPLAYED_CORRECTION_COLUMNS = ("IdentityHash", "Identity", "Correction", "ReplayedAt")
