@@ -27,10 +27,11 @@ STOPPED_PREFIX = "upvotes stream: stopped at once"
 
 
 def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
-          append: bool = False) -> subprocess.Popen:
-    """Starts `upvotes stream` on `res`, its output going to `log_path`."""
+          append: bool = False, module: str = "upvotes.cli") -> subprocess.Popen:
+    """Starts `upvotes stream` on `res`, its output going to `log_path`; `module` is what runs it
+    (`python -m <module> stream ...`: a benchmark may wrap the command line in a module of its own)."""
     command = [
-        sys.executable, "-m", "upvotes.cli", "stream", f"--project={res.project}", f"--instance={res.instance}",
+        sys.executable, "-m", module, "stream", f"--project={res.project}", f"--instance={res.instance}",
         f"--database={res.database}", f"--subscription={res.subscription}",
         f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={window_seconds}",
         f"--drain-timeout-s={DRAIN_TIMEOUT_S:g}",
@@ -61,9 +62,9 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 
 
 @contextlib.contextmanager
 def running(res: Resources, window_seconds: int, log_path: Path,
-            env: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen]:
+            env: Mapping[str, str] | None = None, module: str = "upvotes.cli") -> Iterator[subprocess.Popen]:
     """The pipeline for the duration of a block, stopped (and waited for) on the way out."""
-    process = start(res, window_seconds, log_path, env)
+    process = start(res, window_seconds, log_path, env, module=module)
     try:
         yield process
     finally:
