@@ -11,7 +11,8 @@ events (+1 upvote), half vote states of distinct users, a tenth of them flips
 Measured, in one run, on emulators of its own (bench/runner.py):
 
 - the pipeline (`upvotes stream` on the DirectRunner, `window_s` windows, every commit counted by
-  bench/metered_stream.py): votes/s from the first publish until every post's exact count equals
+  bench/metered_stream.py), as it is and as it was before issue 45 (the stream of BEFORE_COMMIT,
+  extracted by `git archive`, in a database of its own on the same emulators, first): votes/s from the first publish until every post's exact count equals
   the ledger; the freshness of markers (a single upvote on a post of its own, every
   MARKER_EVERY-th message) from just before it is handed to the client to the end of the first
   read that sees it; commits and mutations per 1,000 votes; the Spanner emulator's CPU per 1,000
@@ -47,7 +48,8 @@ from bench.benchmark import Benchmark, emulator_cpu, p50_p99_s, table, target
 from bench.measure import latency_summary
 from bench.metered_stream import METER_FILE_ENV
 from bench.spanner_cost import EmulatorCpu, spanner_cost
-from bench.stack import check_alive, wait_until_ready, with_topics
+from bench.earlier_code import earlier_tree
+from bench.stack import check_alive, fresh_database, wait_until_ready, with_topics
 from local_runner.pubsub_reader import pull_bundle
 from schemas.contract import event_message
 from spanner_reads.reads import exact_counts
@@ -59,6 +61,8 @@ from upvotes.devtools.workload import RealTrafficWorkload, generate
 from upvotes.resources import Resources
 
 PREFIX = "rt-"
+BEFORE_COMMIT = "5b5e457"  # main before issue 45's changes to the stream
+METERED_STREAM = Path(__file__).with_name("metered_stream.py")
 MARKER_EVERY = 250  # one marker per this many messages
 MARKER_POLL_S = 0.05
 EXACT_SAMPLE = 200  # posts read per poll of the exact check until they match
@@ -323,14 +327,18 @@ def tail_cost(database, topic: str, meter: MeterFile, posts: int, alive: Callabl
             "commits_per_vote": round((after["commits"] - before["commits"]) / posts, 4)}
 
 
-def pipeline(res: Resources, sizes: Sizes, traffic: Traffic, log_dir: Path) -> dict:
+def pipeline(res: Resources, sizes: Sizes, traffic: Traffic, log_dir: Path, tag: str, code: Path | None = None) -> dict:
+    """The pipeline's row: `upvotes stream` of this code, or of the tree at `code` (an earlier commit's)."""
     database = open_database(res.project, res.instance, res.database)
-    stream_res = with_topics(res, "rt")
+    stream_res = with_topics(res, tag)
     topic = stream_res.topic_path(stream_res.topic)
-    log_path = log_dir / "real_traffic_stream.log"
-    meter = MeterFile(log_dir / "real_traffic_meter.json")
+    log_path = log_dir / f"real_traffic_{tag}_stream.log"
+    meter = MeterFile(log_dir / f"real_traffic_{tag}_meter.json")
     env = {METER_FILE_ENV: str(meter.path)}
-    with local_stream.running(stream_res, sizes.window_s, log_path, env, module="bench.metered_stream") as process:
+    if code is not None:  # the earlier tree runs its own command line, wrapped by this meter
+        shutil.copy(METERED_STREAM, code / "bench" / METERED_STREAM.name)
+    with local_stream.running(stream_res, sizes.window_s, log_path, env, module="bench.metered_stream",
+                              cwd=code) as process:
         def alive() -> None:
             check_alive(process, log_path)
 
@@ -338,7 +346,7 @@ def pipeline(res: Resources, sizes: Sizes, traffic: Traffic, log_dir: Path) -> d
         before = meter.settled()
         poller = MarkerPoller(database)
         poller.start()
-        profile = Profile(process.pid, log_dir / "real_traffic_profile.txt")
+        profile = Profile(process.pid, log_dir / f"real_traffic_{tag}_profile.txt")
         with EmulatorCpu() as cpu, profile:
             started = time.perf_counter()
             publish_s = publish(topic, traffic, poller)
@@ -370,8 +378,12 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     rmw = best_rmw(database, sizes.rmw_seconds)
     ceiling = pubsub_ceiling(res, load.messages)
     floor = python_floor(load.messages)
-    measured = pipeline(res, sizes, load, log_dir)
-    return {"sizes": sizes.__dict__, "pipeline": measured, "rmw": rmw, "pubsub": ceiling, "python": floor,
+    with earlier_tree(BEFORE_COMMIT) as code:
+        before = None if code is None else pipeline(fresh_database(res, f"{res.database}-b")[1], sizes, load,
+                                                    log_dir, "before", code)
+    measured = pipeline(res, sizes, load, log_dir, "now")
+    return {"sizes": sizes.__dict__, "pipeline": measured, "before": before, "before_commit": BEFORE_COMMIT,
+            "rmw": rmw, "pubsub": ceiling, "python": floor,
             "ratio_to_rmw": round(measured["votes_per_s"] / rmw["votes_per_s"], 2),
             "freshness_target_s": 2 * sizes.window_s + 1,
             "tail_rmw_mutations_per_vote": baseline_counters.MUTATIONS_PER_INCREMENT}
@@ -402,10 +414,14 @@ def targets(document: dict) -> list[dict]:
 def markdown(document: dict) -> list[str]:
     result = document["benchmarks"]["real_traffic"]
     pipe, rmw, sizes = result["pipeline"], result["rmw"], result["sizes"]
+    def pipeline_row(label: str, row: dict) -> list[str]:
+        return [label, f"{row['votes_per_s']:,.0f} votes/s", p50_p99_s(row["freshness"]),
+                f"{row['commits_per_1k_votes']:.1f}", f"{row['mutations_per_1k_votes']:,.0f}", emulator_cpu(row)]
+
+    before = result.get("before")
     rows = [
-        ["pipeline (`upvotes stream`, DirectRunner)", f"{pipe['votes_per_s']:,.0f} votes/s",
-         p50_p99_s(pipe["freshness"]), f"{pipe['commits_per_1k_votes']:.1f}", f"{pipe['mutations_per_1k_votes']:,.0f}",
-         emulator_cpu(pipe)],
+        pipeline_row("pipeline (`upvotes stream`, DirectRunner)", pipe),
+        *([pipeline_row(f"pipeline before issue 45 (`{result['before_commit']}`)", before)] if before else []),
         [f"read-modify-write, best ({rmw['config']})", f"{rmw['votes_per_s']:,.0f} votes/s", "-",
          f"{rmw['commits_per_1k_votes']:,.0f}", f"{rmw['mutations_per_1k_votes']:,.0f}", emulator_cpu(rmw)],
         ["Pub/Sub emulator alone: publish / pull + ack", f"{result['pubsub']['publish_msgs_per_s']:,} / "
@@ -423,15 +439,23 @@ def markdown(document: dict) -> list[str]:
         table(["approach", "throughput", "freshness p50 / p99 (s)", "commits per 1k votes", "mutations per 1k votes",
                "emulator CPU s per 1k votes"], rows),
         f"A tail post (one upvote each on {pipe['tail']['posts']:,} new posts, one window): "
-        f"{pipe['tail']['mutations_per_vote']:.1f} mutations per vote (read-modify-write: "
-        f"{result['tail_rmw_mutations_per_vote']}).",
+        f"{pipe['tail']['mutations_per_vote']:.1f} mutations per vote"
+        + (f" ({before['tail']['mutations_per_vote']:.1f} before)" if before else "")
+        + f" (read-modify-write: {result['tail_rmw_mutations_per_vote']}).",
     ]
     if pipe["stages_s"]:
-        total = sum(pipe["stages_s"].values())
+        stages_before = (before or {}).get("stages_s") or {}
+        header = ["stage", "seconds", "share"] + (["seconds before", "share before"] if stages_before else [])
+
+        def cells(stages: dict, stage: str) -> list[str]:
+            value, total = stages.get(stage, 0.0), sum(stages.values())
+            return [f"{value:.1f}", f"{value / total:.0%}"]
+
+        names = list(dict.fromkeys([*pipe["stages_s"], *stages_before]))
         parts.append("Where the stream's time goes (its worker thread, py-spy, seconds over the run; the final "
                      f"exact read of every post took {pipe['read_s']:.2f} s):\n\n" + table(
-                         ["stage", "seconds", "share"],
-                         [[stage, f"{value:.1f}", f"{value / total:.0%}"] for stage, value in pipe["stages_s"].items()]))
+                         header, [[name, *cells(pipe["stages_s"], name),
+                                   *(cells(stages_before, name) if stages_before else [])] for name in names]))
     return parts
 
 

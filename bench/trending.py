@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import math
 import os
@@ -66,8 +65,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -82,6 +79,7 @@ from google.cloud.spanner_v1 import Mutation, param_types
 
 from bench.benchmark import Benchmark, table, target
 from bench.catalogue_cost import upvotes_command
+from bench.earlier_code import earlier_tree
 from bench.stack import (
     check_alive, fresh_database, run_fold, streaming_pipeline, upvotes_of, wait_until_ready, with_topics,
 )
@@ -128,7 +126,6 @@ BEFORE_DDL = Path(__file__).resolve().parent / "fixtures" / "posts_before_issue_
 BEFORE_SCRIPT = Path(__file__).resolve().parent / "fixtures" / "commits_before_issue_36.py"
 BEFORE_TREE = ("bench", "local_runner", "pipeline", "schemas", "spanner_reads", "spanner_store", "spanner_writes",
                "transforms", "upvotes")
-REPO = Path(__file__).resolve().parents[1]
 CLI_TIMEOUT_S = 3_600
 # A first call this slow is a sample of its own (no warm-up): a call of the read at the largest
 # sizes can take minutes on the emulator.
@@ -698,21 +695,14 @@ def commits_before_issue_36(res: Resources, windows: list[list[PostDelta]]) -> d
     """The same windows and fold through the code of BEFORE_COMMIT (bench/fixtures/
     commits_before_issue_36.py in that commit's tree, extracted by `git archive`), in a database
     provisioned by that code: its commits' client mutations. None without git or the commit."""
-    with tempfile.TemporaryDirectory(prefix="bench-trending-before-") as work:
-        tree = Path(work) / "tree"
-        tree.mkdir()
-        try:
-            archive = subprocess.run(["git", "archive", "--format=tar", BEFORE_COMMIT, *BEFORE_TREE], cwd=REPO,
-                                     capture_output=True, check=True, timeout=120)
-        except (OSError, subprocess.SubprocessError) as error:
-            say(f"cannot extract {BEFORE_COMMIT} ({error}): the cost before issue 36 is this code's commits "
+    with earlier_tree(BEFORE_COMMIT, BEFORE_TREE) as tree:
+        if tree is None:
+            say(f"cannot extract {BEFORE_COMMIT}: the cost before issue 36 is this code's commits "
                 "on its schema, the new columns dropped")
             return None
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(tree, filter="data")
         script = tree / BEFORE_SCRIPT.name
         shutil.copy(BEFORE_SCRIPT, script)
-        spec, out = Path(work) / "spec.json", Path(work) / "out.json"
+        spec, out = tree.parent / "spec.json", tree.parent / "out.json"
         spec.write_text(json.dumps({
             "resources": dataclasses.asdict(res), "database": f"{res.database}-trb"[:30],
             "windows": [[[d.post_id, d.event_hour, d.delta_id, d.sums.counts.upvotes] for d in w] for w in windows],

@@ -27,9 +27,10 @@ STOPPED_PREFIX = "upvotes stream: stopped at once"
 
 
 def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
-          append: bool = False, module: str = "upvotes.cli") -> subprocess.Popen:
+          append: bool = False, module: str = "upvotes.cli", cwd: Path | None = None) -> subprocess.Popen:
     """Starts `upvotes stream` on `res`, its output going to `log_path`; `module` is what runs it
-    (`python -m <module> stream ...`: a benchmark may wrap the command line in a module of its own)."""
+    (`python -m <module> stream ...`: a benchmark may wrap the command line in a module of its own),
+    from `cwd` (whose packages `python -m` imports first: a benchmark runs an earlier version's tree)."""
     command = [
         sys.executable, "-m", module, "stream", f"--project={res.project}", f"--instance={res.instance}",
         f"--database={res.database}", f"--subscription={res.subscription}",
@@ -39,7 +40,7 @@ def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str,
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab" if append else "wb") as log:
         return subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
 
 
 def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> int:
@@ -61,10 +62,10 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 
 
 
 @contextlib.contextmanager
-def running(res: Resources, window_seconds: int, log_path: Path,
-            env: Mapping[str, str] | None = None, module: str = "upvotes.cli") -> Iterator[subprocess.Popen]:
+def running(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
+            module: str = "upvotes.cli", cwd: Path | None = None) -> Iterator[subprocess.Popen]:
     """The pipeline for the duration of a block, stopped (and waited for) on the way out."""
-    process = start(res, window_seconds, log_path, env, module=module)
+    process = start(res, window_seconds, log_path, env, module=module, cwd=cwd)
     try:
         yield process
     finally:
