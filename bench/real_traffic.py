@@ -57,6 +57,7 @@ from spanner_store.database import classic_sessions_for_concurrent_reads, open_d
 from upvotes.devtools import baseline_counters, local_stream
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.race import BASELINE_SWEEP, run_baseline
+from upvotes.devtools.verification import wait_until_exact
 from upvotes.devtools.workload import RealTrafficWorkload, generate
 from upvotes.resources import Resources
 
@@ -65,7 +66,6 @@ BEFORE_COMMIT = "5b5e457"  # main before issue 45's changes to the stream
 METERED_STREAM = Path(__file__).with_name("metered_stream.py")
 MARKER_EVERY = 250  # one marker per this many messages
 MARKER_POLL_S = 0.05
-EXACT_SAMPLE = 200  # posts read per poll of the exact check until they match
 EXACT_TIMEOUT_S = 900.0
 PROFILE_RATE_HZ = 100
 # py-spy frames (function names) and the stage of the stream's work each stands for, first match
@@ -234,27 +234,11 @@ class MarkerPoller(threading.Thread):
 
 
 def wait_exact(database, expected: dict[str, dict[str, int]], alive: Callable[[], None]) -> float:
-    """Polls a sample of the posts not yet matching, then reads every post in one snapshot, until
-    all match; returns the seconds of that last read (the read stage)."""
-    pending = list(expected)[::-1]  # the newest posts last matched first
-
-    def unmatched(posts: list[str]) -> list[str]:
-        read = {t.post_id: t.counts._asdict() for t in exact_counts(database, posts)}
-        return [p for p in posts if any(read[p][name] != value for name, value in expected[p].items())]
-
-    deadline = time.monotonic() + EXACT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        alive()
-        sample = unmatched(pending[:EXACT_SAMPLE])
-        if sample:
-            pending = sample + pending[EXACT_SAMPLE:]
-            time.sleep(0.1)
-            continue
-        started = time.perf_counter()
-        pending = unmatched(list(expected))
-        if not pending:
-            return time.perf_counter() - started
-    raise TimeoutError(f"{len(pending)} posts not exact after {EXACT_TIMEOUT_S:.0f} s, e.g. {pending[:3]}")
+    """Seconds of the read that found every post exact (upvotes.devtools.verification.wait_until_exact)."""
+    read_s = wait_until_exact(database, expected, EXACT_TIMEOUT_S, alive)
+    if read_s is None:
+        raise TimeoutError(f"the counts were not exact after {EXACT_TIMEOUT_S:.0f} s")
+    return read_s
 
 
 class Profile:

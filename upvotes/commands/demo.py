@@ -6,7 +6,8 @@ replaces, in its best configurations on this emulator), and a viral burst of 100
 published through Pub/Sub in batches to the streaming pipeline, timed until every post's
 exact count equals the ledger. Then one vote per user: a burst of vote-state events on the
 same posts (up, down, none, with duplicates, flips and late events), timed the same way
-against the ledger of both bursts. Then what is viral now: yesterday's viral post (votes
+against the ledger of both bursts. Then real traffic: single-vote messages as an app publishes them
+(a viral head and a long tail, half vote states), the figure an app should expect. Then what is viral now: yesterday's viral post (votes
 stamped 30 hours ago, more than today's leader) ranks first of all time but not in the hot
 ranking nor in the last 24 hours; the three top lists are shown side by side, each saying
 whether it is certified exact, before any fold. Prints the rates and the ratios, folds,
@@ -53,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vote-states", type=int, default=50_000,
                         help="vote-state events (one vote per user) published after the votes, with 10%% "
                              "duplicates, 10%% late events and flips (default 50000; 0: none)")
+    parser.add_argument("--real-traffic", type=int, default=10_000,
+                        help="single-vote messages published as an app sends them (one vote each, a viral head "
+                             "and a long tail over as many posts, half vote states), after the bursts (default "
+                             "10000; 0: none)")
     parser.add_argument("--batch-size", type=int, default=500, help="events per Pub/Sub message (default 500)")
     parser.add_argument("--window-seconds", type=int, default=2, help="streaming window length (default 2)")
     parser.add_argument("--rmw-seconds", type=float, default=3.0,
@@ -205,7 +210,7 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
     from upvotes.devtools import baseline_counters
     from upvotes.devtools.race import race_pipeline
     from upvotes.devtools.verification import delta_row_counts, verify_totals, verify_unique_voters
-    from upvotes.devtools.workload import VoteStateWorkload, Workload
+    from upvotes.devtools.workload import RealTrafficWorkload, VoteStateWorkload, Workload
 
     res = RESOURCES
     say(f"provisioning {res.instance}/{res.database} and topic {res.topic} on the emulators")
@@ -256,6 +261,21 @@ def _run_on(env: dict[str, str], args: argparse.Namespace, work_dir: Path) -> in
             say(f"every post matched the ledger of both bursts {voted.seconds:.1f} s after the vote states' first "
                 f"publish: {voted.votes_per_s:,.0f} vote-state events/s, {voted.votes_per_s / rmw.votes_per_s:,.1f}x "
                 "read-modify-write; each user's latest vote counted once")
+
+        if args.real_traffic:
+            real = RealTrafficWorkload(events=args.real_traffic, posts=args.real_traffic, seed=44, post_prefix="app-")
+            say(f"race, part 4: real traffic, as an app publishes: {args.real_traffic:,} messages of ONE vote each, "
+                f"half on a viral head, half spread over {real.posts:,} posts, half of them vote states")
+            app = race_pipeline(database, topic_path, real, 1, args.timeout, alive=lambda: _check_alive(stream, stream_log),
+                                ledger=ledger)
+            if app is None:
+                say(f"FAILED: counts did not settle within {args.timeout:.0f} s; see {stream_log}")
+                return 1
+            ledger.save(work_dir / "ledger.json")
+            say(f"real traffic: {app.votes_per_s:,.0f} votes/s, {app.votes_per_s / rmw.votes_per_s:,.1f}x "
+                f"read-modify-write (the burst of part 2: {race.votes_per_s / rmw.votes_per_s:,.1f}x). One vote per "
+                "message costs the local pipeline per message and the emulator a row per post: expect this figure, "
+                "not the burst's, from an app's clicks (bench/results/latest.md#real_traffic)")
 
         if not _yesterdays_viral_post(database, topic_path, ledger, args):
             say(f"FAILED: counts did not settle within {args.timeout:.0f} s; see {stream_log}")

@@ -264,9 +264,10 @@ class RealTrafficWorkload:
     start_time: datetime | None = None
     span_ms: int = 1_000
     post_prefix: str = "p-"
+    invalid: int = 0  # invalid messages mixed in (upvotes.devtools.publishing.publish_workload)
 
     def __post_init__(self) -> None:
-        if self.events < 0 or self.posts < 1 or self.zipf < 0 or self.span_ms < 0:
+        if self.events < 0 or self.invalid < 0 or self.posts < 1 or self.zipf < 0 or self.span_ms < 0:
             raise ValueError("events and span_ms must not be negative, posts must be at least 1, the Zipf "
                              "exponent must not be negative")
         if not all(0 <= f <= 1 for f in (self.head_fraction, self.state_fraction, self.flip_fraction)):
