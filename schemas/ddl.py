@@ -114,28 +114,6 @@ def nullable(definition: str) -> bool:
     return _NOT_NULL.search(definition) is None
 
 
-_INTEGER_DEFAULT = re.compile(r"^\(\s*(-?\d+)\s*\)$")
-
-
-def values_when_left_out(statement: str) -> tuple[str, dict[str, int | None]] | None:
-    """(table, {column: the value an insert that leaves it out gives it}) of a CREATE TABLE
-    statement, else None: NULL (None) for a nullable column without a DEFAULT, the integer for a
-    DEFAULT of one; any other column is not in it (an insert must write it)."""
-    columns = table_columns(statement)
-    if columns is None:
-        return None
-    table, definitions = columns
-    values: dict[str, int | None] = {}
-    for column, definition in definitions.items():
-        split = column_default(definition)
-        if split is None:
-            if nullable(definition):
-                values[column] = None
-        elif match := _INTEGER_DEFAULT.match(split[1]):
-            values[column] = int(match.group(1))
-    return table, values
-
-
 _OPTIONS = re.compile(r"\bOPTIONS\s*\(([^)]*)\)", re.IGNORECASE)
 
 

@@ -11,8 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 from google.cloud import spanner
 
-from schemas import ddl_statements, delta_retention_days, post_hash, user_hash
-from schemas.ddl import values_when_left_out
+from schemas import delta_retention_days, post_hash, user_hash
 from schemas.counters import COLUMNS as COUNTER_COLUMNS
 from schemas.counters import Counts
 from schemas.records import PostDelta
@@ -44,10 +43,6 @@ DELTAS = "PostDeltas"
 DELTAS_BY_COMMIT = "PostDeltasByCommit"
 DELTA_KEY_COLUMNS = ("PostHash", "PostId", "EventHour", "DeltaId")
 DELTA_COLUMNS = DELTA_KEY_COLUMNS + COUNTER_COLUMNS + ("Events", VOTERS, "CommittedAt")
-# The delta columns an insert may leave out, with the value they then take (posts.sql: a DEFAULT,
-# or NULL): a writer leaves out those it would only write that value into (spanner_writes/deltas.py).
-DELTA_VALUES_WHEN_LEFT_OUT = {column: value for column, value in dict(
-    filter(None, map(values_when_left_out, ddl_statements())))["PostDeltas"].items() if column in DELTA_COLUMNS}
 # The ROW DELETION POLICY of PostDeltas (read from posts.sql): a delta not folded by then is lost.
 DELTA_RETENTION_DAYS = delta_retention_days()
 # What the fold and the hourly reads take from each unfolded delta (and from PostHourlyCounts):

@@ -33,9 +33,8 @@ from spanner_store import mutations
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, new_row_cost
 from spanner_store.tables import (
-    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTA_VALUES_WHEN_LEFT_OUT,
-    DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VOTERS, counts_at, delta_key, post_key,
-    sketch_column, sketch_value,
+    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS,
+    POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VOTERS, counts_at, delta_key, post_key, sketch_column, sketch_value,
 )
 from spanner_store.top_candidates import candidate_mutation_row
 from spanner_writes.known_posts import KnownPosts, lost_a_known_parent
@@ -78,30 +77,15 @@ def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection
     change-log entry and its candidates. Built as raw protobufs (spanner_store/mutations.py): the
     client's own builders cost the sink about 100 us a row."""
     parents = sorted({post_key(d.post_id) for d in deltas if d.post_id not in parents_present})
+    rows = [delta_key(d) + tuple(d.sums.counts) + (d.sums.events, sketch_column(d.sums.voters), spanner.COMMIT_TIMESTAMP)
+            for d in deltas]
     commit_id = new_commit_id()
     logged = delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.sums.events for d in deltas))
     if parents:
         mutations.insert_or_update(batch, POSTS, POST_KEY_COLUMNS, parents)
-    for columns, rows in _delta_rows_by_columns(deltas).items():
-        mutations.insert(batch, DELTAS, columns, rows)
+    mutations.insert(batch, DELTAS, DELTA_COLUMNS, rows)
     mutations.insert(batch, DELTA_COMMITS, DELTA_COMMIT_COLUMNS, [logged])
     mutations.insert(batch, TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS, [candidate_mutation_row(deltas, commit_id)])
-
-
-def _delta_rows_by_columns(deltas: list[PostDelta]) -> dict[tuple[str, ...], list[tuple]]:
-    """The delta rows, each without the columns that would only repeat the value they take when
-    left out (a DEFAULT 0 or NULL: DELTA_VALUES_WHEN_LEFT_OUT, from posts.sql), grouped by the
-    columns they write: Spanner counts a mutation per column written, and a delta of one counter
-    (an upvote, an un-vote) leaves most of them at that value."""
-    groups: dict[tuple[str, ...], list[tuple]] = {}
-    for delta in deltas:
-        values = dict(zip(DELTA_COLUMNS, delta_key(delta) + tuple(delta.sums.counts) + (
-            delta.sums.events, sketch_column(delta.sums.voters), spanner.COMMIT_TIMESTAMP)))
-        for column, left_out in DELTA_VALUES_WHEN_LEFT_OUT.items():
-            if values[column] == left_out:
-                del values[column]
-        groups.setdefault(tuple(values), []).append(tuple(values.values()))
-    return groups
 
 
 def write_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = None) -> None:

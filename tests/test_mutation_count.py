@@ -11,11 +11,11 @@ from google.cloud.spanner_v1.batch import Batch
 
 from schemas.counters import Counts
 from schemas.ddl import schema_model
-from schemas.records import CounterSums, PostDelta
+from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row
 from spanner_store.tables import (
-    COUNTER_COLUMNS, KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_VALUES_WHEN_LEFT_OUT, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
+    COUNTER_COLUMNS, KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
     FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES,
     VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS, key_range,
 )
@@ -97,13 +97,10 @@ def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) 
     deltas = [PostDelta.of("meter-p", 1_795_312_800, f"m:{i}", upvotes=1, events=1) for i in range(1_000)]
     with metering_commits(meter):
         write_deltas(database, deltas)
-        # Per delta its row and index entry, less the columns an upvote-only row leaves at their
-        # default (Downvotes, Views, Voters: not written); the parent's key columns (2) and its
-        # PostsByUpvotes entry; the commit's TopCandidates and DeltaCommits rows (one per column).
-        upvote_only = MUTATIONS_PER_DELTA - len(DELTA_VALUES_WHEN_LEFT_OUT)
-        assert len(DELTA_VALUES_WHEN_LEFT_OUT) == 3
+        # Per delta its row and index entry; the parent's key columns (2) and its PostsByUpvotes
+        # entry; the commit's TopCandidates and DeltaCommits rows (one per column, no index).
         assert (meter.commits, meter.largest) == (
-            1, 1_000 * upvote_only + 2 + len(BY_UPVOTES.entry) + len(TOP_CANDIDATE_COLUMNS)
+            1, 1_000 * MUTATIONS_PER_DELTA + 2 + len(BY_UPVOTES.entry) + len(TOP_CANDIDATE_COLUMNS)
             + len(DELTA_COMMIT_COLUMNS))
         assert meter.largest <= mutations_for(deltas)
         too_many = [PostDelta.of("meter-q", 1_795_312_800, f"m:{i}", upvotes=1, events=1) for i in range(5_000)]
@@ -172,23 +169,3 @@ def test_the_writers_planned_costs_are_what_the_model_counts_for_their_writes() 
         == MUTATIONS_PER_HOUR
     assert count(lambda b: b.insert_or_update(POSTS, POST_KEY_COLUMNS, [(1, "p")])) + len(MODEL[POSTS].columns) - 2 \
         == MUTATIONS_PER_PARENT
-
-
-def test_a_delta_row_leaves_out_the_columns_at_their_default_and_reads_back_the_same(database) -> None:
-    """Issue 45: an upvote-only delta writes 8 columns, not 11 (Downvotes and Views DEFAULT 0,
-    Voters NULL: posts.sql); what is read back is the same delta whatever it left out."""
-    from schemas.ddl import values_when_left_out
-    from schemas.voter_sketch import sketch_of
-    from spanner_reads.reads import exact_counts
-
-    assert values_when_left_out("CREATE TABLE T (A INT64 NOT NULL, B INT64 NOT NULL DEFAULT (0), "
-                                "C STRING(8), D INT64 DEFAULT (-2)) PRIMARY KEY (A)") == ("T", {"B": 0, "C": None, "D": -2})
-    deltas = [PostDelta.of("left-out", 1_795_312_800, "lo:1", upvotes=1, events=1),
-              PostDelta.of("left-out", 1_795_312_800, "lo:2", downvotes=2, views=3, shares=1, events=6),
-              PostDelta("left-out", 1_795_312_800, "lo:3", CounterSums(Counts(upvotes=1), 1, sketch_of(["u-1"])))]
-    meter = CommitMeter()
-    with metering_commits(meter):
-        write_deltas(database, deltas)
-    assert meter.largest < mutations_for(deltas) - 2  # the first row left out three columns, the third two
-    [totals] = exact_counts(database, ["left-out"], unique=True)
-    assert totals.counts == Counts(upvotes=2, downvotes=2, shares=1, views=3) and totals.unique_voters == 1
