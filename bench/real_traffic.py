@@ -12,7 +12,7 @@ Measured, in one run, on emulators of its own (bench/runner.py):
 
 - the pipeline (`upvotes stream` on the DirectRunner, `window_s` windows, every commit counted by
   bench/metered_stream.py), as it is and as it was before issue 45 (the stream of BEFORE_COMMIT,
-  extracted by `git archive`, in a database of its own on the same emulators, first): votes/s from the first publish until every post's exact count equals
+  extracted by `git archive`), each on emulators of its own: votes/s from the first publish until every post's exact count equals
   the ledger; the freshness of markers (a single upvote on a post of its own, every
   MARKER_EVERY-th message) from just before it is handed to the client to the end of the first
   read that sees it; commits and mutations per 1,000 votes; the Spanner emulator's CPU per 1,000
@@ -49,7 +49,7 @@ from bench.measure import latency_summary
 from bench.metered_stream import METER_FILE_ENV
 from bench.spanner_cost import EmulatorCpu, spanner_cost
 from bench.earlier_code import earlier_tree
-from bench.stack import check_alive, fresh_database, wait_until_ready, with_topics
+from bench.stack import bench_resources, check_alive, fresh_emulators, quiet, wait_until_ready, with_topics
 from local_runner.pubsub_reader import pull_bundle
 from schemas.contract import event_message
 from spanner_reads.reads import exact_counts
@@ -58,6 +58,7 @@ from upvotes.devtools import baseline_counters, local_stream
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.race import BASELINE_SWEEP, run_baseline
 from upvotes.devtools.verification import wait_until_exact
+from upvotes.operations.provision import provision
 from upvotes.devtools.workload import RealTrafficWorkload, generate
 from upvotes.resources import Resources
 
@@ -67,6 +68,8 @@ METERED_STREAM = Path(__file__).with_name("metered_stream.py")
 MARKER_EVERY = 250  # one marker per this many messages
 MARKER_POLL_S = 0.05
 EXACT_TIMEOUT_S = 900.0
+# The exact check's polls read the emulator the stream writes to: a quarter of a second apart.
+EXACT_POLL_S = 0.25
 PROFILE_RATE_HZ = 100
 # py-spy frames (function names) and the stage of the stream's work each stands for, first match
 # wins: the stream's worker thread runs every step of the pipeline, one bundle at a time.
@@ -235,7 +238,7 @@ class MarkerPoller(threading.Thread):
 
 def wait_exact(database, expected: dict[str, dict[str, int]], alive: Callable[[], None]) -> float:
     """Seconds of the read that found every post exact (upvotes.devtools.verification.wait_until_exact)."""
-    read_s = wait_until_exact(database, expected, EXACT_TIMEOUT_S, alive)
+    read_s = wait_until_exact(database, expected, EXACT_TIMEOUT_S, alive, poll_s=EXACT_POLL_S)
     if read_s is None:
         raise TimeoutError(f"the counts were not exact after {EXACT_TIMEOUT_S:.0f} s")
     return read_s
@@ -355,6 +358,15 @@ def pipeline(res: Resources, sizes: Sizes, traffic: Traffic, log_dir: Path, tag:
     }
 
 
+def on_own_emulators(sizes: Sizes, load: Traffic, log_dir: Path, tag: str, code: Path | None = None) -> dict:
+    """`pipeline` on emulators started for it: the Spanner emulator slows as it fills (it keeps every
+    version), so a second pipeline on the first one's emulator would be measured on a fuller one."""
+    with fresh_emulators(log_dir):
+        own = bench_resources(f"rt-{tag}")
+        provision(own, log=quiet)
+        return pipeline(own, sizes, load, log_dir, tag, code)
+
+
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     classic_sessions_for_concurrent_reads()  # the marker poller reads while the exact check does
     database = open_database(res.project, res.instance, res.database)
@@ -363,9 +375,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     ceiling = pubsub_ceiling(res, load.messages)
     floor = python_floor(load.messages)
     with earlier_tree(BEFORE_COMMIT) as code:
-        before = None if code is None else pipeline(fresh_database(res, f"{res.database}-b")[1], sizes, load,
-                                                    log_dir, "before", code)
-    measured = pipeline(res, sizes, load, log_dir, "now")
+        before = None if code is None else on_own_emulators(sizes, load, log_dir, "before", code)
+    measured = on_own_emulators(sizes, load, log_dir, "now")
     return {"sizes": sizes.__dict__, "pipeline": measured, "before": before, "before_commit": BEFORE_COMMIT,
             "rmw": rmw, "pubsub": ceiling, "python": floor,
             "ratio_to_rmw": round(measured["votes_per_s"] / rmw["votes_per_s"], 2),
