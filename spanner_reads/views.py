@@ -24,12 +24,12 @@ Publishing (`publish_top_view`), one publisher per view at a time:
 1. Lease: one transaction claims the view (PendingVersion = active + 1, an owner ID and a
    lease deadline). Another publisher holding an unexpired lease makes this one raise
    PublishInProgress; an expired lease (a crashed publisher) is taken over.
-2. Rank: one snapshot reads the top K by exact upvotes (spanner_reads/fresh_top.py: the
+2. Rank: one snapshot reads the top K by exact upvotes (spanner_reads/rankings/all_time.py: the
    folded index plus every commit since the fold, ties broken by the index's own key order,
    so a ranking is deterministic), whether that ranking is certified and its bound, and the
    newest fold's snapshot, which tells readers how fresh the ranking is. A hot view
    (`by="hot"`, view "top-hot" by default) takes the top K by hot score instead, exact at the
-   snapshot (spanner_reads/trending.py hot_top). Rows hold each post's exact counts. A
+   snapshot (spanner_reads/rankings/hot.py hot_top). Rows hold each post's exact counts. A
    ranking that is not certified is not published (NotCertified) unless the publisher allows
    it (`allow_uncertified`); the version records either way whether it was (Certified, Bound),
    and every page says so.
@@ -88,8 +88,8 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from schemas.counters import Counts
-from spanner_reads.fresh_top import fresh_top
-from spanner_reads.trending import HOT, hot_top
+from spanner_reads.rankings.all_time import fresh_top
+from spanner_reads.rankings.hot import HOT, hot_top
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
 from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (

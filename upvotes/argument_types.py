@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timezone
 
 from schemas.contract import MAX_ID_CHARS
-from spanner_reads.trending import MAX_HOURS
+from spanner_reads.rankings.last_hours import MAX_HOURS
 
 
 def positive_int(text: str) -> int:

@@ -180,8 +180,9 @@ def _yesterdays_viral_post(database, topic_path: str, ledger, args: argparse.Nam
 def _show_tops(database) -> None:
     """The hot, last-24-hours and all-time top lists side by side, exact without a fold, each
     saying whether it is certified."""
-    from spanner_reads.fresh_top import fresh_top
-    from spanner_reads.trending import hot_top, window_top
+    from spanner_reads.rankings.all_time import fresh_top
+    from spanner_reads.rankings.hot import hot_top
+    from spanner_reads.rankings.last_hours import window_top
 
     hot, last, ever = hot_top(database, TOP_N), window_top(database, TOP_N, hours=24), fresh_top(database, TOP_N)
     columns = [

@@ -12,7 +12,7 @@ from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 
 from pipeline.params import InvalidParameter
-from spanner_reads.trending import HotRankingUnavailable
+from spanner_reads.rankings.hot import HotRankingUnavailable
 from spanner_reads.views import ViewError
 from spanner_store.database import is_transient
 from upvotes.devtools.emulators import EmulatorError

@@ -1,5 +1,5 @@
 """`upvotes top`: the top posts by exact upvotes, fresh without a fold, or a page of a published,
-versioned view; with `--by hot` or `--last 24h`, what is viral now (spanner_reads/trending.py):
+versioned view; with `--by hot` or `--last 24h`, what is viral now (spanner_reads/rankings/):
 the top posts by hot score, or by upvotes in the last N event hours."""
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import NamedTuple
 
 from schemas.counters import NAMES
 from schemas.records import PostTotals
-from spanner_reads.fresh_top import DEFAULT_EXTRA
-from spanner_reads.trending import HOT, LAST, MAX_HOURS, hot_top, window_top
+from spanner_reads.fresh_side import DEFAULT_EXTRA
+from spanner_reads.rankings.hot import HOT, hot_top
+from spanner_reads.rankings.last_hours import LAST, MAX_HOURS, window_top
 from spanner_reads.views import DEFAULT_VIEWS, UPVOTES
 from upvotes.argument_types import last_hours, positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
@@ -100,7 +101,7 @@ def _read(database, args: argparse.Namespace, ranking: str) -> _Shown:
     trending one (hot_top, window_top). Every line keeps the all-time lines' fields ("as_of",
     "exact", "folded_through") and the trending ones add theirs."""
     if ranking == UPVOTES:
-        from spanner_reads.fresh_top import fresh_top
+        from spanner_reads.rankings.all_time import fresh_top
 
         top = fresh_top(database, args.n, args.extra)
         folded = None if top.folded_through is None else top.folded_through.isoformat()

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from google.api_core import exceptions as google_exceptions
 from starlette.exceptions import HTTPException
 
-from spanner_reads.trending import HotRankingUnavailable
+from spanner_reads.rankings.hot import HotRankingUnavailable
 
 LOG = logging.getLogger(__name__)
 

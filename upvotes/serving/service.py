@@ -10,7 +10,7 @@ validated vote publishing, on FastAPI + uvicorn.
                                     "vote": "up"|"down"|"none", "voted_at", "event_id", "applied_at"}
                                     (upvotes/serving/user_votes.py); never voted: "none" and nulls
     GET  /v1/top?n=10               {"posts": [{"post_id", "upvotes", "shares"}...], "as_of", "exact", "bound", "folded_through"}
-    GET  /v1/top?by=hot&n=10        what is viral now (spanner_reads/trending.py): the top posts by hot score, each
+    GET  /v1/top?by=hot&n=10        what is viral now (spanner_reads/rankings/hot.py): the top posts by hot score, each
                                     post with "hot" (its score at the snapshot); the header adds "by": "hot",
                                     "half_life_hours", "considered", "candidate_rows". 503 when the database
                                     has no half-life recorded (run `upvotes provision`)

@@ -1,5 +1,5 @@
 """GET /v1/top: the top posts by exact upvotes, fresh without a fold, through the service's
-CountsReader; with by=hot or last=24h, what is viral now (spanner_reads/trending.py): the top
+CountsReader; with by=hot or last=24h, what is viral now (spanner_reads/rankings/): the top
 posts by hot score, or by upvotes in the last N event hours. A bad `by`, a bad or too long window,
 or by=hot with last is 400 with the reason; a database without a recorded half-life is 503
 (upvotes/serving/json_errors.py)."""
@@ -11,7 +11,9 @@ from fastapi import APIRouter, Query
 from starlette.exceptions import HTTPException
 
 from spanner_reads.counts_reader import CountsReader
-from spanner_reads.trending import HOT, MAX_HOURS, TrendingTop
+from spanner_reads.rankings.hot import HOT
+from spanner_reads.rankings.last_hours import MAX_HOURS
+from spanner_reads.rankings.trending_top import TrendingTop
 from upvotes.argument_types import hours_of
 
 MAX_TOP_N = 1_000
