@@ -171,7 +171,7 @@ def test_top_by_hot_pages_through_the_published_hot_view(voted, capsys) -> None:
 @pytest.mark.parametrize("text, hours", [("24h", 24), ("1h", 1), ("7d", 168), ("30d", 720), ("720h", 720),
                                          ("2D", 48)])
 def test_last_takes_hours_or_days(text: str, hours: int) -> None:
-    assert argument_types.last_hours(text) == hours == argument_types.hours_of(text)
+    assert argument_types.parsed_by(last_hours.hours_of)(text) == hours == last_hours.hours_of(text)
 
 
 @pytest.mark.parametrize("text, reason", [

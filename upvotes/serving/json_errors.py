@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from google.api_core import exceptions as google_exceptions
 from starlette.exceptions import HTTPException
 
-from spanner_reads.rankings.hot import HotRankingUnavailable
+from spanner_reads.rankings.ranking import RankingUnavailable
 
 LOG = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ def error(status: int, reason: str, headers: dict[str, str] | None = None) -> JS
 def install(app: FastAPI) -> None:
     """Turns what routes raise into JSON errors: an HTTPException into its status and detail, an
     invalid request into 400 naming the parameter, an unreachable database or Pub/Sub into 503, a
-    database without the hot ranking's half-life into 503 (its reason says what to run), anything else
+    ranking the database cannot answer yet into 503 (its reason says what to run), anything else
     into 500, its traceback in the server's log only."""
 
     @app.exception_handler(HTTPException)
@@ -40,8 +40,8 @@ def install(app: FastAPI) -> None:
         LOG.warning("backend error: %s", raised)
         return error(503, f"the database or Pub/Sub is unavailable ({type(raised).__name__}); retry later")
 
-    @app.exception_handler(HotRankingUnavailable)
-    async def no_hot_ranking(_: Request, raised: HotRankingUnavailable) -> JSONResponse:
+    @app.exception_handler(RankingUnavailable)
+    async def ranking_unavailable(_: Request, raised: RankingUnavailable) -> JSONResponse:
         return error(503, str(raised))
 
     @app.exception_handler(Exception)

@@ -1,61 +1,76 @@
-"""GET /v1/top: the top posts by exact upvotes, fresh without a fold, through the service's
-CountsReader; with by=hot or last=24h, what is viral now (spanner_reads/rankings/): the top
-posts by hot score, or by upvotes in the last N event hours. A bad `by`, a bad or too long window,
-or by=hot with last is 400 with the reason; a database without a recorded half-life is 503
-(upvotes/serving/json_errors.py)."""
+"""GET /v1/top: the top posts of any ranking of the registry (spanner_reads/rankings/), through
+the service's CountsReader. `by` names a ranking without a parameter (all time, the default, or
+hot); a ranking with one is asked for by it (`last=24h`), with `by` its own or absent. Each post
+has its exact counts and, when its ranking scores by anything but upvotes, its score ("hot",
+"window_upvotes"); the answer adds the ranking's header (its to_json). A bad `by`, a bad
+parameter or two that no one ranking answers is 400 with the reason; a ranking the database
+cannot answer yet is 503 (upvotes/serving/json_errors.py).
+
+The route's query parameters come from the registry: `asked_ranking`'s signature, which FastAPI
+reads for their validation and for the API's description, is built from it.
+"""
 from __future__ import annotations
 
-from typing import Literal
+import inspect
+from typing import Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from starlette.exceptions import HTTPException
 
 from spanner_reads.counts_reader import CountsReader
-from spanner_reads.rankings.hot import HOT
-from spanner_reads.rankings.last_hours import MAX_HOURS
-from spanner_reads.rankings.trending_top import TrendingTop
-from upvotes.argument_types import hours_of
+from spanner_reads.rankings import BY_CHOICES, DEFAULT, PARAMETERS, RANKINGS, NotBoth, choose
+from spanner_reads.rankings.ranking import RankedPage, Ranking
 
 MAX_TOP_N = 1_000
-BY_HELP = ("upvotes: all-time exact upvotes (the default); hot: hot score, upvotes minus downvotes each weighing "
-           "half as much every half-life, each post with \"hot\", its score at the snapshot")
-LAST_HELP = ("rank by upvotes in the last N event hours instead, written Nh or Nd (24h, 7d; at most "
-             f"{MAX_HOURS}h), each post with \"window_upvotes\"; not with by=hot")
-HOT_SCORE = "hot"  # the per-post score field of each trending answer
-WINDOW_SCORE = "window_upvotes"
+MAX_PARAMETER_CHARS = 16
+SUMMARY = ("Top posts by exact counts, fresh without a fold, certified when they can be: by="
+           + "|".join(BY_CHOICES) + "".join(f" or {parameter.name}={parameter.metavar}" for parameter in PARAMETERS))
+BY_HELP = "; ".join(f"{by}: {RANKINGS[by].help}" + (" (the default)" if by == DEFAULT else "") for by in BY_CHOICES)
 
 
-def trending_json(top: TrendingTop, score_field: str) -> dict:
-    """A trending answer: {"posts": [{"post_id", a field per counter, score_field}...]} and the
-    ranking's header (TrendingTop.to_json: "by", "as_of", "exact", "bound", "folded_through", ...)."""
-    score = int if score_field == WINDOW_SCORE else float
-    return {"posts": [{**post.totals.to_json(), score_field: score(post.score)} for post in top.posts],
-            **top.to_json()}
+def asked_ranking(by: str, **given: str | None) -> tuple[Ranking, dict[str, Any]]:
+    """The ranking a request asks for and its read's parameters, parsed: 400 with the reason for
+    a parameter with another `by` or a bad parameter."""
+    try:
+        ranking, texts = choose(by, given)
+    except NotBoth as refused:
+        name, value = refused.other
+        other = f"by={value}" if name == "by" else name
+        raise HTTPException(400, f"{refused.parameter.name} ranks by {refused.parameter.ranks}: ask for {other} or "
+                                 f"{refused.parameter.name}, not both") from None
+    if ranking.parameter is None:
+        return ranking, {}
+    try:
+        return ranking, {key: ranking.parameter.parse(text) for key, text in texts.items()}
+    except ValueError as error:
+        raise HTTPException(400, f"{ranking.parameter.name}: {error}") from None
+
+
+asked_ranking.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    inspect.Parameter("by", inspect.Parameter.KEYWORD_ONLY, annotation=Literal[BY_CHOICES],  # type: ignore[valid-type]
+                      default=Query(DEFAULT, description=BY_HELP)),
+    *(inspect.Parameter(parameter.name, inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
+                        default=Query(None, max_length=MAX_PARAMETER_CHARS,
+                                      description=f"{parameter.help} ({parameter.metavar}); not with by="
+                                                  + " or ".join(by for by in BY_CHOICES if by != parameter.by)))
+      for parameter in PARAMETERS),
+], return_annotation=tuple)
+
+
+def page_json(ranking: Ranking, page: RankedPage) -> dict:
+    """{"posts": [{"post_id", a field per counter[, its score]}...], and the page's header}."""
+    field = ranking.score_field
+    return {"posts": [{**post.totals.to_json(), **({field: ranking.score(post)} if field else {})}
+                      for post in page.ranked], **page.to_json()}
 
 
 def router(reader: CountsReader) -> APIRouter:
     top = APIRouter()
 
-    @top.get("/v1/top", summary="Top posts by exact upvotes, fresh without a fold; by hot score (by=hot) or by "
-                                "upvotes in the last N hours (last=24h): what is viral now")
+    @top.get("/v1/top", summary=SUMMARY)
     def read_top(n: int = Query(10, ge=1, le=MAX_TOP_N),
-                 by: Literal["upvotes", "hot"] = Query("upvotes", description=BY_HELP),
-                 last: str | None = Query(None, max_length=16, description=LAST_HELP)) -> dict:
-        if last is not None:
-            if by == HOT:
-                raise HTTPException(400, "last ranks by upvotes in the window: ask for by=hot or last, not both")
-            try:
-                hours = hours_of(last)
-            except ValueError as error:
-                raise HTTPException(400, f"last: {error}") from None
-            return trending_json(reader.window_top(n, hours), WINDOW_SCORE)
-        if by == HOT:
-            return trending_json(reader.hot_top(n), HOT_SCORE)
-        page = reader.top(n)
-        return {
-            "posts": [post.to_json() for post in page.posts],
-            "as_of": page.as_of.isoformat(), "exact": page.exact, "bound": page.bound,
-            "folded_through": None if page.folded_through is None else page.folded_through.isoformat(),
-        }
+                 asked: tuple[Ranking, dict[str, Any]] = Depends(asked_ranking)) -> dict:
+        ranking, parameters = asked
+        return page_json(ranking, reader.ranked(ranking, n, **parameters))
 
     return top
