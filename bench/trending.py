@@ -22,7 +22,7 @@ At each size, after seeding:
 - the two commands as a user runs them (the installed `upvotes` in a subprocess: interpreter,
   imports, the read; the median of `repetitions` runs, fewer once `budget_s` is spent) when
   `upvotes top` has `--by` and `--last`; always, the read functions they call
-  (spanner_reads.trending hot_top and window_top, in-process, the median of `read_repetitions`)
+  (spanner_reads.rankings hot.hot_top and last_hours.window_top, in-process, the median of `read_repetitions`)
   with what they read: posts considered, candidate rows (TopCandidates rows since the fold
   cursor) and rows read (index rows and hourly rows);
 - the brute force, same run, same database (`brute_force`): every post's rows read and ranked,
@@ -89,7 +89,9 @@ from schemas.counters import Counts
 from schemas.ddl import schema_model
 from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS, HOUR_S, HotScore, hot_score
 from schemas.records import PostDelta
-from spanner_reads.trending import TrendingTop, hot_top, window_hours, window_top
+from spanner_reads.rankings.hot import hot_top
+from spanner_reads.rankings.last_hours import window_hours, window_top
+from spanner_reads.rankings.trending_top import TrendingTop
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.ranking_settings import BACKFILLED, HALF_LIFE, record_setting

@@ -12,7 +12,7 @@ from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 
 from pipeline.params import InvalidParameter
-from spanner_reads.trending import HotRankingUnavailable
+from spanner_reads.rankings.ranking import RankingUnavailable
 from spanner_reads.views import ViewError
 from spanner_store.database import is_transient
 from upvotes.devtools.emulators import EmulatorError
@@ -26,7 +26,7 @@ class UsageError(Exception):
 
 def explain(error: BaseException) -> str:
     """What went wrong and what to do about it."""
-    if isinstance(error, (UsageError, InvalidParameter, EmulatorError, ViewError, HotRankingUnavailable)):
+    if isinstance(error, (UsageError, InvalidParameter, EmulatorError, ViewError, RankingUnavailable)):
         return str(error)
     if isinstance(error, DefaultCredentialsError):
         return ("no Google Cloud credentials found. Locally, " + START_EMULATORS +
