@@ -26,14 +26,24 @@ DRAINED_PREFIX = "upvotes stream: drained"
 STOPPED_PREFIX = "upvotes stream: stopped at once"
 
 
+def message_log_dir(log_path: Path) -> Path:
+    """Where a stream whose output goes to `log_path` keeps its message log: beside it, so that a
+    restart with the same output (`append`) replays what the killed run left."""
+    return log_path.parent / "stream-log"
+
+
 def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
-          append: bool = False) -> subprocess.Popen:
-    """Starts `upvotes stream` on `res`, its output going to `log_path`."""
+          append: bool = False, wrapper: tuple[str, ...] = ("upvotes.cli",),
+          stream_args: tuple[str, ...] = ()) -> subprocess.Popen:
+    """Starts `upvotes stream` on `res`, its output going to `log_path`, its message log beside it
+    (`message_log_dir`). `wrapper`: the module (and its arguments) that runs the command, a wrapper
+    of upvotes.cli's main for the tests' and benchmarks' faults and meters; `stream_args`: more
+    flags of the command."""
     command = [
-        sys.executable, "-m", "upvotes.cli", "stream", f"--project={res.project}", f"--instance={res.instance}",
+        sys.executable, "-m", *wrapper, "stream", f"--project={res.project}", f"--instance={res.instance}",
         f"--database={res.database}", f"--subscription={res.subscription}",
         f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={window_seconds}",
-        f"--drain-timeout-s={DRAIN_TIMEOUT_S:g}",
+        f"--drain-timeout-s={DRAIN_TIMEOUT_S:g}", f"--log-dir={message_log_dir(log_path)}", *stream_args,
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab" if append else "wb") as log:
