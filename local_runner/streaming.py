@@ -3,8 +3,8 @@
 On Beam's local DirectRunner it installs the project's evaluators first (window_state.py: fired
 windows' state freed; pubsub_reader.py: big pulls and a drain), opens the stream's message log
 (message_log.py, exactly_once.py: a message is acknowledged only once everything derived from it is
-committed, and a restart replays what the last run left unfinished under the writer that wrote it)
-and runs until a SIGINT or SIGTERM drains it (drain.py). On any
+committed, and a restart replays what the last run left unfinished under the writer that wrote it),
+beats its heartbeat (heartbeat.py) and runs until a SIGINT or SIGTERM drains it (drain.py). On any
 other runner (Dataflow) it hands the signals back and waits for the job, which Dataflow drains
 (`gcloud dataflow jobs drain`) and checkpoints itself.
 
@@ -24,6 +24,7 @@ from google.cloud import spanner
 from local_runner import dofn_specs, pubsub_reader, window_state
 from local_runner.drain import DrainReport, StopOnSignals, default_drain_timeout_s, say_now
 from local_runner.exactly_once import ExactlyOnce
+from local_runner.heartbeat import Heartbeat
 from local_runner.message_log import LogMismatch, MessageLog, Writer, log_path
 from local_runner.pubsub_reader import LOG_ENV, ReaderControl, subscriber_client
 from pipeline.options import StreamingOptions, pipeline_options, spanner_project
@@ -87,10 +88,12 @@ def _run_until_drained(options: PipelineOptions, settings: StreamingSettings, co
     pipeline = beam.Pipeline(options=options)
     build(pipeline, settings, claim, project=project, deduplicate=False)
     result = pipeline.run()
+    heartbeat = Heartbeat(database, subscription, claim.identity, settings.window_seconds).start()
     report = stopping.until_finished(result)
     if report.drained and control is not None and control.once is not None:
         control.once.finish()  # every window is written: acknowledge what the last windows held
         control.once.log.close()
+    heartbeat.stop(drained=report.drained)
     return report
 
 
