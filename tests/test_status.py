@@ -341,11 +341,15 @@ def test_a_dead_stream_is_flagged_within_three_windows_and_an_idle_one_never(str
     code, report = reports[-1]
     [dead] = report["streams"]
     last_alive = datetime.fromisoformat(dead["last_alive"]).timestamp()
-    assert dead["state"] == "dead" and dead["missed_windows"] >= DEAD_AFTER_WINDOWS and last_alive <= killed_at
+    # It beat until it died (every half window: 1 s), so flagging it once its last beat is 3 windows
+    # old flags it within 3 windows of its death, whenever status runs.
+    assert killed_at - 2 < last_alive <= killed_at
+    assert dead["state"] == "dead" and dead["missed_windows"] >= DEAD_AFTER_WINDOWS
+    for _, earlier in reports[:-1]:  # not before its last beat is 3 windows old
+        [stream_report] = earlier["streams"]
+        assert stream_report["state"] == "running" and stream_report["last_alive_age_s"] <= 3 * window_s
     [problem] = report["problems"]
     assert problem.startswith(f"the stream reading {res.subscription_path(res.subscription)} is dead: no heartbeat "
                               f"for {dead['missed_windows']} of its 2 s windows") and dead["last_alive"] in problem
-    # Flagged once its last beat is 3 windows old: within 3 windows of its death, plus a status's own time.
-    flagged_after = time.time() - killed_at
-    assert flagged_after <= DEAD_AFTER_WINDOWS * window_s + 3, flagged_after
+    assert took <= DEAD_AFTER_WINDOWS * window_s + 10, took  # a status's own time, on a loaded machine, aside
     print(f"\ndead stream flagged {took:.1f} s after its SIGKILL (last alive {killed_at - last_alive:.1f} s before it)")
