@@ -44,9 +44,10 @@ What: `DrainablePubSubReadEvaluator`, evaluated once per bundle like Beam's:
 How it is installed: like local_runner/window_state.py, through
 `TransformEvaluatorRegistry._test_evaluators_overrides`, keyed by `_DirectReadFromPubSub`
 (what the DirectRunner replaces ReadFromPubSub with). Those names, `_PubSubReadEvaluator`,
-`TransformResult` and the evaluation context's watermark manager are private Beam APIs: this module is written against, and tested on,
-the apache-beam version local_runner/window_state.py names (TESTED_BEAM_VERSION;
-tests/test_local_reader.py fails if they change). If they are absent, `install()` logs a
+`TransformResult` and the evaluation context's watermark manager (`committed_through_us`) are
+private Beam APIs: this module is written against, and tested on, the apache-beam version
+local_runner/window_state.py names (TESTED_BEAM_VERSION; tests/test_local_reader.py and
+tests/test_exactly_once.py fail if they change). If they are absent, `install()` logs a
 warning and returns None: the pipeline then runs with Beam's reader and cannot drain
 (local_runner/drain.py says so when stopped). One local streaming
 pipeline per process: the control is a class attribute, replaced by each `install()`.

@@ -13,8 +13,12 @@ process is the real command on the real emulators, with one function wrapped to 
 | before_commit       | at the window's first delta commit of a tagged post, before it is sent     |
 | between_commits     | after that first delta commit, before the window's next ones               |
 | between_vote_states | after the window's first vote-state transaction of a tagged post           |
-| before_ack          | the window written, before its messages are acknowledged                   |
-| after_ack           | after they are acknowledged, before the log marks the window finished      |
+| before_ack          | every tagged message's window written, before the acknowledgement that     |
+|                     | completes them is sent                                                     |
+| after_ack           | after it is sent, before the log marks the windows finished                |
+
+At the last two, everything derived from the tagged messages is committed (that is when the
+stream acknowledges): the test checks it with the process dead, before any restart.
 """
 from __future__ import annotations
 
@@ -78,15 +82,21 @@ def arm(point: str, tag: str) -> None:
             return result
         wrap(vote_state_sink, "apply_vote_states", apply)
     elif point == "before_ack":
+        acknowledged: set[str] = set()
+
         def acknowledge(original, self, ack_ids):
-            if any(message_id in tagged for message_id, _ in ack_ids):
+            acknowledged.update(message_id for message_id, _ in ack_ids if message_id in tagged)
+            if tagged and acknowledged == tagged:  # the last of them
                 _kill(point)
             return original(self, ack_ids)
         wrap(exactly_once.ExactlyOnce, "_acknowledge", acknowledge)
     elif point == "after_ack":
+        finished: set[str] = set()
+
         def finish(original, self, through_us, acked, unacked, now):
             acked = list(acked)
-            if any(message_id in tagged for message_id in acked):
+            finished.update(message_id for message_id in acked if message_id in tagged)
+            if tagged and finished == tagged:
                 _kill(point)
             return original(self, through_us, acked, unacked, now)
         wrap(message_log.MessageLog, "finish_windows", finish)
