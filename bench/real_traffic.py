@@ -324,8 +324,8 @@ def pipeline(res: Resources, sizes: Sizes, traffic: Traffic, log_dir: Path, tag:
     env = {METER_FILE_ENV: str(meter.path)}
     if code is not None:  # the earlier tree runs its own command line, wrapped by this meter
         shutil.copy(METERED_STREAM, code / "bench" / METERED_STREAM.name)
-    with local_stream.running(stream_res, sizes.window_s, log_path, env, module="bench.metered_stream",
-                              cwd=code) as process:
+    with local_stream.running(stream_res, sizes.window_s, log_path, env, wrapper=("bench.metered_stream",),
+                              cwd=code, message_log=code is None) as process:
         def alive() -> None:
             check_alive(process, log_path)
 

@@ -110,10 +110,12 @@ def check_alive(process: subprocess.Popen, log_path: Path) -> None:
 
 def wait_until_ready(database, topic_path: str, process: subprocess.Popen, log_path: Path,
                      post: str = WARM_UP_POST) -> None:
-    """Publishes one upvote to `post` and waits until the streaming pipeline has counted it."""
+    """Publishes one upvote to `post` and waits until the streaming pipeline has counted it (its
+    count grows: a stream started earlier on the same database may have counted one before)."""
+    before = upvotes_of(database, [post])[post]
     publish_messages(topic_path, [event_message({"post_id": post, "counter": "upvotes", "delta": 1})], progress=False)
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while upvotes_of(database, [post])[post] < 1:
+    while upvotes_of(database, [post])[post] <= before:
         check_alive(process, log_path)
         if time.monotonic() > deadline:
             raise TimeoutError(f"the pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")

@@ -314,6 +314,25 @@ CREATE TABLE StatusWatches (
   RecordedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (Role);
 
+-- Each local stream's heartbeat (issue 47): `upvotes stream` on the DirectRunner rewrites the row
+-- of the subscription it reads at least once per window, idle or not, with its window length,
+-- and stamps StoppedAt when a drain ends it (local_runner/heartbeat.py). `upvotes status` flags a
+-- row not rewritten for 3 of its windows: a stream killed, crashed or frozen, and when it was
+-- last alive (spanner_reads/liveness.py). One row per subscription, rewritten every few seconds
+-- by one process: never a hotspot. A Dataflow job writes none (its job state and the backlog
+-- alert say whether it runs).
+CREATE TABLE StreamHeartbeats (
+  Subscription  STRING(MAX) NOT NULL,
+  Writer        STRING(MAX) NOT NULL,
+  WindowSeconds INT64 NOT NULL,
+  Host          STRING(MAX),
+  Pid           INT64,
+  StartedAt     TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+  AliveAt       TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  StoppedAt     TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (Subscription),
+  ROW DELETION POLICY (OLDER_THAN(AliveAt, INTERVAL 30 DAY));
+
 -- One vote per user (issue 29, schemas/vote_states.py): each user's latest vote-state on each
 -- post. Vote is "up", "down" or "none" (taken back, or forgotten); VotedAt and EventId are the
 -- order the latest is chosen by (the event time to the microsecond, then the event ID; "" when

@@ -69,6 +69,10 @@ WRITER_GENERATIONS = "WriterGenerations"
 WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt", "KeyFormat")
 STATUS_WATCHES = "StatusWatches"
 STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
+# Each local stream's heartbeat (local_runner/heartbeat.py writes it, spanner_reads/liveness.py reads it).
+STREAM_HEARTBEATS = "StreamHeartbeats"
+STREAM_HEARTBEAT_COLUMNS = ("Subscription", "Writer", "WindowSeconds", "Host", "Pid", "StartedAt", "AliveAt",
+                            "StoppedAt")
 
 ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind") + COUNTER_COLUMNS + ("Reason", "Actor", "AsOf", "CreatedAt",

@@ -26,6 +26,7 @@ from google.api_core import exceptions
 from google.cloud import spanner
 
 from schemas.records import CounterSums, PostDelta
+from schemas.voter_sketch import same_voters
 from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
@@ -140,6 +141,13 @@ class KeyConflict(exceptions.AlreadyExists):
         self.result = result
 
 
+def same_sums(stored: CounterSums, sums: CounterSums) -> bool:
+    """Whether a stored delta row holds these sums: the same counts and events, the same voters
+    (by content: a pane recomputed in another process has the same voters in other bytes,
+    schemas/voter_sketch.py `same_voters`)."""
+    return stored.counts == sums.counts and stored.events == sums.events and same_voters(stored.voters, sums.voters)
+
+
 def write_new_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = None) -> WriteResult:
     """One attempt to commit `deltas`, idempotently: a row whose key holds the same row is already
     written, and is not written again. `known`: as write_deltas'.
@@ -165,7 +173,7 @@ def write_new_deltas(database, deltas: list[PostDelta], known: KnownPosts | None
         missing = [d for d in pending if delta_key(d) not in stored]
         for delta in pending:
             found = stored.get(delta_key(delta))
-            if found == delta.sums:
+            if found is not None and same_sums(found, delta.sums):
                 already += 1
             elif found is not None:
                 conflicting.append(delta)

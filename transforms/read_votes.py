@@ -4,6 +4,9 @@ On Dataflow (and Beam's own DirectRunner reader) each message is an element. The
 (local_runner/pubsub_reader.py) emits each pull as ONE element, a list of messages, each
 with its publish time in `publish_time`: Beam's DirectRunner costs tens of microseconds per element,
 more than parsing a single-vote message, and ParseVotes sums a bundle whatever its elements are.
+Such an element's timestamp is the pull's ingestion time, stamped by the reader (never earlier
+than its latest publish time), which ParseVotes windows the pull's votes by: the local stream
+records it with the pull, so that a pull replayed after a crash falls in the same window.
 """
 from __future__ import annotations
 
