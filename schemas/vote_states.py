@@ -21,7 +21,7 @@ duplicates and flips).
 """
 from __future__ import annotations
 
-from typing import Hashable, MutableMapping, NamedTuple
+from typing import Hashable, Iterable, MutableMapping, NamedTuple
 
 from schemas.counters import COUNTER_OF_VOTE, Counts
 
@@ -112,3 +112,27 @@ def erased(state: LatestVote, erasure: Erasure | None) -> LatestVote:
 def counted(vote: str | None) -> Counts:
     """What one user in this state adds to the counts: one on its vote's counter (None: never voted)."""
     return Counts(**{COUNTER_OF_VOTE[vote]: 1}) if vote in COUNTER_OF_VOTE else Counts()
+
+
+class Hold(NamedTuple):
+    """An active suspension of one user (`upvotes suspend-users`, issue 46): while it holds, every
+    stored vote of the user cast at or after `since_us` (every vote: None) counts nothing."""
+
+    suspension_id: str
+    since_us: int | None  # microseconds since the epoch; None: every vote of the user, ever
+
+
+def covered(at_us: int, holds: Iterable[Hold]) -> bool:
+    """Whether one of a user's active suspensions covers a state of the user cast at `at_us`. Pure."""
+    return any(hold.since_us is None or hold.since_us <= at_us for hold in holds)
+
+
+def held(vote: str, at_us: int, holds: Iterable[Hold]) -> bool:
+    """Whether a user's state (`vote`, cast at `at_us`) is held out of the counts by one of the
+    user's active suspensions. "none" counts nothing either way, so it is never held. Pure."""
+    return vote != NONE and covered(at_us, holds)
+
+
+def contributed(vote: str | None, is_held: bool) -> Counts:
+    """What a user's stored state adds to the counts: `counted(vote)`, or nothing while held out."""
+    return Counts() if is_held else counted(vote)

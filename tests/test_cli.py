@@ -13,7 +13,8 @@ from spanner_writes.votes import apply_all_vote_states
 from upvotes.cli import build_parser, main
 
 SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view", "verify", "capacity",
-               "status", "dead-letters", "adjust", "reset", "forget-user", "demo", "lint-schema", "deploy"]
+               "status", "dead-letters", "adjust", "reset", "forget-user", "suspend-users", "restore-users", "suspensions",
+               "demo", "lint-schema", "deploy"]
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)
