@@ -280,6 +280,11 @@ CREATE TABLE TopCandidates (
 -- 6 mutations per commit of up to 1,000 delta rows of 18 each (+0.03%); a shard-led index on
 -- PostDeltas would cost about 7 per delta row instead (see docs/how-it-works.md, "The fold").
 -- Kept as long as the deltas themselves.
+-- UserIds (issue 46): the users whose vote states a vote-state sink commit applied, in the same
+-- commit (one more column: one mutation per commit of up to 1,000 states); NULL for every other
+-- writer. `upvotes suspects` finds the users who voted since a time here, so its cost follows the
+-- votes since then, never the Votes table (which has no index by time: one would cost every vote
+-- state a mutation per indexed column).
 CREATE TABLE DeltaCommits (
   Shard       INT64 NOT NULL,
   CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
@@ -287,6 +292,7 @@ CREATE TABLE DeltaCommits (
   PostIds     ARRAY<STRING(128)> NOT NULL,
   DeltaRows   INT64 NOT NULL,
   Events      INT64 NOT NULL,
+  UserIds     ARRAY<STRING(128)>,
 ) PRIMARY KEY (Shard, CommittedAt, CommitId),
   ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 30 DAY));
 

@@ -119,6 +119,8 @@ TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Thre
 # One row per commit of delta rows: its posts, the change log the fold follows (spanner_store/delta_commits.py).
 DELTA_COMMITS = "DeltaCommits"
 DELTA_COMMIT_COLUMNS = ("Shard", "CommittedAt", "CommitId", "PostIds", "DeltaRows", "Events")
+# A vote-state sink commit's row also lists the users whose states it applied (`upvotes suspects`).
+DELTA_COMMIT_USER_COLUMNS = DELTA_COMMIT_COLUMNS + ("UserIds",)
 
 # The trending rankings' settings per database (spanner_store/ranking_settings.py).
 RANKING_SETTINGS = "RankingSettings"

@@ -32,8 +32,9 @@ from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, new_row_cost
 from spanner_store.tables import (
-    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS,
-    POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VOTERS, counts_at, delta_key, post_key, sketch_column, sketch_value,
+    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMIT_USER_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS,
+    DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VOTERS, counts_at, delta_key, post_key,
+    sketch_column, sketch_value,
 )
 from spanner_store.top_candidates import candidate_mutation_row
 from spanner_writes.known_posts import KnownPosts, lost_a_known_parent
@@ -69,11 +70,13 @@ def cut_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int =
     return cut_within_budget(deltas, DELTA_COMMIT_COST, max_rows, max_mutations, "delta")
 
 
-def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection[str] = ()) -> None:
+def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection[str] = (),
+                     user_ids: list[str] | None = None) -> None:
     """One commit's mutations: the delta rows (insert), their parents' keys (insert_or_update;
     not those of `parents_present`, posts whose row the caller knows exists), the commit's
     DeltaCommits row and its TopCandidates row (inserts), so every delta commit carries its
-    change-log entry and its candidates."""
+    change-log entry and its candidates. `user_ids`: the users whose vote states the commit
+    applies (the vote-state sink's), listed in its DeltaCommits row (one more column)."""
     parents = sorted({post_key(d.post_id) for d in deltas if d.post_id not in parents_present})
     rows = [delta_key(d) + tuple(d.sums.counts) + (d.sums.events, sketch_column(d.sums.voters), spanner.COMMIT_TIMESTAMP)
             for d in deltas]
@@ -82,7 +85,10 @@ def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection
     if parents:
         batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=parents)
     batch.insert(DELTAS, columns=DELTA_COLUMNS, values=rows)
-    batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS, values=[logged])
+    if user_ids is None:
+        batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS, values=[logged])
+    else:
+        batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_USER_COLUMNS, values=[logged + (list(user_ids),)])
     batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[candidate_mutation_row(deltas, commit_id)])
 
 

@@ -142,8 +142,9 @@ def _post(item: tuple[PostUser, LatestVote]) -> str:
 # common case): its log rows, every state's row, and a delta row for every post and hour among
 # them, each post with its parent Posts row. The transaction checks the real cost once it has
 # read the stored states (apply_vote_states).
+# (+1: the change-log row's UserIds.)
 VOTE_BATCH_COST: CommitCost[tuple[PostUser, LatestVote]] = CommitCost(
-    MUTATIONS_PER_COMMIT, MUTATIONS_PER_VOTE,
+    MUTATIONS_PER_COMMIT + 1, MUTATIONS_PER_VOTE,
     (Shared(_post_hour, MUTATIONS_PER_DELTA), Shared(_post, MUTATIONS_PER_PARENT)))
 
 
@@ -154,9 +155,9 @@ def batch_cost(states: Iterable[tuple[PostUser, LatestVote]]) -> int:
 
 def changes_cost(changes: VoteChanges) -> int:
     """Mutations the writes of one transaction cost: its Votes rows (a marked one writes one more
-    column) and a delta commit."""
+    column) and a delta commit whose change-log row lists its users."""
     return (len(changes.rows) * MUTATIONS_PER_VOTE + len(changes.marked_rows) * MUTATIONS_PER_MARKED_VOTE
-            + DELTA_COMMIT_COST.of(changes.deltas))
+            + DELTA_COMMIT_COST.of(changes.deltas) + (1 if changes.deltas else 0))
 
 
 def plan_batches(states: Mapping[PostUser, LatestVote], max_rows: int,
@@ -179,7 +180,8 @@ def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutation
     each), so a state no later than its user's erasure becomes the erasure's "none" whenever it
     arrives (schemas/vote_states.py `erased`), a state a suspension of its user covers is stored
     held out of the counts (`held`), and an erasure or a suspension recorded while this transaction
-    runs serialises with it on those rows. Raises _OverBudget, having written nothing, when the writes
+    runs serialises with it on those rows. The commit's change-log row lists the batch's users
+    (`upvotes suspects` reads them). Raises _OverBudget, having written nothing, when the writes
     would cost more than `max_mutations`. The Posts keys of `parents_present` are not upserted.
     `check_suspensions=False` skips the suspensions' read: only the benchmark's same-run "before"
     (bench/suspensions.py) sets it."""
@@ -196,7 +198,8 @@ def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutation
     if changes.marked_rows:
         transaction.insert_or_update(VOTES, columns=VOTE_HELD_COLUMNS, values=changes.marked_rows)
     if changes.deltas:
-        add_delta_writes(transaction, changes.deltas, parents_present)
+        add_delta_writes(transaction, changes.deltas, parents_present,
+                         user_ids=sorted({row[1] for row in changes.rows + changes.marked_rows}))
     return changes
 
 

@@ -14,7 +14,7 @@ from upvotes.cli import build_parser, main
 
 SUBCOMMANDS = ["emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view", "verify", "capacity",
                "status", "dead-letters", "adjust", "reset", "forget-user", "suspend-users", "restore-users", "suspensions",
-               "demo", "lint-schema", "deploy"]
+               "suspects", "demo", "lint-schema", "deploy"]
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

@@ -168,16 +168,17 @@ def test_provision_makes_the_forget_time_columns_take_the_commit_timestamp(stack
 
 
 def before_issue_46() -> list[str]:
-    """posts.sql without what issue 46 added: Votes.HeldOut, UserSuspensions, Suspensions."""
+    """posts.sql without what issue 46 added: Votes.HeldOut, DeltaCommits.UserIds, UserSuspensions, Suspensions."""
     kept = [statement for statement in schemas.ddl_statements()
             if not re.match(r"CREATE TABLE (UserSuspensions|Suspensions) ", statement)]
-    return [re.sub(r" HeldOut BOOL,", "", statement) for statement in kept]
+    return [re.sub(r" (HeldOut BOOL|UserIds ARRAY<STRING\(128\)>),", "", statement) for statement in kept]
 
 
 def test_provision_adds_the_suspensions_to_a_database_with_votes_and_the_sink_waits_for_it(stack) -> None:
     """A database of issue 44's schema holding votes: this version's vote-state sink reads the HeldOut
     mark, so it waits for the migration (a schema behind, as for any new table or column: the
-    stream retries); `upvotes provision` adds the column and both suspension tables; the stored votes (HeldOut NULL: counted) are then suspended and restored
+    stream retries); `upvotes provision` adds the column, the change log's UserIds and both
+    suspension tables; the stored votes (HeldOut NULL: counted) are then suspended and restored
     exactly, and a second provision changes nothing."""
     res = new_resources("susp-mig")
     client = spanner.Client(project=res.project)
@@ -198,8 +199,8 @@ def test_provision_adds_the_suspensions_to_a_database_with_votes_and_the_sink_wa
 
     logged: list[str] = []
     provision_spanner(res, False, "unused", logged.append)
-    assert {"added   column Votes.HeldOut BOOL", "created TABLE UserSuspensions",
-            "created TABLE Suspensions"} <= set(logged)
+    assert {"added   column Votes.HeldOut BOOL", "added   column DeltaCommits.UserIds ARRAY<STRING(128)>",
+            "created TABLE UserSuspensions", "created TABLE Suspensions"} <= set(logged)
     assert suspend_users(database, "ring-m", ["ring-m"], "ring", "t&s").votes == 1
     assert [t.counts for t in exact_counts(database, ["mig-1"])] == [Counts(upvotes=1)]
     assert restore_users(database, "ring-m", "cleared", "t&s").votes == 1

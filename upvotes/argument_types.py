@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from schemas.contract import MAX_ID_CHARS
 from spanner_reads.trending import MAX_HOURS
@@ -66,3 +66,18 @@ def last_hours(text: str) -> int:
         return hours_of(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+_DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def duration(text: str) -> timedelta:
+    """A duration as `N` with a unit: `90s`, `15m`, `24h`, `7d` (above 0, at most 400 days)."""
+    match = re.fullmatch(r"\s*([0-9]{1,9})\s*([smhdSMHD])\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"a duration is N seconds, minutes, hours or days, written like 90s, 15m, "
+                                         f"24h or 7d, not {text[:40]!r}")
+    seconds = int(match[1]) * _DURATION_UNITS_S[match[2].lower()]
+    if not 0 < seconds <= 400 * 86_400:
+        raise argparse.ArgumentTypeError(f"a duration is above 0 and at most 400 days, not {text.strip()!r}")
+    return timedelta(seconds=seconds)

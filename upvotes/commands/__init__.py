@@ -9,7 +9,7 @@ from __future__ import annotations
 COMMANDS = (
     "emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view",
     "verify", "capacity", "status", "dead-letters", "adjust", "reset", "forget-user", "suspend-users", "restore-users",
-    "suspensions", "serve", "demo", "lint-schema",
+    "suspensions", "suspects", "serve", "demo", "lint-schema",
     "deploy",
 )
 
