@@ -7,7 +7,7 @@ read them in the transaction that moves them; "my vote", erasure and suspension 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Iterable, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 from schemas.delta_ids import forget_event_id
 from schemas.counters import Counts
@@ -66,6 +66,23 @@ def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]
     keyset = KeySet(keys=[list(vote_key(key.post_id, key.user_id)) for key in keys])
     found = (stored(row) for row in reader.read(VOTES, columns=READ_COLUMNS, keyset=keyset))
     return {PostUser(vote.post_id, vote.user_id): vote for vote in found}
+
+
+# What moving a stored vote in or out of the counts needs of it (spanner_writes/suspensions.py):
+# fewer columns than READ_COLUMNS, for reads of a ring's every vote (the client decodes each value,
+# a timestamp slowest: measured, most of a pass's client time). VotedAt only when a suspension of
+# the users holds out the votes since a time.
+MOVE_COLUMNS = ("UserId", "PostId", "Vote", "EventHour", HELD_OUT)
+
+
+def votes_to_move(reader, keyset, with_times: bool = True) -> Iterator[StoredVote]:
+    """The stored votes of `keyset` (key ranges of users, or keys), with MOVE_COLUMNS only (no
+    event_id, no applied_at; without `with_times`, voted_at_us 0), read by `reader` (a transaction
+    or a snapshot)."""
+    columns = MOVE_COLUMNS + (("VotedAt",) if with_times else ())
+    for row in reader.read(VOTES, columns=columns, keyset=keyset):
+        voted_at = timestamp_micros(row[5]) if with_times else 0
+        yield StoredVote(row[1], row[0], row[2], voted_at, "", int(row[3].timestamp()), None, bool(row[4]))
 
 
 def erasures_of(reader, user_ids: Iterable[str]) -> dict[str, Erasure]:

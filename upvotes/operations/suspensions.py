@@ -68,11 +68,11 @@ from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
     COUNTER_COLUMNS, SUSPENSION_COLUMNS, SUSPENSION_FINISH_COLUMNS, SUSPENSIONS, USER_SUSPENSION_RECORD_COLUMNS,
-    USER_SUSPENSION_RESTORE_COLUMNS, USER_SUSPENSIONS, VOTES, counts_at, user_rows_range,
+    USER_SUSPENSION_RESTORE_COLUMNS, USER_SUSPENSIONS, counts_at, user_rows_range,
 )
-from spanner_store.vote_rows import READ_COLUMNS, StoredVote, holds_of, stored, suspensions_of
+from spanner_store.vote_rows import holds_of, suspensions_of, votes_to_move
 from spanner_writes.suspensions import (
-    DEFAULT_ROWS_PER_PASS, Moves, Tally, needs_move, plan_passes, reconcile_votes,
+    DEFAULT_ROWS_PER_PASS, Moves, Tally, needs_move, needs_times, plan_passes, reconcile_votes,
 )
 
 SUSPEND = "suspend"
@@ -199,7 +199,8 @@ def _pass_over(database, user_ids: Sequence[str], tally: Tally, rows_per_pass: i
         users = user_ids[start:start + USERS_PER_SNAPSHOT]
         with database.snapshot(multi_use=True) as snapshot:
             holds = holds_of(snapshot, users)
-            to_move = [vote for vote in _votes_of(snapshot, users) if needs_move(vote, holds)]
+            to_move = [vote for vote in votes_to_move(snapshot, user_rows_range(*users), needs_times(holds))
+                       if needs_move(vote, holds)]
         for batch in plan_passes(to_move, rows_per_pass):
             keys = [PostUser(vote.post_id, vote.user_id) for vote in batch]
             for moves in run_with_retries(lambda k=keys: reconcile_votes(database, k, tally)):
@@ -208,11 +209,6 @@ def _pass_over(database, user_ids: Sequence[str], tally: Tally, rows_per_pass: i
                     if on_pass is not None:
                         on_pass(moves)
     return votes, counts, commits
-
-
-def _votes_of(snapshot, user_ids: Sequence[str]) -> Iterable[StoredVote]:
-    """Every stored vote of these users, one key range each."""
-    return (stored(row) for row in snapshot.read(VOTES, columns=READ_COLUMNS, keyset=user_rows_range(*user_ids)))
 
 
 def _finish(database, suspension_id: str, request: str) -> Request:
