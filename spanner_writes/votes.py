@@ -174,7 +174,7 @@ class _OverBudget(Exception):
 
 
 def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET,
-                parents_present: Collection[str] = (), *, check_suspensions: bool = True) -> VoteChanges:
+                parents_present: Collection[str] = (), *, as_before_issue_46: bool = False) -> VoteChanges:
     """One batch, inside a read-write transaction: read, plan, write (see the module docstring).
     The users' erasures and suspensions are read in the same transaction (one key range per user
     each), so a state no later than its user's erasure becomes the erasure's "none" whenever it
@@ -183,13 +183,14 @@ def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutation
     runs serialises with it on those rows. The commit's change-log row lists the batch's users
     (`upvotes suspects` reads them). Raises _OverBudget, having written nothing, when the writes
     would cost more than `max_mutations`. The Posts keys of `parents_present` are not upserted.
-    `check_suspensions=False` skips the suspensions' read: only the benchmark's same-run "before"
-    (bench/suspensions.py) sets it."""
+    `as_before_issue_46=True` applies as the sink did before suspensions existed (no suspensions
+    read, no users in the change-log row): only the benchmark's same-run "before" sets it
+    (bench/suspensions.py)."""
     users = {key.user_id for key in states}
     erasures = erasures_of(transaction, users)
     if erasures:
         states = {key: erased(state, erasures.get(key.user_id)) for key, state in states.items()}
-    holds = holds_of(transaction, users) if check_suspensions else {}
+    holds = {} if as_before_issue_46 else holds_of(transaction, users)
     changes = plan_vote_changes(stored_votes(transaction, states), states, vote_delta_id(new_commit_id()), holds)
     if changes_cost(changes) > max_mutations:
         raise _OverBudget()
@@ -199,12 +200,13 @@ def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutation
         transaction.insert_or_update(VOTES, columns=VOTE_HELD_COLUMNS, values=changes.marked_rows)
     if changes.deltas:
         add_delta_writes(transaction, changes.deltas, parents_present,
-                         user_ids=sorted({row[1] for row in changes.rows + changes.marked_rows}))
+                         user_ids=None if as_before_issue_46 else sorted({row[1] for row in changes.rows
+                                                                          + changes.marked_rows}))
     return changes
 
 
 def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET,
-                      known: KnownPosts | None = None, *, check_suspensions: bool = True) -> VoteChanges:
+                      known: KnownPosts | None = None, *, as_before_issue_46: bool = False) -> VoteChanges:
     """Applies one batch (of plan_batches), one read-write transaction per attempt; an abort or
     another transient error surfaces for run_with_retries, and a retry re-reads (see the module
     docstring). A batch whose stored states lie in so many other event hours that its writes would
@@ -214,20 +216,20 @@ def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutat
     present = known.among({key.post_id for key in states}) if known is not None else frozenset()
     try:
         changes = run_transaction(database, lambda transaction: apply_batch(
-            transaction, states, max_mutations, present, check_suspensions=check_suspensions))
+            transaction, states, max_mutations, present, as_before_issue_46=as_before_issue_46))
     except _OverBudget:
         if len(states) == 1:
             raise ValueError("one vote state cannot exceed the mutation budget") from None
         keys = list(states)
         halves = [apply_vote_states(database, {key: states[key] for key in part}, max_mutations, known,
-                                    check_suspensions=check_suspensions)
+                                    as_before_issue_46=as_before_issue_46)
                   for part in (keys[:len(keys) // 2], keys[len(keys) // 2:])]
         return VoteChanges(*(a + b for a, b in zip(*halves)))
     except exceptions.NotFound as error:
         if not lost_a_known_parent(error, present):
             raise
         known.forget(present)  # a Posts row taken as present is gone (deleted by an operator): upsert them all
-        return apply_vote_states(database, states, max_mutations, known, check_suspensions=check_suspensions)
+        return apply_vote_states(database, states, max_mutations, known, as_before_issue_46=as_before_issue_46)
     if known is not None:
         known.add(delta.post_id for delta in changes.deltas)
     return changes
