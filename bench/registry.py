@@ -23,6 +23,7 @@ BENCHMARKS = (
     "fault_soak",
     "vote_states",
     "trending",
+    "suspensions",
 )
 
 
