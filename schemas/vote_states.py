@@ -18,6 +18,12 @@ and puts the new one's in (`counted(new)`, in its hour). Summed over every move,
 equal the number of users in each latest state, in total and per event hour, whatever the
 arrival order (tests/test_vote_states.py holds that as a property over random orders,
 duplicates and flips).
+
+Suspensions (issue 46, `upvotes suspend-users`): a stored state contributes `counted(vote)`, or
+nothing while a suspension of its user holds it out (`held`: an active `Hold` whose `since_us` is
+at or before the state's time, or that has none). Every move then takes out what the old state
+contributes and puts in what the new one does (`contributed`), so the counts are the users in each
+latest state that no active suspension covers.
 """
 from __future__ import annotations
 

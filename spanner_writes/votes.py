@@ -11,7 +11,13 @@ read-write transaction that
 3. writes those states, and, in the same commit, the delta rows their changes add up to (one per
    post and event hour, DeltaId "@vote/<commit id>") with the commit's DeltaCommits and
    TopCandidates rows (spanner_writes.deltas.add_delta_writes), so the fold, the exact reads and
-   the fresh top treat them as any delta.
+   the fresh top treat them as any delta. The DeltaCommits row lists the batch's users
+   (`upvotes suspects` follows them).
+
+A change moves what the stored state contributes and what the new one does: a state is held out of
+the counts (issue 46) when an active suspension of its user covers it, read in the same transaction
+beside the user's erasures (spanner_store/vote_rows.py `holds_of`); the row's HeldOut mark says so,
+written only when it changes (spanner_writes/suspensions.py moves stored votes in and out).
 
 Why this is exact at every crash point (tests/test_vote_state_sink.py injects each):
 
