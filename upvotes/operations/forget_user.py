@@ -53,8 +53,8 @@ version did, and writes the erasure row of a request recorded before UserErasure
 Cost: point reads of the audit row, two key-range reads of the user's Votes rows (one for the
 counts the audit row records, one after the record), one blind commit, and one read-write
 transaction per `rows_per_commit` of the user's votes, each reading and writing only its own
-Votes rows, the user's UserErasures rows and one delta row per post and hour. It follows that
-user's votes, never the catalogue nor the other voters of the same posts.
+Votes rows, the user's UserErasures and UserSuspensions rows and one delta row per post and hour.
+It follows that user's votes, never the catalogue nor the other voters of the same posts.
 
 What stays: the user's Votes rows, now "none", keep the user ID, post ID and forget time, and the
 UserErasures row keeps the user ID and F: both are what makes a late event of the user lose. The
