@@ -48,7 +48,8 @@ setup(
                  "redis[hiredis]>=5,<9"],
         # The write-back cache baseline (bench/write_back_cache.py) talks to a real redis-server
         # (Debian's redis-server package) through redis-py, with hiredis parsing the replies.
-        "bench": ["matplotlib>=3.8", "redis[hiredis]>=5,<9"],
+        # py-spy: where the local stream's time goes, by stage (bench/real_traffic.py; skipped without it).
+        "bench": ["matplotlib>=3.8", "redis[hiredis]>=5,<9", "py-spy>=0.3.14"],
         # `upvotes serve`, the HTTP service for app servers (upvotes/serving/service.py): not in the
         # worker image, which installs only what the pipelines run.
         "serve": ["fastapi>=0.110,<1", "uvicorn>=0.29,<1"],

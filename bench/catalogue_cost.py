@@ -51,15 +51,18 @@ from schemas.ddl import schema_model
 from schemas.ddl import ddl_object_name
 from schemas.records import PostDelta
 from spanner_reads.reads import exact_counts
-from spanner_store.database import commit_mutations, run_with_retries
-from spanner_store.tables import DELTA_COMMITS, POST_COLUMNS, POSTS, post_key
+from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_with_retries
+from spanner_store.mutation_cost import insert_cost
+from spanner_store.tables import DELTA_COMMITS, HOT_KEY_THROUGH, POST_COLUMNS, POSTS, post_key
 from spanner_writes.deltas import add_delta_writes, write_deltas
 from upvotes.devtools.mutation_count import commit_mutation_count
 from upvotes.resources import Resources
 
 WORK_DELTAS, WORK_POSTS = 1_000, 100
-# Posts rows (5 cells) and their PostsByUpvotes entries (3): 8 mutations a row, 16,000 a commit.
-SEED_ROWS_PER_COMMIT = 2_000
+# A folded post as the fold leaves it with no hourly row (its NULL HotKey fenced at its watermark),
+# its cells and index entries within the budget.
+SEED_COLUMNS = POST_COLUMNS + (HOT_KEY_THROUGH,)
+SEED_ROWS_PER_COMMIT = MUTATION_BUDGET // insert_cost(POSTS, SEED_COLUMNS)
 HOUR = 1_795_312_800
 COMMIT_SHAPES = (1_000, 1)  # delta rows per sink commit, one vote and one post each
 # Option (a): the documented pattern for a time-ordered index without a hotspot.
@@ -84,10 +87,10 @@ def timed_json(argv: list[str]) -> tuple[float, dict]:
 def seed_posts(database, first: int, last: int, folded_at: datetime) -> None:
     """Posts first..last-1, folded at `folded_at`, with nothing unfolded."""
     for start in range(first, last, SEED_ROWS_PER_COMMIT):
-        rows = [post_key(f"cat-{n}") + tuple(Counts()) + (folded_at,)
+        rows = [post_key(f"cat-{n}") + tuple(Counts()) + (folded_at, folded_at)
                 for n in range(start, min(last, start + SEED_ROWS_PER_COMMIT))]
         run_with_retries(lambda rows=rows: commit_mutations(
-            database, lambda batch: batch.insert(POSTS, columns=POST_COLUMNS, values=rows)))
+            database, lambda batch: batch.insert(POSTS, columns=SEED_COLUMNS, values=rows)))
 
 
 def work(size: int, tag: str) -> list[PostDelta]:

@@ -108,8 +108,9 @@ def pull_and_parse(project: str, topic: str, messages: Sequence[Message]) -> dic
     for bundle in bundles:
         sums = BundleSums()
         for received in bundle:
+            published = received.message.publish_time
             sums.add_message(received.message.data, dict(received.message.attributes),
-                             received.message.publish_time.timestamp(), DEFAULT_EVENT_TIME_POLICY, lambda _: None)
+                             published.seconds + published.nanos / 1e9, DEFAULT_EVENT_TIME_POLICY, lambda _: None)
         votes += sums.votes
         list(sums.emit(time.time()))
     parse_sum_s = time.perf_counter() - started

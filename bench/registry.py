@@ -20,6 +20,7 @@ BENCHMARKS = (
     "write_back",
     "catalogue_cost",
     "stream_reader",
+    "real_traffic",
     "fault_soak",
     "vote_states",
     "trending",

@@ -2,13 +2,15 @@
 pipeline as a subprocess, and paced publishing to Pub/Sub."""
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import subprocess
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from google.cloud import pubsub_v1
 
@@ -17,6 +19,7 @@ from spanner_reads.reads import exact_counts
 from spanner_store.database import open_database
 from upvotes.devtools import baseline_counters
 from upvotes.devtools import local_stream
+from upvotes.devtools.emulators import ENV_VARS, PID_ENV_VARS, running_emulators
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.publishing import BATCH_SETTINGS, publish_messages
 from upvotes.devtools.verification import verify_totals
@@ -61,6 +64,24 @@ def with_topics(res: Resources, tag: str) -> Resources:
     return fresh
 
 
+@contextlib.contextmanager
+def fresh_emulators(log_dir: Path) -> Iterator[None]:
+    """Emulators started for the block, not those the environment names, exported to this process
+    (clients made in the block) and its children while it runs; the environment as it was after.
+    For a benchmark that compares two runs each on emulators of its own: the Spanner emulator keeps
+    every version and frees nothing, so a second run on the same emulator reads and writes slower."""
+    names = (*ENV_VARS.values(), *PID_ENV_VARS.values())
+    saved = {var: os.environ.pop(var, None) for var in names}
+    try:
+        with running_emulators(log_dir) as env:
+            os.environ.update(env)
+            yield
+    finally:
+        for var in names:
+            os.environ.pop(var, None)
+        os.environ.update({var: value for var, value in saved.items() if value is not None})
+
+
 def fresh_database(res: Resources, name: str):
     """A new, empty database with the project's schema on the same instance; returns its handle."""
     fresh = replace(res, database=name[:30])
@@ -89,10 +110,12 @@ def check_alive(process: subprocess.Popen, log_path: Path) -> None:
 
 def wait_until_ready(database, topic_path: str, process: subprocess.Popen, log_path: Path,
                      post: str = WARM_UP_POST) -> None:
-    """Publishes one upvote to `post` and waits until the streaming pipeline has counted it."""
+    """Publishes one upvote to `post` and waits until the streaming pipeline has counted it (its
+    count grows: a stream started earlier on the same database may have counted one before)."""
+    before = upvotes_of(database, [post])[post]
     publish_messages(topic_path, [event_message({"post_id": post, "counter": "upvotes", "delta": 1})], progress=False)
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while upvotes_of(database, [post])[post] < 1:
+    while upvotes_of(database, [post])[post] <= before:
         check_alive(process, log_path)
         if time.monotonic() > deadline:
             raise TimeoutError(f"the pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {log_path}")

@@ -41,7 +41,7 @@ from schemas.records import PostDelta
 from spanner_reads.health import delta_health
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS, POST_COLUMNS, POSTS, delta_key, post_key,
+    DELTA_COLUMNS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS, HOT_KEY_THROUGH, POST_COLUMNS, POSTS, delta_key, post_key,
 )
 from spanner_writes.deltas import write_deltas
 from upvotes.devtools.emulators import running_emulators
@@ -65,12 +65,13 @@ def populate(database, posts: int, now: datetime) -> None:
     for first in range(0, posts, ROWS_PER_COMMIT // OLD_PER_POST):
         chunk = post_ids[first:first + ROWS_PER_COMMIT // OLD_PER_POST]
         one_upvote = tuple(Counts(upvotes=1))
-        post_rows = [post_key(p) + one_upvote + (watermark,) for p in chunk]
+        # Folded with no hourly row: a NULL HotKey, fenced at the watermark (as the fold leaves it).
+        post_rows = [post_key(p) + one_upvote + (watermark, watermark) for p in chunk]
         delta_rows = [delta_key(PostDelta.of(p, HOUR, f"old:{k}:0", upvotes=1, events=1)) + one_upvote + (1, None, old_commit)
                       for p in chunk for k in range(OLD_PER_POST)]
 
         def write(batch, post_rows=post_rows, delta_rows=delta_rows) -> None:
-            batch.insert(POSTS, columns=POST_COLUMNS, values=post_rows)
+            batch.insert(POSTS, columns=POST_COLUMNS + (HOT_KEY_THROUGH,), values=post_rows)
             batch.insert(DELTAS, columns=DELTA_COLUMNS, values=delta_rows)
 
         run_with_retries(lambda write=write: commit_mutations(database, write))

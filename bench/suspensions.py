@@ -58,16 +58,18 @@ from schemas.records import CounterSums, PostDelta, PostUser, hour_of_us
 from schemas.suspects import CastVote, Rules, find_lockstep, find_serial
 from schemas.vote_states import DOWN, UP, LatestVote, counted
 from schemas.voter_sketch import sketch_of
-from spanner_reads.fresh_top import fresh_top
 from spanner_reads.hourly import hourly_counts_in
+from spanner_reads.rankings.all_time import fresh_top
+from spanner_reads.rankings.hot import hot_top
+from spanner_reads.rankings.last_hours import window_top
 from spanner_reads.reads import exact_counts
 from spanner_reads.recent_votes import votes_since
-from spanner_reads.trending import hot_top, window_top
-from spanner_store.database import commit_mutations, open_database, run_with_retries
+from spanner_store.commit_budget import cut_within_budget
+from spanner_store.database import MUTATION_BUDGET, commit_mutations, open_database, run_with_retries
 from spanner_store.tables import VOTE_COLUMNS, VOTES, hour_timestamp, micros_timestamp, vote_key
 from spanner_writes.deltas import add_delta_writes
 from spanner_writes.known_posts import KnownPosts
-from spanner_writes.votes import apply_vote_states
+from spanner_writes.votes import VOTE_BATCH_COST, apply_vote_states
 from upvotes.devtools import local_stream
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from upvotes.devtools.ledger import Ledger
@@ -84,9 +86,11 @@ ZIPF = 1.1
 DAY_US = 86_400 * 1_000_000
 TOP_K = 10
 WINDOW_HOURS = 24
-HOURLY_SAMPLE = 100  # ring target posts whose hourly counts are checked after each step
 SEED_BATCH = 1_000
-BLIND_BATCH = 2_000  # Votes rows (8 mutations each) per blind seed commit, with their delta rows
+# Votes rows per blind seed commit at most, with their delta rows; and within the planners' mutation
+# budget, as the sink would cut them (VOTE_BATCH_COST): a ring's votes spread over many posts and
+# hours add one delta row and one parent per post and hour.
+BLIND_BATCH = 2_000
 STATES_PER_SINK_BATCH = 1_000
 SUSPENDED_SHARE = 0.1
 LOAD_WINDOW_S = 2  # the stream's window under load (the race's)
@@ -200,8 +204,8 @@ def seed_blind(database, states: dict[PostUser, LatestVote]) -> float:
     commits, without the sink's reads: a fast seed for the votes no figure times. Returns seconds."""
     ordered = sorted(states.items(), key=lambda item: (item[0].post_id, item[1].event_hour, item[0].user_id))
     started = time.perf_counter()
-    for start in range(0, len(ordered), BLIND_BATCH):
-        chunk = ordered[start:start + BLIND_BATCH]
+    for start, chunk in enumerate(cut_within_budget(ordered, VOTE_BATCH_COST, BLIND_BATCH, MUTATION_BUDGET,
+                                                    "vote state")):
         rows = [vote_key(key.post_id, key.user_id) + (state.vote, micros_timestamp(state.at_us), state.event_id,
                                                      hour_timestamp(state.event_hour), spanner.COMMIT_TIMESTAMP)
                 for key, state in chunk]
@@ -403,7 +407,7 @@ def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: 
     say(f"ring of {ring_users:,}: {len(states) - len(sample):,} votes written blind in {blind_s:.0f} s, "
         f"{len(sample):,} of the ring's through the sink in {sink_s:.0f} s")
     fold_s = run_fold(scale_res)["seconds"] if sizes.fold_after_seed else None
-    hourly_sample = random.Random(1).sample(sorted(truth.ring), min(HOURLY_SAMPLE, len(truth.ring)))
+    hourly_sample = random.Random(1).sample(sorted(truth.ring), min(sizes.hourly_sample, len(truth.ring)))
     load = None
     if sizes.stream_votes_per_s:
         load = Load(scale_res, log_dir, sizes.stream_votes_per_s, sizes.posts)
@@ -614,14 +618,17 @@ class Sizes:
     sink_baseline_votes: int  # of the ring's votes applied through the sink, timed (the rest written blind)
     sink_batches: int  # of 1,000 states, per kind and round
     sink_rounds: int
+    hourly_sample: int  # ring target posts whose hourly counts are checked after each step (one read each)
 
 
 FULL = Sizes(posts=10_000, honest_votes=200_000, rings=(1_000, 10_000), fold_after_seed=True, stream_votes_per_s=500,
              detector_votes=1_000_000, detector_spanner_votes=100_000, sink_baseline_votes=50_000, sink_batches=10,
-             sink_rounds=3)
-QUICK = Sizes(posts=500, honest_votes=2_000, rings=(10, 30), fold_after_seed=False, stream_votes_per_s=0,
+             sink_rounds=3, hourly_sample=100)
+# Quick: a smoke run in under 40 s with the emulators' start (posts: the detector's honest users cast
+# up to 500 votes each, on distinct posts).
+QUICK = Sizes(posts=500, honest_votes=1_500, rings=(10, 20), fold_after_seed=False, stream_votes_per_s=0,
               detector_votes=10_000, detector_spanner_votes=2_000, sink_baseline_votes=1_000, sink_batches=1,
-              sink_rounds=1)
+              sink_rounds=1, hourly_sample=20)
 
 
 def _cost_per_vote(scale: dict, request: str) -> float:

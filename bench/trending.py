@@ -4,7 +4,8 @@ post made viral now reaches hot rank 1; and what the hot ranking costs the sink 
 
 One database grows through the catalogue sizes. At each size the posts are seeded straight
 into Spanner (`seed`): Posts rows with their counts, FoldedThrough and the HotKey that
-schemas/hot_score.py gives their seeded hours (the half-life recorded in RankingSettings, and
+schemas/hot_score.py gives their seeded hours, fenced at FoldedThrough (HotKeyThrough, as the
+fold writes it; the half-life recorded in RankingSettings, and
 hot_backfilled = 1), their PostHourlyCounts rows with HourShard, and a FoldRuns row whose
 ChangesThrough is the reads' fold cursor: as a fold would have left them, in commits of up to
 SEED_MUTATIONS_PER_COMMIT mutations from `seed_threads` threads. The votes spread over 30 days
@@ -21,7 +22,7 @@ At each size, after seeding:
 - the two commands as a user runs them (the installed `upvotes` in a subprocess: interpreter,
   imports, the read; the median of `repetitions` runs, fewer once `budget_s` is spent) when
   `upvotes top` has `--by` and `--last`; always, the read functions they call
-  (spanner_reads.trending hot_top and window_top, in-process, the median of `read_repetitions`)
+  (spanner_reads.rankings hot.hot_top and last_hours.window_top, in-process, the median of `read_repetitions`)
   with what they read: posts considered, candidate rows (TopCandidates rows since the fold
   cursor) and rows read (index rows and hourly rows);
 - the brute force, same run, same database (`brute_force`): every post's rows read and ranked,
@@ -56,7 +57,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import math
 import os
@@ -65,8 +65,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -81,6 +79,7 @@ from google.cloud.spanner_v1 import Mutation, param_types
 
 from bench.benchmark import Benchmark, table, target
 from bench.catalogue_cost import upvotes_command
+from bench.earlier_code import earlier_tree
 from bench.stack import (
     check_alive, fresh_database, run_fold, streaming_pipeline, upvotes_of, wait_until_ready, with_topics,
 )
@@ -90,7 +89,9 @@ from schemas.counters import Counts
 from schemas.ddl import schema_model
 from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS, HOUR_S, HotScore, hot_score
 from schemas.records import PostDelta
-from spanner_reads.trending import TrendingTop, hot_top, window_hours, window_top
+from spanner_reads.rankings.hot import hot_top
+from spanner_reads.rankings.last_hours import window_hours, window_top
+from spanner_reads.rankings.trending_top import TrendingTop
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.ranking_settings import BACKFILLED, HALF_LIFE, record_setting
@@ -113,7 +114,7 @@ SEED = 36
 # Within the writers' 20,000-mutation budget (spanner_store.database.MUTATION_BUDGET).
 SEED_MUTATIONS_PER_COMMIT = 19_000
 # What the fold writes (the counters in COUNTER_COLUMNS order; no voter sketch: seeded votes have no user).
-SEED_POST_COLUMNS = ("PostHash", "PostId", *COUNTER_COLUMNS, "FoldedThrough", "HotKey")
+SEED_POST_COLUMNS = ("PostHash", "PostId", *COUNTER_COLUMNS, "FoldedThrough", "HotKey", "HotKeyThrough")
 SEED_HOUR_COLUMNS = ("PostHash", "PostId", "EventHour", *COUNTER_COLUMNS, "HourShard")
 POST_MUTATIONS, HOUR_MUTATIONS = insert_cost(POSTS, SEED_POST_COLUMNS), insert_cost(HOURLY, SEED_HOUR_COLUMNS)
 FRESH_TAIL = 200  # other posts' one-vote deltas in the viral post's window, as a pane would carry
@@ -127,7 +128,6 @@ BEFORE_DDL = Path(__file__).resolve().parent / "fixtures" / "posts_before_issue_
 BEFORE_SCRIPT = Path(__file__).resolve().parent / "fixtures" / "commits_before_issue_36.py"
 BEFORE_TREE = ("bench", "local_runner", "pipeline", "schemas", "spanner_reads", "spanner_store", "spanner_writes",
                "transforms", "upvotes")
-REPO = Path(__file__).resolve().parents[1]
 CLI_TIMEOUT_S = 3_600
 # A first call this slow is a sample of its own (no warm-up): a call of the read at the largest
 # sizes can take minutes on the emulator.
@@ -304,7 +304,7 @@ def seed_batches(first: int, last: int, now_hour: int, folded_at: datetime, ledg
         post_hash, _ = post_key(post_id)
         score = hot_score(((at, Counts(upvotes=u, downvotes=d)) for at, (u, d) in hours.items()), HALF_LIFE_HOURS)
         totals = Counts(upvotes=sum(u for u, _ in hours.values()), downvotes=sum(d for _, d in hours.values()))
-        batch.posts.append((post_hash, post_id, *totals, folded_at, score.key))
+        batch.posts.append((post_hash, post_id, *totals, folded_at, score.key, folded_at))
         shard = hour_shard(post_hash)
         batch.hours += [(post_hash, post_id, hour_timestamp(at), *Counts(upvotes=u, downvotes=d), shard)
                         for at, (u, d) in hours.items()]
@@ -697,21 +697,14 @@ def commits_before_issue_36(res: Resources, windows: list[list[PostDelta]]) -> d
     """The same windows and fold through the code of BEFORE_COMMIT (bench/fixtures/
     commits_before_issue_36.py in that commit's tree, extracted by `git archive`), in a database
     provisioned by that code: its commits' client mutations. None without git or the commit."""
-    with tempfile.TemporaryDirectory(prefix="bench-trending-before-") as work:
-        tree = Path(work) / "tree"
-        tree.mkdir()
-        try:
-            archive = subprocess.run(["git", "archive", "--format=tar", BEFORE_COMMIT, *BEFORE_TREE], cwd=REPO,
-                                     capture_output=True, check=True, timeout=120)
-        except (OSError, subprocess.SubprocessError) as error:
-            say(f"cannot extract {BEFORE_COMMIT} ({error}): the cost before issue 36 is this code's commits "
+    with earlier_tree(BEFORE_COMMIT, BEFORE_TREE) as tree:
+        if tree is None:
+            say(f"cannot extract {BEFORE_COMMIT}: the cost before issue 36 is this code's commits "
                 "on its schema, the new columns dropped")
             return None
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(tree, filter="data")
         script = tree / BEFORE_SCRIPT.name
         shutil.copy(BEFORE_SCRIPT, script)
-        spec, out = Path(work) / "spec.json", Path(work) / "out.json"
+        spec, out = tree.parent / "spec.json", tree.parent / "out.json"
         spec.write_text(json.dumps({
             "resources": dataclasses.asdict(res), "database": f"{res.database}-trb"[:30],
             "windows": [[[d.post_id, d.event_hour, d.delta_id, d.sums.counts.upvotes] for d in w] for w in windows],

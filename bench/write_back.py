@@ -892,6 +892,11 @@ def race_targets(pipeline: dict, durable: dict) -> list[dict]:
         target("Highest rate held with a bounded lag: pipeline >= 1.0x the write-back cache on AOF always",
                f"{steady or 0:,.0f} vs {wb_steady or 0:,.0f} votes/s: {ratio(steady, wb_steady)}",
                bool(steady) and steady >= (wb_steady or 0)),
+        target("Race burst (issue 45): the pipeline's mutations per 1,000 votes at most 2x the write-back "
+               "cache's on AOF always",
+               f"{pipeline['mutations_per_1k_votes']:,.0f} vs {durable['mutations_per_1k_votes']:,.0f}: "
+               f"{ratio(pipeline['mutations_per_1k_votes'], durable['mutations_per_1k_votes'])}",
+               pipeline["mutations_per_1k_votes"] <= 2 * durable["mutations_per_1k_votes"]),
     ]
 
 

@@ -6,6 +6,10 @@ by the worker packages (.importlinter): Dataflow needs none of it.
   evaluators below installed, until drained;
 - drain.py: SIGINT and SIGTERM drain a local run (StopOnSignals, DrainReport);
 - pubsub_reader.py: the project's Pub/Sub reader (big pulls, no idle stall, a drain);
+- exactly_once.py, message_log.py: what the reader holds and when it acknowledges: only once
+  everything derived from a message is committed, its pulls logged so that a restart after a kill
+  replays them into the same panes (exactly once under SIGKILL);
+- heartbeat.py: the stream's heartbeat row, so that `upvotes status` sees a dead stream;
 - window_state.py: fired windows' state freed (and TESTED_BEAM_VERSION, the Beam the private
   hooks are written for);
 - metrics.py: the user counters, read where Beam's streaming DirectRunner really keeps them.

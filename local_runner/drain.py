@@ -12,10 +12,12 @@ then returns a DrainReport: what was pulled, counted and written, and how long t
 (the caller exits 0).
 
 A second signal, or `drain_timeout_s` passing (the sink may be stuck behind an unreachable
-Spanner), stops at once: the report says how many votes were pulled and acknowledged but not
-yet written (those are lost: the reader acknowledges on pull) and the process ends with
-EXIT_NOT_DRAINED, without waiting for Beam's daemon worker threads or the clients' threads.
-Without the project's reader (Beam's cannot drain) the first signal does that.
+Spanner), stops at once: the report says how many votes were pulled but not yet written, and
+the process ends with EXIT_NOT_DRAINED, without waiting for Beam's daemon worker threads or the
+clients' threads. With the message log (local_runner/exactly_once.py) nothing is lost: those
+messages are unacknowledged and logged, and the next run replays them; without it (Beam's
+reader, or UPVOTES_STREAM_LOG=off) they were acknowledged on pull and are lost. Without the
+project's reader (Beam's cannot drain) the first signal does that.
 
 Which ending is reported has one source of truth: whether the pipeline finished (its result's
 state is DONE, which Beam sets before `wait_until_finish` returns). A finished pipeline wrote
@@ -118,6 +120,9 @@ class DrainReport:
     seconds: float  # from the first signal to the end
     at_signal: Progress
     at_end: Progress
+    # The message log that keeps what was pulled and not yet written, for the next run to replay;
+    # None: the reader acknowledged on pull, and a stop cut short loses it.
+    log: str | None = None
 
     def text(self) -> str:
         end = self.at_end
@@ -127,6 +132,11 @@ class DrainReport:
             return (f"drained in {self.seconds:.1f} s ({self.why}): every vote pulled is written; during the drain "
                     f"{end.votes_written - self.at_signal.votes_written:,} votes went into "
                     f"{end.delta_rows - self.at_signal.delta_rows:,} delta rows. {run}")
+        if self.log is not None:
+            return (f"stopped at once ({self.why}), {self.seconds:.1f} s into the drain: up to {end.votes_unwritten:,} "
+                    f"votes pulled but not yet written, and {end.messages_unparsed:,} messages pulled but not yet "
+                    f"parsed, are not lost: unacknowledged, they wait in the message log {self.log}, and the next "
+                    f"`upvotes stream` on this subscription replays them first. {run}")
         return (f"stopped at once ({self.why}), {self.seconds:.1f} s into the drain: up to {end.votes_unwritten:,} votes "
                 f"pulled and acknowledged but not yet written are lost, and {end.messages_unparsed:,} messages "
                 f"pulled but not yet parsed. {run}")
@@ -244,7 +254,9 @@ class StopOnSignals:
 
     def _report(self, drained: bool, why: str) -> DrainReport:
         seconds = 0.0 if self._signal_at is None else time.monotonic() - self._signal_at
-        return DrainReport(drained, why, round(seconds, 1), self._at_signal, self._progress())
+        once = getattr(self._control, "once", None)
+        return DrainReport(drained, why, round(seconds, 1), self._at_signal, self._progress(),
+                           None if once is None else str(once.log.path))
 
     def until_finished(self, result: PipelineResult) -> DrainReport:
         """Waits until the pipeline ends (a drain, or a failure, which raises); the report of how

@@ -21,8 +21,19 @@ What: `DrainablePubSubReadEvaluator`, evaluated once per bundle like Beam's:
   the Pub/Sub client's channel keeps gRPC's 4 MB receive limit, which 100 batch messages of
   500 votes exceed (measured: "Received message larger than max (5258396 vs. 4194304)", after
   which the pipeline stopped reading); the client for Pub/Sub itself has no limit already;
-- it acknowledges what it pulled in one call before emitting it, as Beam's reader does
-  (at-most-once: docs/guarantees.md, "Stopping a stream", says why, and what a SIGKILL loses);
+- it emits each pull as ONE element, the list of its messages (as the pipeline reads them, with
+  attributes; transforms/read_votes.py), each message's publish time in its `publish_time`: the
+  DirectRunner's cost per element exceeded parsing a single-vote message;
+- it stamps each pull with its ingestion time (the wall clock, never earlier than the pull's
+  latest publish time: what ParseVotes windows by) as the element's timestamp;
+- with the message log (the default; local_runner/exactly_once.py, local_runner/message_log.py)
+  it acknowledges nothing when it pulls: a pull's new messages are logged with their stamp
+  before they are emitted, held (their ack deadlines extended), and acknowledged once every
+  step of the pipeline is past the end of their window (`committed_through`: everything derived
+  from them is committed); a restart first replays what the log holds unfinished. Exactly once
+  under a SIGKILL (docs/guarantees.md, "Stopping a stream", lists every crash point). With
+  LOG_ENV=off (for same-run comparisons only) it acknowledges each pull before emitting it, as
+  Beam's reader does: at-most-once, a SIGKILL loses what was pulled and not yet written;
 - once `ReaderControl.drain()` is called it pulls nothing more, emits what its last pull got,
   asks not to be scheduled again and drops its watermark hold. With no hold and no pending
   input its output watermark is +infinity, which the runner propagates: every open window
@@ -32,10 +43,11 @@ What: `DrainablePubSubReadEvaluator`, evaluated once per bundle like Beam's:
 
 How it is installed: like local_runner/window_state.py, through
 `TransformEvaluatorRegistry._test_evaluators_overrides`, keyed by `_DirectReadFromPubSub`
-(what the DirectRunner replaces ReadFromPubSub with). Those names, `_PubSubReadEvaluator`
-and `TransformResult` are private Beam APIs: this module is written against, and tested on,
-the apache-beam version local_runner/window_state.py names (TESTED_BEAM_VERSION;
-tests/test_local_reader.py fails if they change). If they are absent, `install()` logs a
+(what the DirectRunner replaces ReadFromPubSub with). Those names, `_PubSubReadEvaluator`,
+`TransformResult` and the evaluation context's watermark manager (`committed_through_us`) are
+private Beam APIs: this module is written against, and tested on, the apache-beam version
+local_runner/window_state.py names (TESTED_BEAM_VERSION; tests/test_local_reader.py and
+tests/test_exactly_once.py fail if they change). If they are absent, `install()` logs a
 warning and returns None: the pipeline then runs with Beam's reader and cannot drain
 (local_runner/drain.py says so when stopped). One local streaming
 pipeline per process: the control is a class attribute, replaced by each `install()`.
@@ -53,6 +65,7 @@ from apache_beam.runners.worker import statesampler
 from apache_beam.utils.timestamp import Timestamp
 
 from local_runner import metrics
+from local_runner.exactly_once import ExactlyOnce
 from local_runner.metrics import CounterTotals
 from local_runner.window_state import private_api_usable
 
@@ -65,6 +78,9 @@ WAKE_AFTER_WINDOW_END_S = 0.001
 PULL_TIMEOUT_S = 30.0
 # Set to "beam" to run with Beam's own reader (for a same-run comparison in the benchmarks).
 READER_ENV = "UPVOTES_DIRECT_RUNNER_READER"
+# Set to "off" to acknowledge on pull, without the message log (for a same-run comparison in the
+# benchmarks: at-most-once, a SIGKILL loses what was pulled and not yet written).
+LOG_ENV = "UPVOTES_STREAM_LOG"
 
 _LOG = logging.getLogger(__name__)
 
@@ -75,11 +91,15 @@ try:  # private Beam names; see the module docstring
     from apache_beam.runners.direct.util import TransformResult
     from apache_beam.transforms.window import GlobalWindows
 
+    from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
+
     _OVERRIDES = TransformEvaluatorRegistry._test_evaluators_overrides
     if not isinstance(_OVERRIDES, dict):
         raise AttributeError("TransformEvaluatorRegistry._test_evaluators_overrides is not a dict")
     if not hasattr(_PubSubReadEvaluator, "_get_subscriber_client"):
         raise AttributeError("_PubSubReadEvaluator._get_subscriber_client is missing")
+    if not hasattr(_TransformWatermarks, "output_watermark"):
+        raise AttributeError("_TransformWatermarks.output_watermark is missing")
     _MISSING: str | None = None
 except (ImportError, AttributeError) as error:  # pragma: no cover - depends on the Beam version
     _MISSING = f"{type(error).__name__}: {error}"
@@ -93,10 +113,15 @@ class ReaderControl:
         self._drain = threading.Event()
         self._stopped = threading.Event()
         self._lock = threading.Lock()
-        self.messages = 0  # pulled (and acknowledged) so far
+        # Emitted into the pipeline so far: new and replayed messages (a redelivery of a message held
+        # or finished is not emitted again, nor counted).
+        self.messages = 0
         self.pulls = 0
         self._worker_sampler: Any = None  # the runner's worker thread's StateSampler
         self.window_seconds: float | None = None  # the pipeline's fixed windows, if it says
+        # Holding and acknowledging with the message log (local_runner/exactly_once.py); None:
+        # each pull is acknowledged when pulled (at-most-once).
+        self.once: ExactlyOnce | None = None
 
     def idle_wait_s(self, now: float) -> float:
         """How long an idle reader waits before it returns (with its watermark hold at the time it
@@ -137,10 +162,17 @@ class ReaderControl:
 
 
 def message_of(received: Any) -> tuple[Timestamp, "PubsubMessage"]:
-    """(publish time, Beam's PubsubMessage) of a pulled message, stamped as Beam's reader does
-    without a timestamp attribute."""
-    message = PubsubMessage._from_message(received.message)
-    return Timestamp.from_utc_datetime(received.message.publish_time), message
+    """(publish time, Beam's PubsubMessage) of a pulled message (a raw ReceivedMessage protobuf,
+    as `pull_bundle` returns them), stamped as Beam's reader does without a timestamp attribute.
+
+    Built from the protobuf's fields directly: Beam's `PubsubMessage._from_message` of the client's
+    proto-plus message, and its publish time as a datetime, cost about 180 us per message (20%
+    of the local stream's time on single-vote messages, py-spy); this costs about 20 us. The
+    message's publish_time is the Beam Timestamp it is stamped with."""
+    message = received.message
+    published = message.publish_time
+    at = Timestamp(micros=published.seconds * 1_000_000 + published.nanos // 1_000)
+    return at, PubsubMessage(message.data, dict(message.attributes), message.message_id, at, message.ordering_key)
 
 
 _UNLIMITED_CLIENT: Any = None  # one per process: one local streaming pipeline per process
@@ -161,9 +193,11 @@ def subscriber_client() -> Any:
     return _UNLIMITED_CLIENT
 
 
-def pull_bundle(subscription: str) -> tuple[list, int]:
+def pull_bundle(subscription: str, acknowledge: bool = True) -> tuple[list, int]:
     """One bundle's pull: up to PULL_MAX_MESSAGES messages, pulled with return_immediately until
-    a pull comes back empty, then acknowledged in one call; (the messages in pull order, pulls)."""
+    a pull comes back empty, then, if `acknowledge`, acknowledged in one call; (the messages in
+    pull order, as raw ReceivedMessage protobufs: the client's proto-plus wrappers cost more per
+    message than the rest of the read, pulls)."""
     client = subscriber_client()
     received: list = []
     pulls = 0
@@ -171,12 +205,37 @@ def pull_bundle(subscription: str) -> tuple[list, int]:
         response = client.pull(request={"subscription": subscription, "return_immediately": True,
                                         "max_messages": PULL_MAX_MESSAGES - len(received)}, timeout=PULL_TIMEOUT_S)
         pulls += 1
-        if not response.received_messages:
+        messages = type(response).pb(response).received_messages
+        if not messages:
             break
-        received.extend(response.received_messages)
-    if received:
+        received.extend(messages)
+    if received and acknowledge:
         client.acknowledge(request={"subscription": subscription, "ack_ids": [m.ack_id for m in received]})
     return received, pulls
+
+
+def ingestion_stamp_us(received: list) -> int:
+    """The ingestion time of a pull acknowledged on pull: the wall clock, never earlier than its
+    latest publish time (transforms/parse_and_sum.py `ingestion_time`)."""
+    latest = max(m.message.publish_time.seconds * 1_000_000 + m.message.publish_time.nanos // 1_000 for m in received)
+    return max(int(time.time() * 1_000_000), latest)
+
+
+def committed_through_us(evaluation_context: Any) -> int:
+    """The lowest output watermark of the pipeline's steps, in microseconds: every step has
+    committed everything it derived from elements stamped before it.
+
+    Why that means "written": a step's output watermark is the minimum of its input watermark,
+    its own holds and, less one microsecond, the timestamps of the bundles pending for it
+    (apache_beam/runners/direct/watermark_manager.py `refresh`); a window's pane is held back by
+    its GroupByKey's watermark hold until it fires, then pending in the next steps as an
+    element at the window's end less one microsecond; the sinks (and the dead-letter publisher)
+    commit (publish) in their bundle, before it completes. So once the lowest watermark of all
+    steps is at or past a window's end, every delta row, vote state and dead letter of that
+    window is committed; and a dead letter a sink emits is re-windowed at the minimum timestamp,
+    which holds its consumer until it is published."""
+    watermarks = evaluation_context._watermark_manager._transform_to_watermarks.values()
+    return min(tw.output_watermark for tw in watermarks).micros
 
 
 class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,valid-type]
@@ -190,32 +249,54 @@ class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,v
         if self.source.timestamp_attribute:
             raise NotImplementedError("the local reader stamps messages with their publish time only")
 
-    def _pull(self) -> list:
-        """Up to PULL_MAX_MESSAGES messages, acknowledged (one call), in pull order."""
-        received, pulls = pull_bundle(self._sub_name)
-        self.control.add_pulled(len(received), pulls)
-        return received
+    def _stamped_pulls(self, control: ReaderControl) -> list[tuple[int, list]]:
+        """This bundle's pulls as (ingestion stamp in microseconds, raw messages): first the log's
+        unfinished ones (once per run), then the new messages of up to PULL_MAX_MESSAGES pulled
+        (acknowledged in one call only without the log)."""
+        once = control.once
+        pulls = [] if once is None or once.replayed else once.replay()
+        received, calls = ([], 0) if control.draining else pull_bundle(self._sub_name, acknowledge=once is None)
+        if received:
+            stamped = (ingestion_stamp_us(received), received) if once is None else once.take(received)
+            if stamped is not None:
+                pulls.append(stamped)
+        elif not pulls:
+            control.wait_for_drain(control.idle_wait_s(time.time()))
+        control.add_pulled(sum(len(messages) for _, messages in pulls), calls)
+        return pulls
 
     def finish_bundle(self) -> TransformResult:
         control = self.control
         if control._worker_sampler is None:  # this runs on the runner's one worker thread
             control._worker_sampler = statesampler.get_current_tracker()
-        received = [] if control.draining else self._pull()
-        if not received:
-            control.wait_for_drain(control.idle_wait_s(time.time()))
+        pulls = self._stamped_pulls(control)
+        if control.once is not None:  # acknowledge what is committed, extend what is held
+            control.once.settle(committed_through_us(self._evaluation_context), draining=control.draining)
         bundles = []
-        if received:
+        if pulls:
             bundle = self._evaluation_context.create_bundle(next(iter(self._outputs)))
-            for timestamp, message in map(message_of, received):
-                bundle.output(GlobalWindows.windowed_value(
-                    message if self.source.with_attributes else message.data, timestamp=timestamp))
+            for stamp_us, received in pulls:
+                if self.source.with_attributes:
+                    # The whole pull as one element (transforms/read_votes.py says why), stamped with its
+                    # ingestion time; each message keeps its publish time in `publish_time`.
+                    bundle.output(GlobalWindows.windowed_value([message for _, message in map(message_of, received)],
+                                                               timestamp=Timestamp(micros=stamp_us)))
+                else:
+                    for timestamp, message in map(message_of, received):
+                        bundle.output(GlobalWindows.windowed_value(message.data, timestamp=timestamp))
             bundles.append(bundle)
         if control.draining:
+            if control.once is not None:
+                control.once.hold_us(None)  # every window fires now: the log is synced first
             control.mark_stopped()
             # No bundle to be scheduled again, no hold: this step's watermark becomes +infinity.
             return TransformResult(self, bundles, [], None, {None: None})
         again = self._evaluation_context.create_bundle(beam.pvalue.PBegin(self._applied_ptransform.transform.pipeline))
-        return TransformResult(self, bundles, [again], None, {None: Timestamp.of(time.time())})
+        # Every later pull is stamped at or after this (the clock, the last stamp, the floor).
+        hold = time.time_ns() // 1_000
+        if control.once is not None:
+            hold = control.once.hold_us(max(hold, control.once.next_stamp_floor_us))
+        return TransformResult(self, bundles, [again], None, {None: Timestamp(micros=hold)})
 
 
 def installed() -> bool:

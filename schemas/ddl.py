@@ -1,8 +1,9 @@
 """The one reader of DDL statements (default: posts.sql): the objects they create, each
-table's columns with their definitions, each index's stored columns, and a model of tables and
-indexes the code derives what depends on the schema from: the mutation cost of each write
-(spanner_store/mutation_cost.py, upvotes/devtools/mutation_count.py) and the migration
-`upvotes provision` applies (upvotes/operations/provision.py).
+table's columns with their definitions (and defaults) and its CHECK constraints, each index's
+stored columns, and a model of tables and indexes the code derives what depends on the schema
+from: the mutation cost of each write (spanner_store/mutation_cost.py,
+upvotes/devtools/mutation_count.py) and the migration `upvotes provision` applies
+(upvotes/operations/provision.py).
 
 Parsed from the DDL itself, so a new column or index is counted without an edit elsewhere.
 """
@@ -48,8 +49,8 @@ def _top_level_parts(text: str) -> list[str]:
     return [part for part in parts if part]
 
 
-def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
-    """(table, {column: its definition}) of a CREATE TABLE statement, else None."""
+def _table_elements(statement: str) -> tuple[str, list[str]] | None:
+    """(table, its elements: column definitions and constraints) of a CREATE TABLE statement, else None."""
     name = ddl_object_name(statement)
     if name is None or not name.startswith("TABLE "):
         return None
@@ -59,9 +60,58 @@ def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
         depth += {"(": 1, ")": -1}.get(text[end], 0)
         if depth == 0:
             break
-    columns = {part.split()[0]: part for part in _top_level_parts(text[start + 1:end])
-               if not part.upper().startswith(("CONSTRAINT ", "FOREIGN KEY"))}
-    return name.split()[1], columns
+    return name.split()[1], _top_level_parts(text[start + 1:end])
+
+
+def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
+    """(table, {column: its definition}) of a CREATE TABLE statement, else None."""
+    elements = _table_elements(statement)
+    if elements is None:
+        return None
+    table, parts = elements
+    return table, {part.split()[0]: part for part in parts
+                   if not part.upper().startswith(("CONSTRAINT ", "FOREIGN KEY"))}
+
+
+_CHECK = re.compile(r"^CONSTRAINT\s+(\w+)\s+CHECK\s*\(", re.IGNORECASE)
+
+
+def check_constraints(statement: str) -> tuple[str, dict[str, str]] | None:
+    """(table, {constraint: its definition}) of the named CHECK constraints of a CREATE TABLE
+    statement, else None. Spanner gives its own DDL back as `CHECK(`, posts.sql has `CHECK (`:
+    constraints are matched by name."""
+    elements = _table_elements(statement)
+    if elements is None:
+        return None
+    table, parts = elements
+    return table, {match.group(1): part for part in parts if (match := _CHECK.match(part))}
+
+
+_DEFAULT = re.compile(r"\sDEFAULT\s*\(", re.IGNORECASE)
+
+
+def column_default(definition: str) -> tuple[str, str] | None:
+    """A column definition split at its DEFAULT: (the definition without it, the default's
+    expression), `HotKeyThrough TIMESTAMP DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z")` ->
+    (`HotKeyThrough TIMESTAMP`, `(TIMESTAMP "1970-01-01T00:00:00Z")`); None without a DEFAULT."""
+    match = _DEFAULT.search(definition)
+    if match is None:
+        return None
+    depth = 0
+    for end in range(match.end() - 1, len(definition)):
+        depth += {"(": 1, ")": -1}.get(definition[end], 0)
+        if depth == 0:
+            break
+    expression = definition[match.end() - 1:end + 1]
+    return " ".join((definition[:match.start()] + definition[end + 1:]).split()), expression
+
+
+_NOT_NULL = re.compile(r"\bNOT\s+NULL\b", re.IGNORECASE)
+
+
+def nullable(definition: str) -> bool:
+    """Whether a column definition allows NULL."""
+    return _NOT_NULL.search(definition) is None
 
 
 _OPTIONS = re.compile(r"\bOPTIONS\s*\(([^)]*)\)", re.IGNORECASE)

@@ -102,7 +102,7 @@ def hot_score(hours: Iterable[tuple[int, Counts]], half_life_hours: float) -> Ho
 
 def log2_of_rise(rise: float, newest_hour_s: int, half_life_hours: float) -> float:
     """log2 of the most that `rise` votes counted at or before `newest_hour_s` can add to S
-    (-inf for none): the bound a fresh read gives a post it did not read (spanner_reads/trending.py)."""
+    (-inf for none): the bound a fresh read gives a post it did not read (spanner_reads/rankings/hot.py)."""
     if rise <= 0:
         return -math.inf
     return newest_hour_s // HOUR_S / half_life_hours + math.log2(rise)

@@ -15,6 +15,16 @@
 -- Voters (here, on PostDeltas and on PostHourlyCounts): a serialised HyperLogLog sketch of
 -- the user IDs that upvoted (schemas/voter_sketch.py), folded as a union in the same
 -- transaction as the counts. NULL means no voter recorded (rows written before the column).
+-- HotKeyThrough (issue 44): the hourly watermark HotKey was computed at, from every hourly row
+-- then there (below, PostsByHot). HotKeyCurrent holds it to the post's hourly watermark in every
+-- write, whatever the writer's version: a fold that moves FoldedThrough or HourlyFoldedThrough
+-- without writing it (every fold older than the column, which knows nothing of it) fails that
+-- post's transaction with OUT_OF_RANGE, and the fold skips the post (its reads stay exact) until
+-- a fold of this version folds it. So a non-NULL HotKeyThrough means "HotKey is the score of the
+-- hourly rows". NULL: unfenced, a row from before the column (or whose key could not be computed,
+-- no half-life recorded yet) until `upvotes provision` backfills it; every row created later
+-- takes the default, FoldedThrough's own, and is fenced from birth. Added to an existing table
+-- without its default, which Spanner would otherwise write into every row already there.
 CREATE TABLE Posts (
   PostHash            INT64 NOT NULL,
   PostId              STRING(128) NOT NULL,
@@ -26,6 +36,8 @@ CREATE TABLE Posts (
   HourlyFoldedThrough TIMESTAMP,
   Voters              BYTES(MAX),
   HotKey              FLOAT64,
+  HotKeyThrough       TIMESTAMP DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),
+  CONSTRAINT HotKeyCurrent CHECK (HotKeyThrough IS NULL OR HotKeyThrough = COALESCE(HourlyFoldedThrough, FoldedThrough)),
 ) PRIMARY KEY (PostHash, PostId);
 
 -- Insert-only deltas, one row per (post, event hour, pane) written by the streaming
@@ -67,8 +79,10 @@ CREATE INDEX PostsByUpvotes ON Posts (Upvotes DESC);
 
 -- HotKey: the post's hot score (schemas/hot_score.py: its sign and log2 in one ordered value),
 -- computed by the fold from all of the post's PostHourlyCounts rows in the transaction that
--- writes them, so it is always that of the hourly rows (HourlyFoldedThrough). NULL: no hourly
--- row yet (a score of 0), or a row from before the column, until `upvotes provision` backfills it.
+-- writes them, so it is that of the hourly rows (HourlyFoldedThrough) wherever HotKeyThrough is
+-- set (the HotKeyCurrent constraint above keeps older folds from moving the rows under it). NULL:
+-- no hourly row yet (a score of 0), or a row from before the column, until `upvotes provision`
+-- backfills it.
 -- "Hot posts" straight from this index, the folded side of spanner_reads/trending.py.
 -- NULL_FILTERED: a new post's parent row (written by the sink, HotKey NULL) costs no entry.
 -- Not a write hotspot although new hot posts enter at its top: entries change once per post
@@ -306,6 +320,25 @@ CREATE TABLE StatusWatches (
   RecordedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (Role);
 
+-- Each local stream's heartbeat (issue 47): `upvotes stream` on the DirectRunner rewrites the row
+-- of the subscription it reads at least once per window, idle or not, with its window length,
+-- and stamps StoppedAt when a drain ends it (local_runner/heartbeat.py). `upvotes status` flags a
+-- row not rewritten for 3 of its windows: a stream killed, crashed or frozen, and when it was
+-- last alive (spanner_reads/liveness.py). One row per subscription, rewritten every few seconds
+-- by one process: never a hotspot. A Dataflow job writes none (its job state and the backlog
+-- alert say whether it runs).
+CREATE TABLE StreamHeartbeats (
+  Subscription  STRING(MAX) NOT NULL,
+  Writer        STRING(MAX) NOT NULL,
+  WindowSeconds INT64 NOT NULL,
+  Host          STRING(MAX),
+  Pid           INT64,
+  StartedAt     TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+  AliveAt       TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  StoppedAt     TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (Subscription),
+  ROW DELETION POLICY (OLDER_THAN(AliveAt, INTERVAL 30 DAY));
+
 -- One vote per user (issue 29, schemas/vote_states.py): each user's latest vote-state on each
 -- post. Vote is "up", "down" or "none" (taken back, or forgotten); VotedAt and EventId are the
 -- order the latest is chosen by (the event time to the microsecond, then the event ID; "" when
@@ -417,15 +450,16 @@ CREATE TABLE Suspensions (
 
 -- The trending rankings' settings, recorded once per database by `upvotes provision`
 -- (spanner_store/ranking_settings.py): the hot score's half-life in hours, which every HotKey
--- was computed with (changing it is a recompute, docs/reading.md), and whether every post's
--- HotKey has been backfilled (1) so that a hot read can certify its answer. A handful of rows.
+-- was computed with (changing it is a recompute, docs/reading.md), the generation of the
+-- backfill run that owns the keys, and whether that run has given every post its HotKey and
+-- fenced it (1) so that a hot read can certify its answer. A handful of rows.
 CREATE TABLE RankingSettings (
   Name       STRING(64) NOT NULL,
   Value      FLOAT64 NOT NULL,
   RecordedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (Name);
 
--- Corrected dead letters a replay wrote (issue 44, spanner_writes/replays.py): one row per
+-- Corrected dead letters a replay wrote (issue 44, upvotes/operations/replayed_corrections.py): one row per
 -- dead letter's identity (`upvotes dead-letters replay`: the rejected line's event_id, or
 -- "@<message ID>/<line>"), holding the correction as it was counted (its canonical text, after
 -- the event-time policy). Written in the same commit as the correction's delta row, or in the

@@ -77,6 +77,29 @@ def union_of(sketches: Iterable[bytes | None]) -> bytes | None:
     return union.to_bytes()
 
 
+def same_voters(a: bytes | None, b: bytes | None) -> bool:
+    """Whether two sketches hold the same voters, whatever order they were built in.
+
+    Their bytes may differ though the voters are the same: a sketch of few voters lists them in
+    the order they came (a set's order changes with each process's hash seed), and a union of
+    one sketch keeps that sketch's running estimate while a union of several does not. So a
+    pane recomputed from the same messages in another process (the local stream's replay after a
+    crash, local_runner/exactly_once.py) must be compared by content: each as a union of itself
+    twice (which forgets the running estimate: in the HLL mode the bytes are then the registers'),
+    and failing that, in the list and set modes, by their estimates and their union's, which
+    count the distinct hashed voters exactly (a voter more changes all three)."""
+    if a == b:
+        return True
+    if not a or not b:
+        return False
+    settled_a, settled_b = VoterUnion(a).add(a).to_bytes(), VoterUnion(b).add(b).to_bytes()
+    if settled_a == settled_b:
+        return True
+    both = VoterUnion(a).add(b).to_bytes()
+    return (hll_sketch.deserialize(settled_a).get_estimate() == hll_sketch.deserialize(settled_b).get_estimate()
+            == hll_sketch.deserialize(both).get_estimate())
+
+
 def estimate(sketch: bytes | None) -> int:
     """The sketch's estimate of distinct voters, rounded; 0 for no sketch."""
     if not sketch:

@@ -15,9 +15,10 @@ hotspot. A CountsReader, one per process, answers from a per-process cache inste
   returned.
 - `get(post_id, unique=True)` adds the post's unique voters, from the same snapshot; those
   answers have a cache of their own, so plain reads never carry the sketches' bytes.
-- `top(n)` is `spanner_reads.fresh_top.fresh_top`, cached and single-flighted the same way;
-  so are `hot_top(n)` and `window_top(n, hours)` (`spanner_reads.trending`: what is viral now),
-  in the same cache of rankings, each keyed by its kind, n (and hours).
+- `ranked(ranking, n, **parameters)` is any ranking of the registry (spanner_reads/rankings/),
+  cached and single-flighted the same way, in one cache of rankings keyed by the ranking's name,
+  n and its parameters: `top(n)` (all time), `hot_top(n)` and `window_top(n, hours)` (what is
+  viral now) are the three of today.
 
 The clock (monotonic seconds) is injectable, so tests move time instead of sleeping.
 Thread-safe; meant for thread-pool servers (FastAPI runs plain `def` routes in threads).
@@ -29,19 +30,21 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Generic, Hashable, Iterable, NamedTuple, TypeVar
+from typing import Any, Callable, Generic, Hashable, Iterable, NamedTuple, TypeVar, cast
 
 from schemas.counters import Counts
 from schemas.records import PostTotals
-from spanner_reads.fresh_top import DEFAULT_EXTRA, EPOCH, FreshTop, fresh_top
+from spanner_reads.fresh_side import DEFAULT_EXTRA
+from spanner_reads.rankings import all_time, hot, last_hours
+from spanner_reads.rankings.all_time import FreshTop
+from spanner_reads.rankings.ranking import Page, RankedPage, Ranking
+from spanner_reads.rankings.trending_top import TrendingTop
 from spanner_reads.reads import counts_in_snapshot
-from spanner_reads.trending import HOT, LAST, TrendingTop, hot_top, window_hours, window_top
 from spanner_store.database import read_timestamp
 
 T = TypeVar("T")
 DEFAULT_REFRESH_S = 1.0
 DEFAULT_MAX_POSTS = 100_000  # cached posts per process; the least recently used go first
-ALL_TIME = "upvotes"  # the all-time ranking's kind in the cache of rankings (trending: HOT, LAST)
 
 
 class PostCount(NamedTuple):
@@ -149,8 +152,8 @@ class CountsReader:
         self._top_extra = top_extra
         self._counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
         self._unique_counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
-        # Every ranking, keyed (kind, n) or (LAST, n, hours).
-        self._tops: _SingleFlightCache[FreshTop | TrendingTop] = _SingleFlightCache(refresh_s, 64, clock)
+        # Every ranking, keyed (name, n, its parameters).
+        self._tops: _SingleFlightCache[RankedPage] = _SingleFlightCache(refresh_s, 64, clock)
         self._reads_lock = threading.Lock()
         self.spanner_reads = 0
 
@@ -168,30 +171,34 @@ class CountsReader:
             found = self._counts.get_many(wanted, self._load_counts)
         return [found[p] for p in wanted]
 
+    def ranked(self, ranking: Ranking[Page], n: int = 10, **parameters: Any) -> Page:
+        """The top `n` posts of `ranking` (one of spanner_reads.rankings.RANKINGS), with whether
+        it is certified: from the cache, or read once for every concurrent caller (one snapshot).
+        Bad parameters are refused (ValueError) before they take a cache entry; a read that fails
+        (HotRankingUnavailable: run `upvotes provision`) is not cached."""
+        ranking.check(**parameters)
+        key = (ranking.name, n, *sorted(parameters.items()))
+
+        def load(keys: list[Hashable]) -> dict[Hashable, RankedPage]:
+            self._count_read()
+            return {keys[0]: ranking.read(self._database, n, self._top_extra, self.staleness_s, **parameters)}
+
+        return cast(Page, self._tops.get_many([key], load)[key])  # the entry under its key is its page
+
     def top(self, n: int = 10) -> FreshTop:
         """The top `n` posts by exact upvotes, with whether the ranking is certified exact."""
-        return self._ranking((ALL_TIME, n), lambda: fresh_top(self._database, n, self._top_extra, self.staleness_s))
+        return self.ranked(all_time.RANKING, n)
 
     def hot_top(self, n: int = 10) -> TrendingTop:
-        """The top `n` posts by hot score (spanner_reads.trending.hot_top), with whether the
+        """The top `n` posts by hot score (spanner_reads.rankings.hot.hot_top), with whether the
         ranking is certified. Raises HotRankingUnavailable when the database has no half-life
         recorded (run `upvotes provision`); that is not cached."""
-        return self._ranking((HOT, n), lambda: hot_top(self._database, n, self._top_extra, self.staleness_s))
+        return self.ranked(hot.RANKING, n)
 
     def window_top(self, n: int = 10, hours: int = 24) -> TrendingTop:
         """The top `n` posts by upvotes in the last `hours` event hours (1 to MAX_HOURS;
-        spanner_reads.trending.window_top), with whether the ranking is certified."""
-        window_hours(EPOCH, hours)  # a bad window is refused before it takes a cache entry
-        return self._ranking((LAST, n, hours),
-                             lambda: window_top(self._database, n, hours, self._top_extra, self.staleness_s))
-
-    def _ranking(self, key: tuple, read: Callable[[], FreshTop | TrendingTop]) -> FreshTop | TrendingTop:
-        """One ranking, from the cache or read once for every concurrent caller (one snapshot)."""
-        def load(keys: list[Hashable]) -> dict[Hashable, FreshTop | TrendingTop]:
-            self._count_read()
-            return {keys[0]: read()}
-
-        return self._tops.get_many([key], load)[key]
+        spanner_reads.rankings.last_hours.window_top), with whether the ranking is certified."""
+        return self.ranked(last_hours.RANKING, n, hours=hours)
 
     def _snapshot(self):
         self._count_read()

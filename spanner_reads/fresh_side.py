@@ -1,9 +1,9 @@
 """The side of a ranking that no fold has reached yet, read the same way by every fresh ranking, and
 what a read does when the bounds it reads there leave its answer uncertified.
 
-Every fresh ranking (the all-time top, spanner_reads/fresh_top.py; the hot score and the last N
-hours, spanner_reads/trending.py) reads, in its one snapshot, the fold cursor C, the posts that
-cursor's run skipped, and every TopCandidates row committed after C (`read_fresh_side`). Each row
+Every fresh ranking (spanner_reads/rankings/: the all-time top, the hot score and the last N
+hours) reads, in its one snapshot, the fold cursor C, the posts that cursor's run skipped, and
+every TopCandidates row committed after C (`read_fresh_side`). Each row
 lists the biggest risers of its commit and bounds what that commit raised any other post by (its
 Threshold in upvotes, its RiseThreshold for the trending rankings). A post the read does not
 consider gained at most the sum of those bounds since C, so the answer is certified when its K-th

@@ -96,7 +96,7 @@ def hours_of_posts(snapshot, post_ids: Iterable[str], first_hour: int | None = N
     """Exact counts per event hour (epoch seconds) of many posts, in the hours [first_hour,
     last_hour] when given, read in `snapshot` (multi-use): the folded hourly rows plus the
     deltas committed after each post's hourly watermark, READ_CHUNK posts per read. A post
-    without any row maps to {}. What the trending rankings score (spanner_reads/trending.py)."""
+    without any row maps to {}. What the trending rankings score (spanner_reads/rankings/)."""
     wanted = list(dict.fromkeys(post_ids))
     hours: dict[str, dict[int, Counts]] = {post_id: {} for post_id in wanted}
     newest = None if last_hour is None else hour_timestamp(last_hour)

@@ -24,12 +24,12 @@ Publishing (`publish_top_view`), one publisher per view at a time:
 1. Lease: one transaction claims the view (PendingVersion = active + 1, an owner ID and a
    lease deadline). Another publisher holding an unexpired lease makes this one raise
    PublishInProgress; an expired lease (a crashed publisher) is taken over.
-2. Rank: one snapshot reads the top K by exact upvotes (spanner_reads/fresh_top.py: the
-   folded index plus every commit since the fold, ties broken by the index's own key order,
+2. Rank: one snapshot reads the top K by exact upvotes (spanner_reads/rankings/all_time.py:
+   the folded index plus every commit since the fold, ties broken by the index's own key order,
    so a ranking is deterministic), whether that ranking is certified and its bound, and the
-   newest fold's snapshot, which tells readers how fresh the ranking is. A hot view
-   (`by="hot"`, view "top-hot" by default) takes the top K by hot score instead, exact at the
-   snapshot (spanner_reads/trending.py hot_top). Rows hold each post's exact counts. A
+   newest fold's snapshot, which tells readers how fresh the ranking is. A view of another
+   ranking without a parameter (spanner_reads/rankings/: `by="hot"`, view "top-hot" by default)
+   takes its top K instead, exact at the snapshot. Rows hold each post's exact counts. A
    ranking that is not certified is not published (NotCertified) unless the publisher allows
    it (`allow_uncertified`); the version records either way whether it was (Certified, Bound),
    and every page says so.
@@ -88,8 +88,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from schemas.counters import Counts
-from spanner_reads.fresh_top import fresh_top
-from spanner_reads.trending import HOT, hot_top
+from spanner_reads import rankings
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
 from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (
@@ -99,10 +98,12 @@ from spanner_store.tables import (
 
 Clock = Callable[[], datetime]
 
-DEFAULT_VIEW = "top-upvotes"
-UPVOTES = "upvotes"
-RANKINGS = (UPVOTES, HOT)  # what a view can rank by
-DEFAULT_VIEWS = {UPVOTES: DEFAULT_VIEW, HOT: "top-hot"}
+UPVOTES = rankings.DEFAULT
+# What a view can rank by: every ranking without a parameter (spanner_reads.rankings.BY_CHOICES),
+# each in a view of its own by default, named for it.
+RANKINGS = rankings.BY_CHOICES
+DEFAULT_VIEWS = {by: f"top-{by}" for by in RANKINGS}  # {"upvotes": "top-upvotes", "hot": "top-hot"}
+DEFAULT_VIEW = DEFAULT_VIEWS[UPVOTES]
 DEFAULT_K = 100
 DEFAULT_BATCH_ROWS = 100
 # A row upsert (its cells, its index entry and the removal of the old entry, from the DDL:
@@ -360,13 +361,9 @@ class Ranking(NamedTuple):
 
 
 def _rank(database, k: int, by: str) -> Ranking:
-    if by == HOT:
-        hot = hot_top(database, k)
-        return Ranking([(post.totals.post_id, post.totals.counts) for post in hot.posts], hot.folded_through,
-                       hot.exact, hot.bound)
-    top = fresh_top(database, k)
-    return Ranking([(post.post_id, post.counts) for post in top.posts], top.folded_through, top.exact,
-                   None if top.bound is None else float(top.bound))
+    page = rankings.RANKINGS[by].read(database, k)
+    return Ranking([(post.totals.post_id, post.totals.counts) for post in page.ranked], page.folded_through,
+                   page.exact, None if page.bound is None else float(page.bound))
 
 
 def _certified(database, view: str, version: int) -> bool | None:
@@ -426,7 +423,7 @@ def publish_top_view(
     by: str = UPVOTES,
     allow_uncertified: bool = False,
 ) -> ViewVersion:
-    """Publishes the current top `k` by `by` (UPVOTES or HOT) as a new version of `view` (see the
+    """Publishes the current top `k` by `by` (one of RANKINGS) as a new version of `view` (see the
     module docstring). Give each ranking a view of its own: DEFAULT_VIEWS names them.
 
     A ranking that is not certified raises NotCertified and publishes nothing, unless

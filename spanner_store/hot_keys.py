@@ -1,8 +1,10 @@
 """Posts.HotKey from a post's hourly rows, inside the transaction that writes it: the fold
 (spanner_writes/folding.py), whenever it changes a post's hourly rows, and the backfill that
 `upvotes provision` runs (upvotes/operations/hot_backfill.py). Both compute it the same way, from
-every hourly row of the post (schemas/hot_score.py is deterministic), so a HotKey is always the
-score of the post's hourly rows at its hourly watermark."""
+every hourly row of the post (schemas/hot_score.py is deterministic), and both write the hourly
+watermark it was computed at (HotKeyThrough) with it, so a fenced HotKey is the score of the
+post's hourly rows at its hourly watermark: the database rejects a move of that watermark by any
+writer that does not move HotKeyThrough with it (schemas/posts.sql, HotKeyCurrent)."""
 from __future__ import annotations
 
 from datetime import datetime

@@ -16,6 +16,8 @@ private names (what `Snapshot.read` and `Batch.delete` call); that test fails if
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from google.cloud import spanner
 from google.cloud.spanner_v1._helpers import _make_value_pb
 from google.cloud.spanner_v1.types import KeySet as KeySetMessage
@@ -32,7 +34,7 @@ class KeySet(spanner.KeySet):
             return KeySetMessage(all_=True)
         raw = KeySetMessage.pb()()
         for key in self.keys:
-            _encode(key, raw.keys.add())
+            encode_values(key, raw.keys.add())
         for key_range in self.ranges:
             raw_range = raw.ranges.add()
             for bound in _BOUNDS:
@@ -40,14 +42,15 @@ class KeySet(spanner.KeySet):
                 if values is not None:
                     raw_bound = getattr(raw_range, bound)
                     raw_bound.SetInParent()  # an empty bound is there, and means "to the end"
-                    _encode(values, raw_bound)
+                    encode_values(values, raw_bound)
         return KeySetMessage.wrap(raw)
 
 
-def _encode(key: list, into: ListValue) -> None:
-    """`key`'s values into `into`, as the client encodes them: the project's key parts (STRING
-    ids, INT64 hashes) directly, the rest (timestamps...) through the client's encoding."""
-    for value in key:
+def encode_values(values: Sequence, into: ListValue) -> None:
+    """`values` into `into`, as the client encodes them: the project's usual values (STRING ids,
+    INT64 hashes and counts) directly, the rest (timestamps, NULL, bytes, arrays...) through the
+    client's own encoding. Also what spanner_store/mutations.py builds rows with."""
+    for value in values:
         if type(value) is str:
             into.values.add().string_value = value
         elif type(value) is int:  # not bool, which is an int the client encodes otherwise

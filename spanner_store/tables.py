@@ -21,6 +21,9 @@ POSTS = "Posts"
 POSTS_BY_UPVOTES = "PostsByUpvotes"
 # The post's hot score as one ordered value (schemas/hot_score.py HotScore.key), and its index.
 HOT_KEY = "HotKey"
+# The hourly watermark HotKey was computed at; the HotKeyCurrent constraint holds it to the
+# post's hourly watermark (NULL: unfenced, not yet backfilled; schemas/posts.sql).
+HOT_KEY_THROUGH = "HotKeyThrough"
 POSTS_BY_HOT = "PostsByHot"
 POST_KEY_COLUMNS = ("PostHash", "PostId")
 POST_COLUMNS = ("PostHash", "PostId") + COUNTER_COLUMNS + ("FoldedThrough",)
@@ -30,9 +33,9 @@ HOURLY_WATERMARK = "HourlyFoldedThrough"
 # The union of the voter sketches of every delta folded (schemas/voter_sketch.py); on
 # Posts, PostDeltas and PostHourlyCounts alike. NULL: no voter recorded.
 VOTERS = "Voters"
-POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK, VOTERS, HOT_KEY)
-# What a step of a split fold writes: the hourly watermark and the score of the hourly rows.
-HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK, HOT_KEY)
+POST_FOLD_COLUMNS = POST_COLUMNS + (HOURLY_WATERMARK, VOTERS, HOT_KEY, HOT_KEY_THROUGH)
+# What a step of a split fold writes: the hourly watermark and the score of the hourly rows at it.
+HOURLY_WATERMARK_COLUMNS = ("PostHash", "PostId", HOURLY_WATERMARK, HOT_KEY, HOT_KEY_THROUGH)
 
 DELTAS = "PostDeltas"
 # The interleaved commit-time index: a post's deltas committed after its watermark are one
@@ -66,6 +69,10 @@ WRITER_GENERATIONS = "WriterGenerations"
 WRITER_GENERATION_COLUMNS = ("WriterName", "Generation", "ClaimedAt", "KeyFormat")
 STATUS_WATCHES = "StatusWatches"
 STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
+# Each local stream's heartbeat (local_runner/heartbeat.py writes it, spanner_reads/liveness.py reads it).
+STREAM_HEARTBEATS = "StreamHeartbeats"
+STREAM_HEARTBEAT_COLUMNS = ("Subscription", "Writer", "WindowSeconds", "Host", "Pid", "StartedAt", "AliveAt",
+                            "StoppedAt")
 
 ADJUSTMENTS = "Adjustments"
 ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind") + COUNTER_COLUMNS + ("Reason", "Actor", "AsOf", "CreatedAt",
@@ -103,7 +110,7 @@ SUSPENSION_COLUMNS = ("SuspensionId", "Request", "Reason", "Actor", "Since", "Us
 SUSPENSION_TALLY_COLUMNS = ("SuspensionId", "Request", "Votes") + COUNTER_COLUMNS + ("Commits",)
 SUSPENSION_FINISH_COLUMNS = ("SuspensionId", "Request", "FinishedAt")
 
-# Each corrected dead letter a replay wrote (spanner_writes/replays.py), keyed by a hash of its
+# Each corrected dead letter a replay wrote (upvotes/operations/replayed_corrections.py), keyed by a hash of its
 # identity, then the identity (`replayed_correction_key`).
 REPLAYED_CORRECTIONS = "ReplayedCorrections"
 REPLAYED_CORRECTION_COLUMNS = ("IdentityHash", "Identity", "Correction", "ReplayedAt")

@@ -1,5 +1,5 @@
 """The TopCandidates table: each delta commit's biggest risers, so that the fresh top posts
-(spanner_reads/fresh_top.py, which says why the guarantee holds) need no fold.
+(spanner_reads/rankings/all_time.py, which says why the guarantee holds) need no fold.
 
 - Writing (the write side: spanner_writes.deltas.add_delta_writes, for every writer of delta
   rows): every commit of delta rows also inserts one TopCandidates row *in the same commit*:

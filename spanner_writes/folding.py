@@ -31,6 +31,11 @@
    (HourlyFoldedThrough) compare-and-set, then its counters in one small transaction. Every
    commit stays under the budget whatever one post's deltas look like. A post whose fold
    fails with a non-transient error is skipped: the others are still folded.
+   Every transaction that changes a post's hourly rows also writes its HotKey, from all of
+   them, and every one that moves its hourly watermark writes HotKeyThrough with it (the
+   database's HotKeyCurrent constraint rejects a move without it: that is how a fold of an
+   older version, which writes neither, is kept from leaving a key the hot ranking trusts
+   behind its rows; it skips the post, and this fold folds it).
 6. `record_fold_run`: one FoldRuns row with S, the counts and ChangesThrough = S, and in the
    same commit one FoldRunSkippedPosts row per skipped post.
 
@@ -90,7 +95,7 @@ from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (
     COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
-    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOT_KEY, HOURLY, HOURLY_WATERMARK,
+    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOT_KEY, HOT_KEY_THROUGH, HOURLY, HOURLY_WATERMARK,
     HOURLY_WATERMARK_COLUMNS, HOURLY_WRITE_COLUMNS, POST_FOLD_COLUMNS, POSTS, VOTERS, WATERMARK_COLUMNS, PostKey,
     counts_at, hour_shard, post_key, sketch_column, sketch_value,
 )
@@ -204,9 +209,11 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
     The counters (under FoldedThrough) and the hourly rows (under HourlyFoldedThrough,
     which may be ahead after a split fold, `fold_post_in_steps`) are each compare-and-set
     on their own watermark, and both end at S. The post's HotKey is recomputed whenever its
-    hourly rows change, in the same transaction (`_add_to_hourly`). Whatever the watermarks are, the hours
-    written are a subset of the fold's own: both watermarks are at or after the one the
-    snapshot saw, so `fold_cost` bounds the commit.
+    hourly rows change, in the same transaction (`_add_to_hourly`), and HotKeyThrough follows
+    the hourly watermark (`_key_through`), as the HotKeyCurrent constraint demands of every
+    write that moves it. Whatever the watermarks are, the hours written are a subset of the
+    fold's own: both watermarks are at or after the one the snapshot saw, so `fold_cost`
+    bounds the commit.
     """
     keys = [[f.key.post_hash, f.key.post_id] for f in folds]
     current = {
@@ -214,12 +221,12 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
         for row in transaction.read(POSTS, columns=POST_FOLD_COLUMNS, keyset=KeySet(keys=keys))
     }
     outcome = FoldOutcome()
-    post_rows, hot_keys, hour_gains = [], {}, {}
+    post_rows, fences, hour_gains = [], {}, {}
     for fold in folds:
         post_hash, post_id, seen = fold.key
         row = current[(post_hash, post_id)]
         counts = counts_at(row, 2)
-        watermark, stored_hourly_mark, voters, hot_keys[(post_hash, post_id)] = row[2 + len(COUNTER_COLUMNS):]
+        watermark, stored_hourly_mark, voters, _, key_through = row[2 + len(COUNTER_COLUMNS):]
         voters = sketch_value(voters)
         hourly_mark = hourly_watermark(watermark, stored_hourly_mark)
         if watermark >= snapshot_at:
@@ -243,14 +250,35 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
         if gain_voters is not None:
             row[VOTERS] = sketch_column(union_of((voters, gain_voters)))
         post_rows.append(row)
+        fences[(post_hash, post_id)] = (key_through, max(hourly_mark, snapshot_at))
         for hour, sums in hours.items():
             hour_gains[(post_hash, post_id, hour)] = sums
     new_keys = _add_to_hourly(transaction, hour_gains)
     for row in post_rows:
-        if (row["PostHash"], row["PostId"]) in new_keys:  # its hourly rows changed: so did its score
-            row[HOT_KEY] = new_keys[(row["PostHash"], row["PostId"])]
+        post = (row["PostHash"], row["PostId"])
+        changed = post in new_keys  # its hourly rows changed: so did its score
+        if changed:
+            row[HOT_KEY] = new_keys[post]
+        stored, hourly_mark = fences[post]
+        through = _key_through(stored, hourly_mark, new_keys.get(post), changed)
+        if not (stored is None and through is None):  # a NULL that stays NULL is left out
+            row[HOT_KEY_THROUGH] = through
     _update_by_columns(transaction, POSTS, post_rows)
     return outcome
+
+
+def _key_through(stored: datetime | None, hourly_mark: datetime, new_key: float | None,
+                 rows_changed: bool) -> datetime | None:
+    """A post's HotKeyThrough once a fold transaction leaves its hourly watermark at
+    `hourly_mark`: set, the HotKeyCurrent constraint (schemas/posts.sql) holds it to that
+    watermark. When the transaction changed the post's hourly rows, the key written is the score
+    of all of them (`_add_to_hourly`): fenced at the watermark, unless the database has no
+    half-life recorded yet (no key): then NULL, unfenced, for the backfill `upvotes provision`
+    runs once it records one. Rows unchanged keep the key as current as it was: fenced if it
+    was, NULL (a row not yet backfilled) if not."""
+    if rows_changed:
+        return None if new_key is None else hourly_mark
+    return None if stored is None else hourly_mark
 
 
 def _update_by_columns(transaction, table: str, rows: list[dict]) -> None:
@@ -339,9 +367,9 @@ def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlySte
     """One split-fold step: adds the deltas committed in (hourly watermark, step.through] to the
     post's hourly rows and moves its hourly watermark to step.through, compare-and-set: a
     watermark already there (a concurrent or earlier fold) makes it a no-op. Returns hours written."""
-    rows = list(transaction.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK, HOT_KEY),
+    rows = list(transaction.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK, HOT_KEY, HOT_KEY_THROUGH),
                                  keyset=spanner.KeySet(keys=[[post_hash, post_id]])))
-    folded_through, hourly_mark, hot_key = rows[0]
+    folded_through, hourly_mark, hot_key, key_through = rows[0]
     hourly_mark = hourly_watermark(folded_through, hourly_mark)
     if hourly_mark >= step.through:
         return 0
@@ -349,9 +377,11 @@ def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlySte
     # these rows are a subset of the step's own: the commit stays within its bound.
     hours: dict[datetime, CounterSums] = {}
     add_hours(hours, [(hour, sums) for committed_at, hour, sums in step.rows if committed_at > hourly_mark])
-    hot_key = _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()}).get(
-        (post_hash, post_id), hot_key)
-    transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(post_hash, post_id, step.through, hot_key)])
+    post = (post_hash, post_id)
+    new_keys = _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()})
+    transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(
+        post_hash, post_id, step.through, new_keys.get(post, hot_key),
+        _key_through(key_through, step.through, new_keys.get(post), post in new_keys))])
     return len(hours)
 
 

@@ -51,6 +51,7 @@ from schemas.delta_ids import suspension_delta_id
 from schemas.records import CounterSums, PostDelta, PostUser
 from schemas.vote_states import Hold, counted, held
 from schemas.voter_sketch import sketch_of
+from spanner_store import mutations
 from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import MUTATION_BUDGET, is_transient, run_transaction, schema_behind
 from spanner_store.delta_commits import new_commit_id
@@ -172,8 +173,8 @@ def _add_to_tally(transaction, tally: Tally, moves: Moves) -> None:
     row = rows[0]
     counts = counts_at(row, 3).plus(moves.counts)
     commits = row[3 + len(COUNTER_COLUMNS)] + 1
-    transaction.update(SUSPENSIONS, columns=SUSPENSION_TALLY_COLUMNS,
-                       values=[(*key, row[2] + moves.votes, *counts, commits)])
+    mutations.update(transaction, SUSPENSIONS, SUSPENSION_TALLY_COLUMNS,
+                     [(*key, row[2] + moves.votes, *counts, commits)])
 
 
 class _OverBudget(Exception):
@@ -195,7 +196,7 @@ def reconcile(transaction, keys: Iterable[PostUser], tally: Tally | None, max_mu
     present = {delta.post_id for delta in moves.deltas} if parents_present else set()
     if moves_cost(moves, tally is not None) - len(present) * MUTATIONS_PER_PARENT > max_mutations:
         raise _OverBudget()
-    transaction.update(VOTES, columns=VOTE_MARK_COLUMNS, values=moves.marks)
+    mutations.update(transaction, VOTES, VOTE_MARK_COLUMNS, moves.marks)  # raw protobufs, as the sink's
     if moves.deltas:
         add_delta_writes(transaction, moves.deltas, present)
     if tally is not None:

@@ -51,6 +51,7 @@ from schemas.delta_ids import vote_delta_id
 from schemas.records import CounterSums, PostDelta, PostUser
 from schemas.vote_states import NONE, Hold, LatestVote, contributed, covered, erased, held
 from schemas.voter_sketch import sketch_of
+from spanner_store import mutations
 from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, run_transaction, run_with_retries
 from spanner_store.delta_commits import new_commit_id
@@ -201,9 +202,9 @@ def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutation
     if changes_cost(changes) > max_mutations:
         raise _OverBudget()
     if changes.rows:
-        transaction.insert_or_update(VOTES, columns=VOTE_COLUMNS, values=changes.rows)
+        mutations.insert_or_update(transaction, VOTES, VOTE_COLUMNS, changes.rows)
     if changes.marked_rows:
-        transaction.insert_or_update(VOTES, columns=VOTE_HELD_COLUMNS, values=changes.marked_rows)
+        mutations.insert_or_update(transaction, VOTES, VOTE_HELD_COLUMNS, changes.marked_rows)
     if changes.deltas:
         add_delta_writes(transaction, changes.deltas, parents_present,
                          user_ids=None if as_before_issue_46 else sorted({row[1] for row in changes.rows

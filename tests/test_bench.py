@@ -118,7 +118,14 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
 
     reader = document["benchmarks"]["stream_reader"]
     assert all(r["exact"] is True for r in reader["single_events"].values())
-    assert reader["sigkill"]["votes_doubled"] == 0 == reader["sigkill"]["markers_counted_twice"]
+    assert reader["sigkill"]["votes_lost"] == 0 == reader["sigkill"]["votes_doubled"]  # the message log (issue 47)
+    assert reader["sigkill"]["kills"] >= 2 and len(reader["sigkill"]["pulls_replayed"]) <= reader["sigkill"]["kills"]
+    assert all(reader["cost"][kind][mode]["votes"] > 0 for kind in ("batched", "single") for mode in ("before", "after"))
+    real = document["benchmarks"]["real_traffic"]
+    assert real["pipeline"]["exact"] is True and real["pipeline"]["votes"] > real["sizes"]["events"] > 0
+    assert real["pipeline"]["freshness"]["samples"] > 0 and real["pipeline"]["mutations_per_1k_votes"] > 0
+    assert real["pipeline"]["tail"]["mutations_per_vote"] > 0 and real["rmw"]["votes_per_s"] > 0
+    assert real["pubsub"]["publish_msgs_per_s"] > 0 and real["python"]["events_per_s_per_core"] > 0
     soak = document["benchmarks"]["fault_soak"]
     assert soak["exact"] is True and soak["lost"] == soak["doubled"] == 0 and soak["votes"] > 0
     assert soak["faults"]["stream_sigterms"] == len(soak["drains"]) >= 1 and soak["final_stop_exit_code"] == 0

@@ -111,6 +111,25 @@ def test_a_second_signal_stops_at_once_and_says_what_is_lost():
     assert "up to 100 votes pulled and acknowledged but not yet written are lost" in said[-1]
 
 
+def test_with_the_message_log_a_stop_cut_short_says_what_waits_in_it():
+    """With the message log (local_runner/exactly_once.py) nothing pulled was acknowledged: the
+    report says where it waits for the next run, and loses nothing."""
+    said: list[str] = []
+    control = ReaderControl()
+    control.once = SimpleNamespace(log=SimpleNamespace(path="/tmp/stream-log/votes.sqlite"))
+    codes, exit_now = exits()
+    with StopOnSignals(30, said.append, exit_now) as stopping:
+        stopping.attach(control)
+        signal_soon(signal.SIGTERM, 0.1)
+        signal_soon(signal.SIGINT, 0.4)
+        with pytest.raises(Exited):
+            stopping.until_finished(Pipeline(control, drain_s=None))
+    assert codes == [EXIT_NOT_DRAINED]
+    assert ("up to 100 votes pulled but not yet written, and 0 messages pulled but not yet parsed, are not lost: "
+            "unacknowledged, they wait in the message log /tmp/stream-log/votes.sqlite") in said[-1]
+    assert "lost," not in said[-1]
+
+
 def test_the_drain_timeout_stops_at_once():
     said: list[str] = []
     control = ReaderControl()

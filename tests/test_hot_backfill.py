@@ -10,6 +10,7 @@ import random
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from google.cloud import spanner
@@ -34,9 +35,11 @@ from spanner_store.top_candidates import commit_candidates
 from spanner_writes.deltas import write_new_deltas
 from tests.support.fold_runs import run_fold
 from tests.support.polling import wait_until
+from tests.support.provision_races import race
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, keys_and_hours, window_of,
+    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, keys_and_hours, stale_keys, unfenced,
+    window_of,
 )
 from upvotes.cli import main
 from upvotes.operations import hot_backfill
@@ -186,11 +189,12 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
         for thread in threads:
             thread.join(timeout=TIMEOUT_S)
     assert not errors and not any(thread.is_alive() for thread in threads), errors
-    assert {"added   column Posts.HotKey FLOAT64", "created TABLE RankingSettings", "recorded hot half-life 12 h"} \
-        <= set(logged), logged
+    assert {"added   column Posts.HotKey FLOAT64", "added   column Posts.HotKeyThrough TIMESTAMP",
+            "added   constraint Posts.HotKeyCurrent", "created TABLE RankingSettings",
+            "recorded hot half-life 12 h"} <= set(logged), logged
     assert len(pages) > RACED_PAGES and sum(pages) >= len(POSTS_BEFORE) and mid_backfill == [False] * RACED_PAGES
     assert [line for line in logged if line.startswith("backfilled hot scores")], logged
-    assert settings(database) == (12.0, True)
+    assert settings(database) == (12.0, True, 1) and unfenced(database) == {}
 
     run_fold(res)  # past the previous version's candidate rows, which bound nothing
     totals = ledger.totals()
@@ -219,12 +223,12 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
     capsys.readouterr()
     assert main(["provision", *flags, "--hot-half-life-hours", "6"]) == 0
     assert "kept    hot half-life 12 h" in capsys.readouterr().out
-    assert settings(database) == (12.0, True) and keys_and_hours(database)[0] == keys
+    assert settings(database) == (12.0, True, 1) and keys_and_hours(database)[0] == keys
 
     # --recompute-hot records it and recomputes every key.
     assert main(["provision", *flags, "--hot-half-life-hours", "6", "--recompute-hot"]) == 0
     assert "recorded hot half-life 6 h" in capsys.readouterr().out
-    assert settings(database) == (6.0, True)
+    assert settings(database) == (6.0, True, 2) and unfenced(database) == {}
     recomputed, hours = keys_and_hours(database)
     for post_id, key in recomputed.items():
         assert key == hot_score(hours.get(post_id, {}).items(), 6.0).key, post_id
@@ -252,22 +256,22 @@ def test_a_recompute_cut_short_is_finished_by_the_next_provision(stack, monkeypa
     real_write_keys = hot_backfill._write_keys
     written: list[int] = []
 
-    def killed_after_two_pages(transaction, posts, recompute):
+    def killed_after_two_pages(transaction, posts, *run):
         if len(written) == 2:
             raise RuntimeError("killed mid-recompute")
         written.append(len(posts))
-        return real_write_keys(transaction, posts, recompute)
+        return real_write_keys(transaction, posts, *run)
 
     monkeypatch.setattr(hot_backfill, "_write_keys", killed_after_two_pages)
     with pytest.raises(RuntimeError, match="killed mid-recompute"):
         provision_spanner(res, False, "unused", lambda _: None, hot_half_life_hours=6.0, recompute_hot=True)
-    assert settings(database) == (6.0, False) and not hot_top(database, 3).exact
+    assert settings(database) == (6.0, False, 2) and not hot_top(database, 3).exact
     monkeypatch.setattr(hot_backfill, "_write_keys", real_write_keys)
 
     logged: list[str] = []
     provision_spanner(res, False, "unused", logged.append)  # the default 12: the recorded 6 is kept
     assert any(line.startswith("kept    hot half-life 6 h") for line in logged), logged
-    assert settings(database) == (6.0, True)
+    assert settings(database) == (6.0, True, 3) and unfenced(database) == {}
     keys, hours = keys_and_hours(database)
     assert {p: k for p, k in keys.items() if k != hot_score(hours.get(p, {}).items(), 6.0).key} == {}
     top = hot_top(database, 5, extra=5)
@@ -286,9 +290,107 @@ def test_hot_reads_of_a_database_with_no_half_life_recorded_say_to_provision(sta
     run_with_retries(lambda: write_new_deltas(database, [PostDelta.of("p", NOW_HOUR, "d", upvotes=3, events=3)]),
                      PATIENT)
     run_fold(res)
-    assert keys_and_hours(database)[0] == {"p": None}
+    assert keys_and_hours(database)[0] == {"p": None} and list(unfenced(database)) == ["p"]  # no key: unfenced
     with pytest.raises(HotRankingUnavailable, match="upvotes provision"):
         hot_top(database, 3)
     provision_spanner(res, False, "unused", lambda _: None)
     assert keys_and_hours(database)[0] == {"p": hot_score([(NOW_HOUR, Counts(upvotes=3))], 12.0).key}
+    assert unfenced(database) == {}
     assert [p.totals.post_id for p in hot_top(database, 3).posts] == ["p"]
+
+
+# Scripts of two provisions' backfill steps (tests/support/provision_races.py), A's and B's: each
+# starts with the step that records the half-life, then one per page of RACE_PAGE posts (31 posts:
+# 4 pages), then the one that records the end.
+RACE_PAGE = 8
+RACE_STEPS = 6
+
+
+def race_database(prefix: str, half_life: float | None) -> tuple:
+    """A database with 31 posts voted on over 40 hours and folded by this version, provisioned with
+    `half_life`, or (None) of this version's schema with no half-life recorded yet (its DDL
+    applied by hand, as a first provision finds it: no key, every post unfenced)."""
+    res = new_resources(prefix)
+    if half_life is None:
+        client = spanner.Client(project=res.project)
+        client.instance(res.instance).database(res.database, ddl_statements=ddl_statements()).create().result(300)
+    else:
+        provision_spanner(res, False, "unused", lambda _: None, hot_half_life_hours=half_life)
+    database = open_database(res.project, res.instance, res.database)
+    rng = random.Random(prefix)
+    ledger = VoteLedger()
+    deltas = [random_delta(rng, f"h-{i:02}", f"race:{i}:{j}") for i in range(31) for j in range(2)]
+    run_with_retries(lambda: write_new_deltas(database, deltas), PATIENT)
+    ledger.add_deltas(deltas)
+    run_fold(res)
+    return database, ledger
+
+
+def certified_only_when_current(database, ledger: VoteLedger) -> Callable[[str], None]:
+    """The invariant checked after every step of a race: `hot_backfilled` set means every key is the
+    score of its hourly rows under the recorded H, and a certified hot answer is the brute force's.
+    (An answer read mid-backfill is not certified, and its bound, from keys of two half-lives, is
+    no bound: only certified answers are checked here.)"""
+    def check(when: str) -> None:
+        recorded = settings(database)
+        if recorded.backfilled:
+            assert stale_keys(database, recorded.half_life_hours) == {}, \
+                f"{when}: hot_backfilled with keys not of the recorded {recorded.half_life_hours:g} h"
+        if recorded.half_life_hours is not None and (top := hot_top(database, 5, extra=5)).exact:
+            assert_hot_answer(top, ledger, top.half_life_hours, 5, when)
+    return check
+
+
+@pytest.mark.parametrize("script", [
+    "A" * (RACE_STEPS - 1) + "BBA",  # B's record and first page between A's last page and A's end
+    "B" + "A" * RACE_STEPS,  # A all through between B's record and B's first page
+])
+def test_two_recomputes_at_once_end_with_every_key_of_the_last_half_life(stack, monkeypatch, script) -> None:
+    """`provision --recompute-hot` with H = 12 (A) and with H = 6 (B) at once, their steps
+    interleaved by `script`: after every step, `hot_backfilled` means every key is of the recorded
+    H; at the end it is, of the one that recorded last, which took the backfill over. Before issue
+    44, A's end recorded `hot_backfilled` = 1 over B's half-life and A's keys (the first script)."""
+    database, ledger = race_database("hotrace", 12.0)
+    monkeypatch.setattr(hot_backfill, "PAGE", RACE_PAGE)
+    logs: dict[str, list[str]] = {"A": [], "B": []}
+    results = race(monkeypatch, {
+        "A": lambda: hot_backfill.ensure_hot_ranking(database, 12.0, logs["A"].append, recompute=True),
+        "B": lambda: hot_backfill.ensure_hot_ranking(database, 6.0, logs["B"].append, recompute=True),
+    }, script, certified_only_when_current(database, ledger))
+    assert not [r for r in results.values() if isinstance(r, Exception)], results
+    final = settings(database)
+    last, first = sorted("AB", key=script.index, reverse=True)  # the later record
+    assert final.backfilled and final.half_life_hours == {"A": 12.0, "B": 6.0}[last], (final, logs)
+    assert stale_keys(database, final.half_life_hours) == {} and unfenced(database) == {}
+    # The run that was overtaken says so and leaves the end to the other.
+    assert results[last].finished and not results[first].finished, results
+    assert any("took it over" in line for line in logs[first]), logs
+    top = hot_top(database, 5, extra=5)
+    assert top.exact and top.half_life_hours == final.half_life_hours
+    assert_hot_answer(top, ledger, final.half_life_hours, 5, "after the race")
+
+
+@pytest.mark.parametrize("script", [
+    "A" * RACE_STEPS + "B" * RACE_STEPS,  # A all through, then B, which read no half-life before A's record
+    "AABAB",  # B's record between A's first and second pages
+])
+def test_two_first_provisions_with_different_half_lives_never_certify_keys_of_the_other(stack, monkeypatch,
+                                                                                      script) -> None:
+    """The first two provisions of a database, with H = 12 (A) and H = 6 (B), at once: the
+    half-life A recorded first is kept (B says so), every key ends under it and certified. Before
+    issue 44 B, having read no half-life before A's record, recorded its own over A's keys and
+    filled only the missing ones: A's keys for ever, certified under B's half-life (the first script)."""
+    database, ledger = race_database("hotfirst", None)
+    monkeypatch.setattr(hot_backfill, "PAGE", RACE_PAGE)
+    logs: dict[str, list[str]] = {"A": [], "B": []}
+    race(monkeypatch, {
+        "A": lambda: hot_backfill.ensure_hot_ranking(database, 12.0, logs["A"].append),
+        "B": lambda: hot_backfill.ensure_hot_ranking(database, 6.0, logs["B"].append),
+    }, script, certified_only_when_current(database, ledger))
+    final = settings(database)
+    assert final.backfilled and final.half_life_hours == 12.0, (final, logs)
+    assert any(line.startswith("kept    hot half-life 12 h") for line in logs["B"]), logs
+    assert stale_keys(database, 12.0) == {} and unfenced(database) == {}
+    top = hot_top(database, 5, extra=5)
+    assert top.exact
+    assert_hot_answer(top, ledger, 12.0, 5, "after the race")

@@ -39,7 +39,9 @@ from upvotes.devtools.verification import verify_totals
 from upvotes.devtools.workload import VoteStateWorkload, Workload, generate_events, generate_vote_states
 from upvotes.operations.dead_letters import pull_dead_letters, release
 from upvotes.operations.forget_user import forget_user
-from upvotes.operations.provision import provision_pubsub, provision_spanner
+from upvotes.operations.provision import (
+    missing_columns, missing_constraints, missing_defaults, provision_pubsub, provision_spanner,
+)
 from upvotes.operations.suspensions import restore_users, suspend_users
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
@@ -61,6 +63,28 @@ def folded(database, post_ids) -> dict[str, dict[str, int]]:
     with database.snapshot() as snapshot:
         return {row[0]: counts_at(row, 1)._asdict()
                 for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)}
+
+
+def test_a_nullable_column_is_added_without_its_default_and_a_check_constraint_by_name() -> None:
+    """What `upvotes provision` adds to an existing table, from the DDL alone: a NOT NULL column
+    with its DEFAULT (the existing rows need a value), a nullable one without it (its NULL tells the
+    existing rows apart; the default is set afterwards, for the rows written from then on), and
+    each missing CHECK constraint. Spanner gives its DDL back in its own spelling (`CHECK(`,
+    `PRIMARY KEY(`): the same table then misses nothing."""
+    wanted = ['CREATE TABLE T ( K INT64 NOT NULL, N INT64 NOT NULL DEFAULT (0), '
+              'B TIMESTAMP DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"), '
+              'CONSTRAINT BAfterN CHECK (B IS NULL OR N >= 0), ) PRIMARY KEY (K)']
+    existing = ["CREATE TABLE T (\n  K INT64 NOT NULL,\n) PRIMARY KEY(K)"]
+    assert missing_columns(existing, wanted) == [("T", "N INT64 NOT NULL DEFAULT (0)"), ("T", "B TIMESTAMP")]
+    assert missing_defaults(existing, wanted) == [("T", "B", '(TIMESTAMP "1970-01-01T00:00:00Z")')]
+    assert missing_constraints(existing, wanted) == [("T", "CONSTRAINT BAfterN CHECK (B IS NULL OR N >= 0)")]
+    half_done = ["CREATE TABLE T (\n  K INT64 NOT NULL,\n  N INT64 NOT NULL DEFAULT (0),\n  B TIMESTAMP,\n"
+                 "  CONSTRAINT BAfterN CHECK(B IS NULL OR N >= 0),\n) PRIMARY KEY(K)"]
+    assert (missing_columns(half_done, wanted), missing_constraints(half_done, wanted)) == ([], [])
+    assert missing_defaults(half_done, wanted) == [("T", "B", '(TIMESTAMP "1970-01-01T00:00:00Z")')]
+    migrated = [half_done[0].replace("B TIMESTAMP,", 'B TIMESTAMP DEFAULT (TIMESTAMP "1970-01-01T00:00:00Z"),')]
+    assert (missing_columns(migrated, wanted), missing_defaults(migrated, wanted),
+            missing_constraints(migrated, wanted)) == ([], [], [])
 
 
 def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(stack, emulator_env, tmp_path) -> None:

@@ -13,6 +13,14 @@ MOVED = {
     ("spanner_store.counts_reader", "CountsReader"): "spanner_reads.counts_reader",
     ("spanner_store.votes", "vote_of"): "spanner_reads.my_votes",
     ("spanner_store.votes", "StoredVote"): "spanner_store.vote_rows",
+    ("spanner_reads.trending", "hot_top"): "spanner_reads.rankings.hot",
+    ("spanner_reads.trending", "HotRankingUnavailable"): "spanner_reads.rankings.hot",
+    ("spanner_reads.trending", "window_top"): "spanner_reads.rankings.last_hours",
+    ("spanner_reads.trending", "TrendingTop"): "spanner_reads.rankings.trending_top",
+    ("spanner_reads.trending", "RankedPost"): "spanner_reads.rankings.ranking",
+    ("spanner_reads.fresh_top", "fresh_top"): "spanner_reads.rankings.all_time",
+    ("spanner_reads.fresh_top", "FreshTop"): "spanner_reads.rankings.all_time",
+    ("spanner_reads.fresh_top", "DEFAULT_EXTRA"): "spanner_reads.fresh_side",
 }
 
 

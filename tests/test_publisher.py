@@ -23,7 +23,7 @@ from schemas.contract import (
     event_message, parse_message, parse_vote, reason_of,
 )
 from schemas.counters import COUNTERS, Counts
-from schemas.records import VoteEvent
+from schemas.records import VoteEvent, VoteState
 from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
 from upvotes.devtools.ledger import Ledger
@@ -31,7 +31,9 @@ from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import (
     _interleave, publish_file, publish_messages, publish_workload,
 )
-from upvotes.devtools.workload import INVALID_KINDS, Workload, generate_events, invalid_payloads, uuid4_text
+from upvotes.devtools.workload import (
+    INVALID_KINDS, RealTrafficWorkload, Workload, generate, generate_events, invalid_payloads, uuid4_text,
+)
 from upvotes.resources import Resources
 
 START = datetime(2026, 11, 22, 3, 30, tzinfo=timezone.utc)
@@ -102,6 +104,25 @@ def test_every_generated_event_is_accepted_with_its_attributes() -> None:
         vote = accepted(data, attributes)
         assert (vote.post_id, vote.counter, vote.delta, vote.event_id, vote.user_id) == (
             event["post_id"], event["counter"], event["delta"], event["event_id"], event["user_id"])
+
+
+def test_real_traffic_is_half_viral_head_half_long_tail_half_vote_states_and_all_accepted() -> None:
+    """Issue 45's shape: single votes, a Zipf head and a uniform tail, half vote states by users of
+    their own (some flipping), all valid; deterministic for a seed."""
+    workload = RealTrafficWorkload(events=20_000, posts=5_000, seed=3, start_time=START)
+    events = list(generate(workload))
+    assert events == list(generate(workload))
+    states = [e for e in events if "vote" in e]
+    assert 0.45 < len(states) / len(events) < 0.55
+    posts = collections.Counter(e["post_id"] for e in events)
+    assert posts.most_common(1)[0][0] == "p-1" and posts["p-1"] > 0.05 * len(events)  # the viral head
+    assert len(posts) > 0.5 * workload.posts  # and a long tail over the catalogue
+    first_votes = [e for e in states if e["vote"] == "up"]
+    assert len({e["user_id"] for e in first_votes}) > 0.8 * len(first_votes)  # users of their own
+    assert {e["vote"] for e in states} == {"up", "down", "none"}  # flips
+    for event in events:
+        vote = parse_vote(*event_message(event), publish_time_s=time.time())
+        assert isinstance(vote, (VoteEvent, VoteState)) and vote.post_id == event["post_id"], vote
 
 
 def test_every_invalid_payload_is_rejected_for_its_own_reason() -> None:

@@ -187,10 +187,12 @@ PROJECT_DIRS = ("pipeline", "transforms", "spanner_store", "upvotes", "bench", "
 # Bench code that must name a table it chose itself would
 # go here (a table name cannot be a query parameter), with the constant it comes from.
 ALLOWED: dict[tuple[str, int], str] = {
-    ("upvotes/operations/provision.py", 64): "drop_stored_column_ddl: ALTER INDEX DROP STORED COLUMN, the database's own",
-    ("upvotes/operations/provision.py", 69): "add_stored_column_ddl: ALTER INDEX ADD STORED COLUMN from posts.sql's own index",
-    ("upvotes/operations/provision.py", 74): "add_column_ddl: ALTER TABLE ADD COLUMN from posts.sql's own column definitions",
-    ("upvotes/operations/provision.py", 97): "set_column_options_ddl: ALTER COLUMN SET OPTIONS from posts.sql's own options",
+    ("upvotes/operations/provision.py", 96): "drop_stored_column_ddl: ALTER INDEX DROP STORED COLUMN, the database's own",
+    ("upvotes/operations/provision.py", 101): "add_stored_column_ddl: ALTER INDEX ADD STORED COLUMN from posts.sql's own index",
+    ("upvotes/operations/provision.py", 106): "add_column_ddl: ALTER TABLE ADD COLUMN from posts.sql's own column definitions",
+    ("upvotes/operations/provision.py", 129): "set_column_options_ddl: ALTER COLUMN SET OPTIONS from posts.sql's own options",
+    ("upvotes/operations/provision.py", 134): "set_default_ddl: ALTER TABLE ALTER COLUMN SET DEFAULT from posts.sql's own column",
+    ("upvotes/operations/provision.py", 139): "add_constraint_ddl: ALTER TABLE ADD CONSTRAINT from posts.sql's own CHECK",
 }
 
 

@@ -306,3 +306,50 @@ def test_late_votes_are_not_applicable_on_the_emulators_and_no_problem(stack, ca
     assert "no Cloud Monitoring" in report["late_votes"]["method"] and "wall clock" in report["late_votes"]["method"]
     # Other tests' dead letters may make this stack unhealthy, never its late votes.
     assert not any("arrived late" in p or "lateness" in p for p in report["problems"])
+
+
+def test_a_dead_stream_is_flagged_within_three_windows_and_an_idle_one_never(streaming_stack, capsys) -> None:
+    """The plain `upvotes status` (issue 47): a local stream beats its heartbeat at least once per
+    window, idle or not, so an idle stream is running and a SIGKILLed one is dead, exit 3, with when
+    it was last alive, within 3 windows of its death (2 s windows here)."""
+    import signal
+    import time
+
+    from spanner_reads.liveness import DEAD_AFTER_WINDOWS
+    from upvotes.devtools import local_stream
+
+    res, _, start, log = streaming_stack
+    window_s = 2
+    stream = start()
+
+    def beat() -> dict | None:
+        streams = status(res, capsys)[1]["streams"]
+        return streams[0] if streams else None
+
+    wait_until(lambda: (beat() or {}).get("state") == "running", 120, "the stream's first heartbeat", stream, log)
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < (DEAD_AFTER_WINDOWS + 1) * window_s:  # idle for 4 windows: never dead
+        code, report = status(res, capsys)
+        [stream_report] = report["streams"]
+        assert stream_report["state"] == "running" and stream_report["window_s"] == window_s, stream_report
+        assert code == 0 and report["healthy"], report["problems"]
+    assert local_stream.stop(stream, signal.SIGKILL) == -signal.SIGKILL
+    killed_at = time.time()
+    reports: list[tuple[int, dict]] = []
+    took = wait_until(lambda: reports.append(status(res, capsys)) or reports[-1][0] == 3, 30,
+                      "status to flag the dead stream", poll_s=0.2)
+    code, report = reports[-1]
+    [dead] = report["streams"]
+    last_alive = datetime.fromisoformat(dead["last_alive"]).timestamp()
+    # It beat until it died (every half window: 1 s), so flagging it once its last beat is 3 windows
+    # old flags it within 3 windows of its death, whenever status runs.
+    assert killed_at - 2 < last_alive <= killed_at
+    assert dead["state"] == "dead" and dead["missed_windows"] >= DEAD_AFTER_WINDOWS
+    for _, earlier in reports[:-1]:  # not before its last beat is 3 windows old
+        [stream_report] = earlier["streams"]
+        assert stream_report["state"] == "running" and stream_report["last_alive_age_s"] <= 3 * window_s
+    [problem] = report["problems"]
+    assert problem.startswith(f"the stream reading {res.subscription_path(res.subscription)} is dead: no heartbeat "
+                              f"for {dead['missed_windows']} of its 2 s windows") and dead["last_alive"] in problem
+    assert took <= DEAD_AFTER_WINDOWS * window_s + 10, took  # a status's own time, on a loaded machine, aside
+    print(f"\ndead stream flagged {took:.1f} s after its SIGKILL (last alive {killed_at - last_alive:.1f} s before it)")

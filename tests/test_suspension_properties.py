@@ -18,10 +18,11 @@ import pytest
 from schemas.counters import Counts
 from schemas.records import PostUser
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
-from spanner_reads.fresh_top import fresh_top
 from spanner_reads.hourly import hourly_counts_in
+from spanner_reads.rankings.all_time import fresh_top
+from spanner_reads.rankings.hot import hot_top
+from spanner_reads.rankings.last_hours import window_top
 from spanner_reads.reads import exact_counts
-from spanner_reads.trending import hot_top, window_top
 from spanner_store.database import RetryPolicy, open_database, run_with_retries
 from spanner_store.tables import timestamp_micros
 from spanner_writes.votes import apply_vote_states

@@ -5,7 +5,14 @@ ledger (tests/support/trending_ledger.py): every post it lists at its true score
 the true order; when it says `exact`, the true top K; and its bound above every post left out
 that would outrank its K-th. Votes go through the real write paths: delta rows through
 write_new_deltas (the sink's commit) and the sink transform WriteDeltaRows, vote states through
-apply_vote_states (the vote-state sink's transaction), and the real fold at random points."""
+apply_vote_states (the vote-state sink's transaction), and the real fold at random points.
+
+Issue 44 adds what an upgrade and its operators bring: an older fold among the actions (the
+pre-trending one, which leaves HotKey as it is, or the one before issue 44, which keeps it but not
+its fence; tests/support/older_folds.py), which the database makes skip every fenced post; and two
+provisions at once, a recompute with a random half-life and another provision, their backfill
+steps interleaved at random (tests/support/provision_races.py): every certified answer read
+between their steps is still the brute force's, under the half-life it reports."""
 from __future__ import annotations
 
 import random
@@ -21,15 +28,19 @@ from schemas.vote_states import DOWN, NONE, UP, LatestVote
 from spanner_reads.reads import exact_counts
 from spanner_reads.trending import hot_top, window_top
 from spanner_store.database import RetryPolicy, open_database, run_with_retries
+from spanner_store.ranking_settings import read_settings
 from spanner_store.top_candidates import CANDIDATES_PER_COMMIT
 from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
+from tests.support.older_folds import older_fold
+from tests.support.provision_races import race
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, hot_values, keys_and_hours, window_of,
+    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, hot_values, keys_and_hours, unfenced, window_of,
 )
 from transforms.spanner_sink import WriteDeltaRows
+from upvotes.operations import hot_backfill
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
 NOW_HOUR = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
@@ -38,6 +49,8 @@ SPAN_HOURS = 30  # votes fall in the last 30 event hours
 STEPS = 16
 # (seed, half-life): the default, a fast decay, a half-life that divides no hour count.
 CASES = [(1, 12.0), (2, 1.0), (3, 5.5), (4, 12.0)]
+HALF_LIVES = (1.0, 5.5, 12.0)  # what a racing recompute records
+RACE_PAGE = 5  # posts per backfill page while provisions race: a few pages, each a step
 
 
 def moment(hours_from_now: int) -> datetime:
@@ -47,7 +60,8 @@ def moment(hours_from_now: int) -> datetime:
 class Run:
     """One seed's database, ledger and random choices."""
 
-    def __init__(self, seed: int, half_life: float) -> None:
+    def __init__(self, seed: int, half_life: float, monkeypatch) -> None:
+        self.monkeypatch = monkeypatch
         self.rng = random.Random(seed)
         self.half_life = half_life
         self.resources = new_resources(f"trp{seed}")
@@ -120,10 +134,42 @@ class Run:
         outcome = run_fold(self.resources, posts_per_commit=self.rng.choice([2, 500]))
         return f"a fold of {outcome.posts_folded} posts"
 
+    def older_fold(self) -> str:
+        """A fold of an earlier version: it skips every post voted on since it was last folded
+        (all fenced, rows of this version); its run is the cursor the reads start from."""
+        skipped = older_fold(self.database, writes_hot_key=self.rng.random() < 0.5)
+        return f"an older fold that skipped {len(skipped)} posts"
+
+    def race_provisions(self) -> str:
+        """`provision --recompute-hot` with a random half-life (A) and another provision (B, a
+        recompute or not, with another random one), their steps in a random order."""
+        a, b = self.rng.choice(HALF_LIVES), self.rng.choice(HALF_LIVES)
+        b_recomputes = self.rng.random() < 0.5
+        script = "".join(self.rng.choice("AB") for _ in range(self.rng.randint(2, 12)))
+        self.monkeypatch.setattr(hot_backfill, "PAGE", RACE_PAGE)
+        race(self.monkeypatch, {
+            "A": lambda: hot_backfill.ensure_hot_ranking(self.database, a, lambda _: None, recompute=True),
+            "B": lambda: hot_backfill.ensure_hot_ranking(self.database, b, lambda _: None, recompute=b_recomputes),
+        }, script, self.check_certified)
+        with self.database.snapshot() as snapshot:
+            settings = read_settings(snapshot)
+        assert settings.backfilled, settings
+        self.half_life = settings.half_life_hours
+        return f"provisions racing ({a:g} h recomputed, {b:g} h{' recomputed' if b_recomputes else ''}, {script})"
+
+    def check_certified(self, step: str) -> None:
+        """Between two racing provisions' steps: a certified hot answer is the brute force's under
+        the half-life it read (an answer mid-backfill is not certified, nor bounded). Its K is
+        fixed: the steps' order depends on the threads', and the seed's choices must not."""
+        hot = hot_top(self.database, 3, extra=2)
+        if hot.exact:
+            assert_hot_answer(hot, self.ledger, hot.half_life_hours, 3, step)
+
     def check(self, step: str) -> None:
         rng = self.rng
         k = rng.randint(1, 5)
         hot = hot_top(self.database, k, extra=rng.randint(0, 3))
+        assert hot.half_life_hours == self.half_life
         assert_hot_answer(hot, self.ledger, self.half_life, k, step)
         self.answers["hot"][not hot.exact] += 1
         # A random window, and the current hour alone (where a wide commit's left-out rows land).
@@ -134,26 +180,30 @@ class Run:
 
 
 @pytest.mark.parametrize("seed, half_life", CASES)
-def test_every_answer_agrees_with_the_ledger_and_every_certified_one_is_exact(emulator_env, seed: int,
+def test_every_answer_agrees_with_the_ledger_and_every_certified_one_is_exact(emulator_env, monkeypatch, seed: int,
                                                                              half_life: float) -> None:
-    run = Run(seed, half_life)
-    actions = [run.write_deltas] * 5 + [run.vote_states] * 3 + [run.write_wide] * 2 + [run.fold] * 2
-    sink_at = run.rng.randrange(STEPS)
+    run = Run(seed, half_life, monkeypatch)
+    actions = [run.write_deltas] * 5 + [run.vote_states] * 3 + [run.write_wide] * 2 + [run.fold] * 2 \
+        + [run.older_fold]
+    # Once each at least: the sink transform, an older fold, provisions racing.
+    once = dict(zip(run.rng.sample(range(STEPS), 3), (run.sink, run.older_fold, run.race_provisions)))
     for step in range(STEPS):
-        action = run.sink if step == sink_at else run.rng.choice(actions)
+        action = once.get(step) or run.rng.choice(actions)
         run.check(f"seed {seed}, step {step}: after {action()}")
 
     run.fold()
     run.check(f"seed {seed}: folded")
     totals = run.ledger.totals()
     assert {t.post_id: t.counts for t in exact_counts(run.database, totals)} == totals
-    # Folded, every post's HotKey is the score of its hourly rows, and of the ledger.
+    # Folded, every post's HotKey is the score of its hourly rows, and of the ledger, and fenced.
+    half_life = run.half_life
     keys, hours = keys_and_hours(run.database)
     truth = hot_values(run.ledger, half_life, moment(0))
     for post_id, key in keys.items():
         assert key == hot_score(hours.get(post_id, {}).items(), half_life).key
         score = HotScore.from_key(key).at(moment(0), half_life)
         assert score == pytest.approx(truth[post_id].score, rel=1e-9, abs=0), post_id
+    assert unfenced(run.database) == {}
     # With the index read whole, the answer is certified and is the brute force's.
     everything = hot_top(run.database, 3, extra=len(run.posts))
     assert everything.exact and [p.totals.post_id for p in everything.posts] == [

@@ -25,8 +25,8 @@ from google.cloud import spanner
 from schemas.counters import Counts
 from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS, HOUR_S
 from schemas.records import PostDelta
-from spanner_reads import counts_reader
 from spanner_reads.counts_reader import CountsReader
+from spanner_reads.rankings import hot, last_hours
 from spanner_reads.trending import HotRankingUnavailable
 from spanner_reads.views import DEFAULT_VIEWS
 from spanner_store.database import open_database
@@ -171,7 +171,7 @@ def test_top_by_hot_pages_through_the_published_hot_view(voted, capsys) -> None:
 @pytest.mark.parametrize("text, hours", [("24h", 24), ("1h", 1), ("7d", 168), ("30d", 720), ("720h", 720),
                                          ("2D", 48)])
 def test_last_takes_hours_or_days(text: str, hours: int) -> None:
-    assert argument_types.last_hours(text) == hours == argument_types.hours_of(text)
+    assert argument_types.parsed_by(last_hours.hours_of)(text) == hours == last_hours.hours_of(text)
 
 
 @pytest.mark.parametrize("text, reason", [
@@ -264,8 +264,8 @@ def test_the_reader_reads_trending_lists_with_its_staleness_and_top_extra(voted,
             return read(*args)
         return wrapped
 
-    monkeypatch.setattr(counts_reader, "hot_top", spy(counts_reader.hot_top))
-    monkeypatch.setattr(counts_reader, "window_top", spy(counts_reader.window_top))
+    monkeypatch.setattr(hot, "hot_top", spy(hot.hot_top))
+    monkeypatch.setattr(last_hours, "window_top", spy(last_hours.window_top))
     stale = CountsReader(database, staleness_s=2.0, refresh_s=0.0, top_extra=7)
     strong = CountsReader(database, refresh_s=0.0)
 

@@ -355,6 +355,7 @@ def test_an_uncertified_ranking_is_never_published_as_certified(fresh, capsys, m
     import functools
 
     from spanner_reads import trending
+    from spanner_reads.rankings import hot
     from spanner_store.top_candidates import CANDIDATES_PER_COMMIT
 
     resources, database = fresh
@@ -367,7 +368,7 @@ def test_an_uncertified_ranking_is_never_published_as_certified(fresh, capsys, m
     # old-0 now has 109: the true first of both rankings, raised by a commit that does not list it.
     flags = [f"--project={resources.project}", f"--instance={resources.instance}", f"--database={resources.database}"]
 
-    monkeypatch.setattr(leaderboard, "hot_top", functools.partial(trending.hot_top, resolve_posts=0))
+    monkeypatch.setattr(hot, "hot_top", functools.partial(trending.hot_top, resolve_posts=0))
     assert not trending.hot_top(database, 3, resolve_posts=0).exact
     with pytest.raises(NotCertified, match="not certified"):
         publish_top_view(database, k=3, by="hot", view="top-hot")

@@ -26,6 +26,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 from google.api_core import exceptions
 from google.cloud import spanner
+from google.cloud.spanner_v1 import Mutation
 
 from schemas.counters import Counts
 from schemas.records import FailedVoteStates, PostUser
@@ -136,22 +137,11 @@ class WritesRecorded:
         return getattr(self._database, name)
 
     def run_in_transaction(self, work, *args, **kwargs):
-        recorder = self
-
-        class Recording:
-            def __init__(self, transaction) -> None:
-                self._transaction = transaction
-
-            def __getattr__(self, name):
-                return getattr(self._transaction, name)
-
-            def insert_or_update(self, table, **kwargs):
-                recorder.upserted[-1].append(table)
-                return self._transaction.insert_or_update(table, **kwargs)
-
         def recording(transaction, *a, **kw):
-            recorder.upserted.append([])
-            return work(Recording(transaction), *a, **kw)
+            result = work(transaction, *a, **kw)  # its mutations, as the commit will send them
+            self.upserted.append([Mutation.pb(m).insert_or_update.table for m in transaction._mutations
+                                  if Mutation.pb(m).WhichOneof("operation") == "insert_or_update"])
+            return result
 
         return self._database.run_in_transaction(recording, *args, **kwargs)
 

@@ -21,6 +21,11 @@ is made per vote or per message, only one per shard of posts per bundle.
   (shard, ShardSums) element per shard of posts, stamped with that moment as their
   ingestion time (what transforms/windowing.py windows by). The bundle is not yet committed
   when it emits, so the watermark is still held behind it.
+- The local reader's pulls (lists of messages, transforms/read_votes.py) come already stamped
+  with their ingestion time, by the reader, as the element's timestamp: their sums are kept
+  per pull stamp and emitted with it. That stamp is recorded with the pull in the local
+  stream's message log, so a pull replayed after a crash is summed into the same window as the
+  first time (local_runner/exactly_once.py).
 - The ingestion time is the worker's clock, but never earlier than the latest publish time
   among the bundle's messages (`ingestion_time`). The watermark follows Pub/Sub's clock (the
   publish times of the messages not yet processed, this bundle's among them), not the
@@ -55,6 +60,7 @@ import orjson
 from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.timestamp import Timestamp
 from msgspec import UNSET
 
 from schemas import user_hash
@@ -252,7 +258,7 @@ class BundleSums:
         """The accepted events so far, delta and vote-state events alike."""
         return sum(acc.events for acc in self._sums.values()) + sum(state.events for state in self._states.values())
 
-    def emit_states(self, at: float) -> Iterator:
+    def emit_states(self, at: float | Timestamp) -> Iterator:
         """One element per shard of users: (shard, ShardVotes), stamped `at` (its ingestion time)."""
         shards: dict[int, ShardVotes] = {}
         for key, state in self._states.items():
@@ -260,7 +266,7 @@ class BundleSums:
         for shard, states in shards.items():
             yield GlobalWindows.windowed_value((shard, states), timestamp=at)
 
-    def emit(self, at: float) -> Iterator:
+    def emit(self, at: float | Timestamp) -> Iterator:
         """One element per shard: (shard, ShardSums), stamped `at` (its ingestion time)."""
         shards: dict[int, ShardSums] = {}
         shard_of: dict[str, int] = {}
@@ -288,6 +294,7 @@ class _ParseAndSumFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._sums = BundleSums()
+        self._pulls: dict[int, BundleSums] = {}  # the local reader's pulls, by their ingestion stamp (us)
         # Counted locally and reported once per bundle: a metric update per vote costs more
         # than parsing it.
         self._rejected: Counter[str] = Counter()
@@ -295,43 +302,67 @@ class _ParseAndSumFn(beam.DoFn):
         self._on_ingestion_hour = self._count_ingestion_hour  # bound once, not once per message
         self._messages = 0
 
-    def process(self, message: PubsubMessage, windowed=beam.DoFn.WindowedValueParam):
-        # Runs once per message, so Beam's per-element cost counts: the element's timestamp is read
+    def process(self, message: PubsubMessage | list[PubsubMessage], windowed=beam.DoFn.WindowedValueParam):
+        # Runs once per element, so Beam's per-element cost counts: the element's timestamp is read
         # as its microseconds (float(TimestampParam) exactly, without making a Timestamp per
         # message), and a message without rejections returns an empty tuple, not a generator.
-        self._messages += 1
-        rejected = self._sums.add_message(message.data or b"", message.attributes,
-                                          windowed.timestamp_micros / 1_000_000, self._policy,
-                                          self._on_ingestion_hour)
+        if type(message) is list:  # a whole pull of the local reader (transforms/read_votes.py)
+            rejected = self._add_pull(message, windowed.timestamp_micros)
+        else:
+            self._messages += 1
+            rejected = self._sums.add_message(message.data or b"", message.attributes,
+                                              windowed.timestamp_micros / 1_000_000, self._policy,
+                                              self._on_ingestion_hour)
         if not rejected:
             return ()
         for each in rejected:
             self._rejected[reason_of(each)] += 1
         return [beam.pvalue.TaggedOutput(self.REJECTED, each) for each in rejected]
 
+    def _add_pull(self, messages: list[PubsubMessage], stamp_us: int) -> list[Rejected]:
+        """Every message of one pull, each with its own publish time (its `publish_time`, the Beam
+        Timestamp it would have been stamped with as an element of its own), into the sums of the
+        pull's ingestion stamp (the element's timestamp: see the module docstring)."""
+        self._messages += len(messages)
+        sums = self._pulls.get(stamp_us)
+        if sums is None:
+            sums = self._pulls[stamp_us] = BundleSums()
+        add, policy, on_ingestion_hour = sums.add_message, self._policy, self._on_ingestion_hour
+        rejected: list[Rejected] = []
+        for message in messages:
+            rejected += add(message.data or b"", message.attributes, message.publish_time.micros / 1_000_000, policy,
+                            on_ingestion_hour)
+        return rejected
+
     def _count_ingestion_hour(self, reason: str) -> None:
         self._ingestion_hour[reason] += 1
 
     def finish_bundle(self):
         Metrics.counter("ParseVotes", "messages").inc(self._messages)
-        Metrics.counter("ParseVotes", "accepted").inc(self._sums.votes)
+        Metrics.counter("ParseVotes", "accepted").inc(self._sums.votes + sum(p.votes for p in self._pulls.values()))
         for reason, count in self._rejected.items():
             Metrics.counter("ParseVotes", f"rejected_{reason}").inc(count)
         for reason, count in self._ingestion_hour.items():
             Metrics.counter("ParseVotes", f"ingestion_hour_{reason}").inc(count)
         now = time.time()
-        at = ingestion_time(now, self._sums.latest_publish_s)
-        if at - now > CLOCK_BEHIND_COUNTED_S:
-            Metrics.counter("ParseVotes", "stamped_ahead_of_worker_clock").inc(self._sums.votes)
-        yield from self._sums.emit(at)
-        for states in self._sums.emit_states(at):
-            yield beam.pvalue.TaggedOutput(self.STATES, states)
+        stamped = [(Timestamp(micros=stamp_us), sums) for stamp_us, sums in self._pulls.items()]
+        if self._sums.latest_publish_s > float("-inf"):  # messages as elements of their own (Dataflow)
+            stamped.append((ingestion_time(now, self._sums.latest_publish_s), self._sums))
+        ahead = sum(sums.votes for at, sums in stamped if float(at) - now > CLOCK_BEHIND_COUNTED_S)
+        if ahead:
+            Metrics.counter("ParseVotes", "stamped_ahead_of_worker_clock").inc(ahead)
+        for at, sums in stamped:
+            yield from sums.emit(at)
+            for states in sums.emit_states(at):
+                yield beam.pvalue.TaggedOutput(self.STATES, states)
 
 
 class ParseVotes(beam.PTransform):
     """PubsubMessage -> ParsedVotes(sums: (shard, ShardSums), states: (shard, ShardVotes), rejected: Rejected).
 
-    A message is one event, or a batch of them (contract v2). `sums` holds each bundle's
+    A message is one event, or a batch of them (contract v2). An element may also be a list of
+    messages: the local reader's whole pull (transforms/read_votes.py), each message with
+    its publish time in `publish_time`. `sums` holds each bundle's
     accepted delta events summed per post and event hour, `states` its vote-state events merged
     to the latest per post and user, both stamped with the bundle's ingestion time (what
     WindowAndSumVotes and WindowAndMergeVoteStates window by). The element timestamp (the Pub/Sub

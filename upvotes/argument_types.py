@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 import re
 from datetime import datetime, timedelta, timezone
+from typing import Callable, TypeVar
 
 from schemas.contract import MAX_ID_CHARS
-from spanner_reads.trending import MAX_HOURS
+
+T = TypeVar("T")
 
 
 def positive_int(text: str) -> int:
@@ -46,26 +48,15 @@ def user_id(text: str) -> str:
     return text
 
 
-def hours_of(text: str) -> int:
-    """A window length as `Nh` (N hours) or `Nd` (N days), 1 to MAX_HOURS (720, 30 days) hours in
-    all: "24h", "7d". ValueError with a readable reason otherwise (the HTTP service's `last=`
-    takes the same text)."""
-    match = re.fullmatch(r"\s*([0-9]{1,6})\s*([hdHD])\s*", text)
-    if match is None:
-        raise ValueError(f"a window is N hours or N days, written like 24h or 7d, not {text[:40]!r}")
-    hours = int(match[1]) * (24 if match[2].lower() == "d" else 1)
-    if not 1 <= hours <= MAX_HOURS:
-        raise ValueError(f"a window is 1 to {MAX_HOURS} hours ({MAX_HOURS // 24}d), not {text.strip()!r} "
-                         f"({hours} hours)")
-    return hours
-
-
-def last_hours(text: str) -> int:
-    """`--last`: hours_of, refused with usage help."""
-    try:
-        return hours_of(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+def parsed_by(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse `type=` from a parser that raises ValueError with a readable reason (a
+    ranking's parameter, spanner_reads.rankings.ranking.Parameter): refused with usage help."""
+    def parsed(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return parsed
 
 
 _DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}

@@ -30,6 +30,7 @@ from google.cloud import spanner
 from schemas.counters import COLUMNS as COUNTER_COLUMNS
 from schemas.counters import Counts
 from schemas.records import PostDelta
+from schemas.hot_score import hot_score
 from spanner_store.tables import HOT_KEY, HOURLY, POSTS
 
 HOUR_S = 3600
@@ -295,3 +296,21 @@ def keys_and_hours(database) -> tuple[dict[str, float | None], dict[str, dict[in
                                                     keyset=spanner.KeySet(all_=True)):
             hours.setdefault(post_id, {})[int(hour.timestamp())] = Counts(*counts)
     return keys, hours
+
+
+def stale_keys(database, half_life_hours: float) -> dict[str, float | None]:
+    """The posts whose HotKey is not the score of their hourly rows under `half_life_hours`
+    (NULL with none), with their key."""
+    keys, hours = keys_and_hours(database)
+    return {post_id: key for post_id, key in keys.items()
+            if key != (hot_score(hours[post_id].items(), half_life_hours).key if post_id in hours else None)}
+
+
+def unfenced(database) -> dict[str, tuple]:
+    """The posts whose HotKeyThrough is not their hourly watermark, with (HotKeyThrough,
+    FoldedThrough, HourlyFoldedThrough)."""
+    with database.snapshot() as snapshot:
+        rows = list(snapshot.read(POSTS, columns=("PostId", "HotKeyThrough", "FoldedThrough", "HourlyFoldedThrough"),
+                                  keyset=spanner.KeySet(all_=True)))
+    return {post_id: (through, folded, hourly) for post_id, through, folded, hourly in rows
+            if through is None or through != (folded if hourly is None else hourly)}

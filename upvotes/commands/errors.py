@@ -11,8 +11,9 @@ import os
 from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 
+from local_runner.message_log import LogBusy, LogMismatch
 from pipeline.params import InvalidParameter
-from spanner_reads.trending import HotRankingUnavailable
+from spanner_reads.rankings.ranking import RankingUnavailable
 from spanner_reads.views import ViewError
 from spanner_store.database import is_transient
 from upvotes.devtools.emulators import EmulatorError
@@ -26,7 +27,8 @@ class UsageError(Exception):
 
 def explain(error: BaseException) -> str:
     """What went wrong and what to do about it."""
-    if isinstance(error, (UsageError, InvalidParameter, EmulatorError, ViewError, HotRankingUnavailable)):
+    if isinstance(error, (UsageError, InvalidParameter, EmulatorError, ViewError, RankingUnavailable, LogBusy,
+                          LogMismatch)):
         return str(error)
     if isinstance(error, DefaultCredentialsError):
         return ("no Google Cloud credentials found. Locally, " + START_EMULATORS +
@@ -45,7 +47,7 @@ def explain(error: BaseException) -> str:
 
 
 def exit_status(error: BaseException) -> int:
-    return 2 if isinstance(error, UsageError) else 1
+    return 2 if isinstance(error, (UsageError, LogBusy, LogMismatch)) else 1
 
 
 def debugging() -> bool:

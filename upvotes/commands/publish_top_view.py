@@ -5,6 +5,7 @@ import argparse
 import json
 from dataclasses import asdict
 
+from spanner_reads.rankings import RANKINGS as BY_NAME
 from spanner_reads.views import DEFAULT_BATCH_ROWS, DEFAULT_K, DEFAULT_KEEP_VERSIONS_S, DEFAULT_VIEWS, RANKINGS, UPVOTES
 from upvotes.argument_types import non_negative_float, positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
@@ -16,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("-k", type=positive_int, default=DEFAULT_K,
                         help=f"how many top posts the view holds (default {DEFAULT_K})")
-    parser.add_argument("--by", choices=RANKINGS, default=UPVOTES,
-                        help="rank by exact upvotes (default) or by hot score, at the snapshot")
+    parser.add_argument("--by", choices=RANKINGS, default=UPVOTES, help="rank by " + " or by ".join(
+        BY_NAME[by].help + (" (default)" if by == UPVOTES else "") for by in RANKINGS))
     parser.add_argument("--allow-uncertified", action="store_true",
                         help="publish a ranking that is not certified, marked as such on every page (default: "
                         "publish nothing and exit 1)")

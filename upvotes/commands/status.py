@@ -1,6 +1,7 @@
 """`upvotes status`: fold lag, unfolded deltas, write rate, dead letters, whether the stream
-runs (last delta commit, votes backlog) and the votes that arrived late; exit 3 past a threshold,
-or when a check cannot be made."""
+runs (each local stream's heartbeat, last delta commit, votes backlog) and the votes that arrived
+late; exit 3 past a threshold (a local stream that missed 3 of its windows among them), or when a
+check cannot be made."""
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,9 @@ from upvotes.deploy.deploy_config import DeployConfig
 from upvotes.operations.late_votes import DEFAULT_MAX_LATE_VOTES, JOB_NAME, LOOKBACK_S, valid_job_name
 
 T = TypeVar("T")
-HELP = ("Health of a deployment (fold lag, unfolded deltas, rates, dead letters, last delta commit, votes "
-        "backlog, late votes); exit 3 when a threshold is crossed or a check cannot be made.")
+HELP = ("Health of a deployment (fold lag, unfolded deltas, rates, dead letters, local streams' heartbeats, last "
+        "delta commit, votes backlog, late votes); exit 3 when a threshold is crossed (a local stream that missed 3 "
+        "of its windows is dead) or a check cannot be made.")
 
 
 def job_name(text: str) -> str:
@@ -86,6 +88,23 @@ def _recorded(database) -> tuple[dict[str, str], str | None]:
         return {}, "this database has no StatusWatches table: run `upvotes provision` again (it adds it)"
 
 
+def _heartbeats(database, not_checked: list[str]):
+    """Every local stream's heartbeat, or None with why not."""
+    from google.api_core import exceptions
+
+    from spanner_reads.liveness import read_stream_heartbeats
+    from spanner_store.database import schema_behind
+
+    try:
+        return read_stream_heartbeats(database)[1]
+    except exceptions.NotFound as error:
+        if not schema_behind(error):
+            raise
+        not_checked.append("this database has no StreamHeartbeats table, so a dead local stream cannot be seen: run "
+                           "`upvotes provision` again (it adds it)")
+        return None
+
+
 def dead_letter_backlog(subscription: str, limit: int) -> dict[str, int]:
     from google.cloud import pubsub_v1
 
@@ -124,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
     from upvotes.operations.backlog import read_backlog
     from upvotes.operations.late_votes import read_late_votes
     from upvotes.operations.status import (
-        EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, late_votes_problems, late_votes_report, liveness_problems,
-        liveness_report, problems, status_report,
+        EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, heartbeat_problems, late_votes_problems, late_votes_report,
+        liveness_problems, liveness_report, problems, status_report,
     )
 
     database = open_database_of(args)
@@ -133,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     read_at, last_commit = read_last_delta_commit(database)
     watched, unknown = _recorded(database)
     not_checked = [unknown] if unknown else []
+    heartbeats = _heartbeats(database, not_checked)
 
     dead_letters = _checked("dead-letter subscription", "--dead-letter-topic", kept_subscription(args, watched),
                             lambda kept: dead_letter_backlog(kept, args.dead_letter_limit), not_checked)
@@ -141,12 +161,12 @@ def run(args: argparse.Namespace) -> int:
     late_votes = _checked("lateness counters of the streaming job", "--streaming-job", args.streaming_job,
                           lambda job: read_late_votes(args.project, job), not_checked)
 
-    report = {**status_report(health, dead_letters), **liveness_report(read_at, last_commit, backlog, watched),
-              **late_votes_report(late_votes)}
+    report = {**status_report(health, dead_letters),
+              **liveness_report(read_at, last_commit, backlog, watched, heartbeats), **late_votes_report(late_votes)}
     thresholds = Thresholds(max_fold_lag_s=args.max_fold_lag_s, max_backlog_age_s=args.max_backlog_age_s,
                             max_late_votes=args.max_late_votes)
-    found = problems(report, thresholds) + liveness_problems(report, thresholds) + late_votes_problems(
-        report, thresholds) + [f"not checked: {what}" for what in not_checked]
+    found = problems(report, thresholds) + heartbeat_problems(report) + liveness_problems(report, thresholds) + (
+        late_votes_problems(report, thresholds)) + [f"not checked: {what}" for what in not_checked]
     report["healthy"], report["problems"] = not found, found
     if args.json:
         print(json.dumps(report))

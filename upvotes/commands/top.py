@@ -1,20 +1,20 @@
-"""`upvotes top`: the top posts by exact upvotes, fresh without a fold, or a page of a published,
-versioned view; with `--by hot` or `--last 24h`, what is viral now (spanner_reads/trending.py):
-the top posts by hot score, or by upvotes in the last N event hours."""
+"""`upvotes top`: the top posts of any ranking (spanner_reads/rankings/), each line saying whether
+it is certified exact: by exact upvotes, fresh without a fold (the default), `--by hot` or
+`--last 24h` (what is viral now), or a page of a published, versioned view. The flags and what
+each line shows come from the registry, so this module names no ranking."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 import time
-from typing import NamedTuple
 
 from schemas.counters import NAMES
-from schemas.records import PostTotals
-from spanner_reads.fresh_top import DEFAULT_EXTRA
-from spanner_reads.trending import HOT, LAST, MAX_HOURS, hot_top, window_top
-from spanner_reads.views import DEFAULT_VIEWS, UPVOTES
-from upvotes.argument_types import last_hours, positive_int
+from spanner_reads.fresh_side import DEFAULT_EXTRA
+from spanner_reads.rankings import BY_CHOICES, DEFAULT, PARAMETERS, RANKINGS, NotBoth, choose
+from spanner_reads.rankings.ranking import RankedPage, Ranking
+from spanner_reads.views import DEFAULT_VIEWS
+from upvotes.argument_types import parsed_by, positive_int
 from upvotes.commands.database_flags import add_database_arguments, open_database_of
 from upvotes.commands.errors import UsageError
 
@@ -28,14 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", type=int, default=10, help="how many posts (default 10)")
     parser.add_argument("--extra", type=int, default=DEFAULT_EXTRA,
                         help=f"folded posts read beyond -n, to replace posts that fell back (default {DEFAULT_EXTRA})")
-    parser.add_argument("--by", choices=(UPVOTES, HOT),
-                        help="rank by all-time exact upvotes (the default) or by hot score: upvotes minus "
-                             "downvotes, each weighing half as much every half-life (the database's, set by "
-                             "provision); each line adds \"hot\", the score at the snapshot, and \"half_life_hours\"")
-    parser.add_argument("--last", type=last_hours, metavar="Nh|Nd",
-                        help=f"rank by upvotes counted in the last N event hours (24h, 7d; at most {MAX_HOURS}h), "
-                             "the hour now included; each line adds \"last_hours\" and \"window_upvotes\"; "
-                             "not with --by hot")
+    scored = [f'"{RANKINGS[by].score_field}"' for by in BY_CHOICES if RANKINGS[by].score_field]
+    parser.add_argument("--by", choices=BY_CHOICES, help="rank by " + " or by ".join(
+        RANKINGS[by].help + (" (the default)" if by == DEFAULT else "") for by in BY_CHOICES)
+        + f"; each line adds the score it is ranked by ({', '.join(scored)})")
+    for parameter in PARAMETERS:
+        others = [by for by in BY_CHOICES if by != parameter.by]
+        parser.add_argument(_flag(parameter.name), type=parsed_by(parameter.parse), metavar=parameter.metavar,
+                            help=f"{parameter.help}; each line adds the window and its score; not with --by "
+                                 + " or ".join(others))
     parser.add_argument("--watch", action="store_true", help="redraw a table every --interval seconds")
     parser.add_argument("--interval", type=float, default=3.0, help="seconds between redraws with --watch")
     parser.add_argument("--version", type=positive_int,
@@ -47,92 +48,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    ranking = _ranking_of(args)
+    try:
+        ranking, parameters = choose(args.by, {parameter.name: getattr(args, parameter.name)
+                                               for parameter in PARAMETERS})
+    except NotBoth as refused:
+        raise UsageError(_not_both(refused)) from None
     if args.version is not None or args.page is not None:
-        if ranking == LAST:
-            raise UsageError("--version and --page page through a published view (publish-top-view --by "
-                             "upvotes or hot): not with --last")
-        return _print_page(args, args.view or DEFAULT_VIEWS[ranking])
+        if ranking.parameter is not None:
+            raise UsageError(f"--version and --page page through a published view (publish-top-view --by "
+                             f"{' or '.join(DEFAULT_VIEWS)}): not with {_flag(ranking.parameter.name)}")
+        return _print_page(args, args.view or DEFAULT_VIEWS[ranking.name])
     if args.n < 1 or args.extra < 0:
         raise UsageError("-n must be at least 1 and --extra at least 0")
     database = open_database_of(args)
     while True:
-        top = _read(database, args, ranking)
+        page = ranking.read(database, args.n, args.extra, **parameters)
         if not args.watch:
-            print(top.summary if ranking == UPVOTES else f"ranked by {top.title}; {top.summary}", file=sys.stderr)
-            for rank, (post, fields) in enumerate(zip(top.posts, top.fields), 1):
-                print(json.dumps({"rank": rank, **post.to_json(), **fields, **top.header}))
+            _print_lines(ranking, page)
             return 0
-        print("\x1b[2J\x1b[H", end="")
-        print(f"top {args.n} posts by {top.title}; {top.summary}; Ctrl-C to stop\n")
-        score = f" {top.score_label:>12}" if top.score_label else ""
-        print(f"{'rank':>4}  {'post':<32}{score}" + "".join(f" {name:>12}" for name in NAMES))
-        for rank, (post, fields) in enumerate(zip(top.posts, top.fields), 1):
-            score = f" {_shown(fields[top.score_field]):>12}" if top.score_field else ""
-            print(f"{rank:>4}  {post.post_id[:32]:<32}{score}" + "".join(f" {value:>12,}" for value in post.counts))
-        sys.stdout.flush()
+        _draw_table(args.n, ranking, page)
         time.sleep(args.interval)
 
 
-def _ranking_of(args: argparse.Namespace) -> str:
-    """UPVOTES, HOT or LAST; --last with --by hot is refused."""
-    if args.last is not None:
-        if args.by == HOT:
-            raise UsageError("--last ranks by upvotes in the window: use --by hot or --last, not both")
-        return LAST
-    return args.by or UPVOTES
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-class _Shown(NamedTuple):
-    """One read of a ranking, as `upvotes top` prints it."""
-
-    posts: list[PostTotals]  # highest first, exact all-time counts
-    fields: list[dict]  # per post, the score it is ranked by (none for all-time upvotes)
-    header: dict  # on every line: how it was ranked, as of which snapshot, certified or not
-    summary: str  # as of when, certified or not, how much was read (stderr, and the table's title)
-    title: str  # what it ranks by: "upvotes", "hot score (half-life 12 h)", "upvotes in the last 24 h"
-    score_label: str = ""  # the table's score column (none for all-time upvotes: the upvotes column)
-    score_field: str = ""
+def _not_both(refused: NotBoth) -> str:
+    """--last with --by hot: what to ask for instead."""
+    name, value = refused.other
+    other = f"--by {value}" if name == "by" else _flag(name)
+    flag = _flag(refused.parameter.name)
+    return f"{flag} ranks by {refused.parameter.ranks}: use {other} or {flag}, not both"
 
 
-def _read(database, args: argparse.Namespace, ranking: str) -> _Shown:
-    """The ranking asked for, read in one snapshot: today's all-time top (fresh_top) or a
-    trending one (hot_top, window_top). Every line keeps the all-time lines' fields ("as_of",
-    "exact", "folded_through") and the trending ones add theirs."""
-    if ranking == UPVOTES:
-        from spanner_reads.fresh_top import fresh_top
-
-        top = fresh_top(database, args.n, args.extra)
-        folded = None if top.folded_through is None else top.folded_through.isoformat()
-        certified = "certified exact" if top.exact else f"NOT certified: a post left out may have up to {top.bound:,}"
-        return _Shown(top.posts, [{} for _ in top.posts],
-                      {"as_of": top.as_of.isoformat(), "exact": top.exact, "folded_through": folded},
-                      _summary(top, f"exact counts as of {top.as_of.isoformat()}, ranking {certified}"), "upvotes")
-    if ranking == HOT:
-        trend = hot_top(database, args.n, args.extra)
-        certified = ("certified exact" if trend.exact else
-                     f"NOT certified: a post left out may have a hot score up to {trend.bound:,.4g}")
-        fields = [{"hot": post.score, "half_life_hours": trend.half_life_hours} for post in trend.posts]
-        what = f"hot score (half-life {trend.half_life_hours:g} h)"
-        label, field = "hot", "hot"
-    else:
-        trend = window_top(database, args.n, args.last, args.extra)
-        certified = ("certified exact" if trend.exact else
-                     f"NOT certified: a post left out may have up to {trend.bound:,.0f} upvotes in the window")
-        fields = [{"last_hours": trend.hours, "window_upvotes": int(post.score)} for post in trend.posts]
-        what = f"upvotes in the last {trend.hours} h"
-        label, field = f"last {trend.hours}h", "window_upvotes"
-    header = {key: value for key, value in trend.to_json().items()
-              if key in ("by", "as_of", "exact", "folded_through", "bound")}
-    summary = _summary(trend, f"exact counts as of {trend.as_of.isoformat()}, ranking {certified}")
-    return _Shown([post.totals for post in trend.posts], fields, header, summary, what, label, field)
+def _print_lines(ranking: Ranking, page: RankedPage) -> None:
+    """How it was ranked on stderr, then a JSON line per post: its rank, its all-time counts, its
+    score (when it is not its upvotes) and the ranking's header ("as_of", "exact", ...)."""
+    summary = _summary(ranking, page)
+    print(f"ranked by {ranking.title(page)}; {summary}" if ranking.score_field else summary, file=sys.stderr)
+    header = ranking.line_header(page)
+    for rank, post in enumerate(page.ranked, 1):
+        print(json.dumps({"rank": rank, **post.totals.to_json(), **ranking.line_fields(page, post), **header}))
 
 
-def _summary(top, ranking: str) -> str:
-    folded = None if top.folded_through is None else top.folded_through.isoformat()
-    read = f", {top.commits_read} of them read to certify it" if top.commits_read else ""
-    return (f"{ranking} ({top.considered} posts considered, {top.candidate_rows} commits since the last fold "
-            f"{'(never folded)' if folded is None else 'at ' + folded}{read})")
+def _draw_table(n: int, ranking: Ranking, page: RankedPage) -> None:
+    """The --watch table: a row per post, its score column first when it is not its upvotes."""
+    print("\x1b[2J\x1b[H", end="")
+    print(f"top {n} posts by {ranking.title(page)}; {_summary(ranking, page)}; Ctrl-C to stop\n")
+    label = ranking.score_label(page)
+    score = f" {label:>12}" if label else ""
+    print(f"{'rank':>4}  {'post':<32}{score}" + "".join(f" {name:>12}" for name in NAMES))
+    for rank, post in enumerate(page.ranked, 1):
+        score = f" {_shown(ranking.score(post)):>12}" if label else ""
+        print(f"{rank:>4}  {post.totals.post_id[:32]:<32}{score}"
+              + "".join(f" {value:>12,}" for value in post.totals.counts))
+    sys.stdout.flush()
+
+
+def _summary(ranking: Ranking, page: RankedPage) -> str:
+    """As of when, certified or not, how much was read (stderr, and the table's title)."""
+    certified = ("certified exact" if page.exact else
+                 f"NOT certified: a post left out may have {ranking.bound_text(page)}")
+    folded = None if page.folded_through is None else page.folded_through.isoformat()
+    read = f", {page.commits_read} of them read to certify it" if page.commits_read else ""
+    return (f"exact counts as of {page.as_of.isoformat()}, ranking {certified} ({page.considered} posts considered, "
+            f"{page.candidate_rows} commits since the last fold {'(never folded)' if folded is None else 'at ' + folded}"
+            f"{read})")
 
 
 def _shown(score: float) -> str:

@@ -26,19 +26,32 @@ DRAINED_PREFIX = "upvotes stream: drained"
 STOPPED_PREFIX = "upvotes stream: stopped at once"
 
 
+def message_log_dir(log_path: Path) -> Path:
+    """Where a stream whose output goes to `log_path` keeps its message log: beside it, so that a
+    restart with the same output (`append`) replays what the killed run left."""
+    return log_path.parent / "stream-log"
+
+
 def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
-          append: bool = False) -> subprocess.Popen:
-    """Starts `upvotes stream` on `res`, its output going to `log_path`."""
+          append: bool = False, wrapper: tuple[str, ...] = ("upvotes.cli",), stream_args: tuple[str, ...] = (),
+          cwd: Path | None = None, message_log: bool = True) -> subprocess.Popen:
+    """Starts `upvotes stream` on `res`, its output going to `log_path`, its message log beside it
+    (`message_log_dir`; `message_log=False` for a version of the command from before the log).
+    `wrapper`: the module (and its arguments) that runs the command, a wrapper of upvotes.cli's main
+    for the tests' and benchmarks' faults and meters; `stream_args`: more flags of the command;
+    `cwd`: where it runs from (`python -m` imports the packages of its working directory first: a
+    benchmark runs an earlier version's tree)."""
     command = [
-        sys.executable, "-m", "upvotes.cli", "stream", f"--project={res.project}", f"--instance={res.instance}",
+        sys.executable, "-m", *wrapper, "stream", f"--project={res.project}", f"--instance={res.instance}",
         f"--database={res.database}", f"--subscription={res.subscription}",
         f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={window_seconds}",
         f"--drain-timeout-s={DRAIN_TIMEOUT_S:g}",
+        *((f"--log-dir={message_log_dir(log_path)}",) if message_log else ()), *stream_args,
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab" if append else "wb") as log:
         return subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
 
 
 def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> int:
@@ -60,10 +73,11 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 
 
 
 @contextlib.contextmanager
-def running(res: Resources, window_seconds: int, log_path: Path,
-            env: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen]:
+def running(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
+            wrapper: tuple[str, ...] = ("upvotes.cli",), cwd: Path | None = None,
+            message_log: bool = True) -> Iterator[subprocess.Popen]:
     """The pipeline for the duration of a block, stopped (and waited for) on the way out."""
-    process = start(res, window_seconds, log_path, env)
+    process = start(res, window_seconds, log_path, env, wrapper=wrapper, cwd=cwd, message_log=message_log)
     try:
         yield process
     finally:

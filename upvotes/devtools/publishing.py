@@ -23,7 +23,9 @@ from schemas.contract import Message, batch_messages, event_attributes, parse_vo
 from schemas.records import Rejected
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
-from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, VoteStateWorkload, Workload, generate, invalid_payloads
+from upvotes.devtools.workload import (
+    DEFAULT_BATCH_SIZE, RealTrafficWorkload, VoteStateWorkload, Workload, generate, invalid_payloads,
+)
 
 LOG = logging.getLogger(__name__)
 BATCH_SETTINGS = pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05)
@@ -126,7 +128,7 @@ def _interleave(items: Iterator[T], extras: list[T], count: int) -> Iterator[T]:
 
 def publish_workload(
     topic_path: str,
-    workload: Workload | VoteStateWorkload,
+    workload: Workload | VoteStateWorkload | RealTrafficWorkload,
     ledger_path: str | None = None,
     rate: float | None = None,
     progress: bool = True,

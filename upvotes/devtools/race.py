@@ -21,8 +21,8 @@ from upvotes.devtools import baseline_counters
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import PublishReport, publish_workload
-from upvotes.devtools.verification import verify_totals
-from upvotes.devtools.workload import VoteStateWorkload, Workload
+from upvotes.devtools.verification import wait_until_exact
+from upvotes.devtools.workload import RealTrafficWorkload, VoteStateWorkload, Workload
 
 CLIENT_RETRY, JITTERED_RETRY = "client", "jittered"
 # Short, jittered and patient: the emulator aborts every concurrent read-write transaction at
@@ -117,28 +117,29 @@ class PipelineRace:
         return (self.report.published - self.report.invalid) / self.seconds if self.seconds else 0.0
 
 
-def race_pipeline(database, topic_path: str, workload: Workload | VoteStateWorkload, batch_size: int, timeout_s: float,
-                  alive: Callable[[], None] = lambda: None, progress: bool = True,
-                  poll_s: float = 0.25, ledger: Ledger | None = None) -> PipelineRace | None:
+def race_pipeline(database, topic_path: str, workload: Workload | VoteStateWorkload | RealTrafficWorkload,
+                  batch_size: int, timeout_s: float, alive: Callable[[], None] = lambda: None, progress: bool = True,
+                  ledger: Ledger | None = None) -> PipelineRace | None:
     """Publishes `workload` to a running pipeline; None if the counts do not all match in time.
 
     `alive` is called between polls and should raise if the pipeline died. With `ledger` (of
     events published before, which the counts already match), the workload's events are added to
-    it and every post of both must match.
+    it and every post of both must match (verification.wait_until_exact: a sample of the posts not
+    matching yet per poll, then every post in one read).
     """
     started = time.monotonic()
     report, ledger = publish_workload(topic_path, workload, rate=None, progress=progress, batch_size=batch_size,
                                       ledger=ledger)
     posts = len(ledger.totals)
-    deadline = started + timeout_s
     with progress_bar(posts, "posts whose exact count matches the ledger", unit="posts", enabled=progress) as bar:
         shown = 0
-        while time.monotonic() < deadline:
-            alive()
-            matched = posts - len({m.post_id for m in verify_totals(database, ledger.totals)})
-            bar.update(max(0, matched - shown))  # a post can match, then move on with more votes
-            shown = max(shown, matched)
-            if matched == posts:
-                return PipelineRace(report, ledger, time.monotonic() - started)
-            time.sleep(poll_s)
-    return None
+
+        def matched(count: int) -> None:
+            nonlocal shown
+            bar.update(max(0, count - shown))
+            shown = max(shown, count)
+
+        if wait_until_exact(database, ledger.totals, started + timeout_s - time.monotonic(), alive,
+                            matched=matched) is None:
+            return None
+    return PipelineRace(report, ledger, time.monotonic() - started)

@@ -2,7 +2,9 @@
 and how many delta rows a run kept: developer tools, not the read path apps use."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from schemas.counters import NAMES
 from spanner_reads.reads import exact_counts
@@ -48,3 +50,35 @@ def verify_totals(database, expected: dict[str, dict[str, int]]) -> list[Mismatc
             if actual != want.get(counter, 0):
                 mismatches.append(Mismatch(totals.post_id, counter, want.get(counter, 0), actual))
     return mismatches
+
+
+# Posts re-read per poll of `wait_until_exact` until they match.
+EXACT_SAMPLE = 200
+
+
+def wait_until_exact(database, expected: dict[str, dict[str, int]], timeout_s: float,
+                     alive: Callable[[], None] = lambda: None, poll_s: float = 0.1,
+                     matched: Callable[[int], None] = lambda _: None) -> float | None:
+    """Waits until every post's exact count equals `expected` in ONE read (one snapshot: a count can
+    pass through its final value on the way); returns the seconds of that last read, None at the
+    timeout. Polls read a sample of the posts that did not match yet, the newest first (EXACT_SAMPLE),
+    so that the checker loads the database the pipeline writes to as little as it can, and all of
+    them once the sample matches. `matched(n)` is told how many posts matched the last full read."""
+    def unmatched(posts: list[str]) -> list[str]:
+        return list(dict.fromkeys(m.post_id for m in verify_totals(database, {p: expected[p] for p in posts})))
+
+    pending = list(expected)[::-1]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive()
+        sample = unmatched(pending[:EXACT_SAMPLE]) if pending else []
+        if sample:
+            pending = sample + pending[EXACT_SAMPLE:]
+            time.sleep(poll_s)
+            continue
+        started = time.perf_counter()
+        pending = unmatched(list(expected))
+        matched(len(expected) - len(pending))
+        if not pending:
+            return time.perf_counter() - started
+    return None

@@ -240,8 +240,78 @@ def generate_vote_states(workload: VoteStateWorkload) -> Iterator[dict[str, Any]
         yield heapq.heappop(held)[2]
 
 
-def generate(workload: Workload | VoteStateWorkload) -> Iterator[dict[str, Any]]:
-    """The valid events of either kind of workload."""
+@dataclass(frozen=True)
+class RealTrafficWorkload:
+    """Traffic as an app sends it (issue 45), deterministic for a seed and start_time: one vote per
+    message, most posts getting a vote or two while a few go viral, and signed-in users' votes as
+    vote states.
+
+    Of the `events` events, a `head_fraction` go to posts drawn from Zipf(zipf) over `posts` (the
+    viral head: p-1 is the hottest) and the rest uniformly over the same `posts` (the long tail). A
+    `state_fraction` are vote states, each by a user of its own (one vote per user and post), of
+    which a `flip_fraction` change the vote of a user who voted recently (up -> down -> none ->
+    up); the rest are delta events (+1 upvote). Event times are live: they rise through the
+    `span_ms` milliseconds before start_time, as votes are stamped when they are cast.
+    """
+
+    events: int
+    posts: int
+    zipf: float = 1.1
+    head_fraction: float = 0.5
+    state_fraction: float = 0.5
+    flip_fraction: float = 0.1
+    seed: int = 0
+    start_time: datetime | None = None
+    span_ms: int = 1_000
+    post_prefix: str = "p-"
+    invalid: int = 0  # invalid messages mixed in (upvotes.devtools.publishing.publish_workload)
+
+    def __post_init__(self) -> None:
+        if self.events < 0 or self.invalid < 0 or self.posts < 1 or self.zipf < 0 or self.span_ms < 0:
+            raise ValueError("events and span_ms must not be negative, posts must be at least 1, the Zipf "
+                             "exponent must not be negative")
+        if not all(0 <= f <= 1 for f in (self.head_fraction, self.state_fraction, self.flip_fraction)):
+            raise ValueError("the head, state and flip fractions must be between 0 and 1")
+
+
+def generate_real_traffic(workload: RealTrafficWorkload) -> Iterator[dict[str, Any]]:
+    """The workload's events, in arrival order, as dicts following schemas/vote_event.schema.json."""
+    rng = random.Random(workload.seed)
+    draw_head = _zipf_ranks(workload.posts, workload.zipf, rng)
+    start_us = _start_ms(workload.start_time) * 1000
+    span_us = workload.span_ms * 1000
+    recent: list[tuple[str, str]] = []  # a ring of (post, user) pairs that voted, for flips
+    votes: dict[tuple[str, str], str] = {}  # each ring pair's last vote
+    users = 0
+    for index in range(workload.events):
+        at_us = start_us - int(span_us * (workload.events - index - rng.random()) / max(workload.events, 1))
+        rank = draw_head() if rng.random() < workload.head_fraction else rng.randint(1, workload.posts)
+        post = f"{workload.post_prefix}{rank}"
+        event_id = uuid4_text(rng.getrandbits(128))
+        if rng.random() >= workload.state_fraction:
+            yield {"post_id": post, "counter": RANKING.contract_name, "delta": 1, "event_id": event_id,
+                   "event_time": _rfc3339_us(at_us)}
+            continue
+        if recent and rng.random() < workload.flip_fraction:
+            pair = rng.choice(recent)
+            vote = FLIPS[votes[pair]]
+        else:
+            pair, vote = (post, f"u-{users}"), "up"
+            users += 1
+            if len(recent) < RECENT_PAIRS:
+                recent.append(pair)
+            else:
+                votes.pop(recent[index % RECENT_PAIRS], None)
+                recent[index % RECENT_PAIRS] = pair
+        votes[pair] = vote
+        yield {"post_id": pair[0], "user_id": pair[1], "vote": vote, "event_time": _rfc3339_us(at_us),
+               "event_id": event_id}
+
+
+def generate(workload: Workload | VoteStateWorkload | RealTrafficWorkload) -> Iterator[dict[str, Any]]:
+    """The valid events of any kind of workload."""
+    if isinstance(workload, RealTrafficWorkload):
+        return generate_real_traffic(workload)
     return generate_vote_states(workload) if isinstance(workload, VoteStateWorkload) else generate_events(workload)
 
 

@@ -27,7 +27,7 @@ each vote once:
   publish time (`CorrectedLine.parsed`). A corrected delta event becomes one delta row
   ("@replay/<identity>"); a corrected vote-state event is applied through the vote-state sink's
   path. Either is written with a marker keyed by the identity alone, holding the correction's
-  canonical text, in the same commit (spanner_writes/replays.py): a rerun whose correction equals
+  canonical text, in the same commit (upvotes/operations/replayed_corrections.py): a rerun whose correction equals
   the one written acknowledges its dead letter and writes nothing; one that differs (edited between
   a killed run and its rerun) is refused with both versions, its dead letter kept. Nothing is
   published to the votes topic, so no Pub/Sub or Dataflow deduplication (`id_label`) can drop a
@@ -53,7 +53,7 @@ from schemas.delta_ids import replay_delta_id
 from schemas.records import CounterSums, FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
-from spanner_writes.replays import CorrectionMarker, apply_corrected_states, write_corrected_delta
+from upvotes.operations.replayed_corrections import CorrectionMarker, apply_corrected_states, write_corrected_delta
 from transforms.dead_letter import DELTA_ROW, KIND_ATTRIBUTE, VOTE_STATES
 
 LOG = logging.getLogger(__name__)
@@ -326,7 +326,7 @@ class Correction(NamedTuple):
 
 
 def write_corrected(database, correction: Correction) -> str | None:
-    """One attempt to write a correction with its marker, in one commit (spanner_writes/replays.py):
+    """One attempt to write a correction with its marker, in one commit (upvotes/operations/replayed_corrections.py):
     None when written now, else the correction an earlier replay recorded for its identity."""
     write = correction.write()
     if isinstance(write, PostDelta):
@@ -396,7 +396,7 @@ def execute_replay(plan: ReplayPlan, write_delta: Callable[[PostDelta], tuple[in
     """Replays each dead letter and acknowledges it right after its replay succeeded; returns the
     report and the dead letters still held (failed, refused or left), for the caller to release.
     `write_delta` and `apply_states` return (written or applied, already there); `write_correction`
-    the correction recorded for its identity before it (spanner_writes/replays.py), None if none:
+    the correction recorded for its identity before it (upvotes/operations/replayed_corrections.py), None if none:
     the same as this one, it was already written; another, this one is refused."""
     def replay_correction(correction: Correction) -> tuple[int, int]:
         written = write_correction(correction)

@@ -15,7 +15,9 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
 import schemas
-from schemas.ddl import column_options, ddl_object_name, stored_columns, table_columns
+from schemas.ddl import (
+    check_constraints, column_default, column_options, ddl_object_name, nullable, stored_columns, table_columns,
+)
 from spanner_store.database import OPERATION_TIMEOUT_S, open_database
 from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS
 from upvotes.operations.hot_backfill import ensure_hot_ranking
@@ -32,13 +34,43 @@ def missing_ddl(existing: list[str], wanted: list[str]) -> list[str]:
 
 
 def missing_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
-    """(table, column definition) of each column of a `wanted` table that the existing table
-    lacks. Only nullable columns (or NOT NULL with a DEFAULT) can be added to a table with
-    rows; posts.sql keeps new columns that way."""
+    """(table, column definition as added) of each column of a `wanted` table that the existing
+    table lacks. Only nullable columns (or NOT NULL with a DEFAULT) can be added to a table with
+    rows; posts.sql keeps new columns that way. A nullable column is added without its DEFAULT:
+    Spanner would write the default into every row already there, while NULL is how such a
+    column tells those rows apart (Posts.HotKeyThrough: not yet backfilled); `missing_defaults`
+    gives it its default afterwards, for the rows written from then on."""
     have = dict(filter(None, map(table_columns, existing)))
-    return [(table, definition)
+    return [(table, _as_added(definition))
             for table, columns in filter(None, map(table_columns, wanted)) if table in have
             for column, definition in columns.items() if column not in have[table]]
+
+
+def _as_added(definition: str) -> str:
+    """A column definition as ADD COLUMN takes it: a nullable one without its DEFAULT."""
+    split = column_default(definition)
+    return split[0] if split is not None and nullable(definition) else definition
+
+
+def missing_defaults(existing: list[str], wanted: list[str]) -> list[tuple[str, str, str]]:
+    """(table, column, default expression) of each nullable column of a `wanted` table with a
+    DEFAULT that the existing table's column lacks, or that it lacks altogether (added without
+    it, `missing_columns`)."""
+    have = dict(filter(None, map(table_columns, existing)))
+    return [(table, column, split[1])
+            for table, columns in filter(None, map(table_columns, wanted)) if table in have
+            for column, definition in columns.items()
+            if nullable(definition) and (split := column_default(definition)) is not None
+            and (column not in have[table] or column_default(have[table][column]) is None)]
+
+
+def missing_constraints(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
+    """(table, constraint definition) of each CHECK constraint of a `wanted` table that the
+    existing table lacks, by name."""
+    have = dict(filter(None, map(check_constraints, existing)))
+    return [(table, definition)
+            for table, constraints in filter(None, map(check_constraints, wanted)) if table in have
+            for name, definition in constraints.items() if name not in have[table]]
 
 
 def missing_stored_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
@@ -95,6 +127,16 @@ def set_column_options_ddl(table: str, column: str, options: dict[str, str]) -> 
     """The DDL setting a column's options; every part comes from posts.sql itself, never from input."""
     settings = ", ".join(f"{name} = {value}" for name, value in options.items())
     return f"ALTER TABLE {table} ALTER COLUMN {column} SET OPTIONS ({settings})"
+
+
+def set_default_ddl(table: str, column: str, expression: str) -> str:
+    """The DDL giving a column its default; every part comes from posts.sql itself."""
+    return f"ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT {expression}"
+
+
+def add_constraint_ddl(table: str, definition: str) -> str:
+    """The DDL adding a constraint (`CONSTRAINT name CHECK (...)`); both parts come from posts.sql."""
+    return f"ALTER TABLE {table} ADD {definition}"
 
 
 def provision_pubsub(res: Resources, log: Callable[[str], None]) -> None:
@@ -158,16 +200,25 @@ def _provision_database(res: Resources, create_instance: bool, instance_config: 
                 lambda: database.create().result(OPERATION_TIMEOUT_S), log)
         return open_database(res.project, res.instance, res.database)
     database.reload()
-    todo = missing_ddl(list(database.ddl_statements), wanted)
-    new_columns = missing_columns(list(database.ddl_statements), wanted)
-    new_stored = missing_stored_columns(list(database.ddl_statements), wanted)
-    dropped_stored = extra_stored_columns(list(database.ddl_statements), wanted)
-    new_options = missing_column_options(list(database.ddl_statements), wanted)
-    if todo or new_columns or new_stored or dropped_stored or new_options:
-        # Columns first: a stored column must exist in its table before an index stores it.
+    existing = list(database.ddl_statements)
+    todo = missing_ddl(existing, wanted)
+    new_columns = missing_columns(existing, wanted)
+    new_stored = missing_stored_columns(existing, wanted)
+    dropped_stored = extra_stored_columns(existing, wanted)
+    new_options = missing_column_options(existing, wanted)
+    new_constraints = missing_constraints(existing, wanted)
+    new_defaults = missing_defaults(existing, wanted)
+    if todo or new_columns or new_stored or dropped_stored or new_options or new_constraints or new_defaults:
+        # Columns first: a stored column must exist in its table before an index stores it, and
+        # a constraint's columns before it. Constraints before defaults: a row written between
+        # the two by a writer older than the column would otherwise hold the default beside
+        # moved columns, and the constraint, checked against every row when it is added, would
+        # fail (Posts.HotKeyCurrent); until its default, a new column is NULL in new rows too.
         database.update_ddl([add_column_ddl(*c) for c in new_columns] + [add_stored_column_ddl(*c) for c in new_stored]
                             + [drop_stored_column_ddl(*c) for c in dropped_stored]
-                            + [set_column_options_ddl(*c) for c in new_options] + todo).result(OPERATION_TIMEOUT_S)
+                            + [set_column_options_ddl(*c) for c in new_options] + todo
+                            + [add_constraint_ddl(*c) for c in new_constraints]
+                            + [set_default_ddl(*d) for d in new_defaults]).result(OPERATION_TIMEOUT_S)
         for table, definition in new_columns:
             log(f"added   column {table}.{definition}")
         for table, column, options in new_options:
@@ -178,6 +229,10 @@ def _provision_database(res: Resources, create_instance: bool, instance_config: 
             log(f"dropped stored column {index}.{column} (no longer read from the index)")
         for statement in todo:
             log(f"created {ddl_object_name(statement)}")
+        for table, definition in new_constraints:
+            log(f"added   constraint {table}.{definition.split()[1]}")
+        for table, column, expression in new_defaults:
+            log(f"set     default {table}.{column} {expression}")
     log(f"exists  database {res.database} ({len(wanted) - len(todo)} of {len(wanted)} schema objects were there)")
     return database
 

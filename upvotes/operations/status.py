@@ -6,9 +6,11 @@ committed since the cursor or the last 10 minutes, whichever is older, and for t
 rows name, their watermarks and unfolded deltas; with a dead-letter topic, up to
 `--dead-letter-limit` messages of its kept subscription, pulled and released unacknowledged.
 Its cost follows what is unfolded and recent, not the number of posts (`rows_read` says how much).
-And whether the stream runs (`liveness_report`): the last delta commit
-(spanner_reads/liveness.py) and the age of the votes subscription's oldest unacknowledged message
-(upvotes/operations/backlog.py). And the votes that arrived late, from the streaming job's lateness
+And whether the stream runs (`liveness_report`): each local stream's heartbeat, which a stream
+rewrites at least once per window, idle or not (a stream that missed 3 of its windows is dead:
+`heartbeat_problems`), the last delta commit (spanner_reads/liveness.py) and the age of the votes
+subscription's oldest unacknowledged message (upvotes/operations/backlog.py; the 300 s threshold of
+the production alert, for a Dataflow job, which writes no heartbeat). And the votes that arrived late, from the streaming job's lateness
 counters (upvotes/operations/late_votes.py). The subscriptions are those `upvotes provision` recorded
 (upvotes/operations/watches.py) unless flags name others; a check that cannot be made is a problem,
 never healthy.
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spanner_reads.health import DeltaHealth
+from spanner_reads.liveness import DEAD, DEAD_AFTER_WINDOWS, StreamHeartbeat
 from spanner_store.tables import DELTA_RETENTION_DAYS
 from upvotes.deploy.deploy_config import DeployConfig
 from upvotes.operations.backlog import Backlog
@@ -82,15 +85,38 @@ def problems(report: dict, thresholds: Thresholds) -> list[str]:
     return found
 
 
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def heartbeat_report(beat: StreamHeartbeat) -> dict:
+    """One local stream's heartbeat, as `upvotes status` reports it."""
+    return {"subscription": beat.subscription, "state": beat.state, "last_alive": _iso(beat.alive_at),
+            "last_alive_age_s": round(beat.age_s, 3), "window_s": beat.window_seconds,
+            "missed_windows": beat.missed_windows, "writer": beat.writer, "host": beat.host, "pid": beat.pid,
+            "started_at": _iso(beat.started_at), "stopped_at": _iso(beat.stopped_at)}
+
+
 def liveness_report(read_at: datetime, last_delta_commit: datetime | None, votes_backlog: Backlog | None,
-                    watching: dict[str, str]) -> dict:
-    """The fields that say whether the stream runs, beside the fold lag."""
+                    watching: dict[str, str], heartbeats: list[StreamHeartbeat] | None = None) -> dict:
+    """The fields that say whether the stream runs, beside the fold lag (`streams`: each local
+    stream's heartbeat; None when it could not be read)."""
     return {
+        "streams": None if heartbeats is None else [heartbeat_report(beat) for beat in heartbeats],
         "last_delta_commit": None if last_delta_commit is None else last_delta_commit.isoformat(),
         "last_delta_commit_age_s": _age_s(read_at, last_delta_commit),
         "votes_backlog": None if votes_backlog is None else votes_backlog.as_dict(),
         "watching": watching,
     }
+
+
+def heartbeat_problems(report: dict) -> list[str]:
+    """Each local stream that missed DEAD_AFTER_WINDOWS of its windows, and when it was last alive."""
+    return [f"the stream reading {stream['subscription']} is dead: no heartbeat for {stream['missed_windows']} of its "
+            f"{stream['window_s']} s windows (threshold {DEAD_AFTER_WINDOWS}); last alive at {stream['last_alive']}, "
+            f"{stream['last_alive_age_s']:.0f} s ago (writer {stream['writer']}, pid {stream['pid']} on "
+            f"{stream['host']}). Start it again: it replays first what it left unfinished"
+            for stream in report.get("streams") or () if stream["state"] == DEAD]
 
 
 def liveness_problems(report: dict, thresholds: Thresholds) -> list[str]:

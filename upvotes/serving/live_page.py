@@ -1,11 +1,11 @@
 """The live page `upvotes serve` answers at `/`: the top posts with their exact counts, polled
 from the JSON API every second, and an upvote toggle per post.
 
-Three tabs choose the list (RANKINGS): "Hot" (GET /v1/top?by=hot, by hot score), "Last 24 h"
-(GET /v1/top?last=24h, by upvotes in the last 24 event hours) and "All time" (GET /v1/top, by
-all-time upvotes: the default). The two trending tabs add a column with the score each post is
-ranked by. Switching tabs polls the new list at once; an answer for a tab no longer shown is
-dropped.
+The tabs choose the list (TABS): one per ranking of the registry that declares one
+(spanner_reads/rankings/: "Hot", GET /v1/top?by=hot; "Last 24 h", GET /v1/top?last=24h), what is
+viral now first, then "All time" (GET /v1/top), the default ranking, which the page opens on. A tab
+whose ranking scores by anything but upvotes adds a column with that score. Switching tabs polls
+the new list at once; an answer for a tab no longer shown is dropped.
 
 The page has no inline script or style: its script (PAGE_SCRIPT, at /live-page.js) and
 style (PAGE_STYLE, at /live-page.css) are served files, so its Content-Security-Policy
@@ -31,6 +31,8 @@ from __future__ import annotations
 import json
 
 from schemas.counters import NAMES
+from spanner_reads.rankings import DEFAULT, RANKINGS
+from spanner_reads.rankings.ranking import Ranking, Tab
 from upvotes.serving.live_sessions import CSRF_HEADER
 
 POLL_MS = 1000
@@ -38,16 +40,12 @@ SCRIPT_PATH = "/live-page.js"
 STYLE_PATH = "/live-page.css"
 CSRF_META = "upvotes-csrf-token"
 USER_META = "upvotes-user-id"
-# The tabs, in order: what each lists (its /v1/top query), the field of the score it is ranked by
-# (none: all-time upvotes, a column already) and how the status line and the score column name it.
-RANKINGS = {
-    "hot": {"tab": "Hot", "url": "/v1/top?by=hot&n=10", "score": "hot", "column": "hot score",
-            "what": "hot scores (half-life {half_life_hours} h) and "},
-    "last": {"tab": "Last 24 h", "url": "/v1/top?last=24h&n=10", "score": "window_upvotes",
-             "column": "upvotes, 24 h", "what": "upvotes in the last {hours} h and "},
-    "all": {"tab": "All time", "url": "/v1/top?n=10", "score": None, "column": "", "what": ""},
-}
-DEFAULT_RANKING = "all"
+
+# Each tab by its key, in order: the registry's, the default ranking's last (a stable sort).
+TABS: dict[str, tuple[Tab, Ranking]] = {
+    ranking.tab.key: (ranking.tab, ranking)
+    for ranking in sorted(RANKINGS.values(), key=lambda ranking: ranking.name == DEFAULT) if ranking.tab is not None}
+DEFAULT_TAB = next(key for key, (_, ranking) in TABS.items() if ranking.name == DEFAULT)
 PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
             "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
@@ -82,8 +80,8 @@ _PAGE_HTML = """<!doctype html>
     .replace("__COUNTER_HEADERS__", "".join(f'<th class="num">{name}</th>' for name in NAMES)) \
     .replace("__TABS__", "".join(
         f'<button type="button" role="tab" id="tab-{kind}" data-ranking="{kind}" '
-        f'aria-selected="{str(kind == DEFAULT_RANKING).lower()}">{ranking["tab"]}</button>'
-        for kind, ranking in RANKINGS.items()))
+        f'aria-selected="{str(kind == DEFAULT_TAB).lower()}">{tab.label}</button>'
+        for kind, (tab, _) in TABS.items()))
 
 PAGE_STYLE = """body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 46rem; color: #222; }
 table { border-collapse: collapse; width: 100%; }
@@ -224,7 +222,7 @@ function render(top, kind) {
     if (!asked.has(post.post_id)) readMyVote(post.post_id);
   });
   const what = RANKINGS[kind].what.replace(/\{(\w+)\}/g, (_, field) => String(top[field]));
-  const bound = score ? scoreText(top.bound) + (kind === "hot" ? " (hot score)" : " upvotes in the window") : top.bound;
+  const bound = score ? scoreText(top.bound) + RANKINGS[kind].bound : top.bound;
   byId("status").textContent = what + "exact counts as of " + top.as_of + "; ranking " +
     (top.exact ? "certified exact" : "not certified (a post left out may have up to " + bound + ")");
 }
@@ -272,9 +270,10 @@ byId("new-vote").addEventListener("submit", async (event) => {
 poll();
 """.replace("__POLL_MS__", str(POLL_MS)).replace("__CSRF_META__", CSRF_META).replace("__USER_META__", USER_META) \
     .replace("__CSRF_HEADER__", CSRF_HEADER).replace("__COUNTERS__", json.dumps(NAMES)) \
-    .replace("__RANKINGS__", json.dumps({kind: {key: ranking[key] for key in ("url", "score", "column", "what")}
-                                         for kind, ranking in RANKINGS.items()})) \
-    .replace("__DEFAULT_RANKING__", DEFAULT_RANKING)
+    .replace("__RANKINGS__", json.dumps({kind: {"url": f"/v1/top?{tab.query}", "score": ranking.score_field,
+                                                "column": tab.column, "what": tab.status, "bound": tab.bound}
+                                         for kind, (tab, ranking) in TABS.items()})) \
+    .replace("__DEFAULT_RANKING__", DEFAULT_TAB)
 
 
 def page_html(csrf_token: str, user_id: str) -> str:

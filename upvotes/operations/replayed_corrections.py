@@ -1,5 +1,7 @@
 """Corrected dead letters, each written once by its dead letter's identity alone (`upvotes
-dead-letters replay`, upvotes/operations/dead_letters.py).
+dead-letters replay`, upvotes/operations/dead_letters.py). An operator's write, beside the replay
+it serves: the pipelines never write corrections, so it stays out of the workers' packages (the
+worker image holds exactly what the pipelines import, tests/test_templates.py).
 
 A correction (the corrected line of a rejected vote) is written together with its marker, a
 ReplayedCorrections row keyed by the dead letter's identity and holding the correction's canonical

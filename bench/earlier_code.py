@@ -1,0 +1,34 @@
+"""An earlier commit's tree, extracted with `git archive`, for a benchmark to run beside this code in
+the same run (a same-run "before"): trending's sink and fold before issue 36, real_traffic's stream
+before issue 45."""
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Iterator, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def earlier_tree(commit: str, paths: Sequence[str] = ()) -> Iterator[Path | None]:
+    """`commit`'s tree (only `paths`, when given) in a temporary directory for the block: run its
+    code from there (`python -m` imports the packages of its working directory first). None when
+    this checkout cannot give it (no git, or a shallow clone without the commit); the temporary
+    directory's other files (beside the tree) are the caller's."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{commit}-") as work:
+        try:
+            archive = subprocess.run(["git", "archive", "--format=tar", commit, *paths], cwd=REPO,
+                                     capture_output=True, check=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            yield None
+            return
+        tree = Path(work) / "tree"
+        tree.mkdir()
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tree, filter="data")
+        yield tree
