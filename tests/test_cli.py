@@ -25,7 +25,8 @@ SUBCOMMANDS = subcommands()
 
 def test_the_parser_has_the_subcommands_the_readme_walks_through() -> None:
     # A floor, so that a parser that lost its subparsers cannot pass the tests below vacuously.
-    assert {"emulators", "provision", "publish", "stream", "fold", "read", "top", "serve", "status", "demo"} <= set(SUBCOMMANDS)
+    assert {"emulators", "provision", "publish", "stream", "fold", "read", "top", "serve", "status", "demo",
+            "suspend-users", "restore-users", "suspensions", "suspects"} <= set(SUBCOMMANDS)
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)
