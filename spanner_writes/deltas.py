@@ -79,7 +79,8 @@ def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection
     DeltaCommits row and its TopCandidates row (inserts), so every delta commit carries its
     change-log entry and its candidates. `user_ids`: the users whose vote states the commit
     applies (the vote-state sink's), listed in its DeltaCommits row (one more column). Built as raw
-    protobufs (spanner_store/mutations.py): the client's own builders cost the sink about 100 us a row."""
+    protobufs (spanner_store/mutations.py): the client's own builders cost more CPU than the rest
+    of the row's work (docs/benchmarks.md)."""
     parents = sorted({post_key(d.post_id) for d in deltas if d.post_id not in parents_present})
     rows = [delta_key(d) + tuple(d.sums.counts) + (d.sums.events, sketch_column(d.sums.voters), spanner.COMMIT_TIMESTAMP)
             for d in deltas]
