@@ -17,7 +17,7 @@ checking suspensions costs the vote-state sink; each figure beside its same-run 
     first application through the sink, votes/s (what the ring cost to count). Rows read are
     counted, and the cost per ring vote compared across the sizes: it follows the ring's votes,
     not the honest votes or the catalogue, which stay the same.
-(b) The detector (schemas/suspects.py with its default rules): a workload of `detector_votes`
+(b) The detector (upvotes/operations/suspect_rules.py with its default rules): a workload of `detector_votes`
     votes over a day (honest users with heavy-tailed activity over Zipf 1.1 posts, the 50 most
     popular posts each voted by 30% of their voters within one minute; rings of 20-200 users each
     voting on 10-50 posts, half of them popular, every post's ring votes within 1-10 minutes, plus
@@ -55,7 +55,7 @@ from schemas import post_hash
 from schemas.counters import Counts
 from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS, hot_score
 from schemas.records import CounterSums, PostDelta, PostUser, hour_of_us
-from schemas.suspects import CastVote, Rules, find_lockstep, find_serial
+from upvotes.operations.suspect_rules import CastVote, Rules, find_lockstep, find_serial
 from schemas.vote_states import DOWN, UP, LatestVote, counted
 from schemas.voter_sketch import sketch_of
 from spanner_reads.hourly import hourly_counts_in

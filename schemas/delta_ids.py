@@ -77,7 +77,7 @@ def vote_delta_id(commit_id: str) -> str:
 
 def suspension_delta_id(commit_id: str) -> str:
     """The DeltaId of the delta rows one pass of a suspension or a restore writes
-    (spanner_writes/suspensions.py): the stored votes it moves out of the counts, or back in."""
+    (upvotes/operations/suspension_passes.py): the stored votes it moves out of the counts, or back in."""
     return f"@suspension/{commit_id}"
 
 

@@ -1,5 +1,5 @@
 """The votes cast since a time, for `upvotes suspects` (the detection itself is pure:
-schemas/suspects.py).
+upvotes/operations/suspect_rules.py).
 
 The Votes table has no index by time (one would cost every vote state a mutation per column of
 its entry, past the sink's budget), so the read follows the change log instead, in one strong
@@ -24,7 +24,6 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY
-from schemas.suspects import CastVote
 from schemas.vote_states import NONE
 from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import users_of_changes
@@ -33,6 +32,15 @@ from spanner_store.vote_rows import READ_COLUMNS, stored
 
 USERS_PER_READ = 2_000
 DEFAULT_SKEW = timedelta(seconds=DEFAULT_EVENT_TIME_POLICY.max_clock_skew_s)
+
+
+class CastVote(NamedTuple):
+    """One stored vote as the detector sees it: a user's up or down on a post, at its event time."""
+
+    user_id: str
+    post_id: str
+    vote: str  # "up" or "down"
+    at_us: int  # microseconds since the epoch
 
 
 class RecentVotes(NamedTuple):

@@ -85,7 +85,7 @@ VOTES = "Votes"
 VOTE_KEY_COLUMNS = ("UserHash", "UserId", "PostId")
 VOTE_COLUMNS = VOTE_KEY_COLUMNS + ("Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
 # TRUE: the row's vote is held out of the counts by a suspension (issue 46); NULL: it counts.
-# Written only when it changes (spanner_writes/votes.py, spanner_writes/suspensions.py).
+# Written only when it changes (spanner_writes/votes.py, upvotes/operations/suspension_passes.py).
 HELD_OUT = "HeldOut"
 VOTE_HELD_COLUMNS = VOTE_COLUMNS + (HELD_OUT,)
 # What a suspension or a restore writes to a stored vote it moves: the mark alone.

@@ -1,7 +1,7 @@
 """The Votes, UserErasures and UserSuspensions rows as both sides read them: a user's stored vote
 state per post (`StoredVote`, with whether a suspension holds it out of the counts), the erasures
 that put a floor under a user's votes, and the user's active suspensions (`holds_of`). The
-vote-state sink (spanner_writes/votes.py) and the suspensions' passes (spanner_writes/suspensions.py)
+vote-state sink (spanner_writes/votes.py) and the suspensions' passes (upvotes/operations/suspension_passes.py)
 read them in the transaction that moves them; "my vote", erasure and suspension requests
 (spanner_reads/my_votes.py, upvotes/operations/) read them in snapshots."""
 from __future__ import annotations
@@ -68,7 +68,7 @@ def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]
     return {PostUser(vote.post_id, vote.user_id): vote for vote in found}
 
 
-# What moving a stored vote in or out of the counts needs of it (spanner_writes/suspensions.py):
+# What moving a stored vote in or out of the counts needs of it (upvotes/operations/suspension_passes.py):
 # fewer columns than READ_COLUMNS, for reads of a ring's every vote (the client decodes each value,
 # a timestamp slowest: measured, most of a pass's client time). VotedAt only when a suspension of
 # the users holds out the votes since a time.

@@ -17,7 +17,7 @@ read-write transaction that
 A change moves what the stored state contributes and what the new one does: a state is held out of
 the counts (issue 46) when an active suspension of its user covers it, read in the same transaction
 beside the user's erasures (spanner_store/vote_rows.py `holds_of`); the row's HeldOut mark says so,
-written only when it changes (spanner_writes/suspensions.py moves stored votes in and out).
+written only when it changes (upvotes/operations/suspension_passes.py moves stored votes in and out).
 
 Why this is exact at every crash point (tests/test_vote_state_sink.py injects each):
 

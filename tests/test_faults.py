@@ -56,7 +56,7 @@ from tests.support.steady_load import SteadyLoad
 from tests.support.streams import SETTLE_TIMEOUT_S, WINDOW_S, drain_reports, ledger_of, publish_events
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
 from upvotes.cli import main as cli_main
-from upvotes.commands.errors import explain
+from upvotes.command_errors import explain
 from upvotes.devtools import emulators, local_stream
 from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.verification import verify_totals

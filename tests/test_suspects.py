@@ -1,4 +1,4 @@
-"""`upvotes suspects` (issue 46): the pure detection (schemas/suspects.py) on hand-made votes, the read
+"""`upvotes suspects` (issue 46): the pure detection (upvotes/operations/suspect_rules.py) on hand-made votes, the read
 of the votes since a time from the change log (spanner_reads/recent_votes.py) on the emulator, and
 the command end to end."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from schemas.records import PostUser, hour_of_us
-from schemas.suspects import LOCKSTEP, SERIAL, CastVote, Rules, find_lockstep, find_serial, find_suspects
+from upvotes.operations.suspect_rules import LOCKSTEP, SERIAL, CastVote, Rules, find_lockstep, find_serial, find_suspects
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
 from spanner_reads.recent_votes import votes_since
 from spanner_store.tables import timestamp_micros

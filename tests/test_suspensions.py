@@ -19,7 +19,7 @@ from spanner_reads.hourly import hourly_counts
 from spanner_reads.my_votes import vote_of
 from spanner_reads.reads import exact_counts
 from spanner_store.vote_rows import StoredVote
-from spanner_writes.suspensions import plan_moves
+from upvotes.operations.suspension_passes import plan_moves
 from spanner_writes.votes import apply_all_vote_states, plan_vote_changes
 from tests.support.faults import FlakyDatabase
 from tests.support.read_meter import ReadMeter

@@ -2,7 +2,7 @@
 
 Each subcommand is a module of upvotes.commands with HELP, `add_arguments(parser)` and
 `run(args) -> int`. Errors take one path: a subcommand raises, `main` prints one line
-(upvotes.commands.errors) and returns its exit status. Beam is imported only by the subcommands that
+(upvotes.command_errors) and returns its exit status. Beam is imported only by the subcommands that
 run a pipeline, so help and the quick commands start in about a second.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("upvotes: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - one readable line instead of a traceback
-        from upvotes.commands.errors import debugging, exit_status, explain
+        from upvotes.command_errors import debugging, exit_status, explain
 
         print(f"upvotes: {explain(error)}", file=sys.stderr)
         if debugging():

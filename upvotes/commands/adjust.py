@@ -6,9 +6,9 @@ import json
 
 from schemas.counters import NAMES, Counts
 from upvotes.argument_types import positive_int
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.commands.errors import UsageError
-from upvotes.commands.moderation_flags import (
+from upvotes.flags.database import add_database_arguments, open_database_of
+from upvotes.command_errors import UsageError
+from upvotes.flags.moderation import (
     actor_of, add_moderation_arguments, adjustment_id_of, print_result, required_reason,
 )
 

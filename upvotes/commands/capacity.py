@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from upvotes.argument_types import non_negative_float, positive_float, positive_int
-from upvotes.commands.errors import UsageError
+from upvotes.command_errors import UsageError
 
 HELP = "Model what the design, read-modify-write and sharded counters need at a workload (no cloud calls)."
 

@@ -8,8 +8,8 @@ import time
 
 from pipeline.params import REPLAY_PARAMS, ReplaySettings, add_params
 from upvotes.argument_types import positive_int
-from upvotes.commands.database_flags import add_project_argument, open_database_of
-from upvotes.commands.errors import UsageError
+from upvotes.flags.database import add_project_argument, open_database_of
+from upvotes.command_errors import UsageError
 
 HELP = "Show the kept dead letters by reason, or replay them (failed delta rows and vote states, corrected votes)."
 

@@ -11,7 +11,7 @@ from pipeline.params import InvalidParameter
 from upvotes.deploy.deploy_config import REPO_ROOT, DeployConfig, environment_help
 from upvotes.deploy.gcloud_steps import ACTIONS, execute_steps, print_steps, steps_for
 from upvotes.deploy.template_metadata import parameter_table_markdown, stale_files, write_metadata
-from upvotes.commands.errors import UsageError
+from upvotes.command_errors import UsageError
 
 HELP = "Dataflow flex templates, launch commands, scheduler job and IAM for Google Cloud."
 

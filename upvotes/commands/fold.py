@@ -6,7 +6,7 @@ import json
 import time
 
 from pipeline.params import FOLD_PARAMS
-from upvotes.commands.pipeline_flags import add_pipeline_arguments, pipeline_inputs
+from upvotes.flags.pipeline import add_pipeline_arguments, pipeline_inputs
 
 HELP = "Fold committed deltas into the Posts aggregate (once, or --every N seconds)."
 PASSES_BEAM_ARGS = True

@@ -6,9 +6,9 @@ import json
 import sys
 
 from upvotes.argument_types import user_id
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.commands.errors import UsageError
-from upvotes.commands.moderation_flags import actor_of, add_moderation_arguments, adjustment_id_of, required_reason
+from upvotes.flags.database import add_database_arguments, open_database_of
+from upvotes.command_errors import UsageError
+from upvotes.flags.moderation import actor_of, add_moderation_arguments, adjustment_id_of, required_reason
 
 HELP = "Retract every vote of a user (an erasure request), audited; idempotent per --id."
 

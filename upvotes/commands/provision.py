@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from upvotes.commands.database_flags import add_database_arguments
+from upvotes.flags.database import add_database_arguments
 
 HELP = "Create the topics, subscriptions, Spanner instance (emulator) and database; idempotent."
 

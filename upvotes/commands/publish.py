@@ -9,8 +9,8 @@ from pathlib import Path
 from pipeline.params import PUBSUB_NAME
 from schemas.contract import MAX_BATCH_EVENTS
 from schemas.counters import Counter
-from upvotes.commands.database_flags import add_project_argument
-from upvotes.commands.errors import UsageError
+from upvotes.flags.database import add_project_argument
+from upvotes.command_errors import UsageError
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, OTHER_COUNTERS
 
 HELP = (

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from spanner_reads.rankings import RANKINGS as BY_NAME
 from spanner_reads.views import DEFAULT_BATCH_ROWS, DEFAULT_K, DEFAULT_KEEP_VERSIONS_S, DEFAULT_VIEWS, RANKINGS, UPVOTES
 from upvotes.argument_types import non_negative_float, positive_int
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
+from upvotes.flags.database import add_database_arguments, open_database_of
 
 HELP = "Publish the top K posts as a new, incrementally written view version."
 

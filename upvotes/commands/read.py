@@ -6,8 +6,8 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from upvotes.argument_types import user_id, utc_time
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.commands.errors import UsageError
+from upvotes.flags.database import add_database_arguments, open_database_of
+from upvotes.command_errors import UsageError
 
 HELP = ("Exact counts of posts (folded aggregate plus unfolded deltas, one snapshot); "
         "--hourly for exact counts per event hour; --user for one user's vote on each post.")

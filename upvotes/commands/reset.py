@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.commands.moderation_flags import (
+from upvotes.flags.database import add_database_arguments, open_database_of
+from upvotes.flags.moderation import (
     actor_of, add_moderation_arguments, adjustment_id_of, print_result, required_reason,
 )
 

@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.commands.errors import UsageError
-from upvotes.commands.moderation_flags import actor_of
+from upvotes.flags.database import add_database_arguments, open_database_of
+from upvotes.command_errors import UsageError
+from upvotes.flags.moderation import actor_of
 from upvotes.commands.suspend_users import add_suspension_id
 
 HELP = ("Lift a suspension: its users count again with their latest votes (those cast while suspended "

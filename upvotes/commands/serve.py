@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from upvotes.commands.database_flags import add_database_arguments
-from upvotes.commands.errors import UsageError
+from upvotes.flags.database import add_database_arguments
+from upvotes.command_errors import UsageError
 from upvotes.serving.serve_settings import (
     InvalidServeSetting, ServiceSettings, add_serve_flags, allowed_hosts_for,
 )

@@ -9,7 +9,7 @@ import json
 from typing import Callable, TypeVar
 
 from upvotes.argument_types import non_negative_float, positive_int
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
+from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.deploy.deploy_config import DeployConfig
 from upvotes.operations.late_votes import DEFAULT_MAX_LATE_VOTES, JOB_NAME, LOOKBACK_S, valid_job_name
 

@@ -6,7 +6,7 @@ import sys
 
 from pipeline.params import STREAMING_PARAMS, StreamingSettings
 from upvotes.argument_types import positive_float
-from upvotes.commands.pipeline_flags import add_pipeline_arguments, pipeline_inputs
+from upvotes.flags.pipeline import add_pipeline_arguments, pipeline_inputs
 
 HELP = "Run the streaming pipeline: Pub/Sub votes to Spanner delta rows."
 PASSES_BEAM_ARGS = True

@@ -1,14 +1,14 @@
 """`upvotes suspects`: voting rings (lockstep groups) and serial voters among the votes of a recent
-window; it reports, it never suspends (upvotes/operations/suspects.py, schemas/suspects.py)."""
+window; it reports, it never suspends (upvotes/operations/suspects.py, upvotes/operations/suspect_rules.py)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 
-from schemas.suspects import Rules
+from upvotes.operations.suspect_rules import Rules
 from upvotes.argument_types import duration, positive_int
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
+from upvotes.flags.database import add_database_arguments, open_database_of
 
 HELP = ("Find voting rings (at least --min-users users who all voted the same way on the same --min-posts posts "
         "within --within) and serial voters among recent vote-state votes; reports only.")

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from upvotes.argument_types import user_id, utc_time
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.commands.errors import UsageError
-from upvotes.commands.moderation_flags import ADJUSTMENT_ID, actor_of, required_reason
+from upvotes.flags.database import add_database_arguments, open_database_of
+from upvotes.command_errors import UsageError
+from upvotes.flags.moderation import ADJUSTMENT_ID, actor_of, required_reason
 
 HELP = ("Hold every vote-state vote of some users (a voting ring) out of every count, in every hour and "
         "ranking, now and in flight, until restore-users; audited, idempotent per --id.")

@@ -5,7 +5,7 @@ import argparse
 import json
 
 from upvotes.argument_types import positive_int
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
+from upvotes.flags.database import add_database_arguments, open_database_of
 
 HELP = "List the suspensions (newest first): their users, the votes they moved, and whether active or restored."
 

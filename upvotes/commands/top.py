@@ -15,8 +15,8 @@ from spanner_reads.rankings import BY_CHOICES, DEFAULT, PARAMETERS, RANKINGS, No
 from spanner_reads.rankings.ranking import RankedPage, Ranking
 from spanner_reads.views import DEFAULT_VIEWS
 from upvotes.argument_types import parsed_by, positive_int
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.commands.errors import UsageError
+from upvotes.flags.database import add_database_arguments, open_database_of
+from upvotes.command_errors import UsageError
 
 HELP = ("Top posts by exact upvotes (folded + unfolded, one snapshot), fresh without a fold, "
         "each line saying whether the ranking is certified exact; --by hot or --last 24h: what is "

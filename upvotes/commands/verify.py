@@ -5,8 +5,8 @@ import argparse
 import sys
 import time
 
-from upvotes.commands.database_flags import add_database_arguments, open_database_of
-from upvotes.commands.errors import UsageError
+from upvotes.flags.database import add_database_arguments, open_database_of
+from upvotes.command_errors import UsageError
 
 HELP = "Compare every post's exact count with a publisher ledger; exit 1 on any mismatch."
 

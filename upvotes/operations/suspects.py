@@ -3,7 +3,7 @@
 It reports, it never acts: a person or a policy decides, with `upvotes suspend-users`. The read is
 spanner_reads/recent_votes.py (the change log since the window's start, then the Votes rows of the
 users it names: its cost follows the votes of the window, not the catalogue); the detection is
-pure, schemas/suspects.py (what each kind means, the defaults and why).
+pure, upvotes/operations/suspect_rules.py (what each kind means, the defaults and why).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
-from schemas.suspects import Rules, Suspect, find_suspects
+from upvotes.operations.suspect_rules import Rules, Suspect, find_suspects
 from spanner_reads.recent_votes import DEFAULT_SKEW, RecentVotes, votes_since
 from spanner_store.tables import micros_timestamp
 

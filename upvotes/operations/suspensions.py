@@ -20,7 +20,7 @@ One request, one ID (the operator's --id). A suspension:
    letter) or cast while suspended is stored held out, counting nothing;
 2. reads, in a strong snapshot taken after the record, the users' Votes rows (one key range per
    user) and their suspensions, keeps the rows whose HeldOut mark disagrees with them (a counted
-   vote now covered) and moves them out in passes (spanner_writes/suspensions.py: each pass one
+   vote now covered) and moves them out in passes (upvotes/operations/suspension_passes.py: each pass one
    read-write transaction that re-reads its rows and the users' suspensions, moves each vote's
    count out of its own event hour, marks it, and adds what it moved to the audit row);
 3. stamps the audit row's FinishedAt.
@@ -71,7 +71,7 @@ from spanner_store.tables import (
     USER_SUSPENSION_RESTORE_COLUMNS, USER_SUSPENSIONS, counts_at, user_rows_range,
 )
 from spanner_store.vote_rows import holds_of, suspensions_of, votes_to_move
-from spanner_writes.suspensions import (
+from upvotes.operations.suspension_passes import (
     DEFAULT_ROWS_PER_PASS, Moves, Tally, needs_move, needs_times, plan_passes, reconcile_votes,
 )
 
@@ -199,7 +199,7 @@ def _rows_of(database, suspension_id: str, user_ids: Sequence[str]) -> dict[str,
 def _pass_over(database, user_ids: Sequence[str], tally: Tally, rows_per_pass: int,
                on_pass: Callable[[Moves], None] | None = None) -> tuple[int, Counts, int]:
     """Every stored vote of these users whose mark disagrees with their active suspensions, moved
-    (spanner_writes/suspensions.py), USERS_PER_SNAPSHOT users at a time: votes, counts, passes."""
+    (upvotes/operations/suspension_passes.py), USERS_PER_SNAPSHOT users at a time: votes, counts, passes."""
     votes, counts, commits = 0, Counts(), 0
     for start in range(0, len(user_ids), USERS_PER_SNAPSHOT):
         users = user_ids[start:start + USERS_PER_SNAPSHOT]

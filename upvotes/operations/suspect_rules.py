@@ -56,17 +56,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
+from spanner_reads.recent_votes import CastVote
+
 LOCKSTEP = "lockstep"
 SERIAL = "serial"
-
-
-class CastVote(NamedTuple):
-    """One stored vote as the detector sees it: a user's up or down on a post, at its event time."""
-
-    user_id: str
-    post_id: str
-    vote: str  # "up" or "down"
-    at_us: int  # microseconds since the epoch
 
 
 @dataclass(frozen=True)

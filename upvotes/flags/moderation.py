@@ -7,7 +7,7 @@ import json
 import re
 import uuid
 
-from upvotes.commands.errors import UsageError
+from upvotes.command_errors import UsageError
 
 ADJUSTMENT_ID = r"[A-Za-z0-9][-A-Za-z0-9_.]{0,63}"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from pipeline.params import Param, add_params
-from upvotes.commands.database_flags import add_project_argument
+from upvotes.flags.database import add_project_argument
 
 BEAM_ARGS_EPILOG = "Any other Beam or Dataflow option (--region, --temp_location, ...) is passed through to Beam."
 
