@@ -1,19 +1,42 @@
-"""The sinks, each declared once: its step, the counters it keeps and the reason its dead letters give.
+"""The sinks, each declared once: its step, the counters it keeps, the record of what it could never
+write and how that record travels on the dead-letter topic.
 
 A sink is a step of the streaming pipeline that writes to Spanner and dead-letters what it can
 never write: the delta rows sink (WriteDeltaRows, transforms/spanner_sink.py) and the vote-state
 sink (ApplyVoteStates, transforms/vote_state_sink.py). The modules that handle every sink read
-SINKS instead of naming each one: the buffered sinks' counters (transforms/buffered_sink.py) and
-the drain report (local_runner/drain.py). The names are a documented interface (docs/contract.md,
-templates/README.md): a Dataflow update matches steps by name, and the alerts and the drain read
-the counters.
+SINKS instead of naming each one: the buffered sinks' counters (transforms/buffered_sink.py), the
+pipeline's wiring of the dead letters (pipeline/streaming.py), the dead-letter messages
+(transforms/dead_letter.py), the drain report (local_runner/drain.py) and the dead letters'
+reader (upvotes/operations/dead_letters.py). The names and the messages are a documented
+interface (docs/contract.md, templates/README.md): a Dataflow update matches steps by name, the
+alerts and the drain read the counters, and a dead letter published by an earlier version must
+still be read.
+
+The parse's rejections are no sink's: a rejected message is dead-lettered with the bytes and
+attributes it came with, and replaced by its correction, never re-written
+(upvotes/operations/dead_letters.py).
 
 Beam-free and light to import: the drain reads this module before `upvotes stream` imports Beam,
 so that a Ctrl-C in those seconds finds its handler (local_runner/drain.py).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Callable, Generic, Mapping, Protocol, TypeVar
+
+from schemas.contract import ERROR_ATTRIBUTE, KIND_ATTRIBUTE
+from schemas.records import FailedDelta, FailedVoteStates, PostDelta
+
+
+class FailedRecord(Protocol):
+    """What a sink could never write, with why: "<its declared reason>: <detail>"."""
+
+    @property
+    def error(self) -> str: ...
+
+
+Failed = TypeVar("Failed", bound=FailedRecord)
 
 
 @dataclass(frozen=True)
@@ -34,25 +57,71 @@ class SinkMetrics:
 
 
 @dataclass(frozen=True)
-class SinkDeclaration:
+class DeadLetterCodec(Generic[Failed]):
+    """How a sink's failed record travels on the dead-letter topic, and back: the record's JSON is
+    the message's data, the attribute `kind` names the sink and `error` gives the reason
+    (transforms/dead_letter.py then keeps the message within Pub/Sub's limits)."""
+
+    kind: str  # the `kind` attribute of the sink's dead letters
+    to_json: Callable[[Failed], object]  # the record but its error, as JSON
+    from_json: Callable[[object, str], Failed]  # to_json's inverse, given the error back
+
+    def encode(self, failed: Failed) -> tuple[bytes, dict[str, str]]:
+        """The dead letter's data and attributes."""
+        return (json.dumps(self.to_json(failed)).encode("utf-8"),
+                {KIND_ATTRIBUTE: self.kind, ERROR_ATTRIBUTE: failed.error})
+
+    def decode(self, data: bytes, attributes: Mapping[str, str]) -> Failed:
+        """The failed record of a dead letter `encode` made, exactly as the sink failed to write it."""
+        return self.from_json(json.loads(data), attributes.get(ERROR_ATTRIBUTE, ""))
+
+
+@dataclass(frozen=True)
+class SinkDeclaration(Generic[Failed]):
     """One sink, declared once (see the module docstring)."""
 
     step: str  # its label in the streaming pipeline, and its counters' namespace
     metrics: SinkMetrics
     reason: str  # what its dead letters' errors start with ("<reason>: <detail>")
+    failed: type[Failed]  # the record of what it could never write, which its `failed` output holds
+    codec: DeadLetterCodec[Failed]
 
 
-DELTA_ROWS = SinkDeclaration(
+DELTA_ROWS: SinkDeclaration[FailedDelta] = SinkDeclaration(
     step="WriteDeltaRows",
     metrics=SinkMetrics(dead_lettered="rows_dead_lettered", delta_rows_written="rows_written"),
     reason="spanner_write_failed",
+    failed=FailedDelta,
+    codec=DeadLetterCodec(
+        kind="delta_row",
+        to_json=lambda failed: failed.delta.to_json(),
+        from_json=lambda delta, error: FailedDelta(PostDelta.from_json(delta), error)),
 )
-VOTE_STATES = SinkDeclaration(
+VOTE_STATES: SinkDeclaration[FailedVoteStates] = SinkDeclaration(
     step="ApplyVoteStates",
     metrics=SinkMetrics(dead_lettered="states_dead_lettered", delta_rows_written="delta_rows_written"),
     reason="spanner_apply_failed",
+    failed=FailedVoteStates,
+    codec=DeadLetterCodec(
+        kind="vote_states",
+        to_json=FailedVoteStates.states_json,
+        from_json=lambda states, error: FailedVoteStates(tuple(FailedVoteStates.states_from_json(states).items()),
+                                                         error)),
 )
+# In this order the pipeline hands their dead letters to PublishDeadLetters, whose steps are
+# labelled by position: a sink is added at the end, or an in-place update finds other steps.
 SINKS: tuple[SinkDeclaration, ...] = (DELTA_ROWS, VOTE_STATES)
+_BY_FAILED = {sink.failed: sink for sink in SINKS}
+_BY_KIND = {sink.codec.kind: sink for sink in SINKS}
+if not len({sink.step for sink in SINKS}) == len(_BY_FAILED) == len(_BY_KIND) == len(SINKS):
+    raise TypeError("two sinks declare the same step, failed record or dead-letter kind")
 
-if len({sink.step for sink in SINKS}) < len(SINKS):
-    raise TypeError("two sinks declare the same step: their counters would add up in one namespace")
+
+def sink_of(failed: FailedRecord) -> SinkDeclaration:
+    """The sink whose failed record this is."""
+    return _BY_FAILED[type(failed)]
+
+
+def sink_of_kind(kind: str | None) -> SinkDeclaration | None:
+    """The sink whose dead letters carry this `kind` attribute; None: no sink's (a rejected message)."""
+    return _BY_KIND.get(kind)

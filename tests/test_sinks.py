@@ -2,25 +2,48 @@
 iterates the registry, so that a sink added to it is held to the same checks. No emulator."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import apache_beam as beam
 import pytest
 
 from local_runner import drain
-from spanner_writes.sinks import DELTA_ROWS, SINKS, VOTE_STATES
+from schemas.records import FailedDelta, FailedVoteStates, PostDelta, PostUser
+from schemas.vote_states import LatestVote
+from schemas.voter_sketch import sketch_of
+from spanner_writes.sinks import DELTA_ROWS, SINKS, VOTE_STATES, sink_of, sink_of_kind
 from transforms.buffered_sink import SinkCounters
+from transforms.dead_letter import to_dead_letter
+from upvotes.operations.dead_letters import REJECTED_VOTE, DeadLetter
 
 REPO = Path(__file__).resolve().parents[1]
 # The modules that handle every sink: they read the registry and name none.
-READERS = ("local_runner/drain.py",)
+READERS = ("local_runner/drain.py", "transforms/dead_letter.py", "pipeline/streaming.py")
+HOUR = 1_795_312_800
+# Failed records of every declared sink, as its `failed` output holds them: a sink added to the
+# registry without its samples here fails test_every_declared_sink_has_samples.
+SAMPLES = {
+    FailedDelta: [
+        FailedDelta(PostDelta.of("p-1", HOUR, "w:1:0", upvotes=3, shares=-1, events=4), "spanner_write_failed: x"),
+        FailedDelta(PostDelta.of("p-é", HOUR, "w:2:0", downvotes=1, events=1, voters=sketch_of(["u", "v"])),
+                    "spanner_write_failed: key conflict: é"),
+    ],
+    FailedVoteStates: [
+        FailedVoteStates(((PostUser("p-1", "a"), LatestVote("up", 1, "e1", HOUR, 2, True)),
+                          (PostUser("p-1", "b"), LatestVote("none", 7, "", HOUR, 1, False))),
+                         "spanner_apply_failed: 400 injected"),
+    ],
+}
 
 
 def test_the_declared_names_are_the_documented_ones() -> None:
     """Step and counter names are an interface (docs/contract.md, templates/README.md, the alerts):
     a Dataflow update matches steps by name."""
-    assert [(sink.step, sink.reason) for sink in SINKS] == [
-        ("WriteDeltaRows", "spanner_write_failed"), ("ApplyVoteStates", "spanner_apply_failed")]
+    assert [(sink.step, sink.reason, sink.codec.kind) for sink in SINKS] == [
+        ("WriteDeltaRows", "spanner_write_failed", "delta_row"),
+        ("ApplyVoteStates", "spanner_apply_failed", "vote_states")]
     assert (DELTA_ROWS.metrics.dead_lettered, DELTA_ROWS.metrics.delta_rows_written) == (
         "rows_dead_lettered", "rows_written")
     assert (VOTE_STATES.metrics.dead_lettered, VOTE_STATES.metrics.delta_rows_written) == (
@@ -57,3 +80,57 @@ def test_the_modules_that_handle_every_sink_name_none(reader: str) -> None:
     source = (REPO / reader).read_text(encoding="utf-8")
     for sink in SINKS:
         assert f'"{sink.step}"' not in source and f'"{sink.metrics.dead_lettered}"' not in source
+
+
+def test_every_declared_sink_has_samples() -> None:
+    assert set(SAMPLES) == {sink.failed for sink in SINKS}
+
+
+@pytest.mark.parametrize("sink", SINKS, ids=lambda sink: sink.step)
+def test_a_failed_record_round_trips_through_its_sinks_codec_and_the_dead_letter_topic(sink) -> None:
+    assert sink_of_kind(sink.codec.kind) is sink and sink.codec.kind != REJECTED_VOTE
+    for failed in SAMPLES[sink.failed]:
+        assert sink_of(failed) is sink
+        data, attributes = sink.codec.encode(failed)
+        assert sink.codec.decode(data, attributes) == failed
+        message = to_dead_letter(failed)
+        assert (message.data, message.attributes) == (data, attributes)
+        letter = DeadLetter("ack", "message", message.data, dict(message.attributes))
+        assert (letter.sink, letter.kind, letter.reason) == (sink, sink.codec.kind, sink.reason)
+        assert letter.failed() == failed
+
+
+def test_the_dead_letters_are_the_messages_earlier_versions_published() -> None:
+    """Dead letters already on the topic must still be read, and scripts read the new ones."""
+    delta, states = SAMPLES[FailedDelta][0], SAMPLES[FailedVoteStates][0]
+    message = to_dead_letter(delta)
+    assert message.data == json.dumps({
+        "post_id": "p-1", "event_hour": HOUR, "delta_id": "w:1:0", "upvotes": 3, "downvotes": 0, "shares": -1,
+        "views": 0, "events": 4, "voters": None}).encode("utf-8")
+    assert message.attributes == {"kind": "delta_row", "error": "spanner_write_failed: x"}
+    message = to_dead_letter(states)
+    assert json.loads(message.data) == [
+        {"post_id": "p-1", "user_id": "a", "vote": "up", "at_us": 1, "event_id": "e1", "event_hour": HOUR,
+         "events": 2, "voted": True},
+        {"post_id": "p-1", "user_id": "b", "vote": "none", "at_us": 7, "event_id": "", "event_hour": HOUR,
+         "events": 1, "voted": False}]
+    assert message.attributes == {"kind": "vote_states", "error": "spanner_apply_failed: 400 injected"}
+
+
+def test_the_streaming_pipeline_wires_every_declared_sink_to_the_dead_letters(monkeypatch) -> None:
+    from pipeline import streaming
+    from pipeline.options import StreamingOptions, pipeline_options
+    from pipeline.params import STREAMING_PARAMS
+    from spanner_writes.writers import WriterClaim
+
+    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+    options = pipeline_options(["--project=build-project"] + [f"--{p.flag}={p.example}" for p in STREAMING_PARAMS],
+                               streaming=True)
+    pipeline = beam.Pipeline(options=options)
+    streaming.build(pipeline, options.view_as(StreamingOptions).validated(), WriterClaim("job", 3, "job#g3", 2),
+                    project="build-project", deduplicate=False)
+    steps = {part.full_label: part for part in pipeline.transforms_stack[0].parts}
+    assert {sink.step for sink in SINKS} <= set(steps)
+    # The rejected messages first, then each sink's failed records in the registry's order.
+    assert [pcoll.producer.full_label.split("/")[0] for pcoll in steps["PublishDeadLetters"].main_inputs.values()] == [
+        "ParseVotes", *(sink.step for sink in SINKS)]

@@ -1,6 +1,7 @@
 """The dead-letter topic's kept subscription: reading it without consuming it, and re-driving it.
 
-Three kinds of dead letter share the topic (transforms/dead_letter.py writes them):
+Three kinds of dead letter share the topic (transforms/dead_letter.py writes them), each sink's
+as its codec encodes it (spanner_writes/sinks.py):
 
 - a delta row the sink could never write: JSON of a PostDelta, attribute kind=delta_row;
 - a batch of vote states the vote-state sink could never apply: a JSON list, kind=vote_states;
@@ -46,15 +47,16 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 from google.api_core import exceptions
 
 from schemas.contract import (
-    DEFAULT_EVENT_TIME_POLICY, ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, LINE_ATTRIBUTE, EventTimePolicy, parse_vote,
+    DEFAULT_EVENT_TIME_POLICY, ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, KIND_ATTRIBUTE, LINE_ATTRIBUTE, EventTimePolicy,
+    parse_vote,
 )
 from schemas.counters import NAME_OF, VOTER_CONTRACT_NAMES, Counts
 from schemas.delta_ids import replay_delta_id
-from schemas.records import CounterSums, FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
+from schemas.records import CounterSums, PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
+from spanner_writes.sinks import DELTA_ROWS, VOTE_STATES, FailedRecord, SinkDeclaration, sink_of_kind
 from upvotes.operations.replayed_corrections import CorrectionMarker, apply_corrected_states, write_corrected_delta
-from transforms.dead_letter import DELTA_ROW, KIND_ATTRIBUTE, VOTE_STATES
 
 LOG = logging.getLogger(__name__)
 REJECTED_VOTE = "rejected_vote"
@@ -73,9 +75,13 @@ class DeadLetter:
     publish_time_s: float = 0.0  # when the pipeline dead-lettered it: the same on every delivery
 
     @property
+    def sink(self) -> SinkDeclaration | None:
+        """The sink that could not write what this dead letter holds; None: a rejected vote."""
+        return sink_of_kind(self.attributes.get(KIND_ATTRIBUTE))
+
+    @property
     def kind(self) -> str:
-        kind = self.attributes.get(KIND_ATTRIBUTE)
-        return kind if kind in (DELTA_ROW, VOTE_STATES) else REJECTED_VOTE
+        return REJECTED_VOTE if self.sink is None else self.sink.codec.kind
 
     @property
     def error(self) -> str:
@@ -85,13 +91,10 @@ class DeadLetter:
     def reason(self) -> str:
         return self.error.split(":", 1)[0] or "unknown"
 
-    def failed_delta(self) -> PostDelta:
-        """The delta row of a kind=delta_row dead letter, exactly as the sink tried to write it."""
-        return PostDelta.from_json(json.loads(self.data))
-
-    def failed_states(self) -> dict[PostUser, LatestVote]:
-        """The vote states of a kind=vote_states dead letter, exactly as the sink tried to apply them."""
-        return FailedVoteStates.states_from_json(json.loads(self.data))
+    def failed(self) -> FailedRecord:
+        """The failed record of a sink's dead letter, exactly as the sink failed to write it."""
+        assert self.sink is not None, "a rejected vote holds no sink's record"
+        return self.sink.codec.decode(self.data, self.attributes)
 
     @property
     def line(self) -> int | None:
@@ -351,10 +354,10 @@ def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLin
     same flags) at its dead letter's publish time (CorrectedLine.parsed)."""
     plan = ReplayPlan()
     for letter in letters:
-        if letter.kind == DELTA_ROW:
-            plan.deltas.append((letter, letter.failed_delta()))
-        elif letter.kind == VOTE_STATES:
-            plan.states.append((letter, letter.failed_states()))
+        if letter.sink is DELTA_ROWS:
+            plan.deltas.append((letter, letter.failed().delta))
+        elif letter.sink is VOTE_STATES:
+            plan.states.append((letter, dict(letter.failed().states)))
         elif (line := corrected.get(letter.identity())) is not None:
             plan.corrections.append((letter, Correction(line, letter.identity(),
                                                         line.parsed(letter.publish_time_s, policy))))
