@@ -1,32 +1,36 @@
 """The sinks, each declared once: its step, the counters it keeps, the record of what it could never
-write and how that record travels on the dead-letter topic.
+write, how that record travels on the dead-letter topic, and how it is replayed.
 
 A sink is a step of the streaming pipeline that writes to Spanner and dead-letters what it can
 never write: the delta rows sink (WriteDeltaRows, transforms/spanner_sink.py) and the vote-state
 sink (ApplyVoteStates, transforms/vote_state_sink.py). The modules that handle every sink read
 SINKS instead of naming each one: the buffered sinks' counters (transforms/buffered_sink.py), the
 pipeline's wiring of the dead letters (pipeline/streaming.py), the dead-letter messages
-(transforms/dead_letter.py), the drain report (local_runner/drain.py) and the dead letters'
-reader (upvotes/operations/dead_letters.py). The names and the messages are a documented
-interface (docs/contract.md, templates/README.md): a Dataflow update matches steps by name, the
-alerts and the drain read the counters, and a dead letter published by an earlier version must
-still be read.
+(transforms/dead_letter.py), the drain report (local_runner/drain.py) and `upvotes dead-letters`
+(upvotes/operations/dead_letters.py, upvotes/commands/dead_letters.py). The names, the messages
+and the replay's output are a documented interface (docs/contract.md, templates/README.md): a
+Dataflow update matches steps by name, the alerts and the drain read the counters, a dead letter
+published by an earlier version must still replay, and scripts read the replay's report.
 
 The parse's rejections are no sink's: a rejected message is dead-lettered with the bytes and
 attributes it came with, and replaced by its correction, never re-written
 (upvotes/operations/dead_letters.py).
 
 Beam-free and light to import: the drain reads this module before `upvotes stream` imports Beam,
-so that a Ctrl-C in those seconds finds its handler (local_runner/drain.py).
+so that a Ctrl-C in those seconds finds its handler (local_runner/drain.py); the replays import the
+Spanner client when they run.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable, Generic, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Mapping, Protocol, TypeVar
 
 from schemas.contract import ERROR_ATTRIBUTE, KIND_ATTRIBUTE
 from schemas.records import FailedDelta, FailedVoteStates, PostDelta
+
+if TYPE_CHECKING:
+    from google.cloud.spanner_v1.database import Database
 
 
 class FailedRecord(Protocol):
@@ -77,6 +81,17 @@ class DeadLetterCodec(Generic[Failed]):
 
 
 @dataclass(frozen=True)
+class SinkReplay(Generic[Failed]):
+    """How `upvotes dead-letters replay` re-drives a sink's dead letter: through the sink's own
+    idempotent path, so that a rerun, or a letter redelivered, writes nothing twice."""
+
+    write: Callable[[Database, Failed], tuple[int, int]]  # with retries: (written now, found written before)
+    counted_as: tuple[str, str]  # the replay report's fields for those two counts
+    action: str  # what `--dry-run` says it would do with the record
+    described: Callable[[Failed], dict]  # what `--dry-run` prints of the record
+
+
+@dataclass(frozen=True)
 class SinkDeclaration(Generic[Failed]):
     """One sink, declared once (see the module docstring)."""
 
@@ -85,6 +100,24 @@ class SinkDeclaration(Generic[Failed]):
     reason: str  # what its dead letters' errors start with ("<reason>: <detail>")
     failed: type[Failed]  # the record of what it could never write, which its `failed` output holds
     codec: DeadLetterCodec[Failed]
+    replay: SinkReplay[Failed]
+
+
+def _rewrite_delta(database: Database, failed: FailedDelta) -> tuple[int, int]:
+    from spanner_store.database import run_with_retries  # the Spanner client: see the module docstring
+    from spanner_writes.deltas import write_new_deltas
+
+    # Its key is the one the pipeline gave it: a second write finds it and writes nothing.
+    result = run_with_retries(lambda: write_new_deltas(database, [failed.delta]))
+    return result.written, result.already_written
+
+
+def _apply_states(database: Database, failed: FailedVoteStates) -> tuple[int, int]:
+    from spanner_writes.votes import apply_all_vote_states  # the Spanner client: see the module docstring
+
+    # Each is applied against the stored state: a second application moves nothing.
+    totals = apply_all_vote_states(database, dict(failed.states))
+    return totals.applied, totals.superseded
 
 
 DELTA_ROWS: SinkDeclaration[FailedDelta] = SinkDeclaration(
@@ -96,6 +129,11 @@ DELTA_ROWS: SinkDeclaration[FailedDelta] = SinkDeclaration(
         kind="delta_row",
         to_json=lambda failed: failed.delta.to_json(),
         from_json=lambda delta, error: FailedDelta(PostDelta.from_json(delta), error)),
+    replay=SinkReplay(
+        write=_rewrite_delta,
+        counted_as=("deltas_written", "deltas_already_written"),
+        action="rewrite_delta",
+        described=lambda failed: {"delta": failed.delta.to_json()}),
 )
 VOTE_STATES: SinkDeclaration[FailedVoteStates] = SinkDeclaration(
     step="ApplyVoteStates",
@@ -107,14 +145,22 @@ VOTE_STATES: SinkDeclaration[FailedVoteStates] = SinkDeclaration(
         to_json=FailedVoteStates.states_json,
         from_json=lambda states, error: FailedVoteStates(tuple(FailedVoteStates.states_from_json(states).items()),
                                                          error)),
+    replay=SinkReplay(
+        write=_apply_states,
+        counted_as=("states_applied", "states_already_applied"),
+        action="apply_vote_states",
+        described=lambda failed: {"states": len(failed.states)}),
 )
 # In this order the pipeline hands their dead letters to PublishDeadLetters, whose steps are
-# labelled by position: a sink is added at the end, or an in-place update finds other steps.
+# labelled by position (a sink is added at the end, or an in-place update finds other steps), and
+# the replay re-drives them and reports its counts.
 SINKS: tuple[SinkDeclaration, ...] = (DELTA_ROWS, VOTE_STATES)
 _BY_FAILED = {sink.failed: sink for sink in SINKS}
 _BY_KIND = {sink.codec.kind: sink for sink in SINKS}
-if not len({sink.step for sink in SINKS}) == len(_BY_FAILED) == len(_BY_KIND) == len(SINKS):
-    raise TypeError("two sinks declare the same step, failed record or dead-letter kind")
+if any(len(set(names)) < len(names) for names in (
+        [sink.step for sink in SINKS], [sink.failed for sink in SINKS], [sink.codec.kind for sink in SINKS],
+        [name for sink in SINKS for name in sink.replay.counted_as])):
+    raise TypeError("two sinks declare the same step, failed record, dead-letter kind or replay count")
 
 
 def sink_of(failed: FailedRecord) -> SinkDeclaration:

@@ -16,7 +16,7 @@ from schemas.records import FailedDelta, PostDelta
 from spanner_reads.reads import exact_counts
 from spanner_store.delta_commits import fold_cursor, read_changes
 from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
-from spanner_writes.deltas import write_deltas, write_new_deltas
+from spanner_writes.deltas import write_deltas
 from spanner_writes.folding import FoldOutcome, choose_snapshot
 from spanner_writes.sinks import DELTA_ROWS
 from tests.support.fold_runs import run_fold
@@ -185,9 +185,11 @@ def test_a_dead_letter_replay_after_a_fold_is_in_the_log_and_counted_once(stack,
     letters = [DeadLetter(f"ack-{d.delta_id}", f"m-{d.delta_id}",
                           *DELTA_ROWS.codec.encode(FailedDelta(d, "spanner_write_failed: test")))
                for d in (written[0], never_written)]  # one already in Spanner, one not
-    report, still_held = execute_replay(plan_replay(letters, {}), lambda d: tuple(write_new_deltas(database, [d])),
-                                        lambda states: (0, 0), lambda correction: None, ack=lambda held: None)
-    assert (report.deltas_written, report.deltas_already_written) == (1, 1) and still_held == []
+    report, still_held = execute_replay(plan_replay(letters, {}),
+                                        lambda sink, failed: sink.replay.write(database, failed),
+                                        lambda correction: None, ack=lambda held: None)
+    assert (report.replayed["deltas_written"], report.replayed["deltas_already_written"]) == (1, 1)
+    assert still_held == []
     assert fold(stack).deltas_folded == 1
     assert folded(database, ["replayed"]) == {"replayed": Counts(upvotes=11, shares=1)} == exact(database, ["replayed"])
 

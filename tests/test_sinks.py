@@ -16,11 +16,12 @@ from schemas.voter_sketch import sketch_of
 from spanner_writes.sinks import DELTA_ROWS, SINKS, VOTE_STATES, sink_of, sink_of_kind
 from transforms.buffered_sink import SinkCounters
 from transforms.dead_letter import to_dead_letter
-from upvotes.operations.dead_letters import REJECTED_VOTE, DeadLetter
+from upvotes.operations.dead_letters import REJECTED_VOTE, DeadLetter, execute_replay, plan_replay
 
 REPO = Path(__file__).resolve().parents[1]
 # The modules that handle every sink: they read the registry and name none.
-READERS = ("local_runner/drain.py", "transforms/dead_letter.py", "pipeline/streaming.py")
+READERS = ("local_runner/drain.py", "transforms/dead_letter.py", "pipeline/streaming.py",
+           "upvotes/operations/dead_letters.py", "upvotes/commands/dead_letters.py")
 HOUR = 1_795_312_800
 # Failed records of every declared sink, as its `failed` output holds them: a sink added to the
 # registry without its samples here fails test_every_declared_sink_has_samples.
@@ -79,7 +80,9 @@ def test_the_drain_report_sums_each_counter_over_every_declared_sink() -> None:
 def test_the_modules_that_handle_every_sink_name_none(reader: str) -> None:
     source = (REPO / reader).read_text(encoding="utf-8")
     for sink in SINKS:
-        assert f'"{sink.step}"' not in source and f'"{sink.metrics.dead_lettered}"' not in source
+        for name in (f'"{sink.step}"', f'"{sink.metrics.dead_lettered}"', f'"{sink.codec.kind}"',
+                     sink.failed.__name__, f'"{sink.replay.action}"', *(f'"{n}"' for n in sink.replay.counted_as)):
+            assert name not in source, f"{reader} names {name}: read it from spanner_writes.sinks"
 
 
 def test_every_declared_sink_has_samples() -> None:
@@ -134,3 +137,45 @@ def test_the_streaming_pipeline_wires_every_declared_sink_to_the_dead_letters(mo
     # The rejected messages first, then each sink's failed records in the registry's order.
     assert [pcoll.producer.full_label.split("/")[0] for pcoll in steps["PublishDeadLetters"].main_inputs.values()] == [
         "ParseVotes", *(sink.step for sink in SINKS)]
+
+
+def letters_of_every_sink() -> list[DeadLetter]:
+    """A dead letter of each sample, the rejected vote among them, as `dead-letters replay` pulls them."""
+    messages = [to_dead_letter(sample) for sink in reversed(SINKS) for sample in SAMPLES[sink.failed]]
+    letters = [DeadLetter(f"ack-{i}", f"m-{i}", message.data, dict(message.attributes))
+               for i, message in enumerate(messages)]
+    return [DeadLetter("ack-r", "m-r", b"not json", {"error": "not_json: x"}), *letters]
+
+
+def test_a_replay_rewrites_every_sinks_failed_records_sink_by_sink_and_reports_as_before() -> None:
+    plan = plan_replay(letters_of_every_sink(), {})
+    assert [held.sink for held in plan.failed] == [sink for sink in SINKS for _ in SAMPLES[sink.failed]]
+    assert [held.failed for held in plan.failed] == [sample for sink in SINKS for sample in SAMPLES[sink.failed]]
+    assert [letter.kind for letter in plan.left] == [REJECTED_VOTE]
+    replayed, acked = [], []
+
+    def replay_failed(sink, failed) -> tuple[int, int]:
+        replayed.append((sink, failed))
+        return 2, 1  # written now, found written before
+
+    report, still_held = execute_replay(plan, replay_failed, lambda correction: None, acked.extend)
+    assert replayed == [(held.sink, held.failed) for held in plan.failed] and still_held == plan.left
+    assert acked == [held.letter for held in plan.failed]
+    per_sink = {name: 0 for sink in SINKS for name in sink.replay.counted_as}
+    for sink in SINKS:
+        now, before = sink.replay.counted_as
+        per_sink[now], per_sink[before] = 2 * len(SAMPLES[sink.failed]), len(SAMPLES[sink.failed])
+    # What scripts read: the same fields, in the same order, as before the sinks were declared.
+    assert list(report.to_json()) == [
+        "deltas_written", "deltas_already_written", "states_applied", "states_already_applied", "corrections_written",
+        "corrections_already_written", "acknowledged", "left", "failed", "corrections_refused", "votes_published"]
+    assert report.to_json() == {**per_sink, "corrections_written": 0, "corrections_already_written": 0,
+                                "acknowledged": len(plan.failed), "left": 1, "failed": [], "corrections_refused": [],
+                                "votes_published": 0}
+
+
+def test_what_a_dry_run_says_of_each_sinks_dead_letters_is_unchanged() -> None:
+    delta, states = SAMPLES[FailedDelta][0], SAMPLES[FailedVoteStates][0]
+    assert (DELTA_ROWS.replay.action, DELTA_ROWS.replay.described(delta)) == (
+        "rewrite_delta", {"delta": delta.delta.to_json()})
+    assert (VOTE_STATES.replay.action, VOTE_STATES.replay.described(states)) == ("apply_vote_states", {"states": 2})
