@@ -24,6 +24,7 @@ BENCHMARKS = (
     "fault_soak",
     "vote_states",
     "trending",
+    "suspensions",
 )
 
 

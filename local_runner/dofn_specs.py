@@ -6,9 +6,9 @@ Why: Beam's `apache_beam.transforms.userstate.get_dofn_specs` walks every attrib
 - the local BundleBasedDirectRunner builds a DoFnRunner for every bundle of every ParDo, calling it
   three times on the way (`is_stateful_dofn` in the evaluator and in `DoFnSignature`, and
   `validate_stateful_dofn`), on a fresh copy of the DoFn each time: on single-vote messages, where
-  the stream runs many small bundles, about 9% of the stream's worker thread (py-spy, issue 45);
-- translating a pipeline's graph calls it about 1,300 times for one fold pipeline (measured on a
-  fold of an empty database: 7.9 s a run without a cache, 2.6-3.9 s with one).
+  the stream runs many small bundles, a tenth of the stream's worker thread;
+- translating a pipeline's graph calls it about 1,300 times for one fold pipeline, most of the
+  run's time on an empty database (both: docs/benchmarks.md, "Measurements behind the code").
 The answer never changes: the specs are the defaults of the methods' parameters, the same for
 every instance of a DoFn class. The DoFns Beam builds around a callable (`beam.Map`, `FlatMap`,
 `Filter`: CallableWrapperDoFn) take their `process` parameters from the callable, which differs

@@ -13,7 +13,7 @@ what is missing (docs/guarantees.md, "Stopping a stream", lists every crash poin
 What the log holds: an SQLite database from the standard library (journal_mode=WAL), one per
 subscription and database, and beside it a directory of segment files, one per window, to which
 each pull's payload is appended (written once, deleted with its window: in SQLite a payload was
-written twice, to the WAL and at its checkpoint, measured 2.8-3.5 ms per 200 kB pull against 0.9):
+written twice, to the WAL and at its checkpoint, three times the cost; docs/benchmarks.md, "Measurements behind the code"):
 
 - `pulls`: each pull's new messages as one serialised PullResponse (in its window's segment, at an
   offset, with its length and CRC-32), with the ingestion stamp the reader gave them

@@ -3,7 +3,7 @@ messages, no 30 s idle stall, and a drain.
 
 Why: Beam's own reader (`_PubSubReadEvaluator`, BundleBasedDirectRunner) pulls at most 10
 messages per bundle, so with one vote per message the whole local pipeline is capped by its
-per-bundle cost (measured: about 90 single-vote messages/s reached the counts). On an idle
+per-bundle cost (docs/benchmarks.md, "Measurements behind the code"). On an idle
 subscription its synchronous pull blocks for its 30 s timeout, holding the wall-clock
 watermark, so the last window of a burst fired up to 30 s late (upvotes.devtools.local_stream used to
 publish a heartbeat every 0.5 s against it). And it cannot stop cleanly: its watermark hold
@@ -166,9 +166,9 @@ def message_of(received: Any) -> tuple[Timestamp, "PubsubMessage"]:
     as `pull_bundle` returns them), stamped as Beam's reader does without a timestamp attribute.
 
     Built from the protobuf's fields directly: Beam's `PubsubMessage._from_message` of the client's
-    proto-plus message, and its publish time as a datetime, cost about 180 us per message (20%
-    of the local stream's time on single-vote messages, py-spy); this costs about 20 us. The
-    message's publish_time is the Beam Timestamp it is stamped with."""
+    proto-plus message, and its publish time as a datetime, cost the stream a fifth of its time on
+    single-vote messages (docs/benchmarks.md, "Measurements behind the code"). The message's publish_time is the Beam
+    Timestamp it is stamped with."""
     message = received.message
     published = message.publish_time
     at = Timestamp(micros=published.seconds * 1_000_000 + published.nanos // 1_000)

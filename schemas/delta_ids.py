@@ -15,9 +15,11 @@ write it was:
 - a moderation adjustment: `@adjust/<adjustment ID>` (`adjustment_delta_id`), and each later
   commit of a reset split in several: `@adjust/<adjustment ID>/<part>` (`reset_part_delta_id`;
   an adjustment ID holds no '/', so it never equals another adjustment's);
-- a corrected dead letter: `@replay/<dead letter identity>` (`replay_delta_id`).
+- a corrected dead letter: `@replay/<dead letter identity>` (`replay_delta_id`);
+- a suspension's or a restore's pass (issue 46): `@suspension/<commit id>` (`suspension_delta_id`),
+  made exact, like a vote-state transaction's, by the HeldOut marks read in the transaction.
 
-'@' is in no Dataflow job name nor writer identity, so the last three never equal a pane's. An
+'@' is in no Dataflow job name nor writer identity, so the last four never equal a pane's. An
 erasure request's "none" states carry the event_id `@forget/<request ID>` (`forget_event_id`).
 """
 from __future__ import annotations
@@ -71,6 +73,12 @@ def pane_window_end_us(delta_id: str) -> int | None:
 def vote_delta_id(commit_id: str) -> str:
     """The DeltaId of the delta rows one vote-state commit writes."""
     return f"@vote/{commit_id}"
+
+
+def suspension_delta_id(commit_id: str) -> str:
+    """The DeltaId of the delta rows one pass of a suspension or a restore writes
+    (spanner_writes/suspensions.py): the stored votes it moves out of the counts, or back in."""
+    return f"@suspension/{commit_id}"
 
 
 def adjustment_delta_id(adjustment_id: str) -> str:

@@ -294,6 +294,11 @@ CREATE TABLE TopCandidates (
 -- 6 mutations per commit of up to 1,000 delta rows of 18 each (+0.03%); a shard-led index on
 -- PostDeltas would cost about 7 per delta row instead (see docs/how-it-works.md, "The fold").
 -- Kept as long as the deltas themselves.
+-- UserIds (issue 46): the users whose vote states a vote-state sink commit applied, in the same
+-- commit (one more column: one mutation per commit of up to 1,000 states); NULL for every other
+-- writer. `upvotes suspects` finds the users who voted since a time here, so its cost follows the
+-- votes since then, never the Votes table (which has no index by time: one would cost every vote
+-- state a mutation per indexed column).
 CREATE TABLE DeltaCommits (
   Shard       INT64 NOT NULL,
   CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
@@ -301,6 +306,7 @@ CREATE TABLE DeltaCommits (
   PostIds     ARRAY<STRING(128)> NOT NULL,
   DeltaRows   INT64 NOT NULL,
   Events      INT64 NOT NULL,
+  UserIds     ARRAY<STRING(128)>,
 ) PRIMARY KEY (Shard, CommittedAt, CommitId),
   ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 30 DAY));
 
@@ -351,6 +357,14 @@ CREATE TABLE StreamHeartbeats (
 -- key", schema best practice #1); UserId next keeps one user's votes together, so "my vote" is a
 -- point read and `upvotes forget-user` one key range, whose cost follows that user's votes.
 -- Kept: a "none" row is what makes an older event of that user, arriving late, lose.
+-- HeldOut (issue 46): TRUE when the row's vote is held out of the counts by a suspension of its
+-- user (UserSuspensions below): the row then counts nothing, and its vote's count is out of
+-- every delta sum. NULL: the row counts as its Vote says. Every transaction that moves a user's
+-- state reads it, so it knows what the stored state contributes now: the sink (a new state
+-- replaces a held one: nothing to take out), a suspension (moves a counted vote out and sets it),
+-- a restore (moves it back in and clears it). Written only when it changes, so a sink commit of
+-- users with no suspension writes the same columns as before. "none" rows are never held (they
+-- count nothing either way).
 CREATE TABLE Votes (
   UserHash  INT64 NOT NULL,
   UserId    STRING(128) NOT NULL,
@@ -360,6 +374,7 @@ CREATE TABLE Votes (
   EventId   STRING(128) NOT NULL,
   EventHour TIMESTAMP NOT NULL,
   AppliedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  HeldOut   BOOL,
 ) PRIMARY KEY (UserHash, UserId, PostId);
 
 -- Erasure requests (issue 34, spanner_store/forget_user.py): one row per `upvotes forget-user`
@@ -383,6 +398,55 @@ CREATE TABLE UserErasures (
   RequestId        STRING(64) NOT NULL,
   ForgottenThrough TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (UserHash, UserId, RequestId);
+
+-- Suspensions (issue 46, upvotes/operations/suspensions.py): which users' votes are held out of
+-- the counts, one row per user and suspension, keyed like Votes and UserErasures (UserHash leads,
+-- then UserId: a user's rows are one key range, read by the vote-state sink in the transaction
+-- that applies the user's states, beside the user's erasures), then the suspension's ID. Since:
+-- the suspension holds out the user's votes cast at or after it (their VotedAt); NULL: every vote.
+-- RestoredAt: when `upvotes restore-users` lifted it (the commit timestamp of that write); NULL:
+-- active. A user's stored vote counts nothing while any active row of the user covers it.
+-- Written before any count moves (a suspension's rows, then its passes; a restore's timestamps,
+-- then its passes), so from their commit on every transaction applying the user's states sees
+-- them. A few rows per suspended user; a restored row deletes itself 30 days after its restore
+-- (an inactive row changes nothing; the suspension's audit row keeps its users).
+CREATE TABLE UserSuspensions (
+  UserHash     INT64 NOT NULL,
+  UserId       STRING(128) NOT NULL,
+  SuspensionId STRING(64) NOT NULL,
+  Since        TIMESTAMP,
+  RestoredAt   TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (UserHash, UserId, SuspensionId),
+  ROW DELETION POLICY (OLDER_THAN(RestoredAt, INTERVAL 30 DAY));
+
+-- The audit trail of suspensions (issue 46): one row per request, `upvotes suspend-users`
+-- (Request "suspend") and its `upvotes restore-users` (Request "restore"), keyed by the
+-- operator's --id then the request, so a suspension's two rows sit together and a rerun of either
+-- finds its own row and moves nothing twice. Who (Actor), why (Reason), when (RequestedAt: the
+-- commit timestamp of the record, written before any count moves), which users (UserIds, on the
+-- suspend row: at most 50,000, well within a cell's 10 MiB) and since when (Since, NULL: every
+-- vote). Votes, the counter columns and Commits add up, in the same transaction as each move, the
+-- stored votes the request moved out of the counts (suspend) or back in (restore), the counts
+-- that moved (negative for a suspension) and the transactions that moved them: exact whatever
+-- crashes and reruns. FinishedAt: when its last pass committed (NULL: in progress, or stopped:
+-- run the same --id again). Keyed by an operator's ID: a handful of rows a day, never a hotspot.
+-- Kept: it is the audit.
+CREATE TABLE Suspensions (
+  SuspensionId STRING(64) NOT NULL,
+  Request      STRING(8) NOT NULL,
+  Reason       STRING(1024) NOT NULL,
+  Actor        STRING(256) NOT NULL,
+  Since        TIMESTAMP,
+  UserIds      ARRAY<STRING(128)>,
+  RequestedAt  TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  Votes        INT64 NOT NULL DEFAULT (0),
+  Upvotes      INT64 NOT NULL DEFAULT (0),
+  Downvotes    INT64 NOT NULL DEFAULT (0),
+  Shares       INT64 NOT NULL DEFAULT (0),
+  Views        INT64 NOT NULL DEFAULT (0),
+  Commits      INT64 NOT NULL DEFAULT (0),
+  FinishedAt   TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (SuspensionId, Request);
 
 -- The trending rankings' settings, recorded once per database by `upvotes provision`
 -- (spanner_store/ranking_settings.py): the hot score's half-life in hours, which every HotKey

@@ -18,10 +18,16 @@ and puts the new one's in (`counted(new)`, in its hour). Summed over every move,
 equal the number of users in each latest state, in total and per event hour, whatever the
 arrival order (tests/test_vote_states.py holds that as a property over random orders,
 duplicates and flips).
+
+Suspensions (issue 46, `upvotes suspend-users`): a stored state contributes `counted(vote)`, or
+nothing while a suspension of its user holds it out (`held`: an active `Hold` whose `since_us` is
+at or before the state's time, or that has none). Every move then takes out what the old state
+contributes and puts in what the new one does (`contributed`), so the counts are the users in each
+latest state that no active suspension covers.
 """
 from __future__ import annotations
 
-from typing import Hashable, MutableMapping, NamedTuple
+from typing import Hashable, Iterable, MutableMapping, NamedTuple
 
 from schemas.counters import COUNTER_OF_VOTE, Counts
 
@@ -112,3 +118,27 @@ def erased(state: LatestVote, erasure: Erasure | None) -> LatestVote:
 def counted(vote: str | None) -> Counts:
     """What one user in this state adds to the counts: one on its vote's counter (None: never voted)."""
     return Counts(**{COUNTER_OF_VOTE[vote]: 1}) if vote in COUNTER_OF_VOTE else Counts()
+
+
+class Hold(NamedTuple):
+    """An active suspension of one user (`upvotes suspend-users`, issue 46): while it holds, every
+    stored vote of the user cast at or after `since_us` (every vote: None) counts nothing."""
+
+    suspension_id: str
+    since_us: int | None  # microseconds since the epoch; None: every vote of the user, ever
+
+
+def covered(at_us: int, holds: Iterable[Hold]) -> bool:
+    """Whether one of a user's active suspensions covers a state of the user cast at `at_us`. Pure."""
+    return any(hold.since_us is None or hold.since_us <= at_us for hold in holds)
+
+
+def held(vote: str, at_us: int, holds: Iterable[Hold]) -> bool:
+    """Whether a user's state (`vote`, cast at `at_us`) is held out of the counts by one of the
+    user's active suspensions. "none" counts nothing either way, so it is never held. Pure."""
+    return vote != NONE and covered(at_us, holds)
+
+
+def contributed(vote: str | None, is_held: bool) -> Counts:
+    """What a user's stored state adds to the counts: `counted(vote)`, or nothing while held out."""
+    return Counts() if is_held else counted(vote)

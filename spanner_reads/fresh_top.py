@@ -1,6 +1,5 @@
 """Deprecated: the all-time ranking moved to spanner_reads.rankings.all_time, DEFAULT_EXTRA and
-EPOCH to spanner_reads.fresh_side (CHANGELOG.md, issue 48: removed in the release after the next
-one)."""
+EPOCH to spanner_reads.fresh_side (removed in 0.3.0, CHANGELOG.md)."""
 from spanner_reads import fresh_side
 from spanner_reads.rankings import all_time
 from spanner_store.moved import forward

@@ -1,7 +1,6 @@
 """Deprecated: the hot ranking moved to spanner_reads.rankings.hot, the last N hours to
 spanner_reads.rankings.last_hours, their answer to spanner_reads.rankings.trending_top and
-RankedPost to spanner_reads.rankings.ranking (CHANGELOG.md, issue 48: removed in the release after
-the next one)."""
+RankedPost to spanner_reads.rankings.ranking (removed in 0.3.0, CHANGELOG.md)."""
 from spanner_reads.rankings import hot, last_hours, ranking, trending_top
 from spanner_store.moved import forward
 

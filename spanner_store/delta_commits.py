@@ -63,6 +63,18 @@ def read_changes(snapshot, after: datetime, shard: int | None = None) -> Iterato
         yield Change(committed_at, post_ids, delta_rows, events)
 
 
+def users_of_changes(snapshot, after: datetime) -> tuple[set[str], int]:
+    """The users whose vote states were applied by a commit after `after` (the vote-state sink's
+    DeltaCommits rows list them; other writers' rows list none), and the commit rows read: one per
+    commit since then, a seek per shard (`upvotes suspects`)."""
+    users: set[str] = set()
+    commits = 0
+    for (user_ids,) in snapshot.read(DELTA_COMMITS, columns=("UserIds",), keyset=committed_after(after)):
+        commits += 1
+        users.update(user_ids or ())
+    return users, commits
+
+
 def posts_of_commits(snapshot, commits: Iterable[tuple[int, datetime, str]]) -> dict[str, list[str]]:
     """Every post of these commits, by commit ID: their DeltaCommits rows, keyed (Shard, CommittedAt,
     CommitId) like the commits' TopCandidates rows, in one read of point keys. A commit without its

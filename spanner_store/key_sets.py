@@ -3,8 +3,8 @@
 Why: the client library's `KeySet` builds each key range as a proto-plus `KeyRange` and then the
 `KeySet` message from a list of them, and proto-plus copies every nested message on the way.
 Reading 1,000 posts' exact counts (spanner_reads/reads.py: their 1,000 Posts keys and 1,000
-ranges of unfolded deltas) spent about 43 ms of the reader's CPU on those two key sets
-(cProfile, against about 65 ms for both reads in the Spanner emulator): the largest part of a
+ranges of unfolded deltas) spent nearly as much of the reader's CPU on those two key sets as
+the Spanner emulator spent on both reads (docs/benchmarks.md, "Measurements behind the code"): the largest part of a
 big exact read after the reads themselves.
 
 What: `KeySet` is the client's `KeySet` (same arguments, same `KeyRange`s, accepted wherever

@@ -2,9 +2,9 @@
 
 Why: the client library's `Batch.insert` (and `insert_or_update`, `update`, and the same methods
 of a read-write `Transaction`) turns every value into a proto-plus `Value` and every row into a
-proto-plus `ListValue`, then copies them into the `Mutation.Write` message. For a sink commit of
-1,000 delta rows that cost about 100 ms of the writer's CPU (100 us a row: as much as the rest of
-the local stream's work on a single-vote message; issue 45's profile of `upvotes stream`).
+proto-plus `ListValue`, then copies them into the `Mutation.Write` message: per row, as much
+CPU as the rest of the local stream's work on a single-vote message (issue 45's profile of
+`upvotes stream`; docs/benchmarks.md, "Measurements behind the code").
 
 What: `insert`, `insert_or_update` and `update` here take the client's arguments and append the
 same `Mutation` the client would, built as one raw protobuf (each value encoded as

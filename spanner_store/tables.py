@@ -84,10 +84,31 @@ ADJUSTMENT_SPLIT_COLUMNS = ("AdjustmentId", "SplitRows")
 VOTES = "Votes"
 VOTE_KEY_COLUMNS = ("UserHash", "UserId", "PostId")
 VOTE_COLUMNS = VOTE_KEY_COLUMNS + ("Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
+# TRUE: the row's vote is held out of the counts by a suspension (issue 46); NULL: it counts.
+# Written only when it changes (spanner_writes/votes.py, spanner_writes/suspensions.py).
+HELD_OUT = "HeldOut"
+VOTE_HELD_COLUMNS = VOTE_COLUMNS + (HELD_OUT,)
+# What a suspension or a restore writes to a stored vote it moves: the mark alone.
+VOTE_MARK_COLUMNS = VOTE_KEY_COLUMNS + (HELD_OUT,)
 
 # Erasure requests (upvotes/operations/forget_user.py): a user's forget times, keyed like Votes, then the request.
 USER_ERASURES = "UserErasures"
 USER_ERASURE_COLUMNS = ("UserHash", "UserId", "RequestId", "ForgottenThrough")
+
+# Suspensions (upvotes/operations/suspensions.py): per user, keyed like Votes, then the suspension;
+# and one audit row per request (suspend, restore), keyed by the suspension's ID, then the request.
+USER_SUSPENSIONS = "UserSuspensions"
+USER_SUSPENSION_COLUMNS = ("UserHash", "UserId", "SuspensionId", "Since", "RestoredAt")
+# What a suspension's record writes per user (RestoredAt is left as it is: NULL when new).
+USER_SUSPENSION_RECORD_COLUMNS = ("UserHash", "UserId", "SuspensionId", "Since")
+# What a restore's record writes per user.
+USER_SUSPENSION_RESTORE_COLUMNS = ("UserHash", "UserId", "SuspensionId", "RestoredAt")
+SUSPENSIONS = "Suspensions"
+SUSPENSION_COLUMNS = ("SuspensionId", "Request", "Reason", "Actor", "Since", "UserIds", "RequestedAt", "Votes") \
+    + COUNTER_COLUMNS + ("Commits", "FinishedAt")
+# What each pass of a request adds up in its audit row, in the transaction that moves the votes.
+SUSPENSION_TALLY_COLUMNS = ("SuspensionId", "Request", "Votes") + COUNTER_COLUMNS + ("Commits",)
+SUSPENSION_FINISH_COLUMNS = ("SuspensionId", "Request", "FinishedAt")
 
 # Each corrected dead letter a replay wrote (upvotes/operations/replayed_corrections.py), keyed by a hash of its
 # identity, then the identity (`replayed_correction_key`).
@@ -105,6 +126,8 @@ TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Thre
 # One row per commit of delta rows: its posts, the change log the fold follows (spanner_store/delta_commits.py).
 DELTA_COMMITS = "DeltaCommits"
 DELTA_COMMIT_COLUMNS = ("Shard", "CommittedAt", "CommitId", "PostIds", "DeltaRows", "Events")
+# A vote-state sink commit's row also lists the users whose states it applied (`upvotes suspects`).
+DELTA_COMMIT_USER_COLUMNS = DELTA_COMMIT_COLUMNS + ("UserIds",)
 
 # The trending rankings' settings per database (spanner_store/ranking_settings.py).
 RANKING_SETTINGS = "RankingSettings"
@@ -150,7 +173,8 @@ def replayed_correction_key(identity: str) -> tuple[int, str]:
 
 
 def user_rows_range(*user_ids: str) -> spanner.KeySet:
-    """Every row of these users in a table keyed (UserHash, UserId, ...), Votes or UserErasures:
+    """Every row of these users in a table keyed (UserHash, UserId, ...), Votes, UserErasures or
+    UserSuspensions:
     one key range per user."""
     prefixes = ([user_hash(user_id), user_id] for user_id in user_ids)
     return KeySet(ranges=[spanner.KeyRange(start_closed=prefix, end_closed=prefix) for prefix in prefixes])

@@ -4,9 +4,9 @@ the commit-ordered index. The fold (spanner_writes/folding.py) reads them to fol
 
 Unfolded deltas are read as key ranges of the interleaved commit-time index, one range per
 post from (post, watermark) exclusive to the end of the post: a seek, so a read touches only
-unfolded deltas however many old ones are kept. (Measured on the emulator: the same
-condition as SQL, even with the watermark as a constant parameter, scanned every delta of
-the post, 370 ms with 50,000 old deltas against 7 ms for the range read.)
+unfolded deltas however many old ones are kept. (On the emulator, the same condition as SQL,
+even with the watermark as a constant parameter, scanned every delta of the post:
+docs/benchmarks.md, "Measurements behind the code".)
 """
 from __future__ import annotations
 

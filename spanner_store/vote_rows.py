@@ -1,21 +1,25 @@
-"""The Votes and UserErasures rows as both sides read them: a user's stored vote state per post
-(`StoredVote`), and the erasures that put a floor under a user's votes. The vote-state sink
-(spanner_writes/votes.py) reads them in the transaction that moves them; "my vote" and erasure
-requests (spanner_reads/my_votes.py, upvotes/operations/forget_user.py) read them in snapshots."""
+"""The Votes, UserErasures and UserSuspensions rows as both sides read them: a user's stored vote
+state per post (`StoredVote`, with whether a suspension holds it out of the counts), the erasures
+that put a floor under a user's votes, and the user's active suspensions (`holds_of`). The
+vote-state sink (spanner_writes/votes.py) and the suspensions' passes (spanner_writes/suspensions.py)
+read them in the transaction that moves them; "my vote", erasure and suspension requests
+(spanner_reads/my_votes.py, upvotes/operations/) read them in snapshots."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Iterable, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 from schemas.delta_ids import forget_event_id
+from schemas.counters import Counts
 from schemas.records import PostUser, hour_of_us
-from schemas.vote_states import Erasure, VoteOrder, order_of
+from schemas.vote_states import Erasure, Hold, VoteOrder, contributed, order_of
 from spanner_store.key_sets import KeySet
 from spanner_store.tables import (
-    USER_ERASURE_COLUMNS, USER_ERASURES, VOTES, micros_timestamp, timestamp_micros, user_rows_range, vote_key,
+    HELD_OUT, USER_ERASURE_COLUMNS, USER_ERASURES, USER_SUSPENSION_COLUMNS, USER_SUSPENSIONS, VOTES,
+    micros_timestamp, timestamp_micros, user_rows_range, vote_key,
 )
 
-READ_COLUMNS = ("UserId", "PostId", "Vote", "VotedAt", "EventId", "EventHour", "AppliedAt")
+READ_COLUMNS = ("UserId", "PostId", "Vote", "VotedAt", "EventId", "EventHour", "AppliedAt", HELD_OUT)
 
 
 def erasure(request_id: str, forgotten_through_us: int) -> Erasure:
@@ -33,10 +37,16 @@ class StoredVote(NamedTuple):
     event_id: str
     event_hour: int  # the hour (epoch seconds) its vote is counted in
     applied_at: datetime | None = None  # commit time of the write
+    held_out: bool = False  # held out of the counts by a suspension of the user (issue 46): counts nothing
 
     @property
     def order(self) -> VoteOrder:
         return order_of(self.vote, self.voted_at_us, self.event_id)
+
+    @property
+    def counts(self) -> Counts:
+        """What this stored state adds to the counts now: its vote's, or nothing while held out."""
+        return contributed(self.vote, self.held_out)
 
     def to_json(self) -> dict:
         """What "my vote" answers (`upvotes read --user`, GET /v1/posts/{post}/votes/{user})."""
@@ -46,9 +56,9 @@ class StoredVote(NamedTuple):
 
 
 def stored(row) -> StoredVote:
-    user_id, post_id, vote, voted_at, event_id, event_hour, applied_at = row
+    user_id, post_id, vote, voted_at, event_id, event_hour, applied_at, held_out = row
     return StoredVote(post_id, user_id, vote, timestamp_micros(voted_at), event_id, int(event_hour.timestamp()),
-                      applied_at)
+                      applied_at, bool(held_out))
 
 
 def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]:
@@ -56,6 +66,23 @@ def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]
     keyset = KeySet(keys=[list(vote_key(key.post_id, key.user_id)) for key in keys])
     found = (stored(row) for row in reader.read(VOTES, columns=READ_COLUMNS, keyset=keyset))
     return {PostUser(vote.post_id, vote.user_id): vote for vote in found}
+
+
+# What moving a stored vote in or out of the counts needs of it (spanner_writes/suspensions.py):
+# fewer columns than READ_COLUMNS, for reads of a ring's every vote (the client decodes each value,
+# a timestamp slowest: measured, most of a pass's client time). VotedAt only when a suspension of
+# the users holds out the votes since a time.
+MOVE_COLUMNS = ("UserId", "PostId", "Vote", "EventHour", HELD_OUT)
+
+
+def votes_to_move(reader, keyset, with_times: bool = True) -> Iterator[StoredVote]:
+    """The stored votes of `keyset` (key ranges of users, or keys), with MOVE_COLUMNS only (no
+    event_id, no applied_at; without `with_times`, voted_at_us 0), read by `reader` (a transaction
+    or a snapshot)."""
+    columns = MOVE_COLUMNS + (("VotedAt",) if with_times else ())
+    for row in reader.read(VOTES, columns=columns, keyset=keyset):
+        voted_at = timestamp_micros(row[5]) if with_times else 0
+        yield StoredVote(row[1], row[0], row[2], voted_at, "", int(row[3].timestamp()), None, bool(row[4]))
 
 
 def erasures_of(reader, user_ids: Iterable[str]) -> dict[str, Erasure]:
@@ -71,3 +98,37 @@ def erasures_of(reader, user_ids: Iterable[str]) -> dict[str, Erasure]:
         if user_id not in newest or found.order > newest[user_id].order:
             newest[user_id] = found
     return newest
+
+
+class UserSuspension(NamedTuple):
+    """One UserSuspensions row: a suspension of one user, active until restored."""
+
+    user_id: str
+    suspension_id: str
+    since: datetime | None  # votes cast at or after it are held out; None: every vote
+    restored_at: datetime | None  # None: active
+
+    @property
+    def hold(self) -> Hold:
+        return Hold(self.suspension_id, None if self.since is None else timestamp_micros(self.since))
+
+
+def suspensions_of(reader, user_ids: Iterable[str]) -> list[UserSuspension]:
+    """Every suspension row of these users, active or restored (one key range per user), read by
+    `reader` (a transaction or a snapshot)."""
+    user_ids = sorted(set(user_ids))
+    if not user_ids:
+        return []
+    return [UserSuspension(user_id, suspension_id, since, restored_at)
+            for _, user_id, suspension_id, since, restored_at in reader.read(
+                USER_SUSPENSIONS, columns=USER_SUSPENSION_COLUMNS, keyset=user_rows_range(*user_ids))]
+
+
+def holds_of(reader, user_ids: Iterable[str]) -> dict[str, tuple[Hold, ...]]:
+    """The active suspensions of each of these users that has one (schemas/vote_states.py `held`
+    says which of a user's votes they hold out), read by `reader` (a transaction or a snapshot)."""
+    holds: dict[str, list[Hold]] = {}
+    for row in suspensions_of(reader, user_ids):
+        if row.restored_at is None:
+            holds.setdefault(row.user_id, []).append(row.hold)
+    return {user_id: tuple(found) for user_id, found in holds.items()}

@@ -34,8 +34,9 @@ from spanner_store import mutations
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, new_row_cost
 from spanner_store.tables import (
-    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS, DELTAS, POST_KEY_COLUMNS,
-    POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VOTERS, counts_at, delta_key, post_key, sketch_column, sketch_value,
+    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMIT_USER_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS,
+    DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VOTERS, counts_at, delta_key, post_key,
+    sketch_column, sketch_value,
 )
 from spanner_store.top_candidates import candidate_mutation_row
 from spanner_writes.known_posts import KnownPosts, lost_a_known_parent
@@ -71,12 +72,15 @@ def cut_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int =
     return cut_within_budget(deltas, DELTA_COMMIT_COST, max_rows, max_mutations, "delta")
 
 
-def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection[str] = ()) -> None:
+def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection[str] = (),
+                     user_ids: list[str] | None = None) -> None:
     """One commit's mutations: the delta rows (insert), their parents' keys (insert_or_update;
     not those of `parents_present`, posts whose row the caller knows exists), the commit's
     DeltaCommits row and its TopCandidates row (inserts), so every delta commit carries its
-    change-log entry and its candidates. Built as raw protobufs (spanner_store/mutations.py): the
-    client's own builders cost the sink about 100 us a row."""
+    change-log entry and its candidates. `user_ids`: the users whose vote states the commit
+    applies (the vote-state sink's), listed in its DeltaCommits row (one more column). Built as raw
+    protobufs (spanner_store/mutations.py): the client's own builders cost more CPU than the rest
+    of the row's work (docs/benchmarks.md)."""
     parents = sorted({post_key(d.post_id) for d in deltas if d.post_id not in parents_present})
     rows = [delta_key(d) + tuple(d.sums.counts) + (d.sums.events, sketch_column(d.sums.voters), spanner.COMMIT_TIMESTAMP)
             for d in deltas]
@@ -85,7 +89,10 @@ def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection
     if parents:
         mutations.insert_or_update(batch, POSTS, POST_KEY_COLUMNS, parents)
     mutations.insert(batch, DELTAS, DELTA_COLUMNS, rows)
-    mutations.insert(batch, DELTA_COMMITS, DELTA_COMMIT_COLUMNS, [logged])
+    if user_ids is None:
+        mutations.insert(batch, DELTA_COMMITS, DELTA_COMMIT_COLUMNS, [logged])
+    else:
+        mutations.insert(batch, DELTA_COMMITS, DELTA_COMMIT_USER_COLUMNS, [logged + (list(user_ids),)])
     mutations.insert(batch, TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS, [candidate_mutation_row(deltas, commit_id)])
 
 

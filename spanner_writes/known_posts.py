@@ -6,8 +6,8 @@ worker's threads (transforms/per_process.py), so it is thread-safe.
 Why: a delta row is interleaved in its post's Posts row, which must exist, so a commit used to
 upsert the key of every post it names. For a post that votes keep reaching, window after window,
 that is a write of the same row in every commit: on Cloud Spanner it locks the row the fold's
-transactions write the counters of, and on the emulator it was 45% of a sink commit's time
-(measured: 720 delta rows over 240 posts, 404 ms with the upserts, 225 ms without). A writer that
+transactions write the counters of, and on the emulator it was nearly half of a sink commit's
+time (docs/benchmarks.md, "Measurements behind the code"). A writer that
 committed a post's parent knows the row exists: Posts rows are never deleted by this project
 (moderation and `forget-user` write compensating deltas), so it skips them from then on.
 

@@ -3,9 +3,7 @@ the sink's path, exact and idempotent per request ID (a crash halfway included),
 counting again, older late events losing, audited, and at a cost that follows the user's votes."""
 from __future__ import annotations
 
-import contextlib
 import json
-from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -21,6 +19,7 @@ from spanner_store.tables import timestamp_micros
 from spanner_store.vote_rows import StoredVote, erasure, erasures_of
 from spanner_writes.votes import apply_all_vote_states
 from tests.support.faults import FlakyDatabase
+from tests.support.read_meter import ReadMeter
 from upvotes.cli import build_parser, main
 import upvotes.operations.forget_user as forget_user_module
 from upvotes.operations.forget_user import RequestIdInUse, forget_user, plan_retractions
@@ -263,49 +262,10 @@ def test_an_id_used_by_another_request_is_refused_before_any_write(database) -> 
     assert counts(database, "fd-1") == [Counts(upvotes=1)] and vote_of(database, "fd-1", "second").vote == UP
 
 
-class ReadMeter:
-    """The real database, counting the rows each table's reads return and the SQL queries run."""
-
-    def __init__(self, database) -> None:
-        self._database = database
-        self.rows: Counter[str] = Counter()
-        self.queries = 0
-
-    def __getattr__(self, name):
-        return getattr(self._database, name)
-
-    @contextlib.contextmanager
-    def snapshot(self, **kwargs):
-        with self._database.snapshot(**kwargs) as snapshot:
-            yield _MeteredReads(snapshot, self)
-
-    def run_in_transaction(self, work, *args, **kwargs):
-        return self._database.run_in_transaction(
-            lambda transaction, *a, **kw: work(_MeteredReads(transaction, self), *a, **kw), *args, **kwargs)
-
-
-class _MeteredReads:
-    def __init__(self, reader, meter: ReadMeter) -> None:
-        self._reader = reader
-        self._meter = meter
-
-    def __getattr__(self, name):
-        return getattr(self._reader, name)
-
-    def read(self, table: str, *args, **kwargs) -> list:
-        rows = list(self._reader.read(table, *args, **kwargs))
-        self._meter.rows[table] += len(rows)
-        return rows
-
-    def execute_sql(self, *args, **kwargs):
-        self._meter.queries += 1
-        return self._reader.execute_sql(*args, **kwargs)
-
-
 def test_the_cost_follows_the_users_votes_not_the_other_voters(database) -> None:
     """400 votes of 100 other users on the same posts; the request reads the user's 4 rows (one
     key range) before and after recording itself, then each again in its batch's transaction with
-    the user's erasure row, and the audit row: nothing else."""
+    the user's erasure row and suspension rows (none), and the audit row: nothing else."""
     posts = [f"fe-{i}" for i in range(4)]
     cast(database, {**{(post, f"crowd-{i}"): UP for post in posts for i in range(100)},
                     **{(post, "gone-e"): DOWN for post in posts}})
@@ -313,7 +273,8 @@ def test_the_cost_follows_the_users_votes_not_the_other_voters(database) -> None
     result = forget_user(meter, "req-e", "gone-e", "erasure", "dpo")
     assert result.retracted == 4
     # The user's rows before and after the record and in the batch's transaction, with the user's erasure.
-    assert meter.rows == {"Votes": 3 * 4, "Adjustments": 1, "UserErasures": 1} and meter.queries == 0
+    assert meter.rows == {"Votes": 3 * 4, "Adjustments": 1, "UserErasures": 1, "UserSuspensions": 0}
+    assert meter.queries == 0
     assert counts(database, *posts) == [Counts(upvotes=100)] * 4
 
 

@@ -2,7 +2,8 @@
 posts_before_issue_22.sql: no change log, no fold cursor) while the streaming pipeline of this
 version writes to it: no vote lost or counted twice, the first fold scans every post, the later
 ones follow the change log, and a second provision changes nothing. And a database of issue 34's
-schema, whose forget-time columns provision makes commit-timestamp columns."""
+schema, whose forget-time columns provision makes commit-timestamp columns; and one of issue 44's,
+to which provision adds the suspensions of issue 46."""
 from __future__ import annotations
 
 import re
@@ -18,10 +19,17 @@ import schemas
 from schemas import statements_of
 from schemas.counters import Counts
 from schemas.ddl import table_columns
-from schemas.records import PostDelta
+from schemas.records import PostDelta, PostUser
+from schemas.vote_states import UP, LatestVote
 import spanner_store.database
-from spanner_store.database import commit_mutations, open_database
-from spanner_store.tables import COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, counts_at, delta_key, post_key
+from spanner_reads.reads import exact_counts
+from spanner_store.database import commit_mutations, open_database, run_with_retries, schema_behind
+from spanner_store.tables import (
+    COUNTER_COLUMNS, DELTAS, POST_KEY_COLUMNS, POSTS, VOTE_COLUMNS, counts_at, delta_key, hour_timestamp,
+    micros_timestamp, post_key, vote_key,
+)
+from spanner_writes.deltas import add_delta_writes
+from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
 from tests.support.polling import wait_until
 from tests.support.resources import new_resources
@@ -34,6 +42,7 @@ from upvotes.operations.forget_user import forget_user
 from upvotes.operations.provision import (
     missing_columns, missing_constraints, missing_defaults, provision_pubsub, provision_spanner,
 )
+from upvotes.operations.suspensions import restore_users, suspend_users
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
 HOUR = 1_795_312_800
@@ -177,6 +186,49 @@ def test_provision_makes_the_forget_time_columns_take_the_commit_timestamp(stack
             "set     options Adjustments.AsOf (allow_commit_timestamp = true)"} <= set(logged)
     request = forget_user(database, "req-after", "gone", "erasure", "dpo").request
     assert request.as_of == request.created_at
+    again: list[str] = []
+    provision_spanner(res, False, "unused", again.append)
+    assert not [line for line in again if line.startswith(("added", "created", "dropped", "set"))]
+
+
+def before_issue_46() -> list[str]:
+    """posts.sql without what issue 46 added: Votes.HeldOut, DeltaCommits.UserIds, UserSuspensions, Suspensions."""
+    kept = [statement for statement in schemas.ddl_statements()
+            if not re.match(r"CREATE TABLE (UserSuspensions|Suspensions) ", statement)]
+    return [re.sub(r" (HeldOut BOOL|UserIds ARRAY<STRING\(128\)>),", "", statement) for statement in kept]
+
+
+def test_provision_adds_the_suspensions_to_a_database_with_votes_and_the_sink_waits_for_it(stack) -> None:
+    """A database of issue 44's schema holding votes: this version's vote-state sink reads the HeldOut
+    mark, so it waits for the migration (a schema behind, as for any new table or column: the
+    stream retries); `upvotes provision` adds the column, the change log's UserIds and both
+    suspension tables; the stored votes (HeldOut NULL: counted) are then suspended and restored
+    exactly, and a second provision changes nothing."""
+    res = new_resources("susp-mig")
+    client = spanner.Client(project=res.project)
+    client.instance(res.instance).database(res.database, ddl_statements=before_issue_46()).create().result(300)
+    database = open_database(res.project, res.instance, res.database)
+    old_states = {PostUser("mig-1", user): LatestVote(UP, HOUR * 1_000_000, "e", HOUR, 1, True)
+                  for user in ("ring-m", "honest-m")}
+    with pytest.raises(exceptions.NotFound) as waited:
+        apply_vote_states(database, old_states)
+    assert schema_behind(waited.value)  # the sink waits for `upvotes provision` (transforms/buffered_sink.py)
+    # What the previous version wrote: the Votes rows, and the delta row they moved with its log rows.
+    run_with_retries(lambda: commit_mutations(database, lambda batch: (
+        batch.insert("Votes", columns=VOTE_COLUMNS,
+                     values=[vote_key(key.post_id, key.user_id) + (UP, micros_timestamp(HOUR * 1_000_000), "e",
+                                                                  hour_timestamp(HOUR), spanner.COMMIT_TIMESTAMP)
+                             for key in old_states]),
+        add_delta_writes(batch, [PostDelta.of("mig-1", HOUR, "@vote/old", upvotes=2, events=2)]))))
+
+    logged: list[str] = []
+    provision_spanner(res, False, "unused", logged.append)
+    assert {"added   column Votes.HeldOut BOOL", "added   column DeltaCommits.UserIds ARRAY<STRING(128)>",
+            "created TABLE UserSuspensions", "created TABLE Suspensions"} <= set(logged)
+    assert suspend_users(database, "ring-m", ["ring-m"], "ring", "t&s").votes == 1
+    assert [t.counts for t in exact_counts(database, ["mig-1"])] == [Counts(upvotes=1)]
+    assert restore_users(database, "ring-m", "cleared", "t&s").votes == 1
+    assert [t.counts for t in exact_counts(database, ["mig-1"])] == [Counts(upvotes=2)]
     again: list[str] = []
     provision_spanner(res, False, "unused", again.append)
     assert not [line for line in again if line.startswith(("added", "created", "dropped", "set"))]

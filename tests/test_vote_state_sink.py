@@ -100,7 +100,7 @@ def test_faults_in_the_transaction_never_lose_or_double_a_state(database, fault:
 
 def test_a_state_and_its_delta_are_one_commit(database, monkeypatch) -> None:
     """Crash point 4: a failure after the state's row is written and before its delta rows leaves neither."""
-    def delta_writes_fail(transaction, deltas, parents_present):
+    def delta_writes_fail(transaction, deltas, parents_present, user_ids=None):
         raise exceptions.InternalServerError("injected between the Votes rows and the delta rows")
 
     monkeypatch.setattr(votes_module, "add_delta_writes", delta_writes_fail)

@@ -4,7 +4,7 @@ one element per shard of users per bundle; rejected events to the dead letters, 
 
 The rules are the event contract's (schemas/contract.py), shared with the publishers and the
 HTTP service. Why parse and sum in one pass, and sum here rather than downstream: Beam's cost
-is per element (measured: several microseconds each, more than parsing a vote), so no element
+is per element (more than parsing a vote), so no element
 is made per vote or per message, only one per shard of posts per bundle.
 
 - `sum_message`: one message parsed and folded into a bundle's running sums in one pass. For
@@ -39,9 +39,9 @@ is made per vote or per message, only one per shard of posts per bundle.
   each touch one contiguous range of Votes rows (transforms/vote_state_sink.py).
 
 Why the grouping key is a shard of posts (SUM_SHARDS of them) and not the post: a runner's
-cost is per key and per element (profiled on the DirectRunner during a viral burst: its
-trigger driver and per-key state copies took 70% of the pipeline's CPU, for ~600 keys per
-bundle), while merging two dicts of sums costs little. The shard is a stable hash of the
+cost is per key and per element (on the DirectRunner during a viral burst, its trigger driver
+and per-key state copies took most of the pipeline's CPU: docs/benchmarks.md, "Measurements behind the code"), while
+merging two dicts of sums costs little. The shard is a stable hash of the
 post (schemas.post_hash), so a post's sums meet in one shard on every worker and every run:
 one delta per post, hour and pane. The grouping key also carries the shard count it was
 computed with (schemas/delta_ids.py `shard_key`, `shards_of_key`): an in-place update may change the count while

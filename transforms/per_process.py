@@ -4,8 +4,8 @@ Why: Beam's DirectRunner round-trips a DoFn through pickle and calls setup() and
 every bundle (`_ParDoEvaluator.start_bundle` in apache_beam/runners/direct/transform_evaluator.py),
 so what setup() builds lasts one bundle there. The sinks' Spanner client, channel and session, and
 their KnownPosts, were rebuilt for every bundle, so every commit upserted every parent Posts row
-again (measured on the emulator: the same 571 delta rows committed in 210 ms with the upserts,
-45 ms without; in the race, each window's last commits waited on them). Dataflow keeps a DoFn
+again (several times the commit's time on the emulator: docs/benchmarks.md, "Measurements behind the code"; in the
+race, each window's last commits waited on them). Dataflow keeps a DoFn
 instance across bundles, so there it only shares the client and KnownPosts among a worker's
 threads, as the Spanner client recommends (one client per process; both are thread-safe).
 

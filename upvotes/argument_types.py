@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
+import re
+from datetime import datetime, timedelta, timezone
 from typing import Callable, TypeVar
 
 from schemas.contract import MAX_ID_CHARS
@@ -56,3 +57,18 @@ def parsed_by(parse: Callable[[str], T]) -> Callable[[str], T]:
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
     return parsed
+
+
+_DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def duration(text: str) -> timedelta:
+    """A duration as `N` with a unit: `90s`, `15m`, `24h`, `7d` (above 0, at most 400 days)."""
+    match = re.fullmatch(r"\s*([0-9]{1,9})\s*([smhdSMHD])\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"a duration is N seconds, minutes, hours or days, written like 90s, 15m, "
+                                         f"24h or 7d, not {text[:40]!r}")
+    seconds = int(match[1]) * _DURATION_UNITS_S[match[2].lower()]
+    if not 0 < seconds <= 400 * 86_400:
+        raise argparse.ArgumentTypeError(f"a duration is above 0 and at most 400 days, not {text.strip()!r}")
+    return timedelta(seconds=seconds)

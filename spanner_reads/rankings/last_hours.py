@@ -40,8 +40,8 @@ MAX_DEPTH = 4_096  # rows per hour list in the last round of a window read
 
 # The hour lists are read with the Read API, as index key ranges with a row limit: the index
 # order is the ranking, so each is a seek of `limit` rows. (The emulator runs the same as SQL,
-# ORDER BY and LIMIT included, as a scan of the whole index: measured 59 s for the hour lists of
-# 100,000 posts against a fraction of a second for these reads.)
+# ORDER BY and LIMIT included, as a scan of the whole index: docs/benchmarks.md, "Measurements
+# behind the code".)
 
 
 def check_hours(hours: int) -> None:

@@ -3,7 +3,10 @@ checked against them): what the publisher knows, never what the database compute
 
 - `VoteLedger`: every vote as (post, event hour, counter, delta), from delta rows as they are
   written, plus each user's vote-state events, of which only the latest per (post, user) counts
-  (schemas/vote_states.py's order, restated here: event time, then event_id, then the vote).
+  (schemas/vote_states.py's order, restated here: event time, then event_id, then the vote);
+  restated too: an erasure (`forget`) turns each of the user's states at or before it into
+  "none", and a suspension (`suspend`, until `restore`) makes a state of its users cast at or
+  after its `since` count nothing (issue 46).
 - `brute_hot`: every post's hot score at a moment, S = sum of net_h * 2^((h - T) / H) in
   60-digit decimal arithmetic with the weights of the issue (upvote +1, downvote -1, shares and
   views 0), ranked highest first, ties by post ID.
@@ -58,6 +61,8 @@ class VoteLedger:
         self._posts: set[str] = set()  # every post voted on, even by votes that cancel out
         # (post, user) -> (at_us, event_id, rank, vote, hour) of the latest state seen
         self._states: dict[tuple[str, str], tuple[int, str, int, str, int]] = {}
+        self._erasures: dict[str, tuple[int, str, int]] = {}  # user -> the newest erasure's (at_us, event_id, rank)
+        self._suspensions: dict[str, tuple[frozenset[str], int | None]] = {}  # active: ID -> (users, since_us)
 
     def add(self, post_id: str, hour: int, counter: str, delta: int) -> None:
         assert counter in WEIGHTS and hour % HOUR_S == 0
@@ -78,9 +83,36 @@ class VoteLedger:
         if found is None or mine[:3] > found[:3]:
             self._states[(post_id, user_id)] = mine
 
+    def forget(self, user_id: str, at_us: int, event_id: str) -> None:
+        """An erasure request: each state of the user at or before (at_us, event_id, "none") is
+        "none", on every post, whenever it arrives."""
+        erasure = (at_us, event_id, STATE_RANK["none"])
+        self._erasures[user_id] = max(erasure, self._erasures.get(user_id, erasure))
+
+    def suspend(self, suspension_id: str, users, since_us: int | None = None) -> None:
+        """A suspension: while it holds, a state of these users cast at or after `since_us` (every
+        one: None) counts nothing."""
+        self._suspensions[suspension_id] = (frozenset(users), since_us)
+
+    def restore(self, suspension_id: str) -> None:
+        self._suspensions.pop(suspension_id, None)
+
+    def counted_vote(self, post_id: str, user_id: str) -> tuple[str, int] | None:
+        """The (vote, hour) a user's latest state on a post counts, or None: none, erased or suspended."""
+        state = self._states.get((post_id, user_id))
+        if state is None or STATE_COUNTER[state[3]] is None:
+            return None
+        erasure = self._erasures.get(user_id)
+        if erasure is not None and state[:3] <= erasure:
+            return None
+        for users, since in self._suspensions.values():
+            if user_id in users and (since is None or since <= state[0]):
+                return None
+        return state[3], state[4]
+
     def all_entries(self) -> list[Entry]:
-        states = [Entry(post_id, hour, STATE_COUNTER[vote], 1)
-                  for (post_id, _), (_, _, _, vote, hour) in self._states.items() if STATE_COUNTER[vote]]
+        states = [Entry(post_id, counted[1], STATE_COUNTER[counted[0]], 1)
+                  for post_id, user_id in self._states if (counted := self.counted_vote(post_id, user_id))]
         return self.entries + states
 
     def posts(self) -> set[str]:
@@ -228,6 +260,31 @@ def assert_window_answer(answer, ledger: VoteLedger, k: int, first: int, last: i
         if post_id in listed or len(listed) == k and (-n, post_id) > (-upvotes[listed[-1]], listed[-1]):
             continue
         assert n <= answer.bound, f"{post_id} left out with {n} > bound {answer.bound}; {context}"
+
+
+def assert_top_answer(answer, ledger: VoteLedger, k: int, what: str = "") -> None:
+    """`answer` (spanner_reads.fresh_top.FreshTop, the all-time top by upvotes) against the ledger:
+    every listed post at its true counts, highest upvotes first; a certified answer is the true top
+    K by upvotes (ties at the K-th place may go either way); the bound above every post left out."""
+    totals = ledger.totals()
+    listed = [p.post_id for p in answer.posts]
+    upvotes = {post_id: counts.upvotes for post_id, counts in totals.items()}
+    ranked = sorted(upvotes.items(), key=lambda item: (-item[1], item[0]))
+    context = f"{what}: answer {[(p.post_id, p.counts.upvotes) for p in answer.posts]} exact={answer.exact} " \
+              f"bound={answer.bound}; truth {ranked[:k + 5]}"
+    assert len(listed) <= k and len(set(listed)) == len(listed), context
+    for post in answer.posts:
+        assert post.counts == totals.get(post.post_id, Counts()), f"{post.post_id} counts; {context}"
+    assert [upvotes.get(p, 0) for p in listed] == sorted((upvotes.get(p, 0) for p in listed), reverse=True), context
+    if answer.exact:
+        values = [upvotes.get(p, 0) for p in listed]
+        assert values == [n for _, n in ranked[:len(listed)]], f"certified but wrong; {context}"
+        assert not listed or all(n <= values[-1] for p, n in ranked if p not in listed), \
+            f"certified but a post left out beats it; {context}"
+    if answer.bound is not None:
+        for post_id, n in ranked:
+            if post_id not in listed and (len(listed) < k or n > upvotes.get(listed[-1], 0)):
+                assert n <= answer.bound, f"{post_id} left out with {n} > bound {answer.bound}; {context}"
 
 
 def keys_and_hours(database) -> tuple[dict[str, float | None], dict[str, dict[int, Counts]]]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 COMMANDS = (
     "emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view",
-    "verify", "capacity", "status", "dead-letters", "adjust", "reset", "forget-user", "serve", "demo", "lint-schema",
+    "verify", "capacity", "status", "dead-letters", "adjust", "reset", "forget-user", "suspend-users", "restore-users",
+    "suspensions", "suspects", "serve", "demo", "lint-schema",
     "deploy",
 )
 

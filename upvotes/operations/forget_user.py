@@ -53,8 +53,8 @@ version did, and writes the erasure row of a request recorded before UserErasure
 Cost: point reads of the audit row, two key-range reads of the user's Votes rows (one for the
 counts the audit row records, one after the record), one blind commit, and one read-write
 transaction per `rows_per_commit` of the user's votes, each reading and writing only its own
-Votes rows, the user's UserErasures rows and one delta row per post and hour. It follows that
-user's votes, never the catalogue nor the other voters of the same posts.
+Votes rows, the user's UserErasures and UserSuspensions rows and one delta row per post and hour.
+It follows that user's votes, never the catalogue nor the other voters of the same posts.
 
 What stays: the user's Votes rows, now "none", keep the user ID, post ID and forget time, and the
 UserErasures row keeps the user ID and F: both are what makes a late event of the user lose. The
@@ -76,7 +76,7 @@ from google.cloud import spanner
 
 from schemas.counters import Counts, total
 from schemas.records import PostUser, hour_of_us
-from schemas.vote_states import NONE, Erasure, LatestVote, counted
+from schemas.vote_states import NONE, Erasure, LatestVote
 from spanner_reads.my_votes import votes_of_user
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, timestamp_micros, user_hash
@@ -96,8 +96,9 @@ class Retractions(NamedTuple):
 def counts_to_retract(votes: Iterable[StoredVote]) -> Counts:
     """What a request recorded after these votes were read retracts of them, negated and summed
     over posts: all of them, since plan_retractions retracts every vote stored before the record,
-    whatever its time. What the audit row records, known before the record's commit fixes F. Pure."""
-    return total(counted(vote.vote).negated() for vote in votes)
+    whatever its time. What the audit row records, known before the record's commit fixes F: what
+    each vote contributes now (nothing while a suspension holds it out). Pure."""
+    return total(vote.counts.negated() for vote in votes)
 
 
 def plan_retractions(votes: Iterable[StoredVote], request: Erasure, recorded_at: datetime) -> Retractions:
@@ -117,7 +118,7 @@ def plan_retractions(votes: Iterable[StoredVote], request: Erasure, recorded_at:
         at_us = max(request.at_us, vote.voted_at_us + 1)
         states[PostUser(vote.post_id, vote.user_id)] = LatestVote(NONE, at_us, request.event_id, hour_of_us(at_us), 0,
                                                                   False)
-        counts = counts.plus(counted(vote.vote).negated())
+        counts = counts.plus(vote.counts.negated())
     return Retractions(states, counts, kept)
 
 

@@ -1,0 +1,324 @@
+"""Suspensions (issue 46): a ring of accounts' votes held out of every count, retroactively and
+exactly (`upvotes suspend-users`), and counted again (`upvotes restore-users`), audited
+(`upvotes suspensions`).
+
+What counts. Only vote-state votes can be suspended: the Votes table keeps each user's latest
+state per post, so a user's votes can be found and taken out one by one. Delta events carry no
+user (a delta row sums many users' votes), so nothing can take one user's out of them: send vote
+states where abuse matters (docs/contract.md). A user's stored vote contributes `counted(vote)`,
+or nothing while an active suspension of the user covers it (cast at or after its Since; every
+vote when it has none): every count follows from that, in the vote's own event hour, so the
+totals, the hourly counts, the hot score and both trending tops, and the all-time top.
+
+One request, one ID (the operator's --id). A suspension:
+
+1. records itself BEFORE any count moves: its audit row (Suspensions, Request "suspend": who, why,
+   since when, the users, RequestedAt the commit timestamp) and, in the same commit and as many
+   more as the mutation budget needs, one UserSuspensions row per user. From that commit on,
+   every transaction that applies one of those users' states (the stream's sink, a dead-letter
+   replay, `forget-user`) reads it, so a vote in flight (an open window, the backlog, a dead
+   letter) or cast while suspended is stored held out, counting nothing;
+2. reads, in a strong snapshot taken after the record, the users' Votes rows (one key range per
+   user) and their suspensions, keeps the rows whose HeldOut mark disagrees with them (a counted
+   vote now covered) and moves them out in passes (spanner_writes/suspensions.py: each pass one
+   read-write transaction that re-reads its rows and the users' suspensions, moves each vote's
+   count out of its own event hour, marks it, and adds what it moved to the audit row);
+3. stamps the audit row's FinishedAt.
+
+A restore records its own audit row (Request "restore") with RestoredAt on each of the users'
+UserSuspensions rows of that suspension (in the first commit and as many more as needed), then
+runs the same passes: a held vote no other active suspension of its user covers moves back in,
+the user's latest state, the ones cast while suspended included. A user in two suspensions counts
+again only when both are lifted; a forgotten user (`forget-user`) stays forgotten: the erasure
+turned the user's votes to "none", which count nothing held or not.
+
+Exact, and idempotent by ID: a pass moves a vote and its mark in one commit, and a vote whose mark
+already agrees is not moved, so a request killed anywhere and run again (same --id) moves each
+vote once: the rerun finds its audit row, writes the user rows still missing, and its passes find
+the marks the first run wrote. Its audit row's tallies are added in each pass's commit, so they
+count each move once too. Suspend then restore leaves every count, hour and ranking as with
+neither; the fold, the exact reads and the certified tops see ordinary delta rows.
+
+Unique voters (HyperLogLog sketches, schemas/voter_sketch.py) cannot forget a user: a suspended
+user already recorded as a post's voter stays recorded (rebuilding a post's sketch would need every
+voter of the post, which nothing keyed by post holds: the Votes key leads with the user, and delta
+events' voters live only in the sketches). A state applied while its user is suspended adds no
+voter, and a restore adds each user whose vote it moves back in again, in the vote's hour; so after
+suspend and restore the estimate equals neither's, except for a user whose only vote on a post was
+cast while suspended and later taken back to "none" (the sketch never saw it).
+
+Cost: recording, one commit per 4,996 users (4 mutations a user); the passes read the suspended
+users' Votes rows twice (the snapshot, then each pass's point reads) and write 4 mutations per vote
+moved plus one delta row per post and event hour a pass moves (22 mutations): the suspended votes,
+never the catalogue nor the honest votes (bench/suspensions.py measures it).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Callable, Iterable, NamedTuple, Sequence
+
+from google.api_core import exceptions
+from google.cloud import spanner
+
+from schemas import user_hash
+from schemas.counters import Counts
+from schemas.records import PostUser
+from spanner_store.database import MUTATION_BUDGET, RetryPolicy, commit_mutations, run_with_retries
+from spanner_store.key_sets import KeySet
+from spanner_store.mutation_cost import insert_cost
+from spanner_store.tables import (
+    COUNTER_COLUMNS, SUSPENSION_COLUMNS, SUSPENSION_FINISH_COLUMNS, SUSPENSIONS, USER_SUSPENSION_RECORD_COLUMNS,
+    USER_SUSPENSION_RESTORE_COLUMNS, USER_SUSPENSIONS, counts_at, user_rows_range,
+)
+from spanner_store.vote_rows import holds_of, suspensions_of, votes_to_move
+from spanner_writes.suspensions import (
+    DEFAULT_ROWS_PER_PASS, Moves, Tally, needs_move, needs_times, plan_passes, reconcile_votes,
+)
+
+SUSPEND = "suspend"
+RESTORE = "restore"
+# At most this many users per request: the audit row lists them in one cell (10 MiB at most; user
+# IDs are up to 128 characters). A larger ring takes several requests.
+MAX_USERS = 50_000
+# Users whose Votes rows one snapshot reads before their passes run: bounds the client's memory
+# (a few hundred bytes per vote) whatever the ring's size.
+USERS_PER_SNAPSHOT = 2_000
+# A user's row in a record's commit: its key, the suspension and Since or RestoredAt.
+MUTATIONS_PER_USER_ROW = insert_cost(USER_SUSPENSIONS, USER_SUSPENSION_RECORD_COLUMNS)
+USERS_PER_RECORD_COMMIT = (MUTATION_BUDGET - len(SUSPENSION_COLUMNS)) // MUTATIONS_PER_USER_ROW
+
+
+# An operator's request retries what a retry fixes patiently: on the emulator, which runs one
+# read-write transaction at a time, a running stream's sink aborts a pass again and again (measured:
+# a pass under a 500 votes/s stream used up the default 12 attempts); on Spanner aborts are rare.
+REQUEST_RETRY = RetryPolicy(attempts=10_000, max_delay_s=0.5, deadline_s=3_600.0)
+
+
+class SuspensionIdInUse(ValueError):
+    """The ID names a suspension of other users, or since another time."""
+
+
+class UnknownSuspension(LookupError):
+    """A restore of an ID no suspension was recorded under."""
+
+
+class Request(NamedTuple):
+    """One audit row: a suspension or its restore, as recorded and as its passes added up."""
+
+    suspension_id: str
+    request: str  # SUSPEND or RESTORE
+    reason: str
+    actor: str
+    since: datetime | None  # a suspension's: votes cast at or after it are held out; None: every vote
+    user_ids: tuple[str, ...]  # a suspension's users (a restore's are its suspension's: empty here)
+    requested_at: datetime | None  # the record's commit timestamp
+    votes: int = 0  # stored votes its passes moved (out for a suspension, back in for a restore)
+    counts: Counts = Counts()  # the counts they moved, summed over posts
+    commits: int = 0  # the passes that moved them
+    finished_at: datetime | None = None  # None: in progress, or stopped (run the same ID again)
+
+    def row(self) -> tuple:
+        return (self.suspension_id, self.request, self.reason, self.actor, self.since,
+                list(self.user_ids) if self.request == SUSPEND else None, self.requested_at, self.votes,
+                *self.counts, self.commits, self.finished_at)
+
+    @classmethod
+    def from_row(cls, row) -> Request:
+        suspension_id, request, reason, actor, since, user_ids, requested_at, votes = row[:8]
+        after = 8 + len(COUNTER_COLUMNS)
+        return cls(suspension_id, request, reason, actor, since, tuple(user_ids or ()), requested_at, votes,
+                   counts_at(row, 8), row[after], row[after + 1])
+
+    def to_json(self) -> dict:
+        """Flat: one field per counter, times as RFC 3339 text."""
+        def text(moment: datetime | None) -> str | None:
+            return None if moment is None else moment.isoformat()
+        return {"suspension_id": self.suspension_id, "request": self.request, "reason": self.reason,
+                "actor": self.actor, "since": text(self.since), "users": len(self.user_ids),
+                "requested_at": text(self.requested_at), "votes": self.votes, **self.counts._asdict(),
+                "commits": self.commits, "finished_at": text(self.finished_at)}
+
+
+class RequestResult(NamedTuple):
+    request: Request  # the audit row as it stands after this run
+    written: bool  # this run recorded it (False: a rerun, which found it)
+    users: int  # the users of the suspension
+    votes: int  # stored votes this run moved
+    counts: Counts  # what they moved, summed over posts
+    commits: int  # the passes of this run that moved votes
+
+    def to_json(self) -> dict:
+        return {**self.request.to_json(), "users": self.users, "written_now": self.written, "moved_now": self.votes,
+                "moved_counts_now": self.counts._asdict(), "commits_now": self.commits}
+
+
+def requests_of(database, suspension_id: str) -> dict[str, Request]:
+    """The audit rows recorded under this ID, by request (point reads)."""
+    keys = [[suspension_id, SUSPEND], [suspension_id, RESTORE]]
+    with database.snapshot() as snapshot:
+        rows = snapshot.read(SUSPENSIONS, columns=SUSPENSION_COLUMNS, keyset=KeySet(keys=keys))
+        return {request.request: request for request in map(Request.from_row, rows)}
+
+
+def _record(database, request: Request, user_rows: list[tuple], columns: Sequence[str]) -> bool:
+    """The audit row and the first users' rows, one blind commit; False if the row exists (an earlier
+    run recorded it, or this one did when a retried commit's first attempt succeeded unseen)."""
+    row = request._replace(requested_at=spanner.COMMIT_TIMESTAMP).row()
+
+    def write(batch) -> None:
+        batch.insert(SUSPENSIONS, columns=SUSPENSION_COLUMNS, values=[row])
+        if user_rows:
+            batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=user_rows)
+    try:
+        run_with_retries(lambda: commit_mutations(database, write), REQUEST_RETRY)
+        return True
+    except exceptions.AlreadyExists:
+        return False
+
+
+def _write_user_rows(database, rows: list[tuple], columns: Sequence[str]) -> None:
+    """Upserts, in commits within the budget (each one idempotent: the same rows again change nothing
+    a reader sees)."""
+    for start in range(0, len(rows), USERS_PER_RECORD_COMMIT):
+        chunk = rows[start:start + USERS_PER_RECORD_COMMIT]
+        run_with_retries(lambda c=chunk: commit_mutations(
+            database, lambda batch: batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=c)), REQUEST_RETRY)
+
+
+def _rows_of(database, suspension_id: str, user_ids: Sequence[str]) -> dict[str, datetime | None]:
+    """The suspension's UserSuspensions rows of these users: {user: RestoredAt} (absent: no row)."""
+    found: dict[str, datetime | None] = {}
+    for start in range(0, len(user_ids), USERS_PER_SNAPSHOT):
+        with database.snapshot() as snapshot:
+            for row in suspensions_of(snapshot, user_ids[start:start + USERS_PER_SNAPSHOT]):
+                if row.suspension_id == suspension_id:
+                    found[row.user_id] = row.restored_at
+    return found
+
+
+def _pass_over(database, user_ids: Sequence[str], tally: Tally, rows_per_pass: int,
+               on_pass: Callable[[Moves], None] | None = None) -> tuple[int, Counts, int]:
+    """Every stored vote of these users whose mark disagrees with their active suspensions, moved
+    (spanner_writes/suspensions.py), USERS_PER_SNAPSHOT users at a time: votes, counts, passes."""
+    votes, counts, commits = 0, Counts(), 0
+    for start in range(0, len(user_ids), USERS_PER_SNAPSHOT):
+        users = user_ids[start:start + USERS_PER_SNAPSHOT]
+        with database.snapshot(multi_use=True) as snapshot:
+            holds = holds_of(snapshot, users)
+            to_move = [vote for vote in votes_to_move(snapshot, user_rows_range(*users), needs_times(holds))
+                       if needs_move(vote, holds)]
+        for batch in plan_passes(to_move, rows_per_pass):
+            keys = [PostUser(vote.post_id, vote.user_id) for vote in batch]
+            for moves in run_with_retries(lambda k=keys: reconcile_votes(database, k, tally), REQUEST_RETRY):
+                if moves.marks:
+                    votes, counts, commits = votes + moves.votes, counts.plus(moves.counts), commits + 1
+                    if on_pass is not None:
+                        on_pass(moves)
+    return votes, counts, commits
+
+
+def _finish(database, suspension_id: str, request: str) -> Request:
+    """Stamps the audit row's FinishedAt (once) and returns the row as it stands."""
+    recorded = requests_of(database, suspension_id)[request]
+    if recorded.finished_at is None:
+        run_with_retries(lambda: commit_mutations(database, lambda batch: batch.update(
+            SUSPENSIONS, columns=SUSPENSION_FINISH_COLUMNS,
+            values=[(suspension_id, request, spanner.COMMIT_TIMESTAMP)])), REQUEST_RETRY)
+        recorded = requests_of(database, suspension_id)[request]
+    return recorded
+
+
+def _checked_users(user_ids: Iterable[str]) -> tuple[str, ...]:
+    users = tuple(sorted(set(user_ids)))
+    if not users:
+        raise ValueError("name at least one user to suspend")
+    if len(users) > MAX_USERS:
+        raise ValueError(f"{len(users):,} users: at most {MAX_USERS:,} per request (the audit row lists them); "
+                         "split the ring over several IDs")
+    return users
+
+
+def suspend_users(database, suspension_id: str, user_ids: Iterable[str], reason: str, actor: str,
+                  since: datetime | None = None, rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+                  on_pass: Callable[[Moves], None] | None = None) -> RequestResult:
+    """Holds every vote-state vote of `user_ids` cast at or after `since` (every vote: None) out of
+    every count, now and in flight, audited; idempotent per `suspension_id` (see the module
+    docstring). A rerun after the suspension was restored moves nothing. `on_pass` is called after
+    each pass that moved votes (progress)."""
+    users = _checked_users(user_ids)
+    recorded = requests_of(database, suspension_id)
+    written = False
+    if SUSPEND not in recorded:
+        request = Request(suspension_id, SUSPEND, reason, actor, since, users, None)
+        first = [(user_hash(user), user, suspension_id, since) for user in users[:USERS_PER_RECORD_COMMIT]]
+        written = _record(database, request, first, USER_SUSPENSION_RECORD_COLUMNS)
+        recorded = requests_of(database, suspension_id)
+    found = recorded[SUSPEND]
+    if (found.user_ids, found.since) != (users, since):
+        raise SuspensionIdInUse(f"ID {suspension_id!r} is a suspension of {len(found.user_ids):,} other users or since "
+                                f"another time ({found.since}): choose another ID, or rerun it as it was recorded")
+    if RESTORE in recorded:  # lifted already: nothing to hold out
+        return RequestResult(found, written, len(users), 0, Counts(), 0)
+    have = _rows_of(database, suspension_id, users)
+    _write_user_rows(database, [(user_hash(user), user, suspension_id, since) for user in users if user not in have],
+                     USER_SUSPENSION_RECORD_COLUMNS)
+    votes, counts, commits = _pass_over(database, users, Tally(suspension_id, SUSPEND), rows_per_pass, on_pass)
+    return RequestResult(_finish(database, suspension_id, SUSPEND), written, len(users), votes, counts, commits)
+
+
+def restore_users(database, suspension_id: str, reason: str, actor: str,
+                  rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+                  on_pass: Callable[[Moves], None] | None = None) -> RequestResult:
+    """Lifts a suspension: each of its users counts again with their latest state, unless another
+    active suspension of theirs still covers it; audited, idempotent per `suspension_id` (see the
+    module docstring). Raises UnknownSuspension for an ID with no suspension."""
+    recorded = requests_of(database, suspension_id)
+    if SUSPEND not in recorded:
+        raise UnknownSuspension(f"no suspension was recorded under ID {suspension_id!r} (`upvotes suspensions` lists "
+                                "them)")
+    users = recorded[SUSPEND].user_ids
+    written = False
+    if RESTORE not in recorded:
+        request = Request(suspension_id, RESTORE, reason, actor, None, (), None)
+        first = [(user_hash(user), user, suspension_id, spanner.COMMIT_TIMESTAMP)
+                 for user in users[:USERS_PER_RECORD_COMMIT]]
+        written = _record(database, request, first, USER_SUSPENSION_RESTORE_COLUMNS)
+    have = _rows_of(database, suspension_id, users)
+    _write_user_rows(database, [(user_hash(user), user, suspension_id, spanner.COMMIT_TIMESTAMP)
+                                for user in users if have.get(user) is None],
+                     USER_SUSPENSION_RESTORE_COLUMNS)
+    votes, counts, commits = _pass_over(database, users, Tally(suspension_id, RESTORE), rows_per_pass, on_pass)
+    return RequestResult(_finish(database, suspension_id, RESTORE), written, len(users), votes, counts, commits)
+
+
+class Suspension(NamedTuple):
+    """A suspension as `upvotes suspensions` lists it: its request, and its restore if any."""
+
+    suspended: Request
+    restored: Request | None
+
+    @property
+    def state(self) -> str:
+        """"active", "restored", or "suspending"/"restoring" while a request is unfinished (stopped:
+        run it again with the same ID)."""
+        if self.restored is not None:
+            return "restored" if self.restored.finished_at is not None else "restoring"
+        return "active" if self.suspended.finished_at is not None else "suspending"
+
+    def to_json(self) -> dict:
+        suspended, restored = self.suspended, self.restored
+        return {"suspension_id": suspended.suspension_id, "state": self.state, "reason": suspended.reason,
+                "actor": suspended.actor, "since": None if suspended.since is None else suspended.since.isoformat(),
+                "users": list(suspended.user_ids), "suspended": suspended.to_json(),
+                "restored": None if restored is None else {**restored.to_json(), "users": len(suspended.user_ids)}}
+
+
+def list_suspensions(database, limit: int = 100) -> list[Suspension]:
+    """The newest suspensions first, each with its restore: the audit table read whole (a few rows a
+    day, two per suspension)."""
+    with database.snapshot() as snapshot:
+        requests = [Request.from_row(row) for row in snapshot.read(SUSPENSIONS, columns=SUSPENSION_COLUMNS,
+                                                                   keyset=KeySet(all_=True))]
+    restores = {r.suspension_id: r for r in requests if r.request == RESTORE}
+    suspended = sorted((r for r in requests if r.request == SUSPEND), key=lambda r: r.requested_at, reverse=True)
+    return [Suspension(r, restores.get(r.suspension_id)) for r in suspended[:limit]]
