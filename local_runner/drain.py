@@ -40,6 +40,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from spanner_writes.sinks import SINKS, SinkMetrics
+
 if TYPE_CHECKING:  # Beam is imported only once the pipeline starts: see StopOnSignals
     from apache_beam.runners.runner import PipelineResult
 
@@ -89,26 +91,27 @@ class Progress:
 def progress_of(control: ReaderControl | None, result: PipelineResult | None) -> Progress:
     """The counters of a running or finished local streaming pipeline (zeros before it runs):
     from the worker's own metrics containers when the project's reader runs
-    (local_runner/metrics.py says why), else from `result.metrics()`."""
+    (local_runner/metrics.py says why), else from `result.metrics()`. The sinks' counters are
+    summed over every sink declared (spanner_writes/sinks.py)."""
     counters = control.counters() if control is not None else None
     if counters is None:
         counters = {}
         for counter in (result.metrics().query()["counters"] if result is not None else ()):
             key = (counter.key.metric.namespace, counter.key.metric.name)
             counters[key] = counters.get(key, 0) + (counter.committed or 0)
+
+    def of_every_sink(name: Callable[[SinkMetrics], str]) -> int:
+        return sum(counters.get((sink.step, name(sink.metrics)), 0) for sink in SINKS)
+
     return Progress(
         messages_pulled=control.messages if control else counters.get(("ParseVotes", "messages"), 0),
         messages_parsed=counters.get(("ParseVotes", "messages"), 0),
         votes=counters.get(("ParseVotes", "accepted"), 0),
-        votes_written=counters.get(("WriteDeltaRows", "events_written"), 0)
-        + counters.get(("ApplyVoteStates", "events_written"), 0),
-        votes_dead_lettered=counters.get(("WriteDeltaRows", "events_dead_lettered"), 0)
-        + counters.get(("ApplyVoteStates", "events_dead_lettered"), 0),
+        votes_written=of_every_sink(lambda names: names.events_written),
+        votes_dead_lettered=of_every_sink(lambda names: names.events_dead_lettered),
         votes_without_effect=counters.get(("WindowAndSumVotes", "events_without_effect"), 0),
-        delta_rows=counters.get(("WriteDeltaRows", "rows_written"), 0)
-        + counters.get(("ApplyVoteStates", "delta_rows_written"), 0),
-        dead_letters=counters.get(("WriteDeltaRows", "rows_dead_lettered"), 0)
-        + counters.get(("ApplyVoteStates", "states_dead_lettered"), 0) + sum(
+        delta_rows=of_every_sink(lambda names: names.delta_rows_written),
+        dead_letters=of_every_sink(lambda names: names.dead_lettered) + sum(
             v for (namespace, name), v in counters.items() if namespace == "ParseVotes" and name.startswith("rejected_")),
     )
 

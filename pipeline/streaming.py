@@ -38,6 +38,7 @@ from pipeline.options import StreamingOptions, pipeline_options, spanner_project
 from pipeline.params import StreamingSettings, pubsub_path
 from schemas.contract import EventTimePolicy
 from spanner_store.database import open_database
+from spanner_writes.sinks import DELTA_ROWS, SINKS, VOTE_STATES
 from spanner_writes.writers import WriterClaim, claim_generation
 from transforms.dead_letter import PublishDeadLetters
 from transforms.parse_and_sum import ParseVotes
@@ -79,17 +80,23 @@ def build(pipeline: beam.Pipeline, settings: StreamingSettings, claim: WriterCla
     messages = pipeline | "ReadVotes" >> ReadVotes(
         pubsub_path(project, "subscriptions", settings.subscription), deduplicate=deduplicate)
     parsed = messages | "ParseVotes" >> ParseVotes(EventTimePolicy(max_clock_skew_s=settings.max_clock_skew_seconds))
-    failed_rows = (
-        parsed.sums
-        | "WindowAndSumVotes" >> WindowAndSumVotes(claim.identity, settings.window_seconds, claim.key_format)
-        | "WriteDeltaRows" >> WriteDeltaRows(project, settings.instance, settings.database, settings.rows_per_commit)
-    )
-    failed_states = (
-        parsed.states
-        | "WindowAndMergeVoteStates" >> WindowAndMergeVoteStates(settings.window_seconds)
-        | "ApplyVoteStates" >> ApplyVoteStates(project, settings.instance, settings.database, settings.rows_per_commit)
-    )
-    (parsed.rejected, failed_rows, failed_states) | "PublishDeadLetters" >> PublishDeadLetters(
+    failed = {
+        DELTA_ROWS: (
+            parsed.sums
+            | "WindowAndSumVotes" >> WindowAndSumVotes(claim.identity, settings.window_seconds, claim.key_format)
+            | DELTA_ROWS.step >> WriteDeltaRows(project, settings.instance, settings.database,
+                                                settings.rows_per_commit)
+        ),
+        VOTE_STATES: (
+            parsed.states
+            | "WindowAndMergeVoteStates" >> WindowAndMergeVoteStates(settings.window_seconds)
+            | VOTE_STATES.step >> ApplyVoteStates(project, settings.instance, settings.database,
+                                                  settings.rows_per_commit)
+        ),
+    }
+    # Every declared sink's dead letters, in the registry's order (PublishDeadLetters labels its
+    # inputs by position); a declared sink not wired here fails the build.
+    (parsed.rejected, *(failed[sink] for sink in SINKS)) | "PublishDeadLetters" >> PublishDeadLetters(
         pubsub_path(project, "topics", settings.dead_letter_topic)
     )
 

@@ -61,6 +61,9 @@ MESSAGE_ID_PREFIX = "message-"
 # The attribute every dead letter carries its reason in ("<reason>: <detail>"): set by the
 # pipeline (transforms/dead_letter.py), read by the re-drive (upvotes/operations/dead_letters.py).
 ERROR_ATTRIBUTE = "error"
+# The attribute that names the sink of a dead letter a sink could not write (its codec's kind,
+# spanner_writes/sinks.py); a rejected message's dead letter keeps the attributes it came with.
+KIND_ATTRIBUTE = "kind"
 MAX_MESSAGE_BYTES = 64 * 1024  # a vote is about 200 bytes; Pub/Sub allows 10 MB
 MAX_POST_ID_CHARS = 128
 MAX_ID_CHARS = 128

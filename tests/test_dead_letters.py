@@ -71,9 +71,10 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
     # process died before it), so the dead letters come back.
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
-    report, still_held = execute_replay(plan_replay(held, {}), lambda d: tuple(write_new_deltas(database, [d])),
-                                        lambda states: (0, 0), lambda correction: None, ack=lambda letters: None)
-    assert report.deltas_written == 3
+    report, still_held = execute_replay(plan_replay(held, {}),
+                                        lambda sink, failed: sink.replay.write(database, failed),
+                                        lambda correction: None, ack=lambda letters: None)
+    assert report.replayed["deltas_written"] == 3
     release(subscriber, kept(stack), held)
 
     # Second replay, through the command: the same rows collide, nothing is added, all acknowledged.
@@ -146,8 +147,7 @@ def test_two_bad_lines_of_a_batch_replayed_twice_with_a_crash_before_the_ack_eac
 
     write = lambda correction: write_corrected(database, correction)  # noqa: E731 - the command's own path
     with pytest.raises(KeyboardInterrupt):
-        execute_replay(plan_replay(held, corrections), lambda d: (0, 0), lambda s: (0, 0), write,
-                       ack=crash_on_the_first_ack)
+        execute_replay(plan_replay(held, corrections), lambda sink, failed: (0, 0), write, ack=crash_on_the_first_ack)
     release(subscriber, kept(stack), held)  # what the command's `finally` does (or the deadline, on a kill)
     assert sum(exact_counts(database, ["batch-post"])[0].counts) == 2  # one correction is in
 
@@ -204,10 +204,9 @@ def test_dead_lettered_vote_states_replayed_twice_move_each_count_once(stack, da
 
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
-    report, _ = execute_replay(plan_replay(held, {}), lambda d: (0, 0),
-                               lambda s: tuple(apply_all_vote_states(database, s))[:2], lambda correction: None,
-                               ack=lambda letters: None)  # applied, but the acknowledgement is lost
-    assert (report.states_applied, report.states_already_applied) == (2, 0)
+    report, _ = execute_replay(plan_replay(held, {}), lambda sink, failed: sink.replay.write(database, failed),
+                               lambda correction: None, ack=lambda letters: None)  # applied, but the ack is lost
+    assert (report.replayed["states_applied"], report.replayed["states_already_applied"]) == (2, 0)
     release(subscriber, kept(stack), held)
 
     (second,) = dead_letters(stack, capsys, "replay", "--instance", stack.instance, "--database", stack.database)

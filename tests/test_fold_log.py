@@ -5,7 +5,6 @@ posts, skipped posts, moderation deltas, dead-letter replays and late writers.
 (Why it is exact: spanner_writes/folding.py.)"""
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -13,16 +12,17 @@ from google.api_core import exceptions
 from google.cloud import spanner
 
 from schemas.counters import Counts
-from schemas.records import PostDelta
+from schemas.records import FailedDelta, PostDelta
 from spanner_reads.reads import exact_counts
 from spanner_store.delta_commits import fold_cursor, read_changes
 from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
-from spanner_writes.deltas import write_deltas, write_new_deltas
+from spanner_writes.deltas import write_deltas
 from spanner_writes.folding import FoldOutcome, choose_snapshot
+from spanner_writes.sinks import DELTA_ROWS
 from tests.support.fold_runs import run_fold
 from tests.support.fold_runs import distinct_hour_deltas
 from transforms import fold_deltas
-from upvotes.operations.dead_letters import DELTA_ROW, ERROR_ATTRIBUTE, KIND_ATTRIBUTE, DeadLetter, execute_replay, plan_replay
+from upvotes.operations.dead_letters import DeadLetter, execute_replay, plan_replay
 from upvotes.operations.moderation import adjust, current_hour, reset
 
 HOUR = 1_795_312_800
@@ -182,12 +182,14 @@ def test_a_dead_letter_replay_after_a_fold_is_in_the_log_and_counted_once(stack,
     write_deltas(database, written)
     fold(stack)
     never_written = PostDelta.of("replayed", HOUR, "r:9:0", upvotes=5, shares=1, events=5)
-    letters = [DeadLetter(f"ack-{d.delta_id}", f"m-{d.delta_id}", json.dumps(d.to_json()).encode(),
-                          {KIND_ATTRIBUTE: DELTA_ROW, ERROR_ATTRIBUTE: "spanner_write_failed: test"})
+    letters = [DeadLetter(f"ack-{d.delta_id}", f"m-{d.delta_id}",
+                          *DELTA_ROWS.codec.encode(FailedDelta(d, "spanner_write_failed: test")))
                for d in (written[0], never_written)]  # one already in Spanner, one not
-    report, still_held = execute_replay(plan_replay(letters, {}), lambda d: tuple(write_new_deltas(database, [d])),
-                                        lambda states: (0, 0), lambda correction: None, ack=lambda held: None)
-    assert (report.deltas_written, report.deltas_already_written) == (1, 1) and still_held == []
+    report, still_held = execute_replay(plan_replay(letters, {}),
+                                        lambda sink, failed: sink.replay.write(database, failed),
+                                        lambda correction: None, ack=lambda held: None)
+    assert (report.replayed["deltas_written"], report.replayed["deltas_already_written"]) == (1, 1)
+    assert still_held == []
     assert fold(stack).deltas_folded == 1
     assert folded(database, ["replayed"]) == {"replayed": Counts(upvotes=11, shares=1)} == exact(database, ["replayed"])
 

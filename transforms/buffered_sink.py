@@ -22,20 +22,23 @@ The skeleton does the rest, the same for both:
   letters alone, with "<reason>: <why>"; the rest counts as written.
 - What the end of a bundle emits has no element's window: it is re-windowed into the global one.
 
-Every sink counts, in its own metric namespace, the counters of `SinkCounters`; it declares them
-itself (`Metrics.counter("<its step>", "<name>")`), so that each name stands in its sink's source
-next to the ones only it keeps (tests/test_monitoring.py holds the alerts to them).
+Every sink counts the counters of `SinkCounters` in its step's namespace, under the names its
+declaration gives them (spanner_writes/sinks.py), which the drain report and the alerts read
+(tests/test_monitoring.py holds the alerts to them); its dead letters' errors start with the
+reason it declares.
 """
 from __future__ import annotations
 
 from typing import Callable, Generic, Iterable, Iterator, NamedTuple, Sized, TypeVar
 
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 from apache_beam.metrics.metricbase import Counter
 from apache_beam.transforms.window import GlobalWindows
 from google.api_core import exceptions
 
 from spanner_store.database import RetryPolicy, is_transient, run_with_retries, wait_for_schema
+from spanner_writes.sinks import SinkDeclaration
 
 Element = TypeVar("Element")  # what the sink's input PCollection holds
 Pending = TypeVar("Pending", bound=Sized)  # a bundle's buffer; its length is what rows_per_commit caps
@@ -58,6 +61,19 @@ class SinkCounters(NamedTuple):
     events_written: Counter  # the events the applied batches stand for
     events_dead_lettered: Counter  # the events the dead-lettered batches stand for
 
+    @classmethod
+    def of(cls, sink: SinkDeclaration) -> SinkCounters:
+        """The counters of `sink`, under the names it declares, in its step's namespace."""
+        names = sink.metrics
+        return cls(
+            commits=Metrics.counter(sink.step, names.commits),
+            transient_retries=Metrics.counter(sink.step, names.transient_retries),
+            schema_waits=Metrics.counter(sink.step, names.schema_waits),
+            dead_lettered=Metrics.counter(sink.step, names.dead_lettered),
+            events_written=Metrics.counter(sink.step, names.events_written),
+            events_dead_lettered=Metrics.counter(sink.step, names.events_dead_lettered),
+        )
+
 
 class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
     """Buffer -> flush -> plan -> apply with retries -> dead letters (see the module docstring).
@@ -66,20 +82,21 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
 
     FAILED = "failed"
 
-    def __init__(self, *, writer: str, reason: str, rows_per_commit: int, retry: RetryPolicy,
-                 counters: SinkCounters, empty: Callable[[], Pending], add: Callable[[Pending, Element], None],
+    def __init__(self, *, sink: SinkDeclaration, writer: str, rows_per_commit: int, retry: RetryPolicy,
+                 empty: Callable[[], Pending], add: Callable[[Pending, Element], None],
                  plan: Callable[[Pending, int], Iterable[Batch]], apply: Callable[[Batch], object],
                  fail: Callable[[Batch, str], Iterable[Failed]], events: Callable[[Batch], int],
                  refused: Callable[[object], tuple[Batch, str] | None] = lambda _result: None) -> None:
-        """`writer` names the sink in the log line of a schema wait; `reason` starts each dead
-        letter's error; `apply` is one attempt to write one batch (it may be a bound method of a
-        subclass that opens its database in `setup`); `refused` reads from what `apply` returned
-        the items it did not write and why, or None when it wrote (or found) them all."""
+        """`sink` declares the counters' names and the reason that starts each dead letter's error;
+        `writer` names the sink in the log line of a schema wait; `apply` is one attempt to write
+        one batch (it may be a bound method of a subclass that opens its database in `setup`);
+        `refused` reads from what `apply` returned the items it did not write and why, or None
+        when it wrote (or found) them all."""
         self._writer = writer
-        self._reason = reason
+        self._reason = sink.reason
         self._rows_per_commit = rows_per_commit
         self._retry = retry
-        self._counters = counters
+        self._counters = SinkCounters.of(sink)
         self._empty = empty
         self._add = add
         self._plan = plan

@@ -1,9 +1,10 @@
 """Dead letters: every message or row the pipeline cannot accept, published with its reason.
 
 Failures travel as data. A rejected message keeps its original bytes and attributes and
-gains an `error` attribute; a delta row that could never be written is published as JSON, and
-so is a batch of vote states that could never be applied. All land on one dead-letter topic,
-whose own subscription keeps them for inspection or replay.
+gains an `error` attribute; what a sink could never write (a delta row, a batch of vote states)
+is published as its sink's codec encodes it (spanner_writes/sinks.py): JSON, with the sink's
+`kind` and the `error`. All land on one dead-letter topic, whose own subscription keeps them for
+inspection or replay.
 
 The failures come from differently windowed stages (the parse's global window, the sinks'
 fixed windows): each input is re-windowed into the global window before they are flattened,
@@ -13,45 +14,39 @@ dead letter travels in changes nothing but that.
 """
 from __future__ import annotations
 
-import json
-
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage, WriteToPubSub
 from apache_beam.transforms import window
 
 from schemas.contract import ERROR_ATTRIBUTE
-from schemas.records import FailedDelta, FailedVoteStates, Rejected
+from schemas.records import Rejected
+from spanner_writes.sinks import FailedRecord, sink_of
 
 MAX_ATTRIBUTES = 100  # Pub/Sub's limit per message
 MAX_ATTRIBUTE_VALUE_BYTES = 1024
 MAX_DEAD_LETTER_BYTES = 9 * 1024 * 1024  # under Pub/Sub's 10 MB, leaving room for attributes
-# The `kind` attribute of the dead letters that are not rejected messages (upvotes/operations/dead_letters.py).
-KIND_ATTRIBUTE = "kind"
-DELTA_ROW = "delta_row"
-VOTE_STATES = "vote_states"
 
 
-def to_dead_letter(item: Rejected | FailedDelta | FailedVoteStates) -> PubsubMessage:
-    """A Pub/Sub message for the dead-letter topic, always within Pub/Sub's limits."""
+def to_dead_letter(item: Rejected | FailedRecord) -> PubsubMessage:
+    """A Pub/Sub message for the dead-letter topic, always within Pub/Sub's limits: a rejected
+    message as it came, a sink's failed record as its codec encodes it."""
     if isinstance(item, Rejected):
-        data, attributes, error = item.data, dict(item.attributes), item.error
-    elif isinstance(item, FailedVoteStates):
-        data = json.dumps(item.states_json()).encode("utf-8")
-        attributes, error = {KIND_ATTRIBUTE: VOTE_STATES}, item.error
+        data, attributes = item.data, {**item.attributes, ERROR_ATTRIBUTE: item.error}
     else:
-        data = json.dumps(item.delta.to_json()).encode("utf-8")
-        attributes, error = {KIND_ATTRIBUTE: DELTA_ROW}, item.error
+        data, attributes = sink_of(item).codec.encode(item)
+    # The error goes last, cut to fit, so that the limit on attributes never drops it.
+    error = attributes.pop(ERROR_ATTRIBUTE)
     if len(data) > MAX_DEAD_LETTER_BYTES:
         attributes["truncated_from_bytes"] = str(len(data))
         data = data[:MAX_DEAD_LETTER_BYTES]
-    attributes.pop(ERROR_ATTRIBUTE, None)
     kept = dict(list(attributes.items())[: MAX_ATTRIBUTES - 1])
     kept[ERROR_ATTRIBUTE] = error.encode("utf-8")[:MAX_ATTRIBUTE_VALUE_BYTES].decode("utf-8", "ignore")
     return PubsubMessage(data=data, attributes=kept)
 
 
 class PublishDeadLetters(beam.PTransform):
-    """Rejected, FailedDelta and FailedVoteStates PCollections -> messages on the dead-letter topic.
+    """The parse's Rejected and each sink's failed records (spanner_writes/sinks.py), as PCollections
+    -> messages on the dead-letter topic.
 
     Input i is re-windowed into the global window by the step "GlobalWindow<i>" (stable labels,
     by position, for in-place updates) before the Flatten."""

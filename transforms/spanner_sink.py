@@ -23,7 +23,8 @@ from schemas.records import FailedDelta, PostDelta
 from spanner_store.database import RetryPolicy, open_database
 from spanner_writes.deltas import KEY_CONFLICT, KeyConflict, plan_commits, write_new_deltas
 from spanner_writes.known_posts import KnownPosts
-from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
+from spanner_writes.sinks import DELTA_ROWS
+from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn
 from transforms.per_process import PerProcess
 
 
@@ -50,20 +51,12 @@ class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], 
         rows_per_commit: int,
         retry: RetryPolicy = SINK_RETRY,
     ) -> None:
-        counters = SinkCounters(
-            commits=Metrics.counter("WriteDeltaRows", "commits"),
-            transient_retries=Metrics.counter("WriteDeltaRows", "transient_retries"),
-            schema_waits=Metrics.counter("WriteDeltaRows", "schema_waits"),
-            dead_lettered=Metrics.counter("WriteDeltaRows", "rows_dead_lettered"),
-            events_written=Metrics.counter("WriteDeltaRows", "events_written"),
-            events_dead_lettered=Metrics.counter("WriteDeltaRows", "events_dead_lettered"),
-        )
-        super().__init__(writer="sink", reason="spanner_write_failed", rows_per_commit=rows_per_commit, retry=retry,
-                         counters=counters, empty=list, add=list.append, plan=plan_commits,
+        super().__init__(sink=DELTA_ROWS, writer="sink", rows_per_commit=rows_per_commit, retry=retry,
+                         empty=list, add=list.append, plan=plan_commits,
                          apply=self._commit_once, fail=_dead_letters, events=_events, refused=_conflicts)
         self._where = (project, instance, database)
-        self._rows_written = Metrics.counter("WriteDeltaRows", "rows_written")
-        self._rows_already = Metrics.counter("WriteDeltaRows", "rows_already_written")
+        self._rows_written = Metrics.counter(DELTA_ROWS.step, DELTA_ROWS.metrics.delta_rows_written)
+        self._rows_already = Metrics.counter(DELTA_ROWS.step, "rows_already_written")
         self._per_process: PerProcess[tuple[Database, KnownPosts]] = PerProcess()
 
     def setup(self) -> None:
@@ -85,7 +78,8 @@ class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], 
 class WriteDeltaRows(BufferedSink):
     """PostDelta -> FailedDelta (rows that can never be written; everything else is in Spanner).
 
-    Metrics: WriteDeltaRows/rows_written, rows_already_written, commits,
+    Metrics (named in its declaration, spanner_writes.sinks.DELTA_ROWS, but for
+    rows_already_written): WriteDeltaRows/rows_written, rows_already_written, commits,
     transient_retries, rows_dead_lettered, schema_waits, events_written (the votes in rows now
     in Spanner, written or found written) and events_dead_lettered.
     """

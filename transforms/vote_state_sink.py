@@ -21,7 +21,8 @@ from schemas.vote_states import LatestVote, keep_latest
 from spanner_store.database import RetryPolicy, open_database
 from spanner_writes.known_posts import KnownPosts
 from spanner_writes.votes import VoteChanges, apply_vote_states, plan_batches
-from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn, SinkCounters
+from spanner_writes.sinks import VOTE_STATES
+from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn
 from transforms.parse_and_sum import ShardVotes
 from transforms.per_process import PerProcess
 
@@ -47,21 +48,13 @@ class ApplyVoteStatesFn(BufferedSinkFn[tuple[int, ShardVotes], States, States, F
 
     def __init__(self, project: str, instance: str, database: str, rows_per_commit: int,
                  retry: RetryPolicy = SINK_RETRY) -> None:
-        counters = SinkCounters(
-            commits=Metrics.counter("ApplyVoteStates", "commits"),
-            transient_retries=Metrics.counter("ApplyVoteStates", "transient_retries"),
-            schema_waits=Metrics.counter("ApplyVoteStates", "schema_waits"),
-            dead_lettered=Metrics.counter("ApplyVoteStates", "states_dead_lettered"),
-            events_written=Metrics.counter("ApplyVoteStates", "events_written"),
-            events_dead_lettered=Metrics.counter("ApplyVoteStates", "events_dead_lettered"),
-        )
-        super().__init__(writer="vote-state sink", reason="spanner_apply_failed", rows_per_commit=rows_per_commit,
-                         retry=retry, counters=counters, empty=dict, add=_add_pane, plan=plan_batches,
+        super().__init__(sink=VOTE_STATES, writer="vote-state sink", rows_per_commit=rows_per_commit,
+                         retry=retry, empty=dict, add=_add_pane, plan=plan_batches,
                          apply=self._apply_once, fail=_dead_letters, events=_events)
         self._where = (project, instance, database)
-        self._applied = Metrics.counter("ApplyVoteStates", "states_applied")
-        self._superseded = Metrics.counter("ApplyVoteStates", "states_superseded")
-        self._delta_rows = Metrics.counter("ApplyVoteStates", "delta_rows_written")
+        self._applied = Metrics.counter(VOTE_STATES.step, "states_applied")
+        self._superseded = Metrics.counter(VOTE_STATES.step, "states_superseded")
+        self._delta_rows = Metrics.counter(VOTE_STATES.step, VOTE_STATES.metrics.delta_rows_written)
         self._per_process: PerProcess[tuple[Database, KnownPosts]] = PerProcess()
 
     def setup(self) -> None:
@@ -82,7 +75,8 @@ class ApplyVoteStates(BufferedSink):
     """(shard, ShardVotes) panes (WindowAndMergeVoteStates) -> FailedVoteStates (batches that can never
     be applied; everything else is in Spanner).
 
-    Metrics: ApplyVoteStates/states_applied (later than the stored state: written),
+    Metrics (named in its declaration, spanner_writes.sinks.VOTE_STATES, but for states_applied and
+    states_superseded): ApplyVoteStates/states_applied (later than the stored state: written),
     states_superseded (no later: nothing written), delta_rows_written, commits, transient_retries,
     schema_waits, events_written (the events those states stand for, applied or superseded: all
     settled in Spanner), states_dead_lettered and events_dead_lettered.

@@ -104,16 +104,13 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
     failed or were refused."""
     from schemas.records import PostDelta
     from spanner_store.database import run_with_retries
-    from spanner_writes.deltas import write_new_deltas
-    from spanner_writes.votes import apply_all_vote_states
     from upvotes.operations.dead_letters import acknowledge, execute_replay, plan_replay, write_corrected
 
     plan = plan_replay(held, corrected, policy)
     if args.dry_run:
-        for letter, delta in plan.deltas:
-            print(json.dumps({"would": "rewrite_delta", "message_id": letter.message_id, "delta": delta.to_json()}))
-        for letter, states in plan.states:
-            print(json.dumps({"would": "apply_vote_states", "message_id": letter.message_id, "states": len(states)}))
+        for letter, sink, failed in plan.failed:
+            print(json.dumps({"would": sink.replay.action, "message_id": letter.message_id,
+                              **sink.replay.described(failed)}))
         for letter, correction in plan.corrections:
             write = correction.write()
             written = {"delta": write.to_json()} if isinstance(write, PostDelta) else {"states": len(write)}
@@ -126,12 +123,8 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
 
     database = open_database_of(args)
 
-    def write_delta(delta):
-        return tuple(run_with_retries(lambda: write_new_deltas(database, [delta])))
-
-    def apply_states(states):
-        totals = apply_all_vote_states(database, states)
-        return totals.applied, totals.superseded
+    def replay_failed(sink, failed):
+        return sink.replay.write(database, failed)
 
     def write_correction(correction):
         return run_with_retries(lambda: write_corrected(database, correction))
@@ -140,7 +133,7 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
         acknowledge(subscriber, subscription, letters)
         leases.let_go(letters)
 
-    report, still_held = execute_replay(plan, write_delta, apply_states, write_correction, ack)
+    report, still_held = execute_replay(plan, replay_failed, write_correction, ack)
     print(json.dumps(report.to_json()))
     for failure in report.failed:
         print(f"replay failed, dead letter kept: {failure}", file=sys.stderr)

@@ -1,13 +1,14 @@
 """The dead-letter topic's kept subscription: reading it without consuming it, and re-driving it.
 
-Three kinds of dead letter share the topic (transforms/dead_letter.py writes them):
+Two sorts of dead letter share the topic (transforms/dead_letter.py writes them):
 
-- a delta row the sink could never write: JSON of a PostDelta, attribute kind=delta_row;
-- a batch of vote states the vote-state sink could never apply: a JSON list, kind=vote_states;
+- what a sink could never write, as the sink's codec encodes it (spanner_writes/sinks.py, which
+  declares every sink): JSON, with the sink's `kind` attribute (kind=delta_row: a PostDelta;
+  kind=vote_states: a list of vote states);
 - a rejected vote: the original bytes and attributes (a line of a batch message: the line alone,
   with its 1-based number in the `line` attribute), plus an `error` attribute.
 
-Both carry `error` = "<reason>: <detail>". Messages are pulled synchronously and held (not
+All carry `error` = "<reason>: <detail>". Messages are pulled synchronously and held (not
 acknowledged) while they are looked at, their ack deadlines extended for as long as a replay
 holds them (`HeldLetters`); `release` hands them back at once (ack deadline 0), `acknowledge`
 removes them. A replay acknowledges a dead letter only after its replay succeeded, and every
@@ -15,11 +16,10 @@ replay writes through the pipeline's own idempotent paths, so a replay that is r
 between a write and its acknowledgement, or handed a letter redelivered after its deadline counts
 each vote once:
 
-- a delta row is re-written through the sink's own path (spanner_writes.deltas.write_new_deltas):
-  its key is the one the pipeline gave it, so a second write finds it and writes nothing;
-- vote states are applied through the vote-state sink's own path
-  (spanner_writes.votes.apply_all_vote_states): each is applied against the stored state, so a
-  second application moves nothing;
+- a sink's failed record is re-written by the replay its sink declares, through the sink's own
+  path (a delta row keeps the key the pipeline gave it, so a second write finds it and writes
+  nothing; each vote state is applied against the stored state, so a second application moves
+  nothing);
 - a rejected vote is replaced by its corrected line from a JSON-lines file, matched by the
   rejected line's own identity (`DeadLetter.identity`: the line's event_id, or "@<message
   ID>/<line>" for a line with none, which the correction then carries as its event_id). It is
@@ -46,15 +46,16 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 from google.api_core import exceptions
 
 from schemas.contract import (
-    DEFAULT_EVENT_TIME_POLICY, ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, LINE_ATTRIBUTE, EventTimePolicy, parse_vote,
+    DEFAULT_EVENT_TIME_POLICY, ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, KIND_ATTRIBUTE, LINE_ATTRIBUTE, EventTimePolicy,
+    parse_vote,
 )
 from schemas.counters import NAME_OF, VOTER_CONTRACT_NAMES, Counts
 from schemas.delta_ids import replay_delta_id
-from schemas.records import CounterSums, FailedVoteStates, PostDelta, PostUser, VoteEvent, VoteState
+from schemas.records import CounterSums, PostDelta, PostUser, VoteEvent, VoteState
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
+from spanner_writes.sinks import SINKS, FailedRecord, SinkDeclaration, sink_of_kind
 from upvotes.operations.replayed_corrections import CorrectionMarker, apply_corrected_states, write_corrected_delta
-from transforms.dead_letter import DELTA_ROW, KIND_ATTRIBUTE, VOTE_STATES
 
 LOG = logging.getLogger(__name__)
 REJECTED_VOTE = "rejected_vote"
@@ -73,9 +74,13 @@ class DeadLetter:
     publish_time_s: float = 0.0  # when the pipeline dead-lettered it: the same on every delivery
 
     @property
+    def sink(self) -> SinkDeclaration | None:
+        """The sink that could not write what this dead letter holds; None: a rejected vote."""
+        return sink_of_kind(self.attributes.get(KIND_ATTRIBUTE))
+
+    @property
     def kind(self) -> str:
-        kind = self.attributes.get(KIND_ATTRIBUTE)
-        return kind if kind in (DELTA_ROW, VOTE_STATES) else REJECTED_VOTE
+        return REJECTED_VOTE if self.sink is None else self.sink.codec.kind
 
     @property
     def error(self) -> str:
@@ -85,13 +90,10 @@ class DeadLetter:
     def reason(self) -> str:
         return self.error.split(":", 1)[0] or "unknown"
 
-    def failed_delta(self) -> PostDelta:
-        """The delta row of a kind=delta_row dead letter, exactly as the sink tried to write it."""
-        return PostDelta.from_json(json.loads(self.data))
-
-    def failed_states(self) -> dict[PostUser, LatestVote]:
-        """The vote states of a kind=vote_states dead letter, exactly as the sink tried to apply them."""
-        return FailedVoteStates.states_from_json(json.loads(self.data))
+    def failed(self) -> FailedRecord:
+        """The failed record of a sink's dead letter, exactly as the sink failed to write it."""
+        assert self.sink is not None, "a rejected vote holds no sink's record"
+        return self.sink.codec.decode(self.data, self.attributes)
 
     @property
     def line(self) -> int | None:
@@ -334,12 +336,21 @@ def write_corrected(database, correction: Correction) -> str | None:
     return apply_corrected_states(database, write, correction.marker)
 
 
+class SinkLetter(NamedTuple):
+    """A sink's dead letter and the failed record it holds (DeadLetter.failed)."""
+
+    letter: DeadLetter
+    sink: SinkDeclaration
+    failed: FailedRecord
+
+
 @dataclass(frozen=True)
 class ReplayPlan:
     """What a replay does with the dead letters it holds: each is written, then acknowledged."""
 
-    deltas: list[tuple[DeadLetter, PostDelta]] = field(default_factory=list)  # delta rows, re-written
-    states: list[tuple[DeadLetter, dict[PostUser, LatestVote]]] = field(default_factory=list)  # vote states
+    # What the sinks could not write, re-written through each sink's replay, sink by sink in the
+    # registry's order (spanner_writes/sinks.py).
+    failed: list[SinkLetter] = field(default_factory=list)
     corrections: list[tuple[DeadLetter, Correction]] = field(
         default_factory=list)  # rejected votes replaced by their corrections: a delta row or a vote state
     left: list[DeadLetter] = field(default_factory=list)  # no replay for these: released, kept
@@ -351,24 +362,22 @@ def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLin
     same flags) at its dead letter's publish time (CorrectedLine.parsed)."""
     plan = ReplayPlan()
     for letter in letters:
-        if letter.kind == DELTA_ROW:
-            plan.deltas.append((letter, letter.failed_delta()))
-        elif letter.kind == VOTE_STATES:
-            plan.states.append((letter, letter.failed_states()))
+        if letter.sink is not None:
+            plan.failed.append(SinkLetter(letter, letter.sink, letter.failed()))
         elif (line := corrected.get(letter.identity())) is not None:
             plan.corrections.append((letter, Correction(line, letter.identity(),
                                                         line.parsed(letter.publish_time_s, policy))))
         else:
             plan.left.append(letter)
+    plan.failed.sort(key=lambda held: SINKS.index(held.sink))
     return plan
 
 
 @dataclass(frozen=True)
 class ReplayReport:
-    deltas_written: int
-    deltas_already_written: int
-    states_applied: int
-    states_already_applied: int
+    # Each sink's two counts, written now and found written before, by the names its replay
+    # declares (SinkReplay.counted_as: deltas_written, deltas_already_written, states_applied, ...).
+    replayed: dict[str, int]
     corrections_written: int  # corrected votes replayed now: a delta row written, or a vote state applied (or
     # superseded by the user's stored later vote, as the sink would find it)
     corrections_already_written: int  # the same corrections an earlier run (killed before its acknowledgement) wrote
@@ -380,52 +389,59 @@ class ReplayReport:
     corrections_refused: list[str]
 
     def to_json(self) -> dict:
-        """What `dead-letters replay` prints; `votes_published` is kept for scripts that read it:
-        corrections are written, never published (deprecated, always 0; see CHANGELOG.md)."""
-        return {**self.__dict__, "votes_published": 0}
+        """What `dead-letters replay` prints: each sink's counts, then the rest; `votes_published` is
+        kept for scripts that read it: corrections are written, never published (deprecated, always
+        0; see CHANGELOG.md)."""
+        fields = dict(self.__dict__)
+        return {**fields.pop("replayed"), **fields, "votes_published": 0}
 
 
 class _Refused(Exception):
     """A correction whose dead letter an earlier replay wrote another correction for."""
 
 
-def execute_replay(plan: ReplayPlan, write_delta: Callable[[PostDelta], tuple[int, int]],
-                   apply_states: Callable[[dict[PostUser, LatestVote]], tuple[int, int]],
+_CORRECTIONS_COUNTED_AS = ("corrections_written", "corrections_already_written")
+
+
+def execute_replay(plan: ReplayPlan, replay_failed: Callable[[SinkDeclaration, FailedRecord], tuple[int, int]],
                    write_correction: Callable[[Correction], str | None],
                    ack: Callable[[list[DeadLetter]], None]) -> tuple[ReplayReport, list[DeadLetter]]:
     """Replays each dead letter and acknowledges it right after its replay succeeded; returns the
     report and the dead letters still held (failed, refused or left), for the caller to release.
-    `write_delta` and `apply_states` return (written or applied, already there); `write_correction`
-    the correction recorded for its identity before it (upvotes/operations/replayed_corrections.py), None if none:
-    the same as this one, it was already written; another, this one is refused."""
+    `replay_failed` re-writes a sink's failed record (the command: the sink's SinkReplay.write) and
+    returns (written or applied, already there); `write_correction` the correction recorded for its
+    identity before it (upvotes/operations/replayed_corrections.py), None if none: the same as this
+    one, it was already written; another, this one is refused."""
     def replay_correction(correction: Correction) -> tuple[int, int]:
         written = write_correction(correction)
         if written is not None and written != correction.text:
             raise _Refused(correction.refusal(written))
         return (1, 0) if written is None else (0, 1)
 
-    totals = {"deltas": [0, 0], "states": [0, 0], "corrections": [0, 0]}
+    replays = [(held.letter, lambda held=held: replay_failed(held.sink, held.failed), held.sink.replay.counted_as)
+               for held in plan.failed]
+    replays += [(letter, lambda correction=correction: replay_correction(correction), _CORRECTIONS_COUNTED_AS)
+                for letter, correction in plan.corrections]
+    counts = dict.fromkeys([name for sink in SINKS for name in sink.replay.counted_as] + list(_CORRECTIONS_COUNTED_AS),
+                           0)
     acked = 0
     failed: list[str] = []
     refused: list[str] = []
     still_held: list[DeadLetter] = list(plan.left)
-    for kind, replays in (("deltas", [(letter, item, write_delta) for letter, item in plan.deltas]),
-                          ("states", [(letter, item, apply_states) for letter, item in plan.states]),
-                          ("corrections", [(letter, item, replay_correction) for letter, item in plan.corrections])):
-        for letter, item, replay in replays:
-            try:
-                new, existing = replay(item)
-            except exceptions.GoogleAPICallError as error:
-                failed.append(f"{letter.message_id}: {error}")
-                still_held.append(letter)
-                continue
-            except _Refused as refusal:
-                refused.append(str(refusal))
-                still_held.append(letter)
-                continue
-            totals[kind][0] += new
-            totals[kind][1] += existing
-            ack([letter])
-            acked += 1
-    return ReplayReport(*totals["deltas"], *totals["states"], *totals["corrections"], acked, len(plan.left),
-                        failed, refused), still_held
+    for letter, replay, (written_now, written_before) in replays:
+        try:
+            new, existing = replay()
+        except exceptions.GoogleAPICallError as error:
+            failed.append(f"{letter.message_id}: {error}")
+            still_held.append(letter)
+            continue
+        except _Refused as refusal:
+            refused.append(str(refusal))
+            still_held.append(letter)
+            continue
+        counts[written_now] += new
+        counts[written_before] += existing
+        ack([letter])
+        acked += 1
+    corrections = [counts.pop(name) for name in _CORRECTIONS_COUNTED_AS]
+    return ReplayReport(counts, *corrections, acked, len(plan.left), failed, refused), still_held
