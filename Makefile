@@ -24,6 +24,11 @@ test: install
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -m "not bench_smoke" $(PYTEST_ARGS)
 
+# Types: mypy over the whole tree (packages, templates/*.py, setup.py, tests), as mypy.ini says.
+.PHONY: typecheck
+typecheck: install
+	$(BIN)/mypy
+
 bench-smoke: install
 	$(BIN)/python -m pytest -m bench_smoke $(PYTEST_ARGS)
 
