@@ -17,7 +17,7 @@ from google.cloud import pubsub_v1
 
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, parse_message
 from schemas.counters import Counts
-from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected
+from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected, VoteEvent
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
 from spanner_reads.hourly import hourly_counts
@@ -71,7 +71,7 @@ def test_a_dead_lettered_delta_replayed_twice_is_counted_once(stack, database, f
     # process died before it), so the dead letters come back.
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
-    report, still_held = execute_replay(plan_replay(held, {}), lambda d: tuple(write_new_deltas(database, [d])),
+    report, still_held = execute_replay(plan_replay(held, {}), lambda d: write_new_deltas(database, [d])[:],
                                         lambda states: (0, 0), lambda correction: None, ack=lambda letters: None)
     assert report.deltas_written == 3
     release(subscriber, kept(stack), held)
@@ -205,7 +205,7 @@ def test_dead_lettered_vote_states_replayed_twice_move_each_count_once(stack, da
     subscriber = pubsub_v1.SubscriberClient()
     held, _ = pull_dead_letters(subscriber, kept(stack), 10)
     report, _ = execute_replay(plan_replay(held, {}), lambda d: (0, 0),
-                               lambda s: tuple(apply_all_vote_states(database, s))[:2], lambda correction: None,
+                               lambda s: apply_all_vote_states(database, s)[:2], lambda correction: None,
                                ack=lambda letters: None)  # applied, but the acknowledgement is lost
     assert (report.states_applied, report.states_already_applied) == (2, 0)
     release(subscriber, kept(stack), held)
@@ -386,7 +386,9 @@ def test_a_correction_a_replay_wrote_before_markers_existed_is_acknowledged_once
     corrected.write_text(json.dumps({"post_id": "legacy-post", "counter": "upvotes", "delta": 1, "event_id": "e-old",
                                      "event_time": rfc3339(datetime.now(timezone.utc) - timedelta(hours=3))}) + "\n")
     (line,) = read_corrected_votes(corrected.read_bytes().splitlines(), time.time()).values()
-    write_new_deltas(database, [correction_delta(line.parsed(time.time(), DEFAULT_EVENT_TIME_POLICY), "e-old")])
+    parsed = line.parsed(time.time(), DEFAULT_EVENT_TIME_POLICY)
+    assert isinstance(parsed, VoteEvent), parsed
+    write_new_deltas(database, [correction_delta(parsed, "e-old")])
 
     code, (report,), _ = replay_corrections(stack, capsys, corrected)
     assert (code, report["corrections_written"], report["corrections_already_written"], report["acknowledged"]) == (

@@ -79,8 +79,8 @@ class VoteLedger:
             self._states[(post_id, user_id)] = mine
 
     def all_entries(self) -> list[Entry]:
-        states = [Entry(post_id, hour, STATE_COUNTER[vote], 1)
-                  for (post_id, _), (_, _, _, vote, hour) in self._states.items() if STATE_COUNTER[vote]]
+        states = [Entry(post_id, hour, counter, 1)
+                  for (post_id, _), (_, _, _, vote, hour) in self._states.items() if (counter := STATE_COUNTER[vote])]
         return self.entries + states
 
     def posts(self) -> set[str]:
