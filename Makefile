@@ -22,7 +22,13 @@ demo: install
 # it alone takes about 5 minutes. CI (.ci/run) runs both.
 test: install
 	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory typecheck
 	$(BIN)/python -m pytest -m "not bench_smoke" $(PYTEST_ARGS)
+
+# Types: mypy over the whole tree (packages, templates/*.py, setup.py, tests), as mypy.ini says.
+.PHONY: typecheck
+typecheck: install
+	$(BIN)/mypy
 
 bench-smoke: install
 	$(BIN)/python -m pytest -m bench_smoke $(PYTEST_ARGS)

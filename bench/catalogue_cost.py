@@ -89,7 +89,7 @@ def seed_posts(database, first: int, last: int, folded_at: datetime) -> None:
     for start in range(first, last, SEED_ROWS_PER_COMMIT):
         rows = [post_key(f"cat-{n}") + tuple(Counts()) + (folded_at, folded_at)
                 for n in range(start, min(last, start + SEED_ROWS_PER_COMMIT))]
-        run_with_retries(lambda rows=rows: commit_mutations(
+        run_with_retries(lambda: commit_mutations(  # called at once
             database, lambda batch: batch.insert(POSTS, columns=SEED_COLUMNS, values=rows)))
 
 

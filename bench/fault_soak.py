@@ -251,11 +251,13 @@ class Faults(threading.Thread):
         fold.wait()
 
     def _inject_freeze(self) -> None:
-        os.kill(self._spanner_pid, signal.SIGSTOP)
+        pid = self._spanner_pid
+        assert pid is not None  # freezes are planned only with the emulator's pid
+        os.kill(pid, signal.SIGSTOP)
         try:
             time.sleep(FREEZE_S)
         finally:
-            os.kill(self._spanner_pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
         self.counts["spanner_freezes"] += 1
 
     def _start_stream(self) -> subprocess.Popen:

@@ -18,6 +18,7 @@ load on the database.
 """
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -61,9 +62,11 @@ SOAK_LOAD = 0.8
 
 # --- (a) the baselines ------------------------------------------------------------------------
 
-def baseline_sweep(database, seconds: float, threads: tuple[int, ...]) -> tuple[list[dict], dict[str, BaselineRun]]:
-    """Every configuration for `seconds`; returns them all and the best run of each approach."""
-    rows, best = [], {}
+def baseline_sweep(database, seconds: float, threads: tuple[int, ...]
+                   ) -> tuple[list[dict], dict[str, tuple[BaselineRun, dict]]]:
+    """Every configuration for `seconds`; returns them all and the best run of each approach (with its row)."""
+    rows: list[dict] = []
+    best: dict[str, tuple[BaselineRun, dict]] = {}
     for config in BASELINE_SWEEP:
         if config.threads not in threads:
             continue
@@ -117,7 +120,10 @@ def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable
         "ten_n_votes": samples[-1][0] * DEFAULT_BATCH_SIZE, "rss_at_10n_mib": round(samples[-1][1], 1),
         "ratio_10n_to_n": round(samples[-1][1] / samples[0][1], 3),
     }
-    emulator_cpu = None if cpu.seconds is None else cpu.seconds + fold_cpu.seconds
+    emulator_cpu: float | None = None
+    if cpu.seconds is not None:
+        assert fold_cpu.seconds is not None  # the same emulator, measured the same way
+        emulator_cpu = cpu.seconds + fold_cpu.seconds
     return {
         "votes": votes, "seconds": round(usage.wall_s, 3), "cpu_seconds": round(usage.cpu_s, 3),
         "votes_per_s": votes / usage.wall_s, "runner": "FnApiRunner (batch; windows on ingestion time)",
@@ -190,6 +196,7 @@ def _soak(database, topic_path: str, process, log_path: Path, votes_per_s: float
         assert time.monotonic() < deadline, f"soak: {len(mismatched)} counts did not match the ledger; see {log_path}"
         time.sleep(1.0)
     drain_s = time.monotonic() - ended
+    assert peak_short is not None  # read at soak_short_s, before soak_long_s
     return {
         "votes_per_s": round(votes_per_s, 1), "load_of_e2e_rate": SOAK_LOAD, "votes": source.ledger.events,
         "short_s": sizes.soak_short_s, "long_s": sizes.soak_long_s,
@@ -211,7 +218,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         approaches[approach] = {**row, "config": best_run.config.label, "final_count": best_run.votes, "read_kind": (
             "strong read of one row" if best_run.config.shards == 1
             else f"strong read: SUM over {best_run.config.shards} shard rows")}
-        readers[approach] = lambda counter=row["counter"]: baseline_counters.total(database, counter)
+        readers[approach] = functools.partial(baseline_counters.total, database, row["counter"])
     approaches["chain_sink"], readers["chain_sink"] = chain_and_sink(res, database, sizes.chain_votes)
     e2e, soak, readers["e2e_pubsub"] = end_to_end_and_soak(res, database, sizes, log_dir)
     approaches["e2e_pubsub"] = e2e

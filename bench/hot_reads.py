@@ -122,6 +122,7 @@ def start_serve(res: Resources, log_path: Path) -> tuple[subprocess.Popen, str]:
     # Reads only; a token of its own keeps serve from generating one into the user's .upvotes/serve-token.
     env = {**os.environ, "UPVOTES_WRITE_TOKEN": secrets.token_urlsafe(32)}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env, text=True)
+    assert process.stdout is not None  # stdout=PIPE
     line = process.stdout.readline()  # "upvotes serve: http://127.0.0.1:PORT/ ..." once it is about to listen
     if not line.startswith("upvotes serve: "):
         process.kill()

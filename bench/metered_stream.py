@@ -49,7 +49,7 @@ class ListingMeter(CommitMeter):
 
 
 def _dump(meter: ListingMeter, path: Path, listing: bool) -> None:
-    totals = {"commits": meter.commits, "mutations": meter.mutations_total, "largest": meter.largest}
+    totals: dict[str, object] = {"commits": meter.commits, "mutations": meter.mutations_total, "largest": meter.largest}
     if listing:
         with meter._list_lock:  # noqa: SLF001 - the meter's own lock
             totals["listed"] = list(meter.listed)

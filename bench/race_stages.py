@@ -35,6 +35,7 @@ from local_runner.pubsub_reader import pull_bundle, subscriber_client
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, Message
 from schemas.delta_ids import pane_window_end_us
 from transforms.parse_and_sum import BundleSums
+from upvotes.devtools.publishing import publish_message
 
 PANES_SQL = """SELECT DeltaId, MIN(CommittedAt), MAX(CommittedAt), COUNT(*), COUNT(DISTINCT CommittedAt)
 FROM PostDeltas WHERE STARTS_WITH(PostId, @prefix) GROUP BY DeltaId"""
@@ -66,10 +67,11 @@ def pipeline_critical_path(database, prefix: str, last_ack_at: float, exact_at: 
     """The pipeline's stages after the last acknowledgement, from the burst's delta rows: its last
     pane's window end and commit timestamps."""
     with database.snapshot() as snapshot:
-        panes = [(pane_window_end_us(delta_id), first, last, rows, commits)
+        panes = [(end_us, first, last, rows, commits)
                  for delta_id, first, last, rows, commits in snapshot.execute_sql(
-                     PANES_SQL, params={"prefix": prefix}, param_types={"prefix": param_types.STRING})]
-    end_us, first, last, rows, commits = max((p for p in panes if p[0] is not None), key=lambda p: p[0])
+                     PANES_SQL, params={"prefix": prefix}, param_types={"prefix": param_types.STRING})
+                 if (end_us := pane_window_end_us(delta_id)) is not None]
+    end_us, first, last, rows, commits = max(panes, key=lambda p: p[0])
     window_end = end_us / 1e6
     return {"window_wait_s": window_end - last_ack_at, "fire_s": first.timestamp() - window_end,
             "commit_s": last.timestamp() - first.timestamp(), "read_s": exact_at - last.timestamp(),
@@ -96,9 +98,10 @@ def pull_and_parse(project: str, topic: str, messages: Sequence[Message]) -> dic
     subscription = subscriber.subscription_path(project, f"{topic}-sub")
     publisher.create_topic(name=topic_path)
     subscriber.create_subscription(name=subscription, topic=topic_path, ack_deadline_seconds=60)
-    for future in [publisher.publish(topic_path, m.data, **m.attributes) for m in messages]:
+    for future in [publish_message(publisher, topic_path, m.data, m.attributes) for m in messages]:
         future.result(timeout=60)
-    bundles, started = [], time.perf_counter()
+    bundles: list[list] = []
+    started = time.perf_counter()
     while sum(len(b) for b in bundles) < len(messages):
         bundle, _ = pull_bundle(subscription)
         if bundle:

@@ -40,7 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from google.cloud import pubsub_v1
 
@@ -56,6 +56,7 @@ from spanner_reads.reads import exact_counts
 from spanner_store.database import classic_sessions_for_concurrent_reads, open_database
 from upvotes.devtools import baseline_counters, local_stream
 from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.publishing import publish_message
 from upvotes.devtools.race import BASELINE_SWEEP, run_baseline
 from upvotes.devtools.verification import wait_until_exact
 from upvotes.operations.provision import provision
@@ -115,8 +116,9 @@ def traffic(sizes: Sizes, seed: int = 45) -> Traffic:
     markers: dict[int, str] = {}
     for index, event in enumerate(events):
         if index and index % MARKER_EVERY == 0:
-            marker = {"post_id": f"{PREFIX}marker-{index}", "counter": "upvotes", "delta": 1}
-            markers[len(messages)] = marker["post_id"]
+            marker_id = f"{PREFIX}marker-{index}"
+            marker = {"post_id": marker_id, "counter": "upvotes", "delta": 1}
+            markers[len(messages)] = marker_id
             messages.append(event_message(marker))
             ledger.add(marker)
         ledger.add(event)
@@ -273,7 +275,7 @@ def stages(profile: Path) -> dict | None:
     from py-spy's raw samples; None without a profile."""
     if not profile.exists():
         return None
-    seconds: dict[str, float] = collections.Counter()
+    seconds: dict[str, float] = collections.defaultdict(float)
     for line in profile.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if "TransformExecutor.attempt_call" not in stack:
@@ -303,9 +305,10 @@ def tail_cost(database, topic: str, meter: MeterFile, posts: int, alive: Callabl
     """`posts` new posts, one upvote each, published at once (one window): the stream's mutations
     and commits per vote."""
     before = meter.settled()
-    events = [{"post_id": f"{PREFIX}tail-{index}", "counter": "upvotes", "delta": 1} for index in range(posts)]
+    events: list[dict[str, Any]] = [{"post_id": f"{PREFIX}tail-{index}", "counter": "upvotes", "delta": 1}
+                                    for index in range(posts)]
     client = pubsub_v1.PublisherClient()
-    for future in [client.publish(topic, data, **attributes) for data, attributes in map(event_message, events)]:
+    for future in [publish_message(client, topic, data, attributes) for data, attributes in map(event_message, events)]:
         future.result(timeout=120)
     client.stop()
     wait_exact(database, {event["post_id"]: {"upvotes": 1} for event in events}, alive)

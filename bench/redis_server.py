@@ -77,16 +77,28 @@ class LocalRedis:
         self.restarts = 0
 
     @property
+    def _directory(self) -> Path:
+        """Its directory, made when its `with` block starts."""
+        assert self.directory is not None, "a LocalRedis runs in a `with` block"
+        return self.directory
+
+    @property
+    def _server(self) -> subprocess.Popen:
+        """The server process, once started."""
+        assert self._process is not None, "the server was never started"
+        return self._process
+
+    @property
     def socket_path(self) -> str:
-        return str(self.directory / SOCKET_NAME)
+        return str(self._directory / SOCKET_NAME)
 
     @property
     def log_path(self) -> Path:
-        return self.directory / "redis.log"
+        return self._directory / "redis.log"
 
     @property
     def pid(self) -> int:
-        return self._process.pid
+        return self._server.pid
 
     def client(self, **kwargs):
         """A redis-py client on the socket (hiredis parses the replies where installed)."""
@@ -107,7 +119,7 @@ class LocalRedis:
         try:
             self.stop()
         finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            shutil.rmtree(self._directory, ignore_errors=True)
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Starts the server and waits until it answers PING (after loading its AOF, if any)."""
@@ -127,8 +139,8 @@ class LocalRedis:
         last_error: Exception | None = None
         with contextlib.closing(self.client(socket_timeout=1.0)) as probe:
             while time.monotonic() < deadline:
-                if self._process.poll() is not None:
-                    raise RedisServerError(f"redis-server exited with code {self._process.returncode} while "
+                if self._server.poll() is not None:
+                    raise RedisServerError(f"redis-server exited with code {self._server.returncode} while "
                                            f"starting; see its log {self.log_path}")
                 try:
                     probe.ping()  # a server still loading its AOF answers LOADING, an error here
@@ -143,8 +155,8 @@ class LocalRedis:
     def kill(self) -> None:
         """SIGKILL, as a crash: no shutdown, no last AOF write. Reaped before returning."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        self._process.wait()
+            os.killpg(self._server.pid, signal.SIGKILL)
+        self._server.wait()
 
     def crash_machine(self, unsynced_from: str | None) -> bool:
         """A machine crash: SIGKILL, then the AOF loses what the mode had not fsynced; returns
@@ -156,7 +168,7 @@ class LocalRedis:
         self.kill()
         if self.durability != AOF_EVERYSEC or unsynced_from is None:
             return False
-        _truncate_aof_at(self.directory / AOF_DIR, unsynced_from.encode("utf-8"))
+        _truncate_aof_at(self._directory / AOF_DIR, unsynced_from.encode("utf-8"))
         return True
 
     def stop(self) -> None:

@@ -31,6 +31,7 @@ class EmulatorCpu:
 
     def __exit__(self, *_) -> None:
         if self._pid:
+            assert self._start is not None  # read on entering, as there is a pid
             self.seconds = process_cpu_seconds(self._pid) - self._start
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from google.cloud import pubsub_v1
+from google.cloud.pubsub_v1.publisher.futures import Future
 
 from schemas.contract import batch_messages, event_message
 from spanner_reads.reads import exact_counts
@@ -155,7 +156,7 @@ class PacedPublisher(threading.Thread):
         self.published = 0
         self._stopping = threading.Event()
         self._client = pubsub_v1.PublisherClient(batch_settings=BATCH_SETTINGS)
-        self._futures = []
+        self._futures: list[Future] = []
 
     def run(self) -> None:
         due = time.monotonic()

@@ -74,7 +74,7 @@ def populate(database, posts: int, now: datetime) -> None:
             batch.insert(POSTS, columns=POST_COLUMNS + (HOT_KEY_THROUGH,), values=post_rows)
             batch.insert(DELTAS, columns=DELTA_COLUMNS, values=delta_rows)
 
-        run_with_retries(lambda write=write: commit_mutations(database, write))
+        run_with_retries(lambda: commit_mutations(database, write))  # called at once
     run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert(
         FOLD_RUNS, columns=FOLD_RUN_COLUMNS,
         values=[("seeded", watermark, posts, posts * OLD_PER_POST, spanner.COMMIT_TIMESTAMP, 0, watermark)])))

@@ -47,6 +47,7 @@ from spanner_reads.reads import exact_counts
 from spanner_store.database import open_database
 from upvotes.devtools import local_stream
 from upvotes.devtools.ledger import Ledger
+from upvotes.devtools.publishing import publish_message
 from upvotes.devtools.race import race_pipeline
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, Workload, generate_events
 from upvotes.resources import Resources
@@ -71,7 +72,7 @@ class Heartbeat(threading.Thread):
         client = pubsub_v1.PublisherClient()
         try:
             while not self.stopping.wait(HEARTBEAT_S):
-                client.publish(self._topic_path, b"\n", **{FORMAT_ATTRIBUTE: NDJSON}).result(timeout=30)
+                publish_message(client, self._topic_path, b"\n", {FORMAT_ATTRIBUTE: NDJSON}).result(timeout=30)
         finally:
             client.stop()
 

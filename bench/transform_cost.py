@@ -199,7 +199,8 @@ def profile_chain(events: int) -> dict:
     profiler.enable()
     beam_chain([])
     profiler.disable()
-    stats = pstats.Stats(profiler).stats  # (file, line, function) -> (cc, calls, tottime, cumtime, callers)
+    # Stats.stats is not in typeshed. (file, line, function) -> (cc, calls, tottime, cumtime, callers)
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     total = sum(entry[2] for entry in stats.values())
     areas: dict[str, float] = defaultdict(float)
     for (filename, _, function), (_, _, tottime, _, callers) in stats.items():

@@ -421,7 +421,8 @@ def measure_ranking(by: str, database, res: Resources, ledger: Ledger, sizes: Si
         answers.append(read())
         samples.append(time.perf_counter() - started)
         spent += samples[-1]
-    top, cache = answers[-1], {}
+    top = answers[-1]
+    cache: dict = {}
     truth = truth_of(by, ledger, top, cache)
     result = {
         "read_s": round(statistics.median(samples), 4), "read_samples_s": [round(s, 4) for s in samples],
@@ -433,7 +434,8 @@ def measure_ranking(by: str, database, res: Resources, ledger: Ledger, sizes: Si
         "posts": [p.totals.post_id for p in top.posts], "truth": truth,
     }
     if cli:
-        runs, spent = [], 0.0
+        runs: list[tuple[float, list[str]]] = []
+        spent = 0.0
         while len(runs) < sizes.repetitions and (spent < sizes.budget_s or not runs):
             runs.append(timed_command(command_args(res, by)))
             spent += runs[-1][0]
@@ -567,7 +569,7 @@ def sink_freshness(database, ledger: Ledger, tag: str) -> dict:
                    for i, p in enumerate(tail_posts(ledger, FRESH_TAIL, rng))]
         started = time.perf_counter()
         for commit in plan_commits(deltas, max_rows=1_000):
-            run_with_retries(lambda commit=commit: write_deltas(database, commit))
+            run_with_retries(lambda: write_deltas(database, commit))  # called at once
         committed = time.perf_counter()
         first_commit = first_commit or started
         ledger.add([ledger.post(d.post_id) for d in deltas], [d.event_hour for d in deltas],
@@ -582,6 +584,7 @@ def sink_freshness(database, ledger: Ledger, tag: str) -> dict:
                 break
             time.sleep(FRESH_POLL_S)
     assert seen is not None, f"{post_id} never reached hot rank 1 in {panes} windows"
+    assert first_commit is not None  # set by the pane that got there
     truth = [p for p, _ in ledger.hot_ranking(K, HALF_LIFE_HOURS)]
     return {
         "post": post_id, "votes_per_pane": votes, "panes": panes, "reads": reads,
@@ -745,7 +748,7 @@ def sink_and_fold_cost(res: Resources, sizes: Sizes) -> dict:
     with metering_commits(RecordingMeter()) as sink_meter:
         for deltas in windows:
             for commit in plan_commits(deltas, max_rows=1_000):
-                run_with_retries(lambda commit=commit: write_deltas(database, commit))
+                run_with_retries(lambda: write_deltas(database, commit))  # called at once
     with metering_commits(RecordingMeter()) as fold_meter:
         folded = run_fold(fresh)
     before = commits_before_issue_36(res, windows)
@@ -754,7 +757,7 @@ def sink_and_fold_cost(res: Resources, sizes: Sizes) -> dict:
                     "deltas_folded": folded["deltas_folded"], "posts_folded": folded["posts_folded"],
                     "before_from": f"the code of {BEFORE_COMMIT} on its schema" if before
                     else f"this code's commits on the schema of {BEFORE_COMMIT}, the new columns dropped"}
-    parts = {phase: mutations_of(commits, before and before[phase])
+    parts = {phase: mutations_of(commits, None if before is None else before[phase])
              for phase, commits in (("sink", sink_meter.mutations), ("fold", fold_meter.mutations))}
     parts["sink_and_fold"] = {key: parts["sink"][key] + parts["fold"][key] for key in parts["sink"]}
     for name, part in parts.items():

@@ -82,8 +82,11 @@ def error_point(voters: int, seed: int) -> dict:
         acc = combine.create_accumulator()
         for sums in shard_sums[first:first + BUNDLES_PER_WINDOW]:
             combine.add_input(acc, sums)
-        delta_sketches.append(combine.extract_output(acc)[key].voters)
+        sketch = combine.extract_output(acc)[key].voters
+        assert sketch is not None  # every vote names its user
+        delta_sketches.append(sketch)
     folded = union_of(delta_sketches)
+    assert folded is not None  # the post has voters
     estimated = estimate(folded)
     return {"voters": voters, "votes": len(order), "deltas": len(delta_sketches), "estimate": estimated,
             "relative_error": abs(estimated - voters) / voters,
@@ -115,7 +118,7 @@ def write_and_fold(res: Resources, name: str, deltas: list[PostDelta], votes: in
     commits = plan_commits(deltas, ROWS_PER_COMMIT)
     start = time.perf_counter()
     for commit in commits:
-        run_with_retries(lambda c=commit: write_deltas(database, c))
+        run_with_retries(lambda: write_deltas(database, commit))  # called at once
     write_s = time.perf_counter() - start
     fold = run_fold(fresh)
     sample = sorted({d.post_id for d in deltas})[:200]

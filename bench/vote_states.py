@@ -125,16 +125,22 @@ class Stream:
         self.log_path = self._log_dir / f"vote_states_stream_{self.starts}.log"
         self.process = local_stream.start(self.res, RACE_WINDOW_S, self.log_path)
 
+    @property
+    def started(self) -> subprocess.Popen:
+        """Its process, once started."""
+        assert self.process is not None, "the stream was never started"
+        return self.process
+
     def stop(self) -> int:
         """SIGTERM (it drains); its exit code, 0 when drained."""
-        return local_stream.stop(self.process)
+        return local_stream.stop(self.started)
 
     def alive(self) -> None:
-        check_alive(self.process, self.log_path)
+        check_alive(self.started, self.log_path)
 
     def wait_ready(self, database) -> None:
         """A delta vote and a vote state each counted: both sinks are up and their sessions warm."""
-        wait_until_ready(database, self.topic_path, self.process, self.log_path)
+        wait_until_ready(database, self.topic_path, self.started, self.log_path)
         state = {"post_id": WARM_UP_POST, "user_id": f"u-{uuid.uuid4().hex[:8]}", "vote": "up",
                  "event_time": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
                  "event_id": str(uuid.uuid4())}
@@ -267,16 +273,17 @@ def soak(database, stream: Stream, race_row: dict, sizes: Sizes, state_bytes: di
     try:
         while (elapsed := time.monotonic() - started) < sizes.state_soak_long_s:
             stream.alive()
-            samples.append({"second": round(elapsed, 1), "rss_mib": round(current_rss_mib(stream.process.pid), 1),
-                            "peak_mib": round(current_rss_mib(stream.process.pid, "VmHWM"), 1)})
+            samples.append({"second": round(elapsed, 1), "rss_mib": round(current_rss_mib(stream.started.pid), 1),
+                            "peak_mib": round(current_rss_mib(stream.started.pid, "VmHWM"), 1)})
             if peak_short is None and elapsed >= sizes.state_soak_short_s:
                 peak_short = samples[-1]["peak_mib"]
             time.sleep(1.0)
     finally:
         publisher.stop()
-    peak_long = current_rss_mib(stream.process.pid, "VmHWM")
+    peak_long = current_rss_mib(stream.started.pid, "VmHWM")
     exact_after = wait_exact(database, source.ledger, stream, max(E2E_TIMEOUT_S, sizes.state_soak_long_s))
     assert exact_after is not None, f"soak: the counts did not match the ledger; see {stream.log_path}"
+    assert peak_short is not None  # read at state_soak_short_s, before state_soak_long_s
     pairs = votes_rows(database, workload.post_prefix)
     return {
         "votes_per_s": round(votes_per_s, 1), "load_of_race_votes_rows": SOAK_LOAD,
@@ -359,7 +366,9 @@ def _races(database, stream: Stream, sizes: Sizes, rmw_votes_per_s: float) -> di
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     database = open_database(res.project, res.instance, res.database)
     rmw = best_rmw(database, sizes.sweep_seconds)
-    state_bytes = window_state_bytes(workloads(sizes, "hot_post")["states"])
+    states = workloads(sizes, "hot_post")["states"]
+    assert isinstance(states, VoteStateWorkload)
+    state_bytes = window_state_bytes(states)
     stream = Stream(with_topics(res, "vs"), log_dir)
     stream.start()
     try:

@@ -57,6 +57,7 @@ from typing import Callable, Iterator, Mapping
 
 import redis
 from google.cloud import pubsub_v1
+from google.cloud.pubsub_v1.publisher.futures import Future
 from google.cloud.spanner_v1 import param_types
 
 from bench import race_stages, redis_server, write_back_cache
@@ -70,7 +71,7 @@ from spanner_reads.reads import exact_counts
 from spanner_store.database import open_database
 from upvotes.devtools import local_stream
 from upvotes.devtools.ledger import Ledger
-from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages
+from upvotes.devtools.publishing import BATCH_SETTINGS, batch_messages, publish_message
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, UPVOTES_ONLY, Workload, generate_events
 from upvotes.resources import Resources
 
@@ -130,7 +131,7 @@ class PubSubVotes:
     def __init__(self, topic_path: str) -> None:
         self._topic_path = topic_path
         self._client = pubsub_v1.PublisherClient(batch_settings=BATCH_SETTINGS)
-        self._futures = []
+        self._futures: list[Future] = []
         self.encode_s = 0.0  # encoding the messages
         self.recorded: list[Message] | None = None  # the messages sent, while a list (race_stages)
 
@@ -140,8 +141,13 @@ class PubSubVotes:
         self.encode_s += time.perf_counter() - started
         if self.recorded is not None:
             self.recorded.append(message)
-        future = self._client.publish(self._topic_path, message.data, **message.attributes)
-        future.add_done_callback(lambda done: done.exception() is None and on_ack(time.time()))
+        future = publish_message(self._client, self._topic_path, message.data, message.attributes)
+
+        def acknowledged(done: Future) -> None:
+            if done.exception() is None:
+                on_ack(time.time())
+
+        future.add_done_callback(acknowledged)
         self._futures.append(future)
 
     def wait_acknowledged(self) -> None:
@@ -484,6 +490,7 @@ def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: su
     counts = pipeline_counts(database)
 
     def critical_path(burst_prefix: str, result: Burst) -> dict:
+        assert sink.recorded is not None  # recording during the bursts (below)
         off_path = race_stages.pull_and_parse(stream_res.project, f"{stream_res.topic}-stages-{uuid.uuid4().hex[:6]}",
                                               sink.recorded)
         assert off_path["votes"] == result.votes + result.markers, off_path

@@ -270,9 +270,9 @@ def run(flusher: Flusher, interval_s: float, stopping: threading.Event,
                 for outcome in flusher.finish_leftovers():
                     log(asdict(outcome))
                 recover = False
-            outcome = flusher.flush()
-            if outcome is not None:
-                log(asdict(outcome))
+            flushed = flusher.flush()
+            if flushed is not None:
+                log(asdict(flushed))
         except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as error:
             log({"redis_error": f"{type(error).__name__}: {error}"})
             recover = True

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, overload
 
 from google.pubsub_v1.types import PullResponse
 
@@ -157,11 +157,11 @@ class ExactlyOnce:
         self.log.record_pull(stamp_us, end, _PULL_RESPONSE(received_messages=messages).SerializeToString())
         if self._unsynced_end_us is None:
             self._unsynced_end_us = end
-        window = self._held.get(end)
-        if window is None:
-            window = self._held[end] = HeldWindow(due=self._monotonic() + self._ack_deadline_s / 2)
+        held = self._held.get(end)
+        if held is None:
+            held = self._held[end] = HeldWindow(due=self._monotonic() + self._ack_deadline_s / 2)
         for message_id, message in fresh.items():
-            window.ack_ids[message_id] = message.ack_id
+            held.ack_ids[message_id] = message.ack_id
             self._window_of[message_id] = end
         self.counters.held = self.holding
         return stamp_us, messages
@@ -171,6 +171,11 @@ class ExactlyOnce:
         self.counters.redeliveries_finished += len(ack_ids)
         sent = self._acknowledge(list(ack_ids.items()))
         self.log.mark_acked(sent, self._clock())
+
+    @overload
+    def hold_us(self, proposed_us: int) -> int: ...
+    @overload
+    def hold_us(self, proposed_us: None) -> None: ...
 
     def hold_us(self, proposed_us: int | None) -> int | None:
         """The reader's watermark hold (None: none, a drain), once every pull of a window it lets

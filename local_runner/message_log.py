@@ -61,7 +61,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple
+from typing import BinaryIO, Iterable, Iterator, NamedTuple
 
 SCHEMA_VERSION = 1
 # A redelivery of a message acknowledged this long ago is still recognised (Dataflow's own
@@ -188,7 +188,7 @@ class MessageLog:
 
     def _read_pulls(self) -> Iterator[tuple[int, bytes | None]]:
         """(stamp, payload, or None if it does not match its length and CRC), in stamp order."""
-        files: dict[int, object] = {}
+        files: dict[int, BinaryIO | None] = {}
         try:
             for stamp, end, offset, length, crc in self._db.execute(
                     "SELECT stamp_us, window_end_us, offset, length, crc FROM pulls ORDER BY stamp_us").fetchall():

@@ -238,7 +238,7 @@ def committed_through_us(evaluation_context: Any) -> int:
     return min(tw.output_watermark for tw in watermarks).micros
 
 
-class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,valid-type]
+class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):
     """Beam's DirectRunner Pub/Sub read, with bigger pulls, no idle stall and a drain (see the
     module docstring). Subscription resolution and the client cache are Beam's."""
 
@@ -291,7 +291,11 @@ class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):  # type: ignore[misc,v
             control.mark_stopped()
             # No bundle to be scheduled again, no hold: this step's watermark becomes +infinity.
             return TransformResult(self, bundles, [], None, {None: None})
-        again = self._evaluation_context.create_bundle(beam.pvalue.PBegin(self._applied_ptransform.transform.pipeline))
+        transform = self._applied_ptransform.transform
+        assert transform is not None  # an applied transform
+        # Its pipeline is None here (create_bundle does not read it): Beam's PBegin annotation is too narrow.
+        begin = beam.pvalue.PBegin(transform.pipeline)  # type: ignore[arg-type]
+        again = self._evaluation_context.create_bundle(begin)
         # Every later pull is stamped at or after this (the clock, the last stamp, the floor).
         hold = time.time_ns() // 1_000
         if control.once is not None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, cast
 
 import apache_beam as beam
 
@@ -105,7 +105,7 @@ def is_empty(state: Any) -> bool:
     return not state.state and not state.timers and not state.global_state
 
 
-class ExpiringGroupAlsoByWindowEvaluator(_StreamingGroupAlsoByWindowEvaluator):  # type: ignore[misc,valid-type]
+class ExpiringGroupAlsoByWindowEvaluator(_StreamingGroupAlsoByWindowEvaluator):
     """Beam's streaming GroupAlsoByWindow evaluator, which first frees the state of expired
     windows and of keys left with none (see the module docstring)."""
 
@@ -146,7 +146,10 @@ class ExpiringGroupAlsoByWindowEvaluator(_StreamingGroupAlsoByWindowEvaluator): 
         lock = getattr(watermarks, "_lock", None)
         if lock is None:
             return
-        allowed_lateness = self._applied_ptransform.transform.windowing.allowed_lateness
+        # Beam types an applied transform's as an Optional[PTransform]: this evaluator's is the
+        # _StreamingGroupAlsoByWindow it is registered for, which has a windowing.
+        transform = cast("_StreamingGroupAlsoByWindow", self._applied_ptransform.transform)
+        allowed_lateness = transform.windowing.allowed_lateness
         keyed_states = self._step_context.existing_keyed_state
         with lock:
             input_watermark = watermarks._input_watermark

@@ -23,7 +23,7 @@ import argparse
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 PROJECT_ID = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
 PUBSUB_NAME = r"[a-zA-Z][-a-zA-Z0-9_.~+%]{2,254}"
@@ -49,13 +49,13 @@ class Param:
     regex: str  # the whole value must match
     default: str | None = None  # None: required
     example: str = ""
-    kind: Callable[[str], object] = str  # what a valid value is converted to: str, int or boolean
+    kind: Callable[[str], str | int | float] = str  # what a valid value becomes: str, int, float or boolean
 
     @property
     def dest(self) -> str:
         return self.flag.replace("-", "_")
 
-    def parse(self, text: object) -> str | int:
+    def parse(self, text: object) -> str | int | float:
         """The value, checked against the regex and converted; InvalidParameter names both spellings."""
         if not re.fullmatch(self.regex, str(text)):
             raise InvalidParameter(
@@ -173,8 +173,9 @@ class InvalidParameter(ValueError):
     """A parameter value the pipeline refuses before it starts."""
 
 
-def parse_values(params: tuple[Param, ...], values: Mapping[str, object]) -> dict[str, str | int]:
-    """Each parameter's value (its default when missing), checked and converted, by `dest`.
+def parse_values(params: tuple[Param, ...], values: Mapping[str, object]) -> dict[str, Any]:
+    """Each parameter's value (its default when missing), checked and converted, by `dest` (each
+    value is of its parameter's kind, hence Any).
 
     The one place a parameter value is parsed; a missing required one or an invalid one
     raises InvalidParameter naming the flag, the template parameter and an example.
@@ -246,8 +247,9 @@ class FoldSettings:
         return settings
 
 
-def defaults(params: tuple[Param, ...]) -> dict[str, str | int]:
-    """The parsed default of every optional parameter, by dest (for benchmarks and tools)."""
+def defaults(params: tuple[Param, ...]) -> dict[str, Any]:
+    """The parsed default of every optional parameter, by dest (for benchmarks and tools), each
+    of its parameter's kind."""
     return {p.dest: p.parse(p.default) for p in params if p.default is not None}
 
 
@@ -255,7 +257,7 @@ def add_params(parser: argparse.ArgumentParser, params: tuple[Param, ...]) -> No
     """The flags, both spellings each; values stay text until parse_values reads them."""
     for param in params:
         # A bare boolean flag (`--full-scan`) means true.
-        bare = {"nargs": "?", "const": "true"} if param.kind is boolean else {}
+        bare: dict[str, Any] = {"nargs": "?", "const": "true"} if param.kind is boolean else {}
         parser.add_argument(
             f"--{param.flag}", f"--{param.template_name}", dest=param.dest,
             default=param.default, help=f"{param.help} (template parameter: {param.template_name})", **bare,

@@ -116,6 +116,11 @@ class _Invalid(Exception):
 def _optional_string(fields: Mapping[str, Any], name: str, may_be_empty: bool = False) -> str | None:
     if name not in fields:
         return None
+    return _string(fields, name, may_be_empty)
+
+
+def _string(fields: Mapping[str, Any], name: str, may_be_empty: bool = False) -> str:
+    """A field the event has (see _optional_string)."""
     value = fields[name]
     if not isinstance(value, str) or not (value or may_be_empty):
         raise _Invalid("wrong_type", f"{name} must be a non-empty string, got {type(value).__name__} {value!r:.40}")
@@ -191,7 +196,9 @@ def vote_time(event_time: str, publish_time_s: float, policy: EventTimePolicy | 
     seconds = _epoch_seconds(event_time)
     if policy is not None and policy.untrusted(seconds, publish_time_s) == "ahead_of_clock":
         return hour, int(publish_time_s * 1_000_000)
-    fraction = RFC3339.match(event_time).group(1)
+    match = RFC3339.match(event_time)
+    assert match is not None  # event_hour validated event_time
+    fraction = match.group(1)
     return hour, seconds * 1_000_000 + (int(fraction[1:7].ljust(6, "0")) if fraction else 0)
 
 
@@ -218,7 +225,8 @@ def utc_hour(date_and_hour: str) -> int:
     return elapsed.days * 86_400 + elapsed.seconds
 
 
-ABSENT = object()  # a field the event does not have
+# A field the event does not have; compared by identity only (Any: so is a field's value until it is checked).
+ABSENT: Any = object()
 _COUNTERS = frozenset(CONTRACT_NAMES)
 
 
@@ -241,6 +249,10 @@ def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None
     once per vote: profiled, the step-by-step checks cost more than decoding the JSON); any
     doubt takes the step-by-step path, which is the specification and names the first problem."""
     if type(fields) is dict:
+        # Any: their types are checked at run time, by is_common_vote, in bulk.
+        post_id: Any
+        counter: Any
+        delta: Any
         post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
         event_id, user_id = fields.get("event_id", ABSENT), fields.get("user_id", ABSENT)
         event_time = fields.get("event_time", ABSENT)
@@ -312,7 +324,7 @@ def _validate_state(fields: Mapping[str, Any], publish_time_s: float, policy: Ev
                            "the user's previous vote")
     if "user_id" not in fields:
         raise _Invalid("missing_user", "user_id is required in a vote-state event: it counts once per user")
-    user_id = _optional_string(fields, "user_id")
+    user_id = _string(fields, "user_id")
     vote = fields[VOTE_FIELD]
     if not isinstance(vote, str):
         raise _Invalid("wrong_type", f"vote must be a string, got {type(vote).__name__}")
@@ -320,7 +332,7 @@ def _validate_state(fields: Mapping[str, Any], publish_time_s: float, policy: Ev
         raise _Invalid("unknown_vote", f"vote {vote[:40]!r} is not one of {', '.join(VOTES)}")
     if "event_time" not in fields:
         raise _Invalid("missing_field", "event_time is required in a vote-state event: the latest vote counts")
-    event_time = _optional_string(fields, "event_time", may_be_empty=True)  # "" is a bad time, not a bad type
+    event_time = _string(fields, "event_time", may_be_empty=True)  # "" is a bad time, not a bad type
     event_id = _optional_string(fields, "event_id")
     hour, at_us = vote_time(event_time, publish_time_s, policy, on_ingestion_hour)
     return VoteState(post_id, user_id, vote, at_us, hour, event_id)
@@ -367,7 +379,7 @@ def parse_message(data: bytes, attributes: Mapping[str, str] | None, publish_tim
     if lines is None:
         yield parse_vote(data, attributes, publish_time_s, policy, on_ingestion_hour)
         return
-    if type(lines) is Rejected:
+    if isinstance(lines, Rejected):
         yield lines
         return
     for number, line in lines:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import operator
 from collections import namedtuple
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, ClassVar, Iterable, Mapping
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,24 @@ NAME_OF = {counter.contract_name: counter.name for counter in COUNTERS}  # contr
 COUNTER_OF_VOTE = {counter.vote: counter.name for counter in COUNTERS if counter.vote is not None}
 
 
-class Counts(namedtuple("Counts", NAMES, defaults=(0,) * len(NAMES))):
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    class _CountFields(tuple[int, ...]):
+        """What a type checker can know of the namedtuple below, whose fields are NAMES: an int
+        per counter, by position or by name."""
+
+        _fields: ClassVar[tuple[str, ...]]
+
+        def __new__(cls, *values: int, **by_name: int) -> Self: ...
+        def __getattr__(self, name: str) -> int: ...
+        def _asdict(self) -> dict[str, int]: ...
+        def _replace(self, **by_name: int) -> Self: ...
+else:
+    _CountFields = namedtuple("Counts", NAMES, defaults=(0,) * len(NAMES))
+
+
+class Counts(_CountFields):
     """One integer per counter, in COUNTERS order, each 0 unless given. Immutable."""
 
     __slots__ = ()

@@ -37,7 +37,9 @@ def ddl_object_name(statement: str) -> str | None:
 
 def _top_level_parts(text: str) -> list[str]:
     """`a INT64, b STRING(1) OPTIONS (x = y)` split at commas outside parentheses."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         depth += {"(": 1, ")": -1}.get(char, 0)
         if char == "," and depth == 0:
@@ -168,7 +170,9 @@ def schema_model(statements: Iterable[str] | None = None) -> dict[str, TableMode
         statement = " ".join(statement.split())
         if table := _CREATE_TABLE.match(statement):
             keys[table.group(1)] = _names(table.group(3))
-            columns[table.group(1)] = tuple(table_columns(statement)[1])
+            definition = table_columns(statement)
+            assert definition is not None  # _CREATE_TABLE matched: a CREATE TABLE statement
+            columns[table.group(1)] = tuple(definition[1])
             indexes.setdefault(table.group(1), [])
         elif index := _CREATE_INDEX.match(statement):
             null_filtered, name, table_name, key_list, storing = index.groups()

@@ -43,6 +43,7 @@ from spanner_reads.reads import counts_in_snapshot
 from spanner_store.database import read_timestamp
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 DEFAULT_REFRESH_S = 1.0
 DEFAULT_MAX_POSTS = 100_000  # cached posts per process; the least recently used go first
 
@@ -78,7 +79,7 @@ class _Flight(Generic[T]):
     error: BaseException | None = None
 
 
-class _SingleFlightCache(Generic[T]):
+class _SingleFlightCache(Generic[K, T]):
     """Values by key, each loaded at most once per `refresh_s`; loads of many keys are batched."""
 
     def __init__(self, refresh_s: float, max_entries: int, clock: Callable[[], float]) -> None:
@@ -86,13 +87,13 @@ class _SingleFlightCache(Generic[T]):
         self._max_entries = max_entries
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[Hashable, tuple[float, T]] = OrderedDict()
-        self._flights: dict[Hashable, _Flight[T]] = {}
+        self._entries: OrderedDict[K, tuple[float, T]] = OrderedDict()
+        self._flights: dict[K, _Flight[T]] = {}
 
-    def get_many(self, keys: list[Hashable], load: Callable[[list[Hashable]], dict[Hashable, T]]) -> dict[Hashable, T]:
-        found: dict[Hashable, T] = {}
-        waiting: dict[Hashable, _Flight[T]] = {}
-        mine: dict[Hashable, _Flight[T]] = {}
+    def get_many(self, keys: list[K], load: Callable[[list[K]], dict[K, T]]) -> dict[K, T]:
+        found: dict[K, T] = {}
+        waiting: dict[K, _Flight[T]] = {}
+        mine: dict[K, _Flight[T]] = {}
         with self._lock:
             now = self._clock()
             for key in dict.fromkeys(keys):
@@ -110,10 +111,11 @@ class _SingleFlightCache(Generic[T]):
             flight.done.wait()
             if flight.error is not None:
                 raise flight.error
+            assert flight.value is not None  # loaded: _load sets it when the load did not fail
             found[key] = flight.value
         return found
 
-    def _load(self, flights: dict[Hashable, _Flight[T]], load: Callable[[list[Hashable]], dict[Hashable, T]]) -> None:
+    def _load(self, flights: dict[K, _Flight[T]], load: Callable[[list[K]], dict[K, T]]) -> None:
         try:
             values = load(list(flights))
             error = None
@@ -150,10 +152,10 @@ class CountsReader:
         self.staleness_s = staleness_s
         self.refresh_s = refresh_s
         self._top_extra = top_extra
-        self._counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
-        self._unique_counts: _SingleFlightCache[PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
+        self._counts: _SingleFlightCache[str, PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
+        self._unique_counts: _SingleFlightCache[str, PostCount] = _SingleFlightCache(refresh_s, max_posts, clock)
         # Every ranking, keyed (name, n, its parameters).
-        self._tops: _SingleFlightCache[RankedPage] = _SingleFlightCache(refresh_s, 64, clock)
+        self._tops: _SingleFlightCache[Hashable, RankedPage] = _SingleFlightCache(refresh_s, 64, clock)
         self._reads_lock = threading.Lock()
         self.spanner_reads = 0
 

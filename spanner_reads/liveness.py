@@ -17,7 +17,7 @@ rows of the day before it stopped.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from google.cloud import spanner
@@ -70,7 +70,7 @@ class StreamHeartbeat:
     started_at: datetime | None
     alive_at: datetime
     stopped_at: datetime | None  # a drain ended it
-    read_at: datetime
+    read_at: datetime = field(kw_only=True)  # not a column: when the row was read
 
     @property
     def age_s(self) -> float:

@@ -375,7 +375,7 @@ def _certified(database, view: str, version: int) -> bool | None:
 
 def _stored_rows(database, view: str, base: int) -> list[StoredRow]:
     with database.snapshot() as snapshot:
-        return [StoredRow(*row[:4], counts_at(row, 4)) for row in _query(snapshot, STORED_ROWS_SQL, view=view, base=base)]
+        return [StoredRow._make([*row[:4], counts_at(row, 4)]) for row in _query(snapshot, STORED_ROWS_SQL, view=view, base=base)]
 
 
 def _write_batch(transaction, view: str, owner: str, base: int, new: int, lease_s: float,
@@ -461,8 +461,8 @@ def publish_top_view(
         if published:
             for start in range(0, len(operations), batch_rows):
                 batch = operations[start:start + batch_rows]
-                run_with_retries(lambda b=batch: run_transaction(
-                    database, lambda txn: _write_batch(txn, view, owner, base, new, lease_s, b, clock)))
+                run_with_retries(lambda: run_transaction(  # called here: `batch` is this batch
+                    database, lambda txn: _write_batch(txn, view, owner, base, new, lease_s, batch, clock)))
                 transactions += 1
                 report("batch", start + len(batch))
             run_with_retries(lambda: run_transaction(database, lambda txn: _switch(
@@ -512,7 +512,9 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
     transactions = 0
     if through > expired_through:
         def raise_watermark(transaction) -> int:
-            current = _read_active(transaction, view)[2]
+            active = _read_active(transaction, view)
+            assert active is not None  # seen above, and a view's row is never deleted
+            current = active[2]
             if through > current:
                 transaction.update(VIEW_ACTIVE, columns=("ViewName", "ExpiredThrough"), values=[(view, through)])
             return max(through, current)
@@ -529,8 +531,8 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
     for table, keys in ((VIEW_VERSIONS, old_versions), (VIEW_ROWS, old_rows)):
         for start in range(0, len(keys), batch_rows):
             chunk = [list(key) for key in keys[start:start + batch_rows]]
-            run_with_retries(lambda t=table, c=chunk: commit_mutations(
-                database, lambda batch: batch.delete(t, spanner.KeySet(keys=c))))
+            run_with_retries(lambda: commit_mutations(  # called here: `table` and `chunk` are these
+                database, lambda batch: batch.delete(table, spanner.KeySet(keys=chunk))))
             transactions += 1
     return len(old_versions), len(old_rows), transactions
 

@@ -18,6 +18,7 @@ from typing import Callable, TypeVar
 
 from google.api_core import exceptions, gapic_v1
 from google.cloud import spanner
+from google.cloud.spanner_v1.batch import Batch
 from google.cloud.spanner_v1.database import Database
 
 T = TypeVar("T")
@@ -229,7 +230,7 @@ def classic_sessions_for_concurrent_reads() -> None:
         os.environ.setdefault("GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS", "false")
 
 
-def commit_mutations(database: Database, write: Callable[[spanner.Batch], None]) -> object:
+def commit_mutations(database: Database, write: Callable[[Batch], None]) -> object:
     """Commits one batch of blind mutations (no reads) once; returns the commit timestamp.
 
     `timeout_secs=0` turns off the client's own abort retry so callers decide.

@@ -199,6 +199,12 @@ def add_hours(into: dict[datetime, CounterSums], hours: Iterable[tuple[datetime,
         into[hour] = sums if current is None else current.plus(sums)
 
 
+def key_of(fold: PostFold) -> FoldKey:
+    """A keyed fold's key (`PostFold.keyed`): the folds a transaction applies are all keyed."""
+    assert fold.key is not None, "an unkeyed PostFold"
+    return fold.key
+
+
 def fold_cost(fold: PostFold) -> int:
     return MUTATIONS_PER_POST + MUTATIONS_PER_HOUR * len(fold.hours)
 
@@ -215,7 +221,7 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
     fold's own: both watermarks are at or after the one the snapshot saw, so `fold_cost`
     bounds the commit.
     """
-    keys = [[f.key.post_hash, f.key.post_id] for f in folds]
+    keys = [[key.post_hash, key.post_id] for key in map(key_of, folds)]
     current = {
         (row[0], row[1]): row
         for row in transaction.read(POSTS, columns=POST_FOLD_COLUMNS, keyset=KeySet(keys=keys))
@@ -223,7 +229,7 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
     outcome = FoldOutcome()
     post_rows, fences, hour_gains = [], {}, {}
     for fold in folds:
-        post_hash, post_id, seen = fold.key
+        post_hash, post_id, seen = key_of(fold)
         row = current[(post_hash, post_id)]
         counts = counts_at(row, 2)
         watermark, stored_hourly_mark, voters, _, key_through = row[2 + len(COUNTER_COLUMNS):]
@@ -350,9 +356,11 @@ def plan_hourly_steps(rows: Iterable[TimedDelta], after: datetime, snapshot_at: 
     """
     ordered = sorted(rows, key=lambda row: row[0])
     steps: list[HourlyStep] = []
-    start, current, hours = after, [], set()
-    for committed_at, group in itertools.groupby(ordered, key=lambda row: row[0]):
-        group = list(group)
+    start = after
+    current: list[TimedDelta] = []
+    hours: set[datetime] = set()
+    for committed_at, same_commit in itertools.groupby(ordered, key=lambda row: row[0]):
+        group = list(same_commit)
         group_hours = {row[1] for row in group}
         if current and len(hours | group_hours) > max_hours:
             steps.append(HourlyStep(start, current[-1][0], current))
@@ -405,12 +413,12 @@ def fold_post_in_steps(database, fold: PostFold, snapshot_at: datetime, max_muta
     fold killed between steps leaves the hourly watermark ahead; the next run continues
     from it.
     """
-    post_hash, post_id = fold.key.post_hash, fold.key.post_id
+    post_hash, post_id, _ = key_of(fold)
     max_hours = max(1, (max_mutations - MUTATIONS_PER_POST) // MUTATIONS_PER_HOUR)
     after, rows = read_post_for_steps(database, post_hash, post_id, snapshot_at)
     for step in plan_hourly_steps(rows, after, snapshot_at, max_hours):
-        run_with_retries(lambda s=step: run_transaction(
-            database, lambda txn: apply_hourly_step(txn, post_hash, post_id, s)), DEFAULT_RETRY, on_retry)
+        run_with_retries(lambda: run_transaction(  # called here: `step` is this step's
+            database, lambda txn: apply_hourly_step(txn, post_hash, post_id, step)), DEFAULT_RETRY, on_retry)
     outcome = run_with_retries(lambda: run_transaction(
         database, lambda txn: apply_folds(txn, [fold], snapshot_at)), DEFAULT_RETRY, on_retry)
     return outcome.plus(FoldOutcome(posts_split=1))
@@ -450,6 +458,7 @@ def read_shard_changes(database, plan: FoldPlan, shard: int, count_rows: Callabl
     delta rows reach the shard's share of the run's budget (whole commit timestamps only; at
     least one). The run then vouches only up to the smallest `through` of its shards, its
     ChangesThrough: the commits of every shard up to it were all taken (module docstring)."""
+    assert plan.cursor is not None  # a run without one is a full scan, which reads no shard
     budget = -(-plan.max_delta_rows // COMMIT_SHARDS)
     post_ids: list[str] = []
     taken, through = 0, plan.snapshot_at
@@ -458,8 +467,8 @@ def read_shard_changes(database, plan: FoldPlan, shard: int, count_rows: Callabl
         # The Read API yields rows in key order (Shard, CommittedAt, CommitId): oldest first.
         changes = itertools.groupby(read_changes(snapshot, plan.cursor.changes_through, shard),
                                     key=lambda change: change.committed_at)
-        for committed_at, same_time in changes:
-            same_time = list(same_time)
+        for committed_at, same_commit in changes:
+            same_time = list(same_commit)
             count_rows(len(same_time))
             rows = sum(change.delta_rows for change in same_time)
             if taken and taken + rows > budget:
@@ -549,6 +558,7 @@ def oldest_unfolded_commit(database, plan: FoldPlan, skipped: list[SkippedPost],
             POSTS, columns=WATERMARK_COLUMNS, keyset=KeySet(keys=[list(k) for k in keys]))}
         commits = [committed_at for (committed_at,) in read_unfolded(snapshot, watermarks, ("CommittedAt",))]
         if cut_short:
+            assert changes_through is not None  # cut_short says so
             commits += [change.committed_at for shard in range(COMMIT_SHARDS)
                         for change in itertools.islice(read_changes(snapshot, changes_through, shard), 1)]
         return min(commits, default=None), read_timestamp(snapshot)

@@ -145,6 +145,7 @@ def test_accepted_hostile_post_ids_are_kept_verbatim() -> None:
         event = parse_vote(data, {}, PUBLISHED)
         # The event carries the last value of each key, as Python's own JSON parser reads it.
         fields = json.loads(data.decode("utf-8"))
+        assert not isinstance(event, Rejected), event
         if isinstance(event, VoteState):
             assert (event.post_id, event.user_id, event.vote) == (fields["post_id"], fields["user_id"], fields["vote"])
         else:
@@ -370,6 +371,7 @@ def test_a_batch_is_judged_line_by_line_exactly_like_single_messages(lines: list
         data.decode("utf-8")
     except UnicodeDecodeError:
         [whole] = results  # not UTF-8: rejected whole, nothing counted
+        assert isinstance(whole, Rejected), whole
         assert reason_of(whole) == "not_utf8" and whole.data == data and whole.attributes == attributes
         return
     numbered = [(n, line) for n, line in enumerate(data.split(b"\n"), 1) if line.strip()]

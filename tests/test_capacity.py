@@ -8,6 +8,7 @@ import json
 import math
 import random
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,7 +60,7 @@ def test_expected_groups_equals_exact_enumeration_of_a_tiny_stream() -> None:
     for posts in itertools.product(range(3), repeat=4):
         for votes in itertools.product(kinds, repeat=4):
             chance = math.prod(popularity.p[post] * kind[2] for post, kind in zip(posts, votes))
-            sums = {}
+            sums: dict[int, list[int]] = {}
             for post, (up, share, _) in zip(posts, votes):
                 acc = sums.setdefault(post, [0, 0])
                 acc[0] += up
@@ -142,13 +143,17 @@ def test_the_hour_split_is_modelled_not_ignored() -> None:
 
 
 def test_chain_rate_prefers_the_batched_measurement_for_batched_input() -> None:
-    results = {"machine": {"date": "2026-12-01"}, "benchmarks": {"transform_cost": {"variants": {
+    results: dict[str, Any] = {"machine": {"date": "2026-12-01"}, "benchmarks": {"transform_cost": {"variants": {
         "beam_chain": {"events_per_s_per_core": 45_000.0},
         "beam_chain_batched": {"events_per_s_per_core": 130_000.0}}}}}
-    assert chain_rate_from_results(results, True, "f.json")[0] == 130_000.0
-    assert chain_rate_from_results(results, False, "f.json")[0] == 45_000.0
+    batched = chain_rate_from_results(results, True, "f.json")
+    unbatched = chain_rate_from_results(results, False, "f.json")
+    assert batched is not None and batched[0] == 130_000.0
+    assert unbatched is not None and unbatched[0] == 45_000.0
     del results["benchmarks"]["transform_cost"]["variants"]["beam_chain_batched"]
-    rate, source = chain_rate_from_results(results, True, "f.json")
+    found = chain_rate_from_results(results, True, "f.json")
+    assert found is not None
+    rate, source = found
     assert rate == 45_000.0 and "conservative" in source
     assert chain_rate_from_results({}, True, "f.json") is None
 
@@ -261,7 +266,7 @@ def test_the_models_state_transactions_are_what_the_state_sink_commits(database,
     mutations, as the meter counts them from the DDL, are what the model's formula gives."""
     popularity = Popularity.zipf(200, 1.1)
     rng = random.Random(29)
-    posts = rng.choices(range(200), weights=popularity.p, k=3_000)
+    posts = rng.choices(range(200), weights=popularity.p.tolist(), k=3_000)
     states = {PostUser(f"capvs-{post}", f"u-{i}"): LatestVote("up", 1_795_312_800_000_000 + i, f"e-{i}", 1_795_312_800,
                                                                voted=True)
               for i, post in enumerate(posts)}

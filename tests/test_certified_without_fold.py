@@ -72,7 +72,7 @@ def test_a_burst_in_commits_that_list_fewer_posts_than_they_raise_is_certified_a
     rows.append(PostDelta.of("viral-now", NOW_HOUR - 3600, "burst:viral", upvotes=500, events=500))
     rng.shuffle(rows)
     for commit in (rows[:len(rows) // 2], rows[len(rows) // 2:]):
-        run_with_retries(lambda c=commit: write_new_deltas(database, c), PATIENT)
+        run_with_retries(lambda: write_new_deltas(database, commit), PATIENT)  # called at once
         ledger.add_deltas(commit)
 
     truth = brute_hot(ledger, H, datetime.now(timezone.utc))
@@ -109,7 +109,7 @@ def test_vote_state_traffic_in_many_commits_is_certified_in_every_ranking_withou
             key = PostUser(rng.choice(posts), f"user-{rng.randrange(40)}")
             vote = rng.choice([UP, UP, UP, DOWN, NONE])
             batch[key] = LatestVote(vote, next(times), "", NOW_HOUR - 3600 * rng.randint(0, 30), 1, vote != NONE)
-        run_with_retries(lambda b=batch: apply_vote_states(database, b), PATIENT)
+        run_with_retries(lambda: apply_vote_states(database, batch), PATIENT)  # called at once
         for key, state in batch.items():
             ledger.add_state(key.post_id, key.user_id, state.vote, state.at_us, state.event_hour)
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from schemas.contract import parse_vote
-from schemas.records import PostUser
+from schemas.records import PostUser, VoteState
 from spanner_writes.votes import apply_all_vote_states
 from upvotes.cli import build_parser, main
 
@@ -70,6 +70,7 @@ def test_a_missing_emulator_names_the_package_to_install(tmp_path) -> None:
 def test_read_user_prints_the_users_vote_on_each_post(stack, database, capsys) -> None:
     event = b'{"post_id": "cli/p", "user_id": "cli user", "vote": "up", "event_time": "2026-11-22T10:00:00Z"}'
     state = parse_vote(event, None, 0.0)
+    assert isinstance(state, VoteState), state
     assert apply_all_vote_states(database, {PostUser(state.post_id, state.user_id): state.latest()}).applied == 1
     flags = ["read", f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"]
     assert main([*flags, "--user", "cli user", "cli/p", "never-voted"]) == 0

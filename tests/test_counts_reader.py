@@ -31,8 +31,10 @@ class FakeClock:
 
 def add(database, post_id: str, upvotes: int, tag: str, shares: int = 0) -> datetime:
     """Commits one delta; returns its commit timestamp."""
-    return commit_mutations(database, lambda batch: add_delta_writes(
+    committed = commit_mutations(database, lambda batch: add_delta_writes(
         batch, [PostDelta.of(post_id, HOUR, f"{tag}:{post_id}", upvotes=upvotes, shares=shares, events=1)]))
+    assert isinstance(committed, datetime)
+    return committed
 
 
 def test_concurrent_callers_of_a_hot_post_share_one_spanner_read_per_refresh(database) -> None:

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from types import SimpleNamespace
+from typing import Callable
 
 import pytest
 
@@ -66,7 +67,7 @@ def wait_for_timers_started_since(before: set[threading.Thread]) -> None:
                5, "the timers to fire", poll_s=0.01)
 
 
-def exits() -> tuple[list[int], callable]:
+def exits() -> tuple[list[int], Callable[[int], None]]:
     codes: list[int] = []
 
     def exit_now(code: int) -> None:

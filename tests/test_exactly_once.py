@@ -95,8 +95,9 @@ def stage_messages(tag: str) -> tuple[list, list[dict]]:
     batched = [{"post_id": f"{tag}p{i % 24}", "counter": "upvotes", "delta": 1, "user_id": f"{tag}u{i}"}
                for i in range(240)]
     singles = [{"post_id": f"{tag}s{i}", "counter": "shares", "delta": 2} for i in range(12)]
-    states = [{"post_id": f"{tag}v{i % 4}", "user_id": f"{tag}w{i}", "vote": "up" if i % 3 else "down",
-               "event_time": now, "event_id": f"{tag}e{i}"} for i in range(24)]
+    states: list[dict[str, object]] = [
+        {"post_id": f"{tag}v{i % 4}", "user_id": f"{tag}w{i}", "vote": "up" if i % 3 else "down",
+         "event_time": now, "event_id": f"{tag}e{i}"} for i in range(24)]
     messages = [*batch_messages(batched, 80), *map(event_message, singles + states),
                 (f"{tag} is not JSON".encode(), {})]
     return messages, batched + singles + states

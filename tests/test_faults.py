@@ -324,7 +324,8 @@ def test_a_sigterm_while_the_stream_starts_stops_it_cleanly(streaming_stack) -> 
     wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
                "the stream to start", stream, log)
     assert local_stream.stop(stream, signal.SIGTERM) == 0, log.read_text(errors="replace")[-3000:]
-    assert local_stream.drain_summary(log).endswith("This run: 0 messages, 0 votes, 0 delta rows, 0 dead letters.")
+    summary = local_stream.drain_summary(log)
+    assert summary is not None and summary.endswith("This run: 0 messages, 0 votes, 0 delta rows, 0 dead letters.")
     restarted = start()
     wait_until(lambda: verify_totals(database, ledger_of(events).totals) == [], SETTLE_TIMEOUT_S,
                "the waiting votes to be counted", restarted, log)

@@ -19,7 +19,7 @@ from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from spanner_store.unfolded import READ_CHUNK, read_unfolded
 from spanner_writes.deltas import write_deltas
 from spanner_writes.folding import FoldKey, FoldPlan, PostFold, choose_snapshot, watermark_text
-from tests.support.faults import FlakyDatabase
+from tests.support.faults import FlakyDatabase, inject
 from tests.support.fold_runs import run_fold as fold
 from transforms import fold_deltas
 from transforms.fold_deltas import _ApplyFoldsFn
@@ -126,7 +126,7 @@ def test_a_fold_killed_between_transactions_is_completed_by_the_next_run(stack, 
         if transaction == 2:
             raise SystemExit("the worker dies before its second transaction")
 
-    fn._database = FlakyDatabase(fn._database, before_transaction=worker_dies)
+    inject(fn, FlakyDatabase(fn._database, before_transaction=worker_dies))
     fn.start_bundle()
     with pytest.raises(SystemExit):
         list(fn.process((0, folds), FoldPlan(snapshot_at, None, False)))
@@ -193,11 +193,13 @@ def recomputed_from_the_root(pcoll: beam.PCollection, label: str) -> beam.PColle
     single-input steps re-applied from its Impulse under `label`. None for any other PCollection
     (a GroupByKey or a side input on the way: the runner is taken to keep those)."""
     producer = pcoll.producer
+    assert producer is not None  # a PCollection of a pipeline
     if isinstance(producer.transform, beam.Impulse):
         return pcoll.pipeline | f"{label}/Impulse" >> beam.Impulse()
     if producer.side_inputs or len(producer.main_inputs) != 1 or not isinstance(producer.transform, beam.ParDo):
         return None
     [source] = producer.main_inputs.values()
+    assert isinstance(source, beam.PCollection)  # a ParDo's input
     again = recomputed_from_the_root(source, label)
     return None if again is None else again | f"{label}/{producer.full_label}" >> producer.transform
 

@@ -46,6 +46,13 @@ def counts(database, *posts: str) -> list[Counts]:
     return [row.counts for row in exact_counts(database, list(posts))]
 
 
+def stored_vote(database, post_id: str, user_id: str) -> StoredVote:
+    """The user's stored vote on the post, which must be there."""
+    found = vote_of(database, post_id, user_id)
+    assert found is not None, (post_id, user_id)
+    return found
+
+
 def test_the_plan_retracts_each_vote_stored_before_the_request_once_at_the_forget_time_or_just_after_it() -> None:
     recorded = datetime.fromtimestamp(100, tz=timezone.utc)
     before, after = recorded - timedelta(seconds=1), recorded + timedelta(seconds=1)
@@ -73,6 +80,7 @@ def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(
 
     result = forget_user(database, "req-a", "gone-a", "erasure request #1", "dpo")
     forget_at = result.request.as_of
+    assert forget_at is not None  # the request's forget time
 
     assert (result.written, result.retracted, result.posts, result.kept, result.superseded, result.commits) == (
         True, 3, 3, 0, 0, 1)
@@ -81,10 +89,10 @@ def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(
     assert [(h.hour, h.counts) for h in hourly_counts(database, "fa-3", VOTED_AT - timedelta(days=1))] == [
         (datetime.fromtimestamp(HOUR, tz=timezone.utc), Counts(upvotes=2, downvotes=2))]
     for post in posts[:3]:
-        retracted = vote_of(database, post, "gone-a")  # kept, with the user ID: late events lose to it
+        retracted = stored_vote(database, post, "gone-a")  # kept, with the user ID: late events lose to it
         assert (retracted.vote, retracted.voted_at_us, retracted.event_id) == (NONE, us(forget_at), "@forget/req-a")
-    assert vote_of(database, "fa-4", "gone-a").event_id == "e"  # already "none": not rewritten
-    assert all(vote_of(database, post, "other-1").vote == DOWN for post in posts)
+    assert stored_vote(database, "fa-4", "gone-a").event_id == "e"  # already "none": not rewritten
+    assert all(stored_vote(database, post, "other-1").vote == DOWN for post in posts)
 
     audit = adjustment_of(database, "req-a")
     assert audit == result.request
@@ -97,6 +105,7 @@ def test_a_rerun_moves_nothing_a_later_vote_counts_and_an_older_late_event_does_
     cast(database, {("fb-1", "gone-b"): UP, ("fb-2", "gone-b"): DOWN, ("fb-1", "stays"): UP})
     first = forget_user(database, "req-b", "gone-b", "erasure", "dpo")
     forget_at = first.request.as_of
+    assert forget_at is not None  # the request's forget time
     assert first.retracted == 2 and counts(database, "fb-1", "fb-2") == [Counts(upvotes=1), Counts()]
 
     rerun = forget_user(database, "req-b", "gone-b", "erasure", "dpo")
@@ -130,12 +139,13 @@ def test_a_crash_after_the_first_batch_then_a_rerun_ends_exact(database) -> None
     assert crashing.injected.transactions == 2
     assert sum(c.upvotes for c in counts(database, *posts)) == 5 + 3  # the first batch of two is applied
     first_audit = adjustment_of(database, "req-c")
+    assert first_audit is not None and first_audit.as_of is not None
 
     rerun = forget_user(database, "req-c", "gone-c", "erasure", "dpo", rows_per_commit=2)
     assert (rerun.written, rerun.retracted, rerun.posts, rerun.commits) == (False, 3, 3, 2)
     assert rerun.request == first_audit and first_audit.as_of == first_audit.created_at
     assert counts(database, *posts) == [Counts(upvotes=1)] * 5
-    assert {(v.vote, v.voted_at_us, v.event_id) for v in (vote_of(database, post, "gone-c") for post in posts)} == {
+    assert {(v.vote, v.voted_at_us, v.event_id) for v in (stored_vote(database, post, "gone-c") for post in posts)} == {
         (NONE, us(first_audit.as_of), forget_event_id("req-c"))}  # both runs wrote the same state
     assert [a.adjustment_id for a in list_adjustments(database, 1_000)].count("req-c") == 1
 
@@ -147,12 +157,13 @@ def test_a_vote_in_flight_when_the_request_runs_does_not_count_when_it_arrives(d
     cast(database, {("fi-1", "gone-i"): UP, ("fi-2", "stays"): UP})
     result = forget_user(database, "req-i", "gone-i", "erasure", "dpo")
     forget_at = result.request.as_of
+    assert forget_at is not None  # the request's forget time
     assert result.retracted == 1
 
     in_flight = vote(UP, forget_at - timedelta(minutes=3), "in-flight")  # cast before the request
     totals = apply_all_vote_states(database, {PostUser("fi-2", "gone-i"): in_flight})
     assert counts(database, "fi-1", "fi-2") == [Counts(), Counts(upvotes=1)]
-    stored = vote_of(database, "fi-2", "gone-i")  # the request's own "none", as if it had found a vote there
+    stored = stored_vote(database, "fi-2", "gone-i")  # the request's own "none", as if it had found a vote there
     assert (stored.vote, stored.voted_at_us, stored.event_id, totals.applied) == (
         NONE, us(forget_at), forget_event_id("req-i"), 1)
 
@@ -171,6 +182,7 @@ def test_a_vote_stamped_ahead_of_the_forget_time_is_retracted_without_silencing_
                                      PostUser("fj-2", "gone-j"): vote(UP)})
     result = forget_user(database, "req-j", "gone-j", "erasure", "dpo")
     forget_at = result.request.as_of
+    assert forget_at is not None  # the request's forget time
     assert (result.retracted, result.kept) == (2, 0) and forget_at < ahead
     assert counts(database, "fj-1", "fj-2") == [Counts(), Counts()]
 
@@ -190,7 +202,7 @@ def test_a_vote_in_flight_when_the_request_runs_adds_no_unique_voter(database) -
     apply_all_vote_states(database, {PostUser("fu-1", "gone-u"): in_flight})
     (totals,) = exact_counts(database, ["fu-1"], unique=True)
     assert (totals.counts, totals.unique_voters) == (Counts(upvotes=1), 1)  # "stays" alone
-    assert vote_of(database, "fu-1", "gone-u").event_id == forget_event_id("req-u")
+    assert stored_vote(database, "fu-1", "gone-u").event_id == forget_event_id("req-u")
 
 
 @pytest.fixture(params=[timedelta(hours=1), -timedelta(hours=1)], ids=["clock_ahead", "clock_behind"])
@@ -222,6 +234,7 @@ def test_the_forget_time_is_the_records_commit_timestamp_whatever_the_operators_
     finished = datetime.now(timezone.utc)
 
     forget_at = result.request.as_of
+    assert forget_at is not None  # the request's forget time
     assert forget_at == result.request.created_at  # the record's commit timestamp
     assert started - timedelta(seconds=5) <= forget_at <= finished + timedelta(seconds=5)
     with database.snapshot() as snapshot:
@@ -250,7 +263,7 @@ def test_a_request_an_earlier_version_recorded_with_its_operators_clock_reruns_w
     with database.snapshot() as snapshot:
         assert erasures_of(snapshot, ["gone-o"])["gone-o"].at_us == us(operators_clock)
     assert counts(database, "fo-1", "fo-2") == [Counts(), Counts()]
-    assert vote_of(database, "fo-1", "gone-o").voted_at_us == us(operators_clock)
+    assert stored_vote(database, "fo-1", "gone-o").voted_at_us == us(operators_clock)
     assert forget_user(database, "req-o", "gone-o", "erasure", "dpo").retracted == 0
 
 
@@ -259,7 +272,7 @@ def test_an_id_used_by_another_request_is_refused_before_any_write(database) -> 
     forget_user(database, "req-d", "first", "erasure", "dpo")
     with pytest.raises(RequestIdInUse, match="req-d"):
         forget_user(database, "req-d", "second", "erasure", "dpo")
-    assert counts(database, "fd-1") == [Counts(upvotes=1)] and vote_of(database, "fd-1", "second").vote == UP
+    assert counts(database, "fd-1") == [Counts(upvotes=1)] and stored_vote(database, "fd-1", "second").vote == UP
 
 
 def test_the_cost_follows_the_users_votes_not_the_other_voters(database) -> None:

@@ -33,6 +33,7 @@ from spanner_store.tables import (
 )
 from spanner_store.top_candidates import commit_candidates
 from spanner_writes.deltas import write_new_deltas
+from spanner_writes.folding import FoldOutcome
 from tests.support.fold_runs import run_fold
 from tests.support.polling import wait_until
 from tests.support.provision_races import race
@@ -71,7 +72,9 @@ def old_write(database, deltas: list[PostDelta]) -> datetime:
             delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.sums.events for d in deltas))])
         batch.insert(TOP_CANDIDATES, columns=BEFORE_CANDIDATE_COLUMNS, values=[
             (commit_shard(commit_id), spanner.COMMIT_TIMESTAMP, commit_id, candidates.post_ids, candidates.threshold)])
-    return commit_mutations(database, write)
+    committed = commit_mutations(database, write)
+    assert isinstance(committed, datetime)
+    return committed
 
 
 def old_fold(database, deltas: list[PostDelta], through: datetime) -> None:
@@ -123,7 +126,9 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
     monkeypatch.setattr(spanner_store.database, "SCHEMA_POLL_S", 0.1)
     monkeypatch.setattr(hot_backfill, "PAGE", PAGE)
     stop, migrated, errors = threading.Event(), threading.Event(), []
-    folds, commits, waits = [], [], []
+    folds: list[FoldOutcome] = []
+    commits: list[int] = []
+    waits: list[int] = []
 
     def stream() -> None:
         """This version's writer, started before the migration: it waits for the schema
@@ -363,7 +368,9 @@ def test_two_recomputes_at_once_end_with_every_key_of_the_last_half_life(stack, 
     assert final.backfilled and final.half_life_hours == {"A": 12.0, "B": 6.0}[last], (final, logs)
     assert stale_keys(database, final.half_life_hours) == {} and unfenced(database) == {}
     # The run that was overtaken says so and leaves the end to the other.
-    assert results[last].finished and not results[first].finished, results
+    finishing, overtaken = results[last], results[first]
+    assert isinstance(finishing, hot_backfill.BackfillReport) and isinstance(overtaken, hot_backfill.BackfillReport)
+    assert finishing.finished and not overtaken.finished, results
     assert any("took it over" in line for line in logs[first]), logs
     top = hot_top(database, 5, extra=5)
     assert top.exact and top.half_life_hours == final.half_life_hours

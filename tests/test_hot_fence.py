@@ -121,8 +121,11 @@ def test_provision_fences_a_database_of_the_schema_before_this_change(stack, mon
     client.instance(res.instance).database(
         res.database, ddl_statements=statements_of(BEFORE.read_text(encoding="utf-8"))).create().result(300)
     database = open_database(res.project, res.instance, res.database)
-    commit_mutations(database, lambda batch: (record_setting(batch, HALF_LIFE, HALF_LIFE_HOURS),
-                                              record_setting(batch, BACKFILLED, 1.0)))
+    def record_settings(batch) -> None:
+        record_setting(batch, HALF_LIFE, HALF_LIFE_HOURS)
+        record_setting(batch, BACKFILLED, 1.0)
+
+    commit_mutations(database, record_settings)
     ledger = VoteLedger()
     deltas = catalogue(random.Random(46), 12)
     write(database, ledger, deltas)

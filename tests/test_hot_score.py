@@ -8,6 +8,7 @@ import math
 import random
 import struct
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -300,4 +301,5 @@ def test_the_key_is_one_ordered_value_and_round_trips() -> None:
 
 
 def _delta(post_id: str, hour: int, counts: Counts) -> PostDelta:
-    return PostDelta.of(post_id, hour, "d", **counts._asdict())
+    counters: dict[str, Any] = counts._asdict()  # PostDelta.of's keywords, by counter
+    return PostDelta.of(post_id, hour, "d", **counters)

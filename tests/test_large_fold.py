@@ -183,7 +183,9 @@ def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
     res = new_resources("old")
     # Without HotKey's fence either: its constraint names HourlyFoldedThrough.
     posts = next(s for s in schemas.ddl_statements() if s.startswith("CREATE TABLE Posts "))
-    fence = (table_columns(posts)[1]["HotKeyThrough"], check_constraints(posts)[1]["HotKeyCurrent"])
+    columns, constraints = table_columns(posts), check_constraints(posts)
+    assert columns is not None and constraints is not None
+    fence = (columns[1]["HotKeyThrough"], constraints[1]["HotKeyCurrent"])
     old_ddl = [s.replace(f" {fence[0]},", "").replace(f" {fence[1]},", "")
                .replace(" HourlyFoldedThrough TIMESTAMP,", "").replace(" PostsSkipped INT64,", "")
                .replace(" Voters BYTES(MAX),", "").replace(", Voters)", ")")
@@ -193,11 +195,13 @@ def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
     client.instance(res.instance).database(res.database, ddl_statements=old_ddl).create().result(300)
     database = open_database(res.project, res.instance, res.database)
     old = PostDelta.of("before-migration", HOUR_2001, "b:1", upvotes=1, events=1)
-    commit_mutations(database, lambda batch: (
-        batch.insert("Posts", columns=("PostHash", "PostId"), values=[post_key(old.post_id)]),
+    def write_old(batch) -> None:
+        batch.insert("Posts", columns=("PostHash", "PostId"), values=[post_key(old.post_id)])
         batch.insert("PostDeltas", columns=("PostHash", "PostId", "EventHour", "DeltaId", "Upvotes", "Shares", "Events",
                                             "CommittedAt"),
-                     values=[delta_key(old) + (1, 0, 1, spanner.COMMIT_TIMESTAMP)])))
+                     values=[delta_key(old) + (1, 0, 1, spanner.COMMIT_TIMESTAMP)])
+
+    commit_mutations(database, write_old)
 
     logged: list[str] = []
     provision_spanner(res, False, "unused", logged.append)

@@ -248,7 +248,11 @@ def test_the_toggle_upvotes_then_takes_the_vote_back(stack, service, browser, pi
         browser.find_element("id", "new-post-id").send_keys(TYPED_POST)  # the "any post ID" form upvotes too
         browser.find_element("id", "new-vote-button").click()
         typed: list[dict] = []
-        wait_until(lambda: typed.extend(votes_published(audit)) or bool(typed), 30, "the form's vote to be published")
+        def published() -> bool:
+            typed.extend(votes_published(audit))
+            return bool(typed)
+
+        wait_until(published, 30, "the form's vote to be published")
         assert [(v["post_id"], v["user_id"], v["vote"]) for v in typed] == [(TYPED_POST, user, "up")]
         screenshot = tmp_path / "live_page.png"
         assert browser.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 1_000
@@ -290,6 +294,7 @@ def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, 
         browser.get(service.url + "/")
         wait_until(lambda: shown_upvotes(browser, POST) is not None, 30, "the live page again", poll_s=0.1)
         shown = shown_upvotes(browser, POST)
+        assert shown is not None
         click_toggle(browser, POST, "upvote")
         wait_until(lambda: shown_upvotes(browser, POST) == shown + 1, COUNTED_TIMEOUT_S, "the page's own vote", poll_s=0.1)
         assert browser.find_element("id", "error").text == ""
@@ -335,7 +340,9 @@ def test_the_tabs_switch_between_hot_the_last_24_hours_and_all_time(service, bro
                             PostDelta.of(viral, now_hour, "tabs:2", upvotes=30, events=30)])
     browser.get(service.url + "/")
     wait_until(lambda: listed(browser)[:2] == [former, viral], 30, "the all-time list", poll_s=0.1)
-    assert selected_tab(browser) == "All time" and shown_rows(browser)[0][1] is None  # no score column
+    assert selected_tab(browser) == "All time"
+    rows = shown_rows(browser)
+    assert rows is not None and rows[0][1] is None  # no score column
     assert not browser.find_element("id", "score-header").is_displayed()
 
     browser.find_element("id", "tab-hot").click()
@@ -343,8 +350,10 @@ def test_the_tabs_switch_between_hot_the_last_24_hours_and_all_time(service, bro
     assert selected_tab(browser) == "Hot"
     assert browser.find_element("id", "score-header").text == "hot score"
     # 30 upvotes this hour: between 30 * 2^(-1 / 12) and 30; 500 three days ago: 500 / 2^6, a little less.
-    scores = dict(shown_rows(browser))
-    assert 30 * 2 ** (-1 / 12) <= float(scores[viral]) <= 30 and 500 / 2 ** (73 / 12) <= float(scores[former]) <= 500 / 64
+    rows = shown_rows(browser)
+    assert rows is not None
+    scores = {post: float(score) for post, score in rows if score is not None}
+    assert 30 * 2 ** (-1 / 12) <= scores[viral] <= 30 and 500 / 2 ** (73 / 12) <= scores[former] <= 500 / 64
     status = browser.find_element("id", "status").text
     assert status.startswith("hot scores (half-life 12 h) and exact counts as of ") and "certified exact" in status
     wait_until(lambda: toggle_label(browser, viral) == "upvote", 30, "the toggle on the hot list", poll_s=0.1)
@@ -352,7 +361,9 @@ def test_the_tabs_switch_between_hot_the_last_24_hours_and_all_time(service, bro
     browser.find_element("id", "tab-last").click()
     wait_until(lambda: listed(browser)[:1] == [viral] and former not in listed(browser), 30, "the last 24 hours",
                poll_s=0.1)
-    assert selected_tab(browser) == "Last 24 h" and dict(shown_rows(browser))[viral] == "30"
+    assert selected_tab(browser) == "Last 24 h"
+    rows = shown_rows(browser)
+    assert rows is not None and dict(rows)[viral] == "30"
     assert browser.find_element("id", "score-header").text == "upvotes, 24 h"
     assert browser.find_element("id", "status").text.startswith("upvotes in the last 24 h and exact counts as of ")
 

@@ -14,7 +14,7 @@ from typing import Iterator
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.direct.direct_runner import _StreamingGroupAlsoByWindow
+from apache_beam.runners.direct.direct_runner import DirectPipelineResult, _StreamingGroupAlsoByWindow
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger, window
@@ -98,6 +98,7 @@ def run_windows(windows: int, moving_keys: bool = False) -> dict[str, int]:
     result.wait_until_finish()
     assert sorted(_OUTPUT) == sorted(expected)
 
+    assert isinstance(result, DirectPipelineResult)
     [keyed] = [states for applied, states in result._evaluation_context._transform_keyed_states.items()
                if isinstance(applied.transform, _StreamingGroupAlsoByWindow) and applied.full_label.startswith("Sum/")]
     states = [state for key, state in keyed.items() if key is not None]

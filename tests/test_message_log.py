@@ -37,6 +37,7 @@ def test_a_pull_survives_the_process_and_a_finished_window_leaves(tmp_path) -> N
 
     log = MessageLog(path)
     unfinished = log.unfinished()
+    assert unfinished is not None
     assert (unfinished.pulls, unfinished.windows, unfinished.writer, unfinished.window_seconds, unfinished.shards,
             unfinished.last_window_end_us) == (2, 2, WRITER, WINDOW_S, 32, 4_000_000)
     assert [p.payload for p in log.pulls()] == [b"first", b"second"]
@@ -137,8 +138,10 @@ def test_a_replay_keeps_the_stamps_and_redeliveries_in_any_order_are_held_then_a
     log.start_run(WRITER, WINDOW_S, 32)
     once = ExactlyOnce(log, subscriber, sub, WINDOW_S, ack_deadline_s=10)
     received = pull_all(sub, 30)
-    stamp_us, messages = once.take(received[:20])
+    first = once.take(received[:20])
     second = once.take(received[20:])
+    assert first is not None and second is not None
+    stamp_us, messages = first
     assert stamp_us >= max(map(publish_us, received[:20])) and second[0] > stamp_us
     assert once.take(received) is None and once.counters.redeliveries_held == 30  # held: never twice
     log.close()  # killed: nothing acknowledged, the log keeps both pulls
@@ -147,7 +150,9 @@ def test_a_replay_keeps_the_stamps_and_redeliveries_in_any_order_are_held_then_a
     subscriber.modify_ack_deadline(request={"subscription": sub, "ack_ids": [m.ack_id for m in received],
                                             "ack_deadline_seconds": 0})
     log = MessageLog(tmp_path / "log.sqlite")
-    restarted = ExactlyOnce(log, subscriber, sub, WINDOW_S, floor_us=log.unfinished().last_window_end_us,
+    unfinished = log.unfinished()
+    assert unfinished is not None
+    restarted = ExactlyOnce(log, subscriber, sub, WINDOW_S, floor_us=unfinished.last_window_end_us,
                             ack_deadline_s=10)
     replayed = restarted.replay()
     assert [(stamp, [m.message.message_id for m in batch]) for stamp, batch in replayed] == [
@@ -156,7 +161,7 @@ def test_a_replay_keeps_the_stamps_and_redeliveries_in_any_order_are_held_then_a
     random.Random(7).shuffle(redelivered)
     for start in range(0, 30, 7):
         assert restarted.take(redelivered[start:start + 7]) is None  # held with the replay, not processed
-    assert restarted.next_stamp_floor_us >= log.unfinished().last_window_end_us
+    assert restarted.next_stamp_floor_us >= unfinished.last_window_end_us
     restarted.settle(second[0] // 1_000_000 * 1_000_000 + 10 * WINDOW_S * 1_000_000)  # every window written
     assert restarted.counters.acknowledged == 30 and restarted.holding == 0
     assert log.unfinished() is None and log.counts()["done_acked"] == 30

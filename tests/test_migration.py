@@ -96,13 +96,15 @@ def test_provision_migrates_under_a_running_stream_and_every_vote_counts_once(st
     database = open_database(res.project, res.instance, res.database)
     # What the previous version left: deltas without a change-log row, and a fold run without a cursor.
     old = {f"old-{i}": Counts(upvotes=3, shares=1)._asdict() for i in range(5)}
-    commit_mutations(database, lambda batch: (
-        batch.insert(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(p) for p in old]),
+    def write_old(batch) -> None:
+        batch.insert(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(p) for p in old])
         batch.insert(DELTAS, columns=BEFORE_DELTA_COLUMNS, values=[
             delta_key(PostDelta.of(p, HOUR, "old-writer:0:0", upvotes=3, shares=1, events=4))
-            + (3, 1, 4, None, spanner.COMMIT_TIMESTAMP) for p in old]),
+            + (3, 1, 4, None, spanner.COMMIT_TIMESTAMP) for p in old])
         batch.insert("FoldRuns", columns=("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt"),
-                     values=[("before", datetime(2026, 11, 1, tzinfo=timezone.utc), 0, 0, spanner.COMMIT_TIMESTAMP)])))
+                     values=[("before", datetime(2026, 11, 1, tzinfo=timezone.utc), 0, 0, spanner.COMMIT_TIMESTAMP)])
+
+    commit_mutations(database, write_old)
 
     # Every third event a vote-state event: their sink waits for the new Votes table as the delta sink
     # waits for DeltaCommits.

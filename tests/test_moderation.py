@@ -99,7 +99,7 @@ def test_a_reset_racing_the_streaming_sink_and_a_fold_cancels_exactly_what_was_c
                 if stop.is_set():
                     return
                 delta = PostDelta.of(post, H1 + 3600 * (i % 2), f"race:{i}:0", upvotes=1 + i % 3, shares=i % 2, events=1)
-                run_with_retries(lambda d=delta: write_new_deltas(database, [d]))
+                run_with_retries(lambda: write_new_deltas(database, [delta]))  # called at once
         except Exception as error:  # noqa: BLE001 - reported below
             errors.append(error)
 

@@ -58,7 +58,9 @@ def metric_types(text: str) -> set[str]:
 
 
 def rendered(path) -> dict:
-    return monitoring.render(json.loads(path.read_text()), monitoring.placeholder_values(config()))
+    policy = monitoring.render(json.loads(path.read_text()), monitoring.placeholder_values(config()))
+    assert isinstance(policy, dict)
+    return policy
 
 
 def test_the_alerts_and_the_dashboard_exist_with_the_names_asked_for() -> None:
@@ -89,10 +91,14 @@ def test_every_threshold_comes_from_the_deploy_configuration(path) -> None:
             if "is_failed" in raw[kind]["filter"]:
                 assert raw[kind]["thresholdValue"] == 0  # any failure; nothing to tune
             else:
-                placeholder = re.fullmatch(r"\$\{([A-Z_]+)\}", raw[kind]["thresholdValue"]).group(1)
+                match = re.fullmatch(r"\$\{([A-Z_]+)\}", raw[kind]["thresholdValue"])
+                assert match is not None, raw[kind]
+                placeholder = match.group(1)
                 assert condition[kind]["thresholdValue"] == int(CUSTOM[placeholder])
         if kind == "conditionPrometheusQueryLanguage":
-            placeholder = re.search(r"> \$\{([A-Z_]+)\}$", raw[kind]["query"]).group(1)
+            match = re.search(r"> \$\{([A-Z_]+)\}$", raw[kind]["query"])
+            assert match is not None, raw[kind]
+            placeholder = match.group(1)
             assert condition[kind]["query"].endswith(f"> {CUSTOM[placeholder]}")
         duration = raw[kind]["duration"]
         assert duration == "0s" or re.fullmatch(r"\$\{[A-Z_]+\}s", duration), "a hard-coded duration"

@@ -259,7 +259,8 @@ def per_post_hour(keyed: tuple[int, dict[PostHour, CounterSums]]) -> list[tuple[
     return list(sums.items())
 
 
-def message_sums(event: VoteEvent) -> tuple[PostHour, CounterSums]:
+def message_sums(event: VoteEvent | VoteState) -> tuple[PostHour, CounterSums]:
+    assert isinstance(event, VoteEvent)
     sums = CounterSums(one(event.counter, event.delta), 1)
     return PostHour(event.post_id, event.event_hour), sums  # VALID[:2] are different posts: one sum each
 
@@ -272,7 +273,7 @@ def test_parse_votes_splits_accepted_and_rejected_in_a_pipeline() -> None:
         parsed = (
             p
             | beam.Create(messages)
-            | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
+            | beam.Map(lambda m: TimestampedValue(m, PUBLISHED))
             | ParseVotes()
         )
         assert_that(parsed.sums | beam.FlatMap(per_post_hour), equal_to([message_sums(e) for _, e in VALID[:2]]),
@@ -286,7 +287,7 @@ def test_parse_votes_sums_each_batch_per_post_and_hour() -> None:
     unvote = json.dumps({"post_id": "cold", "counter": "upvotes", "delta": -1}).encode()
     batch = PubsubMessage(ndjson(*[one] * 400, *[share] * 50, unvote, b"oops", b""), BATCH)
     with TestPipeline() as p:
-        parsed = (p | beam.Create([batch]) | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED))
+        parsed = (p | beam.Create([batch]) | beam.Map(lambda m: TimestampedValue(m, PUBLISHED))
                   | ParseVotes())
         assert_that(parsed.sums | beam.FlatMap(per_post_hour),
                     equal_to([(PostHour("hot", PUBLISHED_HOUR), CounterSums(Counts(upvotes=400, shares=50), 450)),
@@ -318,7 +319,7 @@ def test_the_corpus_through_parse_votes_in_a_pipeline() -> None:
     with TestPipeline() as p:
         parsed = (
             p | beam.Create(messages)
-            | beam.Map(lambda m: beam.window.TimestampedValue(m, CORPUS_PUBLISHED))
+            | beam.Map(lambda m: TimestampedValue(m, CORPUS_PUBLISHED))
             | ParseVotes()
         )
         events = ((parsed.sums, parsed.states) | beam.Flatten()
@@ -342,7 +343,7 @@ def test_parse_votes_counts_each_ingestion_hour_vote_per_reason() -> None:
                 message(datetime(2001, 1, 2, tzinfo=timezone.utc)), message(PUBLISHED_AT + timedelta(days=1))]
     pipeline = TestPipeline()
     parsed = (pipeline | beam.Create(messages)
-              | beam.Map(lambda m: beam.window.TimestampedValue(m, PUBLISHED)) | ParseVotes())
+              | beam.Map(lambda m: TimestampedValue(m, PUBLISHED)) | ParseVotes())
     assert_that(parsed.sums | beam.FlatMap(lambda keyed: [(key.event_hour, sums.events) for key, sums in keyed[1].items()]),
                 equal_to([(hour_of(late), 1), (PUBLISHED_HOUR, 3)]))  # one bundle: summed per hour
     result = pipeline.run()

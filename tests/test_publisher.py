@@ -10,7 +10,7 @@ import re
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 from hypothesis import given, strategies as st
@@ -23,7 +23,7 @@ from schemas.contract import (
     event_message, parse_message, parse_vote, reason_of,
 )
 from schemas.counters import COUNTERS, Counts
-from schemas.records import VoteEvent, VoteState
+from schemas.records import Rejected, VoteEvent, VoteState
 from upvotes.cli import main
 from upvotes.commands.publish import add_arguments, run
 from upvotes.devtools.ledger import Ledger
@@ -130,7 +130,7 @@ def test_every_invalid_payload_is_rejected_for_its_own_reason() -> None:
     reasons = []
     for index, payload in enumerate(payloads):
         result = parse_vote(payload, {}, publish_time_s=time.time())
-        assert not isinstance(result, VoteEvent), payload
+        assert isinstance(result, Rejected), payload
         assert reason_of(result) == INVALID_KINDS[index % len(INVALID_KINDS)][0], (payload, result.error)
         reasons.append(reason_of(result))
     assert len(set(reasons)) >= 10
@@ -141,12 +141,16 @@ def test_workload_rejects_impossible_parameters() -> None:
     for bad in ({"posts": 0}, {"events": -1}, {"fractions": {"shares": 0.7}, "unvote_fraction": 0.4}, {"zipf": -1.0},
                 {"fractions": {"likes": 0.1}}, {"fractions": {"shares": -0.1}}):
         with pytest.raises(ValueError):
-            Workload(**{"events": 10, "posts": 10, **bad})
+            settings: dict[str, Any] = {"events": 10, "posts": 10, **bad}
+            Workload(**settings)
 
 
 def test_invalid_messages_are_spread_evenly() -> None:
-    assert list(_interleave(iter(range(10)), ["a", "b"], 10)) == [0, 1, 2, "a", 3, 4, 5, "b", 6, 7, 8, 9]
-    assert list(_interleave(iter([]), ["a"], 0)) == ["a"]
+    numbers: list[int | str] = list(range(10))
+    letters: list[int | str] = ["a", "b"]
+    assert list(_interleave(iter(numbers), letters, 10)) == [0, 1, 2, "a", 3, 4, 5, "b", 6, 7, 8, 9]
+    nothing: list[str] = []
+    assert list(_interleave(iter(nothing), ["a"], 0)) == ["a"]
 
 
 # --- the ledger ---------------------------------------------------------------------------
@@ -292,7 +296,9 @@ def test_published_workload_adds_up_to_the_ledger(stack: Resources, tmp_path, ba
 
     messages = pull_all(subscription, messages_sent)
     assert len(messages) == messages_sent
-    votes, rejected, batch_ids = [], [], []
+    votes: list[VoteEvent] = []
+    rejected: list[VoteState | Rejected] = []
+    batch_ids = []
     for message in messages:
         attributes = dict(message.attributes)
         results = list(parse_message(message.data, attributes, message.publish_time.timestamp()))
@@ -303,7 +309,10 @@ def test_published_workload_adds_up_to_the_ledger(stack: Resources, tmp_path, ba
         elif isinstance(results[0], VoteEvent):
             assert {"event_id", "event_time"} <= set(attributes)
         for result in results:
-            (votes if isinstance(result, VoteEvent) else rejected).append(result)
+            if isinstance(result, VoteEvent):
+                votes.append(result)
+            else:
+                rejected.append(result)
     assert len(batch_ids) == len(set(batch_ids)) == (0 if batch_size == 1 else -(-2000 // batch_size))
     assert recount(votes) == ledger.totals
     assert len(votes) == ledger.events == 2000

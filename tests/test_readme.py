@@ -74,19 +74,21 @@ class Terminal:
     def __init__(self, cwd: Path, env: dict[str, str]) -> None:
         self.process = subprocess.Popen(["bash"], cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+        assert self.process.stdin is not None and self.process.stdout is not None  # both pipes
+        self._stdin, self._stdout = self.process.stdin, self.process.stdout
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.process.stdout:
+        for line in self._stdout:
             self.lines.put(line)
         self.lines.put(None)
 
     def send(self, command: str) -> str:
         """Pastes the command; returns the marker the shell prints with its exit status once it ends."""
         marker = f"@@{uuid.uuid4().hex}"
-        self.process.stdin.write(f"{command}\necho \"{marker}:$?\"\n")
-        self.process.stdin.flush()
+        self._stdin.write(f"{command}\necho \"{marker}:$?\"\n")
+        self._stdin.flush()
         return marker
 
     def finish(self, marker: str, timeout_s: float = COMMAND_TIMEOUT_S) -> tuple[int, str]:
@@ -113,7 +115,7 @@ class Terminal:
 
     def close(self) -> None:
         if self.process.poll() is None:
-            self.process.stdin.close()
+            self._stdin.close()
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:

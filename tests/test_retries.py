@@ -94,20 +94,22 @@ class FakeTime:
         self.now += seconds
 
 
-def failing(*errors: Exception, then: str = "done", time: FakeTime | None = None):
+class Failing:
     """A `work` that raises each of `errors` in turn, then returns `then`; counts its calls."""
-    pending = list(errors)
 
-    def work() -> str:
-        work.calls += 1
-        if time is not None:
-            time.now += time.work_s
-        if pending:
-            raise pending.pop(0)
-        return then
+    def __init__(self, *errors: Exception, then: str = "done", time: FakeTime | None = None) -> None:
+        self._pending = list(errors)
+        self._then = then
+        self._time = time
+        self.calls = 0
 
-    work.calls = 0
-    return work
+    def __call__(self) -> str:
+        self.calls += 1
+        if self._time is not None:
+            self._time.now += self._time.work_s
+        if self._pending:
+            raise self._pending.pop(0)
+        return self._then
 
 
 def run(work, policy: RetryPolicy, time: FakeTime, on_retry=None):
@@ -115,9 +117,10 @@ def run(work, policy: RetryPolicy, time: FakeTime, on_retry=None):
 
 
 def test_transient_errors_are_retried_with_their_backoff_until_the_work_succeeds() -> None:
-    time, retried = FakeTime(), []
+    time = FakeTime()
+    retried: list[Exception] = []
     errors = [ABORTED, OVERLOADED, TRANSIENT[5], TRANSIENT[-1]]
-    work = failing(*errors)
+    work = Failing(*errors)
     assert run(work, POLICY, time, retried.append) == "done"
     assert work.calls == 5 and retried == errors
     assert len(time.sleeps) == 4
@@ -126,7 +129,7 @@ def test_transient_errors_are_retried_with_their_backoff_until_the_work_succeeds
 
 def test_a_permanent_error_is_raised_at_once() -> None:
     time = FakeTime()
-    work = failing(ABORTED, spanner_error(grpc.StatusCode.INVALID_ARGUMENT))
+    work = Failing(ABORTED, spanner_error(grpc.StatusCode.INVALID_ARGUMENT))
     with pytest.raises(exceptions.InvalidArgument):
         run(work, POLICY, time)
     assert work.calls == 2 and len(time.sleeps) == 1
@@ -134,7 +137,7 @@ def test_a_permanent_error_is_raised_at_once() -> None:
 
 def test_after_the_last_attempt_the_transient_error_is_raised() -> None:
     time = FakeTime()
-    work = failing(*[ABORTED] * 30)
+    work = Failing(*[ABORTED] * 30)
     with pytest.raises(exceptions.Aborted):
         run(work, POLICY, time)
     assert work.calls == 25 and len(time.sleeps) == 24
@@ -144,7 +147,7 @@ def test_no_retry_starts_after_the_deadline() -> None:
     """An overload that lasts: retried while the next call would start within the deadline, then raised;
     each call here takes 10 s (a slow, overloaded Spanner)."""
     time = FakeTime(work_s=10.0)
-    work = failing(*[OVERLOADED] * 30)
+    work = Failing(*[OVERLOADED] * 30)
     with pytest.raises(exceptions.ResourceExhausted):
         run(work, POLICY, time)
     assert time.now - time.work_s <= POLICY.deadline_s  # the last call started within the deadline

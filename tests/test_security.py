@@ -23,6 +23,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import pytest
 from google.cloud import spanner
@@ -122,7 +123,8 @@ def test_hostile_user_ids_keep_their_own_votes_verbatim(database) -> None:
     states = {PostUser("hostile-users", user): LatestVote("up" if i % 2 else "down", i, f"e{i}", HOUR, 1, True)
               for i, user in enumerate(users)}
     apply_all_vote_states(database, states, rows_per_commit=20)
-    assert [vote_of(database, "hostile-users", user).vote for user in users] == [
+    stored = [vote_of(database, "hostile-users", user) for user in users]
+    assert [None if vote is None else vote.vote for vote in stored] == [
         "up" if i % 2 else "down" for i in range(len(users))]
     assert all([v.user_id for v in votes_of_user(database, user)] == [user] for user in users)
     counts = exact_counts(database, ["hostile-users"])[0].counts
@@ -234,14 +236,21 @@ def module_string_constants(tree: ast.Module) -> set[str]:
 
     bound: dict[str, int] = {}
     constants = set()
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    for statement in tree.body:
+        targets: list[ast.expr]
+        value: ast.expr | None
+        if isinstance(statement, ast.Assign):
+            targets, value = statement.targets, statement.value
+        elif isinstance(statement, ast.AnnAssign):
+            targets, value = [statement.target], statement.value
+        else:
+            continue
         for target in targets:
-            if isinstance(target, ast.Name) and node.value is not None and literal(node.value):
+            if isinstance(target, ast.Name) and value is not None and literal(value):
                 constants.add(target.id)
-            elif (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
-                  and len(target.elts) == len(node.value.elts)):  # A, B = "x", ("y", "z")
-                constants |= {t.id for t, v in zip(target.elts, node.value.elts) if isinstance(t, ast.Name) and literal(v)}
+            elif (isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                  and len(target.elts) == len(value.elts)):  # A, B = "x", ("y", "z")
+                constants |= {t.id for t, v in zip(target.elts, value.elts) if isinstance(t, ast.Name) and literal(v)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             bound[node.id] = bound.get(node.id, 0) + 1
@@ -276,7 +285,7 @@ def argument(call: ast.Call, keywords: set[str]):
     return None
 
 
-def builds_text(node) -> bool:
+def builds_text(node: ast.AST) -> TypeGuard[ast.expr]:
     """An f-string with placeholders, str.format(), % formatting or + concatenation of strings."""
     if isinstance(node, ast.JoinedStr):
         return any(isinstance(v, ast.FormattedValue) for v in node.values)
@@ -357,11 +366,11 @@ def check_source(source: str, path: str, constants_of=lambda module: set()) -> t
             if taken is None:
                 continue
             for node in taken[1]:
-                function = owner(call, node.id) if isinstance(node, ast.Name) else None
-                if function is not None and node.id not in constants:
-                    params = positional_params(function)
+                enclosing = owner(call, node.id) if isinstance(node, ast.Name) else None
+                if enclosing is not None and node.id not in constants:
+                    params = positional_params(enclosing)
                     is_method = params[0] in ("self", "cls")
-                    found.setdefault(function.name, {})[node.id] = (params.index(node.id), is_method)
+                    found.setdefault(enclosing.name, {})[node.id] = (params.index(node.id), is_method)
         if found == wrappers:
             break
         wrappers = found
@@ -381,8 +390,8 @@ def check_source(source: str, path: str, constants_of=lambda module: set()) -> t
         for node in nodes:
             if node is not None and is_constant_text(node, constants):
                 continue
-            function = owner(call, node.id) if isinstance(node, ast.Name) else None
-            if function is not None and function.name in wrappers and node.id in wrappers[function.name]:
+            enclosing = owner(call, node.id) if isinstance(node, ast.Name) else None
+            if enclosing is not None and enclosing.name in wrappers and node.id in wrappers[enclosing.name]:
                 continue  # a wrapper's own parameter (closures included): its call sites are checked instead
             findings.append(Finding(path, call.lineno, f"{what} is not a literal or module constant"))
     called = {call_name(c) for c in calls}

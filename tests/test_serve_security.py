@@ -39,7 +39,7 @@ import httpx
 import pytest
 
 from schemas.contract import parse_vote
-from schemas.records import PostUser
+from schemas.records import PostUser, VoteState
 from spanner_reads.counts_reader import CountsReader
 from spanner_writes.votes import apply_all_vote_states
 from upvotes.serving.http_guards import host_of, json_media_type, origin_key
@@ -122,9 +122,10 @@ def new_session(url: str) -> tuple[str, str, str]:
     """(session cookie value, anti-CSRF token, user ID) of a fresh load of the live page."""
     page = httpx.get(url + "/", timeout=30)
     assert page.status_code == 200
-    token = re.search(rf'<meta name="{CSRF_META}" content="([^"]+)">', page.text)[1]
-    user_id = re.search(rf'<meta name="{USER_META}" content="([^"]+)">', page.text)[1]
-    return page.cookies[COOKIE], token, user_id
+    token = re.search(rf'<meta name="{CSRF_META}" content="([^"]+)">', page.text)
+    user_id = re.search(rf'<meta name="{USER_META}" content="([^"]+)">', page.text)
+    assert token is not None and user_id is not None, page.text
+    return page.cookies[COOKIE], token[1], user_id[1]
 
 
 def state_event(user_id: str, vote: str = "up", post_id: str = "target", **extra: str) -> dict:
@@ -498,6 +499,7 @@ def apply_states(database, *events: dict) -> None:
     states = {}
     for event in events:
         state = parse_vote(json.dumps(event).encode(), None, time.time())
+        assert isinstance(state, VoteState), state
         states[PostUser(state.post_id, state.user_id)] = state.latest()
     apply_all_vote_states(database, states)
 
@@ -561,6 +563,7 @@ def start_serve(stack, cwd: Path, env: dict) -> tuple[subprocess.Popen, str]:
     command = [sys.executable, "-m", "upvotes.cli", "serve", f"--project={stack.project}",
                f"--instance={stack.instance}", f"--database={stack.database}", "--port=0"]
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stderr is not None  # both pipes
     line = process.stdout.readline()
     assert line.startswith("upvotes serve: "), line + process.stderr.read()
     return process, line.split()[2].rstrip("/")
@@ -578,6 +581,7 @@ def test_serve_generates_a_token_prints_it_once_keeps_it_0600_and_renews_it_at_s
     token_file = tmp_path / ".upvotes" / "serve-token"
     process, url = start_serve(stack, tmp_path, env)
     try:
+        assert process.stdout is not None  # a pipe (start_serve)
         token_line = process.stdout.readline()
         token = token_file.read_text().strip()
         assert token_line.strip().endswith(token) and len(token) >= 40

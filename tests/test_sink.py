@@ -18,7 +18,7 @@ from spanner_writes.deltas import (
     MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, KeyConflict, mutations_for, plan_commits,
     write_deltas, write_new_deltas,
 )
-from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
+from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters, inject
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
 
 HOUR = 1_795_312_800
@@ -90,7 +90,7 @@ def test_injected_aborts_are_retried_and_unseen_successes_are_not_counted_twice(
     flaky = FlakyDatabase(database, fail_before=fail_before, fail_after=fail_after, seed=7)
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
     fn.setup()
-    fn._database = flaky  # the real emulator database, with faults injected around its commits
+    inject(fn, flaky)  # the real emulator database, with faults injected around its commits
     fn.start_bundle()
     failed = [out for d in items for out in fn.process(d)] + list(fn.finish_bundle())
     assert failed == []
@@ -125,7 +125,7 @@ def test_an_error_a_retry_fixes_on_one_commit_writes_every_row_and_dead_letters_
     flaky = FlakyDatabase(database, error=RETRYABLE_ERRORS[name], fail_commits={2})
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
     fn.setup()
-    fn._database = flaky
+    inject(fn, flaky)
     assert dead_letters_of_bundle(fn, items) == []
     assert flaky.injected_before == 1
     assert row_count(database, f"WHERE STARTS_WITH(DeltaId, '{writer}:')") == 100
@@ -138,7 +138,7 @@ def test_a_permanent_error_on_one_commit_dead_letters_that_commit_only(stack, da
     flaky = FlakyDatabase(database, error=exceptions.InvalidArgument, fail_commits={2})
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=20)
     fn.setup()
-    fn._database = flaky
+    inject(fn, flaky)
     failed = dead_letters_of_bundle(fn, items)
     assert len(failed) == 20 and all(f.error.startswith("spanner_write_failed: 400 injected") for f in failed)
     assert flaky.injected.commits == 5  # not retried
@@ -184,7 +184,7 @@ def test_a_duplicate_execution_racing_the_existence_read_is_already_written_not_
     racing = DuplicateRacing(database, items[10:])
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=50)
     fn.setup()
-    fn._database = racing
+    inject(fn, racing)
     assert dead_letters_of_bundle(fn, items) == []
     assert racing.raced and row_count(database, f"WHERE STARTS_WITH(DeltaId, '{writer}:')") == 20
     assert [t.counts.upvotes for t in exact_counts(database, [f"{writer}-{i}" for i in range(4)])] == [5] * 4
@@ -202,7 +202,7 @@ def test_a_different_row_under_the_same_key_is_a_conflict_dead_lettered_with_its
     racing = DuplicateRacing(database, [*items[10:15], racing_row, *items[16:]])
     fn = WriteDeltasFn(stack.project, stack.instance, stack.database, rows_per_commit=50)
     fn.setup()
-    fn._database = racing
+    inject(fn, racing)
     failed = dead_letters_of_bundle(fn, items)
     assert sorted(f.delta.delta_id for f in failed) == sorted([items[3].delta_id, items[15].delta_id])
     assert all(f.error.startswith("spanner_write_failed: key conflict") for f in failed), failed

@@ -18,6 +18,7 @@ from tests.support.polling import wait_until
 from tests.support.resources import new_resources
 from transforms.dead_letter import to_dead_letter
 from upvotes.cli import main
+from upvotes.devtools.publishing import publish_message
 from upvotes.operations.provision import provision, provision_pubsub, provision_spanner
 from upvotes.operations.status import Thresholds, problems, status_report
 
@@ -37,7 +38,8 @@ class FakeMonitoring:
     request and answers with the series of the metric type its filter names."""
 
     def __init__(self, series: dict[str, list]):
-        self.series, self.requests = series, []
+        self.series = series
+        self.requests: list[dict] = []
 
     def list_time_series(self, request):
         self.requests.append(request)
@@ -132,11 +134,15 @@ def test_votes_waiting_unread_cross_the_backlog_threshold_and_stay_unread(emulat
     provision(res, log=lambda _: None)
     publisher = pubsub_v1.PublisherClient()
     data, attributes = event_message({"post_id": "waiting", "counter": "upvotes", "delta": 1})
-    publisher.publish(res.topic_path(res.topic), data, **attributes).result(timeout=30)
+    publish_message(publisher, res.topic_path(res.topic), data, attributes).result(timeout=30)
 
     reports: list[tuple[int, dict]] = []  # each status peeks and releases: the vote stays unread
-    wait_until(lambda: reports.append(status(res, capsys, "--max-backlog-age-s", "1")) or reports[-1][0] == 3, 30,
-               "the oldest vote to wait past the 1 s threshold")
+
+    def past_the_threshold() -> bool:
+        reports.append(status(res, capsys, "--max-backlog-age-s", "1"))
+        return reports[-1][0] == 3
+
+    wait_until(past_the_threshold, 30, "the oldest vote to wait past the 1 s threshold")
     code, report = reports[-1]
     backlog = report["votes_backlog"]
     assert backlog["oldest_unacked_age_s"] >= 1 and backlog["messages_seen"] == 1 and "peek" in backlog["method"]
@@ -234,7 +240,7 @@ def test_the_late_votes_are_the_increase_of_the_lateness_counters_of_the_streami
     late = monitoring_late_votes(client, "my-project", "upvotes-streaming", now_s=1_000_200)
     assert late.by_counter == {"WindowAndSumVotes/late_events": 6, "ParseVotes/stamped_ahead_of_worker_clock": 2}
     assert (late.count, late.method, late.lookback_s) == (8, MONITORING, LOOKBACK_S)
-    assert late.as_of.timestamp() == 1_000_120  # the newest sample
+    assert late.as_of is not None and late.as_of.timestamp() == 1_000_120  # the newest sample
     [request] = client.requests  # samples of the counters: no need for the witness
     assert request["name"] == "projects/my-project"
     assert f'metric.type = "{METRIC}"' in request["filter"]
@@ -246,7 +252,7 @@ def test_the_late_votes_are_the_increase_of_the_lateness_counters_of_the_streami
     # A Beam counter exists only once incremented: a healthy job has none, and its own metric says it runs.
     running = FakeMonitoring({WITNESS: [monitoring_v3.TimeSeries(points=[monitoring_point(1_000_060, 3600)])]})
     late = monitoring_late_votes(running, "my-project", "upvotes-streaming", now_s=1_000_100)
-    assert late.count == 0 and set(late.by_counter.values()) == {0}
+    assert late.count == 0 and late.by_counter is not None and set(late.by_counter.values()) == {0}
     assert [f'metric.type = "{WITNESS}"' in r["filter"] for r in running.requests] == [False, True]
     # Nothing at all: a check that could not be made, never zero.
     with pytest.raises(LateVotesUnknown, match="no .* sample of the Dataflow job upvotes-streaming"):
@@ -336,8 +342,11 @@ def test_a_dead_stream_is_flagged_within_three_windows_and_an_idle_one_never(str
     assert local_stream.stop(stream, signal.SIGKILL) == -signal.SIGKILL
     killed_at = time.time()
     reports: list[tuple[int, dict]] = []
-    took = wait_until(lambda: reports.append(status(res, capsys)) or reports[-1][0] == 3, 30,
-                      "status to flag the dead stream", poll_s=0.2)
+    def flagged() -> bool:
+        reports.append(status(res, capsys))
+        return reports[-1][0] == 3
+
+    took = wait_until(flagged, 30, "status to flag the dead stream", poll_s=0.2)
     code, report = reports[-1]
     [dead] = report["streams"]
     last_alive = datetime.fromisoformat(dead["last_alive"]).timestamp()

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import shlex
-from typing import Callable
+from typing import Any, Callable
 from pathlib import Path
 
 import pytest
@@ -52,7 +52,7 @@ def metadata_params(kind: str) -> list[dict]:
     return template_metadata.template_metadata(kind)["parameters"]
 
 
-def cfg(**changes: object) -> DeployConfig:
+def cfg(**changes: Any) -> DeployConfig:
     return DeployConfig(project=PROJECT, **changes).validate()
 
 
@@ -316,7 +316,7 @@ def test_the_image_holds_exactly_the_modules_the_pipelines_import() -> None:
             reached.add(module)
             pending.extend(graph.find_modules_directly_imported_by(module))
     packages = {".".join(module.split(".")[:depth]) for module in reached for depth in (1, 2)}
-    needed = {Path(importlib.util.find_spec(name).origin).relative_to(ROOT) for name in reached | packages}
+    needed = {Path(origin_of(name)).relative_to(ROOT) for name in reached | packages}
     shipped = set()
     for source in copied_into_image().values():
         files = source.rglob("*.py") if source.is_dir() else [source]
@@ -358,8 +358,16 @@ def test_cloudbuild_builds_the_dockerfile_once_per_template() -> None:
 
 # --- the thin entry files ----------------------------------------------------------------
 
+def origin_of(module: str) -> str:
+    """The file the module is imported from."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None, module
+    return spec.origin
+
+
 def load_entry(kind: str):
     spec = importlib.util.spec_from_file_location(f"launch_{kind}", TEMPLATES / f"launch_{kind}.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

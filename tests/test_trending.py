@@ -334,7 +334,7 @@ def test_a_post_folded_in_steps_keeps_its_hot_key_even_when_the_steps_are_cut_sh
     for i in range(8):  # a step takes whole commits: one commit an hour
         write(database, ledger, [delta("spread", 9, f"c:{i}", hours_ago=2 * i + 1)])
     real_step = folding.apply_hourly_step
-    steps = []
+    steps: list[folding.HourlyStep] = []
 
     def killed_after_one_step(transaction, post_hash, post_id, step):
         if steps:

@@ -87,7 +87,7 @@ class Run:
         rows = [self.delta(self.rng.choice(self.posts)) for _ in range(self.rng.randint(1, 8))]
         cuts = sorted(self.rng.sample(range(1, len(rows)), min(len(rows) - 1, self.rng.randint(0, 2))))
         for commit in (rows[a:b] for a, b in zip([0] + cuts, cuts + [len(rows)])):
-            run_with_retries(lambda c=commit: write_new_deltas(self.database, c), PATIENT)
+            run_with_retries(lambda: write_new_deltas(self.database, commit), PATIENT)  # called at once
             self.ledger.add_deltas(commit)
         return f"{len(rows)} rows in {len(cuts) + 1} commits"
 
@@ -153,7 +153,7 @@ class Run:
         }, script, self.check_certified)
         with self.database.snapshot() as snapshot:
             settings = read_settings(snapshot)
-        assert settings.backfilled, settings
+        assert settings.backfilled and settings.half_life_hours is not None, settings
         self.half_life = settings.half_life_hours
         return f"provisions racing ({a:g} h recomputed, {b:g} h{' recomputed' if b_recomputes else ''}, {script})"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 from datetime import datetime, timezone
+from typing import Any
 
 import httpx
 import pytest
@@ -240,8 +241,8 @@ def test_concurrent_callers_of_a_trending_list_share_one_spanner_read_per_refres
 def test_each_ranking_kind_n_and_window_is_cached_apart(voted) -> None:
     _, database = voted
     reader = CountsReader(database, refresh_s=60.0, clock=FakeClock())
-    answers = [reader.top(3), reader.hot_top(3), reader.window_top(3, 24), reader.window_top(3, 48),
-               reader.hot_top(2), reader.window_top(2, 24)]
+    answers: list[Any] = [reader.top(3), reader.hot_top(3), reader.window_top(3, 24), reader.window_top(3, 48),
+                          reader.hot_top(2), reader.window_top(2, 24)]
     assert reader.spanner_reads == len(answers)
     assert [reader.top(3), reader.hot_top(3), reader.window_top(3, 24), reader.window_top(3, 48),
             reader.hot_top(2), reader.window_top(2, 24)] == answers
@@ -353,8 +354,9 @@ def test_the_trending_routes_are_cached_with_single_flight(voted) -> None:
     running = start_in_background(create_app(reader, SpannerVoteReader(database), None, settings), settings)
     try:
         with httpx.Client(base_url=running.url, timeout=30) as http:
-            answers = [http.get("/v1/top", params=params).json() for params in
-                       [{"by": "hot", "n": 3}, {"last": "24h", "n": 3}, {"last": "1d", "n": 3}] * 5]
+            queries: list[dict[str, str | int]] = [{"by": "hot", "n": 3}, {"last": "24h", "n": 3},
+                                                   {"last": "1d", "n": 3}]
+            answers = [http.get("/v1/top", params=params).json() for params in queries * 5]
             assert http.get("/healthz").json()["spanner_reads"] == 2  # 24h and 1d: one window
             assert reader.spanner_reads == 2
             assert len({answer["as_of"] for answer in answers}) == 2

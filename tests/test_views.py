@@ -20,7 +20,7 @@ from schemas.records import PostDelta
 from spanner_reads import views as leaderboard
 from spanner_reads.reads import top_posts
 from spanner_reads.views import (
-    LeaseLost, NoActiveVersion, NotCertified, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow,
+    LeaseLost, NoActiveVersion, NotCertified, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow, ViewVersion,
     expire_versions, plan_version, publish_top_view, read_top_page,
 )
 from spanner_store.database import open_database
@@ -270,7 +270,7 @@ def test_one_publisher_at_a_time_and_a_crashed_publication_is_repaired(fresh) ->
 
     # A publisher whose lease lapsed and was taken over stops at its next batch.
     set_counts(database, {f"ls-{i}": (3000 + i, 2) for i in range(10, 20)})
-    calls = []
+    calls: list[ViewVersion] = []
 
     def overtaken(stage: str, n: int) -> None:
         if stage == "batch" and not calls:
@@ -378,7 +378,7 @@ def test_an_uncertified_ranking_is_never_published_as_certified(fresh, capsys, m
     assert "--allow-uncertified" in capsys.readouterr().err
 
     allowed = publish_top_view(database, k=3, by="hot", view="top-hot", allow_uncertified=True)
-    assert (allowed.version, allowed.certified) == (1, False) and allowed.bound > 0
+    assert (allowed.version, allowed.certified) == (1, False) and allowed.bound is not None and allowed.bound > 0
     page = read_top_page(database, None, 1, 10, view="top-hot")
     assert (page.certified, page.bound) == (False, allowed.bound) and page.rows[0].post_id != "old-0"
     assert main(["top", *flags, "--by", "hot", "--page", "1"]) == 0

@@ -16,6 +16,7 @@ The crash points of one vote state, from the message to the count (docs/guarante
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import apache_beam as beam
 import pytest
@@ -40,7 +41,7 @@ from spanner_writes import votes as votes_module
 from spanner_writes.deltas import MUTATIONS_PER_DELTA
 from spanner_writes.known_posts import KnownPosts
 from spanner_writes.votes import apply_vote_states, batch_cost, changes_cost
-from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters
+from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters, inject
 from transforms import vote_state_sink
 from transforms.parse_and_sum import vote_shard
 from transforms.vote_state_sink import ApplyVoteStates, ApplyVoteStatesFn
@@ -56,6 +57,12 @@ def state(vote: str, at_us: int, event_id: str = "") -> LatestVote:
 
 def counts(database, post_id: str) -> Counts:
     return exact_counts(database, [post_id])[0].counts
+
+
+def vote_now(database, post_id: str, user_id: str) -> str | None:
+    """The user's stored vote on the post; None: none stored."""
+    found = vote_of(database, post_id, user_id)
+    return None if found is None else found.vote
 
 
 def apply(database, states: dict[PostUser, LatestVote]):
@@ -76,13 +83,14 @@ def test_flips_move_one_vote_and_an_older_state_arriving_late_changes_nothing(da
     assert counts(database, "flips") == Counts(upvotes=1)
     apply(database, {user: state(DOWN, 35)})  # older than the stored up@40
     assert counts(database, "flips") == Counts(upvotes=1)
-    assert vote_of(database, "flips", "u1").vote == UP
+    assert vote_now(database, "flips", "u1") == UP
 
 
 @pytest.mark.parametrize("fault", ["abort_read", "abort_commit", "ambiguous_commit"])
 def test_faults_in_the_transaction_never_lose_or_double_a_state(database, fault: str) -> None:
     """Crash points 2 and 3: aborted before its commit (retried), or committed with the answer lost."""
-    flaky = FlakyDatabase(database, seed=3, **{fault: 0.5})
+    rate: dict[str, Any] = {fault: 0.5}  # one of FlakyDatabase's rates, by its keyword
+    flaky = FlakyDatabase(database, seed=3, **rate)
     post = f"faults-{fault}"
     expected = Counts()
     for round_ in range(8):
@@ -109,7 +117,7 @@ def test_a_state_and_its_delta_are_one_commit(database, monkeypatch) -> None:
     assert vote_of(database, "together", "u1") is None and counts(database, "together") == Counts()
     monkeypatch.undo()
     apply(database, {PostUser("together", "u1"): state(UP, 1)})
-    assert vote_of(database, "together", "u1").vote == UP and counts(database, "together") == Counts(upvotes=1)
+    assert vote_now(database, "together", "u1") == UP and counts(database, "together") == Counts(upvotes=1)
 
 
 def test_a_batch_whose_stored_votes_are_in_many_hours_is_split_within_the_budget(database) -> None:
@@ -185,14 +193,15 @@ def test_two_writers_with_the_same_users_at_once_end_at_the_latest(database) -> 
     assert not errors
     final = [(UP, DOWN, NONE)[(11 + i) % 3] for i in range(len(users))]  # at_us 11 is the latest
     assert counts(database, "concurrent") == Counts(upvotes=final.count(UP), downvotes=final.count(DOWN))
-    assert [vote_of(database, u.post_id, u.user_id).vote for u in users] == final
+    assert [vote_now(database, u.post_id, u.user_id) for u in users] == final
 
 
 def sink_refusing(stack, database, error, transactions: set[int]) -> tuple[ApplyVoteStatesFn, FlakyDatabase]:
     """The vote-state sink's DoFn on the emulator, its numbered transactions refused with `error`."""
     fn = ApplyVoteStatesFn(stack.project, stack.instance, stack.database, rows_per_commit=10)
     fn.setup()
-    fn._database = flaky = FlakyDatabase(database, error=error, fail_transactions=transactions)
+    flaky = FlakyDatabase(database, error=error, fail_transactions=transactions)
+    inject(fn, flaky)
     return fn, flaky
 
 
@@ -276,7 +285,7 @@ def test_the_stateful_step_applies_late_and_out_of_order_events_exactly(stack, d
                   | ApplyVoteStates(stack.project, stack.instance, stack.database, rows_per_commit=100))
         assert_that(failed, equal_to([]))
     assert counts(database, "teststream") == Counts(upvotes=1, downvotes=1)  # a: down, b: none, c: up
-    assert [vote_of(database, "teststream", u).vote for u in "abc"] == [DOWN, NONE, UP]
+    assert [vote_now(database, "teststream", u) for u in "abc"] == [DOWN, NONE, UP]
 
 
 def test_a_batch_that_can_never_be_applied_is_dead_lettered_whole(stack, database, monkeypatch) -> None:

@@ -114,7 +114,7 @@ def test_a_vote_time_far_ahead_of_the_clock_is_the_publish_time() -> None:
     # Within the skew, the claimed time to the microsecond.
     near = parse_vote(b'{"post_id":"p","user_id":"u","vote":"up","event_time":"2026-11-22T02:01:40.000001Z"}', {},
                       published, EventTimePolicy(max_clock_skew_s=60))
-    assert near.at_us == (HOUR + 100) * 10**6 + 1
+    assert isinstance(near, VoteState) and near.at_us == (HOUR + 100) * 10**6 + 1
 
 
 # --- the whole path, in memory ----------------------------------------------------------------

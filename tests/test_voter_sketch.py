@@ -53,12 +53,14 @@ def test_union_is_associative_commutative_and_idempotent() -> None:
     left = union_of([union_of([union_of([a, b]), c]), d])
     right = union_of([a, union_of([b, union_of([c, d])])])
     shuffled = union_of([d, b, a, c])
+    assert left is not None and right is not None and shuffled is not None
     assert state(left) == state(right) == state(shuffled)
     exact = len(set().union(*samples))
     for union in (left, right, shuffled):
         assert abs(estimate(union) - exact) / exact < 0.01
     # A replayed pane or a refold unions the same sketch again: the state does not change.
     replayed = union_of([left, a, b, left])
+    assert replayed is not None
     assert state(replayed) == state(left) and abs(estimate(replayed) - exact) / exact < 0.01
     assert union_of([None, None]) is None and estimate(None) == 0  # no sketch: no voters
 
@@ -87,7 +89,9 @@ def test_merge_sums_unions_sketches_in_any_order_and_copies_its_inputs() -> None
     other = combine.extract_output(combine.merge_accumulators([first, pickle.loads(pickle.dumps(second))]))
     assert one[key][:2] == other[key][:2] == (Counts(upvotes=1_000), 1_000)
     assert estimate(one[key].voters) == estimate(other[key].voters) == 700
-    assert estimate(second[key].voters.to_bytes()) == 600  # a later accumulator is not changed
+    later = second[key].voters
+    assert later is not None
+    assert estimate(later.to_bytes()) == 600  # a later accumulator is not changed
     assert estimate(a[key].voters) == 600  # nor an input
 
 

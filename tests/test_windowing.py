@@ -209,7 +209,8 @@ def test_a_vote_within_the_allowed_lateness_counts_once_in_a_late_pane_of_its_ow
     ]))
     deltas | beam.Map(_keep_sampler)
     pipeline.run().wait_until_finish()
-    assert metrics.counters(_SAMPLERS[0])[("WindowAndSumVotes", "late_events")] == 1
+    counters = metrics.counters(_SAMPLERS[0])
+    assert counters is not None and counters[("WindowAndSumVotes", "late_events")] == 1
 
 
 _SAMPLERS: list = []  # the local runner's worker sampler, which holds its counters (local_runner/metrics.py)

@@ -30,7 +30,7 @@ from spanner_store.delta_commits import SkippedPost
 from spanner_store.tables import COMMIT_SHARDS, key_range
 from spanner_store.unfolded import READ_CHUNK
 from spanner_writes.folding import (
-    FoldKey, FoldOutcome, FoldPlan, PostFold, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps,
+    FoldKey, FoldOutcome, FoldPlan, PostFold, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps, key_of,
     oldest_unfolded_commit, outlived_snapshot, plan_fold, plan_partitions, read_candidates, read_partition,
     read_shard_changes, record_fold_run,
 )
@@ -167,11 +167,11 @@ class _ApplyFoldsFn(_SpannerDoFn):
     def process(self, keyed: tuple[int, Iterable[PostFold]], plan: FoldPlan) -> Iterator:
         _, folds = keyed
         snapshot_at = plan.snapshot_at
-        for fold in sorted(folds, key=lambda f: (f.key.post_hash, f.key.post_id)):
+        for fold in sorted(folds, key=lambda f: (key_of(f).post_hash, key_of(f).post_id)):
             if fold_cost(fold) > self._max_mutations:
                 # Too many hours for one commit: this post alone, in bounded steps.
-                yield self._count(self._or_skip(fold, snapshot_at, lambda f=fold: fold_post_in_steps(
-                    self._database, f, snapshot_at, self._max_mutations, lambda _: self._retries.inc())))
+                yield self._count(self._or_skip(fold, snapshot_at, lambda: fold_post_in_steps(  # called at once
+                    self._database, fold, snapshot_at, self._max_mutations, lambda _: self._retries.inc())))
                 continue
             if self._buffer and (len(self._buffer) >= self._posts_per_commit
                                  or self._cost + fold_cost(fold) > self._max_mutations):
@@ -206,7 +206,7 @@ class _ApplyFoldsFn(_SpannerDoFn):
             # Some post of the batch cannot be folded: fold each alone so only it is skipped.
             outcome = FoldOutcome()
             for fold in folds:
-                outcome = outcome.plus(self._or_skip(fold, snapshot_at, lambda f=fold: self._apply([f], snapshot_at)))
+                outcome = outcome.plus(self._or_skip(fold, snapshot_at, lambda: self._apply([fold], snapshot_at)))
         return self._count(outcome)
 
     def _or_skip(self, fold: PostFold, snapshot_at: datetime, work: Callable[[], FoldOutcome]) -> FoldOutcome:
@@ -216,8 +216,9 @@ class _ApplyFoldsFn(_SpannerDoFn):
         except Exception as error:  # noqa: BLE001 - sorted by _skippable
             if not _skippable(error, snapshot_at):
                 raise
-            LOG.error("fold of post %r skipped; it stays unfolded and reads stay exact: %r", fold.key.post_id, error)
-            self._skipped.append(SkippedPost(fold.key.post_hash, fold.key.post_id, repr(error)))
+            key = key_of(fold)
+            LOG.error("fold of post %r skipped; it stays unfolded and reads stay exact: %r", key.post_id, error)
+            self._skipped.append(SkippedPost(key.post_hash, key.post_id, repr(error)))
             return FoldOutcome(posts_skipped=1)
 
     def _count(self, outcome: FoldOutcome) -> FoldOutcome:
@@ -240,6 +241,7 @@ class _RecordFoldRun(_SpannerDoFn):
         record_fold_run(self._database, plan, outcome, skipped, handle, changes_through)
         oldest, now = oldest_unfolded_commit(self._database, plan, skipped, changes_through)
         if oldest is not None:
+            assert now is not None  # read with `oldest`
             self._oldest_unfolded_age.inc(int((now - oldest).total_seconds()))
         yield outcome
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, cast
 
 import apache_beam as beam
 import orjson
@@ -122,6 +122,7 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
             _add_result(result, sums, states, rejected)
         return rejected
     first_number, lines = numbered
+    votes: list[CommonVote | None]
     try:
         votes = list(map(decode_common_vote, lines))  # called from C: cheaper than one call per line here
     except COMMON_VOTE_ERRORS:
@@ -143,27 +144,27 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
                 if hour is not None and not (first_hour <= hour <= last_hour and (
                         event_time[19:] in COMMON_ENDINGS or COMMON_FRACTION.match(event_time, 19))):
                     hour = None
-        if hour is None:
-            line, number = lines[index], first_number + index
-            if number and not line.strip():
-                continue  # a blank line of a batch: skipped, though it keeps its number
-            _add_result((vote is None and _common_with_other_fields(line, publish_time_s, first_hour, last_hour))
-                        or (parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour) if number
-                            else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)),
-                        sums, states, rejected)
-            continue
-        # _add_result's addition, inline: a call per vote costs a tenth of the vote.
-        post_id, counter, delta, user_id = vote.post_id, vote.counter, vote.delta, vote.user_id
-        acc = sums.get((post_id, hour))
-        if acc is None:
-            acc = sums[(post_id, hour)] = RunningSums()
-        acc.counts[counter] += delta
-        acc.events += 1
-        if delta > 0 and user_id is not UNSET and counter in VOTER_CONTRACT_NAMES:  # schemas/voter_sketch.py
-            if acc.voters is None:
-                acc.voters = {user_id}
-            else:
-                acc.voters.add(user_id)
+            if hour is not None:
+                # _add_result's addition, inline: a call per vote costs a tenth of the vote.
+                post_id, counter, delta, user_id = vote.post_id, vote.counter, vote.delta, vote.user_id
+                acc = sums.get((post_id, hour))
+                if acc is None:
+                    acc = sums[(post_id, hour)] = RunningSums()
+                acc.counts[counter] += delta
+                acc.events += 1
+                if delta > 0 and user_id is not UNSET and counter in VOTER_CONTRACT_NAMES:  # schemas/voter_sketch.py
+                    if acc.voters is None:
+                        acc.voters = {user_id}
+                    else:
+                        acc.voters.add(user_id)
+                continue
+        line, number = lines[index], first_number + index
+        if number and not line.strip():
+            continue  # a blank line of a batch: skipped, though it keeps its number
+        _add_result((vote is None and _common_with_other_fields(line, publish_time_s, first_hour, last_hour))
+                    or (parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour) if number
+                        else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)),
+                    sums, states, rejected)
     return rejected
 
 
@@ -180,11 +181,16 @@ def _common_with_other_fields(line: bytes, publish_time_s: float, first_hour: fl
     if type(fields) is not dict or VOTE_FIELD in fields:
         return None
     get = fields.get
+    # Any: their types are checked at run time, by is_common_vote, in bulk.
+    post_id: Any
+    counter: Any
+    delta: Any
     post_id, counter, delta, event_id, user_id = (get("post_id"), get("counter"), get("delta"), get("event_id", ABSENT),
                                                   get("user_id", ABSENT))
     if not is_common_vote(post_id, counter, delta, event_id, user_id):
         return None
     event_time = get("event_time", ABSENT)
+    hour: int | None
     if event_time is ABSENT:
         if not MIN_HOUR_S <= publish_time_s < MAX_HOUR_S + HOUR_S:
             return None
@@ -213,9 +219,9 @@ def _add_result(result: VoteEvent | VoteState | Rejected, sums: Running, states:
     """One result of the specification (parse_vote, parse_line) added where it belongs: a delta
     event to `sums` (its user_id to the voters as sum_message says), a vote state merged into
     `states`, a rejection appended to `rejected`."""
-    if type(result) is Rejected:
+    if isinstance(result, Rejected):
         rejected.append(result)
-    elif type(result) is VoteState:
+    elif isinstance(result, VoteState):
         keep_latest(states, PostUser(result.post_id, result.user_id), result.latest())
     else:
         acc = sums.get((result.post_id, result.event_hour))
@@ -246,7 +252,7 @@ class BundleSums:
         self.latest_publish_s = float("-inf")  # the latest publish time among the bundle's messages
 
     def add_message(self, data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
-                    policy: EventTimePolicy, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
+                    policy: EventTimePolicy | None, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
         """Adds the message's accepted votes; returns its rejected events."""
         if publish_time_s > self.latest_publish_s:
             self.latest_publish_s = publish_time_s
@@ -264,7 +270,7 @@ class BundleSums:
         for key, state in self._states.items():
             shards.setdefault(vote_shard(key.user_id), {})[key] = state
         for shard, states in shards.items():
-            yield GlobalWindows.windowed_value((shard, states), timestamp=at)
+            yield GlobalWindows.windowed_value((shard, states), timestamp=cast(Timestamp, at))  # see emit
 
     def emit(self, at: float | Timestamp) -> Iterator:
         """One element per shard: (shard, ShardSums), stamped `at` (its ingestion time)."""
@@ -276,7 +282,8 @@ class BundleSums:
                 shard = shard_of[post_id] = sum_shard(post_id)
             shards.setdefault(shard, {})[PostHour(post_id, event_hour)] = acc.to_sums()
         for shard, sums in shards.items():
-            yield GlobalWindows.windowed_value((shard, sums), timestamp=at)
+            # Beam annotates a Timestamp; its WindowedValue takes a float (seconds) as well.
+            yield GlobalWindows.windowed_value((shard, sums), timestamp=cast(Timestamp, at))
 
 
 class ParsedVotes(NamedTuple):
@@ -306,7 +313,7 @@ class _ParseAndSumFn(beam.DoFn):
         # Runs once per element, so Beam's per-element cost counts: the element's timestamp is read
         # as its microseconds (float(TimestampParam) exactly, without making a Timestamp per
         # message), and a message without rejections returns an empty tuple, not a generator.
-        if type(message) is list:  # a whole pull of the local reader (transforms/read_votes.py)
+        if isinstance(message, list):  # a whole pull of the local reader (transforms/read_votes.py)
             rejected = self._add_pull(message, windowed.timestamp_micros)
         else:
             self._messages += 1

@@ -99,6 +99,7 @@ def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: fl
             exact = bound is None or (len(ranked) == k and ranked[-1].counts.upvotes >= bound)
             if exact:
                 break
+            assert floor is not None  # else bound is None: exact
             room = ranked[-1].counts.upvotes - floor if len(ranked) == k else -1
             if room < 0:  # the folded side itself is in the way: read deeper into the index
                 if not resolver.spend(3 * limit):

@@ -34,6 +34,7 @@ from spanner_reads.rankings.trending_top import LAST, TrendingTop
 from spanner_reads.reads import counts_in_snapshot
 from spanner_store.database import read_timestamp
 from spanner_store.tables import HOURLY, HOURLY_BY_HOUR, HOURLY_SHARDS, hour_timestamp
+from spanner_store.top_candidates import CommitCandidates
 
 MAX_HOURS = 720
 MAX_DEPTH = 4_096  # rows per hour list in the last round of a window read
@@ -99,6 +100,16 @@ def read_hour_lists(snapshot, first: int, last: int, depth: int) -> HourLists:
     return HourLists(list(dict.fromkeys(seen)), sum(per_hour.values()), exhausted, rows)
 
 
+def _bounds_window(commit: CommitCandidates, first: int) -> bool:
+    """Whether a candidate row's rise bound counts for the window that starts at hour `first`."""
+    if commit.rise_threshold is None:
+        return True
+    if commit.rise_threshold > 0:
+        assert commit.newest_hour is not None  # a positive rise is some delta row's, which has an hour
+        return commit.newest_hour >= first
+    return False
+
+
 def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTRA,
                staleness_s: float = 0.0, clock: Callable[[datetime], datetime] | None = None,
                resolve_posts: int = RESOLVE_POSTS) -> TrendingTop:
@@ -129,8 +140,7 @@ def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTR
             # A candidate row whose newest hour is before the window raised nothing in it; one from
             # before the rise bounds bounds nothing.
             rises = [(c.commit_id, math.inf if c.rise_threshold is None else c.rise_threshold)
-                     for c in resolver.open_commits
-                     if c.rise_threshold is None or (c.rise_threshold > 0 and c.newest_hour >= first)]
+                     for c in resolver.open_commits if _bounds_window(c, first)]
             bound = lists.bound + sum(r for _, r in rises)
             beats = len(ranked) == k and window[ranked[-1]] > bound
             # Fewer than k posts with upvotes in the window: certified when no other post can have any.

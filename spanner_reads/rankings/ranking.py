@@ -100,13 +100,16 @@ class Ranking(ABC, Generic[Page]):
     score_field: ClassVar[str | None] = None  # each post's score in answers; None: its upvotes, a counter
     tab: ClassVar[Tab | None] = None  # its tab on the live page; None: none
 
+    # `*args: Any, **parameters: Any`: a ranking's own read and check name the parameters it
+    # takes (`hours`), and a type checker holds them to the rest of these signatures.
+
     @abstractmethod
     def read(self, database, k: int, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0,
-             **parameters: Any) -> Page:
+             *args: Any, **parameters: Any) -> Page:
         """The top `k` posts in one snapshot, strong or `staleness_s` seconds old, reading `extra`
         folded posts beyond k to replace posts that fell back."""
 
-    def check(self, **parameters: Any) -> None:
+    def check(self, *args: Any, **parameters: Any) -> None:
         """Refuses parameters no read would take (ValueError), before a read or a cache entry."""
 
     def score(self, post: RankedPost) -> float:

@@ -280,7 +280,8 @@ def file_name(index: int, name: str, suffix: str = ".bin") -> str:
 
 def corpus() -> dict[str, tuple[bytes, str | dict]]:
     """{file name: (payload, expected outcome)}, in order."""
-    items = [(name, data, expected, ".bin") for name, data, expected in entries()]
+    items: list[tuple[str, bytes, str | dict, str]] = [
+        (name, data, expected, ".bin") for name, data, expected in entries()]
     items += [(name, data, expected, ".ndjson") for name, data, expected in batch_entries()]
     names = [name for name, *_ in items]
     if len(set(names)) != len(names):

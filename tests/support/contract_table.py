@@ -18,7 +18,7 @@ def j(**fields) -> bytes:
     return json.dumps(fields).encode()
 
 
-VALID = [
+VALID: list[tuple[bytes, VoteEvent | VoteState]] = [
     (j(post_id="p-42", counter="upvotes", delta=1), VoteEvent("p-42", "upvotes", 1, PUBLISHED_HOUR)),
     (j(post_id="p-42", counter="upvotes", delta=-1, event_id="e1", user_id="u-7", event_time="2026-11-22T01:02:03.456Z"),
      VoteEvent("p-42", "upvotes", -1, epoch("2026-11-22T01:00:00Z"), "e1", "u-7")),

@@ -28,7 +28,7 @@ import random
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Collection, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 from apache_beam.utils.windowed_value import WindowedValue
 from google.api_core import exceptions
@@ -64,6 +64,12 @@ RETRYABLE_ERRORS: dict[str, Callable[[str], exceptions.GoogleAPICallError]] = {
 }
 
 
+def inject(fn: Any, database: object) -> None:
+    """Puts `database`, a stand-in that injects faults around a real one, where the DoFn `fn` keeps
+    its own (`_database`, typed as the client's Database)."""
+    fn._database = database
+
+
 def dead_letters(outputs: Iterable, tag: str) -> list:
     """What a sink's DoFn sent to its dead-letter output `tag`, from the outputs of one bundle's
     `process` calls (values bare) and `finish_bundle` (values in the global window)."""
@@ -97,7 +103,7 @@ class FlakyDatabase:
     numbered blind commits and read-write transactions given (counted from 1, attempts included)."""
 
     def __init__(self, database, fail_before: float = 0.0, fail_after: float = 0.0, seed: int = 0,
-                 error: Callable[[str], exceptions.GoogleAPICallError] = exceptions.Aborted, *,
+                 error: Callable[[str], Exception] = exceptions.Aborted, *,
                  fail_commits: Collection[int] = (), fail_transactions: Collection[int] = (),
                  abort_read: float = 0.0, abort_commit: float = 0.0, ambiguous_commit: float = 0.0,
                  version_retention: timedelta | None = None, clock: Callable[[], datetime] = utc_now,

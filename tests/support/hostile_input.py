@@ -32,7 +32,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-NO_SURROGATES = st.characters(blacklist_categories=("Cs",))
+NO_SURROGATES = st.characters(blacklist_categories=["Cs"])
 TEXT = st.text(NO_SURROGATES, max_size=200)
 VALID_TIMES = ["2026-11-22T01:02:03Z", "2026-11-22T03:02:03.5+02:00", "2026-11-22T01:59:59.999999-00:30"]
 INVALID_TIMES = ["yesterday", "2026-11-22T01:02:03", "", "2026-02-30T00:00:00Z", "2026-11-22T24:00:01Z"]

@@ -58,8 +58,8 @@ def older_fold(database, writes_hot_key: bool = False) -> list[SkippedPost]:
     outcome, skipped = FoldOutcome(), []
     for post in posts:
         try:
-            deltas = run_with_retries(lambda p=post: run_transaction(
-                database, lambda txn: _fold_post(txn, p, snapshot_at, writes_hot_key)))
+            deltas = run_with_retries(lambda: run_transaction(  # called at once
+                database, lambda txn: _fold_post(txn, post, snapshot_at, writes_hot_key)))
             outcome = outcome.plus(FoldOutcome(posts_folded=int(deltas > 0), deltas_folded=deltas))
         except Exception as error:  # noqa: BLE001 - sorted as the older folds sorted it
             if is_transient(error):
@@ -77,7 +77,8 @@ def _fold_post(transaction, post: tuple[int, str], snapshot_at: datetime, writes
     if watermark >= snapshot_at:
         return 0
     hourly_mark = hourly_watermark(watermark, stored_hourly_mark)
-    gain, gain_hours, sketches, deltas = Counts(), {}, [], 0
+    gain, sketches, deltas = Counts(), [], 0
+    gain_hours: dict[datetime, CounterSums] = {}
     for committed_at, *sums_row in read_unfolded(transaction, {post: watermark}, DELTA_COMMIT_SUM_COLUMNS, snapshot_at):
         hour, sums = hour_sums_of(sums_row)
         gain, deltas = gain.plus(sums.counts), deltas + 1

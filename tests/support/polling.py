@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Callable
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str, alive: subprocess.Popen | None = None,
+def wait_until(check: Callable[[], object], timeout_s: float, what: str, alive: subprocess.Popen | None = None,
                log: Path | None = None, poll_s: float = 0.5) -> float:
-    """Polls `check` every `poll_s` until it holds; the seconds it took. Fails after `timeout_s`,
+    """Polls `check` every `poll_s` until it holds (is true); the seconds it took. Fails after `timeout_s`,
     or at once if the process `alive` (a streaming pipeline) exits, with the tail of its `log`."""
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:

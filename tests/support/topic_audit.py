@@ -16,6 +16,8 @@ import uuid
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
 
+from upvotes.devtools.publishing import publish_message
+
 MARKER_ATTRIBUTE = "audit_marker"
 MARKER_POST = "topic-audit-marker"  # the marker is a valid vote, so a pipeline reading the topic counts it
 
@@ -37,9 +39,10 @@ class TopicAudit:
         """Every message published to the topic since the previous call, marker excluded."""
         marker = uuid.uuid4().hex
         vote = json.dumps({"post_id": MARKER_POST, "counter": "upvotes", "delta": 1, "event_id": marker}).encode()
-        self._publisher.publish(self._topic_path, vote, event_id=marker, **{MARKER_ATTRIBUTE: marker}).result(
+        publish_message(self._publisher, self._topic_path, vote, {"event_id": marker, MARKER_ATTRIBUTE: marker}).result(
             timeout=30)
-        messages, deadline = [], time.monotonic() + self._timeout_s
+        messages: list = []
+        deadline = time.monotonic() + self._timeout_s
         while not any(m.attributes.get(MARKER_ATTRIBUTE) == marker for m in messages):
             assert time.monotonic() < deadline, "the audit marker never arrived"
             response = self._subscriber.pull(subscription=self._subscription, max_messages=100, timeout=10)

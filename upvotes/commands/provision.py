@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on a real project, create the Spanner instance if missing")
     parser.add_argument("--instance-config", default=DEFAULT_INSTANCE_CONFIG,
                         help="instance configuration for --create-instance")
+    assert HOT_HALF_LIFE_HOURS.default is not None  # an optional parameter
     parser.add_argument(f"--{HOT_HALF_LIFE_HOURS.flag}", type=HOT_HALF_LIFE_HOURS.parse,
                         default=HOT_HALF_LIFE_HOURS.kind(HOT_HALF_LIFE_HOURS.default), help=HOT_HALF_LIFE_HOURS.help)
     parser.add_argument("--recompute-hot", action="store_true",

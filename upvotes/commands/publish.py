@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH_EVENTS}")
     if args.file and args.vote_states:
         raise UsageError("--vote-states generates events; --file publishes the file's own events")
+    workload: Workload | VoteStateWorkload | None
     try:
         if args.file:
             workload = None

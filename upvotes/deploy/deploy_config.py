@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from pipeline.params import FOLD_PARAMS, PROJECT_ID, STREAMING_PARAMS, InvalidParameter, Param
 
@@ -133,7 +133,7 @@ class DeployConfig:
         """Reads every field from its environment variable; unset variables keep the defaults.
         An optional template parameter set to the empty string is left out of launches."""
         environ = os.environ if environ is None else environ
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}  # each of its field's type
         for f in dataclasses.fields(cls):
             raw = environ.get(f.metadata["env"])
             if raw is None:

@@ -65,7 +65,7 @@ def template_parameters(cfg: DeployConfig, kind: str) -> dict[str, str]:
     """The launch parameters of `kind` by template name: every required one, and each optional
     one that is set (None leaves the pipeline's default)."""
     values = cfg.param_values()
-    return {p.template_name: values[p.flag] for p in PARAMS[kind] if values[p.flag] is not None}
+    return {p.template_name: value for p in PARAMS[kind] if (value := values[p.flag]) is not None}
 
 
 def setup_steps(cfg: DeployConfig) -> list[Step]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Protocol, TypeVar, overload
 
 from google.cloud.spanner_v1.batch import Batch
 from google.cloud.spanner_v1.transaction import Transaction
@@ -27,6 +27,15 @@ from upvotes.devtools.mutation_count import commit_key_ranges, commit_mutation_c
 
 class CommitTooLarge(AssertionError):
     """A commit real Spanner would reject for its size."""
+
+
+class Meter(Protocol):
+    """What metering_commits hands each commit's mutations to (a CommitMeter, or a test's own)."""
+
+    def record(self, mutations) -> None: ...
+
+
+M = TypeVar("M", bound=Meter)
 
 
 @dataclass
@@ -76,22 +85,33 @@ def _table_of(mutation) -> str:
     return getattr(pb, pb.WhichOneof("operation")).table
 
 
+@overload
+def metering_commits(meter: None = None) -> contextlib.AbstractContextManager[CommitMeter]: ...
+@overload
+def metering_commits(meter: M) -> contextlib.AbstractContextManager[M]: ...
+
+
+def metering_commits(meter: Meter | None = None) -> contextlib.AbstractContextManager[Meter]:
+    """Counts (and bounds) every commit of this process while the block runs: in `meter`, any
+    object with a `record(mutations)` (default: a new CommitMeter)."""
+    return _metering(meter)
+
+
 @contextlib.contextmanager
-def metering_commits(meter: CommitMeter | None = None) -> Iterator[CommitMeter]:
-    """Counts (and bounds) every commit of this process while the block runs."""
-    meter = meter or CommitMeter()
+def _metering(meter: Meter | None) -> Iterator[Meter]:
+    recording = meter or CommitMeter()
     originals = {cls: cls.commit for cls in (Batch, Transaction)}
 
     def metered(original):
         def commit(self, *args, **kwargs):
-            meter.record(self._mutations)  # noqa: SLF001 - the mutations the commit sends
+            recording.record(self._mutations)  # noqa: SLF001 - the mutations the commit sends
             return original(self, *args, **kwargs)
         return commit
 
     for cls, original in originals.items():
-        cls.commit = metered(original)
+        setattr(cls, "commit", metered(original))  # setattr: mypy refuses assigning to a method
     try:
-        yield meter
+        yield recording
     finally:
         for cls, original in originals.items():
-            cls.commit = original
+            setattr(cls, "commit", original)

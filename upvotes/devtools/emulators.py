@@ -116,14 +116,14 @@ def check_ready(name: str, address: str, timeout_s: float = 5.0) -> None:
                 InstanceAdminGrpcTransport,
             )
 
-            client = InstanceAdminClient(transport=InstanceAdminGrpcTransport(channel=channel))
-            list(client.list_instance_configs(parent="projects/readiness-probe", timeout=timeout_s))
+            instances = InstanceAdminClient(transport=InstanceAdminGrpcTransport(channel=channel))
+            list(instances.list_instance_configs(parent="projects/readiness-probe", timeout=timeout_s))
         else:
             from google.pubsub_v1.services.publisher import PublisherClient
             from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
-            client = PublisherClient(transport=PublisherGrpcTransport(channel=channel))
-            list(client.list_topics(project="projects/readiness-probe", timeout=timeout_s))
+            publisher = PublisherClient(transport=PublisherGrpcTransport(channel=channel))
+            list(publisher.list_topics(project="projects/readiness-probe", timeout=timeout_s))
 
 
 def _wait_until_ready(emulator: Emulator, process: subprocess.Popen, timeout_s: float) -> None:

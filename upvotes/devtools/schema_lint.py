@@ -184,8 +184,8 @@ def _check(schema: Schema, path: str, tables: dict[str, Table]) -> list[Finding]
                 ))
         findings += _descending_findings(f"table {table.name}", table.key, table.columns, path)
     for index in schema.indexes:
-        table = tables.get(index.table.lower())
-        columns = table.columns if table else {}
+        indexed = tables.get(index.table.lower())
+        columns = indexed.columns if indexed else {}
         if index.key and not index.interleaved:
             first = index.key[0]
             if reason := _monotonic_reason(first.name, columns.get(first.name.lower())):

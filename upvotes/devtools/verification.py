@@ -36,6 +36,7 @@ def verify_unique_voters(database, expected: dict[str, int], tolerance: float) -
     mismatches = []
     for totals in exact_counts(database, expected, unique=True):
         want = expected[totals.post_id]
+        assert totals.unique_voters is not None  # read with unique=True
         if abs(totals.unique_voters - want) > tolerance * want:
             mismatches.append(Mismatch(totals.post_id, "unique_voters", want, totals.unique_voters))
     return mismatches

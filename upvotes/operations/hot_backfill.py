@@ -27,7 +27,8 @@ migration, proportional to the catalogue; a fresh database has nothing to scan).
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from datetime import datetime
+from typing import Callable, Iterator, NamedTuple
 
 from google.cloud import spanner
 
@@ -73,6 +74,7 @@ def ensure_hot_ranking(database, half_life_hours: float, log: Callable[[str], No
             f"{half_life_hours:g} h recomputes every post's score: pass --recompute-hot)")
     run = start.run
     if run is None:
+        assert recorded is not None  # no run: the recorded half-life's backfill is finished
         return BackfillReport(recorded, 0, 0, True)
     if recorded is None or recompute:
         log(f"recorded hot half-life {run.half_life_hours:g} h")
@@ -116,7 +118,7 @@ def _taken_over(run: BackfillRun, scanned: int, written: int, log: Callable[[str
     return BackfillReport(run.half_life_hours, scanned, written, False)
 
 
-def _pages(database):
+def _pages(database) -> Iterator[list[tuple[PostKey, datetime | None]]]:
     """Pages of (PostKey, HotKeyThrough) in key order, each read in its own strong snapshot."""
     after: list | None = None
     while True:

@@ -55,6 +55,7 @@ from typing import Callable, NamedTuple
 from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
+from google.cloud.spanner_v1.batch import Batch
 
 from schemas.counters import Counts, total
 from schemas.delta_ids import adjustment_delta_id, reset_part_delta_id
@@ -96,13 +97,21 @@ class Adjustment(NamedTuple):
 
     def row(self) -> tuple:
         """Its Adjustments row (ADJUSTMENT_COLUMNS)."""
-        return (self.adjustment_id, self.post_id, self.kind, *self.counts, self.reason, self.actor, self.as_of,
-                self.created_at, self.user_id, self.split_rows)
+        return self._row(self.as_of, self.created_at)
+
+    def committed_row(self, as_of_committed: bool = False) -> tuple:
+        """Its row to write: CreatedAt, and with `as_of_committed` AsOf, the commit's timestamp
+        (spanner.COMMIT_TIMESTAMP, the placeholder Spanner fills in)."""
+        return self._row(spanner.COMMIT_TIMESTAMP if as_of_committed else self.as_of, spanner.COMMIT_TIMESTAMP)
+
+    def _row(self, as_of: datetime | str | None, created_at: datetime | str | None) -> tuple:
+        return (self.adjustment_id, self.post_id, self.kind, *self.counts, self.reason, self.actor, as_of,
+                created_at, self.user_id, self.split_rows)
 
     @classmethod
     def from_row(cls, row) -> Adjustment:
         after = 3 + len(COUNTER_COLUMNS)
-        return cls(*row[:3], counts_at(row, 3), *row[after:])
+        return cls._make([*row[:3], counts_at(row, 3), *row[after:]])
 
     def to_json(self) -> dict:
         """Flat: one field per counter, times as RFC 3339 text (`upvotes adjust --list` prints it)."""
@@ -124,7 +133,7 @@ class ResetSnapshotGone(RuntimeError):
     are computed from (its snapshot's hourly counts)."""
 
 
-def _blind_commit(database, post_id: str, deltas: list[PostDelta], also: Callable[[spanner.Batch], None]) -> bool:
+def _blind_commit(database, post_id: str, deltas: list[PostDelta], also: Callable[[Batch], None]) -> bool:
     """One blind commit: the delta rows with the commit's per-commit rows, as the sink writes them
     (or the post's key alone, for none), and what `also` adds. False if a row of it exists."""
     def write(batch) -> None:
@@ -148,10 +157,10 @@ def _hour_deltas(post_id: str, hours: list[HourCount], delta_id: str) -> list[Po
 
 def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
     """The adjustment's (first) commit: its delta rows (one per hour) and its audit row. False if the ID exists."""
-    audit = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP)
+    audit = adjustment.committed_row()
     return _blind_commit(database, adjustment.post_id,
                          _hour_deltas(adjustment.post_id, hours, adjustment_delta_id(adjustment.adjustment_id)),
-                         lambda batch: batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[audit.row()]))
+                         lambda batch: batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[audit]))
 
 
 def _commit_part(database, reset_: Adjustment, part: int, hours: list[HourCount], last: bool) -> bool:
@@ -173,7 +182,7 @@ def adjustment_of(database, adjustment_id: str) -> Adjustment | None:
     return Adjustment.from_row(rows[0]) if rows else None
 
 
-def record(database, adjustment: Adjustment, with_rows: Callable[[spanner.Batch], None] | None = None,
+def record(database, adjustment: Adjustment, with_rows: Callable[[Batch], None] | None = None,
            as_of_committed: bool = False) -> bool:
     """Writes the audit row alone, or with the rows `with_rows` adds, in a blind commit of its own
     (forget-user records its request and its erasure before its first retraction). With
@@ -181,8 +190,7 @@ def record(database, adjustment: Adjustment, with_rows: Callable[[spanner.Batch]
     the clock every reader agrees on, read back once committed). False if the ID exists, and then
     nothing is written: an earlier run of the same request wrote it, or this one did when a retried
     commit's first attempt succeeded unseen."""
-    stamped = adjustment._replace(created_at=spanner.COMMIT_TIMESTAMP)
-    row = (stamped._replace(as_of=spanner.COMMIT_TIMESTAMP) if as_of_committed else stamped).row()
+    row = adjustment.committed_row(as_of_committed)
 
     def write(batch) -> None:
         batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[row])
@@ -253,6 +261,7 @@ def _finish(database, recorded: Adjustment, commits: list[list[HourCount]] | Non
 
 def _hours_at_snapshot(database, recorded: Adjustment) -> list[HourCount]:
     """The post's exact hourly counts at the reset's snapshot S (its AsOf), as its first run read them."""
+    assert recorded.as_of is not None  # a reset records its snapshot
     try:
         with database.snapshot(read_timestamp=recorded.as_of, multi_use=True) as snapshot:
             return hourly_counts_in(snapshot, recorded.post_id)

@@ -144,13 +144,14 @@ def provision_pubsub(res: Resources, log: Callable[[str], None]) -> None:
     subscriber = pubsub_v1.SubscriberClient()
     try:
         for topic in (res.topic, res.dead_letter_topic):
-            _create(f"topic {topic}", lambda t=topic: publisher.create_topic(name=res.topic_path(t)), log)
+            _create(f"topic {topic}", lambda: publisher.create_topic(name=res.topic_path(topic)), log)  # called at once
         pairs = ((res.subscription, res.topic), (res.dead_letter_subscription_id, res.dead_letter_topic))
         for subscription, topic in pairs:
             _create(
                 f"subscription {subscription} on {topic}",
-                lambda s=subscription, t=topic: subscriber.create_subscription(
-                    request={"name": res.subscription_path(s), "topic": res.topic_path(t), "ack_deadline_seconds": 60}
+                lambda: subscriber.create_subscription(  # called at once
+                    request={"name": res.subscription_path(subscription), "topic": res.topic_path(topic),
+                             "ack_deadline_seconds": 60}
                 ),
                 log,
             )

@@ -46,7 +46,9 @@ class PubSubVotePublisher:
         self._topic_path = topic_path
 
     def publish(self, data: bytes, attributes: dict[str, str]) -> None:
-        self._client.publish(self._topic_path, data, **attributes).result(timeout=PUBLISH_TIMEOUT_S)
+        # **attributes are publish's **attrs, not its retry or timeout, which mypy maps them onto too.
+        future = self._client.publish(self._topic_path, data, **attributes)  # type: ignore[arg-type]
+        future.result(timeout=PUBLISH_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,9 @@ def validate_votes(body: bytes, one_event: bool, now_s: float, max_delta: int = 
     # (line number from 1, line): the parser's own line rule
     lines = [(number, line) for number, line in enumerate(body.split(b"\n"), 1) if line.strip()]
     if len(results) != len(lines):  # one Rejected for the whole batch
-        return ValidatedVotes([], [], results[0])
+        whole = results[0]
+        assert isinstance(whole, Rejected)
+        return ValidatedVotes([], [], whole)
     events, rejected = [], []
     for (number, line), result in zip(lines, results):
         if isinstance(result, Rejected):

@@ -24,7 +24,7 @@ def inline_script_csp(html: str, sources: str) -> str:
 
 
 def router(openapi_url: str) -> APIRouter:
-    docs_html = get_swagger_ui_html(openapi_url=openapi_url, title="upvotes API").body.decode()
+    docs_html = bytes(get_swagger_ui_html(openapi_url=openapi_url, title="upvotes API").body).decode()
     docs_csp = inline_script_csp(docs_html, SWAGGER_UI_SOURCE)
     docs = APIRouter()
 

@@ -22,6 +22,7 @@ def router(sessions: LiveSessions, clock: Callable[[], float]) -> APIRouter:
         renew = isinstance(session, SessionRefused) or session.expires_s - now < sessions.lifetime_s / 2
         if renew:
             session, cookie = sessions.issue(now)
+        assert not isinstance(session, SessionRefused)  # a refused one was renewed
         response = HTMLResponse(page_html(sessions.csrf_token(session), sessions.user_id(session)),
                                 headers={"Content-Security-Policy": PAGE_CSP})
         if renew:

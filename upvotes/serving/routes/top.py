@@ -46,8 +46,8 @@ def asked_ranking(by: str, **given: str | None) -> tuple[Ranking, dict[str, Any]
         raise HTTPException(400, f"{ranking.parameter.name}: {error}") from None
 
 
-asked_ranking.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-    inspect.Parameter("by", inspect.Parameter.KEYWORD_ONLY, annotation=Literal[BY_CHOICES],  # type: ignore[valid-type]
+asked_ranking.__signature__ = inspect.Signature([  # type: ignore[attr-defined]  # FastAPI reads it
+    inspect.Parameter("by", inspect.Parameter.KEYWORD_ONLY, annotation=Literal[BY_CHOICES],
                       default=Query(DEFAULT, description=BY_HELP)),
     *(inspect.Parameter(parameter.name, inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
                         default=Query(None, max_length=MAX_PARAMETER_CHARS,
