@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 from google.cloud import spanner
@@ -136,9 +137,9 @@ class Truth:
         if self.load is not None:
             for post, by_hour in self.load.hourly().items():
                 mine = merged.setdefault(post, {})
-                for hour_text, counts in by_hour.items():
+                for hour_text, by_counter in by_hour.items():
                     hour = int(datetime.fromisoformat(hour_text.replace("Z", "+00:00")).timestamp())
-                    mine[hour] = mine.get(hour, Counts()).plus(Counts(**counts))
+                    mine[hour] = mine.get(hour, Counts()).plus(Counts(**by_counter))
         if with_ring:
             for post, hours in self.ring.items():
                 mine = merged.setdefault(post, {})
@@ -194,7 +195,7 @@ def seed_states(database, states: dict[PostUser, LatestVote]) -> float:
     started = time.perf_counter()
     for start in range(0, len(ordered), SEED_BATCH):
         batch = dict(ordered[start:start + SEED_BATCH])
-        run_with_retries(lambda b=batch: apply_vote_states(database, b, known=known))
+        run_with_retries(lambda: apply_vote_states(database, batch, known=known))  # called at once
     return time.perf_counter() - started
 
 
@@ -222,7 +223,7 @@ def seed_blind(database, states: dict[PostUser, LatestVote]) -> float:
         def write(batch, rows=rows, deltas=deltas, users=users) -> None:
             batch.insert(VOTES, columns=VOTE_COLUMNS, values=rows)
             add_delta_writes(batch, deltas, user_ids=users)
-        run_with_retries(lambda w=write: commit_mutations(database, w))
+        run_with_retries(lambda: commit_mutations(database, write))  # called at once
     return time.perf_counter() - started
 
 
@@ -341,6 +342,7 @@ class Load:
 
     def stop(self) -> int:
         """Stops publishing; the votes published so far (every request's)."""
+        assert self.publisher is not None  # started
         self.publisher.stop()
         return self.batches.ledger.events
 
@@ -527,6 +529,21 @@ def read_at_scale(resources: Resources) -> dict:
 
 # --- (c) the sink's cost ----------------------------------------------------------------------
 
+class SinkOptions(TypedDict, total=False):
+    """apply_vote_states' keyword arguments for one kind of batch."""
+
+    as_before_issue_46: bool
+
+
+class SinkRuns(TypedDict):
+    """What one kind's batches measured."""
+
+    seconds: list[float]  # per batch
+    mutations: float  # CommitMeter.mutations_total
+    states: int
+    commits: int
+
+
 def sink_cost(res: Resources, sizes: Sizes) -> dict:
     database, _ = fresh_database(res, f"{res.database[:19]}-sink")
     rng = random.Random(7)
@@ -552,8 +569,8 @@ def sink_cost(res: Resources, sizes: Sizes) -> dict:
     suspended = [f"sk-ring{i}" for i in range(200)]
     suspend_users(database, "bench-sink", suspended, "bench", "bench")
     run_with_retries(lambda: apply_vote_states(database, batch(shape())))  # warm: sessions, the posts' first rows
-    kinds = {"before": {"as_before_issue_46": True}, "after": {}, "after_suspended": {}}
-    measured = {kind: {"seconds": [], "mutations": 0, "states": 0, "commits": 0} for kind in kinds}
+    kinds: dict[str, SinkOptions] = {"before": {"as_before_issue_46": True}, "after": {}, "after_suspended": {}}
+    measured: dict[str, SinkRuns] = {kind: {"seconds": [], "mutations": 0, "states": 0, "commits": 0} for kind in kinds}
     order = list(kinds)
     for _ in range(sizes.sink_rounds):
         for _ in range(sizes.sink_batches):
@@ -564,7 +581,7 @@ def sink_cost(res: Resources, sizes: Sizes) -> dict:
                 states = batch(votes, suspended if kind == "after_suspended" else None)
                 with metering_commits(CommitMeter()) as meter:
                     started = time.perf_counter()
-                    run_with_retries(lambda s=states, o=options: apply_vote_states(database, s, **o))
+                    run_with_retries(lambda: apply_vote_states(database, states, **options))  # called at once
                     measured[kind]["seconds"].append(time.perf_counter() - started)
                 measured[kind]["mutations"] += meter.mutations_total
                 measured[kind]["commits"] += meter.commits
@@ -585,7 +602,7 @@ def sink_cost(res: Resources, sizes: Sizes) -> dict:
 # --- the benchmark ------------------------------------------------------------------------------
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
-    scales = []
+    scales: list[dict] = []
     for ring_users in sizes.rings:
         if scales:  # the emulator keeps every row version: free the smaller size's before the next
             drop(scales[-1].pop("resources"))

@@ -38,11 +38,13 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from spanner_writes.sinks import SINKS, SinkMetrics
 
 if TYPE_CHECKING:  # Beam is imported only once the pipeline starts: see StopOnSignals
+    from types import FrameType
+
     from apache_beam.runners.runner import PipelineResult
 
     from local_runner.pubsub_reader import ReaderControl
@@ -88,7 +90,15 @@ class Progress:
         return max(0, self.messages_pulled - self.messages_parsed)
 
 
-def progress_of(control: ReaderControl | None, result: PipelineResult | None) -> Progress:
+class ReaderProgress(Protocol):
+    """What progress_of reads of the project's reader (local_runner.pubsub_reader.ReaderControl)."""
+
+    messages: int
+
+    def counters(self) -> dict[tuple[str, str], int] | None: ...
+
+
+def progress_of(control: ReaderProgress | None, result: PipelineResult | None) -> Progress:
     """The counters of a running or finished local streaming pipeline (zeros before it runs):
     from the worker's own metrics containers when the project's reader runs
     (local_runner/metrics.py says why), else from `result.metrics()`. The sinks' counters are
@@ -165,7 +175,7 @@ class StopOnSignals:
         self._signal_at: float | None = None
         self._why = ""
         self._at_signal = Progress()
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
         self._outcome: DrainReport | None = None  # decided once, under the lock
         self._timer: threading.Timer | None = None
 

@@ -27,7 +27,7 @@ latest state that no active suspension covers.
 """
 from __future__ import annotations
 
-from typing import Hashable, Iterable, MutableMapping, NamedTuple
+from typing import Hashable, Iterable, MutableMapping, NamedTuple, TypeVar
 
 from schemas.counters import COUNTER_OF_VOTE, Counts
 
@@ -77,7 +77,10 @@ def later(a: LatestVote, b: LatestVote) -> LatestVote:
     return winner._replace(events=a.events + b.events, voted=a.voted or b.voted)
 
 
-def keep_latest(latest: MutableMapping[Hashable, LatestVote], key: Hashable, state: LatestVote) -> None:
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+def keep_latest(latest: MutableMapping[_Key, LatestVote], key: _Key, state: LatestVote) -> None:
     """Merges `state` into `latest[key]`: the later of the two, standing for both."""
     found = latest.get(key)
     latest[key] = state if found is None else later(found, state)

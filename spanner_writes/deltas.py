@@ -106,6 +106,7 @@ def write_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = N
     except exceptions.NotFound as error:
         if not lost_a_known_parent(error, present):
             raise
+        assert known is not None  # present is empty without it: not lost_a_known_parent
         known.forget(present)
         commit_mutations(database, lambda batch: add_delta_writes(batch, deltas))
     if known is not None:

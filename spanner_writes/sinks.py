@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Generic, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
 
 from schemas.contract import ERROR_ATTRIBUTE, KIND_ATTRIBUTE
 from schemas.records import FailedDelta, FailedVoteStates, PostDelta
@@ -68,7 +68,7 @@ class DeadLetterCodec(Generic[Failed]):
 
     kind: str  # the `kind` attribute of the sink's dead letters
     to_json: Callable[[Failed], object]  # the record but its error, as JSON
-    from_json: Callable[[object, str], Failed]  # to_json's inverse, given the error back
+    from_json: Callable[[Any, str], Failed]  # to_json's inverse (of json.loads' answer), given the error back
 
     def encode(self, failed: Failed) -> tuple[bytes, dict[str, str]]:
         """The dead letter's data and attributes."""
@@ -170,4 +170,4 @@ def sink_of(failed: FailedRecord) -> SinkDeclaration:
 
 def sink_of_kind(kind: str | None) -> SinkDeclaration | None:
     """The sink whose dead letters carry this `kind` attribute; None: no sink's (a rejected message)."""
-    return _BY_KIND.get(kind)
+    return None if kind is None else _BY_KIND.get(kind)

@@ -235,6 +235,7 @@ def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutat
     except exceptions.NotFound as error:
         if not lost_a_known_parent(error, present):
             raise
+        assert known is not None  # present is empty without it: not lost_a_known_parent
         known.forget(present)  # a Posts row taken as present is gone (deleted by an operator): upsert them all
         return apply_vote_states(database, states, max_mutations, known, as_before_issue_46=as_before_issue_46)
     if known is not None:
@@ -254,6 +255,6 @@ def apply_all_vote_states(database, states: Mapping[PostUser, LatestVote], rows_
     (`upvotes forget-user`, a dead-letter replay) applies through the sink's own path."""
     applied = superseded = commits = 0
     for batch in plan_batches(states, rows_per_commit):
-        changes = run_with_retries(lambda b=batch: apply_vote_states(database, b), retry)
+        changes = run_with_retries(lambda: apply_vote_states(database, batch), retry)  # called at once
         applied, superseded, commits = applied + changes.applied, superseded + changes.superseded, commits + 1
     return AppliedTotals(applied, superseded, commits)

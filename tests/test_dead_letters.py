@@ -17,7 +17,7 @@ from google.cloud import pubsub_v1
 
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, parse_message
 from schemas.counters import Counts
-from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected
+from schemas.records import FailedVoteStates, PostDelta, PostUser, Rejected, VoteEvent
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
 from spanner_reads.hourly import hourly_counts
@@ -385,7 +385,9 @@ def test_a_correction_a_replay_wrote_before_markers_existed_is_acknowledged_once
     corrected.write_text(json.dumps({"post_id": "legacy-post", "counter": "upvotes", "delta": 1, "event_id": "e-old",
                                      "event_time": rfc3339(datetime.now(timezone.utc) - timedelta(hours=3))}) + "\n")
     (line,) = read_corrected_votes(corrected.read_bytes().splitlines(), time.time()).values()
-    write_new_deltas(database, [correction_delta(line.parsed(time.time(), DEFAULT_EVENT_TIME_POLICY), "e-old")])
+    parsed = line.parsed(time.time(), DEFAULT_EVENT_TIME_POLICY)
+    assert isinstance(parsed, VoteEvent), parsed
+    write_new_deltas(database, [correction_delta(parsed, "e-old")])
 
     code, (report,), _ = replay_corrections(stack, capsys, corrected)
     assert (code, report["corrections_written"], report["corrections_already_written"], report["acknowledged"]) == (

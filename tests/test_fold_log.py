@@ -89,7 +89,8 @@ def test_runs_that_overlap_in_time_fold_each_delta_once(stack, database) -> None
     earlier = fold(stack, s1)  # started from the same cursor: finds every post already past S1
     assert earlier.deltas_folded == 0 and earlier.posts_already_folded == 10
     with database.snapshot(multi_use=True) as snapshot:
-        assert fold_cursor(snapshot).changes_through == s2  # the larger ChangesThrough stays the cursor
+        cursor = fold_cursor(snapshot)
+        assert cursor is not None and cursor.changes_through == s2  # the larger ChangesThrough stays the cursor
     assert fold(stack).deltas_folded == 10
     want = gains(first + second + third)
     assert folded(database, want) == want == exact(database, want)
@@ -153,6 +154,7 @@ def test_a_skipped_post_is_folded_by_the_next_run_without_a_new_delta(stack, dat
     assert outcome.posts_skipped == 1 and outcome.posts_folded == 2
     with database.snapshot(multi_use=True) as snapshot:
         cursor = fold_cursor(snapshot)
+        assert cursor is not None
         assert [p.post_id for p in cursor.skipped] == ["skip-me"] and "injected" in cursor.skipped[0].error
         assert not list(read_changes(snapshot, cursor.changes_through))  # nothing new names it
     assert folded(database, ["skip-me"]) == {"skip-me": Counts()}
@@ -162,7 +164,8 @@ def test_a_skipped_post_is_folded_by_the_next_run_without_a_new_delta(stack, dat
     assert (again.posts_folded, again.deltas_folded, again.posts_skipped) == (1, 1, 0)
     assert folded(database, ["skip-me"]) == {"skip-me": Counts(upvotes=4, shares=2)}
     with database.snapshot(multi_use=True) as snapshot:
-        assert fold_cursor(snapshot).skipped == ()
+        cursor = fold_cursor(snapshot)
+        assert cursor is not None and cursor.skipped == ()
     assert fold(stack).deltas_folded == 0
 
 

@@ -216,12 +216,13 @@ def test_provision_adds_the_suspensions_to_a_database_with_votes_and_the_sink_wa
         apply_vote_states(database, old_states)
     assert schema_behind(waited.value)  # the sink waits for `upvotes provision` (transforms/buffered_sink.py)
     # What the previous version wrote: the Votes rows, and the delta row they moved with its log rows.
-    run_with_retries(lambda: commit_mutations(database, lambda batch: (
+    def write_as_before(batch) -> None:
         batch.insert("Votes", columns=VOTE_COLUMNS,
                      values=[vote_key(key.post_id, key.user_id) + (UP, micros_timestamp(HOUR * 1_000_000), "e",
                                                                   hour_timestamp(HOUR), spanner.COMMIT_TIMESTAMP)
-                             for key in old_states]),
-        add_delta_writes(batch, [PostDelta.of("mig-1", HOUR, "@vote/old", upvotes=2, events=2)]))))
+                             for key in old_states])
+        add_delta_writes(batch, [PostDelta.of("mig-1", HOUR, "@vote/old", upvotes=2, events=2)])
+    run_with_retries(lambda: commit_mutations(database, write_as_before))
 
     logged: list[str] = []
     provision_spanner(res, False, "unused", logged.append)

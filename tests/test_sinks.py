@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Sequence
 
 import apache_beam as beam
 import pytest
@@ -13,7 +14,7 @@ from local_runner import drain
 from schemas.records import FailedDelta, FailedVoteStates, PostDelta, PostUser
 from schemas.vote_states import LatestVote
 from schemas.voter_sketch import sketch_of
-from spanner_writes.sinks import DELTA_ROWS, SINKS, VOTE_STATES, sink_of, sink_of_kind
+from spanner_writes.sinks import DELTA_ROWS, SINKS, VOTE_STATES, FailedRecord, SinkDeclaration, sink_of, sink_of_kind
 from transforms.buffered_sink import SinkCounters
 from transforms.dead_letter import to_dead_letter
 from upvotes.operations.dead_letters import REJECTED_VOTE, DeadLetter, execute_replay, plan_replay
@@ -25,18 +26,18 @@ READERS = ("local_runner/drain.py", "transforms/dead_letter.py", "pipeline/strea
 HOUR = 1_795_312_800
 # Failed records of every declared sink, as its `failed` output holds them: a sink added to the
 # registry without its samples here fails test_every_declared_sink_has_samples.
-SAMPLES = {
-    FailedDelta: [
-        FailedDelta(PostDelta.of("p-1", HOUR, "w:1:0", upvotes=3, shares=-1, events=4), "spanner_write_failed: x"),
-        FailedDelta(PostDelta.of("p-é", HOUR, "w:2:0", downvotes=1, events=1, voters=sketch_of(["u", "v"])),
-                    "spanner_write_failed: key conflict: é"),
-    ],
-    FailedVoteStates: [
-        FailedVoteStates(((PostUser("p-1", "a"), LatestVote("up", 1, "e1", HOUR, 2, True)),
-                          (PostUser("p-1", "b"), LatestVote("none", 7, "", HOUR, 1, False))),
-                         "spanner_apply_failed: 400 injected"),
-    ],
-}
+DELTA_SAMPLES = [
+    FailedDelta(PostDelta.of("p-1", HOUR, "w:1:0", upvotes=3, shares=-1, events=4), "spanner_write_failed: x"),
+    FailedDelta(PostDelta.of("p-é", HOUR, "w:2:0", downvotes=1, events=1, voters=sketch_of(["u", "v"])),
+                "spanner_write_failed: key conflict: é"),
+]
+STATES_SAMPLES = [
+    FailedVoteStates(((PostUser("p-1", "a"), LatestVote("up", 1, "e1", HOUR, 2, True)),
+                      (PostUser("p-1", "b"), LatestVote("none", 7, "", HOUR, 1, False))),
+                     "spanner_apply_failed: 400 injected"),
+]
+SAMPLES: dict[type[FailedRecord], Sequence[FailedRecord]] = {
+    FailedDelta: DELTA_SAMPLES, FailedVoteStates: STATES_SAMPLES}
 
 
 def test_the_declared_names_are_the_documented_ones() -> None:
@@ -90,7 +91,7 @@ def test_every_declared_sink_has_samples() -> None:
 
 
 @pytest.mark.parametrize("sink", SINKS, ids=lambda sink: sink.step)
-def test_a_failed_record_round_trips_through_its_sinks_codec_and_the_dead_letter_topic(sink) -> None:
+def test_a_failed_record_round_trips_through_its_sinks_codec_and_the_dead_letter_topic(sink: SinkDeclaration) -> None:
     assert sink_of_kind(sink.codec.kind) is sink and sink.codec.kind != REJECTED_VOTE
     for failed in SAMPLES[sink.failed]:
         assert sink_of(failed) is sink
@@ -105,7 +106,7 @@ def test_a_failed_record_round_trips_through_its_sinks_codec_and_the_dead_letter
 
 def test_the_dead_letters_are_the_messages_earlier_versions_published() -> None:
     """Dead letters already on the topic must still be read, and scripts read the new ones."""
-    delta, states = SAMPLES[FailedDelta][0], SAMPLES[FailedVoteStates][0]
+    delta, states = DELTA_SAMPLES[0], STATES_SAMPLES[0]
     message = to_dead_letter(delta)
     assert message.data == json.dumps({
         "post_id": "p-1", "event_hour": HOUR, "delta_id": "w:1:0", "upvotes": 3, "downvotes": 0, "shares": -1,
@@ -135,8 +136,14 @@ def test_the_streaming_pipeline_wires_every_declared_sink_to_the_dead_letters(mo
     steps = {part.full_label: part for part in pipeline.transforms_stack[0].parts}
     assert {sink.step for sink in SINKS} <= set(steps)
     # The rejected messages first, then each sink's failed records in the registry's order.
-    assert [pcoll.producer.full_label.split("/")[0] for pcoll in steps["PublishDeadLetters"].main_inputs.values()] == [
+    assert [step_of(pcoll) for pcoll in steps["PublishDeadLetters"].main_inputs.values()] == [
         "ParseVotes", *(sink.step for sink in SINKS)]
+
+
+def step_of(pcoll: beam.pvalue.PValue) -> str:
+    """The top-level step that produced the collection."""
+    assert pcoll.producer is not None
+    return pcoll.producer.full_label.split("/")[0]
 
 
 def letters_of_every_sink() -> list[DeadLetter]:
@@ -152,7 +159,8 @@ def test_a_replay_rewrites_every_sinks_failed_records_sink_by_sink_and_reports_a
     assert [held.sink for held in plan.failed] == [sink for sink in SINKS for _ in SAMPLES[sink.failed]]
     assert [held.failed for held in plan.failed] == [sample for sink in SINKS for sample in SAMPLES[sink.failed]]
     assert [letter.kind for letter in plan.left] == [REJECTED_VOTE]
-    replayed, acked = [], []
+    replayed: list[tuple[SinkDeclaration, FailedRecord]] = []
+    acked: list[DeadLetter] = []
 
     def replay_failed(sink, failed) -> tuple[int, int]:
         replayed.append((sink, failed))
@@ -175,7 +183,7 @@ def test_a_replay_rewrites_every_sinks_failed_records_sink_by_sink_and_reports_a
 
 
 def test_what_a_dry_run_says_of_each_sinks_dead_letters_is_unchanged() -> None:
-    delta, states = SAMPLES[FailedDelta][0], SAMPLES[FailedVoteStates][0]
+    delta, states = DELTA_SAMPLES[0], STATES_SAMPLES[0]
     assert (DELTA_ROWS.replay.action, DELTA_ROWS.replay.described(delta)) == (
         "rewrite_delta", {"delta": delta.delta.to_json()})
     assert (VOTE_STATES.replay.action, VOTE_STATES.replay.described(states)) == ("apply_vote_states", {"states": 2})

@@ -96,6 +96,7 @@ class Run:
         user = self.rng.choice(self.users)
         self.requests += 1
         result = forget_user(self.database, f"f{self.requests}", user, "erasure", "dpo")
+        assert result.request.as_of is not None  # its forget time, read back
         self.ledger.forget(user, timestamp_micros(result.request.as_of), f"@forget/f{self.requests}")
         return f"forget {user}: {result.retracted} retracted"
 

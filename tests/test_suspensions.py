@@ -29,8 +29,8 @@ from upvotes.cli import main
 import upvotes.operations.suspensions as suspensions_module
 from upvotes.operations.forget_user import forget_user
 from upvotes.operations.suspensions import (
-    RESTORE, SUSPEND, SuspensionIdInUse, UnknownSuspension, list_suspensions, requests_of, restore_users,
-    suspend_users,
+    RESTORE, SUSPEND, RequestResult, SuspensionIdInUse, UnknownSuspension, list_suspensions, requests_of,
+    restore_users, suspend_users,
 )
 
 HOUR = 1_795_312_800  # two event hours: HOUR and HOUR + 3600
@@ -53,6 +53,13 @@ def cast(database, votes: dict[tuple[str, str], tuple[str, int]]) -> None:
 
 def counts(database, *posts: str) -> list[Counts]:
     return [row.counts for row in exact_counts(database, list(posts))]
+
+
+def stored_vote(database, post_id: str, user_id: str) -> StoredVote:
+    """The user's stored vote on the post, which must be there."""
+    found = vote_of(database, post_id, user_id)
+    assert found is not None, (post_id, user_id)
+    return found
 
 
 def hours(database, post: str) -> dict[int, Counts]:
@@ -108,18 +115,19 @@ def test_a_suspension_holds_the_ring_out_of_every_count_and_hour_since_its_time_
     assert counts(database, "sa-1", "sa-2") == [Counts(upvotes=4), Counts(upvotes=4)]
     assert hours(database, "sa-1") == {HOUR: Counts(upvotes=4)}  # out of the vote's own hour
     assert hours(database, "sa-2") == {HOUR: Counts(upvotes=4)}
-    assert vote_of(database, "sa-1", "ring-a2").held_out and not vote_of(database, "sa-1", "ring-a1").held_out
+    assert stored_vote(database, "sa-1", "ring-a2").held_out and not stored_vote(database, "sa-1", "ring-a1").held_out
 
     audit = requests_of(database, "ring-a")[SUSPEND]
     assert (audit.reason, audit.actor, audit.since, audit.user_ids, audit.votes, audit.counts, audit.commits) == (
         "lockstep on sa-*", "t&s", since, ("ring-a1", "ring-a2"), 2, Counts(upvotes=-1, downvotes=-1), 1)
-    assert audit.requested_at is not None and audit.finished_at >= audit.requested_at
+    assert audit.requested_at is not None and audit.finished_at is not None
+    assert audit.finished_at >= audit.requested_at
 
     restored = restore_users(database, "ring-a", "appeal upheld", "t&s")
     assert (restored.written, restored.votes, restored.counts) == (True, 2, Counts(upvotes=1, downvotes=1))
     assert (counts(database, "sa-1", "sa-2"), hours(database, "sa-1"), hours(database, "sa-2")) == before
     (listed,) = [s for s in list_suspensions(database) if s.suspended.suspension_id == "ring-a"]
-    assert listed.state == "restored" and listed.restored.reason == "appeal upheld"
+    assert listed.state == "restored" and listed.restored is not None and listed.restored.reason == "appeal upheld"
 
 
 def test_a_vote_in_flight_through_the_sink_does_not_count_and_one_cast_while_suspended_counts_after_the_restore(
@@ -136,7 +144,7 @@ def test_a_vote_in_flight_through_the_sink_does_not_count_and_one_cast_while_sus
 
     suspend_users(database, "ring-b", ["ring-b"], "sockpuppet", "t&s")
     assert list(sink.finish_bundle()) == []  # applied now, after the suspension: nothing dead-lettered
-    assert vote_of(database, "sb-1", "ring-b").vote == UP and vote_of(database, "sb-1", "ring-b").held_out
+    assert stored_vote(database, "sb-1", "ring-b").vote == UP and stored_vote(database, "sb-1", "ring-b").held_out
     assert counts(database, "sb-1") == [Counts(upvotes=1)]
 
     cast(database, {("sb-2", "ring-b"): (DOWN, at(30))})  # cast while suspended, on a post with no row yet
@@ -154,8 +162,12 @@ def test_a_crash_between_passes_then_a_rerun_by_id_moves_nothing_twice(database,
     suspension = f"ring-c-{request_kind}"
     if request_kind == RESTORE:
         suspend_users(database, suspension, ring, "ring", "t&s")
-    run = suspend_users if request_kind == SUSPEND else restore_users
-    args = (ring, "ring", "t&s") if request_kind == SUSPEND else ("cleared", "t&s")
+
+    def run(database, rows_per_pass: int) -> RequestResult:
+        """The request of `request_kind`, on `database`."""
+        if request_kind == SUSPEND:
+            return suspend_users(database, suspension, ring, "ring", "t&s", rows_per_pass=rows_per_pass)
+        return restore_users(database, suspension, "cleared", "t&s", rows_per_pass=rows_per_pass)
 
     def crash_on_the_third_pass(transaction_number: int) -> None:
         if transaction_number == 3:
@@ -163,14 +175,14 @@ def test_a_crash_between_passes_then_a_rerun_by_id_moves_nothing_twice(database,
 
     crashing = FlakyDatabase(database, before_transaction=crash_on_the_third_pass)
     with pytest.raises(RuntimeError, match="injected"):
-        run(crashing, suspension, *args, rows_per_pass=3)
+        run(crashing, rows_per_pass=3)
     halfway = sum(c.upvotes for c in counts(database, *posts))
     assert halfway == (6 * 4 - 6 if request_kind == SUSPEND else 6 + 6)  # two passes of three votes moved
     assert requests_of(database, suspension)[request_kind].finished_at is None
 
-    rerun = run(database, suspension, *args, rows_per_pass=3)
+    rerun = run(database, rows_per_pass=3)
     assert (rerun.written, rerun.votes) == (False, 12)  # the 12 votes the crashed run had not moved
-    again = run(database, suspension, *args, rows_per_pass=3)
+    again = run(database, rows_per_pass=3)
     assert (again.votes, again.commits) == (0, 0)
     audit = requests_of(database, suspension)[request_kind]
     assert (audit.votes, audit.commits) == (18, 6) and audit.finished_at is not None  # each vote moved once
@@ -204,7 +216,7 @@ def test_a_user_in_two_suspensions_counts_again_only_when_both_are_lifted_and_a_
     forget_user(database, "erase-d", "forgotten", "erasure request", "dpo")
     assert restore_users(database, "ring-d1", "cleared", "t&s").votes == 0  # "twice" is still in ring-d2
     assert counts(database, "sd-1") == [Counts(upvotes=1)]
-    assert vote_of(database, "sd-1", "forgotten").vote == NONE
+    assert stored_vote(database, "sd-1", "forgotten").vote == NONE
     assert restore_users(database, "ring-d2", "cleared", "t&s").votes == 1
     assert counts(database, "sd-1") == [Counts(upvotes=2)]
     assert [s.state for s in list_suspensions(database) if s.suspended.suspension_id.startswith("ring-d")] == [

@@ -44,6 +44,7 @@ Element = TypeVar("Element")  # what the sink's input PCollection holds
 Pending = TypeVar("Pending", bound=Sized)  # a bundle's buffer; its length is what rows_per_commit caps
 Batch = TypeVar("Batch", bound=Sized)  # one commit's (or transaction's) worth
 Failed = TypeVar("Failed")  # a dead letter
+Result = TypeVar("Result")  # what one attempt to write a batch returns, that `refused` reads
 
 # Long enough to ride out a brief outage or a burst of aborts from a concurrent fold, and
 # bounded, by attempts and by RetryPolicy's deadline: then the error is raised (see the module
@@ -75,7 +76,7 @@ class SinkCounters(NamedTuple):
         )
 
 
-class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
+class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed, Result]):
     """Buffer -> flush -> plan -> apply with retries -> dead letters (see the module docstring).
 
     Main output: nothing; FAILED: the dead letters of the batches that can never be applied."""
@@ -84,9 +85,9 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
 
     def __init__(self, *, sink: SinkDeclaration, writer: str, rows_per_commit: int, retry: RetryPolicy,
                  empty: Callable[[], Pending], add: Callable[[Pending, Element], None],
-                 plan: Callable[[Pending, int], Iterable[Batch]], apply: Callable[[Batch], object],
+                 plan: Callable[[Pending, int], Iterable[Batch]], apply: Callable[[Batch], Result],
                  fail: Callable[[Batch, str], Iterable[Failed]], events: Callable[[Batch], int],
-                 refused: Callable[[object], tuple[Batch, str] | None] = lambda _result: None) -> None:
+                 refused: Callable[[Result], tuple[Batch, str] | None] = lambda _result: None) -> None:
         """`sink` declares the counters' names and the reason that starts each dead letter's error;
         `writer` names the sink in the log line of a schema wait; `apply` is one attempt to write
         one batch (it may be a bound method of a subclass that opens its database in `setup`);
@@ -123,7 +124,7 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
         counters = self._counters
         for batch in self._plan(pending, self._rows_per_commit):
             try:
-                result = run_with_retries(lambda b=batch: self._attempt(b), self._retry,
+                result = run_with_retries(lambda: self._attempt(batch), self._retry,  # called at once
                                           lambda _: counters.transient_retries.inc())
             except exceptions.GoogleAPICallError as error:
                 if is_transient(error):
@@ -145,7 +146,7 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed]):
         for failed in self._fail(batch, f"{self._reason}: {why}"[:1000]):
             yield beam.pvalue.TaggedOutput(self.FAILED, failed)
 
-    def _attempt(self, batch: Batch) -> object:
+    def _attempt(self, batch: Batch) -> Result:
         # After SCHEMA_WAIT_S the error is raised, and the batch dead-lettered, to be replayed once
         # the database is migrated.
         return wait_for_schema(lambda: self._apply(batch), self._writer, self._counters.schema_waits.inc)

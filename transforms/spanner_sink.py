@@ -40,7 +40,7 @@ def _conflicts(conflicting: tuple[PostDelta, ...]) -> tuple[list[PostDelta], str
     return (list(conflicting), KEY_CONFLICT) if conflicting else None
 
 
-class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], FailedDelta]):
+class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], FailedDelta, tuple[PostDelta, ...]]):
     """Buffers a bundle's PostDeltas and commits them in planned batches (plan_commits)."""
 
     def __init__(
@@ -66,6 +66,7 @@ class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], 
 
     def _commit_once(self, batch: list[PostDelta]) -> tuple[PostDelta, ...]:
         """Writes the batch; returns the rows a key conflict kept out (for `_conflicts`)."""
+        conflicting: tuple[PostDelta, ...]
         try:
             result, conflicting = write_new_deltas(self._database, batch, self._known_posts), ()
         except KeyConflict as conflict:

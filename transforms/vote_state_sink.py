@@ -43,7 +43,7 @@ def _events(batch: States) -> int:
     return sum(state.events for state in batch.values())
 
 
-class ApplyVoteStatesFn(BufferedSinkFn[tuple[int, ShardVotes], States, States, FailedVoteStates]):
+class ApplyVoteStatesFn(BufferedSinkFn[tuple[int, ShardVotes], States, States, FailedVoteStates, VoteChanges]):
     """Merges a bundle's (shard, ShardVotes) panes and applies them in planned batches (plan_batches)."""
 
     def __init__(self, project: str, instance: str, database: str, rows_per_commit: int,

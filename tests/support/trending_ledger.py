@@ -98,9 +98,10 @@ class VoteLedger:
         self._suspensions.pop(suspension_id, None)
 
     def counted_vote(self, post_id: str, user_id: str) -> tuple[str, int] | None:
-        """The (vote, hour) a user's latest state on a post counts, or None: none, erased or suspended."""
+        """The (counter, hour) a user's latest state on a post counts, or None: none, erased or suspended."""
         state = self._states.get((post_id, user_id))
-        if state is None or STATE_COUNTER[state[3]] is None:
+        counter = None if state is None else STATE_COUNTER[state[3]]
+        if state is None or counter is None:
             return None
         erasure = self._erasures.get(user_id)
         if erasure is not None and state[:3] <= erasure:
@@ -108,10 +109,10 @@ class VoteLedger:
         for users, since in self._suspensions.values():
             if user_id in users and (since is None or since <= state[0]):
                 return None
-        return state[3], state[4]
+        return counter, state[4]
 
     def all_entries(self) -> list[Entry]:
-        states = [Entry(post_id, counted[1], STATE_COUNTER[counted[0]], 1)
+        states = [Entry(post_id, counted[1], counted[0], 1)
                   for post_id, user_id in self._states if (counted := self.counted_vote(post_id, user_id))]
         return self.entries + states
 

@@ -47,7 +47,7 @@ def _kept_subscription(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from google.cloud import pubsub_v1
 
-    from upvotes.operations.dead_letters import HeldLetters, backlog_by_reason, pull_dead_letters, release
+    from upvotes.operations.dead_letters import DeadLetter, HeldLetters, backlog_by_reason, pull_dead_letters, release
 
     if args.action == "replay" and not (args.instance and args.database):
         raise UsageError("replay needs --instance and --database (where failed delta rows and vote states are "
@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
     subscription = _kept_subscription(args)
     subscriber = pubsub_v1.SubscriberClient()
-    held, others = [], []
+    held: list[DeadLetter] = []
+    others: list[DeadLetter] = []
     try:
         with HeldLetters(subscriber, subscription) as leases:  # a long replay keeps what it holds
             held, others = pull_dead_letters(subscriber, subscription, args.limit, args.reason, held=leases)

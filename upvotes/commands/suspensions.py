@@ -29,11 +29,11 @@ def run(args: argparse.Namespace) -> int:
             continue
         held, restored = suspension.suspended, suspension.restored
         since = "every vote" if held.since is None else f"since {held.since.isoformat()}"
-        back = "" if restored is None else (f"; restored {restored.requested_at.isoformat()} by {restored.actor} "
+        back = "" if restored is None else (f"; restored {restored.recorded_at.isoformat()} by {restored.actor} "
                                             f"({restored.reason!r}): {restored.votes:,} votes back in")
         print(f"{held.suspension_id}  {suspension.state:<10} {len(held.user_ids):,} users, {since}: "
               f"{-held.counts.upvotes:,} upvotes and {-held.counts.downvotes:,} downvotes held out "
-              f"({held.votes:,} votes); {held.requested_at.isoformat()} by {held.actor} ({held.reason!r}){back}")
+              f"({held.votes:,} votes); {held.recorded_at.isoformat()} by {held.actor} ({held.reason!r}){back}")
     if not suspensions and not args.json:
         print("no suspensions")
     return 0

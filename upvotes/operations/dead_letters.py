@@ -443,5 +443,6 @@ def execute_replay(plan: ReplayPlan, replay_failed: Callable[[SinkDeclaration, F
         counts[written_before] += existing
         ack([letter])
         acked += 1
-    corrections = [counts.pop(name) for name in _CORRECTIONS_COUNTED_AS]
-    return ReplayReport(counts, *corrections, acked, len(plan.left), failed, refused), still_held
+    corrections_written, corrections_already_written = (counts.pop(name) for name in _CORRECTIONS_COUNTED_AS)
+    return ReplayReport(counts, corrections_written, corrections_already_written, acked, len(plan.left), failed,
+                        refused), still_held

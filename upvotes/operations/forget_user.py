@@ -152,6 +152,7 @@ def _erasure_row(request_id: str, user_id: str, forgotten_through) -> tuple:
 def _write_missing_erasure(database, request: Adjustment) -> None:
     """The erasure of a request recorded before UserErasures existed, written by its rerun with the
     request's own forget time. Inserted, never rewritten: a request that has its row keeps it."""
+    assert request.user_id is not None  # a forget-user request's (_recorded checks it is the user's)
     row = _erasure_row(request.adjustment_id, request.user_id, request.as_of)
     try:
         run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert(
@@ -174,9 +175,11 @@ def forget_user(database, request_id: str, user_id: str, reason: str, actor: str
                          as_of_committed=True)
         # Read back for F: this run's record with its commit time, or that of a run of the same ID racing it.
         request = _recorded(database, request_id, user_id)
+        assert request is not None  # recorded: by this run, or by a run of the same ID racing it
     if not written:
         _write_missing_erasure(database, request)
     # Read after the record: every state applied before it is here, every one after it saw the erasure.
+    assert request.as_of is not None and request.created_at is not None  # read back: its record's commit time
     plan = plan_retractions(votes_of_user(database, user_id), erasure(request_id, timestamp_micros(request.as_of)),
                             request.created_at)
     totals = apply_all_vote_states(database, plan.states, rows_per_commit)

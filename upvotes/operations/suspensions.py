@@ -118,9 +118,23 @@ class Request(NamedTuple):
     finished_at: datetime | None = None  # None: in progress, or stopped (run the same ID again)
 
     def row(self) -> tuple:
+        return self._row(self.requested_at)
+
+    def committed_row(self) -> tuple:
+        """Its row to write: RequestedAt the commit's timestamp (spanner.COMMIT_TIMESTAMP, the
+        placeholder Spanner fills in)."""
+        return self._row(spanner.COMMIT_TIMESTAMP)
+
+    def _row(self, requested_at: datetime | str | None) -> tuple:
         return (self.suspension_id, self.request, self.reason, self.actor, self.since,
-                list(self.user_ids) if self.request == SUSPEND else None, self.requested_at, self.votes,
+                list(self.user_ids) if self.request == SUSPEND else None, requested_at, self.votes,
                 *self.counts, self.commits, self.finished_at)
+
+    @property
+    def recorded_at(self) -> datetime:
+        """`requested_at` of a recorded request (RequestedAt is NOT NULL: every row read has it)."""
+        assert self.requested_at is not None, f"suspension {self.suspension_id}: {self.request} not recorded"
+        return self.requested_at
 
     @classmethod
     def from_row(cls, row) -> Request:
@@ -163,7 +177,7 @@ def requests_of(database, suspension_id: str) -> dict[str, Request]:
 def _record(database, request: Request, user_rows: list[tuple], columns: Sequence[str]) -> bool:
     """The audit row and the first users' rows, one blind commit; False if the row exists (an earlier
     run recorded it, or this one did when a retried commit's first attempt succeeded unseen)."""
-    row = request._replace(requested_at=spanner.COMMIT_TIMESTAMP).row()
+    row = request.committed_row()
 
     def write(batch) -> None:
         batch.insert(SUSPENSIONS, columns=SUSPENSION_COLUMNS, values=[row])
@@ -181,8 +195,9 @@ def _write_user_rows(database, rows: list[tuple], columns: Sequence[str]) -> Non
     a reader sees)."""
     for start in range(0, len(rows), USERS_PER_RECORD_COMMIT):
         chunk = rows[start:start + USERS_PER_RECORD_COMMIT]
-        run_with_retries(lambda c=chunk: commit_mutations(
-            database, lambda batch: batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=c)), REQUEST_RETRY)
+        run_with_retries(lambda: commit_mutations(  # called at once
+            database, lambda batch: batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=chunk)),
+            REQUEST_RETRY)
 
 
 def _rows_of(database, suspension_id: str, user_ids: Sequence[str]) -> dict[str, datetime | None]:
@@ -209,7 +224,8 @@ def _pass_over(database, user_ids: Sequence[str], tally: Tally, rows_per_pass: i
                        if needs_move(vote, holds)]
         for batch in plan_passes(to_move, rows_per_pass):
             keys = [PostUser(vote.post_id, vote.user_id) for vote in batch]
-            for moves in run_with_retries(lambda k=keys: reconcile_votes(database, k, tally), REQUEST_RETRY):
+            # The lambda is called at once, with this pass's keys.
+            for moves in run_with_retries(lambda: reconcile_votes(database, keys, tally), REQUEST_RETRY):
                 if moves.marks:
                     votes, counts, commits = votes + moves.votes, counts.plus(moves.counts), commits + 1
                     if on_pass is not None:
@@ -320,5 +336,5 @@ def list_suspensions(database, limit: int = 100) -> list[Suspension]:
         requests = [Request.from_row(row) for row in snapshot.read(SUSPENSIONS, columns=SUSPENSION_COLUMNS,
                                                                    keyset=KeySet(all_=True))]
     restores = {r.suspension_id: r for r in requests if r.request == RESTORE}
-    suspended = sorted((r for r in requests if r.request == SUSPEND), key=lambda r: r.requested_at, reverse=True)
+    suspended = sorted((r for r in requests if r.request == SUSPEND), key=lambda r: r.recorded_at, reverse=True)
     return [Suspension(r, restores.get(r.suspension_id)) for r in suspended[:limit]]
