@@ -22,8 +22,15 @@ demo: install
 # it alone takes about 5 minutes. CI (.ci/run) runs both.
 test: install
 	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory typecheck
 	$(BIN)/python -m pytest -m "not bench_smoke" $(PYTEST_ARGS)
+
+# Lint and format, as ruff.toml says; `$(BIN)/ruff format .` fixes what the format check finds.
+.PHONY: lint
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # Types: mypy over the whole tree (packages, templates/*.py, setup.py, tests), as mypy.ini says.
 .PHONY: typecheck

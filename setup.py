@@ -5,6 +5,7 @@ The same file is the Dataflow workers' setup file (`--setup_file ./setup.py`), s
 workers install exactly the packages and versions tested here; in the worker image, where
 only the worker packages are copied, it installs just those.
 """
+
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -19,8 +20,20 @@ setup(
     version="0.1.0",
     description="Counts upvotes and shares on viral posts with blind-write deltas in Cloud Spanner.",
     python_requires=">=3.10",
-    packages=find_packages(include=["pipeline", "transforms", "spanner_writes", "spanner_reads", "spanner_store",
-                                    "schemas", "local_runner", "upvotes", "upvotes.*", "bench"]),
+    packages=find_packages(
+        include=[
+            "pipeline",
+            "transforms",
+            "spanner_writes",
+            "spanner_reads",
+            "spanner_store",
+            "schemas",
+            "local_runner",
+            "upvotes",
+            "upvotes.*",
+            "bench",
+        ]
+    ),
     package_data={"schemas": ["*.sql", "*.json"]},
     install_requires=[
         f"apache-beam[gcp]=={BEAM_VERSION}",
@@ -40,14 +53,23 @@ setup(
         "tqdm>=4.66,<5",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20",
-                 # `make typecheck` (mypy.ini), part of `make test`.
-                 "mypy>=1.14",
-                 # jsonschema checks "format": "date-time" only with this installed (tests/test_contract.py).
-                 "rfc3339-validator>=0.1.4",
-                 "httpx>=0.27", "selenium>=4.20",
-                 # tests/test_write_back.py: the write-back baseline on a real redis-server.
-                 "redis[hiredis]>=5,<9"],
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6.100",
+            "pytest-timeout>=2.3",
+            "import-linter>=2.1",
+            "jsonschema>=4.20",
+            # `make typecheck` (mypy.ini), part of `make test`.
+            "mypy>=2.4,<2.5",  # a newer minor version may find more: move up with its fixes
+            # `make lint` (ruff.toml), part of `make test`: lint and format.
+            "ruff>=0.17.6,<0.18",  # the formatter's style changes only between minor versions
+            # jsonschema checks "format": "date-time" only with this installed (tests/test_contract.py).
+            "rfc3339-validator>=0.1.4",
+            "httpx>=0.27",
+            "selenium>=4.20",
+            # tests/test_write_back.py: the write-back baseline on a real redis-server.
+            "redis[hiredis]>=5,<9",
+        ],
         # The write-back cache baseline (bench/write_back_cache.py) talks to a real redis-server
         # (Debian's redis-server package) through redis-py, with hiredis parsing the replies.
         # py-spy: where the local stream's time goes, by stage (bench/real_traffic.py; skipped without it).

@@ -10,11 +10,13 @@ A section is named after its benchmark: the report puts an anchor `<a id="NAME">
 section's heading `### NAME: ...`, so README.md, bench/README.md and docs/ cite "the `NAME`
 section of bench/results/latest.md" (results/latest.md#NAME), never a number.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from upvotes.resources import Resources
 

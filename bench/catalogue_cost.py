@@ -28,6 +28,7 @@ PostDeltas (a stored generated ChangeShard column and an index on (ChangeShard, 
 counted on that DDL variant. Per 1,000 votes at one vote per delta row, for full commits of
 1,000 rows and for the worst case of one row per commit.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,20 +36,19 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from google.cloud import spanner
 from google.cloud.spanner_v1 import Mutation
 from google.cloud.spanner_v1.batch import Batch
 
+import schemas
 from bench.benchmark import Benchmark, table, target
 from bench.stack import fresh_database
-import schemas
 from schemas.counters import Counts
-from schemas.ddl import schema_model
-from schemas.ddl import ddl_object_name
+from schemas.ddl import ddl_object_name, schema_model
 from schemas.records import PostDelta
 from spanner_reads.reads import exact_counts
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_with_retries
@@ -87,10 +87,15 @@ def timed_json(argv: list[str]) -> tuple[float, dict]:
 def seed_posts(database, first: int, last: int, folded_at: datetime) -> None:
     """Posts first..last-1, folded at `folded_at`, with nothing unfolded."""
     for start in range(first, last, SEED_ROWS_PER_COMMIT):
-        rows = [post_key(f"cat-{n}") + tuple(Counts()) + (folded_at, folded_at)
-                for n in range(start, min(last, start + SEED_ROWS_PER_COMMIT))]
-        run_with_retries(lambda: commit_mutations(  # called at once
-            database, lambda batch: batch.insert(POSTS, columns=SEED_COLUMNS, values=rows)))
+        rows = [
+            post_key(f"cat-{n}") + tuple(Counts()) + (folded_at, folded_at)
+            for n in range(start, min(last, start + SEED_ROWS_PER_COMMIT))
+        ]
+        run_with_retries(
+            lambda: commit_mutations(  # called at once
+                database, lambda batch: batch.insert(POSTS, columns=SEED_COLUMNS, values=rows)
+            )
+        )
 
 
 def work(size: int, tag: str) -> list[PostDelta]:
@@ -106,8 +111,11 @@ def commands(res: Resources) -> tuple[list[str], list[str]]:
 
 def folded_upvotes(database, post_ids: list[str]) -> dict[str, int]:
     with database.snapshot() as snapshot:
-        return dict(snapshot.read(POSTS, columns=("PostId", "Upvotes"),
-                                  keyset=spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])))
+        return dict(
+            snapshot.read(
+                POSTS, columns=("PostId", "Upvotes"), keyset=spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
+            )
+        )
 
 
 def measure_size(database, res: Resources, size: int, rounds: int) -> dict:
@@ -129,11 +137,14 @@ def measure_size(database, res: Resources, size: int, rounds: int) -> dict:
     # Every post of the work gained WORK_DELTAS / WORK_POSTS votes a round, folded and read exactly.
     want = {p: before[p] + (rounds + 1) * WORK_DELTAS // WORK_POSTS for p in posts}
     exact = (
-        all((r["unfolded_deltas"], r["posts_with_unfolded_deltas"], r["full_scan"]) == (WORK_DELTAS, WORK_POSTS, False)
-            for _, r in runs["status"])
+        all(
+            (r["unfolded_deltas"], r["posts_with_unfolded_deltas"], r["full_scan"]) == (WORK_DELTAS, WORK_POSTS, False)
+            for _, r in runs["status"]
+        )
         and all((r["deltas_folded"], r["full_scan"]) == (WORK_DELTAS, False) for _, r in runs["fold"])
         and all(r["deltas_folded"] == 0 for _, r in runs["fold_idle"])
-        and full_status["unfolded_deltas"] == WORK_DELTAS and full_status["full_scan"]
+        and full_status["unfolded_deltas"] == WORK_DELTAS
+        and full_status["full_scan"]
         and (scanned["deltas_folded"], scan_idle["deltas_folded"], scanned["full_scan"]) == (WORK_DELTAS, 0, True)
         and folded_upvotes(database, posts) == want
         and {t.post_id: t.counts.upvotes for t in exact_counts(database, posts)} == want
@@ -144,9 +155,12 @@ def measure_size(database, res: Resources, size: int, rounds: int) -> dict:
         point[f"{name}_samples_s"] = [round(seconds, 2) for seconds, _ in samples]
         point[f"{name}_rows_read"] = max(report["rows_read"] for _, report in samples)
     point["full_scan"] = {
-        "fold_s": round(scan_s, 2), "fold_rows_read": scanned["rows_read"],
-        "fold_idle_s": round(scan_idle_s, 2), "fold_idle_rows_read": scan_idle["rows_read"],
-        "status_s": round(full_status_s, 2), "status_rows_read": full_status["rows_read"],
+        "fold_s": round(scan_s, 2),
+        "fold_rows_read": scanned["rows_read"],
+        "fold_idle_s": round(scan_idle_s, 2),
+        "fold_idle_rows_read": scan_idle["rows_read"],
+        "status_s": round(full_status_s, 2),
+        "status_rows_read": full_status["rows_read"],
     }
     return point
 
@@ -180,9 +194,11 @@ def sink_cost() -> dict:
         shard_index = commit_mutation_count(previous, variant) + rows
         per_1k = 1_000 / rows  # commits per 1,000 votes
         shapes[f"{rows}_rows_per_commit"] = {
-            "before": round(before * per_1k), "change_log": round(after * per_1k),
+            "before": round(before * per_1k),
+            "change_log": round(after * per_1k),
             "shard_index": round(shard_index * per_1k),
-            "change_log_ratio": round(after / before, 4), "shard_index_ratio": round(shard_index / before, 4),
+            "change_log_ratio": round(after / before, 4),
+            "shard_index_ratio": round(shard_index / before, 4),
         }
     return shapes
 
@@ -217,6 +233,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 
 # --- sizes and report ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Sizes:
     catalogue_posts: tuple[int, ...]  # catalogue sizes, the same work at each
@@ -234,20 +251,31 @@ def targets(document: dict) -> list[dict]:
     sink = cc["sink_mutations_per_1k_votes"]
     worst = max(shape["change_log_ratio"] for shape in sink.values())
     return [
-        target(f"Fold of {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts, whole command: "
-               f"<= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
-               f"{cc['fold_time_ratio']:.2f}x ({last['fold_s']:.1f} s vs {first['fold_s']:.1f} s, {span}; rows read "
-               f"{first['fold_rows_read']:,} -> {last['fold_rows_read']:,}); full scan, same run: "
-               f"{cc['full_scan_fold_time_ratio']:.2f}x", cc["fold_time_ratio"] <= 1.5),
-        target(f"`upvotes status`, whole command: <= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
-               f"{cc['status_time_ratio']:.2f}x ({last['status_s']:.1f} s vs {first['status_s']:.1f} s; rows read "
-               f"{first['status_rows_read']:,} -> {last['status_rows_read']:,}); full scan, same run: "
-               f"{cc['full_scan_status_time_ratio']:.2f}x", cc["status_time_ratio"] <= 1.5),
-        target("Sink write cost of the change log: <= +20% mutations per 1,000 votes",
-               "; ".join(f"{name.replace('_', ' ')}: {shape['before']:,} -> {shape['change_log']:,} "
-                         f"({shape['change_log_ratio'] - 1:+.2%}; shard-led index instead: "
-                         f"{shape['shard_index_ratio'] - 1:+.1%})" for name, shape in sink.items()),
-               worst <= 1.2),
+        target(
+            f"Fold of {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts, whole command: "
+            f"<= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
+            f"{cc['fold_time_ratio']:.2f}x ({last['fold_s']:.1f} s vs {first['fold_s']:.1f} s, {span}; rows read "
+            f"{first['fold_rows_read']:,} -> {last['fold_rows_read']:,}); full scan, same run: "
+            f"{cc['full_scan_fold_time_ratio']:.2f}x",
+            cc["fold_time_ratio"] <= 1.5,
+        ),
+        target(
+            f"`upvotes status`, whole command: <= 1.5x from {first['posts']:,} to {last['posts']:,} posts",
+            f"{cc['status_time_ratio']:.2f}x ({last['status_s']:.1f} s vs {first['status_s']:.1f} s; rows read "
+            f"{first['status_rows_read']:,} -> {last['status_rows_read']:,}); full scan, same run: "
+            f"{cc['full_scan_status_time_ratio']:.2f}x",
+            cc["status_time_ratio"] <= 1.5,
+        ),
+        target(
+            "Sink write cost of the change log: <= +20% mutations per 1,000 votes",
+            "; ".join(
+                f"{name.replace('_', ' ')}: {shape['before']:,} -> {shape['change_log']:,} "
+                f"({shape['change_log_ratio'] - 1:+.2%}; shard-led index instead: "
+                f"{shape['shard_index_ratio'] - 1:+.1%})"
+                for name, shape in sink.items()
+            ),
+            worst <= 1.2,
+        ),
     ]
 
 
@@ -256,25 +284,52 @@ def markdown(document: dict) -> list[str]:
     rows = []
     for p in cc["points"]:
         scan = p["full_scan"]
-        rows.append([f"{p['posts']:,}", f"{p['fold_s']:.1f} / {p['fold_rows_read']:,}",
-                     f"{p['fold_idle_s']:.1f} / {p['fold_idle_rows_read']:,}",
-                     f"{p['status_s']:.1f} / {p['status_rows_read']:,}",
-                     f"{scan['fold_s']:.1f} / {scan['fold_rows_read']:,}",
-                     f"{scan['fold_idle_s']:.1f} / {scan['fold_idle_rows_read']:,}",
-                     f"{scan['status_s']:.1f} / {scan['status_rows_read']:,}", "yes" if p["exact"] else "NO"])
+        rows.append(
+            [
+                f"{p['posts']:,}",
+                f"{p['fold_s']:.1f} / {p['fold_rows_read']:,}",
+                f"{p['fold_idle_s']:.1f} / {p['fold_idle_rows_read']:,}",
+                f"{p['status_s']:.1f} / {p['status_rows_read']:,}",
+                f"{scan['fold_s']:.1f} / {scan['fold_rows_read']:,}",
+                f"{scan['fold_idle_s']:.1f} / {scan['fold_idle_rows_read']:,}",
+                f"{scan['status_s']:.1f} / {scan['status_rows_read']:,}",
+                "yes" if p["exact"] else "NO",
+            ]
+        )
     sink = cc["sink_mutations_per_1k_votes"]
     return [
         f"Catalogue cost: the same {cc['work']['deltas']:,} new deltas over {cc['work']['posts']} posts at "
         "each catalogue size (seconds of the whole command / rows read)",
-        table(["Posts", "fold", "fold, nothing to do", "status", "full-scan fold (baseline)",
-               "full-scan fold, nothing to do", "full-scan status", "Exact"], rows),
+        table(
+            [
+                "Posts",
+                "fold",
+                "fold, nothing to do",
+                "status",
+                "full-scan fold (baseline)",
+                "full-scan fold, nothing to do",
+                "full-scan status",
+                "Exact",
+            ],
+            rows,
+        ),
         "Sink mutations per 1,000 votes (one vote per delta row), by the DDL mutation model: "
-        + "; ".join(f"{name.replace('_', ' ')}: before {s['before']:,}, with the change log {s['change_log']:,} "
-                    f"({s['change_log_ratio'] - 1:+.2%}), a shard-led index on PostDeltas instead {s['shard_index']:,} "
-                    f"({s['shard_index_ratio'] - 1:+.1%})" for name, s in sink.items()) + ".",
+        + "; ".join(
+            f"{name.replace('_', ' ')}: before {s['before']:,}, with the change log {s['change_log']:,} "
+            f"({s['change_log_ratio'] - 1:+.2%}), a shard-led index on PostDeltas instead {s['shard_index']:,} "
+            f"({s['shard_index_ratio'] - 1:+.1%})"
+            for name, s in sink.items()
+        )
+        + ".",
     ]
 
 
 BENCHMARK = Benchmark(
-    name="catalogue_cost", title="What `upvotes fold` and `upvotes status` cost as the catalogue grows",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)
+    name="catalogue_cost",
+    title="What `upvotes fold` and `upvotes status` cost as the catalogue grows",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+)

@@ -20,6 +20,7 @@ commit of one window of the sink over `OTHER_POSTS` posts in arrival order, plan
 (`plan_commits`, key order) against the same rows cut in arrival order (before issue 30).
 `runner.py` also meters every other benchmark's process and reports their largest commit.
 """
+
 from __future__ import annotations
 
 import random
@@ -53,17 +54,25 @@ POSTS_PER_COMMIT = defaults(FOLD_PARAMS)["posts_per_commit"]
 def _measure(meter: CommitMeter, work) -> dict:
     meter.reset()
     result = work()
-    return {"largest_commit": int(meter.largest), "commits": meter.commits, "tables": list(meter.largest_tables),
-            **(result or {})}
+    return {
+        "largest_commit": int(meter.largest),
+        "commits": meter.commits,
+        "tables": list(meter.largest_tables),
+        **(result or {}),
+    }
 
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     hours, window_rows = sizes.hours, sizes.window_rows
     database, fresh = fresh_database(res, f"{res.database}-cs")
     clock = [PostDelta.of("broken-clock", HOUR_2001 + 3600 * i, f"c:{i}", upvotes=1, events=1) for i in range(hours)]
-    others = [PostDelta.of(f"p-{n}", HOUR_2001, f"o:{n}", upvotes=1 + n % 5, shares=n % 2, events=1) for n in range(OTHER_POSTS)]
+    others = [
+        PostDelta.of(f"p-{n}", HOUR_2001, f"o:{n}", upvotes=1 + n % 5, shares=n % 2, events=1)
+        for n in range(OTHER_POSTS)
+    ]
     meter = CommitMeter()
     with metering_commits(meter):
+
         def sink():
             for batch in plan_commits(clock + others, ROWS_PER_COMMIT):
                 run_with_retries(lambda b=batch: write_new_deltas(database, b))
@@ -72,10 +81,16 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             outcome = run_fold(fresh)
             (total,) = exact_counts(database, ["broken-clock"])
             folded_hours = hourly_counts(database, "broken-clock", since=datetime(2001, 1, 1, tzinfo=timezone.utc))
-            exact = (total.counts.upvotes == hours and len(folded_hours) == hours
-                     and all(h.counts.upvotes == 1 for h in folded_hours))
-            return {"posts_split": outcome.get("posts_split"), "deltas_folded": outcome.get("deltas_folded"),
-                    "exact": exact}
+            exact = (
+                total.counts.upvotes == hours
+                and len(folded_hours) == hours
+                and all(h.counts.upvotes == 1 for h in folded_hours)
+            )
+            return {
+                "posts_split": outcome.get("posts_split"),
+                "deltas_folded": outcome.get("deltas_folded"),
+                "exact": exact,
+            }
 
         def views():
             version = publish_top_view(database, k=OTHER_POSTS + 1, view="bench-commit-sizes", batch_rows=1_000_000)
@@ -102,18 +117,23 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 
 
 def _shape(meter: CommitMeter) -> dict:
-    return {"commits": meter.commits,
-            "key_ranges_per_commit": round(meter.key_ranges_total / meter.commits, 1),
-            "key_ranges_largest": meter.key_ranges_largest,
-            "mutations_per_commit": round(meter.mutations_total / meter.commits)}
+    return {
+        "commits": meter.commits,
+        "key_ranges_per_commit": round(meter.key_ranges_total / meter.commits, 1),
+        "key_ranges_largest": meter.key_ranges_largest,
+        "mutations_per_commit": round(meter.mutations_total / meter.commits),
+    }
 
 
 def _sink_commit_shape(meter: CommitMeter, database, rows: int) -> dict:
     """One window's delta rows over many posts, arriving in random post order, written in key
     order (today) and, as the baseline, in arrival order (before issue 30)."""
     rng = random.Random(30)
-    arrival = [PostDelta.of(f"shape-{rng.randrange(10 * rows)}", HOUR_2001, f"shape-{order}:{i}:0", upvotes=1, events=1)
-               for order in ("key", "arrival") for i in range(rows)]
+    arrival = [
+        PostDelta.of(f"shape-{rng.randrange(10 * rows)}", HOUR_2001, f"shape-{order}:{i}:0", upvotes=1, events=1)
+        for order in ("key", "arrival")
+        for i in range(rows)
+    ]
     by_key, by_arrival = arrival[:rows], arrival[rows:]
     shapes: dict[str, object] = {}
     meter.reset()
@@ -142,13 +162,19 @@ def _fold_commit_shape(meter: CommitMeter, fresh: Resources, database, written: 
     grouped = _shape(meter)  # the run's compare-and-set transactions and its FoldRuns record
     posts = list(written)
     random.Random(31).shuffle(posts)
-    chunks = [posts[i:i + POSTS_PER_COMMIT] for i in range(0, len(posts), POSTS_PER_COMMIT)]
+    chunks = [posts[i : i + POSTS_PER_COMMIT] for i in range(0, len(posts), POSTS_PER_COMMIT)]
     ranges = [len({key_range(post_hash(p)) for p in chunk}) for chunk in chunks]
     folded = _folded_upvotes(database, posts)
-    return {"posts": len(posts), "by_key_range": grouped,
-            "arrival_order_baseline": {"commits": len(chunks), "key_ranges_per_commit": round(sum(ranges) / len(ranges), 1),
-                                       "key_ranges_largest": max(ranges)},
-            "exact": folded == written}
+    return {
+        "posts": len(posts),
+        "by_key_range": grouped,
+        "arrival_order_baseline": {
+            "commits": len(chunks),
+            "key_ranges_per_commit": round(sum(ranges) / len(ranges), 1),
+            "key_ranges_largest": max(ranges),
+        },
+        "exact": folded == written,
+    }
 
 
 def _folded_upvotes(database, post_ids: list[str]) -> dict[str, int]:
@@ -158,6 +184,7 @@ def _folded_upvotes(database, post_ids: list[str]) -> dict[str, int]:
 
 
 # --- sizes and report ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -171,14 +198,24 @@ QUICK = Sizes(hours=5_000, window_rows=2_000)
 
 def markdown(document: dict) -> list[str]:
     cs = document["benchmarks"]["commit_sizes"]
-    parts = [f"Largest commit (mutations, Spanner's limit {cs['limit']:,}; a post with "
-             f"{cs['hours']:,} event hours)", table(
-        ["Component", "Largest commit", "Share of the limit", "Commits"],
-        [[name, f"{c['largest_commit']:,}", f"{c['largest_commit'] / cs['limit']:.2f}", f"{c['commits']}"]
-         for name, c in cs["components"].items()]
-        + [["fold before issue 15 (one transaction per post, computed)", f"{cs['baseline_one_transaction_fold']:,}",
-            f"{cs['baseline_over_limit']:.2f}", "1"]],
-    )]
+    parts = [
+        f"Largest commit (mutations, Spanner's limit {cs['limit']:,}; a post with {cs['hours']:,} event hours)",
+        table(
+            ["Component", "Largest commit", "Share of the limit", "Commits"],
+            [
+                [name, f"{c['largest_commit']:,}", f"{c['largest_commit'] / cs['limit']:.2f}", f"{c['commits']}"]
+                for name, c in cs["components"].items()
+            ]
+            + [
+                [
+                    "fold before issue 15 (one transaction per post, computed)",
+                    f"{cs['baseline_one_transaction_fold']:,}",
+                    f"{cs['baseline_over_limit']:.2f}",
+                    "1",
+                ]
+            ],
+        ),
+    ]
     if "sink_commit_shape" in cs:
         parts += [_commit_shape_section(cs["sink_commit_shape"], cs["fold_commit_shape"])]
     return parts
@@ -187,24 +224,47 @@ def markdown(document: dict) -> list[str]:
 def _commit_shape_section(sink: dict, fold: dict) -> str:
     """Key ranges per commit (a proxy for the splits a commit touches) of the sink and the fold,
     against the same rows in arrival order, same run."""
-    rows = [[f"sink, one window of {sink['rows']:,} delta rows: {label}", f"{r['commits']}",
-             f"{r['key_ranges_per_commit']:.1f} / {r['key_ranges_largest']}", f"{r['mutations_per_commit']:,}"]
-            for label, r in (("arrival order (before issue 30)", sink["arrival_order_baseline"]),
-                             ("key order (plan_commits)", sink["key_order"]))]
+    rows = [
+        [
+            f"sink, one window of {sink['rows']:,} delta rows: {label}",
+            f"{r['commits']}",
+            f"{r['key_ranges_per_commit']:.1f} / {r['key_ranges_largest']}",
+            f"{r['mutations_per_commit']:,}",
+        ]
+        for label, r in (
+            ("arrival order (before issue 30)", sink["arrival_order_baseline"]),
+            ("key order (plan_commits)", sink["key_order"]),
+        )
+    ]
     before, after = fold["arrival_order_baseline"], fold["by_key_range"]
-    rows += [[f"fold of those {fold['posts']:,} posts: {label}", f"{r['commits']}",
-              f"{r['key_ranges_per_commit']:.1f} / {r['key_ranges_largest']}", mutations]
-             for label, r, mutations in (("transactions of the posts as met (before, computed)", before, "-"),
-                                         ("grouped by key range", after, f"{after['mutations_per_commit']:,}"))]
-    return ("Commit shape: distinct key ranges per commit (1/64 of the PostHash space, a proxy for the splits "
-            "a commit touches on real Spanner), same rows, same run:\n\n"
-            + table(["Commits", "Commits (n)", "Key ranges per commit (mean / largest)", "Mutations per commit"], rows)
-            + f"\n\nSink: {sink['key_order']['key_ranges_per_commit'] / sink['arrival_order_baseline']['key_ranges_per_commit']:.2f}x "
-              f"the ranges per commit; fold: {after['key_ranges_per_commit'] / before['key_ranges_per_commit']:.2f}x "
-              f"({after['commits']} transactions instead of {before['commits']}). "
-              + ("Exact." if sink["exact"] and fold["exact"] else "NOT EXACT."))
+    rows += [
+        [
+            f"fold of those {fold['posts']:,} posts: {label}",
+            f"{r['commits']}",
+            f"{r['key_ranges_per_commit']:.1f} / {r['key_ranges_largest']}",
+            mutations,
+        ]
+        for label, r, mutations in (
+            ("transactions of the posts as met (before, computed)", before, "-"),
+            ("grouped by key range", after, f"{after['mutations_per_commit']:,}"),
+        )
+    ]
+    return (
+        "Commit shape: distinct key ranges per commit (1/64 of the PostHash space, a proxy for the splits "
+        "a commit touches on real Spanner), same rows, same run:\n\n"
+        + table(["Commits", "Commits (n)", "Key ranges per commit (mean / largest)", "Mutations per commit"], rows)
+        + f"\n\nSink: {sink['key_order']['key_ranges_per_commit'] / sink['arrival_order_baseline']['key_ranges_per_commit']:.2f}x "
+        f"the ranges per commit; fold: {after['key_ranges_per_commit'] / before['key_ranges_per_commit']:.2f}x "
+        f"({after['commits']} transactions instead of {before['commits']}). "
+        + ("Exact." if sink["exact"] and fold["exact"] else "NOT EXACT.")
+    )
 
 
 BENCHMARK = Benchmark(
-    name="commit_sizes", title="The largest Spanner commit each component builds, against the 80,000 limit",
-    full=FULL, quick=QUICK, run=run, markdown=markdown)
+    name="commit_sizes",
+    title="The largest Spanner commit each component builds, against the 80,000 limit",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+)

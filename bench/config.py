@@ -2,10 +2,12 @@
 
 Each benchmark's own sizes (full run, about 45 minutes on 2 cores in all, and the --quick smoke
 run) are a frozen dataclass `Sizes` in its module, with module-level FULL and QUICK."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from upvotes.devtools.workload import Workload
 
@@ -52,5 +54,12 @@ LIVE_SPAN_MS = 1_000
 def race_workload(race: Race, prefix: str, fractions: Mapping[str, float] | None = None) -> Workload:
     """race.e2e_votes live votes (LIVE_SPAN_MS) over race.e2e_posts posts named <prefix><rank>, Zipf
     RACE_ZIPF; `fractions` as Workload's (None: the default mix)."""
-    return Workload(events=race.e2e_votes, posts=race.e2e_posts, zipf=RACE_ZIPF, seed=13, post_prefix=prefix,
-                    fractions=fractions or {}, span_ms=LIVE_SPAN_MS)
+    return Workload(
+        events=race.e2e_votes,
+        posts=race.e2e_posts,
+        zipf=RACE_ZIPF,
+        seed=13,
+        post_prefix=prefix,
+        fractions=fractions or {},
+        span_ms=LIVE_SPAN_MS,
+    )

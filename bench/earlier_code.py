@@ -1,6 +1,7 @@
 """An earlier commit's tree, extracted with `git archive`, for a benchmark to run beside this code in
 the same run (a same-run "before"): trending's sink and fold before issue 36, real_traffic's stream
 before issue 45."""
+
 from __future__ import annotations
 
 import contextlib
@@ -8,8 +9,8 @@ import io
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,8 +23,13 @@ def earlier_tree(commit: str, paths: Sequence[str] = ()) -> Iterator[Path | None
     directory's other files (beside the tree) are the caller's."""
     with tempfile.TemporaryDirectory(prefix=f"bench-{commit}-") as work:
         try:
-            archive = subprocess.run(["git", "archive", "--format=tar", commit, *paths], cwd=REPO,
-                                     capture_output=True, check=True, timeout=120)
+            archive = subprocess.run(
+                ["git", "archive", "--format=tar", commit, *paths],
+                cwd=REPO,
+                capture_output=True,
+                check=True,
+                timeout=120,
+            )
         except (OSError, subprocess.SubprocessError):
             yield None
             return

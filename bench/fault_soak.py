@@ -17,6 +17,7 @@ The ledger holds every event Pub/Sub or the service accepted. After the load: se
 every post's exact count equals the ledger, then a clean fold and the check again; lost and
 doubled votes (per post and counter, the shortfall and the excess against the ledger).
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,10 @@ SERVE_RESTART = 0.5
 SETTLE_TIMEOUT_S = 240.0
 START_TIMEOUT_S = 120.0  # a process (serve, the stream) until it answers or handles signals
 PREFIX = "fault-"
-SERVE_WITH_CTRL_C = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-                     "from upvotes.cli import main; sys.exit(main(sys.argv[1:]))")
+SERVE_WITH_CTRL_C = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from upvotes.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 class Load:
@@ -66,8 +69,9 @@ class Load:
     counted in the ledger once it was accepted."""
 
     def __init__(self, topic_path: str, url: str, token: str, rate: int, seconds: float) -> None:
-        events = generate_events(Workload(events=rate * int(seconds), posts=POSTS, zipf=1.1, seed=23,
-                                          post_prefix=PREFIX, voters=50_000))
+        events = generate_events(
+            Workload(events=rate * int(seconds), posts=POSTS, zipf=1.1, seed=23, post_prefix=PREFIX, voters=50_000)
+        )
         batches = [(message, events_of(message.data)) for message in batch_messages(events, BATCH_SIZE)]
         self._interval = BATCH_SIZE / rate
         self._topic_path, self._url, self._token = topic_path, url, token
@@ -77,9 +81,18 @@ class Load:
         self.http_retries: dict[str, int] = {}  # by the error that made a batch go again
         self.errors: list[BaseException] = []
         lanes = {"pubsub": self._pubsub, "http": self._http}
-        self._threads = [threading.Thread(target=self._lane, args=(lanes[lane], [
-            (i, b) for i, b in enumerate(batches) if (i % HTTP_SHARE == HTTP_SHARE - 1) == (lane == "http")]),
-            daemon=True, name=f"load-{lane}") for lane in lanes]
+        self._threads = [
+            threading.Thread(
+                target=self._lane,
+                args=(
+                    lanes[lane],
+                    [(i, b) for i, b in enumerate(batches) if (i % HTTP_SHARE == HTTP_SHARE - 1) == (lane == "http")],
+                ),
+                daemon=True,
+                name=f"load-{lane}",
+            )
+            for lane in lanes
+        ]
 
     def run(self) -> None:
         """Publishes everything; returns once every batch is accepted (raises what failed)."""
@@ -128,8 +141,9 @@ class Load:
         self.http_batches += 1
         while True:
             try:
-                reply = http.post(f"{self._url}/v1/votes", content=body,
-                                  headers={"Content-Type": "application/x-ndjson"})
+                reply = http.post(
+                    f"{self._url}/v1/votes", content=body, headers={"Content-Type": "application/x-ndjson"}
+                )
             except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as error:
                 self.http_retries[type(error).__name__] = self.http_retries.get(type(error).__name__, 0) + 1
                 time.sleep(0.2)
@@ -162,16 +176,26 @@ class Serve:
         token_file.write_text(token + "\n", encoding="utf-8")
         # Ctrl-C's own handler, set explicitly: a process started from a non-interactive shell's
         # background job inherits SIGINT ignored, and Python then never installs it.
-        self._command = [sys.executable, "-c", SERVE_WITH_CTRL_C, "serve", f"--project={res.project}",
-                         f"--instance={res.instance}", f"--database={res.database}", f"--topic={res.topic}",
-                         f"--port={self.port}", f"--token-file={token_file}"]
+        self._command = [
+            sys.executable,
+            "-c",
+            SERVE_WITH_CTRL_C,
+            "serve",
+            f"--project={res.project}",
+            f"--instance={res.instance}",
+            f"--database={res.database}",
+            f"--topic={res.topic}",
+            f"--port={self.port}",
+            f"--token-file={token_file}",
+        ]
         self._log_path = log_path
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         with open(self._log_path, "ab") as log:
-            self.process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen(
+                self._command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
@@ -193,8 +217,9 @@ class Serve:
 class Faults(threading.Thread):
     """Injects the faults of the module docstring on schedule, while the load runs; counts them."""
 
-    def __init__(self, res: Resources, seconds: float, stream_log: Path, serve: Serve, env: dict[str, str],
-                 log_dir: Path) -> None:
+    def __init__(
+        self, res: Resources, seconds: float, stream_log: Path, serve: Serve, env: dict[str, str], log_dir: Path
+    ) -> None:
         super().__init__(daemon=True, name="faults")
         self._res, self._seconds, self._stream_log, self._serve = res, seconds, stream_log, serve
         self._env, self._log_dir = env, log_dir
@@ -202,21 +227,30 @@ class Faults(threading.Thread):
         pid = os.environ.get(PID_ENV_VARS[SPANNER])
         self._spanner_pid = int(pid) if pid else None
         self.stream = self._start_stream()
-        self.counts = {"folds_killed": 0, "folds_finished_before_the_kill": 0, "spanner_freezes": 0,
-                       "stream_sigterms": 0, "serve_restarts": 0}
+        self.counts = {
+            "folds_killed": 0,
+            "folds_finished_before_the_kill": 0,
+            "spanner_freezes": 0,
+            "stream_sigterms": 0,
+            "serve_restarts": 0,
+        }
         self.drains: list[dict] = []
         self.error: BaseException | None = None
         self._stopping = threading.Event()
 
     def run(self) -> None:
         """Each kind of fault on its own schedule, in a thread of its own (so they overlap)."""
-        schedules = {"fold": _times(FOLD_EVERY_S / 2, FOLD_EVERY_S, self._seconds),
-                     "freeze": _times(FREEZE_EVERY_S / 2, FREEZE_EVERY_S, self._seconds) if self._spanner_pid else [],
-                     "stream": [share * self._seconds for share in STREAM_STOPS],
-                     "serve": [SERVE_RESTART * self._seconds]}
+        schedules = {
+            "fold": _times(FOLD_EVERY_S / 2, FOLD_EVERY_S, self._seconds),
+            "freeze": _times(FREEZE_EVERY_S / 2, FREEZE_EVERY_S, self._seconds) if self._spanner_pid else [],
+            "stream": [share * self._seconds for share in STREAM_STOPS],
+            "serve": [SERVE_RESTART * self._seconds],
+        }
         started = time.monotonic()
-        threads = [threading.Thread(target=self._inject, args=(kind, times, started), daemon=True, name=f"fault-{kind}")
-                   for kind, times in schedules.items()]
+        threads = [
+            threading.Thread(target=self._inject, args=(kind, times, started), daemon=True, name=f"fault-{kind}")
+            for kind, times in schedules.items()
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -238,10 +272,20 @@ class Faults(threading.Thread):
 
     def _inject_fold(self) -> None:
         fold = subprocess.Popen(
-            [sys.executable, "-m", "upvotes.cli", "fold", f"--project={self._res.project}",
-             f"--instance={self._res.instance}", f"--database={self._res.database}"],
-            env={**os.environ, **self._env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "upvotes.cli",
+                "fold",
+                f"--project={self._res.project}",
+                f"--instance={self._res.instance}",
+                f"--database={self._res.database}",
+            ],
+            env={**os.environ, **self._env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         time.sleep(self._random.uniform(1.5, 6.0))
         if fold.poll() is None:
             os.killpg(fold.pid, signal.SIGKILL)
@@ -281,8 +325,9 @@ class Faults(threading.Thread):
         code = local_stream.stop(self.stream, signal.SIGTERM)
         if code != 0:
             raise RuntimeError(f"the stream exited with {code} on SIGTERM, not 0 (drained); see {self._stream_log}")
-        self.drains.append({"seconds": round(time.monotonic() - stopping, 1),
-                            "report": local_stream.drain_summary(self._stream_log)})
+        self.drains.append(
+            {"seconds": round(time.monotonic() - stopping, 1), "report": local_stream.drain_summary(self._stream_log)}
+        )
         self.counts["stream_sigterms"] += 1
         self.stream = self._start_stream()
 
@@ -340,21 +385,34 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             serve.stop()
     exact = lost == doubled == lost_after_fold == doubled_after_fold == 0
     return {
-        "load": {"votes_per_s": sizes.fault_soak_rate, "seconds": round(load_seconds, 1), "batch_size": BATCH_SIZE,
-                 "posts": POSTS, "http_share": 1 / HTTP_SHARE, "window_s": WINDOW_S},
+        "load": {
+            "votes_per_s": sizes.fault_soak_rate,
+            "seconds": round(load_seconds, 1),
+            "batch_size": BATCH_SIZE,
+            "posts": POSTS,
+            "http_share": 1 / HTTP_SHARE,
+            "window_s": WINDOW_S,
+        },
         "votes": ledger.events,
-        "batches_via_serve": load.http_batches, "serve_retries": load.http_retries,
-        "faults": faults.counts, "faults_injected": sum(faults.counts.values()),
+        "batches_via_serve": load.http_batches,
+        "serve_retries": load.http_retries,
+        "faults": faults.counts,
+        "faults_injected": sum(faults.counts.values()),
         "spanner_freeze_injected": faults._spanner_pid is not None,
-        "drains": faults.drains, "final_stop_exit_code": final_code,
+        "drains": faults.drains,
+        "final_stop_exit_code": final_code,
         "seconds_to_exact_after_the_load": round(to_exact, 1) if not (lost or doubled) else None,
-        "lost": lost, "doubled": doubled, "lost_after_fold": lost_after_fold, "doubled_after_fold": doubled_after_fold,
+        "lost": lost,
+        "doubled": doubled,
+        "lost_after_fold": lost_after_fold,
+        "doubled_after_fold": doubled_after_fold,
         "clean_fold_deltas": fold["deltas_folded"],
         "exact": exact,
     }
 
 
 # --- sizes and report ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -369,30 +427,62 @@ QUICK = Sizes(fault_soak_rate=1_000, fault_soak_seconds=20)
 def targets(document: dict) -> list[dict]:
     fs = document["benchmarks"]["fault_soak"]
     kinds = {k: v for k, v in fs["faults"].items() if k != "folds_finished_before_the_kill"}
-    return [target(
-        "Fault soak: every post equal to the ledger (0 lost / 0 doubled) with folds killed, Spanner frozen, "
-        "the stream SIGTERMed and restarted, and `upvotes serve` restarted",
-        f"{fs['votes']:,} votes, {fs['faults_injected']} faults ("
-        + ", ".join(f"{k} {v}" for k, v in kinds.items()) + f"); lost {fs['lost']}, doubled {fs['doubled']}; "
-        + ("exact " + f"{fs['seconds_to_exact_after_the_load']:.0f} s after the load" if fs["exact"] else "NOT exact"),
-        fs["exact"] and all(kinds.values()) and fs["final_stop_exit_code"] == 0,
-    )]
+    return [
+        target(
+            "Fault soak: every post equal to the ledger (0 lost / 0 doubled) with folds killed, Spanner frozen, "
+            "the stream SIGTERMed and restarted, and `upvotes serve` restarted",
+            f"{fs['votes']:,} votes, {fs['faults_injected']} faults ("
+            + ", ".join(f"{k} {v}" for k, v in kinds.items())
+            + f"); lost {fs['lost']}, doubled {fs['doubled']}; "
+            + (
+                "exact " + f"{fs['seconds_to_exact_after_the_load']:.0f} s after the load"
+                if fs["exact"]
+                else "NOT exact"
+            ),
+            fs["exact"] and all(kinds.values()) and fs["final_stop_exit_code"] == 0,
+        )
+    ]
 
 
 def markdown(document: dict) -> list[str]:
     fs = document["benchmarks"]["fault_soak"]
     load = fs["load"]
-    return [f"Fault soak: {load['votes_per_s']:,} votes/s for {load['seconds']:.0f} s in batches of "
-            f"{load['batch_size']} ({load['http_share']:.0%} through `upvotes serve`), {load['posts']} posts",
-            table(["Faults injected", "Votes", "Lost", "Doubled", "Seconds to exact after the load",
-                   "After a clean fold", "Stream drains (s, signal to exit)"],
-                  [[", ".join(f"{k.replace('_', ' ')} {v}" for k, v in fs["faults"].items()), f"{fs['votes']:,}",
-                    f"{fs['lost']}", f"{fs['doubled']}",
-                    "-" if fs["seconds_to_exact_after_the_load"] is None else f"{fs['seconds_to_exact_after_the_load']:.1f}",
+    return [
+        f"Fault soak: {load['votes_per_s']:,} votes/s for {load['seconds']:.0f} s in batches of "
+        f"{load['batch_size']} ({load['http_share']:.0%} through `upvotes serve`), {load['posts']} posts",
+        table(
+            [
+                "Faults injected",
+                "Votes",
+                "Lost",
+                "Doubled",
+                "Seconds to exact after the load",
+                "After a clean fold",
+                "Stream drains (s, signal to exit)",
+            ],
+            [
+                [
+                    ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in fs["faults"].items()),
+                    f"{fs['votes']:,}",
+                    f"{fs['lost']}",
+                    f"{fs['doubled']}",
+                    "-"
+                    if fs["seconds_to_exact_after_the_load"] is None
+                    else f"{fs['seconds_to_exact_after_the_load']:.1f}",
                     f"lost {fs['lost_after_fold']}, doubled {fs['doubled_after_fold']}",
-                    ", ".join(f"{d['seconds']:.1f}" for d in fs["drains"])]])]
+                    ", ".join(f"{d['seconds']:.1f}" for d in fs["drains"]),
+                ]
+            ],
+        ),
+    ]
 
 
 BENCHMARK = Benchmark(
-    name="fault_soak", title="A fault soak: folds killed, Spanner frozen, the stream and the service restarted",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)
+    name="fault_soak",
+    title="A fault soak: folds killed, Spanner frozen, the stream and the service restarted",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+)

@@ -6,13 +6,15 @@ these module-level feeds. Beam pickles these functions by reference (module and 
 and the FnApiRunner runs them in this process, so they see the lists set here. Only one
 pipeline runs at a time in a benchmark process.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import apache_beam as beam
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from bench.measure import current_rss_mib
 

@@ -20,6 +20,7 @@ Sink commit cost: one commit of 2,000 deltas for 2,000 distinct posts (what the 
 writes for a window of a many-post workload: a key-only Posts upsert per delta) against
 one of 2,000 deltas for 200 posts, in the same fresh database.
 """
+
 from __future__ import annotations
 
 import time
@@ -51,7 +52,7 @@ def insert_deltas(database, deltas: list[PostDelta]) -> float:
     """Blind inserts in commits of ROWS_PER_COMMIT rows; returns the seconds taken."""
     start = time.perf_counter()
     for first in range(0, len(deltas), ROWS_PER_COMMIT):
-        batch = deltas[first:first + ROWS_PER_COMMIT]
+        batch = deltas[first : first + ROWS_PER_COMMIT]
         run_with_retries(lambda: write_deltas(database, batch))  # called at once
     return time.perf_counter() - start
 
@@ -75,10 +76,16 @@ def fold_point(res: Resources, size: int, posts: int) -> dict:
     exact = (folded_sum, folded_posts) == (fold["deltas_folded"], fold["posts_folded"]) and read_total == size
     assert exact, f"fold of {size}: {fold}, Posts hold {folded_sum} over {folded_posts} posts, exact reads {read_total}"
     return {
-        "deltas": size, "posts": posts, "insert_seconds": round(insert_s, 2),
-        "insert_rows_per_s": size / insert_s if size else None, "fold_seconds": round(fold["seconds"], 2),
-        "deltas_folded": fold["deltas_folded"], "posts_folded": fold["posts_folded"],
-        "folded_all": fold["deltas_folded"] == size, "retries": fold["retries"], "exact": exact,
+        "deltas": size,
+        "posts": posts,
+        "insert_seconds": round(insert_s, 2),
+        "insert_rows_per_s": size / insert_s if size else None,
+        "fold_seconds": round(fold["seconds"], 2),
+        "deltas_folded": fold["deltas_folded"],
+        "posts_folded": fold["posts_folded"],
+        "folded_all": fold["deltas_folded"] == size,
+        "retries": fold["retries"],
+        "exact": exact,
     }
 
 
@@ -87,7 +94,10 @@ def sink_commit_cost(res: Resources) -> dict:
     database, _ = fresh_database(res, f"{res.database}-c")
     rates = {}
     for name, posts in (("distinct_posts", ROWS_PER_COMMIT), ("ten_deltas_per_post", ROWS_PER_COMMIT // 10)):
-        deltas = [PostDelta.of(f"{name}-{i % posts}", HOUR, f"{name}:{i}", upvotes=1, events=1) for i in range(ROWS_PER_COMMIT)]
+        deltas = [
+            PostDelta.of(f"{name}-{i % posts}", HOUR, f"{name}:{i}", upvotes=1, events=1)
+            for i in range(ROWS_PER_COMMIT)
+        ]
         rates[name] = {"posts": posts, "rows_per_s": ROWS_PER_COMMIT / insert_deltas(database, deltas)}
     return {"rows": ROWS_PER_COMMIT, **rates}
 
@@ -110,26 +120,38 @@ def read_scaling(res: Resources, stages: tuple[int, ...], reads: int) -> list[di
     points = []
     for stage, old in enumerate(sorted(stages)):
         to_fold = old - written  # the previous stage's fresh deltas are folded with these
-        insert_deltas(database, [PostDelta.of(READ_POST, HOUR, f"old:{stage}:{i}", upvotes=1, events=1) for i in range(to_fold)])
+        insert_deltas(
+            database, [PostDelta.of(READ_POST, HOUR, f"old:{stage}:{i}", upvotes=1, events=1) for i in range(to_fold)]
+        )
         written += to_fold
         if old:
             fold = run_fold(fresh)
             folded += fold["deltas_folded"]
             assert folded == old, f"{folded} deltas folded, expected {old}"
-        insert_deltas(database, [PostDelta.of(READ_POST, HOUR, f"fresh:{stage}:{i}", upvotes=1, events=1) for i in range(FRESH_DELTAS)])
+        insert_deltas(
+            database,
+            [PostDelta.of(READ_POST, HOUR, f"fresh:{stage}:{i}", upvotes=1, events=1) for i in range(FRESH_DELTAS)],
+        )
         written += FRESH_DELTAS
         at = choose_snapshot(database)
         strong = timed_calls(lambda: exact_counts(database, [READ_POST]), reads, READ_BUDGET_S)
         pinned_database = _AtTimestamp(database, at)
         pinned = timed_calls(lambda: exact_counts(pinned_database, [READ_POST]), reads, READ_BUDGET_S)
-        counts = (exact_counts(database, [READ_POST])[0].counts.upvotes,
-                  exact_counts(pinned_database, [READ_POST])[0].counts.upvotes)
+        counts = (
+            exact_counts(database, [READ_POST])[0].counts.upvotes,
+            exact_counts(pinned_database, [READ_POST])[0].counts.upvotes,
+        )
         assert counts == (written, written), f"exact reads {counts}, expected {written}"
-        points.append({
-            "old_deltas": old, "unfolded_deltas": FRESH_DELTAS, "count": written, "exact": True,
-            "exact_counts_strong": latency_summary(strong),
-            "exact_timestamp": latency_summary(pinned),
-        })
+        points.append(
+            {
+                "old_deltas": old,
+                "unfolded_deltas": FRESH_DELTAS,
+                "count": written,
+                "exact": True,
+                "exact_counts_strong": latency_summary(strong),
+                "exact_timestamp": latency_summary(pinned),
+            }
+        )
     return points
 
 
@@ -164,6 +186,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 
 # --- sizes and report ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Sizes:
     fold_deltas: tuple[int, ...]
@@ -197,21 +220,42 @@ def targets(document: dict) -> list[dict]:
 
 def markdown(document: dict) -> list[str]:
     fs = document["benchmarks"]["fold_scaling"]
-    return [f"Fold and read scaling ({fs['runner']})", table(
-        ["Deltas", "Posts", "Insert rows/s", "Folded by one run", "Fold s", "Deltas/s folded", "Posts/s folded"],
-        [[f"{p['deltas']:,}", f"{p['posts']:,}", f"{p['insert_rows_per_s']:,.0f}",
-          f"{p['deltas_folded']:,}" + ("" if p["folded_all"] else " (NOT ALL)"), f"{p['fold_seconds']:.2f}",
-          f"{p['deltas_per_s']:,.0f}", f"{p['posts_per_s']:,.0f}"] for p in fs["points"]],
-    ), f"Log-log exponent {fs['exponent']:.2f}; an empty fold takes {fs['empty_fold_seconds']:.1f} s. "
-       f"Completeness: one run over {fs['completeness']['posts']:,} posts folded {fs['completeness']['deltas_folded']:,} "
-       f"of {fs['completeness']['deltas']:,} deltas ({fs['completeness']['posts_folded']:,} posts). "
-       f"Sink commit of {fs['sink_commit_cost']['rows']:,} deltas on the emulator: "
-       f"{fs['sink_commit_cost']['distinct_posts']['rows_per_s']:,.0f} rows/s with a Posts key upsert per delta, "
-       f"{fs['sink_commit_cost']['ten_deltas_per_post']['rows_per_s']:,.0f} rows/s with one per 10 deltas.", table(
-        ["Old folded deltas", "exact_counts (strong) p50 / p99 ms", "Exact timestamp p50 / p99 ms", "Samples"],
-        [[f"{r['old_deltas']:,}", p50_p99_ms(r["exact_counts_strong"]), p50_p99_ms(r["exact_timestamp"]),
-          f"{r['exact_counts_strong']['samples']} / {r['exact_timestamp']['samples']}"] for r in fs["reads"]],
-    )]
+    return [
+        f"Fold and read scaling ({fs['runner']})",
+        table(
+            ["Deltas", "Posts", "Insert rows/s", "Folded by one run", "Fold s", "Deltas/s folded", "Posts/s folded"],
+            [
+                [
+                    f"{p['deltas']:,}",
+                    f"{p['posts']:,}",
+                    f"{p['insert_rows_per_s']:,.0f}",
+                    f"{p['deltas_folded']:,}" + ("" if p["folded_all"] else " (NOT ALL)"),
+                    f"{p['fold_seconds']:.2f}",
+                    f"{p['deltas_per_s']:,.0f}",
+                    f"{p['posts_per_s']:,.0f}",
+                ]
+                for p in fs["points"]
+            ],
+        ),
+        f"Log-log exponent {fs['exponent']:.2f}; an empty fold takes {fs['empty_fold_seconds']:.1f} s. "
+        f"Completeness: one run over {fs['completeness']['posts']:,} posts folded {fs['completeness']['deltas_folded']:,} "
+        f"of {fs['completeness']['deltas']:,} deltas ({fs['completeness']['posts_folded']:,} posts). "
+        f"Sink commit of {fs['sink_commit_cost']['rows']:,} deltas on the emulator: "
+        f"{fs['sink_commit_cost']['distinct_posts']['rows_per_s']:,.0f} rows/s with a Posts key upsert per delta, "
+        f"{fs['sink_commit_cost']['ten_deltas_per_post']['rows_per_s']:,.0f} rows/s with one per 10 deltas.",
+        table(
+            ["Old folded deltas", "exact_counts (strong) p50 / p99 ms", "Exact timestamp p50 / p99 ms", "Samples"],
+            [
+                [
+                    f"{r['old_deltas']:,}",
+                    p50_p99_ms(r["exact_counts_strong"]),
+                    p50_p99_ms(r["exact_timestamp"]),
+                    f"{r['exact_counts_strong']['samples']} / {r['exact_timestamp']['samples']}",
+                ]
+                for r in fs["reads"]
+            ],
+        ),
+    ]
 
 
 def chart(document: dict) -> list:
@@ -240,5 +284,12 @@ def chart(document: dict) -> list:
 
 
 BENCHMARK = Benchmark(
-    name="fold_scaling", title="Fold time against deltas; exact-read latency against old deltas",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)
+    name="fold_scaling",
+    title="Fold time against deltas; exact-read latency against old deltas",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+    chart=chart,
+)

@@ -9,14 +9,15 @@ seconds; a marker's latency runs from just before it is handed to the publisher 
 (client batching included) to the end of the first read that sees it. Each marker must
 read exactly 1. The subprocess's RSS is sampled while the load runs.
 """
+
 from __future__ import annotations
 
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from bench.benchmark import Benchmark, table, target
 from bench.measure import current_rss_mib, latency_summary, peak_rss_mib
@@ -81,7 +82,9 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             while upvotes_of(database, [WARMUP_POST])[WARMUP_POST] == 0:
                 check_alive(process, log_path)
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"the streaming pipeline counted nothing in {WARMUP_TIMEOUT_S:.0f} s; see {log_path}")
+                    raise TimeoutError(
+                        f"the streaming pipeline counted nothing in {WARMUP_TIMEOUT_S:.0f} s; see {log_path}"
+                    )
                 time.sleep(0.2)
             source.measuring = True
             publisher.rate = sizes.fresh_rate
@@ -120,8 +123,12 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     first_publish = min(published.values())
     first, last = rss[max(0, len(rss) // 10 - 1)], rss[-1]
     return {
-        "rate_events_per_s": sizes.fresh_rate, "load_seconds": sizes.fresh_seconds, "window_s": sizes.fresh_window_s,
-        "events_published": publisher.published, "markers": len(published), "exact": True,
+        "rate_events_per_s": sizes.fresh_rate,
+        "load_seconds": sizes.fresh_seconds,
+        "window_s": sizes.fresh_window_s,
+        "events_published": publisher.published,
+        "markers": len(published),
+        "exact": True,
         "latency": summary,
         "series": [
             {"published_at_s": round(published[post] - first_publish, 2), "latency_s": round(latency, 3)}
@@ -131,7 +138,8 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "measured_by": f"exact_counts polled every {POLL_S * 1000:.0f} ms; time to the end of the first read that sees the marker",
         "stream_memory": {
             "samples": [{"second": round(t, 1), "rss_mib": round(m, 1)} for t, m in rss],
-            "rss_at_tenth_mib": round(first[1], 1), "rss_at_end_mib": round(last[1], 1),
+            "rss_at_tenth_mib": round(first[1], 1),
+            "rss_at_end_mib": round(last[1], 1),
             "ratio_end_to_tenth": round(last[1] / first[1], 3),
         },
         "stream_peak_rss": peak_rss_mib()["children_mib"],
@@ -139,6 +147,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 
 
 # --- sizes and report ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -153,22 +162,35 @@ QUICK = Sizes(fresh_rate=100, fresh_seconds=6, fresh_window_s=2)
 
 def targets(document: dict) -> list[dict]:
     fresh = document["benchmarks"]["freshness"]
-    return [target(
-        f"Freshness p99 <= 2 windows + 1 s ({fresh['target_s']} s)",
-        f"p99 {fresh['latency']['p99_ms'] / 1000:.1f} s, p50 {fresh['latency']['p50_ms'] / 1000:.1f} s "
-        f"at {fresh['rate_events_per_s']} events/s",
-        fresh["latency"]["p99_ms"] / 1000 <= fresh["target_s"],
-    )]
+    return [
+        target(
+            f"Freshness p99 <= 2 windows + 1 s ({fresh['target_s']} s)",
+            f"p99 {fresh['latency']['p99_ms'] / 1000:.1f} s, p50 {fresh['latency']['p50_ms'] / 1000:.1f} s "
+            f"at {fresh['rate_events_per_s']} events/s",
+            fresh["latency"]["p99_ms"] / 1000 <= fresh["target_s"],
+        )
+    ]
 
 
 def markdown(document: dict) -> list[str]:
     fr = document["benchmarks"]["freshness"]
-    return [f"Freshness (streaming subprocess, {fr['window_s']} s windows)", table(
-        ["Events/s", "Seconds", "Markers", "p50 s", "p99 s", "Max s", "Target s"],
-        [[f"{fr['rate_events_per_s']}", f"{fr['load_seconds']}", f"{fr['markers']}",
-          f"{fr['latency']['p50_ms'] / 1000:.2f}", f"{fr['latency']['p99_ms'] / 1000:.2f}",
-          f"{fr['latency']['max_ms'] / 1000:.2f}", f"{fr['target_s']}"]],
-    )]
+    return [
+        f"Freshness (streaming subprocess, {fr['window_s']} s windows)",
+        table(
+            ["Events/s", "Seconds", "Markers", "p50 s", "p99 s", "Max s", "Target s"],
+            [
+                [
+                    f"{fr['rate_events_per_s']}",
+                    f"{fr['load_seconds']}",
+                    f"{fr['markers']}",
+                    f"{fr['latency']['p50_ms'] / 1000:.2f}",
+                    f"{fr['latency']['p99_ms'] / 1000:.2f}",
+                    f"{fr['latency']['max_ms'] / 1000:.2f}",
+                    f"{fr['target_s']}",
+                ]
+            ],
+        ),
+    ]
 
 
 def chart(document: dict) -> list:
@@ -186,5 +208,12 @@ def chart(document: dict) -> list:
 
 
 BENCHMARK = Benchmark(
-    name="freshness", title="Publish-to-visible latency under a steady publish rate",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)
+    name="freshness",
+    title="Publish-to-visible latency under a steady publish rate",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+    chart=chart,
+)

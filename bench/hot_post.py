@@ -16,14 +16,15 @@ For each approach: votes/s, and the Spanner-side cost per 1,000 votes: commits, 
 (index entries included) and the Spanner emulator process's own CPU seconds, a proxy for the
 load on the database.
 """
+
 from __future__ import annotations
 
 import functools
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import apache_beam as beam
 from apache_beam.io.gcp.pubsub import PubsubMessage
@@ -34,8 +35,15 @@ from bench.feeds import RSS_SAMPLES, counter_values, emit_cycled, local_pipeline
 from bench.measure import current_rss_mib, latency_summary, measured, timed_calls
 from bench.spanner_cost import EmulatorCpu, delta_cost, spanner_cost
 from bench.stack import (
-    EXACT_READ_KIND, LedgeredBatches, PacedPublisher, check_alive, run_fold, streaming_pipeline, upvotes_of,
-    wait_until_ready, with_topics,
+    EXACT_READ_KIND,
+    LedgeredBatches,
+    PacedPublisher,
+    check_alive,
+    run_fold,
+    streaming_pipeline,
+    upvotes_of,
+    wait_until_ready,
+    with_topics,
 )
 from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, defaults
 from schemas.contract import batch_messages
@@ -62,8 +70,10 @@ SOAK_LOAD = 0.8
 
 # --- (a) the baselines ------------------------------------------------------------------------
 
-def baseline_sweep(database, seconds: float, threads: tuple[int, ...]
-                   ) -> tuple[list[dict], dict[str, tuple[BaselineRun, dict]]]:
+
+def baseline_sweep(
+    database, seconds: float, threads: tuple[int, ...]
+) -> tuple[list[dict], dict[str, tuple[BaselineRun, dict]]]:
     """Every configuration for `seconds`; returns them all and the best run of each approach (with its row)."""
     rows: list[dict] = []
     best: dict[str, tuple[BaselineRun, dict]] = {}
@@ -74,10 +84,17 @@ def baseline_sweep(database, seconds: float, threads: tuple[int, ...]
         with EmulatorCpu() as cpu:
             run = run_baseline(database, counter, config, seconds)
         assert run.exact, f"{config.label}: the counter does not equal the acknowledged votes"
-        row = {**asdict(config), "approach": config.approach, "counter": counter, "votes": run.votes,
-               "seconds": round(run.seconds, 2),
-               "votes_per_s": round(run.votes_per_s, 1), "aborts": run.aborts, "exact": run.exact,
-               **spanner_cost(run.votes, run.votes, run.votes * baseline_counters.MUTATIONS_PER_INCREMENT, cpu.seconds)}
+        row = {
+            **asdict(config),
+            "approach": config.approach,
+            "counter": counter,
+            "votes": run.votes,
+            "seconds": round(run.seconds, 2),
+            "votes_per_s": round(run.votes_per_s, 1),
+            "aborts": run.aborts,
+            "exact": run.exact,
+            **spanner_cost(run.votes, run.votes, run.votes * baseline_counters.MUTATIONS_PER_INCREMENT, cpu.seconds),
+        }
         rows.append(row)
         if config.approach not in best or run.votes_per_s > best[config.approach][0].votes_per_s:
             best[config.approach] = (run, row)
@@ -86,19 +103,25 @@ def baseline_sweep(database, seconds: float, threads: tuple[int, ...]
 
 # --- (b) the chain and sink, fed from memory --------------------------------------------------
 
+
 def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable[[], int]]:
     """ParseVotes -> WindowAndSumVotes -> WriteDeltaRows over `votes` in-memory votes, in batches, then a fold."""
-    events = generate_events(Workload(events=MESSAGE_POOL * DEFAULT_BATCH_SIZE, posts=1, seed=7, unvote_fraction=0.0,
-                                      fractions=UPVOTES_ONLY))
-    pool = [PubsubMessage(m.data, m.attributes)
-            for m in batch_messages(({**e, "post_id": CHAIN_POST} for e in events), DEFAULT_BATCH_SIZE)]
+    events = generate_events(
+        Workload(events=MESSAGE_POOL * DEFAULT_BATCH_SIZE, posts=1, seed=7, unvote_fraction=0.0, fractions=UPVOTES_ONLY)
+    )
+    pool = [
+        PubsubMessage(m.data, m.attributes)
+        for m in batch_messages(({**e, "post_id": CHAIN_POST} for e in events), DEFAULT_BATCH_SIZE)
+    ]
     set_cycled_feed(pool, votes // DEFAULT_BATCH_SIZE, RSS_SAMPLES_PER_RUN)
     streaming = defaults(STREAMING_PARAMS)
     pipeline = local_pipeline()
     parsed = pipeline | "Start" >> beam.Impulse() | "Votes" >> beam.FlatMap(emit_cycled) | "ParseVotes" >> ParseVotes()
-    (parsed.sums
-     | "WindowAndSumVotes" >> WindowAndSumVotes(f"bench-{int(time.time())}", streaming["window_seconds"])
-     | "WriteDeltaRows" >> WriteDeltaRows(res.project, res.instance, res.database, streaming["rows_per_commit"]))
+    (
+        parsed.sums
+        | "WindowAndSumVotes" >> WindowAndSumVotes(f"bench-{int(time.time())}", streaming["window_seconds"])
+        | "WriteDeltaRows" >> WriteDeltaRows(res.project, res.instance, res.database, streaming["rows_per_commit"])
+    )
     with EmulatorCpu() as cpu, measured() as usage:
         result = pipeline.run()
         result.wait_until_finish()
@@ -108,7 +131,8 @@ def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable
         fold = run_fold(res)
     after_fold = upvotes_of(database, [CHAIN_POST])[CHAIN_POST]
     assert before_fold == votes and after_fold == votes, (
-        f"chain and sink: {before_fold} before the fold, {after_fold} after, expected {votes}")
+        f"chain and sink: {before_fold} before the fold, {after_fold} after, expected {votes}"
+    )
     cost = delta_cost(database, CHAIN_POST)
     fold_commits = -(-fold["posts_folded"] // defaults(FOLD_PARAMS)["posts_per_commit"]) + 1  # + the FoldRuns row
     fold_mutations = fold["posts_folded"] * MUTATIONS_PER_POST + cost["post_hours"] * MUTATIONS_PER_HOUR
@@ -116,8 +140,10 @@ def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable
     samples = list(RSS_SAMPLES)
     memory = {
         "samples": [{"votes": n * DEFAULT_BATCH_SIZE, "rss_mib": round(rss, 1)} for n, rss in samples],
-        "n_votes": samples[0][0] * DEFAULT_BATCH_SIZE, "rss_at_n_mib": round(samples[0][1], 1),
-        "ten_n_votes": samples[-1][0] * DEFAULT_BATCH_SIZE, "rss_at_10n_mib": round(samples[-1][1], 1),
+        "n_votes": samples[0][0] * DEFAULT_BATCH_SIZE,
+        "rss_at_n_mib": round(samples[0][1], 1),
+        "ten_n_votes": samples[-1][0] * DEFAULT_BATCH_SIZE,
+        "rss_at_10n_mib": round(samples[-1][1], 1),
         "ratio_10n_to_n": round(samples[-1][1] / samples[0][1], 3),
     }
     emulator_cpu: float | None = None
@@ -125,18 +151,28 @@ def chain_and_sink(res: Resources, database, votes: int) -> tuple[dict, Callable
         assert fold_cpu.seconds is not None  # the same emulator, measured the same way
         emulator_cpu = cpu.seconds + fold_cpu.seconds
     return {
-        "votes": votes, "seconds": round(usage.wall_s, 3), "cpu_seconds": round(usage.cpu_s, 3),
-        "votes_per_s": votes / usage.wall_s, "runner": "FnApiRunner (batch; windows on ingestion time)",
-        "exact": True, "final_count": after_fold,
-        "batch_size": DEFAULT_BATCH_SIZE, "commits": commits, "delta_rows": sink.get("rows_written", 0),
+        "votes": votes,
+        "seconds": round(usage.wall_s, 3),
+        "cpu_seconds": round(usage.cpu_s, 3),
+        "votes_per_s": votes / usage.wall_s,
+        "runner": "FnApiRunner (batch; windows on ingestion time)",
+        "exact": True,
+        "final_count": after_fold,
+        "batch_size": DEFAULT_BATCH_SIZE,
+        "commits": commits,
+        "delta_rows": sink.get("rows_written", 0),
         "retries": sink.get("transient_retries", 0) + fold["retries"],
         **spanner_cost(votes, commits, cost["sink_mutations"] + fold_mutations, emulator_cpu),
-        "fold": fold, "count_before_fold": before_fold, "count_after_fold": after_fold,
-        "read_kind": EXACT_READ_KIND, "memory": memory,
+        "fold": fold,
+        "count_before_fold": before_fold,
+        "count_after_fold": after_fold,
+        "read_kind": EXACT_READ_KIND,
+        "memory": memory,
     }, lambda: upvotes_of(database, [CHAIN_POST])[CHAIN_POST]
 
 
 # --- (c) and (d): end to end through Pub/Sub, then the soak -----------------------------------
+
 
 def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -> tuple[dict, dict, Callable[[], int]]:
     stream_res = with_topics(res, "e2e")
@@ -147,21 +183,38 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
     with streaming_pipeline(stream_res, RACE_WINDOW_S, log_path) as process:
         wait_until_ready(database, topic_path, process, log_path)
         with EmulatorCpu() as cpu:
-            race = race_pipeline(database, topic_path, workload, DEFAULT_BATCH_SIZE, E2E_TIMEOUT_S,
-                                 alive=lambda: check_alive(process, log_path), progress=False)
+            race = race_pipeline(
+                database,
+                topic_path,
+                workload,
+                DEFAULT_BATCH_SIZE,
+                E2E_TIMEOUT_S,
+                alive=lambda: check_alive(process, log_path),
+                progress=False,
+            )
         assert race is not None, f"end to end: the counts did not match within {E2E_TIMEOUT_S:.0f} s; see {log_path}"
         soak = _soak(database, topic_path, process, log_path, SOAK_LOAD * race.votes_per_s, sizes)
     cost = delta_cost(database, prefix)
     e2e = {
-        "votes": race.ledger.events, "posts": len(race.ledger.totals), "zipf": RACE_ZIPF, "seconds": round(race.seconds, 3),
-        "votes_per_s": race.votes_per_s, "publish_seconds": round(race.report.seconds, 3),
-        "messages": race.report.messages, "batch_size": DEFAULT_BATCH_SIZE, "window_s": RACE_WINDOW_S,
+        "votes": race.ledger.events,
+        "posts": len(race.ledger.totals),
+        "zipf": RACE_ZIPF,
+        "seconds": round(race.seconds, 3),
+        "votes_per_s": race.votes_per_s,
+        "publish_seconds": round(race.report.seconds, 3),
+        "messages": race.report.messages,
+        "batch_size": DEFAULT_BATCH_SIZE,
+        "window_s": RACE_WINDOW_S,
         "runner": "BundleBasedDirectRunner (streaming subprocess)",
         "cap": "the project's local Pub/Sub reader (local_runner/pubsub_reader.py) pulls up to 1,000 messages per bundle",
-        "commits": cost["sink_commits"], "delta_rows": cost["delta_rows"],
+        "commits": cost["sink_commits"],
+        "delta_rows": cost["delta_rows"],
         **spanner_cost(race.ledger.events, cost["sink_commits"], cost["sink_mutations"], cpu.seconds),
-        "retries": None, "retries_note": "inside the subprocess; not observable from here",
-        "read_kind": EXACT_READ_KIND, "exact": True, "final_count": race.ledger.events,
+        "retries": None,
+        "retries_note": "inside the subprocess; not observable from here",
+        "read_kind": EXACT_READ_KIND,
+        "exact": True,
+        "final_count": race.ledger.events,
     }
     hottest = max(race.ledger.totals, key=lambda p: race.ledger.totals[p]["upvotes"])
     return e2e, soak, lambda: upvotes_of(database, [hottest])[hottest]
@@ -170,8 +223,11 @@ def end_to_end_and_soak(res: Resources, database, sizes: Sizes, log_dir: Path) -
 def _soak(database, topic_path: str, process, log_path: Path, votes_per_s: float, sizes: Sizes) -> dict:
     """A steady batched load at `votes_per_s` for sizes.soak_long_s; the pipeline's RSS along the way."""
     messages_per_s = votes_per_s / DEFAULT_BATCH_SIZE
-    source = LedgeredBatches(Workload(events=int(votes_per_s * (sizes.soak_long_s + 30)), posts=1_000, zipf=RACE_ZIPF,
-                                      seed=9, post_prefix="soak-"))
+    source = LedgeredBatches(
+        Workload(
+            events=int(votes_per_s * (sizes.soak_long_s + 30)), posts=1_000, zipf=RACE_ZIPF, seed=9, post_prefix="soak-"
+        )
+    )
     publisher = PacedPublisher(topic_path, source.next_message, messages_per_s)
     samples, started = [], time.monotonic()
     publisher.start()
@@ -179,8 +235,13 @@ def _soak(database, topic_path: str, process, log_path: Path, votes_per_s: float
     try:
         while (elapsed := time.monotonic() - started) < sizes.soak_long_s:
             check_alive(process, log_path)
-            samples.append({"second": round(elapsed, 1), "rss_mib": round(current_rss_mib(process.pid), 1),
-                            "peak_mib": round(current_rss_mib(process.pid, "VmHWM"), 1)})
+            samples.append(
+                {
+                    "second": round(elapsed, 1),
+                    "rss_mib": round(current_rss_mib(process.pid), 1),
+                    "peak_mib": round(current_rss_mib(process.pid, "VmHWM"), 1),
+                }
+            )
             if peak_short is None and elapsed >= sizes.soak_short_s:
                 peak_short = samples[-1]["peak_mib"]
             time.sleep(1.0)
@@ -198,15 +259,22 @@ def _soak(database, topic_path: str, process, log_path: Path, votes_per_s: float
     drain_s = time.monotonic() - ended
     assert peak_short is not None  # read at soak_short_s, before soak_long_s
     return {
-        "votes_per_s": round(votes_per_s, 1), "load_of_e2e_rate": SOAK_LOAD, "votes": source.ledger.events,
-        "short_s": sizes.soak_short_s, "long_s": sizes.soak_long_s,
-        "peak_rss_after_short_mib": peak_short, "peak_rss_after_long_mib": round(peak_long, 1),
-        "ratio_long_to_short": round(peak_long / peak_short, 3), "exact": True, "samples": samples,
+        "votes_per_s": round(votes_per_s, 1),
+        "load_of_e2e_rate": SOAK_LOAD,
+        "votes": source.ledger.events,
+        "short_s": sizes.soak_short_s,
+        "long_s": sizes.soak_long_s,
+        "peak_rss_after_short_mib": peak_short,
+        "peak_rss_after_long_mib": round(peak_long, 1),
+        "ratio_long_to_short": round(peak_long / peak_short, 3),
+        "exact": True,
+        "samples": samples,
         "seconds_to_exact_after_the_load": round(drain_s, 1),
     }
 
 
 # --- the benchmark -------------------------------------------------------------------------
+
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     """Every approach in turn on the bench database, then the interleaved total reads."""
@@ -215,9 +283,16 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     approaches: dict[str, dict] = {}
     readers: dict[str, Callable[[], int]] = {}
     for approach, (best_run, row) in best.items():
-        approaches[approach] = {**row, "config": best_run.config.label, "final_count": best_run.votes, "read_kind": (
-            "strong read of one row" if best_run.config.shards == 1
-            else f"strong read: SUM over {best_run.config.shards} shard rows")}
+        approaches[approach] = {
+            **row,
+            "config": best_run.config.label,
+            "final_count": best_run.votes,
+            "read_kind": (
+                "strong read of one row"
+                if best_run.config.shards == 1
+                else f"strong read: SUM over {best_run.config.shards} shard rows"
+            ),
+        }
         readers[approach] = functools.partial(baseline_counters.total, database, row["counter"])
     approaches["chain_sink"], readers["chain_sink"] = chain_and_sink(res, database, sizes.chain_votes)
     e2e, soak, readers["e2e_pubsub"] = end_to_end_and_soak(res, database, sizes, log_dir)
@@ -238,6 +313,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 
 # --- sizes and report ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Sizes:
     sweep_seconds: float  # per read-modify-write / sharded configuration
@@ -249,10 +325,24 @@ class Sizes:
     reads: int  # total-read latency samples per approach
 
 
-FULL = Sizes(sweep_seconds=4.0, sweep_threads=(1, 2, 4, 8), chain_votes=1_000_000, race=FULL_RACE,
-             soak_short_s=60, soak_long_s=300, reads=50)
-QUICK = Sizes(sweep_seconds=0.5, sweep_threads=(1, 4), chain_votes=50_000, race=QUICK_RACE,
-              soak_short_s=2, soak_long_s=6, reads=20)
+FULL = Sizes(
+    sweep_seconds=4.0,
+    sweep_threads=(1, 2, 4, 8),
+    chain_votes=1_000_000,
+    race=FULL_RACE,
+    soak_short_s=60,
+    soak_long_s=300,
+    reads=50,
+)
+QUICK = Sizes(
+    sweep_seconds=0.5,
+    sweep_threads=(1, 4),
+    chain_votes=50_000,
+    race=QUICK_RACE,
+    soak_short_s=2,
+    soak_long_s=6,
+    reads=20,
+)
 
 APPROACH_LABELS = {
     "rmw": "Read-modify-write, 1 row",
@@ -262,8 +352,11 @@ APPROACH_LABELS = {
     "e2e_pubsub": "This project: end to end via Pub/Sub (batches)",
 }
 PLOT_LABELS = {
-    "rmw": "RMW", "sharded_10": "Sharded\n10", "sharded_100": "Sharded\n100",
-    "chain_sink": "Chain + sink\n(memory)", "e2e_pubsub": "End to end\n(Pub/Sub)",
+    "rmw": "RMW",
+    "sharded_10": "Sharded\n10",
+    "sharded_100": "Sharded\n100",
+    "chain_sink": "Chain + sink\n(memory)",
+    "e2e_pubsub": "End to end\n(Pub/Sub)",
 }
 
 
@@ -274,18 +367,24 @@ def targets(document: dict) -> list[dict]:
     sweep, soak = hot_post["sweep"], hot_post["soak"]
     commits_ratio = chain["commits_per_1k_votes"] / rmw["commits_per_1k_votes"]
     race_ratio = e2e["votes_per_s"] / rmw["votes_per_s"]
-    best = ", ".join(f"{name}: {hot[name]['config']} ({hot[name]['votes_per_s']:,.0f}/s)"
-                     for name in ("rmw", "sharded_10", "sharded_100"))
+    best = ", ".join(
+        f"{name}: {hot[name]['config']} ({hot[name]['votes_per_s']:,.0f}/s)"
+        for name in ("rmw", "sharded_10", "sharded_100")
+    )
     costs = "; ".join(
         f"{name} {a['commits_per_1k_votes']:,.3g} commits, {a['mutations_per_1k_votes']:,.4g} mutations, "
         + ("n/a" if a["emulator_cpu_s_per_1k_votes"] is None else f"{a['emulator_cpu_s_per_1k_votes']:.3g}")
-        + " emulator CPU s" for name, a in hot.items())
+        + " emulator CPU s"
+        for name, a in hot.items()
+    )
     return [
         target(
             "Baselines at their best: threads {1,2,4,8} x {client retry, jittered retry} each",
             f"{len(sweep)} configurations; best {best}",
-            all(hot[name]["votes_per_s"] == max(r["votes_per_s"] for r in sweep if r["approach"] == name)
-                for name in ("rmw", "sharded_10", "sharded_100")),
+            all(
+                hot[name]["votes_per_s"] == max(r["votes_per_s"] for r in sweep if r["approach"] == name)
+                for name in ("rmw", "sharded_10", "sharded_100")
+            ),
         ),
         target(
             "End to end, publish -> exact read of a batched viral burst, >= 20x the best RMW of the same run",
@@ -326,28 +425,57 @@ def markdown(document: dict) -> list[str]:
     hot_post = document["benchmarks"]["hot_post"]
     hot = hot_post["approaches"]
     mem, soak = hot_post["memory"], hot_post["soak"]
-    return ["The race: every approach on the same Spanner emulator, same run", table(
-        ["Approach", "Configuration", "Votes", "Votes/s", "x best RMW", "Commits / 1k votes", "Mutations / 1k votes",
-         "Emulator CPU s / 1k votes", "Exact", "Total read", "Read p50 / p99 ms"],
-        [[APPROACH_LABELS[name], a.get("config", a.get("runner", "")), f"{a['votes']:,}", f"{a['votes_per_s']:,.1f}",
-          f"{a['votes_per_s_vs_rmw']:,.1f}", f"{a['commits_per_1k_votes']:,.4g}", f"{a['mutations_per_1k_votes']:,.4g}",
-          "n/a" if a["emulator_cpu_s_per_1k_votes"] is None else f"{a['emulator_cpu_s_per_1k_votes']:.3g}",
-          "yes" if a["exact"] else "NO", a["read_kind"], p50_p99_ms(a["read_latency"])]
-         for name, a in hot.items()],
-    ), "Every baseline configuration (votes/s; aborted attempts), best of each approach in bold:", table(
-        ["Approach", "Threads", "Client retry", "Jittered retry"],
-        [[approach, str(threads)] + [_sweep_cell(hot_post["sweep"], hot, approach, threads, retry)
-                                     for retry in ("client", "jittered")]
-         for approach in ("rmw", "sharded_10", "sharded_100")
-         for threads in sorted({r["threads"] for r in hot_post["sweep"]})],
-    ),
+    return [
+        "The race: every approach on the same Spanner emulator, same run",
+        table(
+            [
+                "Approach",
+                "Configuration",
+                "Votes",
+                "Votes/s",
+                "x best RMW",
+                "Commits / 1k votes",
+                "Mutations / 1k votes",
+                "Emulator CPU s / 1k votes",
+                "Exact",
+                "Total read",
+                "Read p50 / p99 ms",
+            ],
+            [
+                [
+                    APPROACH_LABELS[name],
+                    a.get("config", a.get("runner", "")),
+                    f"{a['votes']:,}",
+                    f"{a['votes_per_s']:,.1f}",
+                    f"{a['votes_per_s_vs_rmw']:,.1f}",
+                    f"{a['commits_per_1k_votes']:,.4g}",
+                    f"{a['mutations_per_1k_votes']:,.4g}",
+                    "n/a" if a["emulator_cpu_s_per_1k_votes"] is None else f"{a['emulator_cpu_s_per_1k_votes']:.3g}",
+                    "yes" if a["exact"] else "NO",
+                    a["read_kind"],
+                    p50_p99_ms(a["read_latency"]),
+                ]
+                for name, a in hot.items()
+            ],
+        ),
+        "Every baseline configuration (votes/s; aborted attempts), best of each approach in bold:",
+        table(
+            ["Approach", "Threads", "Client retry", "Jittered retry"],
+            [
+                [approach, str(threads)]
+                + [_sweep_cell(hot_post["sweep"], hot, approach, threads, retry) for retry in ("client", "jittered")]
+                for approach in ("rmw", "sharded_10", "sharded_100")
+                for threads in sorted({r["threads"] for r in hot_post["sweep"]})
+            ],
+        ),
         f"Memory, in-memory chain (FnApiRunner): {mem['rss_at_n_mib']:.0f} MiB after {mem['n_votes']:,} votes, "
         f"{mem['rss_at_10n_mib']:.0f} MiB after {mem['ten_n_votes']:,} (ratio {mem['ratio_10n_to_n']:.3f}). "
         f"Streaming subprocess under a steady batched load of {soak['votes_per_s']:,.0f} votes/s "
         f"({soak['load_of_e2e_rate']:.0%} of the end-to-end rate): peak RSS {soak['peak_rss_after_short_mib']:.0f} MiB "
         f"after {soak['short_s']} s, {soak['peak_rss_after_long_mib']:.0f} MiB after {soak['long_s']} s "
         f"(ratio {soak['ratio_long_to_short']:.3f}); {soak['votes']:,} votes counted exactly, "
-        f"{soak['seconds_to_exact_after_the_load']:.0f} s after the load stopped."]
+        f"{soak['seconds_to_exact_after_the_load']:.0f} s after the load stopped.",
+    ]
 
 
 def race_bars(document: dict) -> list[tuple[str, float, float, str]]:
@@ -393,5 +521,12 @@ def chart(document: dict) -> list:
 
 
 BENCHMARK = Benchmark(
-    name="hot_post", title="The race: every approach on one hot post, same emulator, same run",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)
+    name="hot_post",
+    title="The race: every approach on one hot post, same emulator, same run",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+    chart=chart,
+)

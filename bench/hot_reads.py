@@ -13,6 +13,7 @@ Reported per point: client reads/s achieved, Spanner reads/s issued, reads per r
 interval, latency p50/p99. The target: Spanner reads/s stay at most 1 per post per refresh
 interval per process while client reads/s grow 10x.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,9 +23,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 from urllib.parse import quote
 
 import httpx
@@ -79,18 +80,27 @@ def paced_load(call: Callable[[int], object], rate: int, callers: int, seconds: 
         thread.join()
     samples = [s for per_thread in latencies for s in per_thread]
     elapsed = time.perf_counter() - start_at
-    return {"target_reads_per_s": rate, "reads": len(samples), "errors": sum(errors),
-            "first_error": first_error[0] if first_error else None,
-            "reads_per_s": round(len(samples) / elapsed, 1), "latency": latency_summary(samples), "seconds": round(elapsed, 2)}
+    return {
+        "target_reads_per_s": rate,
+        "reads": len(samples),
+        "errors": sum(errors),
+        "first_error": first_error[0] if first_error else None,
+        "reads_per_s": round(len(samples) / elapsed, 1),
+        "latency": latency_summary(samples),
+        "seconds": round(elapsed, 2),
+    }
 
 
 def _with_spanner_reads(point: dict, spanner_reads: int) -> dict:
     """Adds the Spanner reads issued (a read: one snapshot reading the post's row and its unfolded
     delta range), per second and per refresh interval begun during the point (the target is <= 1)."""
     intervals = math.ceil(point["seconds"] / REFRESH_S)
-    return {**point, "spanner_reads": spanner_reads,
-            "spanner_reads_per_s": round(spanner_reads / point["seconds"], 2),
-            "spanner_reads_per_refresh": round(spanner_reads / intervals, 2)}
+    return {
+        **point,
+        "spanner_reads": spanner_reads,
+        "spanner_reads_per_s": round(spanner_reads / point["seconds"], 2),
+        "spanner_reads_per_refresh": round(spanner_reads / intervals, 2),
+    }
 
 
 def library_point(database, rate: int, sizes: Sizes) -> dict:
@@ -116,8 +126,17 @@ def baseline_point(database, rate: int, sizes: Sizes) -> dict:
 
 def start_serve(res: Resources, log_path: Path) -> tuple[subprocess.Popen, str]:
     """`upvotes serve` on a free loopback port, as a child process; returns it and its URL."""
-    command = [sys.executable, "-m", "upvotes.cli", "serve", f"--project={res.project}", f"--instance={res.instance}",
-               f"--database={res.database}", "--port=0", f"--refresh-seconds={REFRESH_S}"]
+    command = [
+        sys.executable,
+        "-m",
+        "upvotes.cli",
+        "serve",
+        f"--project={res.project}",
+        f"--instance={res.instance}",
+        f"--database={res.database}",
+        "--port=0",
+        f"--refresh-seconds={REFRESH_S}",
+    ]
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
     # Reads only; a token of its own keeps serve from generating one into the user's .upvotes/serve-token.
     env = {**os.environ, "UPVOTES_WRITE_TOKEN": secrets.token_urlsafe(32)}
@@ -173,13 +192,18 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     library = [library_point(database, rate, sizes) for rate in sizes.hot_read_rates]
     http = http_points(hot_res, sizes, log_dir)
     return {
-        "callers": sizes.hot_read_callers, "refresh_s": REFRESH_S, "seconds_per_point": sizes.hot_read_seconds,
-        "baseline_uncached": baseline, "library": library, "http": http,
+        "callers": sizes.hot_read_callers,
+        "refresh_s": REFRESH_S,
+        "seconds_per_point": sizes.hot_read_seconds,
+        "baseline_uncached": baseline,
+        "library": library,
+        "http": http,
         "exact": baseline["exact"] and all(p["exact"] for p in library + http),
     }
 
 
 # --- sizes and report ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -198,15 +222,18 @@ def targets(document: dict) -> list[dict]:
     http_high = reads["http"][-1]
     growth = lib_high["reads_per_s"] / lib_low["reads_per_s"]
     per_refresh_max = max(p["spanner_reads_per_refresh"] for p in reads["library"] + reads["http"])
-    return [target(
-        f"Hot reads: Spanner reads/s flat (<= 1 per post per {reads['refresh_s']:g} s refresh) while "
-        "client reads/s grow 10x",
-        f"library: {lib_low['reads_per_s']:,.0f} -> {lib_high['reads_per_s']:,.0f} reads/s ({growth:.1f}x) with "
-        f"{lib_low['spanner_reads_per_s']:.2f} -> {lib_high['spanner_reads_per_s']:.2f} Spanner reads/s; HTTP at "
-        f"{http_high['reads_per_s']:,.0f} req/s: {http_high['spanner_reads_per_s']:.2f}; uncached baseline "
-        f"{reads['baseline_uncached']['spanner_reads_per_s']:,.0f} Spanner reads/s",
-        per_refresh_max <= 1.0 + 1e-9 and growth >= 9.0,
-    ), _http_target(reads)]
+    return [
+        target(
+            f"Hot reads: Spanner reads/s flat (<= 1 per post per {reads['refresh_s']:g} s refresh) while "
+            "client reads/s grow 10x",
+            f"library: {lib_low['reads_per_s']:,.0f} -> {lib_high['reads_per_s']:,.0f} reads/s ({growth:.1f}x) with "
+            f"{lib_low['spanner_reads_per_s']:.2f} -> {lib_high['spanner_reads_per_s']:.2f} Spanner reads/s; HTTP at "
+            f"{http_high['reads_per_s']:,.0f} req/s: {http_high['spanner_reads_per_s']:.2f}; uncached baseline "
+            f"{reads['baseline_uncached']['spanner_reads_per_s']:,.0f} Spanner reads/s",
+            per_refresh_max <= 1.0 + 1e-9 and growth >= 9.0,
+        ),
+        _http_target(reads),
+    ]
 
 
 # `upvotes serve` over HTTP on the bench machine (2 cores, idle): it keeps up with the lowest rate
@@ -220,8 +247,11 @@ HTTP_SATURATED_MIN = 900  # req/s at the highest target rate
 
 def _http_target(reads: dict) -> dict:
     low, high = reads["http"][0], reads["http"][-1]
-    held = (low["reads_per_s"] >= HTTP_HELD_SHARE * low["target_reads_per_s"]
-            and low["latency"]["p50_ms"] <= HTTP_HELD_P50_MS and low["errors"] == 0)
+    held = (
+        low["reads_per_s"] >= HTTP_HELD_SHARE * low["target_reads_per_s"]
+        and low["latency"]["p50_ms"] <= HTTP_HELD_P50_MS
+        and low["errors"] == 0
+    )
     return target(
         f"Hot reads over HTTP: `upvotes serve` holds {low['target_reads_per_s']:,} req/s (>= "
         f"{HTTP_HELD_SHARE:.0%}, p50 <= {HTTP_HELD_P50_MS:g} ms) and serves >= {HTTP_SATURATED_MIN:,} req/s at "
@@ -235,18 +265,44 @@ def _http_target(reads: dict) -> dict:
 
 def markdown(document: dict) -> list[str]:
     hr = document["benchmarks"]["hot_reads"]
-    return [f"Hot reads: {hr['callers']} callers, one post, refresh {hr['refresh_s']:g} s", table(
-        ["Reader", "Target reads/s", "Reads/s achieved", "Spanner reads/s", "x baseline Spanner reads/s",
-         "Latency p50 / p99 ms", "Errors", "Exact"],
-        [[label, f"{p['target_reads_per_s']:,}", f"{p['reads_per_s']:,.0f}", f"{p['spanner_reads_per_s']:,.2f}",
-          f"{p['spanner_reads_per_s'] / hr['baseline_uncached']['spanner_reads_per_s']:.4f}", p50_p99_ms(p["latency"]),
-          f"{p['errors']}", "yes" if p["exact"] else "NO"]
-         for label, p in [("exact_counts per request (baseline)", hr["baseline_uncached"])]
-         + [("CountsReader (library)", p) for p in hr["library"]]
-         + [("upvotes serve (HTTP, httpx keep-alive)", p) for p in hr["http"]]],
-    )]
+    return [
+        f"Hot reads: {hr['callers']} callers, one post, refresh {hr['refresh_s']:g} s",
+        table(
+            [
+                "Reader",
+                "Target reads/s",
+                "Reads/s achieved",
+                "Spanner reads/s",
+                "x baseline Spanner reads/s",
+                "Latency p50 / p99 ms",
+                "Errors",
+                "Exact",
+            ],
+            [
+                [
+                    label,
+                    f"{p['target_reads_per_s']:,}",
+                    f"{p['reads_per_s']:,.0f}",
+                    f"{p['spanner_reads_per_s']:,.2f}",
+                    f"{p['spanner_reads_per_s'] / hr['baseline_uncached']['spanner_reads_per_s']:.4f}",
+                    p50_p99_ms(p["latency"]),
+                    f"{p['errors']}",
+                    "yes" if p["exact"] else "NO",
+                ]
+                for label, p in [("exact_counts per request (baseline)", hr["baseline_uncached"])]
+                + [("CountsReader (library)", p) for p in hr["library"]]
+                + [("upvotes serve (HTTP, httpx keep-alive)", p) for p in hr["http"]]
+            ],
+        ),
+    ]
 
 
 BENCHMARK = Benchmark(
-    name="hot_reads", title="Reads of one hot post through CountsReader and upvotes serve against uncached reads",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)
+    name="hot_reads",
+    title="Reads of one hot post through CountsReader and upvotes serve against uncached reads",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+)

@@ -1,4 +1,5 @@
 """The date and the machine a run happened on."""
+
 from __future__ import annotations
 
 import os

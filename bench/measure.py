@@ -1,13 +1,14 @@
 """Measuring helpers: percentiles, memory, CPU and wall time."""
+
 from __future__ import annotations
 
 import math
 import os
 import resource
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 
 def percentile(values: Sequence[float], q: float) -> float:

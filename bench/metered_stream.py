@@ -10,6 +10,7 @@ kind, mutations): kind "heartbeat" for the stream's heartbeat (local_runner/hear
 for a commit that writes delta rows or vote states, "other" for the rest (the writer claim).
 Counting costs the stream a little CPU per commit; the benchmarks' figures include it.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,13 @@ class ListingMeter(CommitMeter):
 
     def record(self, mutations) -> None:
         tables = {_table_of(m) for m in mutations}
-        kind = ("heartbeat" if tables == {STREAM_HEARTBEATS} else
-                "sink" if DELTA_COMMITS in tables or VOTES in tables else "other")
+        kind = (
+            "heartbeat"
+            if tables == {STREAM_HEARTBEATS}
+            else "sink"
+            if DELTA_COMMITS in tables or VOTES in tables
+            else "other"
+        )
         count = commit_mutation_count(mutations, self._model)
         with self._list_lock:
             self.listed.append((time.time(), kind, count))

@@ -21,11 +21,12 @@ RACE_WINDOW_S (`wait_for_phase`). Each burst then gives:
 
 Every figure is in seconds, averaged over the phases (`mean_stages`).
 """
+
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from google.cloud import pubsub_v1
 from google.cloud.spanner_v1 import param_types
@@ -67,15 +68,23 @@ def pipeline_critical_path(database, prefix: str, last_ack_at: float, exact_at: 
     """The pipeline's stages after the last acknowledgement, from the burst's delta rows: its last
     pane's window end and commit timestamps."""
     with database.snapshot() as snapshot:
-        panes = [(end_us, first, last, rows, commits)
-                 for delta_id, first, last, rows, commits in snapshot.execute_sql(
-                     PANES_SQL, params={"prefix": prefix}, param_types={"prefix": param_types.STRING})
-                 if (end_us := pane_window_end_us(delta_id)) is not None]
+        panes = [
+            (end_us, first, last, rows, commits)
+            for delta_id, first, last, rows, commits in snapshot.execute_sql(
+                PANES_SQL, params={"prefix": prefix}, param_types={"prefix": param_types.STRING}
+            )
+            if (end_us := pane_window_end_us(delta_id)) is not None
+        ]
     end_us, first, last, rows, commits = max(panes, key=lambda p: p[0])
     window_end = end_us / 1e6
-    return {"window_wait_s": window_end - last_ack_at, "fire_s": first.timestamp() - window_end,
-            "commit_s": last.timestamp() - first.timestamp(), "read_s": exact_at - last.timestamp(),
-            "last_window_rows": rows, "last_window_commits": commits}
+    return {
+        "window_wait_s": window_end - last_ack_at,
+        "fire_s": first.timestamp() - window_end,
+        "commit_s": last.timestamp() - first.timestamp(),
+        "read_s": exact_at - last.timestamp(),
+        "last_window_rows": rows,
+        "last_window_commits": commits,
+    }
 
 
 def flusher_critical_path(flushes: Sequence[Mapping], last_ack_at: float, exact_at: float) -> dict:
@@ -83,9 +92,16 @@ def flusher_critical_path(flushes: Sequence[Mapping], last_ack_at: float, exact_
     flush that started after it took the last votes."""
     flush = min((f for f in flushes if f.get("started_at", 0) >= last_ack_at), key=lambda f: f["started_at"])
     ended = flush["started_at"] + flush["read_s"] + flush["sum_s"] + flush["commit_s"]
-    return {"window_wait_s": flush["started_at"] - last_ack_at, "fire_s": flush["read_s"] + flush["sum_s"],
-            "pull_s": flush["read_s"], "parse_sum_s": flush["sum_s"], "commit_s": flush["commit_s"],
-            "read_s": exact_at - ended, "last_window_rows": flush["posts"], "last_window_commits": flush["parts"]}
+    return {
+        "window_wait_s": flush["started_at"] - last_ack_at,
+        "fire_s": flush["read_s"] + flush["sum_s"],
+        "pull_s": flush["read_s"],
+        "parse_sum_s": flush["sum_s"],
+        "commit_s": flush["commit_s"],
+        "read_s": exact_at - ended,
+        "last_window_rows": flush["posts"],
+        "last_window_commits": flush["parts"],
+    }
 
 
 def pull_and_parse(project: str, topic: str, messages: Sequence[Message]) -> dict:
@@ -112,8 +128,13 @@ def pull_and_parse(project: str, topic: str, messages: Sequence[Message]) -> dic
         sums = BundleSums()
         for received in bundle:
             published = received.message.publish_time
-            sums.add_message(received.message.data, dict(received.message.attributes),
-                             published.seconds + published.nanos / 1e9, DEFAULT_EVENT_TIME_POLICY, lambda _: None)
+            sums.add_message(
+                received.message.data,
+                dict(received.message.attributes),
+                published.seconds + published.nanos / 1e9,
+                DEFAULT_EVENT_TIME_POLICY,
+                lambda _: None,
+            )
         votes += sums.votes
         list(sums.emit(time.time()))
     parse_sum_s = time.perf_counter() - started

@@ -26,6 +26,7 @@ Measured, in one run, on emulators of its own (bench/runner.py):
   does, `pull_bundle`, with no pipeline); the plain-Python floor (json.loads and a dict of sums and
   of latest states, per core).
 """
+
 from __future__ import annotations
 
 import collections
@@ -38,17 +39,18 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from google.cloud import pubsub_v1
 
 from bench.benchmark import Benchmark, emulator_cpu, p50_p99_s, table, target
+from bench.earlier_code import earlier_tree
 from bench.measure import latency_summary
 from bench.metered_stream import METER_FILE_ENV
 from bench.spanner_cost import EmulatorCpu, spanner_cost
-from bench.earlier_code import earlier_tree
 from bench.stack import bench_resources, check_alive, fresh_emulators, quiet, wait_until_ready, with_topics
 from local_runner.pubsub_reader import pull_bundle
 from schemas.contract import event_message
@@ -59,8 +61,8 @@ from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.publishing import publish_message
 from upvotes.devtools.race import BASELINE_SWEEP, run_baseline
 from upvotes.devtools.verification import wait_until_exact
-from upvotes.operations.provision import provision
 from upvotes.devtools.workload import RealTrafficWorkload, generate
+from upvotes.operations.provision import provision
 from upvotes.resources import Resources
 
 PREFIX = "rt-"
@@ -81,8 +83,19 @@ STAGES = (
     ("sink: vote states", ("ApplyVoteStatesFn",)),
     ("sink: delta rows", ("WriteDeltasFn",)),
     ("dead letters", ("_PubSubWriteDoFn",)),
-    ("window and combine", ("GroupAlsoByWindow", "GroupByKeyOnly", "CombineValuesDoFn", "MergeSums",
-                            "WindowIntoFn", "_ToPostDeltas", "MergeVoteStates", "_ToStates")),
+    (
+        "window and combine",
+        (
+            "GroupAlsoByWindow",
+            "GroupByKeyOnly",
+            "CombineValuesDoFn",
+            "MergeSums",
+            "WindowIntoFn",
+            "_ToPostDeltas",
+            "MergeVoteStates",
+            "_ToStates",
+        ),
+    ),
 )
 
 
@@ -100,6 +113,7 @@ QUICK = Sizes(events=3_000, posts=3_000, window_s=2, tail_posts=200, rmw_seconds
 
 
 # --- the messages -------------------------------------------------------------------------------
+
 
 @dataclass
 class Traffic:
@@ -128,6 +142,7 @@ def traffic(sizes: Sizes, seed: int = 45) -> Traffic:
 
 # --- the baselines --------------------------------------------------------------------------------
 
+
 def best_rmw(database, seconds: float) -> dict:
     """Read-modify-write on one hot counter, 1 and 2 threads, either retry: the best run."""
     runs = []
@@ -137,9 +152,15 @@ def best_rmw(database, seconds: float) -> dict:
         with EmulatorCpu() as cpu:
             run = run_baseline(database, f"rt-rmw-{uuid.uuid4().hex[:8]}", config, seconds)
         assert run.exact, f"{config.label}: the counter does not equal the acknowledged votes"
-        runs.append({"config": config.label, "votes_per_s": round(run.votes_per_s, 1),
-                     **spanner_cost(run.votes, run.votes, run.votes * baseline_counters.MUTATIONS_PER_INCREMENT,
-                                    cpu.seconds)})
+        runs.append(
+            {
+                "config": config.label,
+                "votes_per_s": round(run.votes_per_s, 1),
+                **spanner_cost(
+                    run.votes, run.votes, run.votes * baseline_counters.MUTATIONS_PER_INCREMENT, cpu.seconds
+                ),
+            }
+        )
     return max(runs, key=lambda row: row["votes_per_s"]) | {"tried": runs}
 
 
@@ -161,8 +182,11 @@ def pubsub_ceiling(res: Resources, messages: list[tuple[bytes, dict]]) -> dict:
         bundle, _ = pull_bundle(subscription)
         pulled += len(bundle)
     pull_s = time.perf_counter() - started
-    return {"messages": len(messages), "publish_msgs_per_s": round(len(messages) / publish_s),
-            "pull_ack_msgs_per_s": round(len(messages) / pull_s)}
+    return {
+        "messages": len(messages),
+        "publish_msgs_per_s": round(len(messages) / publish_s),
+        "pull_ack_msgs_per_s": round(len(messages) / pull_s),
+    }
 
 
 def python_floor(messages: list[tuple[bytes, dict]]) -> dict:
@@ -185,6 +209,7 @@ def python_floor(messages: list[tuple[bytes, dict]]) -> dict:
 
 
 # --- the pipeline ---------------------------------------------------------------------------------
+
 
 class MeterFile:
     """The stream's commit meter, as bench/metered_stream.py writes it."""
@@ -253,12 +278,14 @@ class Profile:
         self._pid, self.path = pid, path
         self._process: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Profile":
+    def __enter__(self) -> Profile:
         spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         if Path(spy).exists():
             self._process = subprocess.Popen(
                 [spy, "record", "-r", str(PROFILE_RATE_HZ), "-f", "raw", "-o", str(self.path), "-p", str(self._pid)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         return self
 
     def __exit__(self, *_) -> None:
@@ -305,16 +332,20 @@ def tail_cost(database, topic: str, meter: MeterFile, posts: int, alive: Callabl
     """`posts` new posts, one upvote each, published at once (one window): the stream's mutations
     and commits per vote."""
     before = meter.settled()
-    events: list[dict[str, Any]] = [{"post_id": f"{PREFIX}tail-{index}", "counter": "upvotes", "delta": 1}
-                                    for index in range(posts)]
+    events: list[dict[str, Any]] = [
+        {"post_id": f"{PREFIX}tail-{index}", "counter": "upvotes", "delta": 1} for index in range(posts)
+    ]
     client = pubsub_v1.PublisherClient()
     for future in [publish_message(client, topic, data, attributes) for data, attributes in map(event_message, events)]:
         future.result(timeout=120)
     client.stop()
     wait_exact(database, {event["post_id"]: {"upvotes": 1} for event in events}, alive)
     after = meter.settled()
-    return {"posts": posts, "mutations_per_vote": round((after["mutations"] - before["mutations"]) / posts, 2),
-            "commits_per_vote": round((after["commits"] - before["commits"]) / posts, 4)}
+    return {
+        "posts": posts,
+        "mutations_per_vote": round((after["mutations"] - before["mutations"]) / posts, 2),
+        "commits_per_vote": round((after["commits"] - before["commits"]) / posts, 4),
+    }
 
 
 def pipeline(res: Resources, sizes: Sizes, traffic: Traffic, log_dir: Path, tag: str, code: Path | None = None) -> dict:
@@ -327,8 +358,10 @@ def pipeline(res: Resources, sizes: Sizes, traffic: Traffic, log_dir: Path, tag:
     env = {METER_FILE_ENV: str(meter.path)}
     if code is not None:  # the earlier tree runs its own command line, wrapped by this meter
         shutil.copy(METERED_STREAM, code / "bench" / METERED_STREAM.name)
-    with local_stream.running(stream_res, sizes.window_s, log_path, env, wrapper=("bench.metered_stream",),
-                              cwd=code, message_log=code is None) as process:
+    with local_stream.running(
+        stream_res, sizes.window_s, log_path, env, wrapper=("bench.metered_stream",), cwd=code, message_log=code is None
+    ) as process:
+
         def alive() -> None:
             check_alive(process, log_path)
 
@@ -350,14 +383,21 @@ def pipeline(res: Resources, sizes: Sizes, traffic: Traffic, log_dir: Path, tag:
     assert not missing and not poller.wrong, f"markers missing {missing[:3]} or counted twice {poller.wrong}"
     votes = traffic.ledger.events
     return {
-        "votes": votes, "messages": len(traffic.messages), "posts": len(traffic.ledger.totals), "exact": True,
-        "seconds": round(seconds, 2), "votes_per_s": round(votes / seconds, 1),
-        "publish_s": round(publish_s, 2), "read_s": round(read_s, 3),
+        "votes": votes,
+        "messages": len(traffic.messages),
+        "posts": len(traffic.ledger.totals),
+        "exact": True,
+        "seconds": round(seconds, 2),
+        "votes_per_s": round(votes / seconds, 1),
+        "publish_s": round(publish_s, 2),
+        "read_s": round(read_s, 3),
         "freshness": latency_summary(list(poller.visible.values())),
-        **spanner_cost(votes, after["commits"] - before["commits"], after["mutations"] - before["mutations"],
-                       cpu.seconds),
+        **spanner_cost(
+            votes, after["commits"] - before["commits"], after["mutations"] - before["mutations"], cpu.seconds
+        ),
         "largest_commit_mutations": after["largest"],
-        "stages_s": stages(profile.path), "tail": tail,
+        "stages_s": stages(profile.path),
+        "tail": tail,
     }
 
 
@@ -380,52 +420,95 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     with earlier_tree(BEFORE_COMMIT) as code:
         before = None if code is None else on_own_emulators(sizes, load, log_dir, "before", code)
     measured = on_own_emulators(sizes, load, log_dir, "now")
-    return {"sizes": sizes.__dict__, "pipeline": measured, "before": before, "before_commit": BEFORE_COMMIT,
-            "rmw": rmw, "pubsub": ceiling, "python": floor,
-            "ratio_to_rmw": round(measured["votes_per_s"] / rmw["votes_per_s"], 2),
-            "freshness_target_s": 2 * sizes.window_s + 1,
-            "tail_rmw_mutations_per_vote": baseline_counters.MUTATIONS_PER_INCREMENT}
+    return {
+        "sizes": sizes.__dict__,
+        "pipeline": measured,
+        "before": before,
+        "before_commit": BEFORE_COMMIT,
+        "rmw": rmw,
+        "pubsub": ceiling,
+        "python": floor,
+        "ratio_to_rmw": round(measured["votes_per_s"] / rmw["votes_per_s"], 2),
+        "freshness_target_s": 2 * sizes.window_s + 1,
+        "tail_rmw_mutations_per_vote": baseline_counters.MUTATIONS_PER_INCREMENT,
+    }
 
 
 # --- report -----------------------------------------------------------------------------------------
+
 
 def targets(document: dict) -> list[dict]:
     result = document["benchmarks"]["real_traffic"]
     pipe, rmw = result["pipeline"], result["rmw"]
     p99_s = pipe["freshness"]["p99_ms"] / 1000
     return [
-        target("real traffic (single-vote messages, a long tail, half vote states): at least 8,000 votes/s "
-               "from the first publish to exact", f"{pipe['votes_per_s']:,.0f} votes/s (Pub/Sub alone: publish "
-               f"{result['pubsub']['publish_msgs_per_s']:,}/s, pull+ack {result['pubsub']['pull_ack_msgs_per_s']:,}/s)",
-               pipe["votes_per_s"] >= 8_000),
-        target("real traffic: at least 40x the best read-modify-write, same run",
-               f"{result['ratio_to_rmw']:.1f}x ({rmw['votes_per_s']:,.0f} votes/s, {rmw['config']})",
-               result["ratio_to_rmw"] >= 40),
-        target(f"real traffic: freshness p99 within 2 windows + 1 s ({result['freshness_target_s']} s)",
-               f"{p99_s:.2f} s", p99_s <= result["freshness_target_s"]),
-        target("a tail post (one vote in its window): mutations per vote no higher than read-modify-write's",
-               f"{pipe['tail']['mutations_per_vote']:.1f} vs {result['tail_rmw_mutations_per_vote']}",
-               pipe["tail"]["mutations_per_vote"] <= result["tail_rmw_mutations_per_vote"]),
+        target(
+            "real traffic (single-vote messages, a long tail, half vote states): at least 8,000 votes/s "
+            "from the first publish to exact",
+            f"{pipe['votes_per_s']:,.0f} votes/s (Pub/Sub alone: publish "
+            f"{result['pubsub']['publish_msgs_per_s']:,}/s, pull+ack {result['pubsub']['pull_ack_msgs_per_s']:,}/s)",
+            pipe["votes_per_s"] >= 8_000,
+        ),
+        target(
+            "real traffic: at least 40x the best read-modify-write, same run",
+            f"{result['ratio_to_rmw']:.1f}x ({rmw['votes_per_s']:,.0f} votes/s, {rmw['config']})",
+            result["ratio_to_rmw"] >= 40,
+        ),
+        target(
+            f"real traffic: freshness p99 within 2 windows + 1 s ({result['freshness_target_s']} s)",
+            f"{p99_s:.2f} s",
+            p99_s <= result["freshness_target_s"],
+        ),
+        target(
+            "a tail post (one vote in its window): mutations per vote no higher than read-modify-write's",
+            f"{pipe['tail']['mutations_per_vote']:.1f} vs {result['tail_rmw_mutations_per_vote']}",
+            pipe["tail"]["mutations_per_vote"] <= result["tail_rmw_mutations_per_vote"],
+        ),
     ]
 
 
 def markdown(document: dict) -> list[str]:
     result = document["benchmarks"]["real_traffic"]
     pipe, rmw, sizes = result["pipeline"], result["rmw"], result["sizes"]
+
     def pipeline_row(label: str, row: dict) -> list[str]:
-        return [label, f"{row['votes_per_s']:,.0f} votes/s", p50_p99_s(row["freshness"]),
-                f"{row['commits_per_1k_votes']:.1f}", f"{row['mutations_per_1k_votes']:,.0f}", emulator_cpu(row)]
+        return [
+            label,
+            f"{row['votes_per_s']:,.0f} votes/s",
+            p50_p99_s(row["freshness"]),
+            f"{row['commits_per_1k_votes']:.1f}",
+            f"{row['mutations_per_1k_votes']:,.0f}",
+            emulator_cpu(row),
+        ]
 
     before = result.get("before")
     rows = [
         pipeline_row("pipeline (`upvotes stream`, DirectRunner)", pipe),
         *([pipeline_row(f"pipeline before issue 45 (`{result['before_commit']}`)", before)] if before else []),
-        [f"read-modify-write, best ({rmw['config']})", f"{rmw['votes_per_s']:,.0f} votes/s", "-",
-         f"{rmw['commits_per_1k_votes']:,.0f}", f"{rmw['mutations_per_1k_votes']:,.0f}", emulator_cpu(rmw)],
-        ["Pub/Sub emulator alone: publish / pull + ack", f"{result['pubsub']['publish_msgs_per_s']:,} / "
-         f"{result['pubsub']['pull_ack_msgs_per_s']:,} msgs/s", "-", "-", "-", "-"],
-        ["plain Python: json.loads + sums, per core", f"{result['python']['events_per_s_per_core']:,} events/s",
-         "-", "-", "-", "-"],
+        [
+            f"read-modify-write, best ({rmw['config']})",
+            f"{rmw['votes_per_s']:,.0f} votes/s",
+            "-",
+            f"{rmw['commits_per_1k_votes']:,.0f}",
+            f"{rmw['mutations_per_1k_votes']:,.0f}",
+            emulator_cpu(rmw),
+        ],
+        [
+            "Pub/Sub emulator alone: publish / pull + ack",
+            f"{result['pubsub']['publish_msgs_per_s']:,} / {result['pubsub']['pull_ack_msgs_per_s']:,} msgs/s",
+            "-",
+            "-",
+            "-",
+            "-",
+        ],
+        [
+            "plain Python: json.loads + sums, per core",
+            f"{result['python']['events_per_s_per_core']:,} events/s",
+            "-",
+            "-",
+            "-",
+            "-",
+        ],
     ]
     parts = [
         "real traffic: one vote per message, a viral head and a long tail, half vote states",
@@ -434,8 +517,17 @@ def markdown(document: dict) -> list[str]:
         f"Exact after {pipe['seconds']:.1f} s: **{result['ratio_to_rmw']:.1f}x** the best read-modify-write of the "
         "same run. Commits are counted in the stream's process (bench/metered_stream.py: attempts, a retried "
         "transaction counts again).",
-        table(["approach", "throughput", "freshness p50 / p99 (s)", "commits per 1k votes", "mutations per 1k votes",
-               "emulator CPU s per 1k votes"], rows),
+        table(
+            [
+                "approach",
+                "throughput",
+                "freshness p50 / p99 (s)",
+                "commits per 1k votes",
+                "mutations per 1k votes",
+                "emulator CPU s per 1k votes",
+            ],
+            rows,
+        ),
         f"A tail post (one upvote each on {pipe['tail']['posts']:,} new posts, one window): "
         f"{pipe['tail']['mutations_per_vote']:.1f} mutations per vote"
         + (f" ({before['tail']['mutations_per_vote']:.1f} before)" if before else "")
@@ -450,10 +542,17 @@ def markdown(document: dict) -> list[str]:
             return [f"{value:.1f}", f"{value / total:.0%}"]
 
         names = list(dict.fromkeys([*pipe["stages_s"], *stages_before]))
-        parts.append("Where the stream's time goes (its worker thread, py-spy, seconds over the run; the final "
-                     f"exact read of every post took {pipe['read_s']:.2f} s):\n\n" + table(
-                         header, [[name, *cells(pipe["stages_s"], name),
-                                   *(cells(stages_before, name) if stages_before else [])] for name in names]))
+        parts.append(
+            "Where the stream's time goes (its worker thread, py-spy, seconds over the run; the final "
+            f"exact read of every post took {pipe['read_s']:.2f} s):\n\n"
+            + table(
+                header,
+                [
+                    [name, *cells(pipe["stages_s"], name), *(cells(stages_before, name) if stages_before else [])]
+                    for name in names
+                ],
+            )
+        )
     return parts
 
 
@@ -462,8 +561,12 @@ def chart(document: dict) -> list:
 
     def throughput(ax) -> None:
         labels = ["pipeline", "RMW best", "Pub/Sub publish", "Pub/Sub pull+ack"]
-        values = [result["pipeline"]["votes_per_s"], result["rmw"]["votes_per_s"],
-                  result["pubsub"]["publish_msgs_per_s"], result["pubsub"]["pull_ack_msgs_per_s"]]
+        values = [
+            result["pipeline"]["votes_per_s"],
+            result["rmw"]["votes_per_s"],
+            result["pubsub"]["publish_msgs_per_s"],
+            result["pubsub"]["pull_ack_msgs_per_s"],
+        ]
         ax.bar(labels, values, color=["tab:blue", "tab:red", "tab:gray", "tab:gray"])
         ax.set_title("real traffic: votes (messages) per s")
         ax.tick_params(axis="x", labelrotation=20)
@@ -474,5 +577,10 @@ def chart(document: dict) -> list:
 BENCHMARK = Benchmark(
     name="real_traffic",
     title="single-vote messages, a viral head and a long tail, half vote states: votes/s, freshness, cost",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart,
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+    chart=chart,
 )

@@ -17,6 +17,7 @@ Durability modes, one per row of the benchmark:
 Debian's `redis-server` package installs the binary (7.0 on bookworm); it need not run as a
 service.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,8 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from upvotes.devtools.emulators import EmulatorError, is_alive, terminate_group
 
@@ -106,7 +107,7 @@ class LocalRedis:
 
         return redis.Redis(unix_socket_path=self.socket_path, **kwargs)
 
-    def __enter__(self) -> "LocalRedis":
+    def __enter__(self) -> LocalRedis:
         self.directory = Path(tempfile.mkdtemp(prefix="redis-", dir=self._parent_dir))
         try:
             self.start()
@@ -123,13 +124,33 @@ class LocalRedis:
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Starts the server and waits until it answers PING (after loading its AOF, if any)."""
-        command = [redis_binary(), "--port", "0", "--unixsocket", self.socket_path, "--unixsocketperm", "700",
-                   "--dir", str(self.directory), "--save", "", "--daemonize", "no", "--logfile", str(self.log_path),
-                   *DURABILITY_ARGS[self.durability]]
+        command = [
+            redis_binary(),
+            "--port",
+            "0",
+            "--unixsocket",
+            self.socket_path,
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.directory),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.log_path),
+            *DURABILITY_ARGS[self.durability],
+        ]
         if self._process is not None:
             self.restarts += 1
-        self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._wait_until_ready(timeout_s)
 
     def _wait_until_ready(self, timeout_s: float) -> None:
@@ -140,8 +161,10 @@ class LocalRedis:
         with contextlib.closing(self.client(socket_timeout=1.0)) as probe:
             while time.monotonic() < deadline:
                 if self._server.poll() is not None:
-                    raise RedisServerError(f"redis-server exited with code {self._server.returncode} while "
-                                           f"starting; see its log {self.log_path}")
+                    raise RedisServerError(
+                        f"redis-server exited with code {self._server.returncode} while "
+                        f"starting; see its log {self.log_path}"
+                    )
                 try:
                     probe.ping()  # a server still loading its AOF answers LOADING, an error here
                     return
@@ -149,8 +172,10 @@ class LocalRedis:
                     last_error = error
                     time.sleep(0.02)
         self.stop()
-        raise RedisServerError(f"redis-server did not answer on {self.socket_path} within {timeout_s:.0f} s "
-                               f"(last error: {last_error}); see its log {self.log_path}")
+        raise RedisServerError(
+            f"redis-server did not answer on {self.socket_path} within {timeout_s:.0f} s "
+            f"(last error: {last_error}); see its log {self.log_path}"
+        )
 
     def kill(self) -> None:
         """SIGKILL, as a crash: no shutdown, no last AOF write. Reaped before returning."""
@@ -198,11 +223,11 @@ def _aof_commands(data: bytes) -> Iterator[tuple[int, list[bytes]]]:
     while offset < len(data):
         start = offset
         header_end = data.index(b"\r\n", offset)
-        count, offset = int(data[offset + 1:header_end]), header_end + 2
+        count, offset = int(data[offset + 1 : header_end]), header_end + 2
         arguments = []
         for _ in range(count):
             length_end = data.index(b"\r\n", offset)
-            length = int(data[offset + 1:length_end])
-            arguments.append(data[length_end + 2:length_end + 2 + length])
+            length = int(data[offset + 1 : length_end])
+            arguments.append(data[length_end + 2 : length_end + 2 + length])
             offset = length_end + 2 + length + 2
         yield start, arguments

@@ -1,6 +1,7 @@
 """The benchmarks `python -m bench` runs, in this order: the order of latest.md's sections and
 latest.png's panels. Adding a benchmark is a module defining `BENCHMARK` (bench/benchmark.py)
 and one line here."""
+
 from __future__ import annotations
 
 import importlib

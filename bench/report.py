@@ -5,6 +5,7 @@ chart panels); this module knows none of their keys. It only iterates over the r
 benchmarks whose results are in the document, in registry order, and adds what spans them all:
 the run's header, time, peak RSS and largest commit per benchmark, and the targets' table.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,21 +42,34 @@ def markdown(document: dict) -> str:
         section = b.markdown(document)
         if section:
             parts += [heading(b.name, section[0]), *section[1:]]
-    parts += ["### Time, peak RSS and largest commit per benchmark (each in its own process)", table(
-        ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB", "Largest commit (mutations)"],
-        [[name, f"{b['seconds']:.0f}", f"{b['peak_rss']['self_mib']:.0f}",
-          f"{b['peak_rss']['children_mib']:.0f}" if b["peak_rss"]["children_mib"] else "-",
-          f"{b['largest_commit_mutations']:,}" if "largest_commit_mutations" in b else "-"]
-         for name, b in bench.items()],
-    )]
-    parts += ["### Targets", table(
-        ["Target", "Measured", "Met"],
-        [[t["target"], t["measured"], "met" if t["met"] else "NOT met"] for t in document["targets"]],
-    )]
+    parts += [
+        "### Time, peak RSS and largest commit per benchmark (each in its own process)",
+        table(
+            ["Benchmark", "Seconds", "Peak RSS MiB", "Subprocess peak RSS MiB", "Largest commit (mutations)"],
+            [
+                [
+                    name,
+                    f"{b['seconds']:.0f}",
+                    f"{b['peak_rss']['self_mib']:.0f}",
+                    f"{b['peak_rss']['children_mib']:.0f}" if b["peak_rss"]["children_mib"] else "-",
+                    f"{b['largest_commit_mutations']:,}" if "largest_commit_mutations" in b else "-",
+                ]
+                for name, b in bench.items()
+            ],
+        ),
+    ]
+    parts += [
+        "### Targets",
+        table(
+            ["Target", "Measured", "Met"],
+            [[t["target"], t["measured"], "met" if t["met"] else "NOT met"] for t in document["targets"]],
+        ),
+    ]
     return "\n\n".join(parts) + "\n"
 
 
 # --- files ------------------------------------------------------------------------------
+
 
 def write(document: dict, out_dir: Path) -> None:
     (out_dir / JSON_NAME).write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
@@ -74,11 +88,13 @@ def plot(document: dict, path: Path) -> None:
     rows = max(1, math.ceil(len(panels) / PANELS_PER_ROW))
     fig, axes = plt.subplots(rows, PANELS_PER_ROW, figsize=(22, 5 * rows), squeeze=False)
     m = document["machine"]
-    fig.suptitle(f"Upvote counter benchmarks, {document['sizes']['name']} run, {m['date']}, "
-                 f"{m['nproc']} x {m['cpu_model']}, Beam {m['apache_beam']}")
+    fig.suptitle(
+        f"Upvote counter benchmarks, {document['sizes']['name']} run, {m['date']}, "
+        f"{m['nproc']} x {m['cpu_model']}, Beam {m['apache_beam']}"
+    )
     for ax, panel in zip(axes.flat, panels):
         panel(ax)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=80)

@@ -10,6 +10,7 @@ holding the earlier ones' tens of millions of votes, and its commits timed out. 
 benchmark's result is also written to logs/run-in-progress.json, so that a failure late in a
 run loses only the benchmark that failed.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import schemas
 from bench import report
 from bench.config import RunSizes
 from bench.machine import machine_info
 from bench.measure import peak_rss_mib
 from bench.registry import BENCHMARKS, benchmark, run_sizes
 from bench.stack import bench_resources, provision_bench
-import schemas
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from upvotes.devtools.emulators import ENV_VARS, PID_ENV_VARS, running_emulators
 from upvotes.resources import Resources
@@ -120,13 +121,18 @@ def run(quick: bool, out_dir: Path, only: tuple[str, ...] = ()) -> dict:
     document["total_seconds"] = round(time.perf_counter() - started, 1)
     if only:
         document["partial_runs"] = document.get("partial_runs", []) + [
-            {"benchmarks": list(only), "date": document["machine"]["date"]}]
+            {"benchmarks": list(only), "date": document["machine"]["date"]}
+        ]
     document["largest_commit_mutations"] = max(b["largest_commit_mutations"] for b in document["benchmarks"].values())
-    say(f"largest commit of the run: {document['largest_commit_mutations']:,} mutations "
-        f"(Spanner's limit 80,000; the planners' budget 20,000)")
+    say(
+        f"largest commit of the run: {document['largest_commit_mutations']:,} mutations "
+        f"(Spanner's limit 80,000; the planners' budget 20,000)"
+    )
     document["machine"]["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     document["targets"] = report.evaluate_targets(document)
     report.write(document, out_dir)
     print(report.markdown(document), flush=True)
-    say(f"wrote {out_dir / report.JSON_NAME}, {out_dir / report.MARKDOWN_NAME} and {out_dir / report.PNG_NAME} in {document['total_seconds']:.0f} s")
+    say(
+        f"wrote {out_dir / report.JSON_NAME}, {out_dir / report.MARKDOWN_NAME} and {out_dir / report.PNG_NAME} in {document['total_seconds']:.0f} s"
+    )
     return document

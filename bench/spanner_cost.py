@@ -1,5 +1,6 @@
 """What an approach costs Spanner, per 1,000 votes: commits, mutations (index entries included),
 and the Spanner emulator process's own CPU seconds, a proxy for the load on the database."""
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ class EmulatorCpu:
         self._pid = int(pid) if pid else None
         self.seconds: float | None = None
 
-    def __enter__(self) -> "EmulatorCpu":
+    def __enter__(self) -> EmulatorCpu:
         self._start = process_cpu_seconds(self._pid) if self._pid else None
         return self
 
@@ -50,8 +51,12 @@ def spanner_cost(votes: int, commits: int, mutations: int, emulator_cpu_s: float
 def delta_cost(database, prefix: str) -> dict:
     """Commits and mutations the sink and the fold spent on posts starting with `prefix`."""
     with database.snapshot() as snapshot:
-        rows, commits, parents, post_hours = list(snapshot.execute_sql(
-            DELTA_COST_SQL, params={"prefix": prefix}, param_types={"prefix": param_types.STRING}))[0]
-    return {"delta_rows": rows, "sink_commits": commits,
-            "sink_mutations": rows * MUTATIONS_PER_DELTA + parents * MUTATIONS_PER_PARENT,
-            "post_hours": post_hours}
+        rows, commits, parents, post_hours = list(
+            snapshot.execute_sql(DELTA_COST_SQL, params={"prefix": prefix}, param_types={"prefix": param_types.STRING})
+        )[0]
+    return {
+        "delta_rows": rows,
+        "sink_commits": commits,
+        "sink_mutations": rows * MUTATIONS_PER_DELTA + parents * MUTATIONS_PER_PARENT,
+        "post_hours": post_hours,
+    }

@@ -1,5 +1,6 @@
 """The local stack the benchmarks share: bench tables, fresh databases, the streaming
 pipeline as a subprocess, and paced publishing to Pub/Sub."""
+
 from __future__ import annotations
 
 import contextlib
@@ -8,9 +9,9 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator
 
 from google.cloud import pubsub_v1
 from google.cloud.pubsub_v1.publisher.futures import Future
@@ -18,8 +19,7 @@ from google.cloud.pubsub_v1.publisher.futures import Future
 from schemas.contract import batch_messages, event_message
 from spanner_reads.reads import exact_counts
 from spanner_store.database import open_database
-from upvotes.devtools import baseline_counters
-from upvotes.devtools import local_stream
+from upvotes.devtools import baseline_counters, local_stream
 from upvotes.devtools.emulators import ENV_VARS, PID_ENV_VARS, running_emulators
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.publishing import BATCH_SETTINGS, publish_messages
@@ -42,8 +42,12 @@ def quiet(_: str) -> None:
 def bench_resources(tag: str) -> Resources:
     """The bench database and a topic, subscription and dead-letter topic named after `tag`."""
     return Resources(
-        project=PROJECT, instance=INSTANCE, database=f"bench-{tag}"[:30],
-        topic=f"bench-{tag}", subscription=f"bench-{tag}-sub", dead_letter_topic=f"bench-{tag}-dl",
+        project=PROJECT,
+        instance=INSTANCE,
+        database=f"bench-{tag}"[:30],
+        topic=f"bench-{tag}",
+        subscription=f"bench-{tag}-sub",
+        dead_letter_topic=f"bench-{tag}-dl",
     )
 
 
@@ -109,8 +113,9 @@ def check_alive(process: subprocess.Popen, log_path: Path) -> None:
         raise RuntimeError(f"the streaming pipeline exited with code {process.returncode}; see {log_path}")
 
 
-def wait_until_ready(database, topic_path: str, process: subprocess.Popen, log_path: Path,
-                     post: str = WARM_UP_POST) -> None:
+def wait_until_ready(
+    database, topic_path: str, process: subprocess.Popen, log_path: Path, post: str = WARM_UP_POST
+) -> None:
     """Publishes one upvote to `post` and waits until the streaming pipeline has counted it (its
     count grows: a stream started earlier on the same database may have counted one before)."""
     before = upvotes_of(database, [post])[post]
@@ -147,8 +152,12 @@ class PacedPublisher(threading.Thread):
     in what follows). The rate can be changed while running.
     """
 
-    def __init__(self, topic_path: str, next_message: Callable[[], tuple[bytes, dict, Callable[[float], None] | None]],
-                 rate: float) -> None:
+    def __init__(
+        self,
+        topic_path: str,
+        next_message: Callable[[], tuple[bytes, dict, Callable[[float], None] | None]],
+        rate: float,
+    ) -> None:
         super().__init__(daemon=True)
         self._topic_path = topic_path
         self._next_message = next_message

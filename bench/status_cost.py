@@ -22,6 +22,7 @@ Measured in the same run, same database:
 
 Reported: p50 latency of each, their ratio, rows each reads, and peak RSS.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,15 @@ from schemas.records import PostDelta
 from spanner_reads.health import delta_health
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.tables import (
-    DELTA_COLUMNS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS, HOT_KEY_THROUGH, POST_COLUMNS, POSTS, delta_key, post_key,
+    DELTA_COLUMNS,
+    DELTAS,
+    FOLD_RUN_COLUMNS,
+    FOLD_RUNS,
+    HOT_KEY_THROUGH,
+    POST_COLUMNS,
+    POSTS,
+    delta_key,
+    post_key,
 )
 from spanner_writes.deltas import write_deltas
 from upvotes.devtools.emulators import running_emulators
@@ -63,22 +72,35 @@ def populate(database, posts: int, now: datetime) -> None:
     old_commit, watermark = now - timedelta(days=2), now - timedelta(days=1)
     post_ids = [f"s-{i}" for i in range(posts)]
     for first in range(0, posts, ROWS_PER_COMMIT // OLD_PER_POST):
-        chunk = post_ids[first:first + ROWS_PER_COMMIT // OLD_PER_POST]
+        chunk = post_ids[first : first + ROWS_PER_COMMIT // OLD_PER_POST]
         one_upvote = tuple(Counts(upvotes=1))
         # Folded with no hourly row: a NULL HotKey, fenced at the watermark (as the fold leaves it).
         post_rows = [post_key(p) + one_upvote + (watermark, watermark) for p in chunk]
-        delta_rows = [delta_key(PostDelta.of(p, HOUR, f"old:{k}:0", upvotes=1, events=1)) + one_upvote + (1, None, old_commit)
-                      for p in chunk for k in range(OLD_PER_POST)]
+        delta_rows = [
+            delta_key(PostDelta.of(p, HOUR, f"old:{k}:0", upvotes=1, events=1)) + one_upvote + (1, None, old_commit)
+            for p in chunk
+            for k in range(OLD_PER_POST)
+        ]
 
         def write(batch, post_rows=post_rows, delta_rows=delta_rows) -> None:
             batch.insert(POSTS, columns=POST_COLUMNS + (HOT_KEY_THROUGH,), values=post_rows)
             batch.insert(DELTAS, columns=DELTA_COLUMNS, values=delta_rows)
 
         run_with_retries(lambda: commit_mutations(database, write))  # called at once
-    run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert(
-        FOLD_RUNS, columns=FOLD_RUN_COLUMNS,
-        values=[("seeded", watermark, posts, posts * OLD_PER_POST, spanner.COMMIT_TIMESTAMP, 0, watermark)])))
-    fresh = [PostDelta.of(post_ids[i * posts // UNFOLDED], HOUR, f"fresh:{i}:0", upvotes=1, events=1) for i in range(UNFOLDED)]
+    run_with_retries(
+        lambda: commit_mutations(
+            database,
+            lambda batch: batch.insert(
+                FOLD_RUNS,
+                columns=FOLD_RUN_COLUMNS,
+                values=[("seeded", watermark, posts, posts * OLD_PER_POST, spanner.COMMIT_TIMESTAMP, 0, watermark)],
+            ),
+        )
+    )
+    fresh = [
+        PostDelta.of(post_ids[i * posts // UNFOLDED], HOUR, f"fresh:{i}:0", upvotes=1, events=1)
+        for i in range(UNFOLDED)
+    ]
     run_with_retries(lambda: write_deltas(database, fresh))
 
 
@@ -105,11 +127,20 @@ def measure(posts: int) -> dict:
         "posts": posts,
         "deltas_kept": posts * OLD_PER_POST + UNFOLDED,
         "unfolded_deltas": health.unfolded_deltas,
-        "status": {**status, "rows_read": health.rows_read,
-                   "reads": "the cursor, the change rows after it, the posts they name and their unfolded deltas"},
-        "status_full_scan": {**full_scan, "rows_read": scanned.rows_read,
-                             "reads": f"every Posts row ({posts}) and each one's unfolded index range"},
-        "baseline_join": {**baseline, "reads": f"every delta kept ({posts * OLD_PER_POST + UNFOLDED}) joined to its Posts row"},
+        "status": {
+            **status,
+            "rows_read": health.rows_read,
+            "reads": "the cursor, the change rows after it, the posts they name and their unfolded deltas",
+        },
+        "status_full_scan": {
+            **full_scan,
+            "rows_read": scanned.rows_read,
+            "reads": f"every Posts row ({posts}) and each one's unfolded index range",
+        },
+        "baseline_join": {
+            **baseline,
+            "reads": f"every delta kept ({posts * OLD_PER_POST + UNFOLDED}) joined to its Posts row",
+        },
         "status_over_baseline_p50": round(status["p50_ms"] / baseline["p50_ms"], 3),
         "status_over_full_scan_p50": round(status["p50_ms"] / full_scan["p50_ms"], 3),
         "peak_rss": peak_rss_mib(),
@@ -118,8 +149,9 @@ def measure(posts: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.status_cost", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.status_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--posts", type=int, default=100_000, help="posts in the database (default 100,000)")
     args = parser.parse_args(argv)
     with running_emulators(Path(tempfile.mkdtemp(prefix="bench-status-")), quiet) as env:

@@ -34,6 +34,7 @@ checking suspensions costs the vote-state sink; each figure beside its same-run 
     DDL) and time per 1,000 states; and the same with a tenth of the batch's users suspended (their
     rows written held out, one more column each).
 """
+
 from __future__ import annotations
 
 import random
@@ -50,13 +51,19 @@ from google.cloud import spanner
 from bench.benchmark import Benchmark, table, target
 from bench.spanner_cost import EmulatorCpu
 from bench.stack import (
-    WARM_UP_POST, LedgeredBatches, PacedPublisher, check_alive, fresh_database, run_fold, wait_until_ready, with_topics,
+    WARM_UP_POST,
+    LedgeredBatches,
+    PacedPublisher,
+    check_alive,
+    fresh_database,
+    run_fold,
+    wait_until_ready,
+    with_topics,
 )
 from schemas import post_hash
 from schemas.counters import Counts
 from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS, hot_score
 from schemas.records import CounterSums, PostDelta, PostUser, hour_of_us
-from upvotes.operations.suspect_rules import CastVote, Rules, find_lockstep, find_serial
 from schemas.vote_states import DOWN, UP, LatestVote, counted
 from schemas.voter_sketch import sketch_of
 from spanner_reads.hourly import hourly_counts_in
@@ -76,6 +83,7 @@ from upvotes.devtools.commit_meter import CommitMeter, metering_commits
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, VoteStateWorkload
 from upvotes.operations import suspects as suspects_operation
+from upvotes.operations.suspect_rules import CastVote, Rules, find_lockstep, find_serial
 from upvotes.operations.suspensions import restore_users, suspend_users
 from upvotes.resources import Resources
 
@@ -103,6 +111,7 @@ def say(message: str) -> None:
 
 
 # --- the votes, and the brute force --------------------------------------------------------------
+
 
 class Truth:
     """Every post's counts per event hour, honest and ring apart: the brute force's input."""
@@ -157,8 +166,9 @@ def zipf_weights(posts: int) -> np.ndarray:
     return weights / weights.sum()
 
 
-def scale_votes(posts: int, honest_votes: int, ring_users: int, now_us: int,
-                truth: Truth) -> tuple[dict[PostUser, LatestVote], list[str]]:
+def scale_votes(
+    posts: int, honest_votes: int, ring_users: int, now_us: int, truth: Truth
+) -> tuple[dict[PostUser, LatestVote], list[str]]:
     """The honest votes (the same at every ring size) and a ring's, as vote states; the ring's users."""
     rng = random.Random(46)
     np_rng = np.random.default_rng(46)
@@ -174,12 +184,17 @@ def scale_votes(posts: int, honest_votes: int, ring_users: int, now_us: int,
 
     for user_index in range(honest_votes // HONEST_VOTES_PER_USER):
         for post in np_rng.choice(posts, HONEST_VOTES_PER_USER, replace=False, p=weights):
-            cast(post_name(int(post)), f"honest-{user_index}", rng.choice((UP, UP, UP, DOWN)),
-                 now_us - rng.randrange(DAY_US), truth.honest)
+            cast(
+                post_name(int(post)),
+                f"honest-{user_index}",
+                rng.choice((UP, UP, UP, DOWN)),
+                now_us - rng.randrange(DAY_US),
+                truth.honest,
+            )
     rng = random.Random(ring_users)
     ring = [f"ring-{i}" for i in range(ring_users)]
     for start in range(0, ring_users, SUB_RING):
-        members = ring[start:start + SUB_RING]
+        members = ring[start : start + SUB_RING]
         for post in rng.sample(range(posts), min(VOTES_PER_RING_USER, posts)):
             at = now_us - rng.randrange(DAY_US - RING_SPREAD_S * 1_000_000)
             for user in members:
@@ -194,7 +209,7 @@ def seed_states(database, states: dict[PostUser, LatestVote]) -> float:
     known = KnownPosts()
     started = time.perf_counter()
     for start in range(0, len(ordered), SEED_BATCH):
-        batch = dict(ordered[start:start + SEED_BATCH])
+        batch = dict(ordered[start : start + SEED_BATCH])
         run_with_retries(lambda: apply_vote_states(database, batch, known=known))  # called at once
     return time.perf_counter() - started
 
@@ -205,24 +220,36 @@ def seed_blind(database, states: dict[PostUser, LatestVote]) -> float:
     commits, without the sink's reads: a fast seed for the votes no figure times. Returns seconds."""
     ordered = sorted(states.items(), key=lambda item: (item[0].post_id, item[1].event_hour, item[0].user_id))
     started = time.perf_counter()
-    for start, chunk in enumerate(cut_within_budget(ordered, VOTE_BATCH_COST, BLIND_BATCH, MUTATION_BUDGET,
-                                                    "vote state")):
-        rows = [vote_key(key.post_id, key.user_id) + (state.vote, micros_timestamp(state.at_us), state.event_id,
-                                                     hour_timestamp(state.event_hour), spanner.COMMIT_TIMESTAMP)
-                for key, state in chunk]
+    for start, chunk in enumerate(
+        cut_within_budget(ordered, VOTE_BATCH_COST, BLIND_BATCH, MUTATION_BUDGET, "vote state")
+    ):
+        rows = [
+            vote_key(key.post_id, key.user_id)
+            + (
+                state.vote,
+                micros_timestamp(state.at_us),
+                state.event_id,
+                hour_timestamp(state.event_hour),
+                spanner.COMMIT_TIMESTAMP,
+            )
+            for key, state in chunk
+        ]
         sums: dict[tuple[str, int], tuple[Counts, set[str]]] = {}
         for key, state in chunk:
             counts, voters = sums.get((key.post_id, state.event_hour), (Counts(), set()))
             voters.add(key.user_id)
             sums[(key.post_id, state.event_hour)] = (counts.plus(counted(state.vote)), voters)
         commit_id = f"seed-{start}"
-        deltas = [PostDelta(post, hour, f"@vote/{commit_id}", CounterSums(counts, len(voters), sketch_of(voters)))
-                  for (post, hour), (counts, voters) in sorted(sums.items())]
+        deltas = [
+            PostDelta(post, hour, f"@vote/{commit_id}", CounterSums(counts, len(voters), sketch_of(voters)))
+            for (post, hour), (counts, voters) in sorted(sums.items())
+        ]
         users = sorted({key.user_id for key, _ in chunk})
 
         def write(batch, rows=rows, deltas=deltas, users=users) -> None:
             batch.insert(VOTES, columns=VOTE_COLUMNS, values=rows)
             add_delta_writes(batch, deltas, user_ids=users)
+
         run_with_retries(lambda: commit_mutations(database, write))  # called at once
     return time.perf_counter() - started
 
@@ -255,7 +282,9 @@ def check(database, truth: Truth, with_ring: bool, posts: list[str], sample: lis
     wrong_hours = 0
     with database.snapshot(multi_use=True) as snapshot:
         for post in sample:
-            stored = {int(h.hour.timestamp()): h.counts for h in hourly_counts_in(snapshot, post) if not h.counts.is_zero()}
+            stored = {
+                int(h.hour.timestamp()): h.counts for h in hourly_counts_in(snapshot, post) if not h.counts.is_zero()
+            }
             wrong_hours += stored != {h: c for h, c in hours.get(post, {}).items() if not c.is_zero()}
     top = fresh_top(database, TOP_K)
     hot = hot_top(database, TOP_K)
@@ -263,16 +292,21 @@ def check(database, truth: Truth, with_ring: bool, posts: list[str], sample: lis
     last = int(now.timestamp()) // 3600 * 3600
     window = window_top(database, TOP_K, hours=WINDOW_HOURS)
     rankings = {
-        "all_time": (top.exact, [(p.post_id, p.counts.upvotes) for p in top.posts] ==
-                     expected_top(hours, posts)),
+        "all_time": (top.exact, [(p.post_id, p.counts.upvotes) for p in top.posts] == expected_top(hours, posts)),
         "hot": (hot.exact, [p.totals.post_id for p in hot.posts] == expected_hot(hours)),
-        "last_24h": (window.exact, [(p.totals.post_id, p.score) for p in window.posts] ==
-                     expected_window(hours, last - (WINDOW_HOURS - 1) * 3600, last)),
+        "last_24h": (
+            window.exact,
+            [(p.totals.post_id, p.score) for p in window.posts]
+            == expected_window(hours, last - (WINDOW_HOURS - 1) * 3600, last),
+        ),
     }
-    return {"wrong_counts": wrong_counts, "wrong_hours": wrong_hours,
-            "certified": all(exact for exact, _ in rankings.values()),
-            "right": all(right for _, right in rankings.values()),
-            "rankings": {name: {"certified": exact, "right": right} for name, (exact, right) in rankings.items()}}
+    return {
+        "wrong_counts": wrong_counts,
+        "wrong_hours": wrong_hours,
+        "certified": all(exact for exact, _ in rankings.values()),
+        "right": all(right for _, right in rankings.values()),
+        "rankings": {name: {"certified": exact, "right": right} for name, (exact, right) in rankings.items()},
+    }
 
 
 class ReadCounter:
@@ -290,7 +324,8 @@ class ReadCounter:
 
     def run_in_transaction(self, work, *args, **kwargs):
         return self._database.run_in_transaction(
-            lambda transaction, *a, **kw: work(_Reads(transaction, self), *a, **kw), *args, **kwargs)
+            lambda transaction, *a, **kw: work(_Reads(transaction, self), *a, **kw), *args, **kwargs
+        )
 
 
 class _Reads:
@@ -326,8 +361,15 @@ class Load:
         self.res = with_topics(res, "load")
         self.log_path = log_dir / f"suspensions_stream_{res.database}.log"
         self.votes_per_s = votes_per_s
-        self.workload = VoteStateWorkload(events=10**9, posts=posts, zipf=ZIPF, seed=4646, voters=10**8,
-                                          post_prefix="sp-", start_time=datetime.now(timezone.utc))
+        self.workload = VoteStateWorkload(
+            events=10**9,
+            posts=posts,
+            zipf=ZIPF,
+            seed=4646,
+            voters=10**8,
+            post_prefix="sp-",
+            start_time=datetime.now(timezone.utc),
+        )
         self.batches = LedgeredBatches(self.workload)
         self.process = local_stream.start(self.res, LOAD_WINDOW_S, self.log_path)
         self.publisher: PacedPublisher | None = None
@@ -336,8 +378,9 @@ class Load:
         wait_until_ready(database, self.res.topic_path(self.res.topic), self.process, self.log_path)
 
     def start(self) -> None:
-        self.publisher = PacedPublisher(self.res.topic_path(self.res.topic), self.batches.next_message,
-                                        self.votes_per_s / DEFAULT_BATCH_SIZE)
+        self.publisher = PacedPublisher(
+            self.res.topic_path(self.res.topic), self.batches.next_message, self.votes_per_s / DEFAULT_BATCH_SIZE
+        )
         self.publisher.start()
 
     def stop(self) -> int:
@@ -354,8 +397,9 @@ class Load:
         while {t.post_id: t.counts for t in exact_counts(database, list(expected))} != expected:
             check_alive(self.process, self.log_path)
             if time.perf_counter() - started > SETTLE_TIMEOUT_S:
-                raise TimeoutError(f"the stream did not apply its load within {SETTLE_TIMEOUT_S:.0f} s; "
-                                   f"see {self.log_path}")
+                raise TimeoutError(
+                    f"the stream did not apply its load within {SETTLE_TIMEOUT_S:.0f} s; see {self.log_path}"
+                )
             time.sleep(0.5)
         return time.perf_counter() - started
 
@@ -363,8 +407,16 @@ class Load:
         local_stream.stop(self.process)
 
 
-def timed_request(res: Resources, database, request, truth: Truth, with_ring: bool, posts: list[str],
-                  sample: list[str], load: Load | None = None) -> dict:
+def timed_request(
+    res: Resources,
+    database,
+    request,
+    truth: Truth,
+    with_ring: bool,
+    posts: list[str],
+    sample: list[str],
+    load: Load | None = None,
+) -> dict:
     """One request (suspend or restore), under the stream's load if any, then the checks; a fold
     when a ranking is not certified."""
     counter = ReadCounter(database)
@@ -377,8 +429,11 @@ def timed_request(res: Resources, database, request, truth: Truth, with_ring: bo
     under_load = {}
     if load is not None:
         published = load.stop()
-        under_load = {"load_votes_published": published, "load_votes_per_s": load.votes_per_s,
-                      "stream_settled_s": round(load.settle(database, truth, with_ring, posts), 1)}
+        under_load = {
+            "load_votes_published": published,
+            "load_votes_per_s": load.votes_per_s,
+            "stream_settled_s": round(load.settle(database, truth, with_ring, posts), 1),
+        }
     checking = time.perf_counter()
     checked = check(database, truth, with_ring, posts, sample)
     check_s = time.perf_counter() - checking
@@ -386,11 +441,19 @@ def timed_request(res: Resources, database, request, truth: Truth, with_ring: bo
     if not (checked["certified"] and checked["right"]):
         fold_s = run_fold(res)["seconds"]
         checked = check(database, truth, with_ring, posts, sample)
-    return {**under_load, "votes": result.votes, "passes": result.commits, "command_s": round(command_s, 2),
-            "fold_s": round(fold_s, 2), "seconds_to_exact": round(command_s + fold_s, 2),
-            "check_s": round(check_s, 2), "votes_per_s": round(result.votes / command_s, 1),
-            "rows_read": dict(counter.rows), "emulator_cpu_s": None if cpu.seconds is None else round(cpu.seconds, 1),
-            **checked}
+    return {
+        **under_load,
+        "votes": result.votes,
+        "passes": result.commits,
+        "command_s": round(command_s, 2),
+        "fold_s": round(fold_s, 2),
+        "seconds_to_exact": round(command_s + fold_s, 2),
+        "check_s": round(check_s, 2),
+        "votes_per_s": round(result.votes / command_s, 1),
+        "rows_read": dict(counter.rows),
+        "emulator_cpu_s": None if cpu.seconds is None else round(cpu.seconds, 1),
+        **checked,
+    }
 
 
 def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: Path) -> dict:
@@ -406,8 +469,10 @@ def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: 
     sample = dict(random.Random(2).sample(ring_states, min(sizes.sink_baseline_votes, len(ring_states))))
     blind_s = seed_blind(database, {k: v for k, v in states.items() if k not in sample})
     sink_s = seed_states(database, sample)
-    say(f"ring of {ring_users:,}: {len(states) - len(sample):,} votes written blind in {blind_s:.0f} s, "
-        f"{len(sample):,} of the ring's through the sink in {sink_s:.0f} s")
+    say(
+        f"ring of {ring_users:,}: {len(states) - len(sample):,} votes written blind in {blind_s:.0f} s, "
+        f"{len(sample):,} of the ring's through the sink in {sink_s:.0f} s"
+    )
     fold_s = run_fold(scale_res)["seconds"] if sizes.fold_after_seed else None
     hourly_sample = random.Random(1).sample(sorted(truth.ring), min(sizes.hourly_sample, len(truth.ring)))
     load = None
@@ -418,22 +483,49 @@ def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: 
         truth.load = load.batches.ledger
     try:
         say(f"ring of {ring_users:,}: suspending")
-        suspended = timed_request(scale_res, database,
-                                  lambda db: suspend_users(db, "bench-ring", ring, "bench", "bench"),
-                                  truth, False, posts, hourly_sample, load)
-        say(f"ring of {ring_users:,}: suspended {suspended['votes']:,} votes in {suspended['command_s']:.0f} s; "
-            "restoring")
-        restored = timed_request(scale_res, database, lambda db: restore_users(db, "bench-ring", "bench", "bench"),
-                                 truth, True, posts, hourly_sample, load)
+        suspended = timed_request(
+            scale_res,
+            database,
+            lambda db: suspend_users(db, "bench-ring", ring, "bench", "bench"),
+            truth,
+            False,
+            posts,
+            hourly_sample,
+            load,
+        )
+        say(
+            f"ring of {ring_users:,}: suspended {suspended['votes']:,} votes in {suspended['command_s']:.0f} s; "
+            "restoring"
+        )
+        restored = timed_request(
+            scale_res,
+            database,
+            lambda db: restore_users(db, "bench-ring", "bench", "bench"),
+            truth,
+            True,
+            posts,
+            hourly_sample,
+            load,
+        )
     finally:
         if load is not None:
             load.close()
     say(f"ring of {ring_users:,}: restored in {restored['command_s']:.0f} s")
-    return {"ring_users": ring_users, "ring_votes": ring_votes, "honest_votes": len(states) - ring_votes,
-            "posts": sizes.posts, "seed_blind_s": round(blind_s, 1), "sink_baseline_votes": len(sample),
-            "sink_baseline_s": round(sink_s, 1), "sink_votes_per_s": round(len(sample) / sink_s, 1),
-            "seed_fold_s": None if fold_s is None else round(fold_s, 1), "suspend": suspended, "restore": restored,
-            "stream_votes_per_s": sizes.stream_votes_per_s, "resources": scale_res}
+    return {
+        "ring_users": ring_users,
+        "ring_votes": ring_votes,
+        "honest_votes": len(states) - ring_votes,
+        "posts": sizes.posts,
+        "seed_blind_s": round(blind_s, 1),
+        "sink_baseline_votes": len(sample),
+        "sink_baseline_s": round(sink_s, 1),
+        "sink_votes_per_s": round(len(sample) / sink_s, 1),
+        "seed_fold_s": None if fold_s is None else round(fold_s, 1),
+        "suspend": suspended,
+        "restore": restored,
+        "stream_votes_per_s": sizes.stream_votes_per_s,
+        "resources": scale_res,
+    }
 
 
 def drop(resources: Resources) -> None:
@@ -442,8 +534,10 @@ def drop(resources: Resources) -> None:
 
 # --- (b) the detector ---------------------------------------------------------------------------
 
-def detector_workload(total: int, posts: int, seed: int, start_us: int) -> tuple[list[CastVote], list[list[str]],
-                                                                                 list[str]]:
+
+def detector_workload(
+    total: int, posts: int, seed: int, start_us: int
+) -> tuple[list[CastVote], list[list[str]], list[str]]:
     """The detector's votes (see the module docstring), its rings' members and its bots."""
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
@@ -456,27 +550,34 @@ def detector_workload(total: int, posts: int, seed: int, start_us: int) -> tuple
         members = [f"dr{len(rings)}-{i}" for i in range(size)]
         popular = {int(p) for p in np_rng.choice(posts, k // 2, replace=False, p=weights)}
         tail = [int(p) for p in np_rng.choice(posts, k, replace=False) if int(p) not in popular]
-        for post in sorted(popular) + tail[:k - len(popular)]:
+        for post in sorted(popular) + tail[: k - len(popular)]:
             first, spread = start_us + rng.randrange(DAY_US), rng.randint(60, 600) * 1_000_000
             votes += [CastVote(m, post_name(post), UP, first + rng.randrange(spread)) for m in members]
         for member in members:
-            votes += [CastVote(member, post_name(int(p)), UP, start_us + rng.randrange(DAY_US))
-                      for p in np_rng.choice(posts, 10, replace=False, p=weights)]
+            votes += [
+                CastVote(member, post_name(int(p)), UP, start_us + rng.randrange(DAY_US))
+                for p in np_rng.choice(posts, 10, replace=False, p=weights)
+            ]
         ring_votes += size * k
         rings.append(members)
     bots = [f"dbot{i}" for i in range(10)]
     for bot in bots:
         first, n = start_us + rng.randrange(DAY_US), rng.randint(150, 400)
-        votes += [CastVote(bot, post_name(int(p)), UP, first + j * rng.randint(2, 5) * 1_000_000)
-                  for j, p in enumerate(np_rng.choice(posts, n, replace=False))]
+        votes += [
+            CastVote(bot, post_name(int(p)), UP, first + j * rng.randint(2, 5) * 1_000_000)
+            for j, p in enumerate(np_rng.choice(posts, n, replace=False))
+        ]
     crowds = {p: start_us + rng.randrange(DAY_US) for p in range(50)}
     user = 0
     while len(votes) < total:
         n = min(500, int(np_rng.pareto(1.2) * 3) + 1, total - len(votes))
         for p in np_rng.choice(posts, n, replace=False, p=weights):
             p = int(p)
-            at = crowds[p] + rng.randrange(60_000_000) if p in crowds and rng.random() < 0.3 \
+            at = (
+                crowds[p] + rng.randrange(60_000_000)
+                if p in crowds and rng.random() < 0.3
                 else start_us + rng.randrange(DAY_US)
+            )
             votes.append(CastVote(f"dh{user}", post_name(p), rng.choice((UP, UP, UP, DOWN)), at))
         user += 1
     return votes, rings, bots
@@ -484,8 +585,12 @@ def detector_workload(total: int, posts: int, seed: int, start_us: int) -> tuple
 
 def scores(found: set[str], truth: set[str]) -> dict:
     hit = len(found & truth)
-    return {"flagged": len(found), "truth": len(truth), "precision": round(hit / len(found), 4) if found else None,
-            "recall": round(hit / len(truth), 4) if truth else None}
+    return {
+        "flagged": len(found),
+        "truth": len(truth),
+        "precision": round(hit / len(found), 4) if found else None,
+        "recall": round(hit / len(truth), 4) if truth else None,
+    }
 
 
 def detect_in_memory(votes: list[CastVote], rings: list[list[str]], bots: list[str]) -> dict:
@@ -497,24 +602,36 @@ def detect_in_memory(votes: list[CastVote], rings: list[list[str]], bots: list[s
     serial = find_serial(votes, rules)
     serial_s = time.perf_counter() - started
     ring_users = {m for ring in rings for m in ring}
-    return {"votes": len(votes), "rings": len(rings), "ring_users": len(ring_users), "groups": len(groups),
-            "lockstep": scores({u for g in groups for u in g.users}, ring_users),
-            "serial": scores({u for s in serial for u in s.users}, set(bots)),
-            "lockstep_s": round(lockstep_s, 2), "serial_s": round(serial_s, 2)}
+    return {
+        "votes": len(votes),
+        "rings": len(rings),
+        "ring_users": len(ring_users),
+        "groups": len(groups),
+        "lockstep": scores({u for g in groups for u in g.users}, ring_users),
+        "serial": scores({u for s in serial for u in s.users}, set(bots)),
+        "lockstep_s": round(lockstep_s, 2),
+        "serial_s": round(serial_s, 2),
+    }
 
 
-def detect_through_spanner(res: Resources, votes: list[CastVote], rings: list[list[str]], bots: list[str],
-                           start_us: int) -> dict:
+def detect_through_spanner(
+    res: Resources, votes: list[CastVote], rings: list[list[str]], bots: list[str], start_us: int
+) -> dict:
     database, _ = fresh_database(res, f"{res.database[:20]}-det")
-    states = {PostUser(v.post_id, v.user_id): LatestVote(v.vote, v.at_us, "", hour_of_us(v.at_us), 1, True)
-              for v in votes}
+    states = {
+        PostUser(v.post_id, v.user_id): LatestVote(v.vote, v.at_us, "", hour_of_us(v.at_us), 1, True) for v in votes
+    }
     seed_s = seed_states(database, states)
     window = datetime.now(timezone.utc) - datetime.fromtimestamp(start_us / 1e6, timezone.utc) + timedelta(minutes=1)
     report = suspects_operation.find(database, window)
     ring_users = {m for ring in rings for m in ring}
-    return {"votes": len(states), "seed_s": round(seed_s, 1), **report.summary(),
-            "lockstep": scores({u for s in report.suspects if s.kind == "lockstep" for u in s.users}, ring_users),
-            "serial": scores({u for s in report.suspects if s.kind == "serial" for u in s.users}, set(bots))}
+    return {
+        "votes": len(states),
+        "seed_s": round(seed_s, 1),
+        **report.summary(),
+        "lockstep": scores({u for s in report.suspects if s.kind == "lockstep" for u in s.users}, ring_users),
+        "serial": scores({u for s in report.suspects if s.kind == "serial" for u in s.users}, set(bots)),
+    }
 
 
 def read_at_scale(resources: Resources) -> dict:
@@ -522,12 +639,18 @@ def read_at_scale(resources: Resources) -> dict:
     database = open_database(resources.project, resources.instance, resources.database)
     started = time.perf_counter()
     read = votes_since(database, datetime.now(timezone.utc) - timedelta(days=1, minutes=5))
-    return {"votes": len(read.votes), "users": read.users_read, "commits_read": read.commits_read,
-            "votes_rows_read": read.votes_rows_read, "rows_read": read.rows_read,
-            "read_s": round(time.perf_counter() - started, 2)}
+    return {
+        "votes": len(read.votes),
+        "users": read.users_read,
+        "commits_read": read.commits_read,
+        "votes_rows_read": read.votes_rows_read,
+        "rows_read": read.rows_read,
+        "read_s": round(time.perf_counter() - started, 2),
+    }
 
 
 # --- (c) the sink's cost ----------------------------------------------------------------------
+
 
 class SinkOptions(TypedDict, total=False):
     """apply_vote_states' keyword arguments for one kind of batch."""
@@ -554,8 +677,10 @@ def sink_cost(res: Resources, sizes: Sizes) -> dict:
 
     def shape() -> list[tuple[str, str, int]]:
         """One batch's posts, votes and times: every kind of a round applies the same, by new users."""
-        return [(post_name(int(post)), rng.choice((UP, DOWN)), now_us - rng.randrange(3_600_000_000))
-                for post in np_rng.choice(sizes.posts, STATES_PER_SINK_BATCH, p=weights)]
+        return [
+            (post_name(int(post)), rng.choice((UP, DOWN)), now_us - rng.randrange(3_600_000_000))
+            for post in np_rng.choice(sizes.posts, STATES_PER_SINK_BATCH, p=weights)
+        ]
 
     def batch(votes: list[tuple[str, str, int]], suspended: list[str] | None = None) -> dict[PostUser, LatestVote]:
         states = {}
@@ -589,10 +714,14 @@ def sink_cost(res: Resources, sizes: Sizes) -> dict:
     out = {}
     for kind, m in measured.items():
         per_batch = STATES_PER_SINK_BATCH / (m["states"] / len(m["seconds"]))
-        out[kind] = {"batches": len(m["seconds"]), "states": m["states"], "commits": m["commits"],
-                     "mutations_per_1k": round(m["mutations"] / m["states"] * 1000, 1),
-                     "ms_per_1k_median": round(statistics.median(m["seconds"]) * 1000 * per_batch, 1),
-                     "ms_per_1k_mean": round(statistics.mean(m["seconds"]) * 1000 * per_batch, 1)}
+        out[kind] = {
+            "batches": len(m["seconds"]),
+            "states": m["states"],
+            "commits": m["commits"],
+            "mutations_per_1k": round(m["mutations"] / m["states"] * 1000, 1),
+            "ms_per_1k_median": round(statistics.median(m["seconds"]) * 1000 * per_batch, 1),
+            "ms_per_1k_mean": round(statistics.mean(m["seconds"]) * 1000 * per_batch, 1),
+        }
     for kind in ("after", "after_suspended"):
         out[kind]["mutations_vs_before"] = round(out[kind]["mutations_per_1k"] / out["before"]["mutations_per_1k"], 4)
         out[kind]["time_vs_before"] = round(out[kind]["ms_per_1k_median"] / out["before"]["ms_per_1k_median"], 4)
@@ -600,6 +729,7 @@ def sink_cost(res: Resources, sizes: Sizes) -> dict:
 
 
 # --- the benchmark ------------------------------------------------------------------------------
+
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     scales: list[dict] = []
@@ -618,9 +748,18 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     through_spanner = detect_through_spanner(res, small_votes, small_rings, small_bots, start_us)
     say("the sink's cost")
     sink = sink_cost(res, sizes)
-    return {"scales": scales, "detector": {"in_memory": in_memory, "through_spanner": through_spanner,
-                                           "read_at_scale": at_scale, "rules": Rules().__dict__},
-            "sink": sink, "votes_per_ring_user": VOTES_PER_RING_USER, "sub_ring": SUB_RING}
+    return {
+        "scales": scales,
+        "detector": {
+            "in_memory": in_memory,
+            "through_spanner": through_spanner,
+            "read_at_scale": at_scale,
+            "rules": Rules().__dict__,
+        },
+        "sink": sink,
+        "votes_per_ring_user": VOTES_PER_RING_USER,
+        "sub_ring": SUB_RING,
+    }
 
 
 @dataclass(frozen=True)
@@ -638,14 +777,34 @@ class Sizes:
     hourly_sample: int  # ring target posts whose hourly counts are checked after each step (one read each)
 
 
-FULL = Sizes(posts=10_000, honest_votes=200_000, rings=(1_000, 10_000), fold_after_seed=True, stream_votes_per_s=500,
-             detector_votes=1_000_000, detector_spanner_votes=100_000, sink_baseline_votes=50_000, sink_batches=10,
-             sink_rounds=3, hourly_sample=100)
+FULL = Sizes(
+    posts=10_000,
+    honest_votes=200_000,
+    rings=(1_000, 10_000),
+    fold_after_seed=True,
+    stream_votes_per_s=500,
+    detector_votes=1_000_000,
+    detector_spanner_votes=100_000,
+    sink_baseline_votes=50_000,
+    sink_batches=10,
+    sink_rounds=3,
+    hourly_sample=100,
+)
 # Quick: a smoke run in under 40 s with the emulators' start (posts: the detector's honest users cast
 # up to 500 votes each, on distinct posts).
-QUICK = Sizes(posts=500, honest_votes=1_500, rings=(10, 20), fold_after_seed=False, stream_votes_per_s=0,
-              detector_votes=10_000, detector_spanner_votes=2_000, sink_baseline_votes=1_000, sink_batches=1,
-              sink_rounds=1, hourly_sample=20)
+QUICK = Sizes(
+    posts=500,
+    honest_votes=1_500,
+    rings=(10, 20),
+    fold_after_seed=False,
+    stream_votes_per_s=0,
+    detector_votes=10_000,
+    detector_spanner_votes=2_000,
+    sink_baseline_votes=1_000,
+    sink_batches=1,
+    sink_rounds=1,
+    hourly_sample=20,
+)
 
 
 def _cost_per_vote(scale: dict, request: str) -> float:
@@ -658,19 +817,30 @@ def targets(document: dict) -> list[dict]:
     det = s["detector"]["in_memory"]
     sink = s["sink"]
     return [
-        target("Suspend and restore: every count and ranking exact without the ring, and back, within 5 minutes "
-               f"at {largest['ring_votes']:,} ring votes",
-               "; ".join(f"{sc['ring_votes']:,} votes: suspend {sc['suspend']['seconds_to_exact']:.0f} s, restore "
-                         f"{sc['restore']['seconds_to_exact']:.0f} s" for sc in s["scales"]),
-               max(largest["suspend"]["seconds_to_exact"], largest["restore"]["seconds_to_exact"]) <= 300
-               and all(sc[r]["wrong_counts"] == 0 and sc[r]["right"] for sc in s["scales"] for r in ("suspend", "restore"))),
-        target("Detector precision and recall on ring members >= 0.95",
-               f"precision {det['lockstep']['precision']}, recall {det['lockstep']['recall']} over {det['votes']:,} votes "
-               f"({det['rings']} rings, {det['ring_users']:,} members)",
-               (det["lockstep"]["precision"] or 0) >= 0.95 and (det["lockstep"]["recall"] or 0) >= 0.95),
-        target("The sink with suspension checks: at most +10% mutations and time per 1,000 vote states",
-               f"mutations x{sink['after']['mutations_vs_before']:.3f}, time x{sink['after']['time_vs_before']:.3f}",
-               sink["after"]["mutations_vs_before"] <= 1.10 and sink["after"]["time_vs_before"] <= 1.10),
+        target(
+            "Suspend and restore: every count and ranking exact without the ring, and back, within 5 minutes "
+            f"at {largest['ring_votes']:,} ring votes",
+            "; ".join(
+                f"{sc['ring_votes']:,} votes: suspend {sc['suspend']['seconds_to_exact']:.0f} s, restore "
+                f"{sc['restore']['seconds_to_exact']:.0f} s"
+                for sc in s["scales"]
+            ),
+            max(largest["suspend"]["seconds_to_exact"], largest["restore"]["seconds_to_exact"]) <= 300
+            and all(
+                sc[r]["wrong_counts"] == 0 and sc[r]["right"] for sc in s["scales"] for r in ("suspend", "restore")
+            ),
+        ),
+        target(
+            "Detector precision and recall on ring members >= 0.95",
+            f"precision {det['lockstep']['precision']}, recall {det['lockstep']['recall']} over {det['votes']:,} votes "
+            f"({det['rings']} rings, {det['ring_users']:,} members)",
+            (det["lockstep"]["precision"] or 0) >= 0.95 and (det["lockstep"]["recall"] or 0) >= 0.95,
+        ),
+        target(
+            "The sink with suspension checks: at most +10% mutations and time per 1,000 vote states",
+            f"mutations x{sink['after']['mutations_vs_before']:.3f}, time x{sink['after']['time_vs_before']:.3f}",
+            sink["after"]["mutations_vs_before"] <= 1.10 and sink["after"]["time_vs_before"] <= 1.10,
+        ),
     ]
 
 
@@ -680,47 +850,132 @@ def markdown(document: dict) -> list[str]:
     for sc in s["scales"]:
         for request in ("suspend", "restore"):
             r = sc[request]
-            load = ("-" if "load_votes_published" not in r else
-                    f"{r['load_votes_published']:,} votes at {r['load_votes_per_s']:,}/s, applied {r['stream_settled_s']:.1f} s "
-                    "after")
-            rows.append([f"{sc['ring_users']:,} users, {sc['ring_votes']:,} votes", request, f"{r['votes']:,}",
-                         f"{r['command_s']:.1f}", f"{r['fold_s']:.1f}", f"{r['seconds_to_exact']:.1f}",
-                         f"{r['votes_per_s']:,.0f}", f"{_cost_per_vote(sc, request):.2f}",
-                         f"{sc['sink_votes_per_s']:,.0f}", f"{r['rows_read'].get('Votes', 0):,}", load,
-                         "yes" if r["wrong_counts"] == 0 and r["wrong_hours"] == 0 and r["right"] else "NO",
-                         "yes" if r["certified"] else "no"])
-    det, spanner_run, at_scale, sink = (s["detector"]["in_memory"], s["detector"]["through_spanner"],
-                                        s["detector"]["read_at_scale"], s["sink"])
+            load = (
+                "-"
+                if "load_votes_published" not in r
+                else f"{r['load_votes_published']:,} votes at {r['load_votes_per_s']:,}/s, applied {r['stream_settled_s']:.1f} s "
+                "after"
+            )
+            rows.append(
+                [
+                    f"{sc['ring_users']:,} users, {sc['ring_votes']:,} votes",
+                    request,
+                    f"{r['votes']:,}",
+                    f"{r['command_s']:.1f}",
+                    f"{r['fold_s']:.1f}",
+                    f"{r['seconds_to_exact']:.1f}",
+                    f"{r['votes_per_s']:,.0f}",
+                    f"{_cost_per_vote(sc, request):.2f}",
+                    f"{sc['sink_votes_per_s']:,.0f}",
+                    f"{r['rows_read'].get('Votes', 0):,}",
+                    load,
+                    "yes" if r["wrong_counts"] == 0 and r["wrong_hours"] == 0 and r["right"] else "NO",
+                    "yes" if r["certified"] else "no",
+                ]
+            )
+    det, spanner_run, at_scale, sink = (
+        s["detector"]["in_memory"],
+        s["detector"]["through_spanner"],
+        s["detector"]["read_at_scale"],
+        s["sink"],
+    )
     return [
         "Suspensions: a ring held out of every count and ranking and restored, the detector, the sink's cost",
-        table(["Ring", "Request", "Votes moved", "Command s", "Fold s", "To exact s", "Votes/s",
-               "ms per 1k votes", "Baseline: the ring's votes/s through the sink", "Votes rows read",
-               "Stream under load",
-               "Exact", "Certified"], rows),
+        table(
+            [
+                "Ring",
+                "Request",
+                "Votes moved",
+                "Command s",
+                "Fold s",
+                "To exact s",
+                "Votes/s",
+                "ms per 1k votes",
+                "Baseline: the ring's votes/s through the sink",
+                "Votes rows read",
+                "Stream under load",
+                "Exact",
+                "Certified",
+            ],
+            rows,
+        ),
         f"Honest votes: {s['scales'][0]['honest_votes']:,} over {s['scales'][0]['posts']:,} posts in each database; "
-        f"the ring in sub-rings of {s['sub_ring']}, {s['votes_per_ring_user']} votes per member. \"To exact\": the "
+        f'the ring in sub-rings of {s["sub_ring"]}, {s["votes_per_ring_user"]} votes per member. "To exact": the '
         "command, plus a fold when a ranking was not certified without one.",
-        table(["Detector", "Votes", "Lockstep precision", "Lockstep recall", "Serial precision", "Serial recall",
-               "Rows read", "Read s", "Detection s"],
-              [["in memory", f"{det['votes']:,}", f"{det['lockstep']['precision']}", f"{det['lockstep']['recall']}",
-                f"{det['serial']['precision']}", f"{det['serial']['recall']}", "-", "-",
-                f"{det['lockstep_s'] + det['serial_s']:.1f}"],
-               ["through Spanner", f"{spanner_run['votes']:,}", f"{spanner_run['lockstep']['precision']}",
-                f"{spanner_run['lockstep']['recall']}", f"{spanner_run['serial']['precision']}",
-                f"{spanner_run['serial']['recall']}", f"{spanner_run['rows_read']:,}", f"{spanner_run['read_s']:.1f}",
-                f"{spanner_run['detect_s']:.1f}"],
-               ["the read alone, largest ring's database", f"{at_scale['votes']:,}", "-", "-", "-", "-",
-                f"{at_scale['rows_read']:,}", f"{at_scale['read_s']:.1f}", "-"]]),
-        table(["Sink, per 1,000 vote states", "Mutations", "x before", "ms (median)", "x before"],
-              [[label, f"{sink[kind]['mutations_per_1k']:,.0f}",
-                "1.0" if kind == "before" else f"{sink[kind]['mutations_vs_before']:.3f}",
-                f"{sink[kind]['ms_per_1k_median']:,.0f}",
-                "1.0" if kind == "before" else f"{sink[kind]['time_vs_before']:.3f}"]
-               for kind, label in (("before", "before (as_before_issue_46)"), ("after", "after, no user suspended"),
-                                   ("after_suspended", f"after, {SUSPENDED_SHARE:.0%} of states by suspended users"))]),
+        table(
+            [
+                "Detector",
+                "Votes",
+                "Lockstep precision",
+                "Lockstep recall",
+                "Serial precision",
+                "Serial recall",
+                "Rows read",
+                "Read s",
+                "Detection s",
+            ],
+            [
+                [
+                    "in memory",
+                    f"{det['votes']:,}",
+                    f"{det['lockstep']['precision']}",
+                    f"{det['lockstep']['recall']}",
+                    f"{det['serial']['precision']}",
+                    f"{det['serial']['recall']}",
+                    "-",
+                    "-",
+                    f"{det['lockstep_s'] + det['serial_s']:.1f}",
+                ],
+                [
+                    "through Spanner",
+                    f"{spanner_run['votes']:,}",
+                    f"{spanner_run['lockstep']['precision']}",
+                    f"{spanner_run['lockstep']['recall']}",
+                    f"{spanner_run['serial']['precision']}",
+                    f"{spanner_run['serial']['recall']}",
+                    f"{spanner_run['rows_read']:,}",
+                    f"{spanner_run['read_s']:.1f}",
+                    f"{spanner_run['detect_s']:.1f}",
+                ],
+                [
+                    "the read alone, largest ring's database",
+                    f"{at_scale['votes']:,}",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    f"{at_scale['rows_read']:,}",
+                    f"{at_scale['read_s']:.1f}",
+                    "-",
+                ],
+            ],
+        ),
+        table(
+            ["Sink, per 1,000 vote states", "Mutations", "x before", "ms (median)", "x before"],
+            [
+                [
+                    label,
+                    f"{sink[kind]['mutations_per_1k']:,.0f}",
+                    "1.0" if kind == "before" else f"{sink[kind]['mutations_vs_before']:.3f}",
+                    f"{sink[kind]['ms_per_1k_median']:,.0f}",
+                    "1.0" if kind == "before" else f"{sink[kind]['time_vs_before']:.3f}",
+                ]
+                for kind, label in (
+                    ("before", "before (as_before_issue_46)"),
+                    ("after", "after, no user suspended"),
+                    ("after_suspended", f"after, {SUSPENDED_SHARE:.0%} of states by suspended users"),
+                )
+            ],
+        ),
     ]
 
 
 BENCHMARK = Benchmark(
-    name="suspensions", title="Suspending a ring and restoring it, the detector, the sink's cost of the checks",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)
+    name="suspensions",
+    title="Suspending a ring and restoring it, the detector, the sink's cost of the checks",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+)

@@ -20,6 +20,7 @@ CPU seconds (every thread). Variants, for each input:
 Every variant's sums per post are checked against plain_json's. A cProfile of beam_chain on
 single-event input attributes its time to areas (trigger driver, runner, parsing, ...).
 """
+
 from __future__ import annotations
 
 import cProfile
@@ -27,10 +28,10 @@ import json
 import pstats
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterable
 
 import apache_beam as beam
 import orjson
@@ -119,9 +120,7 @@ def beam_chain(_: list[Message]) -> Totals:
     take_collected()
     pipeline = local_pipeline()
     parsed = pipeline | "Start" >> beam.Impulse() | "Messages" >> beam.FlatMap(emit_feed) | "ParseVotes" >> ParseVotes()
-    (parsed.sums
-     | "WindowAndSumVotes" >> WindowAndSumVotes("bench", WINDOW_SECONDS)
-     | "Collect" >> beam.Map(collect))
+    (parsed.sums | "WindowAndSumVotes" >> WindowAndSumVotes("bench", WINDOW_SECONDS) | "Collect" >> beam.Map(collect))
     pipeline.run().wait_until_finish()
     deltas: list[PostDelta] = take_collected()
     return _per_post((d.post_id, d.sums.counts) for d in deltas)
@@ -148,9 +147,7 @@ def direct_streaming_chain(items: list[Message]) -> Totals:
     # Named, not DirectRunner(): that would first try to download the Prism runner.
     pipeline = beam.Pipeline(runner=BundleBasedDirectRunner(), options=PipelineOptions(["--streaming"]))
     parsed = pipeline | "Pulls" >> pulls | "Messages" >> beam.FlatMap(emit_slice) | "ParseVotes" >> ParseVotes()
-    (parsed.sums
-     | "WindowAndSumVotes" >> WindowAndSumVotes("bench", WINDOW_SECONDS)
-     | "Collect" >> beam.Map(collect))
+    (parsed.sums | "WindowAndSumVotes" >> WindowAndSumVotes("bench", WINDOW_SECONDS) | "Collect" >> beam.Map(collect))
     pipeline.run().wait_until_finish()
     deltas: list[PostDelta] = take_collected()
     return _per_post((d.post_id, d.sums.counts) for d in deltas)
@@ -218,8 +215,11 @@ def profile_chain(events: int) -> dict:
             for area, seconds in sorted(areas.items(), key=lambda item: item[1], reverse=True)
         ],
         "top_functions": [
-            {"function": f"{Path(filename).name}:{line}({function})", "calls_per_event": round(calls / events, 2),
-             "own_us_per_event": round(tottime / events * 1e6, 2)}
+            {
+                "function": f"{Path(filename).name}:{line}({function})",
+                "calls_per_event": round(calls / events, 2),
+                "own_us_per_event": round(tottime / events * 1e6, 2),
+            }
             for (filename, line, function), (_, calls, tottime, _, _) in top
         ],
     }
@@ -243,11 +243,16 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
                 totals = variant(items)
             key = name if input_name == "single" else f"{name}_{input_name}"
             results[key] = {
-                "input": input_name, "events_per_message": batch_size, "messages": len(items), "events": len(pool),
-                "cpu_seconds": round(usage.cpu_s, 3), "wall_seconds": round(usage.wall_s, 3),
-                "events_per_s_per_core": len(pool) / usage.cpu_s, "exact": totals == expected,
-                "steady_events_per_s_per_core": len(pool) / max(
-                    usage.cpu_s - (fixed.cpu_s if name == "beam_chain" else 0.0), 1e-9),
+                "input": input_name,
+                "events_per_message": batch_size,
+                "messages": len(items),
+                "events": len(pool),
+                "cpu_seconds": round(usage.cpu_s, 3),
+                "wall_seconds": round(usage.wall_s, 3),
+                "events_per_s_per_core": len(pool) / usage.cpu_s,
+                "exact": totals == expected,
+                "steady_events_per_s_per_core": len(pool)
+                / max(usage.cpu_s - (fixed.cpu_s if name == "beam_chain" else 0.0), 1e-9),
             }
             assert results[key]["exact"], f"{key}: sums per post differ from plain_json's"
         for name in VARIANTS:
@@ -257,14 +262,15 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             results[key]["vs_plain_json"] = results[key]["events_per_s_per_core"] / baseline["events_per_s_per_core"]
             results[key]["vs_plain_orjson"] = results[key]["events_per_s_per_core"] / strongest["events_per_s_per_core"]
             results[key]["steady_vs_plain_json"] = (
-                results[key]["steady_events_per_s_per_core"] / baseline["events_per_s_per_core"])
-    set_feed([PubsubMessage(m.data, m.attributes) for m in batch_messages(pool[:sizes.profile_events], 1)])
+                results[key]["steady_events_per_s_per_core"] / baseline["events_per_s_per_core"]
+            )
+    set_feed([PubsubMessage(m.data, m.attributes) for m in batch_messages(pool[: sizes.profile_events], 1)])
     return {
         "workload": f"{len(pool):,} events, Zipf {ZIPF} over {sizes.transform_posts:,} posts, "
-                    f"{min(POOL, len(pool)):,} distinct events cycled; single: one per message, "
-                    f"batched: {DEFAULT_BATCH_SIZE} per message",
+        f"{min(POOL, len(pool)):,} distinct events cycled; single: one per message, "
+        f"batched: {DEFAULT_BATCH_SIZE} per message",
         "runner": f"FnApiRunner, in process, one worker; direct_streaming_chain: the streaming DirectRunner, "
-                  f"{PULL_MAX_MESSAGES:,} messages per bundle",
+        f"{PULL_MAX_MESSAGES:,} messages per bundle",
         "beam_run_fixed_cpu_seconds": round(fixed.cpu_s, 3),
         "variants": results,
         "profile": profile_chain(sizes.profile_events),
@@ -272,6 +278,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 
 
 # --- sizes and report ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -290,37 +297,70 @@ def targets(document: dict) -> list[dict]:
     tc = document["benchmarks"]["transform_cost"]
     batched, single = tc["variants"]["beam_chain_batched"], tc["variants"]["beam_chain"]
     return [
-        target("Chain >= 2x plain Python (json.loads + dict of sums) per core on batched input",
-               f"batched {batched['vs_plain_json']:.2f}x plain_json all in, {batched['steady_vs_plain_json']:.2f}x "
-               f"without the {tc['beam_run_fixed_cpu_seconds']:.2f} s a Beam run costs once "
-               f"({batched['vs_plain_orjson']:.2f}x plain_orjson)",
-               batched["vs_plain_json"] >= 2.0),
-        target("Chain >= plain Python (json.loads + dict of sums) per core on single-event messages",
-               f"single-event {single['vs_plain_json']:.2f}x plain_json all in "
-               f"({single['vs_plain_orjson']:.2f}x plain_orjson)",
-               single["vs_plain_json"] >= 1.0),
+        target(
+            "Chain >= 2x plain Python (json.loads + dict of sums) per core on batched input",
+            f"batched {batched['vs_plain_json']:.2f}x plain_json all in, {batched['steady_vs_plain_json']:.2f}x "
+            f"without the {tc['beam_run_fixed_cpu_seconds']:.2f} s a Beam run costs once "
+            f"({batched['vs_plain_orjson']:.2f}x plain_orjson)",
+            batched["vs_plain_json"] >= 2.0,
+        ),
+        target(
+            "Chain >= plain Python (json.loads + dict of sums) per core on single-event messages",
+            f"single-event {single['vs_plain_json']:.2f}x plain_json all in "
+            f"({single['vs_plain_orjson']:.2f}x plain_orjson)",
+            single["vs_plain_json"] >= 1.0,
+        ),
     ]
 
 
 def markdown(document: dict) -> list[str]:
     tc = document["benchmarks"]["transform_cost"]
-    return [f"Transform CPU cost ({tc['workload']}; {tc['runner']})", table(
-        ["Variant", "Input", "Events", "CPU s", "Events/s per core", "x plain_json", "x plain_orjson",
-         "x plain_json without the run's fixed cost", "Exact"],
-        [[name, f"{v['input']} ({v['events_per_message']}/message)", f"{v['events']:,}", f"{v['cpu_seconds']:.2f}",
-          f"{v['events_per_s_per_core']:,.0f}", f"{v['vs_plain_json']:.3f}", f"{v['vs_plain_orjson']:.3f}",
-          f"{v['steady_vs_plain_json']:.3f}", "yes" if v["exact"] else "NO"] for name, v in tc["variants"].items()],
-    ), f"Profile of beam_chain over {tc['profile']['events']:,} events (cProfile inflates the absolute figures):",
-        table(["Area", "Share", "us per event"],
-              [[a["area"], f"{a['share']:.1%}", f"{a['us_per_event']:.1f}"] for a in tc["profile"]["areas"]])]
+    return [
+        f"Transform CPU cost ({tc['workload']}; {tc['runner']})",
+        table(
+            [
+                "Variant",
+                "Input",
+                "Events",
+                "CPU s",
+                "Events/s per core",
+                "x plain_json",
+                "x plain_orjson",
+                "x plain_json without the run's fixed cost",
+                "Exact",
+            ],
+            [
+                [
+                    name,
+                    f"{v['input']} ({v['events_per_message']}/message)",
+                    f"{v['events']:,}",
+                    f"{v['cpu_seconds']:.2f}",
+                    f"{v['events_per_s_per_core']:,.0f}",
+                    f"{v['vs_plain_json']:.3f}",
+                    f"{v['vs_plain_orjson']:.3f}",
+                    f"{v['steady_vs_plain_json']:.3f}",
+                    "yes" if v["exact"] else "NO",
+                ]
+                for name, v in tc["variants"].items()
+            ],
+        ),
+        f"Profile of beam_chain over {tc['profile']['events']:,} events (cProfile inflates the absolute figures):",
+        table(
+            ["Area", "Share", "us per event"],
+            [[a["area"], f"{a['share']:.1%}", f"{a['us_per_event']:.1f}"] for a in tc["profile"]["areas"]],
+        ),
+    ]
 
 
 def chart(document: dict) -> list:
     variants = document["benchmarks"]["transform_cost"]["variants"]
 
     def events_per_core(ax) -> None:
-        bars = ax.bar([n.replace("_", "\n", 1) for n in variants], [v["events_per_s_per_core"] for v in variants.values()],
-                      color="tab:green")
+        bars = ax.bar(
+            [n.replace("_", "\n", 1) for n in variants],
+            [v["events_per_s_per_core"] for v in variants.values()],
+            color="tab:green",
+        )
         ax.bar_label(bars, fmt="%.0f")
         ax.set_title("transform_cost: transform CPU: events/s per core")
         ax.tick_params(axis="x", labelsize=8)
@@ -329,5 +369,12 @@ def chart(document: dict) -> list:
 
 
 BENCHMARK = Benchmark(
-    name="transform_cost", title="CPU per event of the parse-and-sum chain against plain Python",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets, chart=chart)
+    name="transform_cost",
+    title="CPU per event of the parse-and-sum chain against plain Python",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+    chart=chart,
+)

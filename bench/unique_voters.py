@@ -16,6 +16,7 @@ and mutations per 1,000 votes, the time to write and to fold, each pair's ratio.
 CPU: sum_message plus BundleSums.emit over the same batched messages with and without
 user_id (best of 3 each, per vote), the chain's cost of recording voters.
 """
+
 from __future__ import annotations
 
 import random
@@ -52,7 +53,7 @@ CPU_REPEATS = 3
 
 def _batches(lines: list[bytes]) -> list[bytes]:
     """ndjson messages of EVENTS_PER_MESSAGE lines each."""
-    return [b"\n".join(lines[i:i + EVENTS_PER_MESSAGE]) for i in range(0, len(lines), EVENTS_PER_MESSAGE)]
+    return [b"\n".join(lines[i : i + EVENTS_PER_MESSAGE]) for i in range(0, len(lines), EVENTS_PER_MESSAGE)]
 
 
 def _messages(events: list[dict]) -> list[bytes]:
@@ -64,7 +65,7 @@ def _bundle_sums(messages: list[bytes]) -> list[dict]:
     emitted = []
     for first in range(0, len(messages), MESSAGES_PER_BUNDLE):
         bundle = BundleSums()
-        for data in messages[first:first + MESSAGES_PER_BUNDLE]:
+        for data in messages[first : first + MESSAGES_PER_BUNDLE]:
             bundle.add_message(data, ATTRIBUTES, PUBLISHED, None, lambda _: None)
         emitted += [value.value[1] for value in bundle.emit(PUBLISHED)]
     return emitted
@@ -80,7 +81,7 @@ def error_point(voters: int, seed: int) -> dict:
     delta_sketches = []
     for first in range(0, len(shard_sums), BUNDLES_PER_WINDOW):
         acc = combine.create_accumulator()
-        for sums in shard_sums[first:first + BUNDLES_PER_WINDOW]:
+        for sums in shard_sums[first : first + BUNDLES_PER_WINDOW]:
             combine.add_input(acc, sums)
         sketch = combine.extract_output(acc)[key].voters
         assert sketch is not None  # every vote names its user
@@ -88,10 +89,15 @@ def error_point(voters: int, seed: int) -> dict:
     folded = union_of(delta_sketches)
     assert folded is not None  # the post has voters
     estimated = estimate(folded)
-    return {"voters": voters, "votes": len(order), "deltas": len(delta_sketches), "estimate": estimated,
-            "relative_error": abs(estimated - voters) / voters,
-            "delta_sketch_bytes_mean": round(sum(map(len, delta_sketches)) / len(delta_sketches)),
-            "folded_sketch_bytes": len(folded)}
+    return {
+        "voters": voters,
+        "votes": len(order),
+        "deltas": len(delta_sketches),
+        "estimate": estimated,
+        "relative_error": abs(estimated - voters) / voters,
+        "delta_sketch_bytes_mean": round(sum(map(len, delta_sketches)) / len(delta_sketches)),
+        "folded_sketch_bytes": len(folded),
+    }
 
 
 def workload_deltas(sizes: Sizes, with_voters: bool) -> tuple[list[PostDelta], int]:
@@ -103,7 +109,7 @@ def workload_deltas(sizes: Sizes, with_voters: bool) -> tuple[list[PostDelta], i
     deltas: list[PostDelta] = []
     combine = MergeSums()
     for number, first in enumerate(range(0, len(events), window)):
-        chunk = events[first:first + window]
+        chunk = events[first : first + window]
         if not with_voters:
             chunk = [{k: v for k, v in e.items() if k != "user_id"} for e in chunk]
         acc = combine.create_accumulator()
@@ -127,11 +133,13 @@ def write_and_fold(res: Resources, name: str, deltas: list[PostDelta], votes: in
     for d in deltas:
         want[d.post_id] = want.get(d.post_id, Counts()).plus(d.sums.counts)
     return {
-        "rows": len(deltas), "rows_per_1k_votes": round(1000 * len(deltas) / votes, 2),
+        "rows": len(deltas),
+        "rows_per_1k_votes": round(1000 * len(deltas) / votes, 2),
         "mutations_per_1k_votes": round(1000 * sum(mutations_for(c) for c in commits) / votes, 1),
         "sketch_bytes_per_row": round(sum(len(d.sums.voters or b"") for d in deltas) / len(deltas), 1),
         "sketch_bytes_max": max(len(d.sums.voters or b"") for d in deltas),
-        "write_s": round(write_s, 2), "fold_s": fold["seconds"],
+        "write_s": round(write_s, 2),
+        "fold_s": fold["seconds"],
         "exact": all(t.counts == want[t.post_id] for t in totals),
     }
 
@@ -150,9 +158,13 @@ def cpu_per_vote(sizes: Sizes) -> dict:
         return 1e6 * best / len(events)
 
     plain, voters = best_us(without_ids), best_us(with_ids)
-    return {"votes": len(events), "us_per_vote_without_user_ids": round(plain, 3),
-            "us_per_vote_with_voters": round(voters, 3), "added_us_per_vote": round(voters - plain, 3),
-            "ratio": round(voters / plain, 3)}
+    return {
+        "votes": len(events),
+        "us_per_vote_without_user_ids": round(plain, 3),
+        "us_per_vote_with_voters": round(voters, 3),
+        "added_us_per_vote": round(voters - plain, 3),
+        "ratio": round(voters / plain, 3),
+    }
 
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
@@ -165,15 +177,22 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     with_sketches = write_and_fold(res, f"uv-s-{tag}", sketched_deltas, votes)
     without = write_and_fold(res, f"uv-p-{tag}", plain_deltas, votes)
     return {
-        "lg_k": LG_K, "max_sketch_bytes": MAX_SKETCH_BYTES, "errors": errors,
-        "workload_votes": votes, "with_sketches": with_sketches, "without_sketches": without,
-        "ratios": {name: round(with_sketches[name] / without[name], 3) if without[name] else None
-                   for name in ("rows_per_1k_votes", "mutations_per_1k_votes", "write_s", "fold_s")},
+        "lg_k": LG_K,
+        "max_sketch_bytes": MAX_SKETCH_BYTES,
+        "errors": errors,
+        "workload_votes": votes,
+        "with_sketches": with_sketches,
+        "without_sketches": without,
+        "ratios": {
+            name: round(with_sketches[name] / without[name], 3) if without[name] else None
+            for name in ("rows_per_1k_votes", "mutations_per_1k_votes", "write_s", "fold_s")
+        },
         "cpu": cpu_per_vote(sizes),
     }
 
 
 # --- sizes and report ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -185,50 +204,112 @@ class Sizes:
     cpu_posts: int
 
 
-FULL = Sizes(largest_audience=1_000_000, workload_votes=100_000, workload_posts=1_000, window_votes=10_000,
-             cpu_votes=500_000, cpu_posts=1_000)
-QUICK = Sizes(largest_audience=100_000, workload_votes=10_000, workload_posts=100, window_votes=1_000,
-              cpu_votes=5_000, cpu_posts=1_000)
+FULL = Sizes(
+    largest_audience=1_000_000,
+    workload_votes=100_000,
+    workload_posts=1_000,
+    window_votes=10_000,
+    cpu_votes=500_000,
+    cpu_posts=1_000,
+)
+QUICK = Sizes(
+    largest_audience=100_000,
+    workload_votes=10_000,
+    workload_posts=100,
+    window_votes=1_000,
+    cpu_votes=5_000,
+    cpu_posts=1_000,
+)
 
 
 def targets(document: dict) -> list[dict]:
     uv = document["benchmarks"]["unique_voters"]
     largest, small = uv["errors"][-1], [p for p in uv["errors"] if p["voters"] <= 1_000]
-    return [target(
-        "Unique voters within 2% at the largest audience (1,000,000 distinct voters in the full run), "
-        "exact or near-exact up to 1,000",
-        f"{largest['relative_error']:.2%} at {largest['voters']:,} ({largest['deltas']} delta sketches unioned); "
-        f"up to 1,000: max {max(p['relative_error'] for p in small):.2%}",
-        largest["relative_error"] <= 0.02 and all(p["relative_error"] <= 0.005 for p in small),
-    )]
+    return [
+        target(
+            "Unique voters within 2% at the largest audience (1,000,000 distinct voters in the full run), "
+            "exact or near-exact up to 1,000",
+            f"{largest['relative_error']:.2%} at {largest['voters']:,} ({largest['deltas']} delta sketches unioned); "
+            f"up to 1,000: max {max(p['relative_error'] for p in small):.2%}",
+            largest["relative_error"] <= 0.02 and all(p["relative_error"] <= 0.005 for p in small),
+        )
+    ]
 
 
 def markdown(document: dict) -> list[str]:
     uv = document["benchmarks"]["unique_voters"]
     ws, wo, cpu = uv["with_sketches"], uv["without_sketches"], uv["cpu"]
-    return [f"Unique voters (HyperLogLog, lg_k {uv['lg_k']}, at most {uv['max_sketch_bytes']:,} bytes)",
-            table(["Distinct voters", "Upvotes", "Delta sketches", "Estimate", "Relative error",
-                   "Bytes per delta sketch (mean)", "Folded sketch bytes"],
-                  [[f"{p['voters']:,}", f"{p['votes']:,}", f"{p['deltas']}", f"{p['estimate']:,}",
-                    f"{p['relative_error']:.2%}", f"{p['delta_sketch_bytes_mean']:,}", f"{p['folded_sketch_bytes']:,}"]
-                   for p in uv["errors"]]),
-            f"Same {uv['workload_votes']:,}-vote Zipf workload, with sketches and without (user IDs removed), "
-            "same run:",
-            table(["", "Delta rows / 1k votes", "Mutations / 1k votes", "Sketch bytes per row (mean / max)",
-                   "Write s", "Fold s", "Exact"],
-                  [[label, f"{r['rows_per_1k_votes']:.1f}", f"{r['mutations_per_1k_votes']:,.0f}",
-                    f"{r['sketch_bytes_per_row']:,.0f} / {r['sketch_bytes_max']:,}", f"{r['write_s']:.2f}",
-                    f"{r['fold_s']:.2f}", "yes" if r["exact"] else "NO"]
-                   for label, r in (("with sketches", ws), ("without", wo))]
-                  + [["ratio"] + [f"{uv['ratios'][k]:.3f}" if uv["ratios"][k] is not None else "-"
-                                  for k in ("rows_per_1k_votes", "mutations_per_1k_votes")]
-                     + ["-"] + [f"{uv['ratios'][k]:.3f}" if uv["ratios"][k] is not None else "-"
-                                for k in ("write_s", "fold_s")] + ["-"]]),
-            f"CPU of the chain's parse-and-sum per vote: {cpu['us_per_vote_with_voters']:.2f} µs recording voters "
-            f"vs {cpu['us_per_vote_without_user_ids']:.2f} µs without user IDs (+{cpu['added_us_per_vote']:.2f} µs, "
-            f"{cpu['ratio']:.2f}x; best of 3 over {cpu['votes']:,} votes)."]
+    return [
+        f"Unique voters (HyperLogLog, lg_k {uv['lg_k']}, at most {uv['max_sketch_bytes']:,} bytes)",
+        table(
+            [
+                "Distinct voters",
+                "Upvotes",
+                "Delta sketches",
+                "Estimate",
+                "Relative error",
+                "Bytes per delta sketch (mean)",
+                "Folded sketch bytes",
+            ],
+            [
+                [
+                    f"{p['voters']:,}",
+                    f"{p['votes']:,}",
+                    f"{p['deltas']}",
+                    f"{p['estimate']:,}",
+                    f"{p['relative_error']:.2%}",
+                    f"{p['delta_sketch_bytes_mean']:,}",
+                    f"{p['folded_sketch_bytes']:,}",
+                ]
+                for p in uv["errors"]
+            ],
+        ),
+        f"Same {uv['workload_votes']:,}-vote Zipf workload, with sketches and without (user IDs removed), same run:",
+        table(
+            [
+                "",
+                "Delta rows / 1k votes",
+                "Mutations / 1k votes",
+                "Sketch bytes per row (mean / max)",
+                "Write s",
+                "Fold s",
+                "Exact",
+            ],
+            [
+                [
+                    label,
+                    f"{r['rows_per_1k_votes']:.1f}",
+                    f"{r['mutations_per_1k_votes']:,.0f}",
+                    f"{r['sketch_bytes_per_row']:,.0f} / {r['sketch_bytes_max']:,}",
+                    f"{r['write_s']:.2f}",
+                    f"{r['fold_s']:.2f}",
+                    "yes" if r["exact"] else "NO",
+                ]
+                for label, r in (("with sketches", ws), ("without", wo))
+            ]
+            + [
+                ["ratio"]
+                + [
+                    f"{uv['ratios'][k]:.3f}" if uv["ratios"][k] is not None else "-"
+                    for k in ("rows_per_1k_votes", "mutations_per_1k_votes")
+                ]
+                + ["-"]
+                + [f"{uv['ratios'][k]:.3f}" if uv["ratios"][k] is not None else "-" for k in ("write_s", "fold_s")]
+                + ["-"]
+            ],
+        ),
+        f"CPU of the chain's parse-and-sum per vote: {cpu['us_per_vote_with_voters']:.2f} µs recording voters "
+        f"vs {cpu['us_per_vote_without_user_ids']:.2f} µs without user IDs (+{cpu['added_us_per_vote']:.2f} µs, "
+        f"{cpu['ratio']:.2f}x; best of 3 over {cpu['votes']:,} votes).",
+    ]
 
 
 BENCHMARK = Benchmark(
-    name="unique_voters", title="Unique-voter sketches: error, bytes, write and fold cost, CPU per vote",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)
+    name="unique_voters",
+    title="Unique-voter sketches: error, bytes, write and fold cost, CPU per vote",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+)

@@ -17,6 +17,7 @@ adds (a key-only Posts write per post in a commit, planned with plan_commits, on
 window, except the posts its KnownPosts holds: spanner_writes/known_posts.py). Beside them, the delta rows `upvotes capacity`'s model
 (upvotes.operations.capacity_model) expects of the same stream, and their ratio to the counted ones.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -59,15 +60,20 @@ Group = tuple[str, int, int]  # (post, event hour, window start)
 def simulated_stream(sizes: Sizes, zipf: float = ZIPF) -> list[Vote]:
     rng = random.Random(11)
     posts = sizes.amplification_posts
-    weights = list(itertools.accumulate(rank ** -zipf for rank in range(1, posts + 1)))
+    weights = list(itertools.accumulate(rank**-zipf for rank in range(1, posts + 1)))
     ranks = rng.choices(range(1, posts + 1), cum_weights=weights, k=sizes.amplification_votes)
     votes: list[Vote] = []
     for index, rank in enumerate(ranks):
         arrival = STREAM_START + index / sizes.arrival_rate
         hour = int(arrival - rng.expovariate(1 / CLIENT_DELAY_MEAN_S)) // HOUR_S * HOUR_S
         kind = rng.random()
-        counts = (Counts(shares=1) if kind < SHARE_FRACTION else
-                  Counts(upvotes=-1) if kind < SHARE_FRACTION + UNVOTE_FRACTION else Counts(upvotes=1))
+        counts = (
+            Counts(shares=1)
+            if kind < SHARE_FRACTION
+            else Counts(upvotes=-1)
+            if kind < SHARE_FRACTION + UNVOTE_FRACTION
+            else Counts(upvotes=1)
+        )
         votes.append((arrival, f"p-{rank}", hour, counts))
     return votes
 
@@ -90,15 +96,21 @@ def per_post(rows) -> dict[str, Counts]:
 
 def sum_per_window(votes: list[Vote], window_s: int) -> list[PostDelta]:
     """The real WindowAndSumVotes over the votes, each timestamped with its arrival time."""
-    set_feed([TimestampedValue((sum_shard(post), {PostHour(post, hour): CounterSums(counts, 1)}), arrival)
-              for arrival, post, hour, counts in votes])
+    set_feed(
+        [
+            TimestampedValue((sum_shard(post), {PostHour(post, hour): CounterSums(counts, 1)}), arrival)
+            for arrival, post, hour, counts in votes
+        ]
+    )
     take_collected()
     pipeline = local_pipeline()
-    (pipeline
-     | "Start" >> beam.Impulse()
-     | "Votes" >> beam.FlatMap(emit_feed)
-     | "WindowAndSumVotes" >> WindowAndSumVotes("bench", window_s)
-     | "Collect" >> beam.Map(collect))
+    (
+        pipeline
+        | "Start" >> beam.Impulse()
+        | "Votes" >> beam.FlatMap(emit_feed)
+        | "WindowAndSumVotes" >> WindowAndSumVotes("bench", window_s)
+        | "Collect" >> beam.Map(collect)
+    )
     pipeline.run().wait_until_finish()
     return take_collected()
 
@@ -122,11 +134,21 @@ def parent_upserts(groups: dict[Group, Counts], window_s: int) -> int:
 def model_delta_rows(sizes: Sizes, window_s: int, zipf: float = ZIPF) -> float:
     """The delta rows `upvotes capacity`'s model expects of this stream (a test and the
     results compare them with the counted ones)."""
-    workload = CapacityWorkload(votes_per_s=sizes.arrival_rate, posts=sizes.amplification_posts, zipf=zipf,
-                                window_s=window_s, client_delay_mean_s=CLIENT_DELAY_MEAN_S,
-                                unvote_fraction=UNVOTE_FRACTION, other_fraction=SHARE_FRACTION)
-    return stream_delta_rows(Popularity.zipf(sizes.amplification_posts, zipf), workload, STREAM_START,
-                             sizes.amplification_votes / sizes.arrival_rate)
+    workload = CapacityWorkload(
+        votes_per_s=sizes.arrival_rate,
+        posts=sizes.amplification_posts,
+        zipf=zipf,
+        window_s=window_s,
+        client_delay_mean_s=CLIENT_DELAY_MEAN_S,
+        unvote_fraction=UNVOTE_FRACTION,
+        other_fraction=SHARE_FRACTION,
+    )
+    return stream_delta_rows(
+        Popularity.zipf(sizes.amplification_posts, zipf),
+        workload,
+        STREAM_START,
+        sizes.amplification_votes / sizes.arrival_rate,
+    )
 
 
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
@@ -141,13 +163,14 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     exact = per_post((d.post_id, d.sums.counts) for d in deltas) == per_post((v[1], v[3]) for v in sample)
     assert exact, "WindowAndSumVotes's sums differ from the votes' sums"
     assert len(deltas) == len(sample_groups), (
-        f"WindowAndSumVotes wrote {len(deltas)} deltas for {len(sample_groups)} (post, hour, window) groups")
+        f"WindowAndSumVotes wrote {len(deltas)} deltas for {len(sample_groups)} (post, hour, window) groups"
+    )
     parents = parent_upserts(groups, window_s)
     model_rows = model_delta_rows(sizes, window_s)
     per_million = 1_000_000 / len(votes)
     return {
         "workload": f"{len(votes):,} votes, Zipf {ZIPF} over {sizes.amplification_posts:,} posts, "
-                    f"{sizes.arrival_rate:,}/s for {len(votes) / sizes.arrival_rate:.0f} s, {window_s} s windows",
+        f"{sizes.arrival_rate:,}/s for {len(votes) / sizes.arrival_rate:.0f} s, {window_s} s windows",
         "votes": len(votes),
         "distinct_posts": len({v[1] for v in votes}),
         "window_s": window_s,
@@ -163,9 +186,13 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
         "rows_written_vs_lower_bound": (len(groups) + parents) / len(groups),
         "rmw_rows_per_1m_votes": 1_000_000,
         "pipeline_sample": {
-            "posts": f"1 in {sizes.pipeline_sample} by post_hash", "votes": len(sample),
-            "lower_bound_groups": len(sample_groups), "pipeline_deltas": len(deltas), "exact": exact,
-            "cpu_seconds": round(usage.cpu_s, 2), "wall_seconds": round(usage.wall_s, 2),
+            "posts": f"1 in {sizes.pipeline_sample} by post_hash",
+            "votes": len(sample),
+            "lower_bound_groups": len(sample_groups),
+            "pipeline_deltas": len(deltas),
+            "exact": exact,
+            "cpu_seconds": round(usage.cpu_s, 2),
+            "wall_seconds": round(usage.wall_s, 2),
         },
         "window_sweep": [
             {"window_s": w, "lower_bound_groups": len(g), "delta_rows_per_1m_votes": len(g) * per_million}
@@ -175,6 +202,7 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
 
 
 # --- sizes and report ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -191,20 +219,45 @@ QUICK = Sizes(amplification_votes=100_000, amplification_posts=10_000, arrival_r
 def markdown(document: dict) -> list[str]:
     wa = document["benchmarks"]["write_amplification"]
     sample = wa["pipeline_sample"]
-    return [f"Write amplification ({wa['workload']})", table(
-        ["Figure", "Rows", "Per 1M votes"],
-        [["Lower bound: (post, hour, window) groups", f"{wa['lower_bound_groups']:,}", f"{wa['delta_rows_per_1m_votes']:,.0f}"],
-         ["Delta rows (WindowAndSumVotes)", f"{wa['delta_rows']:,}", f"{wa['delta_rows_per_1m_votes']:,.0f}"],
-         *([[f"Delta rows by `upvotes capacity`'s model (x{wa['model_vs_delta_rows']:.3f} of counted)",
-             f"{wa['model_delta_rows']:,}", ""]] if "model_delta_rows" in wa else []),
-         ["+ parent key upserts (a post's first commit; KnownPosts)", f"{wa['parent_upserts']:,}", ""],
-         ["Rows written in all", f"{wa['rows_written']:,}", f"{wa['rows_per_1m_votes']:,.0f}"],
-         ["Read-modify-write (one row write per vote)", "", f"{wa['rmw_rows_per_1m_votes']:,}"]]
-        + [[f"Lower bound with {w['window_s']} s windows", f"{w['lower_bound_groups']:,}", f"{w['delta_rows_per_1m_votes']:,.0f}"]
-           for w in wa["window_sweep"]],
-    ), f"WindowAndSumVotes on the FnApiRunner over {sample['posts']} ({sample['votes']:,} votes): "
-       f"{sample['pipeline_deltas']:,} deltas for {sample['lower_bound_groups']:,} groups "
-       f"(ratio {wa['delta_rows_vs_lower_bound']:.3f}), sums exact."]
+    return [
+        f"Write amplification ({wa['workload']})",
+        table(
+            ["Figure", "Rows", "Per 1M votes"],
+            [
+                [
+                    "Lower bound: (post, hour, window) groups",
+                    f"{wa['lower_bound_groups']:,}",
+                    f"{wa['delta_rows_per_1m_votes']:,.0f}",
+                ],
+                ["Delta rows (WindowAndSumVotes)", f"{wa['delta_rows']:,}", f"{wa['delta_rows_per_1m_votes']:,.0f}"],
+                *(
+                    [
+                        [
+                            f"Delta rows by `upvotes capacity`'s model (x{wa['model_vs_delta_rows']:.3f} of counted)",
+                            f"{wa['model_delta_rows']:,}",
+                            "",
+                        ]
+                    ]
+                    if "model_delta_rows" in wa
+                    else []
+                ),
+                ["+ parent key upserts (a post's first commit; KnownPosts)", f"{wa['parent_upserts']:,}", ""],
+                ["Rows written in all", f"{wa['rows_written']:,}", f"{wa['rows_per_1m_votes']:,.0f}"],
+                ["Read-modify-write (one row write per vote)", "", f"{wa['rmw_rows_per_1m_votes']:,}"],
+            ]
+            + [
+                [
+                    f"Lower bound with {w['window_s']} s windows",
+                    f"{w['lower_bound_groups']:,}",
+                    f"{w['delta_rows_per_1m_votes']:,.0f}",
+                ]
+                for w in wa["window_sweep"]
+            ],
+        ),
+        f"WindowAndSumVotes on the FnApiRunner over {sample['posts']} ({sample['votes']:,} votes): "
+        f"{sample['pipeline_deltas']:,} deltas for {sample['lower_bound_groups']:,} groups "
+        f"(ratio {wa['delta_rows_vs_lower_bound']:.3f}), sums exact.",
+    ]
 
 
 def chart(document: dict) -> list:
@@ -212,8 +265,11 @@ def chart(document: dict) -> list:
 
     def rows_by_window(ax) -> None:
         sweep = wa["window_sweep"]
-        ax.bar([f"{w['window_s']} s" for w in sweep] + ["RMW"],
-               [w["delta_rows_per_1m_votes"] for w in sweep] + [wa["rmw_rows_per_1m_votes"]], color="tab:purple")
+        ax.bar(
+            [f"{w['window_s']} s" for w in sweep] + ["RMW"],
+            [w["delta_rows_per_1m_votes"] for w in sweep] + [wa["rmw_rows_per_1m_votes"]],
+            color="tab:purple",
+        )
         ax.set_yscale("log")
         ax.set_title("write_amplification: delta rows per 1M votes, by window length")
 
@@ -221,5 +277,11 @@ def chart(document: dict) -> list:
 
 
 BENCHMARK = Benchmark(
-    name="write_amplification", title="Spanner rows written per million votes, against the lower bound",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, chart=chart)
+    name="write_amplification",
+    title="Spanner rows written per million votes, against the lower bound",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    chart=chart,
+)

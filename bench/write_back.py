@@ -39,6 +39,7 @@ A process SIGKILL keeps the operating system's page cache, so the redis-server r
 the machine-crash window (up to about one second of acknowledged votes, per Redis' persistence
 documentation): the machine rows simulate it by cutting the AOF, at the worst point for a flush.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,10 +51,10 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
 
 import redis
 from google.cloud import pubsub_v1
@@ -95,6 +96,7 @@ Counts = Callable[[list[str]], dict[str, dict[str, int]]]
 
 
 # --- the two ways in: the app's Redis client, and the pipeline's publisher ----------------------
+
 
 class RedisVotes:
     """The app servers' side of the write-back cache: pipelined HINCRBY into the live hash,
@@ -160,8 +162,12 @@ class PubSubVotes:
 
 
 def upvote(post_id: str) -> dict:
-    return {"post_id": post_id, "counter": "upvotes", "delta": 1,
-            "event_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "post_id": post_id,
+        "counter": "upvotes",
+        "delta": 1,
+        "event_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def batches(events: Iterator[dict], size: int = DEFAULT_BATCH_SIZE) -> Iterator[list[dict]]:
@@ -182,11 +188,13 @@ def pipeline_counts(database) -> Counts:
     def counts(posts: list[str]) -> dict[str, dict[str, int]]:
         with lock:
             return write_back_cache.its_counters({t.post_id: t.counts._asdict() for t in exact_counts(database, posts)})
+
     return counts
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], None],
-             poll_s: float = EXACT_POLL_S) -> float:
+def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], None], poll_s: float = EXACT_POLL_S
+) -> float:
     """Seconds until `condition()` holds; `alive()` raises if a process it needs died."""
     started = time.monotonic()
     while not condition():
@@ -197,8 +205,9 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, alive: 
     return time.monotonic() - started
 
 
-def wait_exact(counts: Counts, expected: Mapping[str, Mapping[str, int]], timeout_s: float, what: str,
-               alive: Callable[[], None]) -> float:
+def wait_exact(
+    counts: Counts, expected: Mapping[str, Mapping[str, int]], timeout_s: float, what: str, alive: Callable[[], None]
+) -> float:
     """Seconds until every count equals `expected`, read as cheaply as the check allows, so that the
     polls load the emulator both approaches write to as little as they can: each poll reads a
     sample of the posts that did not match yet, and all of them once the sample matches. Exact is
@@ -215,6 +224,7 @@ def wait_exact(counts: Counts, expected: Mapping[str, Mapping[str, int]], timeou
         sample = unmatched(pending[:EXACT_SAMPLE])
         pending = sample + pending[EXACT_SAMPLE:] if sample else unmatched(list(expected))
         return not pending
+
     return wait_for(exact, timeout_s, what, alive)
 
 
@@ -226,6 +236,7 @@ def warm_up(sink, counts: Counts, post_id: str, alive: Callable[[], None]) -> No
 
 
 # --- (a) the race ---------------------------------------------------------------------------
+
 
 class MarkerPoller(threading.Thread):
     """Reads the acknowledged, not yet visible markers every MARKER_POLL_S; a marker is visible at
@@ -301,8 +312,15 @@ def seed_posts(sink, counts: Counts, workload: Workload, alive: Callable[[], Non
     return expected
 
 
-def burst(sink, counts: Counts, workload: Workload, ledger: Ledger, marker_prefix: str, alive: Callable[[], None],
-          before: Mapping[str, Mapping[str, int]]) -> Burst:
+def burst(
+    sink,
+    counts: Counts,
+    workload: Workload,
+    ledger: Ledger,
+    marker_prefix: str,
+    alive: Callable[[], None],
+    before: Mapping[str, Mapping[str, int]],
+) -> Burst:
     """The race's burst through `sink`, a marker in every batch; timed until every count, on top
     of `before`, is exact. `ledger` holds the same events (`seeded`), built by the caller before
     the burst's phase, so that its bookkeeping is in neither approach's time (nor takes a core from
@@ -328,31 +346,56 @@ def burst(sink, counts: Counts, workload: Workload, ledger: Ledger, marker_prefi
         def on_ack(at: float, post: str = markers[-1]) -> None:
             acknowledged.append(at)
             poller.ack(post, at)
+
         sink.send(batch + [upvote(markers[-1])], on_ack)
     sink.wait_acknowledged()
     send_seconds = time.monotonic() - started
-    expected = {post: {counter: before.get(post, {}).get(counter, 0) + burst_totals.get(post, {}).get(counter, 0)
-                       for counter in write_back_cache.COUNTERS} for post in set(before) | set(burst_totals)}
+    expected = {
+        post: {
+            counter: before.get(post, {}).get(counter, 0) + burst_totals.get(post, {}).get(counter, 0)
+            for counter in write_back_cache.COUNTERS
+        }
+        for post in set(before) | set(burst_totals)
+    }
     expected |= {post: {"upvotes": 1, "shares": 0} for post in markers}
     try:
         wait_exact(counts, expected, RACE_TIMEOUT_S, "the burst's exact counts", alive)
         seconds, exact_at = time.monotonic() - started, time.time()
-        wait_for(lambda: len(poller.visible) == len(markers), READY_TIMEOUT_S, "every marker seen", alive, MARKER_POLL_S)
+        wait_for(
+            lambda: len(poller.visible) == len(markers), READY_TIMEOUT_S, "every marker seen", alive, MARKER_POLL_S
+        )
     finally:
         poller.stopping.set()
         poller.join()
     assert not poller.overcounted, f"markers counted more than once: {poller.overcounted}"
     encode_s = sink.encode_s - encode_before
     sender = {"generate_s": generate_s, "encode_s": encode_s, "send_rest_s": send_seconds - generate_s - encode_s}
-    return Burst(ledger.events, len(ledger.totals), len(markers), seconds, send_seconds, poller.freshness(), since,
-                 max(acknowledged), exact_at, sender)
+    return Burst(
+        ledger.events,
+        len(ledger.totals),
+        len(markers),
+        seconds,
+        send_seconds,
+        poller.freshness(),
+        since,
+        max(acknowledged),
+        exact_at,
+        sender,
+    )
 
 
 CriticalPath = Callable[[str, Burst], dict]  # (the burst's post prefix, the burst) -> its stages
 
 
-def phased_bursts(sink, counts: Counts, race: Race, phases: tuple[float, ...], prefix: str,
-                  alive: Callable[[], None], critical_path: CriticalPath) -> tuple[list[Burst], list[dict]]:
+def phased_bursts(
+    sink,
+    counts: Counts,
+    race: Race,
+    phases: tuple[float, ...],
+    prefix: str,
+    alive: Callable[[], None],
+    critical_path: CriticalPath,
+) -> tuple[list[Burst], list[dict]]:
     """One burst of `race` per phase of the shared beat (race_stages.wait_for_phase), each on posts
     of its own, seeded first, its first send at its phase; returns the bursts and their stages."""
     results, stages = [], []
@@ -374,24 +417,40 @@ def race_summary(bursts: list[Burst], stages: list[dict], phases: tuple[float, .
     freshness over every marker of every burst, each stage's mean."""
     seconds = statistics.fmean(b.seconds for b in bursts)
     return {
-        "votes": bursts[0].votes, "posts": bursts[0].posts, "markers": sum(b.markers for b in bursts),
-        "bursts": len(bursts), "seconds": round(seconds, 3), "votes_per_s": bursts[0].votes / seconds,
+        "votes": bursts[0].votes,
+        "posts": bursts[0].posts,
+        "markers": sum(b.markers for b in bursts),
+        "bursts": len(bursts),
+        "seconds": round(seconds, 3),
+        "votes_per_s": bursts[0].votes / seconds,
         "send_seconds": round(statistics.fmean(b.send_seconds for b in bursts), 3),
         "send_votes_per_s": round(bursts[0].votes / statistics.fmean(b.send_seconds for b in bursts), 1),
-        "phases": [{"phase_s": phase, "seconds": round(b.seconds, 3), "votes_per_s": round(b.votes / b.seconds, 1),
-                    "stages": {key: round(value, 4) for key, value in stage.items()}}
-                   for phase, b, stage in zip(phases, bursts, stages)],
+        "phases": [
+            {
+                "phase_s": phase,
+                "seconds": round(b.seconds, 3),
+                "votes_per_s": round(b.votes / b.seconds, 1),
+                "stages": {key: round(value, 4) for key, value in stage.items()},
+            }
+            for phase, b, stage in zip(phases, bursts, stages)
+        ],
         "freshness": latency_summary([f for b in bursts for f in b.freshness]),
-        "stages": race_stages.mean_stages(stages), "batch_size": DEFAULT_BATCH_SIZE, "exact": True,
+        "stages": race_stages.mean_stages(stages),
+        "batch_size": DEFAULT_BATCH_SIZE,
+        "exact": True,
     }
 
 
 def flush_cost(database, live_key: str, since: datetime) -> tuple[int, int]:
     """(commits, mutations) the flusher spent on `live_key` since `since`, from its flush log."""
     with database.snapshot() as snapshot:
-        parts, posts = list(snapshot.execute_sql(
-            FLUSH_COST_SQL, params={"prefix": f"{live_key}:flush:", "since": since},
-            param_types={"prefix": param_types.STRING, "since": param_types.TIMESTAMP}))[0]
+        parts, posts = list(
+            snapshot.execute_sql(
+                FLUSH_COST_SQL,
+                params={"prefix": f"{live_key}:flush:", "since": since},
+                param_types={"prefix": param_types.STRING, "since": param_types.TIMESTAMP},
+            )
+        )[0]
     return parts, posts * write_back_cache.MUTATIONS_PER_POST + parts * write_back_cache.MUTATIONS_PER_FLUSH
 
 
@@ -419,12 +478,21 @@ def cache_ingest(client, key: str, events: list[dict]) -> dict:
 
 
 @contextlib.contextmanager
-def flusher_running(server: redis_server.LocalRedis, live_key: str, res: Resources, log_path: Path,
-                    kill_at: str | None = None, kill_on_flush: int = 1) -> Iterator[list[subprocess.Popen]]:
+def flusher_running(
+    server: redis_server.LocalRedis,
+    live_key: str,
+    res: Resources,
+    log_path: Path,
+    kill_at: str | None = None,
+    kill_on_flush: int = 1,
+) -> Iterator[list[subprocess.Popen]]:
     """The flusher process for a block; yields a list whose last item is the one running
     (restarts append), every one stopped with SIGTERM (a last flush) on the way out."""
-    processes = [write_back_cache.start_process(server.socket_path, live_key, res, RACE_WINDOW_S, log_path,
-                                          kill_at, kill_on_flush)]
+    processes = [
+        write_back_cache.start_process(
+            server.socket_path, live_key, res, RACE_WINDOW_S, log_path, kill_at, kill_on_flush
+        )
+    ]
     try:
         yield processes
     finally:
@@ -436,6 +504,7 @@ def flusher_alive(processes: list[subprocess.Popen], log_path: Path) -> Callable
     def alive() -> None:
         if processes[-1].poll() is not None:
             raise RuntimeError(f"the write-back flusher exited with code {processes[-1].returncode}; see {log_path}")
+
     return alive
 
 
@@ -448,8 +517,9 @@ def race_write_back(res: Resources, database, sizes: Sizes, mode: str, log_dir: 
     counts = write_back_counts(database)
 
     def critical_path(_: str, result: Burst) -> dict:
-        return race_stages.flusher_critical_path(write_back_cache.log_records(log_path), result.last_ack_at,
-                                                 result.exact_at)
+        return race_stages.flusher_critical_path(
+            write_back_cache.log_records(log_path), result.last_ack_at, result.exact_at
+        )
 
     with redis_server.LocalRedis(mode) as server, flusher_running(server, live, res, log_path) as flushers:
         alive = flusher_alive(flushers, log_path)
@@ -462,16 +532,29 @@ def race_write_back(res: Resources, database, sizes: Sizes, mode: str, log_dir: 
         client_peak = current_rss_mib("self", "VmHWM")
         redis_peak = current_rss_mib(server.pid, "VmHWM")
         flusher_peak = current_rss_mib(flushers[-1].pid, "VmHWM")
-        ingest = cache_ingest(sink.client, f"{live}-ingest", list(itertools.islice(
-            generate_events(race_workload(sizes.race, f"{live}-ingest-", write_back_cache.WORKLOAD_FRACTIONS)),
-            sizes.unpipelined_votes)))
+        ingest = cache_ingest(
+            sink.client,
+            f"{live}-ingest",
+            list(
+                itertools.islice(
+                    generate_events(race_workload(sizes.race, f"{live}-ingest-", write_back_cache.WORKLOAD_FRACTIONS)),
+                    sizes.unpipelined_votes,
+                )
+            ),
+        )
         commits, mutations = flush_cost(database, live, since)
         row = {
-            "approach": "write_back", "durability": mode, **race_summary(bursts, stages, sizes.phases),
-            "flush_interval_s": RACE_WINDOW_S, "commits": commits,
+            "approach": "write_back",
+            "durability": mode,
+            **race_summary(bursts, stages, sizes.phases),
+            "flush_interval_s": RACE_WINDOW_S,
+            "commits": commits,
             **spanner_cost(sum(b.votes for b in bursts), commits, mutations, cpu.seconds),
-            "peak_rss_mib": {"redis-server": round(redis_peak, 1), "flusher": round(flusher_peak, 1),
-                             "client (benchmark process)": round(client_peak, 1)},
+            "peak_rss_mib": {
+                "redis-server": round(redis_peak, 1),
+                "flusher": round(flusher_peak, 1),
+                "client (benchmark process)": round(client_peak, 1),
+            },
             "cache_ingest": ingest,
         }
         if mode == DURABLE_MODE:
@@ -482,8 +565,9 @@ def race_write_back(res: Resources, database, sizes: Sizes, mode: str, log_dir: 
     return row
 
 
-def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: subprocess.Popen,
-                      alive: Callable[[], None]) -> dict:
+def race_pipeline_row(
+    stream_res: Resources, database, sizes: Sizes, process: subprocess.Popen, alive: Callable[[], None]
+) -> dict:
     """The pipeline's race row, its 1,000,000-vote burst and its highest sustained rate."""
     prefix = "wbrace-e2e-"
     sink = PubSubVotes(stream_res.topic_path(stream_res.topic))
@@ -491,11 +575,15 @@ def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: su
 
     def critical_path(burst_prefix: str, result: Burst) -> dict:
         assert sink.recorded is not None  # recording during the bursts (below)
-        off_path = race_stages.pull_and_parse(stream_res.project, f"{stream_res.topic}-stages-{uuid.uuid4().hex[:6]}",
-                                              sink.recorded)
+        off_path = race_stages.pull_and_parse(
+            stream_res.project, f"{stream_res.topic}-stages-{uuid.uuid4().hex[:6]}", sink.recorded
+        )
         assert off_path["votes"] == result.votes + result.markers, off_path
-        return {"pull_s": off_path["pull_s"], "parse_sum_s": off_path["parse_sum_s"],
-                **race_stages.pipeline_critical_path(database, burst_prefix, result.last_ack_at, result.exact_at)}
+        return {
+            "pull_s": off_path["pull_s"],
+            "parse_sum_s": off_path["parse_sum_s"],
+            **race_stages.pipeline_critical_path(database, burst_prefix, result.last_ack_at, result.exact_at),
+        }
 
     reset_peak_rss()
     sink.recorded = []
@@ -504,11 +592,15 @@ def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: su
     sink.recorded = None
     cost = delta_cost(database, prefix)
     row = {
-        "approach": "pipeline", **race_summary(bursts, stages, sizes.phases), "window_s": RACE_WINDOW_S,
+        "approach": "pipeline",
+        **race_summary(bursts, stages, sizes.phases),
+        "window_s": RACE_WINDOW_S,
         "commits": cost["sink_commits"],
         **spanner_cost(sum(b.votes for b in bursts), cost["sink_commits"], cost["sink_mutations"], cpu.seconds),
-        "peak_rss_mib": {"stream (DirectRunner)": round(current_rss_mib(process.pid, "VmHWM"), 1),
-                         "publisher (benchmark process)": round(current_rss_mib("self", "VmHWM"), 1)},
+        "peak_rss_mib": {
+            "stream (DirectRunner)": round(current_rss_mib(process.pid, "VmHWM"), 1),
+            "publisher (benchmark process)": round(current_rss_mib("self", "VmHWM"), 1),
+        },
     }
     million, _ = phased_bursts(sink, counts, sizes.million, (0.0,), f"{prefix}million-", alive, lambda *_: {})
     row["million"] = race_summary(million, [{}], (0.0,))
@@ -519,16 +611,26 @@ def race_pipeline_row(stream_res: Resources, database, sizes: Sizes, process: su
 
 # --- the highest sustained rate -------------------------------------------------------------
 
-def sustained(sink, counts: Counts, rate: float, seconds: float, posts: int, prefix: str,
-              alive: Callable[[], None]) -> dict:
+
+def sustained(
+    sink, counts: Counts, rate: float, seconds: float, posts: int, prefix: str, alive: Callable[[], None]
+) -> dict:
     """`rate` votes/s through `sink` for `seconds`, in batches on a fixed schedule, each with a
     marker. Held when the sender kept the schedule (never over MAX_BEHIND_S late), every marker
     was seen within LAG_BOUND_S, and every count was exact within LAG_BOUND_S of the last send;
     the load stops as soon as it cannot hold. Either way its counts are exact before it returns."""
     # Live votes: stamped over the load's own seconds (before it starts, so that none is in the future).
-    workload = seeded(Workload(events=int(rate * seconds) + DEFAULT_BATCH_SIZE, posts=posts, zipf=RACE_ZIPF,
-                               seed=SEED, post_prefix=prefix, fractions=write_back_cache.WORKLOAD_FRACTIONS,
-                               span_ms=int(seconds * 1000)))
+    workload = seeded(
+        Workload(
+            events=int(rate * seconds) + DEFAULT_BATCH_SIZE,
+            posts=posts,
+            zipf=RACE_ZIPF,
+            seed=SEED,
+            post_prefix=prefix,
+            fractions=write_back_cache.WORKLOAD_FRACTIONS,
+            span_ms=int(seconds * 1000),
+        )
+    )
     poller = MarkerPoller(counts)
     poller.start()
     events = generate_events(workload)
@@ -551,19 +653,31 @@ def sustained(sink, counts: Counts, rate: float, seconds: float, posts: int, pre
         ledger = Ledger()
         for event in itertools.islice(generate_events(workload), sent):
             ledger.add(event)
-        expected = write_back_cache.its_counters(ledger.totals) | {f"{prefix}m-{i}": {"upvotes": 1, "shares": 0}
-                                                                   for i in range(markers)}
+        expected = write_back_cache.its_counters(ledger.totals) | {
+            f"{prefix}m-{i}": {"upvotes": 1, "shares": 0} for i in range(markers)
+        }
         catch_up_s = wait_exact(counts, expected, RACE_TIMEOUT_S, f"{rate:,.0f} votes/s: exact counts", alive)
         wait_for(lambda: len(poller.visible) == markers, READY_TIMEOUT_S, "every marker seen", alive, MARKER_POLL_S)
     finally:
         poller.stopping.set()
         poller.join()
     lag = latency_summary(poller.freshness())
-    held = (load_s >= seconds - interval and behind <= MAX_BEHIND_S and lag["max_ms"] <= LAG_BOUND_S * 1000
-            and catch_up_s <= LAG_BOUND_S)
-    return {"target_votes_per_s": rate, "seconds": round(load_s, 1), "votes": sent,
-            "achieved_votes_per_s": round(sent / load_s, 1), "sender_behind_s": round(behind, 3),
-            "lag": lag, "catch_up_s": round(catch_up_s, 2), "held": held}
+    held = (
+        load_s >= seconds - interval
+        and behind <= MAX_BEHIND_S
+        and lag["max_ms"] <= LAG_BOUND_S * 1000
+        and catch_up_s <= LAG_BOUND_S
+    )
+    return {
+        "target_votes_per_s": rate,
+        "seconds": round(load_s, 1),
+        "votes": sent,
+        "achieved_votes_per_s": round(sent / load_s, 1),
+        "sender_behind_s": round(behind, 3),
+        "lag": lag,
+        "catch_up_s": round(catch_up_s, 2),
+        "held": held,
+    }
 
 
 def highest_sustained(sink, counts: Counts, sizes: Sizes, prefix: str, alive: Callable[[], None]) -> dict:
@@ -571,16 +685,21 @@ def highest_sustained(sink, counts: Counts, sizes: Sizes, prefix: str, alive: Ca
     `sustained` holds for sizes.sustained_s; every attempt is kept."""
     attempts = []
     for index, rate in enumerate(sizes.sustained_rates):
-        attempts.append(sustained(sink, counts, rate, sizes.sustained_s, sizes.race.e2e_posts, f"{prefix}{index}-",
-                                  alive))
+        attempts.append(
+            sustained(sink, counts, rate, sizes.sustained_s, sizes.race.e2e_posts, f"{prefix}{index}-", alive)
+        )
         if attempts[-1]["held"]:
             break
     held = [a for a in attempts if a["held"]]
-    return {"held_votes_per_s": held[0]["target_votes_per_s"] if held else None, "seconds": sizes.sustained_s,
-            "attempts": attempts}
+    return {
+        "held_votes_per_s": held[0]["target_votes_per_s"] if held else None,
+        "seconds": sizes.sustained_s,
+        "attempts": attempts,
+    }
 
 
 # --- (b) the crash table --------------------------------------------------------------------
+
 
 class SteadyLoad(threading.Thread):
     """Batches of upvotes at `rate` votes/s through `sink` for `seconds`, each waited for: an
@@ -589,9 +708,17 @@ class SteadyLoad(threading.Thread):
     def __init__(self, sink, prefix: str, rate: int, seconds: float, seed: int) -> None:
         super().__init__(daemon=True)
         self._sink = sink
-        self._events = generate_events(Workload(
-            events=int(rate * (seconds + 10)), posts=CRASH_POSTS, zipf=RACE_ZIPF, seed=seed,
-            unvote_fraction=0.0, fractions=UPVOTES_ONLY, post_prefix=prefix))
+        self._events = generate_events(
+            Workload(
+                events=int(rate * (seconds + 10)),
+                posts=CRASH_POSTS,
+                zipf=RACE_ZIPF,
+                seed=seed,
+                unvote_fraction=0.0,
+                fractions=UPVOTES_ONLY,
+                post_prefix=prefix,
+            )
+        )
         self._interval = DEFAULT_BATCH_SIZE / rate
         self._seconds = seconds
         self.acked, self.refused = Ledger(), Ledger()
@@ -635,8 +762,13 @@ def lost_and_doubled(load: SteadyLoad, counts: Counts) -> dict:
         lost += max(0, want - have)
         doubled += max(0, have - want - extra)
         surplus += have - want
-    return {"acknowledged": load.acked.events, "refused": load.refused.events, "lost": lost, "doubled": doubled,
-            "counted_minus_acknowledged": surplus}
+    return {
+        "acknowledged": load.acked.events,
+        "refused": load.refused.events,
+        "lost": lost,
+        "doubled": doubled,
+        "counted_minus_acknowledged": surplus,
+    }
 
 
 def kill_time(sizes: Sizes, row: str) -> float:
@@ -668,18 +800,36 @@ def crash_redis(res: Resources, database, sizes: Sizes, mode: str, log_dir: Path
         server.start()
         restart_s = time.monotonic() - killed
         load.finish()
-        wait_for(lambda: _redis_is_empty(sink.client, row), SETTLE_TIMEOUT_S, f"{row}: the flusher to empty Redis", alive)
+        wait_for(
+            lambda: _redis_is_empty(sink.client, row), SETTLE_TIMEOUT_S, f"{row}: the flusher to empty Redis", alive
+        )
         sink.close()
     redis_errors = sum(1 for r in write_back_cache.log_records(log_path) if "redis_error" in r)
-    return {"approach": "write_back", "durability": mode, "killed": "redis-server", "kill_at_s": round(at, 2),
-            "restart_s": round(restart_s, 3), "flusher_redis_errors": redis_errors, **lost_and_doubled(load, counts)}
+    return {
+        "approach": "write_back",
+        "durability": mode,
+        "killed": "redis-server",
+        "kill_at_s": round(at, 2),
+        "restart_s": round(restart_s, 3),
+        "flusher_redis_errors": redis_errors,
+        **lost_and_doubled(load, counts),
+    }
 
 
 def crash_flusher(res: Resources, database, sizes: Sizes, point: str, log_dir: Path) -> dict:
     """The flusher SIGKILLs itself at `point` of the flush due at the seeded time; a supervisor
     (this loop) restarts it at once, and it finishes the staging key it left."""
-    return _flusher_dies(res, database, sizes, f"crash-flusher-{point}", FLUSHER_MODE,
-                         f"flusher, {point.replace('_', ' ')}", point, log_dir, lambda *_: {})
+    return _flusher_dies(
+        res,
+        database,
+        sizes,
+        f"crash-flusher-{point}",
+        FLUSHER_MODE,
+        f"flusher, {point.replace('_', ' ')}",
+        point,
+        log_dir,
+        lambda *_: {},
+    )
 
 
 MACHINE_CRASH = "machine, after commit"  # the machine rows' `killed`
@@ -698,23 +848,40 @@ def crash_machine(res: Resources, database, sizes: Sizes, mode: str, log_dir: Pa
 
     def machine_crash(server: redis_server.LocalRedis, client) -> dict:
         [staging] = [key.decode("utf-8") for key in client.scan_iter(match=f"{row}:flush:*")]
-        flushed, unflushed = (sum(sums["upvotes"] for sums in write_back_cache.sums_of(client.hgetall(key)).values())
-                              for key in (staging, row))
+        flushed, unflushed = (
+            sum(sums["upvotes"] for sums in write_back_cache.sums_of(client.hgetall(key)).values())
+            for key in (staging, row)
+        )
         waitaof = write_back_cache.renames_wait_for_aof(client)
         rename_lost = server.crash_machine(None if waitaof else staging)
         server.start()
-        return {"waitaof": waitaof, "rename_lost": rename_lost, "flushed_votes_at_crash": flushed,
-                "unflushed_votes_at_crash": unflushed, "doubled_gross": flushed if rename_lost else 0,
-                "lost_gross": unflushed if rename_lost else 0}
+        return {
+            "waitaof": waitaof,
+            "rename_lost": rename_lost,
+            "flushed_votes_at_crash": flushed,
+            "unflushed_votes_at_crash": unflushed,
+            "doubled_gross": flushed if rename_lost else 0,
+            "lost_gross": unflushed if rename_lost else 0,
+        }
 
-    crash = _flusher_dies(res, database, sizes, row, mode, MACHINE_CRASH, write_back_cache.AFTER_COMMIT, log_dir,
-                          machine_crash)
+    crash = _flusher_dies(
+        res, database, sizes, row, mode, MACHINE_CRASH, write_back_cache.AFTER_COMMIT, log_dir, machine_crash
+    )
     assert crash["counted_minus_acknowledged"] == crash["doubled_gross"] - crash["lost_gross"], crash
     return crash
 
 
-def _flusher_dies(res: Resources, database, sizes: Sizes, row: str, mode: str, killed: str, point: str,
-                  log_dir: Path, crash: Callable[[redis_server.LocalRedis, redis.Redis], dict]) -> dict:
+def _flusher_dies(
+    res: Resources,
+    database,
+    sizes: Sizes,
+    row: str,
+    mode: str,
+    killed: str,
+    point: str,
+    log_dir: Path,
+    crash: Callable[[redis_server.LocalRedis, redis.Redis], dict],
+) -> dict:
     """Under the steady load, the flusher SIGKILLs itself at `point` of the flush due at the seeded
     time; then `crash(server, client)`, between two batches of the load (anything else the crash
     takes, returning the row's extra figures), and a supervisor (this loop) restarts the flusher at
@@ -724,8 +891,10 @@ def _flusher_dies(res: Resources, database, sizes: Sizes, row: str, mode: str, k
     counts = write_back_counts(database)
     at = kill_time(sizes, row)
     flush_number = 1 + max(1, round(at / RACE_WINDOW_S))  # the warm-up vote is flush 1
-    with (redis_server.LocalRedis(mode) as server,
-          flusher_running(server, row, res, log_path, point, flush_number) as flushers):
+    with (
+        redis_server.LocalRedis(mode) as server,
+        flusher_running(server, row, res, log_path, point, flush_number) as flushers,
+    ):
         sink = RedisVotes(server.socket_path, row)
         warm_up(sink, counts, f"{row}-warm-up", flusher_alive(flushers, log_path))
         load = SteadyLoad(sink, f"{row}-", sizes.crash_rate, sizes.crash_seconds, SEED)
@@ -741,17 +910,30 @@ def _flusher_dies(res: Resources, database, sizes: Sizes, row: str, mode: str, k
                 restart_s = time.monotonic() - died
             time.sleep(0.01)
         load.finish()
-        assert restart_s is not None, f"{row}: the flusher never reached {point} of flush {flush_number}; see {log_path}"
-        wait_for(lambda: _redis_is_empty(sink.client, row), SETTLE_TIMEOUT_S, f"{row}: the flusher to empty Redis",
-                 flusher_alive(flushers, log_path))
+        assert restart_s is not None, (
+            f"{row}: the flusher never reached {point} of flush {flush_number}; see {log_path}"
+        )
+        wait_for(
+            lambda: _redis_is_empty(sink.client, row),
+            SETTLE_TIMEOUT_S,
+            f"{row}: the flusher to empty Redis",
+            flusher_alive(flushers, log_path),
+        )
         sink.close()
     leftovers = [r for r in write_back_cache.log_records(log_path) if r.get("leftover")]
-    return {"approach": "write_back", "durability": mode, "killed": killed,
-            "kill_at_s": round(at, 2), "kill_on_flush": flush_number, "restart_s": round(restart_s, 3),
-            "leftover_staging_keys": len(leftovers),
-            "leftover_parts_applied": sum(r["parts_applied"] for r in leftovers),
-            "leftover_parts_already_applied": sum(r["parts"] - r["parts_applied"] for r in leftovers),
-            **extra, **lost_and_doubled(load, counts)}
+    return {
+        "approach": "write_back",
+        "durability": mode,
+        "killed": killed,
+        "kill_at_s": round(at, 2),
+        "kill_on_flush": flush_number,
+        "restart_s": round(restart_s, 3),
+        "leftover_staging_keys": len(leftovers),
+        "leftover_parts_applied": sum(r["parts_applied"] for r in leftovers),
+        "leftover_parts_already_applied": sum(r["parts"] - r["parts_applied"] for r in leftovers),
+        **extra,
+        **lost_and_doubled(load, counts),
+    }
 
 
 def pipeline_race_and_crash(res: Resources, database, sizes: Sizes, log_dir: Path) -> tuple[dict, dict]:
@@ -779,8 +961,14 @@ def pipeline_race_and_crash(res: Resources, database, sizes: Sizes, log_dir: Pat
         alive = lambda: check_alive(process, logs[1])  # noqa: E731
         load.finish()
         settle_s = _settle_stream(load, counts, sizes.crash_settle_s, alive)
-    crash = {"approach": "pipeline", "killed": "stream (SIGKILL)", "kill_at_s": round(at, 2),
-             "restart_s": round(restart_s, 3), "settle_s": round(settle_s, 1), **lost_and_doubled(load, counts)}
+    crash = {
+        "approach": "pipeline",
+        "killed": "stream (SIGKILL)",
+        "kill_at_s": round(at, 2),
+        "restart_s": round(restart_s, 3),
+        "settle_s": round(settle_s, 1),
+        **lost_and_doubled(load, counts),
+    }
     return race, crash
 
 
@@ -800,6 +988,7 @@ def _settle_stream(load: SteadyLoad, counts: Counts, settle_s: float, alive: Cal
 
 # --- the benchmark --------------------------------------------------------------------------
 
+
 def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     redis_server.redis_binary()  # fails at once, naming the package, where redis-server is missing
     database = open_database(res.project, res.instance, res.database)
@@ -810,11 +999,14 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
     race["pipeline"], stream_crash = pipeline_race_and_crash(res, database, sizes, log_dir)
     crashes.append(stream_crash)
     return {
-        "race": race, "crashes": crashes, "crash_rate": sizes.crash_rate, "crash_seconds": sizes.crash_seconds,
+        "race": race,
+        "crashes": crashes,
+        "crash_rate": sizes.crash_rate,
+        "crash_seconds": sizes.crash_seconds,
         "redis_server_version": _redis_server_version(),
         "everysec_machine_crash_window": "up to about 1 s of acknowledged writes (Redis persistence documentation; "
-                                          "a process kill keeps the page cache); a flush's RENAME in that second is "
-                                          "undone and its votes flushed again: the machine rows simulate it",
+        "a process kill keeps the page cache); a flush's RENAME in that second is "
+        "undone and its votes flushed again: the machine rows simulate it",
     }
 
 
@@ -824,6 +1016,7 @@ def _redis_server_version() -> str:
 
 
 # --- sizes and report ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -846,17 +1039,35 @@ class Sizes:
 # phases of earlier runs, up to 0.25 s (measured: the write-back's sends of about 0.97 s waited 0.77 s
 # on average in one full run and 1.22 s in the next). With 16, up to 0.06 s.
 RACE_PHASES = tuple(i * RACE_WINDOW_S / 16 for i in range(16))
-FULL = Sizes(race=FULL_RACE, unpipelined_votes=20_000, crash_rate=2_000, crash_seconds=20.0, crash_settle_s=75.0,
-             phases=RACE_PHASES, million=Race(e2e_votes=1_000_000, e2e_posts=FULL_RACE.e2e_posts),
-             sustained_s=120.0,
-             # Not above 64,000: at 150,000-80,000 votes/s the Pub/Sub emulator ran out of Java heap.
-             sustained_rates=(64_000, 50_000, 40_000, 32_000, 25_000, 20_000, 10_000))
-QUICK = Sizes(race=QUICK_RACE, unpipelined_votes=2_000, crash_rate=2_000, crash_seconds=4.0, crash_settle_s=4.0,
-              phases=(0.0, 1.0), million=Race(e2e_votes=20_000, e2e_posts=QUICK_RACE.e2e_posts), sustained_s=6.0,
-              sustained_rates=(16_000, 8_000, 4_000, 2_000))
+FULL = Sizes(
+    race=FULL_RACE,
+    unpipelined_votes=20_000,
+    crash_rate=2_000,
+    crash_seconds=20.0,
+    crash_settle_s=75.0,
+    phases=RACE_PHASES,
+    million=Race(e2e_votes=1_000_000, e2e_posts=FULL_RACE.e2e_posts),
+    sustained_s=120.0,
+    # Not above 64,000: at 150,000-80,000 votes/s the Pub/Sub emulator ran out of Java heap.
+    sustained_rates=(64_000, 50_000, 40_000, 32_000, 25_000, 20_000, 10_000),
+)
+QUICK = Sizes(
+    race=QUICK_RACE,
+    unpipelined_votes=2_000,
+    crash_rate=2_000,
+    crash_seconds=4.0,
+    crash_settle_s=4.0,
+    phases=(0.0, 1.0),
+    million=Race(e2e_votes=20_000, e2e_posts=QUICK_RACE.e2e_posts),
+    sustained_s=6.0,
+    sustained_rates=(16_000, 8_000, 4_000, 2_000),
+)
 
-WRITE_BACK_LABELS = {"none": "Redis without persistence", "aof_everysec": "Redis AOF everysec",
-                     "aof_always": "Redis AOF always"}
+WRITE_BACK_LABELS = {
+    "none": "Redis without persistence",
+    "aof_everysec": "Redis AOF everysec",
+    "aof_always": "Redis AOF always",
+}
 
 
 def targets(document: dict) -> list[dict]:
@@ -864,46 +1075,65 @@ def targets(document: dict) -> list[dict]:
     flusher = [c for c in wb["crashes"] if c["killed"].startswith("flusher")]
     race = wb["race"]
     return [
-        target("Write-back flusher SIGKILLed at each fault point (after RENAME; after the Spanner commit, before "
-               "the DEL) and restarted at once: nothing lost, nothing doubled",
-               "; ".join(f"{c['killed']}: {c['lost']} lost, {c['doubled']} doubled of {c['acknowledged']:,} "
-                         f"acknowledged (leftover parts applied {c['leftover_parts_applied']}, already applied "
-                         f"{c['leftover_parts_already_applied']})" for c in flusher),
-               len(flusher) == 2 and all(c["lost"] == 0 == c["doubled"] for c in flusher)),
-        target("Four approaches on the same burst, same run: every write-back mode and the pipeline exact in Spanner",
-               ", ".join(f"{name} {r['votes_per_s']:,.0f} votes/s" for name, r in race.items()),
-               all(r["exact"] for r in race.values())),
+        target(
+            "Write-back flusher SIGKILLed at each fault point (after RENAME; after the Spanner commit, before "
+            "the DEL) and restarted at once: nothing lost, nothing doubled",
+            "; ".join(
+                f"{c['killed']}: {c['lost']} lost, {c['doubled']} doubled of {c['acknowledged']:,} "
+                f"acknowledged (leftover parts applied {c['leftover_parts_applied']}, already applied "
+                f"{c['leftover_parts_already_applied']})"
+                for c in flusher
+            ),
+            len(flusher) == 2 and all(c["lost"] == 0 == c["doubled"] for c in flusher),
+        ),
+        target(
+            "Four approaches on the same burst, same run: every write-back mode and the pipeline exact in Spanner",
+            ", ".join(f"{name} {r['votes_per_s']:,.0f} votes/s" for name, r in race.items()),
+            all(r["exact"] for r in race.values()),
+        ),
         *(race_targets(race["pipeline"], race[DURABLE_MODE]) if "million" in race["pipeline"] else []),
     ]
 
 
 def race_targets(pipeline: dict, durable: dict) -> list[dict]:
     """Issue 37's race against the write-back cache in its durable mode, same run."""
+
     def ratio(ours: float | None, theirs: float | None) -> str:
         return f"{ours / theirs:.2f}x" if ours and theirs else "n/a"
+
     big, steady = pipeline["million"], pipeline["sustained"]["held_votes_per_s"]
     wb_steady = durable["sustained"]["held_votes_per_s"]
     return [
-        target(f"Race, {pipeline['votes']:,}-vote burst (mean over {pipeline['bursts']} phases of the beat): pipeline "
-               ">= 1.0x the write-back cache on AOF always, to an exact read",
-               f"{pipeline['votes_per_s']:,.0f} vs {durable['votes_per_s']:,.0f} votes/s: "
-               f"{ratio(pipeline['votes_per_s'], durable['votes_per_s'])}",
-               pipeline["votes_per_s"] >= durable["votes_per_s"]),
-        target("Race: the pipeline's freshness p99 no worse than the write-back cache's on AOF always",
-               f"{pipeline['freshness']['p99_ms'] / 1000:.2f} s vs {durable['freshness']['p99_ms'] / 1000:.2f} s",
-               pipeline["freshness"]["p99_ms"] <= durable["freshness"]["p99_ms"]),
-        target(f"{big['votes']:,}-vote burst: pipeline >= 1.0x the write-back cache on AOF always",
-               f"{big['votes_per_s']:,.0f} vs {durable['million']['votes_per_s']:,.0f} votes/s: "
-               f"{ratio(big['votes_per_s'], durable['million']['votes_per_s'])}",
-               big["votes_per_s"] >= durable["million"]["votes_per_s"]),
-        target("Highest rate held with a bounded lag: pipeline >= 1.0x the write-back cache on AOF always",
-               f"{steady or 0:,.0f} vs {wb_steady or 0:,.0f} votes/s: {ratio(steady, wb_steady)}",
-               bool(steady) and steady >= (wb_steady or 0)),
-        target("Race burst (issue 45): the pipeline's mutations per 1,000 votes at most 2x the write-back "
-               "cache's on AOF always",
-               f"{pipeline['mutations_per_1k_votes']:,.0f} vs {durable['mutations_per_1k_votes']:,.0f}: "
-               f"{ratio(pipeline['mutations_per_1k_votes'], durable['mutations_per_1k_votes'])}",
-               pipeline["mutations_per_1k_votes"] <= 2 * durable["mutations_per_1k_votes"]),
+        target(
+            f"Race, {pipeline['votes']:,}-vote burst (mean over {pipeline['bursts']} phases of the beat): pipeline "
+            ">= 1.0x the write-back cache on AOF always, to an exact read",
+            f"{pipeline['votes_per_s']:,.0f} vs {durable['votes_per_s']:,.0f} votes/s: "
+            f"{ratio(pipeline['votes_per_s'], durable['votes_per_s'])}",
+            pipeline["votes_per_s"] >= durable["votes_per_s"],
+        ),
+        target(
+            "Race: the pipeline's freshness p99 no worse than the write-back cache's on AOF always",
+            f"{pipeline['freshness']['p99_ms'] / 1000:.2f} s vs {durable['freshness']['p99_ms'] / 1000:.2f} s",
+            pipeline["freshness"]["p99_ms"] <= durable["freshness"]["p99_ms"],
+        ),
+        target(
+            f"{big['votes']:,}-vote burst: pipeline >= 1.0x the write-back cache on AOF always",
+            f"{big['votes_per_s']:,.0f} vs {durable['million']['votes_per_s']:,.0f} votes/s: "
+            f"{ratio(big['votes_per_s'], durable['million']['votes_per_s'])}",
+            big["votes_per_s"] >= durable["million"]["votes_per_s"],
+        ),
+        target(
+            "Highest rate held with a bounded lag: pipeline >= 1.0x the write-back cache on AOF always",
+            f"{steady or 0:,.0f} vs {wb_steady or 0:,.0f} votes/s: {ratio(steady, wb_steady)}",
+            bool(steady) and steady >= (wb_steady or 0),
+        ),
+        target(
+            "Race burst (issue 45): the pipeline's mutations per 1,000 votes at most 2x the write-back "
+            "cache's on AOF always",
+            f"{pipeline['mutations_per_1k_votes']:,.0f} vs {durable['mutations_per_1k_votes']:,.0f}: "
+            f"{ratio(pipeline['mutations_per_1k_votes'], durable['mutations_per_1k_votes'])}",
+            pipeline["mutations_per_1k_votes"] <= 2 * durable["mutations_per_1k_votes"],
+        ),
     ]
 
 
@@ -924,20 +1154,38 @@ def four_approaches_rows(document: dict) -> list[list[str]]:
     flusher = [c for c in wb["crashes"] if c["killed"].startswith("flusher")]
     flusher_doubled = sum(c["doubled"] for c in flusher)
     flusher_lost = sum(c["lost"] for c in flusher)
-    rows = [[f"1. Read-modify-write ({hot['rmw']['config']})", f"{rmw_rate:,.0f}", "1.0",
-             f"{hot['rmw']['commits_per_1k_votes']:,.0f}", "0 (acknowledged = committed)",
-             "0 (acknowledged only after its commit; not killed here)",
-             "0 (retries follow aborts, which commit nothing)"],
-            [f"2. Sharded counter ({hot[sharded]['config']})", f"{hot[sharded]['votes_per_s']:,.0f}",
-             f"{hot[sharded]['votes_per_s'] / rmw_rate:.1f}", f"{hot[sharded]['commits_per_1k_votes']:,.0f}",
-             "0 (acknowledged = committed)", "0 (as 1)", "0 (as 1)"]]
+    rows = [
+        [
+            f"1. Read-modify-write ({hot['rmw']['config']})",
+            f"{rmw_rate:,.0f}",
+            "1.0",
+            f"{hot['rmw']['commits_per_1k_votes']:,.0f}",
+            "0 (acknowledged = committed)",
+            "0 (acknowledged only after its commit; not killed here)",
+            "0 (retries follow aborts, which commit nothing)",
+        ],
+        [
+            f"2. Sharded counter ({hot[sharded]['config']})",
+            f"{hot[sharded]['votes_per_s']:,.0f}",
+            f"{hot[sharded]['votes_per_s'] / rmw_rate:.1f}",
+            f"{hot[sharded]['commits_per_1k_votes']:,.0f}",
+            "0 (acknowledged = committed)",
+            "0 (as 1)",
+            "0 (as 1)",
+        ],
+    ]
     pipeline = wb["race"]["pipeline"]
-    rows.append([f"3. This project: Pub/Sub -> pipeline -> blind writes ({pipeline['window_s']} s windows)",
-                 f"{pipeline['votes_per_s']:,.0f} (hot_post, no markers: {hot['e2e_pubsub']['votes_per_s']:,.0f})",
-                 f"{pipeline['votes_per_s'] / rmw_rate:.1f}", f"{pipeline['commits_per_1k_votes']:.2f}",
-                 p50_p99_s(pipeline["freshness"]),
-                 f"stream SIGKILLed: {stream['lost']:,} of {stream['acknowledged']:,}",
-                 f"{stream['doubled']:,} (same kill)"])
+    rows.append(
+        [
+            f"3. This project: Pub/Sub -> pipeline -> blind writes ({pipeline['window_s']} s windows)",
+            f"{pipeline['votes_per_s']:,.0f} (hot_post, no markers: {hot['e2e_pubsub']['votes_per_s']:,.0f})",
+            f"{pipeline['votes_per_s'] / rmw_rate:.1f}",
+            f"{pipeline['commits_per_1k_votes']:.2f}",
+            p50_p99_s(pipeline["freshness"]),
+            f"stream SIGKILLed: {stream['lost']:,} of {stream['acknowledged']:,}",
+            f"{stream['doubled']:,} (same kill)",
+        ]
+    )
     for mode, label in WRITE_BACK_LABELS.items():
         r, crash = wb["race"][mode], by_mode[mode]
         lost, doubled = f"redis-server SIGKILLed: {crash['lost']:,} of {crash['acknowledged']:,}", ""
@@ -946,10 +1194,17 @@ def four_approaches_rows(document: dict) -> list[list[str]]:
             doubled = f"{machine[mode]['doubled_gross']:,} (that machine crash: {_rename_fate(machine[mode])}); "
         elif mode == "aof_everysec":  # a document from before the machine rows
             lost += "; a machine crash: up to ~1 s of votes (documented, not measured)"
-        rows.append([f"4. Write-back cache: {label}, flushed every {r['flush_interval_s']} s", f"{r['votes_per_s']:,.0f}",
-                     f"{r['votes_per_s'] / rmw_rate:.1f}", f"{r['commits_per_1k_votes']:.2f}", p50_p99_s(r["freshness"]),
-                     f"{lost}; flusher SIGKILLed: {flusher_lost}",
-                     f"{doubled}{flusher_doubled} (flusher killed after its commit, flush retried)"])
+        rows.append(
+            [
+                f"4. Write-back cache: {label}, flushed every {r['flush_interval_s']} s",
+                f"{r['votes_per_s']:,.0f}",
+                f"{r['votes_per_s'] / rmw_rate:.1f}",
+                f"{r['commits_per_1k_votes']:.2f}",
+                p50_p99_s(r["freshness"]),
+                f"{lost}; flusher SIGKILLed: {flusher_lost}",
+                f"{doubled}{flusher_doubled} (flusher killed after its commit, flush retried)",
+            ]
+        )
     return rows
 
 
@@ -962,9 +1217,15 @@ def _rename_fate(crash: dict) -> str:
     return "the RENAME was fsynced before its reply"
 
 
-FOUR_APPROACHES_HEADER = ["Approach", "Votes/s, first send -> exact read in Spanner", "x best RMW",
-                          "Commits / 1k votes", "Freshness p50 / p99 s (ack -> exact read)", "Lost on a crash",
-                          "Doubled on a crash or a retry"]
+FOUR_APPROACHES_HEADER = [
+    "Approach",
+    "Votes/s, first send -> exact read in Spanner",
+    "x best RMW",
+    "Commits / 1k votes",
+    "Freshness p50 / p99 s (ack -> exact read)",
+    "Lost on a crash",
+    "Doubled on a crash or a retry",
+]
 
 
 def markdown(document: dict) -> list[str]:
@@ -984,23 +1245,65 @@ def markdown(document: dict) -> list[str]:
         f"{wb['crash_rate']:,} upvotes/s, one SIGKILL at a seeded time, restarted at once (table below).",
         table(FOUR_APPROACHES_HEADER, four_approaches_rows(document)),
         "The write-back cache and the pipeline, each row its own processes:",
-        table(["Row", "Votes/s to exact", "Cache alone, pipelined / one command per vote (votes/s)",
-               "Commits / 1k votes", "Mutations / 1k votes", "Emulator CPU s / 1k votes", "Freshness p50 / p99 s",
-               "Exact", "Peak RSS MiB"],
-              [[WRITE_BACK_LABELS.get(name, "Pipeline (Pub/Sub, streaming subprocess)"), f"{r['votes_per_s']:,.0f}",
-                f"{r['cache_ingest']['pipelined_votes_per_s']:,.0f} / {r['cache_ingest']['unpipelined_votes_per_s']:,.0f}"
-                if "cache_ingest" in r else "-",
-                f"{r['commits_per_1k_votes']:.3f}", f"{r['mutations_per_1k_votes']:,.1f}", emulator_cpu(r),
-                p50_p99_s(r["freshness"]), "yes" if r["exact"] else "NO", _rss(r["peak_rss_mib"])]
-               for name, r in race.items()]),
+        table(
+            [
+                "Row",
+                "Votes/s to exact",
+                "Cache alone, pipelined / one command per vote (votes/s)",
+                "Commits / 1k votes",
+                "Mutations / 1k votes",
+                "Emulator CPU s / 1k votes",
+                "Freshness p50 / p99 s",
+                "Exact",
+                "Peak RSS MiB",
+            ],
+            [
+                [
+                    WRITE_BACK_LABELS.get(name, "Pipeline (Pub/Sub, streaming subprocess)"),
+                    f"{r['votes_per_s']:,.0f}",
+                    f"{r['cache_ingest']['pipelined_votes_per_s']:,.0f} / {r['cache_ingest']['unpipelined_votes_per_s']:,.0f}"
+                    if "cache_ingest" in r
+                    else "-",
+                    f"{r['commits_per_1k_votes']:.3f}",
+                    f"{r['mutations_per_1k_votes']:,.1f}",
+                    emulator_cpu(r),
+                    p50_p99_s(r["freshness"]),
+                    "yes" if r["exact"] else "NO",
+                    _rss(r["peak_rss_mib"]),
+                ]
+                for name, r in race.items()
+            ],
+        ),
         *race_markdown(race),
         f"What a SIGKILL loses, {wb['crash_rate']:,} upvotes/s for {wb['crash_seconds']:g} s; lost: acknowledged "
         "but never counted; doubled: counted beyond the acknowledged and refused votes (per post, net):",
-        table(["Killed", "Redis durability", "Kill at s", "Back in s", "Acknowledged", "Refused", "Lost", "Doubled",
-               "Recovery"],
-              [[c["killed"], WRITE_BACK_LABELS.get(c.get("durability"), "-"), f"{c['kill_at_s']:.1f}",
-                f"{c['restart_s']:.3f}", f"{c['acknowledged']:,}", f"{c['refused']:,}", f"{c['lost']:,}",
-                f"{c['doubled']:,}", _recovery(c)] for c in wb["crashes"]]),
+        table(
+            [
+                "Killed",
+                "Redis durability",
+                "Kill at s",
+                "Back in s",
+                "Acknowledged",
+                "Refused",
+                "Lost",
+                "Doubled",
+                "Recovery",
+            ],
+            [
+                [
+                    c["killed"],
+                    WRITE_BACK_LABELS.get(c.get("durability"), "-"),
+                    f"{c['kill_at_s']:.1f}",
+                    f"{c['restart_s']:.3f}",
+                    f"{c['acknowledged']:,}",
+                    f"{c['refused']:,}",
+                    f"{c['lost']:,}",
+                    f"{c['doubled']:,}",
+                    _recovery(c),
+                ]
+                for c in wb["crashes"]
+            ],
+        ),
         f"AOF everysec on a machine crash: {wb['everysec_machine_crash_window']}. The stream row measures "
         "`upvotes stream` as this checkout builds it (started through bench.stack.streaming_pipeline).",
     ]
@@ -1018,21 +1321,42 @@ def race_markdown(race: dict) -> list[str]:
     def seconds(row: dict, key: str) -> str:
         value = row["stages"].get(key)
         return "-" if value is None else f"{value:.3f}"
-    stage_rows = [[("after the last acknowledgement: " if on_path else "") + label,
-                   *(seconds(race[name], key) for name in names)]
-                  for key, label, on_path in race_stages.PIPELINE_STAGES]
+
+    stage_rows = [
+        [("after the last acknowledgement: " if on_path else "") + label, *(seconds(race[name], key) for name in names)]
+        for key, label, on_path in race_stages.PIPELINE_STAGES
+    ]
     stage_rows.append(["first send -> exact read (mean)", *(f"{race[name]['seconds']:.3f}" for name in names)])
-    stage_rows.append(["rows / commits of the last window or flush",
-                       *(f"{race[name]['stages']['last_window_rows']:,.0f} / "
-                         f"{race[name]['stages']['last_window_commits']:.1f}" for name in names)])
-    phases = ", ".join(f"{p['phase_s']:g} s: " + " / ".join(
-        f"{next(q for q in race[name]['phases'] if q['phase_s'] == p['phase_s'])['seconds']:.2f}" for name in names)
-        for p in pipeline["phases"])
-    sustained_rows = [[labels[name], f"{a['target_votes_per_s']:,.0f}", f"{a['seconds']:g}",
-                       f"{a['achieved_votes_per_s']:,.0f}", f"{a['sender_behind_s']:.2f}",
-                       f"{a['lag']['p99_ms'] / 1000:.2f} / {a['lag']['max_ms'] / 1000:.2f}", f"{a['catch_up_s']:.1f}",
-                       "yes" if a["held"] else "no"]
-                      for name in ("pipeline", DURABLE_MODE) for a in race[name]["sustained"]["attempts"]]
+    stage_rows.append(
+        [
+            "rows / commits of the last window or flush",
+            *(
+                f"{race[name]['stages']['last_window_rows']:,.0f} / {race[name]['stages']['last_window_commits']:.1f}"
+                for name in names
+            ),
+        ]
+    )
+    phases = ", ".join(
+        f"{p['phase_s']:g} s: "
+        + " / ".join(
+            f"{next(q for q in race[name]['phases'] if q['phase_s'] == p['phase_s'])['seconds']:.2f}" for name in names
+        )
+        for p in pipeline["phases"]
+    )
+    sustained_rows = [
+        [
+            labels[name],
+            f"{a['target_votes_per_s']:,.0f}",
+            f"{a['seconds']:g}",
+            f"{a['achieved_votes_per_s']:,.0f}",
+            f"{a['sender_behind_s']:.2f}",
+            f"{a['lag']['p99_ms'] / 1000:.2f} / {a['lag']['max_ms'] / 1000:.2f}",
+            f"{a['catch_up_s']:.1f}",
+            "yes" if a["held"] else "no",
+        ]
+        for name in ("pipeline", DURABLE_MODE)
+        for a in race[name]["sustained"]["attempts"]
+    ]
     return [
         f"Where the race's time goes, seconds, mean over the {pipeline['bursts']} phases of the {RACE_WINDOW_S} s beat "
         "(windows end and the flusher flushes on the same wall-clock multiples; each burst starts at one phase, on "
@@ -1041,30 +1365,54 @@ def race_markdown(race: dict) -> list[str]:
         table(["Stage", *(labels[name] for name in names)], stage_rows),
         f"Time to exact by phase ({' / '.join(labels[name] for name in names)}), seconds: {phases}.",
         f"The big burst, {pipeline['million']['votes']:,} votes over {pipeline['million']['posts']:,} posts, same run:",
-        table(["Approach", "Votes/s to exact", "Seconds", "Send s", "Freshness p50 / p99 s"],
-              [[labels[name], f"{race[name]['million']['votes_per_s']:,.0f}", f"{race[name]['million']['seconds']:.1f}",
-                f"{race[name]['million']['send_seconds']:.1f}", p50_p99_s(race[name]['million']['freshness'])]
-               for name in ("pipeline", DURABLE_MODE)]),
+        table(
+            ["Approach", "Votes/s to exact", "Seconds", "Send s", "Freshness p50 / p99 s"],
+            [
+                [
+                    labels[name],
+                    f"{race[name]['million']['votes_per_s']:,.0f}",
+                    f"{race[name]['million']['seconds']:.1f}",
+                    f"{race[name]['million']['send_seconds']:.1f}",
+                    p50_p99_s(race[name]["million"]["freshness"]),
+                ]
+                for name in ("pipeline", DURABLE_MODE)
+            ],
+        ),
         f"Sustained rates, {pipeline['sustained']['seconds']:g} s each, the same rates for both, highest first until "
         f"one holds (an attempt that cannot hold stops early; the sender never over {MAX_BEHIND_S:g} s late, every "
         "marker seen and every count exact within "
         f"{LAG_BOUND_S:g} s): pipeline {pipeline['sustained']['held_votes_per_s'] or 0:,.0f} votes/s, write-back "
         f"(AOF always) {durable['sustained']['held_votes_per_s'] or 0:,.0f} votes/s.",
-        table(["Approach", "Target votes/s", "Load s", "Achieved", "Sender behind s", "Lag p99 / max s", "Catch-up s",
-               "Held"], sustained_rows),
+        table(
+            [
+                "Approach",
+                "Target votes/s",
+                "Load s",
+                "Achieved",
+                "Sender behind s",
+                "Lag p99 / max s",
+                "Catch-up s",
+                "Held",
+            ],
+            sustained_rows,
+        ),
     ]
 
 
 def _recovery(crash: dict) -> str:
     if "flushed_votes_at_crash" in crash:
-        return (f"flush {crash['kill_on_flush']} ({crash['flushed_votes_at_crash']:,} votes; "
-                f"{crash['unflushed_votes_at_crash']:,} acknowledged since its RENAME): {_rename_fate(crash)}; gross "
-                f"{crash['lost_gross']:,} lost, {crash['doubled_gross']:,} doubled; "
-                f"{crash['leftover_staging_keys']} staging key finished on restart")
+        return (
+            f"flush {crash['kill_on_flush']} ({crash['flushed_votes_at_crash']:,} votes; "
+            f"{crash['unflushed_votes_at_crash']:,} acknowledged since its RENAME): {_rename_fate(crash)}; gross "
+            f"{crash['lost_gross']:,} lost, {crash['doubled_gross']:,} doubled; "
+            f"{crash['leftover_staging_keys']} staging key finished on restart"
+        )
     if "leftover_staging_keys" in crash:
-        return (f"flush {crash['kill_on_flush']}: {crash['leftover_staging_keys']} staging key finished on restart, "
-                f"{crash['leftover_parts_applied']} part applied, {crash['leftover_parts_already_applied']} found in the "
-                "flush log")
+        return (
+            f"flush {crash['kill_on_flush']}: {crash['leftover_staging_keys']} staging key finished on restart, "
+            f"{crash['leftover_parts_applied']} part applied, {crash['leftover_parts_already_applied']} found in the "
+            "flush log"
+        )
     if crash["approach"] == "pipeline":
         return f"counts settled {crash['settle_s']:.0f} s after the load"
     return f"the flusher saw {crash['flusher_redis_errors']} Redis errors"
@@ -1074,10 +1422,19 @@ def race_bars(document: dict) -> list[tuple[str, float, float, str]]:
     """The write-back cache's modes as bars of hot_post's race panels (label, votes/s, mutations per
     1k votes, colour): none when it did not run."""
     race = document["benchmarks"].get("write_back", {}).get("race", {})
-    return [(f"Write-back\n{m.removeprefix('aof_')}", race[m]["votes_per_s"], race[m]["mutations_per_1k_votes"],
-             "tab:red") for m in WRITE_BACK_LABELS if m in race]
+    return [
+        (f"Write-back\n{m.removeprefix('aof_')}", race[m]["votes_per_s"], race[m]["mutations_per_1k_votes"], "tab:red")
+        for m in WRITE_BACK_LABELS
+        if m in race
+    ]
 
 
 BENCHMARK = Benchmark(
-    name="write_back", title="The seed's fourth approach, a write-back cache, raced beside the pipeline, and crashes",
-    full=FULL, quick=QUICK, run=run, markdown=markdown, targets=targets)
+    name="write_back",
+    title="The seed's fourth approach, a write-back cache, raced beside the pipeline, and crashes",
+    full=FULL,
+    quick=QUICK,
+    run=run,
+    markdown=markdown,
+    targets=targets,
+)

@@ -31,6 +31,7 @@ a process of its own so that it can be killed), never Dataflow. It needs the `be
 (redis-py with hiredis). The tables are in schemas/baseline_counters.sql. It keeps two counters,
 upvotes and shares (COUNTERS), whatever the system declares: a fixed baseline.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from google.cloud import spanner
 
@@ -135,9 +137,14 @@ def apply_part(transaction, flush_id: str, part: int, sums: Sums) -> bool:
         return False
     posts = sorted(sums)
     current = _stored(transaction, posts)
-    transaction.insert_or_update(COUNTERS_TABLE, columns=COUNTER_COLUMNS, values=[
-        (post, *(current[post][counter] + sums[post][counter] for counter in COUNTERS)) for post in posts])
-    transaction.insert(FLUSHES_TABLE, columns=FLUSH_COLUMNS, values=[(flush_id, part, len(posts), spanner.COMMIT_TIMESTAMP)])
+    transaction.insert_or_update(
+        COUNTERS_TABLE,
+        columns=COUNTER_COLUMNS,
+        values=[(post, *(current[post][counter] + sums[post][counter] for counter in COUNTERS)) for post in posts],
+    )
+    transaction.insert(
+        FLUSHES_TABLE, columns=FLUSH_COLUMNS, values=[(flush_id, part, len(posts), spanner.COMMIT_TIMESTAMP)]
+    )
     return True
 
 
@@ -156,8 +163,9 @@ def totals(database, post_ids: Iterable[str]) -> Sums:
 def _stored(reader, post_ids: list[str]) -> Sums:
     """The stored sums of these posts, read in a transaction or snapshot (unknown posts: zeros)."""
     stored = {post: dict.fromkeys(COUNTERS, 0) for post in post_ids}
-    for post, *values in reader.read(COUNTERS_TABLE, columns=COUNTER_COLUMNS,
-                                     keyset=spanner.KeySet(keys=[[post] for post in post_ids])):
+    for post, *values in reader.read(
+        COUNTERS_TABLE, columns=COUNTER_COLUMNS, keyset=spanner.KeySet(keys=[[post] for post in post_ids])
+    ):
         stored[post] = dict(zip(COUNTERS, values))
     return stored
 
@@ -191,8 +199,14 @@ class Flusher:
     kill the process there.
     """
 
-    def __init__(self, client, database, live_key: str, fault: Callable[[str, int], None] = lambda *_: None,
-                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+    def __init__(
+        self,
+        client,
+        database,
+        live_key: str,
+        fault: Callable[[str, int], None] = lambda *_: None,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
         if not LIVE_KEY.fullmatch(live_key):
             raise ValueError(f"live key {live_key!r}: use 1-64 letters, digits, '_', '.' or '-'")
         self._client = client
@@ -226,11 +240,13 @@ class Flusher:
             self._client.execute_command("WAITAOF", 1, 0, 0)  # the RENAME on the local disk; no timeout
         self.flushes += 1
         self._fault(AFTER_RENAME, self.flushes)
-        return self._finish(staging, leftover=False, number=self.flushes, started_at=started_at,
-                            renamed_s=time.monotonic() - started)
+        return self._finish(
+            staging, leftover=False, number=self.flushes, started_at=started_at, renamed_s=time.monotonic() - started
+        )
 
-    def _finish(self, staging: str, leftover: bool, number: int, started_at: float | None = None,
-                renamed_s: float = 0.0) -> FlushOutcome:
+    def _finish(
+        self, staging: str, leftover: bool, number: int, started_at: float | None = None, renamed_s: float = 0.0
+    ) -> FlushOutcome:
         started_at = time.time() if started_at is None else started_at
         started = time.monotonic()
         hash_fields = self._client.hgetall(staging)
@@ -238,22 +254,36 @@ class Flusher:
         sums = sums_of(hash_fields)
         summed = time.monotonic()
         posts = sorted(sums)
-        parts = [posts[i:i + POSTS_PER_COMMIT] for i in range(0, len(posts), POSTS_PER_COMMIT)]
+        parts = [posts[i : i + POSTS_PER_COMMIT] for i in range(0, len(posts), POSTS_PER_COMMIT)]
         applied = 0
         for part, part_posts in enumerate(parts):
             part_sums = {post: sums[post] for post in part_posts}
-            applied += run_with_retries(lambda: run_transaction(
-                self._database, lambda transaction: apply_part(transaction, staging, part, part_sums)), RETRY)
+            applied += run_with_retries(
+                lambda: run_transaction(
+                    self._database, lambda transaction: apply_part(transaction, staging, part, part_sums)
+                ),
+                RETRY,
+            )
         committed = time.monotonic()
         self._fault(AFTER_COMMIT, number)
         self._client.delete(staging)
-        return FlushOutcome(staging, len(posts), len(parts), applied, leftover, round(time.monotonic() - started, 4),
-                            round(started_at, 4), round(renamed_s + read - started, 4), round(summed - read, 4),
-                            round(committed - summed, 4))
+        return FlushOutcome(
+            staging,
+            len(posts),
+            len(parts),
+            applied,
+            leftover,
+            round(time.monotonic() - started, 4),
+            round(started_at, 4),
+            round(renamed_s + read - started, 4),
+            round(summed - read, 4),
+            round(committed - summed, 4),
+        )
 
 
-def run(flusher: Flusher, interval_s: float, stopping: threading.Event,
-        log: Callable[[dict], None] = lambda _: None) -> None:
+def run(
+    flusher: Flusher, interval_s: float, stopping: threading.Event, log: Callable[[dict], None] = lambda _: None
+) -> None:
     """Finishes leftovers, then flushes every `interval_s` until `stopping` is set, then once more.
     The beat is the pipeline's fixed windows': wall-clock multiples of `interval_s`, so that a race
     started at a given phase meets a flush and a window end at the same moment. A Redis error (the
@@ -280,19 +310,35 @@ def run(flusher: Flusher, interval_s: float, stopping: threading.Event,
             return
 
 
-def start_process(socket_path: str, live_key: str, res: Resources, interval_s: float, log_path: Path,
-                  kill_at: str | None = None, kill_on_flush: int = 1) -> subprocess.Popen:
+def start_process(
+    socket_path: str,
+    live_key: str,
+    res: Resources,
+    interval_s: float,
+    log_path: Path,
+    kill_at: str | None = None,
+    kill_on_flush: int = 1,
+) -> subprocess.Popen:
     """`python -m bench.write_back_cache` as a child process (a group of its own), its JSON lines
     appended to `log_path`; with `kill_at`, it SIGKILLs itself at that fault point."""
-    command = [sys.executable, "-m", "bench.write_back_cache", f"--socket={socket_path}", f"--live-key={live_key}",
-               f"--project={res.project}", f"--instance={res.instance}", f"--database={res.database}",
-               f"--interval-seconds={interval_s}"]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.write_back_cache",
+        f"--socket={socket_path}",
+        f"--live-key={live_key}",
+        f"--project={res.project}",
+        f"--instance={res.instance}",
+        f"--database={res.database}",
+        f"--interval-seconds={interval_s}",
+    ]
     if kill_at:
         command += [f"--kill-at={kill_at}", f"--kill-on-flush={kill_on_flush}"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
 
 
 def log_records(log_path: Path) -> list[dict]:
@@ -312,8 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--project", required=True)
     parser.add_argument("--instance", required=True)
     parser.add_argument("--database", required=True)
-    parser.add_argument("--interval-seconds", type=float, required=True,
-                        help="time between flushes: the pipeline's window, for comparable freshness")
+    parser.add_argument(
+        "--interval-seconds",
+        type=float,
+        required=True,
+        help="time between flushes: the pipeline's window, for comparable freshness",
+    )
     parser.add_argument("--kill-at", choices=FAULT_POINTS, help="SIGKILL this process at this fault point ...")
     parser.add_argument("--kill-on-flush", type=int, default=1, help="... of this flush (1 is the first)")
     args = parser.parse_args(argv)
@@ -324,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"killed_at": point, "flush": number}), flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    flusher = Flusher(connect(args.socket), open_database(args.project, args.instance, args.database), args.live_key, fault)
+    flusher = Flusher(
+        connect(args.socket), open_database(args.project, args.instance, args.database), args.live_key, fault
+    )
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # a last flush, then exit 0
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)

@@ -9,6 +9,7 @@
 Registered in mkdocs.yml (`hooks:`); `make docs` builds with --strict and tests/test_docs.py
 runs that build.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,9 @@ def schema_table(schema: dict) -> str:
     for name in names:
         spec = schema["properties"][name]
         kind = spec.get("type", "string")
-        rows.append(f"| `{name}` | {_required_in(schema, name)} | {kind} | {_constraints(spec)} "
-                    f"| {spec['description']} |")
+        rows.append(
+            f"| `{name}` | {_required_in(schema, name)} | {kind} | {_constraints(spec)} | {spec['description']} |"
+        )
     unknown = "ignored" if schema.get("additionalProperties", True) else "rejected"
     return "\n".join(rows) + f"\n\n{schema['description']} Unknown fields are {unknown}.\n"
 

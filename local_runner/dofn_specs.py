@@ -19,6 +19,7 @@ DirectRunner's evaluator module, which imports it by name; `uninstall()` restore
 for the local DirectRunner (local_runner/streaming.py) and by the tests (tests/conftest.py), never
 on Dataflow.
 """
+
 from __future__ import annotations
 
 import weakref

@@ -31,14 +31,16 @@ Signal handlers run in the main thread, which only waits for the pipeline here; 
 start a timer and write with os.write (never print, which is not reentrant). The lock is
 reentrant because a second signal's handler may run in the main thread while it holds it.
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spanner_writes.sinks import SINKS, SinkMetrics
 
@@ -106,7 +108,7 @@ def progress_of(control: ReaderProgress | None, result: PipelineResult | None) -
     counters = control.counters() if control is not None else None
     if counters is None:
         counters = {}
-        for counter in (result.metrics().query()["counters"] if result is not None else ()):
+        for counter in result.metrics().query()["counters"] if result is not None else ():
             key = (counter.key.metric.namespace, counter.key.metric.name)
             counters[key] = counters.get(key, 0) + (counter.committed or 0)
 
@@ -121,8 +123,10 @@ def progress_of(control: ReaderProgress | None, result: PipelineResult | None) -
         votes_dead_lettered=of_every_sink(lambda names: names.events_dead_lettered),
         votes_without_effect=counters.get(("WindowAndSumVotes", "events_without_effect"), 0),
         delta_rows=of_every_sink(lambda names: names.delta_rows_written),
-        dead_letters=of_every_sink(lambda names: names.dead_lettered) + sum(
-            v for (namespace, name), v in counters.items() if namespace == "ParseVotes" and name.startswith("rejected_")),
+        dead_letters=of_every_sink(lambda names: names.dead_lettered)
+        + sum(
+            v for (namespace, name), v in counters.items() if namespace == "ParseVotes" and name.startswith("rejected_")
+        ),
     )
 
 
@@ -139,20 +143,28 @@ class DrainReport:
 
     def text(self) -> str:
         end = self.at_end
-        run = (f"This run: {end.messages_pulled:,} messages, {end.votes:,} votes, {end.delta_rows:,} delta rows, "
-               f"{end.dead_letters:,} dead letters.")
+        run = (
+            f"This run: {end.messages_pulled:,} messages, {end.votes:,} votes, {end.delta_rows:,} delta rows, "
+            f"{end.dead_letters:,} dead letters."
+        )
         if self.drained:
-            return (f"drained in {self.seconds:.1f} s ({self.why}): every vote pulled is written; during the drain "
-                    f"{end.votes_written - self.at_signal.votes_written:,} votes went into "
-                    f"{end.delta_rows - self.at_signal.delta_rows:,} delta rows. {run}")
+            return (
+                f"drained in {self.seconds:.1f} s ({self.why}): every vote pulled is written; during the drain "
+                f"{end.votes_written - self.at_signal.votes_written:,} votes went into "
+                f"{end.delta_rows - self.at_signal.delta_rows:,} delta rows. {run}"
+            )
         if self.log is not None:
-            return (f"stopped at once ({self.why}), {self.seconds:.1f} s into the drain: up to {end.votes_unwritten:,} "
-                    f"votes pulled but not yet written, and {end.messages_unparsed:,} messages pulled but not yet "
-                    f"parsed, are not lost: unacknowledged, they wait in the message log {self.log}, and the next "
-                    f"`upvotes stream` on this subscription replays them first. {run}")
-        return (f"stopped at once ({self.why}), {self.seconds:.1f} s into the drain: up to {end.votes_unwritten:,} votes "
-                f"pulled and acknowledged but not yet written are lost, and {end.messages_unparsed:,} messages "
-                f"pulled but not yet parsed. {run}")
+            return (
+                f"stopped at once ({self.why}), {self.seconds:.1f} s into the drain: up to {end.votes_unwritten:,} "
+                f"votes pulled but not yet written, and {end.messages_unparsed:,} messages pulled but not yet "
+                f"parsed, are not lost: unacknowledged, they wait in the message log {self.log}, and the next "
+                f"`upvotes stream` on this subscription replays them first. {run}"
+            )
+        return (
+            f"stopped at once ({self.why}), {self.seconds:.1f} s into the drain: up to {end.votes_unwritten:,} votes "
+            f"pulled and acknowledged but not yet written are lost, and {end.messages_unparsed:,} messages "
+            f"pulled but not yet parsed. {run}"
+        )
 
 
 class StopOnSignals:
@@ -163,8 +175,9 @@ class StopOnSignals:
     signal that came before makes the reader stop at its first bundle), or `detach()` for a
     runner this does not drive (Dataflow); `until_finished(result)` waits for the end."""
 
-    def __init__(self, drain_timeout_s: float, say: Callable[[str], None] = say_now,
-                 exit_now: Callable[[int], object] = os._exit) -> None:
+    def __init__(
+        self, drain_timeout_s: float, say: Callable[[str], None] = say_now, exit_now: Callable[[int], object] = os._exit
+    ) -> None:
         self._timeout_s = drain_timeout_s
         self._say = say
         self._exit_now = exit_now
@@ -179,7 +192,7 @@ class StopOnSignals:
         self._outcome: DrainReport | None = None  # decided once, under the lock
         self._timer: threading.Timer | None = None
 
-    def __enter__(self) -> "StopOnSignals":
+    def __enter__(self) -> StopOnSignals:
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
@@ -229,8 +242,9 @@ class StopOnSignals:
         if not first:
             self._stop_now(f"second signal, {name}")
             return
-        self._timer = threading.Timer(self._timeout_s, self._stop_now,
-                                      args=(f"the drain timeout, {self._timeout_s:g} s",))
+        self._timer = threading.Timer(
+            self._timeout_s, self._stop_now, args=(f"the drain timeout, {self._timeout_s:g} s",)
+        )
         self._timer.daemon = True
         self._timer.start()
         if attached:
@@ -244,8 +258,10 @@ class StopOnSignals:
             self._stop_now(f"{self._why}; Beam's own Pub/Sub reader cannot drain")
             return
         self._control.drain()
-        self._say(f"{self._why}: draining: no more pulls, every open window fires and is written; "
-                  f"a second Ctrl-C or SIGTERM, or {self._timeout_s:g} s, stops at once")
+        self._say(
+            f"{self._why}: draining: no more pulls, every open window fires and is written; "
+            f"a second Ctrl-C or SIGTERM, or {self._timeout_s:g} s, stops at once"
+        )
 
     def _finished(self) -> bool:
         """Whether the pipeline has finished, every window written: the one source of truth for
@@ -253,6 +269,7 @@ class StopOnSignals:
         if self._result is None:
             return False
         from apache_beam.runners.runner import PipelineState  # Beam is loaded once a pipeline runs
+
         return self._result.state == PipelineState.DONE
 
     def _stop_now(self, why: str) -> None:
@@ -268,8 +285,14 @@ class StopOnSignals:
     def _report(self, drained: bool, why: str) -> DrainReport:
         seconds = 0.0 if self._signal_at is None else time.monotonic() - self._signal_at
         once = getattr(self._control, "once", None)
-        return DrainReport(drained, why, round(seconds, 1), self._at_signal, self._progress(),
-                           None if once is None else str(once.log.path))
+        return DrainReport(
+            drained,
+            why,
+            round(seconds, 1),
+            self._at_signal,
+            self._progress(),
+            None if once is None else str(once.log.path),
+        )
 
     def until_finished(self, result: PipelineResult) -> DrainReport:
         """Waits until the pipeline ends (a drain, or a failure, which raises); the report of how

@@ -31,12 +31,14 @@ again (spanner_writes/deltas.py `write_new_deltas`); vote states are applied aga
 ones, so applying them again moves nothing. Their redeliveries, whenever they come and in any
 order, are held with them or acknowledged, never processed.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, overload
+from typing import Any, overload
 
 from google.pubsub_v1.types import PullResponse
 
@@ -82,9 +84,17 @@ class ExactlyOnce:
     """The reader's holding and acknowledging (see the module docstring). Used by the runner's one
     worker thread while the pipeline runs, and by the main thread once it has ended (`finish`)."""
 
-    def __init__(self, log: MessageLog, subscriber: Any, subscription: str, window_seconds: int, floor_us: int = 0,
-                 ack_deadline_s: float = 10.0, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        log: MessageLog,
+        subscriber: Any,
+        subscription: str,
+        window_seconds: int,
+        floor_us: int = 0,
+        ack_deadline_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.log = log
         self._subscriber = subscriber
         self._subscription = subscription
@@ -150,8 +160,9 @@ class ExactlyOnce:
         if not fresh:
             return None
         messages = list(fresh.values())
-        stamp_us = max(int(self._clock() * 1_000_000), max(map(publish_us, messages)), self._floor_us,
-                       self._last_stamp_us + 1)
+        stamp_us = max(
+            int(self._clock() * 1_000_000), max(map(publish_us, messages)), self._floor_us, self._last_stamp_us + 1
+        )
         self._last_stamp_us = stamp_us
         end = window_end_us(stamp_us, self._window_seconds)
         self.log.record_pull(stamp_us, end, _PULL_RESPONSE(received_messages=messages).SerializeToString())
@@ -212,21 +223,25 @@ class ExactlyOnce:
 
     def finish(self) -> None:
         """The pipeline has ended, every window written (a drain): acknowledges everything held."""
-        self.settle(2 ** 63 - 1)
+        self.settle(2**63 - 1)
 
     def _acknowledge(self, ack_ids: list[tuple[str, str]]) -> list[str]:
         """Sends the acknowledgements, in chunks; returns the message IDs of those sent (a chunk
         that fails is not: its messages come back, and are acknowledged then)."""
         sent: list[str] = []
         for start in range(0, len(ack_ids), ACK_CHUNK):
-            chunk = ack_ids[start:start + ACK_CHUNK]
+            chunk = ack_ids[start : start + ACK_CHUNK]
             try:
-                self._subscriber.acknowledge(request={"subscription": self._subscription,
-                                                      "ack_ids": [ack_id for _, ack_id in chunk]})
+                self._subscriber.acknowledge(
+                    request={"subscription": self._subscription, "ack_ids": [ack_id for _, ack_id in chunk]}
+                )
             except Exception as error:  # noqa: BLE001 - they are redelivered and acknowledged then
                 self.counters.ack_failures += len(chunk)
-                _LOG.warning("acknowledging %d messages failed (%s): they are redelivered, recognised and "
-                             "acknowledged then", len(chunk), error)
+                _LOG.warning(
+                    "acknowledging %d messages failed (%s): they are redelivered, recognised and acknowledged then",
+                    len(chunk),
+                    error,
+                )
                 continue
             sent.extend(message_id for message_id, _ in chunk)
         self.counters.acknowledged += len(sent)
@@ -241,10 +256,17 @@ class ExactlyOnce:
             window.due = now + seconds / 2
         for start in range(0, len(ack_ids), ACK_CHUNK):
             try:
-                self._subscriber.modify_ack_deadline(request={
-                    "subscription": self._subscription, "ack_ids": ack_ids[start:start + ACK_CHUNK],
-                    "ack_deadline_seconds": seconds})
-                self.counters.extended += len(ack_ids[start:start + ACK_CHUNK])
+                self._subscriber.modify_ack_deadline(
+                    request={
+                        "subscription": self._subscription,
+                        "ack_ids": ack_ids[start : start + ACK_CHUNK],
+                        "ack_deadline_seconds": seconds,
+                    }
+                )
+                self.counters.extended += len(ack_ids[start : start + ACK_CHUNK])
             except Exception as error:  # noqa: BLE001 - a message whose deadline passes is redelivered: held
-                _LOG.warning("extending the ack deadline of %d held messages failed (%s): any redelivery is "
-                             "recognised and held", len(ack_ids[start:start + ACK_CHUNK]), error)
+                _LOG.warning(
+                    "extending the ack deadline of %d held messages failed (%s): any redelivery is recognised and held",
+                    len(ack_ids[start : start + ACK_CHUNK]),
+                    error,
+                )

@@ -21,6 +21,7 @@ is that the stream's process runs; that it makes progress is the backlog's to sa
 A beat that fails is logged and retried at the next one; a database without the table (provisioned
 by an earlier version: run `upvotes provision`) is said once, and the stream runs on without beats.
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,7 +61,7 @@ class Heartbeat:
         self._disabled = False
         self.beats = 0
 
-    def start(self) -> "Heartbeat":
+    def start(self) -> Heartbeat:
         self._beat(first=True)
         self._thread.start()
         return self
@@ -78,8 +79,14 @@ class Heartbeat:
 
     def _row(self, first: bool, stopped: bool) -> tuple[tuple[str, ...], list[tuple]]:
         columns = ["Subscription", "Writer", "WindowSeconds", "Host", "Pid", "AliveAt"]
-        values: list = [self._subscription, self._writer, self._window_seconds, socket.gethostname(), os.getpid(),
-                        spanner.COMMIT_TIMESTAMP]
+        values: list = [
+            self._subscription,
+            self._writer,
+            self._window_seconds,
+            socket.gethostname(),
+            os.getpid(),
+            spanner.COMMIT_TIMESTAMP,
+        ]
         if first:
             columns += ["StartedAt", "StoppedAt"]
             values += [spanner.COMMIT_TIMESTAMP, None]
@@ -93,15 +100,23 @@ class Heartbeat:
             return
         columns, values = self._row(first, stopped)
         try:
-            run_with_retries(lambda: commit_mutations(self._database, lambda batch: batch.insert_or_update(
-                STREAM_HEARTBEATS, columns=columns, values=values)), BEAT_RETRY)
+            run_with_retries(
+                lambda: commit_mutations(
+                    self._database,
+                    lambda batch: batch.insert_or_update(STREAM_HEARTBEATS, columns=columns, values=values),
+                ),
+                BEAT_RETRY,
+            )
             self.beats += 1
         except exceptions.NotFound as error:
             if not schema_behind(error):
                 raise
             self._disabled = True
-            _LOG.warning("this database has no %s table (provisioned by an earlier version): the stream runs "
-                         "without a heartbeat, and `upvotes status` cannot tell when it dies; run `upvotes "
-                         "provision` to add it", STREAM_HEARTBEATS)
+            _LOG.warning(
+                "this database has no %s table (provisioned by an earlier version): the stream runs "
+                "without a heartbeat, and `upvotes status` cannot tell when it dies; run `upvotes "
+                "provision` to add it",
+                STREAM_HEARTBEATS,
+            )
         except Exception as error:  # noqa: BLE001 - a missed beat is retried at the next one
             _LOG.warning("heartbeat not written (%s); trying again in %.1f s", error, self.period_s)

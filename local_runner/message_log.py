@@ -50,6 +50,7 @@ its process, so a restart after a SIGKILL takes it at once.
 Pure storage: no Beam, no Pub/Sub (local_runner/exactly_once.py decides what to hold and when to
 acknowledge; tests/test_message_log.py tests this module alone).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -59,9 +60,10 @@ import re
 import sqlite3
 import time
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 SCHEMA_VERSION = 1
 # A redelivery of a message acknowledged this long ago is still recognised (Dataflow's own
@@ -137,9 +139,11 @@ class MessageLog:
             self._lock_file.seek(0)
             holder = self._lock_file.read().strip() or "another process"
             self._lock_file.close()
-            raise LogBusy(f"the stream's message log {self.path} is in use by {holder}: one `upvotes stream` per "
-                          "subscription and log directory (stop the other one, or give this one its own --log-dir "
-                          "and subscription)") from None
+            raise LogBusy(
+                f"the stream's message log {self.path} is in use by {holder}: one `upvotes stream` per "
+                "subscription and log directory (stop the other one, or give this one its own --log-dir "
+                "and subscription)"
+            ) from None
         self._lock_file.seek(0)
         self._lock_file.truncate()
         self._lock_file.write(f"pid {os.getpid()}\n")
@@ -149,10 +153,14 @@ class MessageLog:
         self._db.execute("PRAGMA synchronous=NORMAL")  # what the disk must keep is sync()ed
         with self._transaction():
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            self._db.execute("CREATE TABLE IF NOT EXISTS pulls (stamp_us INTEGER PRIMARY KEY, window_end_us INTEGER "
-                             "NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL, crc INTEGER NOT NULL)")
-            self._db.execute("CREATE TABLE IF NOT EXISTS done (message_id TEXT PRIMARY KEY, acked INTEGER NOT NULL, "
-                             "done_at REAL NOT NULL) WITHOUT ROWID")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS pulls (stamp_us INTEGER PRIMARY KEY, window_end_us INTEGER "
+                "NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL, crc INTEGER NOT NULL)"
+            )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS done (message_id TEXT PRIMARY KEY, acked INTEGER NOT NULL, "
+                "done_at REAL NOT NULL) WITHOUT ROWID"
+            )
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (str(SCHEMA_VERSION),))
         version = int(self._meta().get("version", SCHEMA_VERSION))
         if version != SCHEMA_VERSION:
@@ -191,7 +199,8 @@ class MessageLog:
         files: dict[int, BinaryIO | None] = {}
         try:
             for stamp, end, offset, length, crc in self._db.execute(
-                    "SELECT stamp_us, window_end_us, offset, length, crc FROM pulls ORDER BY stamp_us").fetchall():
+                "SELECT stamp_us, window_end_us, offset, length, crc FROM pulls ORDER BY stamp_us"
+            ).fetchall():
                 if end not in files:
                     path = self._segment(end)
                     files[end] = open(path, "rb") if path.exists() else None
@@ -200,8 +209,10 @@ class MessageLog:
                 if file is not None:
                     file.seek(offset)
                     payload = file.read(length)
-                yield stamp, payload if payload is not None and len(payload) == length and zlib.crc32(payload) == crc \
-                    else None
+                yield (
+                    stamp,
+                    payload if payload is not None and len(payload) == length and zlib.crc32(payload) == crc else None,
+                )
         finally:
             for file in files.values():
                 if file is not None:
@@ -210,22 +221,39 @@ class MessageLog:
     def unfinished(self) -> Unfinished | None:
         """What the last run left unfinished, or None when every pull it logged was finished."""
         pulls, windows, last = self._db.execute(
-            "SELECT COUNT(*), COUNT(DISTINCT window_end_us), MAX(window_end_us) FROM pulls").fetchone()
+            "SELECT COUNT(*), COUNT(DISTINCT window_end_us), MAX(window_end_us) FROM pulls"
+        ).fetchone()
         if not pulls:
             return None
         meta = self._meta()
-        return Unfinished(pulls, windows, Writer(meta["writer_name"], int(meta["generation"]), int(meta["key_format"])),
-                          int(meta["window_seconds"]), int(meta["shards"]), last)
+        return Unfinished(
+            pulls,
+            windows,
+            Writer(meta["writer_name"], int(meta["generation"]), int(meta["key_format"])),
+            int(meta["window_seconds"]),
+            int(meta["shards"]),
+            last,
+        )
 
     def start_run(self, writer: Writer, window_seconds: int, shards: int) -> None:
         """Records what this run's pulls are written under (its writer, window length and shards)."""
         unfinished = self.unfinished()
         if unfinished is not None and (unfinished.writer, unfinished.window_seconds, unfinished.shards) != (
-                writer, window_seconds, shards):
-            raise LogMismatch(f"{self.path} holds unfinished windows of writer {unfinished.writer}, "
-                              f"{unfinished.window_seconds} s windows, {unfinished.shards} shards: replay them under those")
-        values = {"writer_name": writer.name, "generation": writer.generation, "key_format": writer.key_format,
-                  "window_seconds": window_seconds, "shards": shards}
+            writer,
+            window_seconds,
+            shards,
+        ):
+            raise LogMismatch(
+                f"{self.path} holds unfinished windows of writer {unfinished.writer}, "
+                f"{unfinished.window_seconds} s windows, {unfinished.shards} shards: replay them under those"
+            )
+        values = {
+            "writer_name": writer.name,
+            "generation": writer.generation,
+            "key_format": writer.key_format,
+            "window_seconds": window_seconds,
+            "shards": shards,
+        }
         with self._transaction():
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])
         self.sync()  # the writer is durable before anything is written under it
@@ -247,17 +275,20 @@ class MessageLog:
         once; from a power cut after the next `sync()`)."""
         fd = self._writing.get(window_end)
         if fd is None:
-            fd = self._writing[window_end] = os.open(self._segment(window_end), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                                                     0o644)
+            fd = self._writing[window_end] = os.open(
+                self._segment(window_end), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+            )
             self._new_segment = True
         offset = os.lseek(fd, 0, os.SEEK_END)
         view = memoryview(payload)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         self._unsynced.add(window_end)
         with self._transaction():
-            self._db.execute("INSERT INTO pulls VALUES (?, ?, ?, ?, ?)",
-                             (stamp_us, window_end, offset, len(payload), zlib.crc32(payload)))
+            self._db.execute(
+                "INSERT INTO pulls VALUES (?, ?, ?, ?, ?)",
+                (stamp_us, window_end, offset, len(payload), zlib.crc32(payload)),
+            )
 
     def sync(self) -> None:
         """Forces every pull recorded so far to the disk: the segments written, their directory,
@@ -291,17 +322,25 @@ class MessageLog:
         ids = list(message_ids)
         found: dict[str, bool] = {}
         for start in range(0, len(ids), _QUERY_CHUNK):
-            chunk = ids[start:start + _QUERY_CHUNK]
-            found.update((mid, bool(acked)) for mid, acked in self._db.execute(
-                f"SELECT message_id, acked FROM done WHERE message_id IN ({','.join('?' * len(chunk))})", chunk))
+            chunk = ids[start : start + _QUERY_CHUNK]
+            found.update(
+                (mid, bool(acked))
+                for mid, acked in self._db.execute(
+                    f"SELECT message_id, acked FROM done WHERE message_id IN ({','.join('?' * len(chunk))})", chunk
+                )
+            )
         return found
 
     def finish_windows(self, through_us: int, acked: Iterable[str], unacked: Iterable[str], now: float) -> None:
         """Every window ending at or before `through_us` is written: its pulls go, its messages are
         kept as done (`acked` those whose acknowledgement was sent), in one transaction; then its
         segments."""
-        ends = [end for (end,) in self._db.execute("SELECT DISTINCT window_end_us FROM pulls WHERE window_end_us <= ?",
-                                                   (through_us,))]
+        ends = [
+            end
+            for (end,) in self._db.execute(
+                "SELECT DISTINCT window_end_us FROM pulls WHERE window_end_us <= ?", (through_us,)
+            )
+        ]
         with self._transaction():
             self._db.execute("DELETE FROM pulls WHERE window_end_us <= ?", (through_us,))
             self._db.executemany("INSERT OR REPLACE INTO done VALUES (?, 1, ?)", ((mid, now) for mid in acked))
@@ -316,8 +355,9 @@ class MessageLog:
     def mark_acked(self, message_ids: Iterable[str], now: float) -> None:
         """Finished messages whose redelivery was just acknowledged."""
         with self._transaction():
-            self._db.executemany("UPDATE done SET acked = 1, done_at = ? WHERE message_id = ?",
-                                 ((now, mid) for mid in message_ids))
+            self._db.executemany(
+                "UPDATE done SET acked = 1, done_at = ? WHERE message_id = ?", ((now, mid) for mid in message_ids)
+            )
 
     def prune(self, now: float, force: bool = False) -> int:
         """Forgets the done messages kept long enough (at most once per PRUNE_EVERY_S unless
@@ -326,16 +366,23 @@ class MessageLog:
             return 0
         self._pruned_at = now
         with self._transaction():
-            return self._db.execute("DELETE FROM done WHERE (acked = 1 AND done_at < ?) OR done_at < ?",
-                                    (now - ACKED_KEPT_S, now - UNACKED_KEPT_S)).rowcount
+            return self._db.execute(
+                "DELETE FROM done WHERE (acked = 1 AND done_at < ?) OR done_at < ?",
+                (now - ACKED_KEPT_S, now - UNACKED_KEPT_S),
+            ).rowcount
 
     def counts(self) -> dict[str, int]:
         """Rows per table and state, and segment files (for reports and tests)."""
         pulls = self._db.execute("SELECT COUNT(*) FROM pulls").fetchone()[0]
         acked, unacked = self._db.execute(
-            "SELECT COALESCE(SUM(acked), 0), COALESCE(SUM(1 - acked), 0) FROM done").fetchone()
-        return {"pulls": pulls, "done_acked": acked, "done_unacked": unacked,
-                "segments": sum(1 for _ in self.segments.iterdir())}
+            "SELECT COALESCE(SUM(acked), 0), COALESCE(SUM(1 - acked), 0) FROM done"
+        ).fetchone()
+        return {
+            "pulls": pulls,
+            "done_acked": acked,
+            "done_unacked": unacked,
+            "segments": sum(1 for _ in self.segments.iterdir()),
+        }
 
     def close(self) -> None:
         for fd in self._writing.values():

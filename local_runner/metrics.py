@@ -19,6 +19,7 @@ worker's sampler (it runs on the worker thread); local_runner/drain.py reports f
 which fails if Beam's metrics start to add up, or the names go). Without them, `counters`
 returns None and the caller falls back to `result.metrics()`.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -52,6 +52,7 @@ warning and returns None: the pipeline then runs with Beam's reader and cannot d
 (local_runner/drain.py says so when stopped). One local streaming
 pipeline per process: the control is a class attribute, replaced by each `install()`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -89,9 +90,8 @@ try:  # private Beam names; see the module docstring
     from apache_beam.runners.direct.direct_runner import _DirectReadFromPubSub
     from apache_beam.runners.direct.transform_evaluator import TransformEvaluatorRegistry, _PubSubReadEvaluator
     from apache_beam.runners.direct.util import TransformResult
-    from apache_beam.transforms.window import GlobalWindows
-
     from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
+    from apache_beam.transforms.window import GlobalWindows
 
     _OVERRIDES = TransformEvaluatorRegistry._test_evaluators_overrides
     if not isinstance(_OVERRIDES, dict):
@@ -161,7 +161,7 @@ class ReaderControl:
         self._stopped.set()
 
 
-def message_of(received: Any) -> tuple[Timestamp, "PubsubMessage"]:
+def message_of(received: Any) -> tuple[Timestamp, PubsubMessage]:
     """(publish time, Beam's PubsubMessage) of a pulled message (a raw ReceivedMessage protobuf,
     as `pull_bundle` returns them), stamped as Beam's reader does without a timestamp attribute.
 
@@ -182,14 +182,20 @@ def subscriber_client() -> Any:
     """A subscriber client that takes pull responses of any size (module docstring)."""
     global _UNLIMITED_CLIENT
     if _UNLIMITED_CLIENT is None:
+        import grpc
         from google.cloud import pubsub_v1
         from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
-        import grpc
 
         emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
-        _UNLIMITED_CLIENT = pubsub_v1.SubscriberClient(transport=SubscriberGrpcTransport(
-            channel=grpc.insecure_channel(emulator, options=[("grpc.max_receive_message_length", -1)])
-        )) if emulator else pubsub_v1.SubscriberClient()
+        _UNLIMITED_CLIENT = (
+            pubsub_v1.SubscriberClient(
+                transport=SubscriberGrpcTransport(
+                    channel=grpc.insecure_channel(emulator, options=[("grpc.max_receive_message_length", -1)])
+                )
+            )
+            if emulator
+            else pubsub_v1.SubscriberClient()
+        )
     return _UNLIMITED_CLIENT
 
 
@@ -202,8 +208,14 @@ def pull_bundle(subscription: str, acknowledge: bool = True) -> tuple[list, int]
     received: list = []
     pulls = 0
     while len(received) < PULL_MAX_MESSAGES:
-        response = client.pull(request={"subscription": subscription, "return_immediately": True,
-                                        "max_messages": PULL_MAX_MESSAGES - len(received)}, timeout=PULL_TIMEOUT_S)
+        response = client.pull(
+            request={
+                "subscription": subscription,
+                "return_immediately": True,
+                "max_messages": PULL_MAX_MESSAGES - len(received),
+            },
+            timeout=PULL_TIMEOUT_S,
+        )
         pulls += 1
         messages = type(response).pb(response).received_messages
         if not messages:
@@ -279,8 +291,11 @@ class DrainablePubSubReadEvaluator(_PubSubReadEvaluator):
                 if self.source.with_attributes:
                     # The whole pull as one element (transforms/read_votes.py says why), stamped with its
                     # ingestion time; each message keeps its publish time in `publish_time`.
-                    bundle.output(GlobalWindows.windowed_value([message for _, message in map(message_of, received)],
-                                                               timestamp=Timestamp(micros=stamp_us)))
+                    bundle.output(
+                        GlobalWindows.windowed_value(
+                            [message for _, message in map(message_of, received)], timestamp=Timestamp(micros=stamp_us)
+                        )
+                    )
                 else:
                     for timestamp, message in map(message_of, received):
                         bundle.output(GlobalWindows.windowed_value(message.data, timestamp=timestamp))
@@ -315,8 +330,9 @@ def install() -> ReaderControl | None:
         _LOG.warning("%s=beam: Beam's own Pub/Sub reader (10 messages per pull, no drain)", READER_ENV)
         uninstall()
         return None
-    if not private_api_usable("the local Pub/Sub reader", _MISSING,
-                              "Beam's reader pulls 10 messages at a time and cannot drain"):
+    if not private_api_usable(
+        "the local Pub/Sub reader", _MISSING, "Beam's reader pulls 10 messages at a time and cannot drain"
+    ):
         return None
     DrainablePubSubReadEvaluator.control = ReaderControl()
     _OVERRIDES[_DirectReadFromPubSub] = DrainablePubSubReadEvaluator

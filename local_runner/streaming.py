@@ -11,6 +11,7 @@ other runner (Dataflow) it hands the signals back and waits for the job, which D
 Also runnable as `python -m local_runner.streaming` with the pipeline's flags (--project,
 --instance, --database, --subscription, --dead-letter-topic, ...).
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,8 +51,12 @@ def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
     return pubsub_reader.install()
 
 
-def run(options: PipelineOptions, settings: StreamingSettings, stopping: StopOnSignals | None = None,
-        log_dir: str | os.PathLike = DEFAULT_LOG_DIR) -> DrainReport | None:
+def run(
+    options: PipelineOptions,
+    settings: StreamingSettings,
+    stopping: StopOnSignals | None = None,
+    log_dir: str | os.PathLike = DEFAULT_LOG_DIR,
+) -> DrainReport | None:
     """Runs the pipeline until it ends, from `settings` (checked by the caller, once per launch).
     Locally, until drained by SIGINT or SIGTERM through `stopping` (local_runner/drain.py; entered
     by the caller as early as it can, or here with a timeout of a few windows), its message log in
@@ -70,8 +75,13 @@ def run(options: PipelineOptions, settings: StreamingSettings, stopping: StopOnS
     return _run_until_drained(options, settings, control, stopping, Path(log_dir))
 
 
-def _run_until_drained(options: PipelineOptions, settings: StreamingSettings, control: ReaderControl | None,
-                       stopping: StopOnSignals, log_dir: Path) -> DrainReport:
+def _run_until_drained(
+    options: PipelineOptions,
+    settings: StreamingSettings,
+    control: ReaderControl | None,
+    stopping: StopOnSignals,
+    log_dir: Path,
+) -> DrainReport:
     project = spanner_project(options)
     database = open_database(project, settings.instance, settings.database)
     subscription = pubsub_path(project, "subscriptions", settings.subscription)
@@ -82,8 +92,10 @@ def _run_until_drained(options: PipelineOptions, settings: StreamingSettings, co
         claim, control.once = exactly_once(options, settings, database, subscription, log_dir)
     else:
         if control is not None:
-            logging.warning("%s=off: each pull is acknowledged when pulled; a SIGKILL loses what was pulled "
-                            "and not yet written", LOG_ENV)
+            logging.warning(
+                "%s=off: each pull is acknowledged when pulled; a SIGKILL loses what was pulled and not yet written",
+                LOG_ENV,
+            )
         claim = claim_writer(options, project, settings.instance, settings.database)
     pipeline = beam.Pipeline(options=options)
     build(pipeline, settings, claim, project=project, deduplicate=False)
@@ -97,8 +109,9 @@ def _run_until_drained(options: PipelineOptions, settings: StreamingSettings, co
     return report
 
 
-def exactly_once(options: PipelineOptions, settings: StreamingSettings, database, subscription: str,
-                 log_dir: Path) -> tuple[WriterClaim, ExactlyOnce]:
+def exactly_once(
+    options: PipelineOptions, settings: StreamingSettings, database, subscription: str, log_dir: Path
+) -> tuple[WriterClaim, ExactlyOnce]:
     """The stream's message log opened, and the writer this run writes under: the one of the pulls
     the last run left unfinished, which this run replays first (exactly_once.py says why), else a
     new generation (pipeline/streaming.py claim_writer)."""
@@ -110,9 +123,11 @@ def exactly_once(options: PipelineOptions, settings: StreamingSettings, database
         # No such writer in this database: the log is of another one (an emulator restarted since,
         # a database re-created). Its messages were pulled for that one: set aside, not replayed.
         aside = log.set_aside()
-        say_now(f"the message log {path} holds {unfinished.pulls:,} unfinished pulls of writer "
-                f"{writer_identity(unfinished.writer.name, unfinished.writer.generation)}, which this database never "
-                f"claimed: set aside as {aside}, not replayed")
+        say_now(
+            f"the message log {path} holds {unfinished.pulls:,} unfinished pulls of writer "
+            f"{writer_identity(unfinished.writer.name, unfinished.writer.generation)}, which this database never "
+            f"claimed: set aside as {aside}, not replayed"
+        )
         log, unfinished = MessageLog(path), None
     if unfinished is not None:
         if (unfinished.window_seconds, unfinished.shards) != (settings.window_seconds, SUM_SHARDS):
@@ -122,12 +137,16 @@ def exactly_once(options: PipelineOptions, settings: StreamingSettings, database
                 f"writing, cut into {unfinished.window_seconds} s windows of {unfinished.shards} shards: start "
                 f"`upvotes stream` with --window-seconds {unfinished.window_seconds} (and this version's "
                 f"{SUM_SHARDS} shards) so that they are replayed into the same panes (other windows would not "
-                "collide with what was written, and count it twice); change it once that run has drained")
+                "collide with what was written, and count it twice); change it once that run has drained"
+            )
         writer = unfinished.writer
-        claim = WriterClaim(writer.name, writer.generation, writer_identity(writer.name, writer.generation),
-                            writer.key_format)
-        say_now(f"replaying {unfinished.pulls:,} pulls ({unfinished.windows} windows) that the last run pulled and "
-                f"did not finish writing, as writer {claim.identity}, before pulling anything new")
+        claim = WriterClaim(
+            writer.name, writer.generation, writer_identity(writer.name, writer.generation), writer.key_format
+        )
+        say_now(
+            f"replaying {unfinished.pulls:,} pulls ({unfinished.windows} windows) that the last run pulled and "
+            f"did not finish writing, as writer {claim.identity}, before pulling anything new"
+        )
         floor_us = unfinished.last_window_end_us
     else:
         claim = claim_writer(options, project, settings.instance, settings.database)
@@ -141,8 +160,9 @@ def exactly_once(options: PipelineOptions, settings: StreamingSettings, database
 def _claimed(database, writer: Writer) -> bool:
     """Whether `database` has claimed this writer's generation (or a later one)."""
     with database.snapshot() as snapshot:
-        rows = list(snapshot.read(WRITER_GENERATIONS, columns=("Generation",),
-                                  keyset=spanner.KeySet(keys=[[writer.name]])))
+        rows = list(
+            snapshot.read(WRITER_GENERATIONS, columns=("Generation",), keyset=spanner.KeySet(keys=[[writer.name]]))
+        )
     return bool(rows) and rows[0][0] >= writer.generation
 
 

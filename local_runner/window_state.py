@@ -35,6 +35,7 @@ nothing (the pipeline then runs with Beam's own evaluator, growing as before). O
 local DirectRunner uses it: local_runner/streaming.py installs it for that runner
 only, never for Dataflow, which garbage-collects window state itself.
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,11 +52,11 @@ _LOG = logging.getLogger(__name__)
 
 try:  # private Beam names; see the module docstring
     from apache_beam.runners.direct.direct_runner import _StreamingGroupAlsoByWindow
-    from apache_beam.runners.direct.util import KeyedWorkItem
     from apache_beam.runners.direct.transform_evaluator import (
         TransformEvaluatorRegistry,
         _StreamingGroupAlsoByWindowEvaluator,
     )
+    from apache_beam.runners.direct.util import KeyedWorkItem
     from apache_beam.transforms.trigger import GeneralTriggerDriver, MergeableStateAdapter
 
     _WINDOW_IDS_TAG = MergeableStateAdapter.WINDOW_IDS.tag
@@ -81,9 +82,12 @@ def clear_expired_windows(state: Any, input_watermark: Any, allowed_lateness: An
     window_ids = state.global_state.get(_WINDOW_IDS_TAG)
     if not window_ids:
         return 0
-    expired = [window for window, ids in window_ids.items()
-               if input_watermark > window.end + allowed_lateness
-               and not any(state.timers.get(i) or (state.state.get(i) or {}).get(_ELEMENTS_TAG) for i in ids)]
+    expired = [
+        window
+        for window, ids in window_ids.items()
+        if input_watermark > window.end + allowed_lateness
+        and not any(state.timers.get(i) or (state.state.get(i) or {}).get(_ELEMENTS_TAG) for i in ids)
+    ]
     if not expired:
         return 0
     expired_ids = {i for window in expired for i in window_ids[window]}
@@ -132,8 +136,9 @@ class ExpiringGroupAlsoByWindowEvaluator(_StreamingGroupAlsoByWindowEvaluator):
             known = {i for ids in (state.global_state.get(_WINDOW_IDS_TAG) or {}).values() for i in ids}
             firings = [firing for firing in kwi.timer_firings if firing.window in known]
             if len(firings) < len(kwi.timer_firings):
-                element = element.with_value(KeyedWorkItem(kwi.encoded_key, timer_firings=firings,
-                                                           elements=kwi.elements))
+                element = element.with_value(
+                    KeyedWorkItem(kwi.encoded_key, timer_firings=firings, elements=kwi.elements)
+                )
         super().process_element(element)
 
     def _collect_garbage(self) -> None:
@@ -174,12 +179,22 @@ def private_api_usable(what: str, missing: str | None, without_it: str) -> bool:
     its names are absent (`missing` says which; a warning says what happens `without_it`);
     on a Beam version it was not tested on, yes, with a warning."""
     if missing is not None:
-        _LOG.warning("apache-beam %s: not installing %s (written for %s; its private API is absent: %s); %s",
-                     beam.__version__, what, TESTED_BEAM_VERSION, missing, without_it)
+        _LOG.warning(
+            "apache-beam %s: not installing %s (written for %s; its private API is absent: %s); %s",
+            beam.__version__,
+            what,
+            TESTED_BEAM_VERSION,
+            missing,
+            without_it,
+        )
         return False
     if beam.__version__ != TESTED_BEAM_VERSION:
-        _LOG.warning("apache-beam %s: %s was written for %s (private Beam API); installing it anyway",
-                     beam.__version__, what, TESTED_BEAM_VERSION)
+        _LOG.warning(
+            "apache-beam %s: %s was written for %s (private Beam API); installing it anyway",
+            beam.__version__,
+            what,
+            TESTED_BEAM_VERSION,
+        )
     return True
 
 

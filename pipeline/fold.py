@@ -9,11 +9,12 @@ On Dataflow:
     python -m pipeline.fold --runner DataflowRunner --project P --region R \\
         --temp_location gs://B/tmp --setup_file ./setup.py --instance I --database D
 """
+
 from __future__ import annotations
 
 import logging
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.runners.runner import PipelineResult
@@ -28,8 +29,12 @@ def build(pipeline: beam.Pipeline, settings: FoldSettings, *, project: str) -> b
     """Adds the fold graph to `pipeline`, from `settings` as checked once at launch, Spanner in
     `project`; returns the PCollection of the run's FoldOutcome. Pure: it only wires."""
     return pipeline | "FoldDeltas" >> FoldDeltas(
-        project, settings.instance, settings.database, settings.posts_per_commit,
-        full_scan=settings.full_scan, data_boost=settings.data_boost,
+        project,
+        settings.instance,
+        settings.database,
+        settings.posts_per_commit,
+        full_scan=settings.full_scan,
+        data_boost=settings.data_boost,
         max_delta_rows_per_run=settings.max_delta_rows_per_run,
     )
 

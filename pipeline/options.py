@@ -6,15 +6,23 @@ pipelines share are declared once, in SpannerOptions. Values arrive as text, eit
 converts them (pipeline/params.py), once per launch, into the typed settings the pipeline is
 built from (StreamingSettings, FoldSettings).
 """
+
 from __future__ import annotations
 
 import argparse
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, SetupOptions, StandardOptions
 
 from pipeline.params import (
-    FOLD_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, FoldSettings, InvalidParameter, Param, StreamingSettings, add_params,
+    FOLD_PARAMS,
+    SPANNER_PARAMS,
+    STREAMING_PARAMS,
+    FoldSettings,
+    InvalidParameter,
+    Param,
+    StreamingSettings,
+    add_params,
 )
 
 # The local runner both pipelines run on unless told otherwise.
@@ -65,8 +73,9 @@ class FoldOptions(PipelineOptions):
         return FoldSettings.parse(self.get_all_options())
 
 
-def pipeline_options(argv: Sequence[str] | None, values: Mapping[str, object] | None = None, *,
-                     streaming: bool) -> PipelineOptions:
+def pipeline_options(
+    argv: Sequence[str] | None, values: Mapping[str, object] | None = None, *, streaming: bool
+) -> PipelineOptions:
     """Beam's options for either pipeline from `argv`, with `values` (settings a caller already
     holds, by dest) on top; the main session saved for the workers, the runner LOCAL_RUNNER
     unless one is named (the DirectRunner would first try to download the Prism runner)."""

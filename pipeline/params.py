@@ -17,13 +17,15 @@ deploy guide (templates/README.md) are generated from these tables (`upvotes dep
 and the tests keep the metadata, the parser and those tables in step. Standard options (--project, --region, --runner, --streaming) are
 Beam's own and are not repeated here.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 PROJECT_ID = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
 PUBSUB_NAME = r"[a-zA-Z][-a-zA-Z0-9_.~+%]{2,254}"
@@ -70,52 +72,79 @@ class Param:
 
 
 SPANNER_INSTANCE = Param(
-    "instance", "spannerInstanceId", "Spanner instance ID",
+    "instance",
+    "spannerInstanceId",
+    "Spanner instance ID",
     "The Cloud Spanner instance that holds the database.",
-    r"[a-z][-a-z0-9]{0,62}[a-z0-9]", example="upvotes",
+    r"[a-z][-a-z0-9]{0,62}[a-z0-9]",
+    example="upvotes",
 )
 SPANNER_DATABASE = Param(
-    "database", "spannerDatabaseId", "Spanner database ID",
+    "database",
+    "spannerDatabaseId",
+    "Spanner database ID",
     "The Cloud Spanner database with the Posts and PostDeltas tables (see schemas/posts.sql).",
-    r"[a-z][a-z0-9_-]{0,28}[a-z0-9]", example="votes",
+    r"[a-z][a-z0-9_-]{0,28}[a-z0-9]",
+    example="votes",
 )
 
 SPANNER_PARAMS = (SPANNER_INSTANCE, SPANNER_DATABASE)
 
 WINDOW_SECONDS = Param(
-    "window-seconds", "windowSeconds", "Window length in seconds",
+    "window-seconds",
+    "windowSeconds",
+    "Window length in seconds",
     "Votes are summed per post over windows of this many seconds (ingestion time): a hot "
     "post costs about one Spanner row per window. Lower is fresher, higher writes less.",
-    r"[1-9][0-9]{0,4}", default="10", example="10", kind=int,
+    r"[1-9][0-9]{0,4}",
+    default="10",
+    example="10",
+    kind=int,
 )
 
 MAX_CLOCK_SKEW_SECONDS = Param(
-    "max-clock-skew-seconds", "maxClockSkewSeconds", "Largest clock skew believed, in seconds",
+    "max-clock-skew-seconds",
+    "maxClockSkewSeconds",
+    "Largest clock skew believed, in seconds",
     "A vote whose event_time is further ahead of its publish time than this, or older than "
     "the 30-day delta retention, is counted in the hour it was ingested instead (never dropped).",
-    r"[1-9][0-9]{0,5}", default="3600", example="3600", kind=int,
+    r"[1-9][0-9]{0,5}",
+    default="3600",
+    example="3600",
+    kind=int,
 )
 
 STREAMING_PARAMS: tuple[Param, ...] = (
     Param(
-        "subscription", "inputSubscription", "Pub/Sub input subscription",
+        "subscription",
+        "inputSubscription",
+        "Pub/Sub input subscription",
         "Subscription to read vote events from: projects/<project>/subscriptions/<name>, "
         "or a bare name in the pipeline's --project.",
-        rf"(projects/{PROJECT_ID}/subscriptions/)?{PUBSUB_NAME}", example="projects/my-project/subscriptions/votes-sub",
+        rf"(projects/{PROJECT_ID}/subscriptions/)?{PUBSUB_NAME}",
+        example="projects/my-project/subscriptions/votes-sub",
     ),
     Param(
-        "dead-letter-topic", "outputDeadletterTopic", "Dead-letter Pub/Sub topic",
+        "dead-letter-topic",
+        "outputDeadletterTopic",
+        "Dead-letter Pub/Sub topic",
         "Topic that receives every rejected message (original data and attributes, plus an "
         "'error' attribute) and every delta row that cannot be written: projects/<project>/topics/<name>, or a bare name.",
-        rf"(projects/{PROJECT_ID}/topics/)?{PUBSUB_NAME}", example="projects/my-project/topics/votes-dead-letter",
+        rf"(projects/{PROJECT_ID}/topics/)?{PUBSUB_NAME}",
+        example="projects/my-project/topics/votes-dead-letter",
     ),
     SPANNER_INSTANCE,
     SPANNER_DATABASE,
     WINDOW_SECONDS,
     Param(
-        "rows-per-commit", "rowsPerCommit", "Delta rows per Spanner commit",
+        "rows-per-commit",
+        "rowsPerCommit",
+        "Delta rows per Spanner commit",
         "Most delta rows in one commit (the sink also stays under a mutation budget).",
-        r"[1-9][0-9]{0,4}", default="1000", example="1000", kind=int,
+        r"[1-9][0-9]{0,4}",
+        default="1000",
+        example="1000",
+        kind=int,
     ),
     MAX_CLOCK_SKEW_SECONDS,
 )
@@ -128,32 +157,52 @@ FOLD_PARAMS: tuple[Param, ...] = (
     SPANNER_INSTANCE,
     SPANNER_DATABASE,
     Param(
-        "posts-per-commit", "postsPerCommit", "Posts per fold transaction",
+        "posts-per-commit",
+        "postsPerCommit",
+        "Posts per fold transaction",
         "Most posts folded in one read-write transaction (each post also writes its hourly rows).",
-        r"[1-9][0-9]{0,4}", default="500", example="500", kind=int,
+        r"[1-9][0-9]{0,4}",
+        default="500",
+        example="500",
+        kind=int,
     ),
     Param(
-        "max-delta-rows-per-run", "maxDeltaRowsPerRun", "Most delta rows one fold run takes",
+        "max-delta-rows-per-run",
+        "maxDeltaRowsPerRun",
+        "Most delta rows one fold run takes",
         "A run following the change log takes the commits after the previous run's cursor, oldest "
         "first, until their delta rows reach this; the rest are left to the next run. It bounds a "
         "run's reads, all made at its snapshot, well within Spanner's 1-hour version retention "
         "(about 50 s at the emulator's 21,000 deltas/s; see the docs' fold section).",
-        r"[1-9][0-9]{0,8}", default="1000000", example="1000000", kind=int,
+        r"[1-9][0-9]{0,8}",
+        default="1000000",
+        example="1000000",
+        kind=int,
     ),
     Param(
-        "full-scan", "fullScan", "Scan every post",
+        "full-scan",
+        "fullScan",
+        "Scan every post",
         "true: read every post's watermark (a partitioned read of Posts) instead of following the "
         "DeltaCommits change log from the previous fold. A fold does this by itself when no fold has "
         "recorded where it read to (a new or migrated database); ask for it once after an older "
         "streaming job, which writes no change log, has stopped.",
-        BOOLEAN, default="false", example="false", kind=boolean,
+        BOOLEAN,
+        default="false",
+        example="false",
+        kind=boolean,
     ),
     Param(
-        "data-boost", "dataBoost", "Spanner Data Boost for full scans",
+        "data-boost",
+        "dataBoost",
+        "Spanner Data Boost for full scans",
         "true: run a full scan's partitioned read on Spanner Data Boost (compute billed apart from "
         "the instance, so it never competes with serving; needs spanner.databases.useDataBoost). "
         "Not available on the emulator.",
-        BOOLEAN, default="false", example="false", kind=boolean,
+        BOOLEAN,
+        default="false",
+        example="false",
+        kind=boolean,
     ),
 )
 
@@ -161,11 +210,16 @@ FOLD_PARAMS: tuple[Param, ...] = (
 # Recorded once per database by `upvotes provision` (spanner_store/ranking_settings.py); not a
 # pipeline parameter: the fold reads the recorded value, so no job can disagree with the data.
 HOT_HALF_LIFE_HOURS = Param(
-    "hot-half-life-hours", "hotHalfLifeHours", "Hot score half-life in hours",
+    "hot-half-life-hours",
+    "hotHalfLifeHours",
+    "Hot score half-life in hours",
     "A vote counts half as much in the hot ranking every this many hours (schemas/hot_score.py), "
     "1 to 9999. Fixed per database when it is provisioned; a different value later is a recompute "
     "of every post's score (upvotes provision --recompute-hot).",
-    r"(?:[1-9][0-9]{0,3})(?:\.[0-9]{1,3})?", default="12", example="12", kind=float,
+    r"(?:[1-9][0-9]{0,3})(?:\.[0-9]{1,3})?",
+    default="12",
+    example="12",
+    kind=float,
 )
 
 
@@ -207,7 +261,7 @@ class StreamingSettings:
     max_clock_skew_seconds: int
 
     @classmethod
-    def parse(cls, values: Mapping[str, object]) -> "StreamingSettings":
+    def parse(cls, values: Mapping[str, object]) -> StreamingSettings:
         """The settings from `values` (text or values by dest, as collected or as Beam's options
         hold them); raises InvalidParameter. Called once per launch."""
         return cls(**parse_values(STREAMING_PARAMS, values))
@@ -220,7 +274,7 @@ class ReplaySettings:
     max_clock_skew_seconds: int
 
     @classmethod
-    def parse(cls, values: Mapping[str, object]) -> "ReplaySettings":
+    def parse(cls, values: Mapping[str, object]) -> ReplaySettings:
         """The settings from `values` (by dest); raises InvalidParameter. Called once per replay."""
         return cls(**parse_values(REPLAY_PARAMS, values))
 
@@ -237,13 +291,15 @@ class FoldSettings:
     data_boost: bool
 
     @classmethod
-    def parse(cls, values: Mapping[str, object]) -> "FoldSettings":
+    def parse(cls, values: Mapping[str, object]) -> FoldSettings:
         """The settings from `values` (by dest); raises InvalidParameter, also for Data Boost on
         the emulator. Called once per launch."""
         settings = cls(**parse_values(FOLD_PARAMS, values))
         if settings.data_boost and os.environ.get("SPANNER_EMULATOR_HOST"):
-            raise InvalidParameter("--data-boost=true (template parameter dataBoost) is for Cloud Spanner: the "
-                                   "emulator (SPANNER_EMULATOR_HOST is set) has no Data Boost. Leave it off locally.")
+            raise InvalidParameter(
+                "--data-boost=true (template parameter dataBoost) is for Cloud Spanner: the "
+                "emulator (SPANNER_EMULATOR_HOST is set) has no Data Boost. Leave it off locally."
+            )
         return settings
 
 
@@ -259,6 +315,10 @@ def add_params(parser: argparse.ArgumentParser, params: tuple[Param, ...]) -> No
         # A bare boolean flag (`--full-scan`) means true.
         bare: dict[str, Any] = {"nargs": "?", "const": "true"} if param.kind is boolean else {}
         parser.add_argument(
-            f"--{param.flag}", f"--{param.template_name}", dest=param.dest,
-            default=param.default, help=f"{param.help} (template parameter: {param.template_name})", **bare,
+            f"--{param.flag}",
+            f"--{param.template_name}",
+            dest=param.dest,
+            default=param.default,
+            help=f"{param.help} (template parameter: {param.template_name})",
+            **bare,
         )

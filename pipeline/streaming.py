@@ -24,11 +24,12 @@ On Dataflow (or launch the flex template, see templates/README.md):
         --temp_location gs://B/tmp --setup_file ./setup.py --instance I --database D \\
         --subscription projects/P/subscriptions/S --dead-letter-topic projects/P/topics/T
 """
+
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
@@ -66,32 +67,37 @@ def claim_writer(options: PipelineOptions, project: str, instance: str, database
     rewrites a key of its predecessor."""
     update = bool(options.view_as(GoogleCloudOptions).update)
     claim = claim_generation(open_database(project, instance, database), writer_name(options), update)
-    logging.info("writer %s, generation %d (%s)", claim.writer_name, claim.generation,
-                 "update: kept" if update else "fresh launch: new")
+    logging.info(
+        "writer %s, generation %d (%s)",
+        claim.writer_name,
+        claim.generation,
+        "update: kept" if update else "fresh launch: new",
+    )
     return claim
 
 
-def build(pipeline: beam.Pipeline, settings: StreamingSettings, claim: WriterClaim, *, project: str,
-          deduplicate: bool) -> None:
+def build(
+    pipeline: beam.Pipeline, settings: StreamingSettings, claim: WriterClaim, *, project: str, deduplicate: bool
+) -> None:
     """Adds the streaming graph to `pipeline`: `settings` as checked once at launch, the delta
     keys those of the writer `claim` (claim_writer), Spanner and Pub/Sub in `project`, messages
     deduplicated by ID if `deduplicate` (Dataflow only). Pure: it only wires, and checks, reads
     and writes nothing; tests and launch share it."""
     messages = pipeline | "ReadVotes" >> ReadVotes(
-        pubsub_path(project, "subscriptions", settings.subscription), deduplicate=deduplicate)
+        pubsub_path(project, "subscriptions", settings.subscription), deduplicate=deduplicate
+    )
     parsed = messages | "ParseVotes" >> ParseVotes(EventTimePolicy(max_clock_skew_s=settings.max_clock_skew_seconds))
     failed = {
         DELTA_ROWS: (
             parsed.sums
             | "WindowAndSumVotes" >> WindowAndSumVotes(claim.identity, settings.window_seconds, claim.key_format)
-            | DELTA_ROWS.step >> WriteDeltaRows(project, settings.instance, settings.database,
-                                                settings.rows_per_commit)
+            | DELTA_ROWS.step >> WriteDeltaRows(project, settings.instance, settings.database, settings.rows_per_commit)
         ),
         VOTE_STATES: (
             parsed.states
             | "WindowAndMergeVoteStates" >> WindowAndMergeVoteStates(settings.window_seconds)
-            | VOTE_STATES.step >> ApplyVoteStates(project, settings.instance, settings.database,
-                                                  settings.rows_per_commit)
+            | VOTE_STATES.step
+            >> ApplyVoteStates(project, settings.instance, settings.database, settings.rows_per_commit)
         ),
     }
     # Every declared sink's dead letters, in the registry's order (PublishDeadLetters labels its

@@ -3,6 +3,7 @@
 `posts.sql` is the database schema; `vote_event.schema.json` is the event contract that
 publishers follow and the pipeline enforces (transforms/parse_and_sum.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,8 @@ def statements_of(ddl: str) -> list[str]:
 
 
 _DELTA_RETENTION = re.compile(
-    r"CREATE TABLE PostDeltas .*ROW DELETION POLICY \(OLDER_THAN\(CommittedAt, INTERVAL (\d+) DAY\)\)")
+    r"CREATE TABLE PostDeltas .*ROW DELETION POLICY \(OLDER_THAN\(CommittedAt, INTERVAL (\d+) DAY\)\)"
+)
 
 
 def delta_retention_days() -> int:

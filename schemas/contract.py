@@ -31,14 +31,16 @@ attribute always: a v1 message its event's own `event_id`, else `message-<uuid4>
 marked below and hands anything else to `parse_line`, the specification; property tests hold
 the two to the same results.
 """
+
 from __future__ import annotations
 
 import functools
 import math
 import re
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Annotated, Any, Callable, Iterable, Iterator, Literal, Mapping, NamedTuple, Sequence
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 import orjson
@@ -159,8 +161,12 @@ INGESTION_HOUR_REASONS = ("older_than_retention", "ahead_of_clock")
 DEFAULT_EVENT_TIME_POLICY = EventTimePolicy()
 
 
-def event_hour(event_time: str | None, publish_time_s: float, policy: EventTimePolicy | None = None,
-               on_ingestion_hour: Callable[[str], None] | None = None) -> int:
+def event_hour(
+    event_time: str | None,
+    publish_time_s: float,
+    policy: EventTimePolicy | None = None,
+    on_ingestion_hour: Callable[[str], None] | None = None,
+) -> int:
     """Start of the event's hour; the publish time stands in for a missing event_time, and,
     under `policy` (None: every valid time is kept), for one outside its bounds, whose
     reason is passed to `on_ingestion_hour`."""
@@ -183,8 +189,12 @@ def event_hour(event_time: str | None, publish_time_s: float, policy: EventTimeP
     return hour
 
 
-def vote_time(event_time: str, publish_time_s: float, policy: EventTimePolicy | None = None,
-              on_ingestion_hour: Callable[[str], None] | None = None) -> tuple[int, int]:
+def vote_time(
+    event_time: str,
+    publish_time_s: float,
+    policy: EventTimePolicy | None = None,
+    on_ingestion_hour: Callable[[str], None] | None = None,
+) -> tuple[int, int]:
     """(event hour, vote time in microseconds) of a vote-state event.
 
     The hour is event_hour's. The vote time orders a user's events (schemas/vote_states.py): the
@@ -220,7 +230,7 @@ def _epoch_seconds(event_time: str) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def utc_hour(date_and_hour: str) -> int:
-    """"2026-11-22T01" -> the epoch seconds of that UTC hour; ValueError if there is no such hour."""
+    """ "2026-11-22T01" -> the epoch seconds of that UTC hour; ValueError if there is no such hour."""
     elapsed = datetime.fromisoformat(f"{date_and_hour}:00:00+00:00") - _EPOCH
     return elapsed.days * 86_400 + elapsed.seconds
 
@@ -236,15 +246,25 @@ def is_common_vote(post_id: object, counter: object, delta: object, event_id: ob
     VOTE_FIELD). Anything else takes the step-by-step path, which names the problem."""
     # The two optional IDs are checked inline, not by a helper: this runs once per vote, and a
     # call costs about as much as the check.
-    return (type(post_id) is str and 0 < len(post_id) <= MAX_POST_ID_CHARS
-            and type(counter) is str and counter in _COUNTERS
-            and type(delta) is int and delta != 0 and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
-            and (event_id is ABSENT or (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS))
-            and (user_id is ABSENT or (type(user_id) is str and 0 < len(user_id) <= MAX_ID_CHARS)))
+    return (
+        type(post_id) is str
+        and 0 < len(post_id) <= MAX_POST_ID_CHARS
+        and type(counter) is str
+        and counter in _COUNTERS
+        and type(delta) is int
+        and delta != 0
+        and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
+        and (event_id is ABSENT or (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS))
+        and (user_id is ABSENT or (type(user_id) is str and 0 < len(user_id) <= MAX_ID_CHARS))
+    )
 
 
-def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None = None,
-              on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent | VoteState:
+def _validate(
+    fields: Any,
+    publish_time_s: float,
+    policy: EventTimePolicy | None = None,
+    on_ingestion_hour: Callable[[str], None] | None = None,
+) -> VoteEvent | VoteState:
     """The event of a decoded message. The common, valid event is checked in bulk (this runs
     once per vote: profiled, the step-by-step checks cost more than decoding the JSON); any
     doubt takes the step-by-step path, which is the specification and names the first problem."""
@@ -256,18 +276,25 @@ def _validate(fields: Any, publish_time_s: float, policy: EventTimePolicy | None
         post_id, counter, delta = fields.get("post_id"), fields.get("counter"), fields.get("delta")
         event_id, user_id = fields.get("event_id", ABSENT), fields.get("user_id", ABSENT)
         event_time = fields.get("event_time", ABSENT)
-        if ((event_time is ABSENT or type(event_time) is str)
-                and is_common_vote(post_id, counter, delta, event_id, user_id) and VOTE_FIELD not in fields):
+        if (
+            (event_time is ABSENT or type(event_time) is str)
+            and is_common_vote(post_id, counter, delta, event_id, user_id)
+            and VOTE_FIELD not in fields
+        ):
             return VoteEvent(
-                post_id, counter, delta,
+                post_id,
+                counter,
+                delta,
                 event_hour(None if event_time is ABSENT else event_time, publish_time_s, policy, on_ingestion_hour),
-                None if event_id is ABSENT else event_id, None if user_id is ABSENT else user_id,
+                None if event_id is ABSENT else event_id,
+                None if user_id is ABSENT else user_id,
             )
     return _validate_step_by_step(fields, publish_time_s, policy, on_ingestion_hour)
 
 
-def _validate_step_by_step(fields: Any, publish_time_s: float, policy: EventTimePolicy | None,
-                           on_ingestion_hour: Callable[[str], None] | None) -> VoteEvent | VoteState:
+def _validate_step_by_step(
+    fields: Any, publish_time_s: float, policy: EventTimePolicy | None, on_ingestion_hour: Callable[[str], None] | None
+) -> VoteEvent | VoteState:
     if not isinstance(fields, dict):
         raise _Invalid("not_object", f"the JSON value is a {type(fields).__name__}, not an object")
     if VOTE_FIELD in fields:
@@ -314,14 +341,20 @@ def _post_id(fields: Mapping[str, Any]) -> str:
     return post_id
 
 
-def _validate_state(fields: Mapping[str, Any], publish_time_s: float, policy: EventTimePolicy | None,
-                    on_ingestion_hour: Callable[[str], None] | None) -> VoteState:
+def _validate_state(
+    fields: Mapping[str, Any],
+    publish_time_s: float,
+    policy: EventTimePolicy | None,
+    on_ingestion_hour: Callable[[str], None] | None,
+) -> VoteState:
     """A vote-state event (one with a `vote` field), step by step, naming the first problem."""
     post_id = _post_id(fields)
     for name in ("counter", "delta"):
         if name in fields:
-            raise _Invalid("state_with_delta", f"a vote-state event carries no {name}: the change follows from "
-                           "the user's previous vote")
+            raise _Invalid(
+                "state_with_delta",
+                f"a vote-state event carries no {name}: the change follows from the user's previous vote",
+            )
     if "user_id" not in fields:
         raise _Invalid("missing_user", "user_id is required in a vote-state event: it counts once per user")
     user_id = _string(fields, "user_id")
@@ -338,9 +371,13 @@ def _validate_state(fields: Mapping[str, Any], publish_time_s: float, policy: Ev
     return VoteState(post_id, user_id, vote, at_us, hour, event_id)
 
 
-def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
-               policy: EventTimePolicy | None = None,
-               on_ingestion_hour: Callable[[str], None] | None = None) -> VoteEvent | VoteState | Rejected:
+def parse_vote(
+    data: bytes,
+    attributes: Mapping[str, str] | None,
+    publish_time_s: float,
+    policy: EventTimePolicy | None = None,
+    on_ingestion_hour: Callable[[str], None] | None = None,
+) -> VoteEvent | VoteState | Rejected:
     """One event to a VoteEvent or a VoteState, or to a Rejected with the reason. Never raises.
 
     `policy` (the pipeline passes its own) bounds the event hours a vote may claim; see
@@ -360,16 +397,22 @@ def parse_vote(data: bytes, attributes: Mapping[str, str] | None, publish_time_s
     except _Invalid as invalid:
         return Rejected(bytes(data), dict(attributes or {}), str(invalid))
     except Exception as error:  # noqa: BLE001 - a bug here must dead-letter, not stop the job
-        return Rejected(bytes(data), dict(attributes or {}), f"not_json: unexpected {type(error).__name__}: {str(error)[:200]}")
+        return Rejected(
+            bytes(data), dict(attributes or {}), f"not_json: unexpected {type(error).__name__}: {str(error)[:200]}"
+        )
 
 
 def reason_of(rejected: Rejected) -> str:
     return rejected.error.split(":", 1)[0]
 
 
-def parse_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
-                  policy: EventTimePolicy | None = None,
-                  on_ingestion_hour: Callable[[str], None] | None = None) -> Iterator[VoteEvent | VoteState | Rejected]:
+def parse_message(
+    data: bytes,
+    attributes: Mapping[str, str] | None,
+    publish_time_s: float,
+    policy: EventTimePolicy | None = None,
+    on_ingestion_hour: Callable[[str], None] | None = None,
+) -> Iterator[VoteEvent | VoteState | Rejected]:
     """Every event of one message, accepted or rejected, v1 or v2 (see the module docstring).
 
     Never raises. A v1 message yields exactly one result; a batch yields one per non-blank
@@ -393,8 +436,12 @@ def batch_lines(data: bytes, attributes: Mapping[str, str] | None) -> list[tuple
     if message_format is None:
         return None
     if message_format != NDJSON:
-        return _whole(data, attributes, "unknown_format",
-                      f"format {message_format[:40]!r} is not one this pipeline reads (only {NDJSON!r}, or none)")
+        return _whole(
+            data,
+            attributes,
+            "unknown_format",
+            f"format {message_format[:40]!r} is not one this pipeline reads (only {NDJSON!r}, or none)",
+        )
     if len(data) > MAX_BATCH_BYTES:
         return _whole(data, attributes, "too_large", f"batch of {len(data)} bytes, at most {MAX_BATCH_BYTES}")
     try:
@@ -407,9 +454,14 @@ def batch_lines(data: bytes, attributes: Mapping[str, str] | None) -> list[tuple
     return lines
 
 
-def parse_line(number: int, line: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
-                policy: EventTimePolicy | None, on_ingestion_hour: Callable[[str], None] | None
-               ) -> VoteEvent | VoteState | Rejected:
+def parse_line(
+    number: int,
+    line: bytes,
+    attributes: Mapping[str, str] | None,
+    publish_time_s: float,
+    policy: EventTimePolicy | None,
+    on_ingestion_hour: Callable[[str], None] | None,
+) -> VoteEvent | VoteState | Rejected:
     result = parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
     if type(result) is Rejected:
         result.attributes[LINE_ATTRIBUTE] = str(number)
@@ -426,11 +478,11 @@ def trusted_hours(publish_time_s: float, policy: EventTimePolicy | None) -> tupl
         return _UNBOUNDED
     # The hours h with lowest <= h and h + 3599 <= highest, for the very bounds EventTimePolicy.untrusted
     # computes; floor() makes the second comparison one between integers, exact.
-    return (publish_time_s - policy.retention_s,
-            math.floor(publish_time_s + policy.max_clock_skew_s) - (HOUR_S - 1))
+    return (publish_time_s - policy.retention_s, math.floor(publish_time_s + policy.max_clock_skew_s) - (HOUR_S - 1))
 
 
 # --- the common vote, decoded and checked in one call -------------------------------------
+
 
 class CommonVote(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """A delta event of the common shape, as `decode_common_vote` reads it from a line's bytes in
@@ -464,8 +516,11 @@ COMMON_VOTE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 # COMMON_ENDINGS or, for longer fractions, COMMON_FRACTION: RFC 3339 in UTC, a subset of
 # RFC3339, checked by a cache lookup and a set lookup instead of the pattern (which costs as much
 # as decoding the whole event). The hour is the text's own, as _epoch_seconds reads it.
-COMMON_ENDINGS = frozenset(f"{fraction}{zone}" for zone in "Zz" for fraction in (
-    "", *(f".{n:0{digits}d}" for digits in (1, 2, 3) for n in range(10 ** digits))))
+COMMON_ENDINGS = frozenset(
+    f"{fraction}{zone}"
+    for zone in "Zz"
+    for fraction in ("", *(f".{n:0{digits}d}" for digits in (1, 2, 3) for n in range(10**digits)))
+)
 COMMON_FRACTION = re.compile(r"\.[0-9]{1,9}[Zz]\Z")
 _COMMON_SECOND = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-5][0-9]:[0-5][0-9]\Z")
 
@@ -475,7 +530,7 @@ _COMMON_SECOND = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-5][0-9]:
 # through two hours) keeps hitting; any other second costs the pattern once more.
 @functools.lru_cache(maxsize=65_536)
 def common_hour(date_and_time: str) -> int | None:
-    """"2026-11-22T01:02:03" -> utc_hour of "2026-11-22T01"; None when the text is of another form
+    """ "2026-11-22T01:02:03" -> utc_hour of "2026-11-22T01"; None when the text is of another form
     or no such hour. Every hour it returns is one Spanner can store (a year from 1 to 9999)."""
     if not _COMMON_SECOND.match(date_and_time):
         return None
@@ -513,6 +568,7 @@ def _whole(data: bytes, attributes: Mapping[str, str] | None, reason: str, detai
 
 # --- the writing side: events to messages -------------------------------------------------
 
+
 class Message(NamedTuple):
     """One Pub/Sub message as the contract encodes it, and how many vote events it carries."""
 
@@ -534,8 +590,9 @@ def event_attributes(event: Mapping[str, Any]) -> dict[str, str]:
     a non-empty string, else a new message ID (so Dataflow still deduplicates a publish the
     client retried), and `event_time` when the event has one (a string)."""
     event_id = event.get(EVENT_ID_ATTRIBUTE)
-    attributes = {EVENT_ID_ATTRIBUTE: event_id if isinstance(event_id, str) and event_id
-                  else new_message_id(MESSAGE_ID_PREFIX)}
+    attributes = {
+        EVENT_ID_ATTRIBUTE: event_id if isinstance(event_id, str) and event_id else new_message_id(MESSAGE_ID_PREFIX)
+    }
     event_time = event.get(EVENT_TIME_ATTRIBUTE)
     if isinstance(event_time, str):
         attributes[EVENT_TIME_ATTRIBUTE] = event_time

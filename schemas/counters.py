@@ -34,12 +34,14 @@ Schema's enum.
 counters (a window still open when the job is updated in place to a version with one more)
 reads back with the new counter at 0.
 """
+
 from __future__ import annotations
 
 import operator
 from collections import namedtuple
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 
 @dataclass(frozen=True)
@@ -55,14 +57,37 @@ class Counter:
 
 
 COUNTERS: tuple[Counter, ...] = (
-    Counter(name="upvotes", contract_name="upvotes", column="Upvotes", records_voters=True, noun="upvote",
-            generated_fraction=0.0, vote="up", hot_weight=1.0),
-    Counter(name="downvotes", contract_name="downvotes", column="Downvotes", records_voters=True, noun="downvote",
-            generated_fraction=0.0, vote="down", hot_weight=-1.0),
-    Counter(name="shares", contract_name="shares", column="Shares", records_voters=False, noun="share",
-            generated_fraction=0.2),
-    Counter(name="views", contract_name="views", column="Views", records_voters=False, noun="view",
-            generated_fraction=0.0),
+    Counter(
+        name="upvotes",
+        contract_name="upvotes",
+        column="Upvotes",
+        records_voters=True,
+        noun="upvote",
+        generated_fraction=0.0,
+        vote="up",
+        hot_weight=1.0,
+    ),
+    Counter(
+        name="downvotes",
+        contract_name="downvotes",
+        column="Downvotes",
+        records_voters=True,
+        noun="downvote",
+        generated_fraction=0.0,
+        vote="down",
+        hot_weight=-1.0,
+    ),
+    Counter(
+        name="shares",
+        contract_name="shares",
+        column="Shares",
+        records_voters=False,
+        noun="share",
+        generated_fraction=0.2,
+    ),
+    Counter(
+        name="views", contract_name="views", column="Views", records_voters=False, noun="view", generated_fraction=0.0
+    ),
 )
 
 NAMES: tuple[str, ...] = tuple(counter.name for counter in COUNTERS)

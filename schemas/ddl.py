@@ -7,22 +7,23 @@ upvotes/devtools/mutation_count.py) and the migration `upvotes provision` applie
 
 Parsed from the DDL itself, so a new column or index is counted without an edit elsewhere.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import schemas
 
 _CREATE_TABLE = re.compile(r"^CREATE TABLE (\w+) \((.*)\) PRIMARY KEY \(([^)]*)\)", re.IGNORECASE)
 _CREATE_INDEX = re.compile(
-    r"^CREATE (?:UNIQUE )?(NULL_FILTERED )?INDEX (\w+) ON (\w+) \(([^)]*)\)(?: STORING \(([^)]*)\))?",
-    re.IGNORECASE)
+    r"^CREATE (?:UNIQUE )?(NULL_FILTERED )?INDEX (\w+) ON (\w+) \(([^)]*)\)(?: STORING \(([^)]*)\))?", re.IGNORECASE
+)
 
 
 def _names(column_list: str) -> tuple[str, ...]:
-    """"PostHash, EventHour DESC" -> ("PostHash", "EventHour")."""
+    """ "PostHash, EventHour DESC" -> ("PostHash", "EventHour")."""
     return tuple(part.split()[0] for part in column_list.split(",") if part.strip())
 
 
@@ -62,7 +63,7 @@ def _table_elements(statement: str) -> tuple[str, list[str]] | None:
         depth += {"(": 1, ")": -1}.get(text[end], 0)
         if depth == 0:
             break
-    return name.split()[1], _top_level_parts(text[start + 1:end])
+    return name.split()[1], _top_level_parts(text[start + 1 : end])
 
 
 def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
@@ -71,8 +72,9 @@ def table_columns(statement: str) -> tuple[str, dict[str, str]] | None:
     if elements is None:
         return None
     table, parts = elements
-    return table, {part.split()[0]: part for part in parts
-                   if not part.upper().startswith(("CONSTRAINT ", "FOREIGN KEY"))}
+    return table, {
+        part.split()[0]: part for part in parts if not part.upper().startswith(("CONSTRAINT ", "FOREIGN KEY"))
+    }
 
 
 _CHECK = re.compile(r"^CONSTRAINT\s+(\w+)\s+CHECK\s*\(", re.IGNORECASE)
@@ -104,8 +106,8 @@ def column_default(definition: str) -> tuple[str, str] | None:
         depth += {"(": 1, ")": -1}.get(definition[end], 0)
         if depth == 0:
             break
-    expression = definition[match.end() - 1:end + 1]
-    return " ".join((definition[:match.start()] + definition[end + 1:]).split()), expression
+    expression = definition[match.end() - 1 : end + 1]
+    return " ".join((definition[: match.start()] + definition[end + 1 :]).split()), expression
 
 
 _NOT_NULL = re.compile(r"\bNOT\s+NULL\b", re.IGNORECASE)
@@ -140,8 +142,6 @@ def stored_columns(statement: str) -> tuple[str, list[str]] | None:
         return None
     match = _STORING.search(statement)
     return name.split()[1], [c.strip() for c in match.group(1).split(",")] if match else []
-
-
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ write it was:
 '@' is in no Dataflow job name nor writer identity, so the last four never equal a pane's. An
 erasure request's "none" states carry the event_id `@forget/<request ID>` (`forget_event_id`).
 """
+
 from __future__ import annotations
 
 from schemas import post_hash
@@ -50,8 +51,9 @@ def writer_identity(writer_name: str, generation: int) -> str:
     return writer_name if generation == 0 else f"{writer_name}#g{generation}"
 
 
-def pane_delta_id(writer: str, window_start_us: int, pane_index: int, window_end_us: int, shards: int,
-                  key_format: int = KEY_FORMAT) -> str:
+def pane_delta_id(
+    writer: str, window_start_us: int, pane_index: int, window_end_us: int, shards: int, key_format: int = KEY_FORMAT
+) -> str:
     """The deterministic identity of one pane's delta: same pane, same ID, on any retry; two
     different panes, different IDs, whatever an update changed (transforms/windowing.py)."""
     if key_format == FIRST_KEY_FORMAT:

@@ -30,11 +30,13 @@ The arithmetic (each property is tested in tests/test_hot_score.py):
 - Order: positive scores, highest first; then a score of 0; then negative scores, the
   smallest loss first (S descending throughout). Ties are broken by post ID.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from schemas.counters import HOT_WEIGHTS, Counts
 
@@ -77,7 +79,7 @@ class HotScore(NamedTuple):
         if self.sign == 0:
             return 0.0
         exponent = self.log2 - _hours(moment) / half_life_hours
-        return self.sign * (2.0 ** exponent if exponent < 1024 else math.inf)
+        return self.sign * (2.0**exponent if exponent < 1024 else math.inf)
 
     def order(self) -> tuple[int, float]:
         """A sort key, ascending for S descending (ties: append the post ID)."""

@@ -4,6 +4,7 @@ NamedTuples rather than dataclasses: they are immutable, typed, cheap to create 
 the per-element path) and Beam pickles them compactly. Every count travels as one `Counts`
 (schemas/counters.py), never as one field per counter.
 """
+
 from __future__ import annotations
 
 import base64
@@ -86,8 +87,9 @@ class CounterSums(NamedTuple):
 
     def plus(self, other: CounterSums) -> CounterSums:
         """Both sums: the counts and the events added, the voter sketches unioned."""
-        return CounterSums(self.counts.plus(other.counts), self.events + other.events,
-                           union_of((self.voters, other.voters)))
+        return CounterSums(
+            self.counts.plus(other.counts), self.events + other.events, union_of((self.voters, other.voters))
+        )
 
 
 class PostDelta(NamedTuple):
@@ -103,17 +105,30 @@ class PostDelta(NamedTuple):
     sums: CounterSums
 
     @classmethod
-    def of(cls, post_id: str, event_hour: int, delta_id: str, *, events: int = 0, voters: bytes | None = None,
-           **counts: int) -> PostDelta:
+    def of(
+        cls,
+        post_id: str,
+        event_hour: int,
+        delta_id: str,
+        *,
+        events: int = 0,
+        voters: bytes | None = None,
+        **counts: int,
+    ) -> PostDelta:
         """A delta from counts by name (`upvotes=3`), as moderation, tests and benchmarks build one."""
         return cls(post_id, event_hour, delta_id, CounterSums(Counts(**counts), events, voters))
 
     def to_json(self) -> dict:
         """The delta as a flat JSON object (its dead-letter form), the sketch as base64 text."""
         voters = self.sums.voters
-        return {"post_id": self.post_id, "event_hour": self.event_hour, "delta_id": self.delta_id,
-                **self.sums.counts._asdict(), "events": self.sums.events,
-                "voters": None if voters is None else base64.b64encode(voters).decode()}
+        return {
+            "post_id": self.post_id,
+            "event_hour": self.event_hour,
+            "delta_id": self.delta_id,
+            **self.sums.counts._asdict(),
+            "events": self.sums.events,
+            "voters": None if voters is None else base64.b64encode(voters).decode(),
+        }
 
     @classmethod
     def from_json(cls, fields: dict) -> PostDelta:
@@ -121,8 +136,12 @@ class PostDelta(NamedTuple):
         dead-lettered before a counter existed reads 0 of it."""
         voters = fields.get("voters")
         counts = Counts(**{name: fields[name] for name in NAMES if name in fields})
-        return cls(fields["post_id"], fields["event_hour"], fields["delta_id"],
-                   CounterSums(counts, fields["events"], None if voters is None else base64.b64decode(voters)))
+        return cls(
+            fields["post_id"],
+            fields["event_hour"],
+            fields["delta_id"],
+            CounterSums(counts, fields["events"], None if voters is None else base64.b64decode(voters)),
+        )
 
 
 class FailedDelta(NamedTuple):
@@ -146,8 +165,10 @@ class FailedVoteStates(NamedTuple):
     @staticmethod
     def states_from_json(items: list[dict]) -> dict[PostUser, LatestVote]:
         """states_json's inverse."""
-        return {PostUser(item["post_id"], item["user_id"]):
-                LatestVote(**{name: item[name] for name in LatestVote._fields}) for item in items}
+        return {
+            PostUser(item["post_id"], item["user_id"]): LatestVote(**{name: item[name] for name in LatestVote._fields})
+            for item in items
+        }
 
 
 class PostTotals(NamedTuple):

@@ -25,9 +25,11 @@ at or before the state's time, or that has none). Every move then takes out what
 contributes and puts in what the new one does (`contributed`), so the counts are the users in each
 latest state that no active suspension covers.
 """
+
 from __future__ import annotations
 
-from typing import Hashable, Iterable, MutableMapping, NamedTuple, TypeVar
+from collections.abc import Hashable, Iterable, MutableMapping
+from typing import NamedTuple, TypeVar
 
 from schemas.counters import COUNTER_OF_VOTE, Counts
 

@@ -14,9 +14,10 @@ and languages (Java, C++, Python), and its HLL is exact below its list/set thres
 LG_K 14 (HLL_4) is at most ~8.5 KB per sketch, about 0.8% standard error (measured in
 `make bench`, bench/unique_voters.py); a sketch of a few voters is a few bytes per voter.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from datasketches import hll_sketch, hll_union, tgt_hll_type
 
@@ -44,12 +45,12 @@ class VoterUnion:
         if sketch is not None:
             self.add(sketch)
 
-    def add(self, sketch: bytes | None) -> "VoterUnion":
+    def add(self, sketch: bytes | None) -> VoterUnion:
         if sketch:
             self._union.update(hll_sketch.deserialize(sketch))
         return self
 
-    def merge(self, other: "VoterUnion") -> "VoterUnion":
+    def merge(self, other: VoterUnion) -> VoterUnion:
         self._union.update(other._union.get_result(TARGET_TYPE))
         return self
 
@@ -96,8 +97,11 @@ def same_voters(a: bytes | None, b: bytes | None) -> bool:
     if settled_a == settled_b:
         return True
     both = VoterUnion(a).add(b).to_bytes()
-    return (hll_sketch.deserialize(settled_a).get_estimate() == hll_sketch.deserialize(settled_b).get_estimate()
-            == hll_sketch.deserialize(both).get_estimate())
+    return (
+        hll_sketch.deserialize(settled_a).get_estimate()
+        == hll_sketch.deserialize(settled_b).get_estimate()
+        == hll_sketch.deserialize(both).get_estimate()
+    )
 
 
 def estimate(sketch: bytes | None) -> int:

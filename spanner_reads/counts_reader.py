@@ -23,14 +23,16 @@ hotspot. A CountsReader, one per process, answers from a per-process cache inste
 The clock (monotonic seconds) is injectable, so tests move time instead of sleeping.
 Thread-safe; meant for thread-pool servers (FastAPI runs plain `def` routes in threads).
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Generic, Hashable, Iterable, NamedTuple, TypeVar, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from schemas.counters import Counts
 from schemas.records import PostTotals
@@ -143,9 +145,15 @@ class CountsReader:
     counts, one per load of a top-n ranking (all time, hot or last N hours).
     """
 
-    def __init__(self, database, staleness_s: float = 0.0, refresh_s: float = DEFAULT_REFRESH_S,
-                 max_posts: int = DEFAULT_MAX_POSTS, top_extra: int = DEFAULT_EXTRA,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        database,
+        staleness_s: float = 0.0,
+        refresh_s: float = DEFAULT_REFRESH_S,
+        max_posts: int = DEFAULT_MAX_POSTS,
+        top_extra: int = DEFAULT_EXTRA,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if staleness_s < 0 or refresh_s < 0 or max_posts < 1:
             raise ValueError("staleness_s and refresh_s must be >= 0 and max_posts >= 1")
         self._database = database

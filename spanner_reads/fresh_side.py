@@ -23,10 +23,12 @@ The budget, per read: the commits read add at most RESOLVE_POSTS posts to those 
 most RESOLVE_COMMITS commit rows (a budget of 0 posts reads nothing: the bounds alone decide). A commit whose posts would pass the budget is not taken; past the
 budget the answer says it is not certified, with the bound of the commits left (docs/reading.md).
 """
+
 from __future__ import annotations
 
+from collections.abc import Container, Iterable
 from datetime import datetime, timezone
-from typing import Container, Iterable, NamedTuple
+from typing import NamedTuple
 
 from spanner_reads.reads import last_fold_snapshot
 from spanner_store.delta_commits import fold_cursor, posts_of_commits
@@ -76,8 +78,9 @@ class Resolver:
     """The commits one read has read to resolve its bounds (see the module docstring), within its
     budget. `open_commits` are the candidate rows whose bounds still count."""
 
-    def __init__(self, snapshot, candidates: Candidates, max_posts: int = RESOLVE_POSTS,
-                 max_commits: int = RESOLVE_COMMITS) -> None:
+    def __init__(
+        self, snapshot, candidates: Candidates, max_posts: int = RESOLVE_POSTS, max_commits: int = RESOLVE_COMMITS
+    ) -> None:
         self._snapshot = snapshot
         self._open = {commit.commit_id: commit for commit in candidates.commits}
         self._tried: set[str] = set()
@@ -102,7 +105,7 @@ class Resolver:
         budget takes, and returns their posts not in `considered`; their bounds no longer count.
         None when no commit could be read (every one tried before, or past the budget)."""
         wanted = [self._open[c] for c in commit_ids if c in self._open and c not in self._tried]
-        wanted = wanted[:self._commits_left]
+        wanted = wanted[: self._commits_left]
         if not wanted:
             return None
         self._tried.update(commit.commit_id for commit in wanted)

@@ -16,12 +16,13 @@ Without a cursor (no fold has recorded one: a new or migrated database), or with
 (`upvotes status --full-scan`), step 3 reads every post's watermark instead, as the fold's full
 scan does.
 """
+
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Iterable, Iterator
 
 from google.cloud import spanner
 
@@ -60,7 +61,7 @@ def _watermark_chunks(snapshot, keyset: spanner.KeySet) -> Iterator[dict[PostKey
 def _candidate_chunks(snapshot, post_ids: Iterable[str]) -> Iterator[dict[PostKey, datetime]]:
     keys = sorted({post_key(p) for p in post_ids})
     for start in range(0, len(keys), READ_CHUNK):
-        yield from _watermark_chunks(snapshot, KeySet(keys=[list(k) for k in keys[start:start + READ_CHUNK]]))
+        yield from _watermark_chunks(snapshot, KeySet(keys=[list(k) for k in keys[start : start + READ_CHUNK]]))
 
 
 def delta_health(database, recent_window: timedelta = RECENT_WINDOW, full_scan: bool = False) -> DeltaHealth:
@@ -75,25 +76,31 @@ def delta_health(database, recent_window: timedelta = RECENT_WINDOW, full_scan: 
         cursor = None if full_scan else fold_cursor(snapshot)
         rows_read = 1 + (0 if cursor is None else 1 + len(cursor.skipped))
         candidates = set() if cursor is None else {post.post_id for post in cursor.skipped}
-        for change in read_changes(snapshot, recent_since if cursor is None else min(cursor.changes_through,
-                                                                                      recent_since)):
+        for change in read_changes(
+            snapshot, recent_since if cursor is None else min(cursor.changes_through, recent_since)
+        ):
             rows_read += 1
             if change.committed_at > recent_since:
                 recent_rows += change.delta_rows
                 recent_votes += change.events
             if cursor is not None and change.committed_at > cursor.changes_through:
                 candidates.update(change.post_ids)
-        chunks = (_watermark_chunks(snapshot, spanner.KeySet(all_=True)) if cursor is None
-                  else _candidate_chunks(snapshot, candidates))
+        chunks = (
+            _watermark_chunks(snapshot, spanner.KeySet(all_=True))
+            if cursor is None
+            else _candidate_chunks(snapshot, candidates)
+        )
         for watermarks in chunks:
             rows_read += len(watermarks)
             with_unfolded = set()
             for post_hash, post_id, committed_at in read_unfolded(
-                    snapshot, watermarks, ("PostHash", "PostId", "CommittedAt")):
+                snapshot, watermarks, ("PostHash", "PostId", "CommittedAt")
+            ):
                 rows_read += 1
                 unfolded += 1
                 with_unfolded.add((post_hash, post_id))
                 oldest = committed_at if oldest is None else min(oldest, committed_at)
             posts += len(with_unfolded)
-    return DeltaHealth(read_at, posts, last_fold, unfolded, oldest, recent_rows, recent_votes, recent_window,
-                       rows_read, cursor is None)
+    return DeltaHealth(
+        read_at, posts, last_fold, unfolded, oldest, recent_rows, recent_votes, recent_window, rows_read, cursor is None
+    )

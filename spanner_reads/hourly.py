@@ -24,10 +24,12 @@ Hours are the event-time buckets of the pipeline: an hour is reported when it ov
 `until` is included. Hours without any vote row are left out; an hour whose votes cancel
 out (an upvote and an un-vote) is reported with its net zero, like the publisher's ledger.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from google.cloud import spanner
 
@@ -35,7 +37,14 @@ from schemas.counters import Counts
 from schemas.voter_sketch import estimate, union_of
 from spanner_store.key_sets import KeySet
 from spanner_store.tables import (
-    COUNTER_COLUMNS, DELTA_SUM_COLUMNS, HOURLY, HOURLY_WATERMARK, POSTS, counts_at, hour_timestamp, post_key,
+    COUNTER_COLUMNS,
+    DELTA_SUM_COLUMNS,
+    HOURLY,
+    HOURLY_WATERMARK,
+    POSTS,
+    counts_at,
+    hour_timestamp,
+    post_key,
 )
 from spanner_store.unfolded import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 
@@ -56,8 +65,9 @@ def hour_floor(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def hourly_counts(database, post_id: str, since: datetime, until: datetime | None = None,
-                  unique: bool = False) -> list[HourCount]:
+def hourly_counts(
+    database, post_id: str, since: datetime, until: datetime | None = None, unique: bool = False
+) -> list[HourCount]:
     """Exact counts of `post_id` per event hour overlapping [since, until), oldest first; with
     `unique`, each hour's unique voters too."""
     first, end = hour_floor(since), None if until is None else _utc(until)
@@ -80,19 +90,27 @@ def hourly_counts_in(snapshot, post_id: str, unique: bool = False) -> list[HourC
             counts[hour] = counts.get(hour, Counts()).plus(sums.counts)
             voters.setdefault(hour, []).append(sums.voters)
 
-    posts = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
-                               keyset=spanner.KeySet(keys=[list(key)])))
+    posts = list(
+        snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK), keyset=spanner.KeySet(keys=[list(key)]))
+    )
     if not posts:
         return []
-    add(snapshot.read(HOURLY, columns=DELTA_SUM_COLUMNS,
-                      keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key))])))
+    add(
+        snapshot.read(
+            HOURLY,
+            columns=DELTA_SUM_COLUMNS,
+            keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(key), end_closed=list(key))]),
+        )
+    )
     add(read_unfolded(snapshot, {key: hourly_watermark(*posts[0])}, DELTA_SUM_COLUMNS))
-    return [HourCount(hour, counts[hour], estimate(union_of(voters[hour])) if unique else None)
-            for hour in sorted(counts)]
+    return [
+        HourCount(hour, counts[hour], estimate(union_of(voters[hour])) if unique else None) for hour in sorted(counts)
+    ]
 
 
-def hours_of_posts(snapshot, post_ids: Iterable[str], first_hour: int | None = None,
-                   last_hour: int | None = None) -> dict[str, dict[int, Counts]]:
+def hours_of_posts(
+    snapshot, post_ids: Iterable[str], first_hour: int | None = None, last_hour: int | None = None
+) -> dict[str, dict[int, Counts]]:
     """Exact counts per event hour (epoch seconds) of many posts, in the hours [first_hour,
     last_hour] when given, read in `snapshot` (multi-use): the folded hourly rows plus the
     deltas committed after each post's hourly watermark, READ_CHUNK posts per read. A post
@@ -109,16 +127,24 @@ def hours_of_posts(snapshot, post_ids: Iterable[str], first_hour: int | None = N
                 hours[post_id][at] = hours[post_id].get(at, Counts()).plus(counts_at(counts, 0))
 
     for start in range(0, len(wanted), READ_CHUNK):
-        keys = [post_key(p) for p in wanted[start:start + READ_CHUNK]]
-        watermarks = {(h, p): hourly_watermark(folded, hourly) for h, p, folded, hourly in snapshot.read(
-            POSTS, columns=("PostHash", "PostId", "FoldedThrough", HOURLY_WATERMARK),
-            keyset=KeySet(keys=[list(key) for key in keys]))}
+        keys = [post_key(p) for p in wanted[start : start + READ_CHUNK]]
+        watermarks = {
+            (h, p): hourly_watermark(folded, hourly)
+            for h, p, folded, hourly in snapshot.read(
+                POSTS,
+                columns=("PostHash", "PostId", "FoldedThrough", HOURLY_WATERMARK),
+                keyset=KeySet(keys=[list(key) for key in keys]),
+            )
+        }
         # EventHour is DESC in the key: a post's window runs from its newest hour to its oldest.
-        ranges = [spanner.KeyRange(start_closed=[h, p] + ([newest] if newest else []),
-                                   end_closed=[h, p] + ([oldest] if oldest else [])) for h, p in watermarks]
+        ranges = [
+            spanner.KeyRange(
+                start_closed=[h, p] + ([newest] if newest else []), end_closed=[h, p] + ([oldest] if oldest else [])
+            )
+            for h, p in watermarks
+        ]
         if ranges:
-            add(snapshot.read(HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS,
-                              keyset=KeySet(ranges=ranges)))
+            add(snapshot.read(HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS, keyset=KeySet(ranges=ranges)))
         add(read_unfolded(snapshot, watermarks, ("PostId", "EventHour") + COUNTER_COLUMNS))
     return hours
 
@@ -130,5 +156,5 @@ def _plain(hour: datetime) -> datetime:
 
 
 def hour_text(hour: datetime) -> str:
-    """"2026-11-22T01:00:00Z", the form the publisher's ledger uses."""
+    """ "2026-11-22T01:00:00Z", the form the publisher's ledger uses."""
     return _utc(hour).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -15,6 +15,7 @@ minute, then ten, an hour, a day and the 30-day retention, stopping at the first
 a row. A live stream is found in the first minute's rows; a stream dead for a day costs the
 rows of the day before it stopped.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,11 +25,20 @@ from google.cloud import spanner
 
 from spanner_store.database import read_timestamp
 from spanner_store.tables import (
-    DELTA_RETENTION_DAYS, STREAM_HEARTBEAT_COLUMNS, STREAM_HEARTBEATS, TOP_CANDIDATES, committed_after,
+    DELTA_RETENTION_DAYS,
+    STREAM_HEARTBEAT_COLUMNS,
+    STREAM_HEARTBEATS,
+    TOP_CANDIDATES,
+    committed_after,
 )
 
-LOOKBACKS = (timedelta(minutes=1), timedelta(minutes=10), timedelta(hours=1), timedelta(days=1),
-             timedelta(days=DELTA_RETENTION_DAYS))
+LOOKBACKS = (
+    timedelta(minutes=1),
+    timedelta(minutes=10),
+    timedelta(hours=1),
+    timedelta(days=1),
+    timedelta(days=DELTA_RETENTION_DAYS),
+)
 
 
 def last_delta_commit(snapshot, now: datetime) -> datetime | None:
@@ -36,9 +46,10 @@ def last_delta_commit(snapshot, now: datetime) -> datetime | None:
     if none is kept (never written, or older than the retention)."""
     for lookback in LOOKBACKS:
         since = now - lookback
-        newest = max((row[0] for row in snapshot.read(TOP_CANDIDATES, columns=("CommittedAt",),
-                                                      keyset=committed_after(since))),
-                     default=None)
+        newest = max(
+            (row[0] for row in snapshot.read(TOP_CANDIDATES, columns=("CommittedAt",), keyset=committed_after(since))),
+            default=None,
+        )
         if newest is not None:
             return newest
     return None

@@ -1,5 +1,6 @@
 """A user's own votes, as applied so far: "my vote" on one post (`upvotes read --user`, the
 service's private route), and every vote of one user (one key range, what an erasure request reads)."""
+
 from __future__ import annotations
 
 from schemas.records import PostUser

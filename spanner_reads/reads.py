@@ -4,11 +4,12 @@ An exact count is the folded aggregate plus the deltas committed after the post'
 watermark (spanner_store/unfolded.py), read in one read-only snapshot, so a fold committing in
 between can never make a delta count twice or not at all.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
 
 from google.cloud.spanner_v1 import param_types
 
@@ -46,20 +47,23 @@ def counts_in_snapshot(snapshot, post_ids: Iterable[str], unique: bool = False) 
     counts: dict[str, Counts] = {}
     sketches: dict[str, list[bytes | None]] = {}
     for start in range(0, len(wanted), READ_CHUNK):
-        keys = [list(post_key(p)) for p in wanted[start:start + READ_CHUNK]]
+        keys = [list(post_key(p)) for p in wanted[start : start + READ_CHUNK]]
         watermarks = {}
-        for row in snapshot.read(POSTS, columns=("PostHash", "PostId", "FoldedThrough") + COUNTER_COLUMNS + voters,
-                                 keyset=KeySet(keys=keys)):
+        for row in snapshot.read(
+            POSTS, columns=("PostHash", "PostId", "FoldedThrough") + COUNTER_COLUMNS + voters, keyset=KeySet(keys=keys)
+        ):
             post_hash, post_id, folded_through = row[:3]
             counts[post_id] = counts_at(row, 3)
-            sketches[post_id] = [sketch_value(s) for s in row[3 + len(COUNTER_COLUMNS):]]
+            sketches[post_id] = [sketch_value(s) for s in row[3 + len(COUNTER_COLUMNS) :]]
             watermarks[(post_hash, post_id)] = folded_through
         for row in read_unfolded(snapshot, watermarks, ("PostId",) + COUNTER_COLUMNS + voters):
             post_id = row[0]
             counts[post_id] = counts[post_id].plus(counts_at(row, 1))
-            sketches[post_id] += [sketch_value(s) for s in row[1 + len(COUNTER_COLUMNS):]]
-    return [PostTotals(p, counts.get(p, Counts()), estimate(union_of(sketches.get(p, ()))) if unique else None)
-            for p in wanted]
+            sketches[post_id] += [sketch_value(s) for s in row[1 + len(COUNTER_COLUMNS) :]]
+    return [
+        PostTotals(p, counts.get(p, Counts()), estimate(union_of(sketches.get(p, ()))) if unique else None)
+        for p in wanted
+    ]
 
 
 @dataclass(frozen=True)
@@ -84,5 +88,3 @@ def top_posts(database, limit: int = 10) -> TopPosts:
     """The top posts by folded upvotes and how fresh that ranking is, in one snapshot."""
     with database.snapshot(multi_use=True) as snapshot:
         return TopPosts(ranked_posts(snapshot, limit), last_fold_snapshot(snapshot))
-
-

@@ -18,6 +18,7 @@ voted in it, never the catalogue nor the users who did not vote. A vote state th
 (the same vote again, or one a suspension holds out) writes no change-log row: such a user is only
 read if another of their states moved a count in the window.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -64,7 +65,7 @@ def votes_since(database, since: datetime, skew: timedelta = DEFAULT_SKEW) -> Re
         users, commits = users_of_changes(snapshot, since - skew)
         ordered = sorted(users)
         for start in range(0, len(ordered), USERS_PER_READ):
-            keyset = user_rows_range(*ordered[start:start + USERS_PER_READ])
+            keyset = user_rows_range(*ordered[start : start + USERS_PER_READ])
             for row in snapshot.read(VOTES, columns=READ_COLUMNS, keyset=keyset):
                 rows += 1
                 vote = stored(row)

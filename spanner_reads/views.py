@@ -76,13 +76,15 @@ Clocks: ExpiresAt and the lease deadline are written from the publisher's clock 
 compared with the reader's or the next publisher's; seconds of skew do not matter for
 retention measured in minutes to hours.
 """
+
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, NamedTuple
+from typing import NamedTuple
 
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
@@ -92,8 +94,16 @@ from spanner_reads import rankings
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, run_transaction, run_with_retries
 from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (
-    COUNTER_COLUMNS, VIEW_ACTIVE, VIEW_ACTIVE_COLUMNS, VIEW_LEASE_COLUMNS, VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS,
-    VIEW_ROWS, VIEW_VERSION_COLUMNS, VIEW_VERSIONS, counts_at,
+    COUNTER_COLUMNS,
+    VIEW_ACTIVE,
+    VIEW_ACTIVE_COLUMNS,
+    VIEW_LEASE_COLUMNS,
+    VIEW_RETIRE_COLUMNS,
+    VIEW_ROW_COLUMNS,
+    VIEW_ROWS,
+    VIEW_VERSION_COLUMNS,
+    VIEW_VERSIONS,
+    counts_at,
 )
 
 Clock = Callable[[], datetime]
@@ -142,6 +152,7 @@ WHERE ViewName = @view AND InvalidSince <= @through"""
 
 # --- errors -------------------------------------------------------------------------------
 
+
 class ViewError(Exception):
     """Base class of this module's errors."""
 
@@ -167,6 +178,7 @@ class NotCertified(ViewError):
 
 
 # --- results ------------------------------------------------------------------------------
+
 
 class ViewRow(NamedTuple):
     rank: int
@@ -231,6 +243,7 @@ class StoredRow(NamedTuple):
 
 # --- planning: a pure function of the stored rows and the new ranking ----------------------
 
+
 @dataclass
 class Plan:
     upserts: list[tuple]  # full VIEW_ROW_COLUMNS rows
@@ -241,8 +254,11 @@ class Plan:
     rows_repaired: int = 0
 
     def operations(self) -> list[tuple[str, tuple]]:
-        return ([("upsert", r) for r in self.upserts] + [("update", r) for r in self.updates]
-                + [("delete", k) for k in self.deletes])
+        return (
+            [("upsert", r) for r in self.upserts]
+            + [("update", r) for r in self.updates]
+            + [("delete", k) for k in self.deletes]
+        )
 
 
 def plan_version(view: str, stored: Iterable[StoredRow], ranking: list[Ranked], base: int, new: int) -> Plan:
@@ -287,6 +303,7 @@ def plan_version(view: str, stored: Iterable[StoredRow], ranking: list[Ranked], 
 
 # --- publishing ---------------------------------------------------------------------------
 
+
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -303,17 +320,22 @@ def _acquire(database, view: str, owner: str, lease_s: float, clock: Clock) -> t
         now = clock()
         row = _read_active(transaction, view)
         if row is None:
-            transaction.insert(VIEW_ACTIVE, columns=VIEW_ACTIVE_COLUMNS,
-                               values=[(view, None, 0, 1, owner, now + timedelta(seconds=lease_s))])
+            transaction.insert(
+                VIEW_ACTIVE,
+                columns=VIEW_ACTIVE_COLUMNS,
+                values=[(view, None, 0, 1, owner, now + timedelta(seconds=lease_s))],
+            )
             return 0, 1
         _, active, _, pending, pending_owner, pending_until = row
         if pending_owner is not None and pending_owner != owner and pending_until is not None and pending_until > now:
             raise PublishInProgress(
                 f"view {view}: version {pending} is being published by {pending_owner} "
-                f"(lease until {pending_until.isoformat()})")
+                f"(lease until {pending_until.isoformat()})"
+            )
         base = active or 0
-        transaction.update(VIEW_ACTIVE, columns=VIEW_LEASE_COLUMNS,
-                           values=[(view, base + 1, owner, now + timedelta(seconds=lease_s))])
+        transaction.update(
+            VIEW_ACTIVE, columns=VIEW_LEASE_COLUMNS, values=[(view, base + 1, owner, now + timedelta(seconds=lease_s))]
+        )
         return base, base + 1
 
     return run_with_retries(lambda: run_transaction(database, work))
@@ -331,8 +353,7 @@ def _release(database, view: str, owner: str) -> None:
     def work(transaction) -> None:
         row = _read_active(transaction, view)
         if row is not None and row[4] == owner:
-            transaction.update(VIEW_ACTIVE, columns=VIEW_LEASE_COLUMNS,
-                               values=[(view, None, None, None)])
+            transaction.update(VIEW_ACTIVE, columns=VIEW_LEASE_COLUMNS, values=[(view, None, None, None)])
 
     try:
         run_with_retries(lambda: run_transaction(database, work))
@@ -362,8 +383,12 @@ class Ranking(NamedTuple):
 
 def _rank(database, k: int, by: str) -> Ranking:
     page = rankings.RANKINGS[by].read(database, k)
-    return Ranking([(post.totals.post_id, post.totals.counts) for post in page.ranked], page.folded_through,
-                   page.exact, None if page.bound is None else float(page.bound))
+    return Ranking(
+        [(post.totals.post_id, post.totals.counts) for post in page.ranked],
+        page.folded_through,
+        page.exact,
+        None if page.bound is None else float(page.bound),
+    )
 
 
 def _certified(database, view: str, version: int) -> bool | None:
@@ -375,11 +400,22 @@ def _certified(database, view: str, version: int) -> bool | None:
 
 def _stored_rows(database, view: str, base: int) -> list[StoredRow]:
     with database.snapshot() as snapshot:
-        return [StoredRow._make([*row[:4], counts_at(row, 4)]) for row in _query(snapshot, STORED_ROWS_SQL, view=view, base=base)]
+        return [
+            StoredRow._make([*row[:4], counts_at(row, 4)])
+            for row in _query(snapshot, STORED_ROWS_SQL, view=view, base=base)
+        ]
 
 
-def _write_batch(transaction, view: str, owner: str, base: int, new: int, lease_s: float,
-                 operations: list[tuple[str, tuple]], clock: Clock) -> None:
+def _write_batch(
+    transaction,
+    view: str,
+    owner: str,
+    base: int,
+    new: int,
+    lease_s: float,
+    operations: list[tuple[str, tuple]],
+    clock: Clock,
+) -> None:
     _check_lease(transaction, view, owner, base, new)
     upserts = [values for kind, values in operations if kind == "upsert"]
     updates = [values for kind, values in operations if kind == "update"]
@@ -390,25 +426,52 @@ def _write_batch(transaction, view: str, owner: str, base: int, new: int, lease_
         transaction.update(VIEW_ROWS, columns=VIEW_RETIRE_COLUMNS, values=updates)
     if deletes:
         transaction.delete(VIEW_ROWS, spanner.KeySet(keys=deletes))
-    transaction.update(VIEW_ACTIVE, columns=("ViewName", "PendingUntil"),
-                       values=[(view, clock() + timedelta(seconds=lease_s))])
+    transaction.update(
+        VIEW_ACTIVE, columns=("ViewName", "PendingUntil"), values=[(view, clock() + timedelta(seconds=lease_s))]
+    )
 
 
-def _switch(transaction, view: str, owner: str, base: int, new: int, plan: Plan, ranking: Ranking,
-            keep_versions_for_s: float, clock: Clock) -> None:
+def _switch(
+    transaction,
+    view: str,
+    owner: str,
+    base: int,
+    new: int,
+    plan: Plan,
+    ranking: Ranking,
+    keep_versions_for_s: float,
+    clock: Clock,
+) -> None:
     _check_lease(transaction, view, owner, base, new)
     transaction.update(
         VIEW_ACTIVE,
         columns=("ViewName", "Version", "VersionCreatedAt", "PendingVersion", "PendingOwner", "PendingUntil"),
         values=[(view, new, spanner.COMMIT_TIMESTAMP, None, None, None)],
     )
-    transaction.insert_or_update(VIEW_VERSIONS, columns=VIEW_VERSION_COLUMNS, values=[(
-        view, new, spanner.COMMIT_TIMESTAMP, None, len(ranking.rows), plan.rows_written, plan.rows_retired,
-        ranking.folded_through, ranking.certified, ranking.bound,
-    )])
+    transaction.insert_or_update(
+        VIEW_VERSIONS,
+        columns=VIEW_VERSION_COLUMNS,
+        values=[
+            (
+                view,
+                new,
+                spanner.COMMIT_TIMESTAMP,
+                None,
+                len(ranking.rows),
+                plan.rows_written,
+                plan.rows_retired,
+                ranking.folded_through,
+                ranking.certified,
+                ranking.bound,
+            )
+        ],
+    )
     if base:
-        transaction.update(VIEW_VERSIONS, columns=("ViewName", "Version", "ExpiresAt"),
-                           values=[(view, base, clock() + timedelta(seconds=keep_versions_for_s))])
+        transaction.update(
+            VIEW_VERSIONS,
+            columns=("ViewName", "Version", "ExpiresAt"),
+            values=[(view, base, clock() + timedelta(seconds=keep_versions_for_s))],
+        )
 
 
 def publish_top_view(
@@ -450,7 +513,8 @@ def publish_top_view(
             raise NotCertified(
                 f"view {view}: the top {k} by {by} is not certified (a post left out may score up to "
                 f"{ranking.bound:,.4g}): nothing published. Publish again after the next fold, or pass "
-                "--allow-uncertified to publish it marked as not certified")
+                "--allow-uncertified to publish it marked as not certified"
+            )
         plan = plan_version(view, _stored_rows(database, view, base), ranking.rows, base, new)
         operations = plan.operations()
         # Unchanged ranking: nothing to publish (a crashed attempt's leftovers, if any, stay
@@ -460,13 +524,20 @@ def publish_top_view(
         published = changed or base == 0 or _certified(database, view, base) != ranking.certified
         if published:
             for start in range(0, len(operations), batch_rows):
-                batch = operations[start:start + batch_rows]
-                run_with_retries(lambda: run_transaction(  # called here: `batch` is this batch
-                    database, lambda txn: _write_batch(txn, view, owner, base, new, lease_s, batch, clock)))
+                batch = operations[start : start + batch_rows]
+                run_with_retries(
+                    lambda: run_transaction(  # called here: `batch` is this batch
+                        database, lambda txn: _write_batch(txn, view, owner, base, new, lease_s, batch, clock)
+                    )
+                )
                 transactions += 1
                 report("batch", start + len(batch))
-            run_with_retries(lambda: run_transaction(database, lambda txn: _switch(
-                txn, view, owner, base, new, plan, ranking, keep_versions_for_s, clock)))
+            run_with_retries(
+                lambda: run_transaction(
+                    database,
+                    lambda txn: _switch(txn, view, owner, base, new, plan, ranking, keep_versions_for_s, clock),
+                )
+            )
             transactions += 1
             report("switch", new)
         else:
@@ -478,17 +549,27 @@ def publish_top_view(
     versions_expired, rows_deleted, gc_transactions = expire_versions(database, view, batch_rows, clock)
     report("expire", rows_deleted)
     return ViewVersion(
-        view=view, version=new if published else base, previous_version=base or None, published=published,
-        ranked_rows=len(ranking.rows), rows_written=plan.rows_written if published else 0,
-        rows_retired=plan.rows_retired if published else 0, rows_repaired=plan.rows_repaired if published else 0,
-        full_rewrite_rows=len(ranking.rows), transactions=transactions + gc_transactions,
-        versions_expired=versions_expired, rows_deleted=rows_deleted,
-        seconds=round(time.monotonic() - started, 3), certified=ranking.certified, bound=ranking.bound,
+        view=view,
+        version=new if published else base,
+        previous_version=base or None,
+        published=published,
+        ranked_rows=len(ranking.rows),
+        rows_written=plan.rows_written if published else 0,
+        rows_retired=plan.rows_retired if published else 0,
+        rows_repaired=plan.rows_repaired if published else 0,
+        full_rewrite_rows=len(ranking.rows),
+        transactions=transactions + gc_transactions,
+        versions_expired=versions_expired,
+        rows_deleted=rows_deleted,
+        seconds=round(time.monotonic() - started, 3),
+        certified=ranking.certified,
+        bound=ranking.bound,
     )
 
 
-def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAULT_BATCH_ROWS,
-                    clock: Clock = utc_now) -> tuple[int, int, int]:
+def expire_versions(
+    database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAULT_BATCH_ROWS, clock: Clock = utc_now
+) -> tuple[int, int, int]:
     """Expires the oldest versions whose ExpiresAt has passed and deletes what only they used.
 
     Returns (versions newly expired, rows deleted, transactions). Safe to run concurrently
@@ -497,8 +578,9 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
     batch_rows = min(batch_rows, MAX_BATCH_ROWS)
     now = clock()
     with database.snapshot(multi_use=True) as snapshot:
-        active = list(snapshot.read(VIEW_ACTIVE, columns=("Version", "ExpiredThrough"),
-                                    keyset=spanner.KeySet(keys=[[view]])))
+        active = list(
+            snapshot.read(VIEW_ACTIVE, columns=("Version", "ExpiredThrough"), keyset=spanner.KeySet(keys=[[view]]))
+        )
         if not active:
             return 0, 0, 0
         expired_through = active[0][1]
@@ -511,6 +593,7 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
             through = version
     transactions = 0
     if through > expired_through:
+
         def raise_watermark(transaction) -> int:
             active = _read_active(transaction, view)
             assert active is not None  # seen above, and a view's row is never deleted
@@ -522,48 +605,68 @@ def expire_versions(database, view: str = DEFAULT_VIEW, batch_rows: int = DEFAUL
         expired_through = run_with_retries(lambda: run_transaction(database, raise_watermark))
         transactions += 1
     with database.snapshot(multi_use=True) as snapshot:
-        old_versions = [(view, v) for (v,) in _query(
-            snapshot, "SELECT Version FROM TopPostsVersions WHERE ViewName = @view AND Version <= @through",
-            view=view, through=expired_through)]
+        old_versions = [
+            (view, v)
+            for (v,) in _query(
+                snapshot,
+                "SELECT Version FROM TopPostsVersions WHERE ViewName = @view AND Version <= @through",
+                view=view,
+                through=expired_through,
+            )
+        ]
         # A row valid through version InvalidSince - 1 <= expired_through is seen by no live version.
-        old_rows = [(view, rank, valid_since) for rank, valid_since in _query(
-            snapshot, EXPIRED_ROWS_SQL, view=view, through=expired_through + 1)]
+        old_rows = [
+            (view, rank, valid_since)
+            for rank, valid_since in _query(snapshot, EXPIRED_ROWS_SQL, view=view, through=expired_through + 1)
+        ]
     for table, keys in ((VIEW_VERSIONS, old_versions), (VIEW_ROWS, old_rows)):
         for start in range(0, len(keys), batch_rows):
-            chunk = [list(key) for key in keys[start:start + batch_rows]]
-            run_with_retries(lambda: commit_mutations(  # called here: `table` and `chunk` are these
-                database, lambda batch: batch.delete(table, spanner.KeySet(keys=chunk))))
+            chunk = [list(key) for key in keys[start : start + batch_rows]]
+            run_with_retries(
+                lambda: commit_mutations(  # called here: `table` and `chunk` are these
+                    database, lambda batch: batch.delete(table, spanner.KeySet(keys=chunk))
+                )
+            )
             transactions += 1
     return len(old_versions), len(old_rows), transactions
 
 
 # --- reading ------------------------------------------------------------------------------
 
-def read_top_page(database, version: int | None, page: int, page_size: int, view: str = DEFAULT_VIEW,
-                  clock: Clock = utc_now) -> TopPage:
+
+def read_top_page(
+    database, version: int | None, page: int, page_size: int, view: str = DEFAULT_VIEW, clock: Clock = utc_now
+) -> TopPage:
     """Page `page` (from 1) of `version` (None: the active one), read in one snapshot."""
     if page < 1 or page_size < 1:
         raise ValueError("page and page_size must be at least 1")
     with database.snapshot(multi_use=True) as snapshot:
-        active = list(snapshot.read(VIEW_ACTIVE, columns=("Version", "ExpiredThrough"),
-                                    keyset=spanner.KeySet(keys=[[view]])))
+        active = list(
+            snapshot.read(VIEW_ACTIVE, columns=("Version", "ExpiredThrough"), keyset=spanner.KeySet(keys=[[view]]))
+        )
         if not active or active[0][0] is None:
             raise NoActiveVersion(f"view {view} has no published version yet (run `upvotes publish-top-view`)")
         active_version, expired_through = active[0]
         wanted = active_version if version is None else version
         if wanted > active_version or wanted <= expired_through:
             raise VersionNotAvailable(
-                f"view {view} has no version {wanted}: readable versions are "
-                f"{expired_through + 1}..{active_version}")
-        meta = list(snapshot.read(VIEW_VERSIONS, columns=("CreatedAt", "ExpiresAt", "RankedRows", "FoldedThrough",
-                                                          "Certified", "Bound"),
-                                  keyset=spanner.KeySet(keys=[[view, wanted]])))
+                f"view {view} has no version {wanted}: readable versions are {expired_through + 1}..{active_version}"
+            )
+        meta = list(
+            snapshot.read(
+                VIEW_VERSIONS,
+                columns=("CreatedAt", "ExpiresAt", "RankedRows", "FoldedThrough", "Certified", "Bound"),
+                keyset=spanner.KeySet(keys=[[view, wanted]]),
+            )
+        )
         if not meta:
             raise VersionNotAvailable(f"view {view} has no version {wanted}")
         created_at, expires_at, ranked_rows, folded_through, certified, bound = meta[0]
         if expires_at is not None and expires_at <= clock():
             raise VersionNotAvailable(f"view {view}: version {wanted} expired at {expires_at.isoformat()}")
         first = (page - 1) * page_size + 1
-        rows = [ViewRow(row[0], row[1], counts_at(row, 2)) for row in _query(
-            snapshot, PAGE_SQL, view=view, version=wanted, first=first, last=first + page_size - 1)]
+        rows = [
+            ViewRow(row[0], row[1], counts_at(row, 2))
+            for row in _query(snapshot, PAGE_SQL, view=view, version=wanted, first=first, last=first + page_size - 1)
+        ]
     return TopPage(view, wanted, page, page_size, ranked_rows, created_at, folded_through, rows, certified, bound)

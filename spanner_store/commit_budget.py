@@ -8,10 +8,12 @@ row per post and hour). From that one description come both the cost of a given 
 (`CommitCost.of`, what tests and the transactions check) and the cuts (`cut_within_budget`),
 so the two cannot disagree. Pure: unit-tested without Spanner (tests/test_commit_budget.py).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Generic, Hashable, Iterable, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -41,12 +43,16 @@ class CommitCost(Generic[T]):
     def of(self, items: Iterable[T]) -> int:
         """The mutations one commit of these items costs."""
         items = list(items)
-        return (self.per_commit + len(items) * self.per_item
-                + sum(len({share.key(item) for item in items}) * share.mutations for share in self.shared))
+        return (
+            self.per_commit
+            + len(items) * self.per_item
+            + sum(len({share.key(item) for item in items}) * share.mutations for share in self.shared)
+        )
 
 
-def cut_within_budget(items: Iterable[T], cost: CommitCost[T], max_rows: int, max_mutations: int,
-                      what: str = "item") -> list[list[T]]:
+def cut_within_budget(
+    items: Iterable[T], cost: CommitCost[T], max_rows: int, max_mutations: int, what: str = "item"
+) -> list[list[T]]:
     """Cuts `items`, in the order given, into commits of at most `max_rows` items and
     `max_mutations` mutations (`cost`), each as full as both limits allow. Raises ValueError when
     a commit of one item would break the budget (`what` names an item in the message)."""
@@ -58,8 +64,9 @@ def cut_within_budget(items: Iterable[T], cost: CommitCost[T], max_rows: int, ma
     spent = cost.per_commit
     for item in items:
         keys = [share.key(item) for share in cost.shared]
-        extra = cost.per_item + sum(share.mutations for share, key, known in zip(cost.shared, keys, seen)
-                                    if key not in known)
+        extra = cost.per_item + sum(
+            share.mutations for share, key, known in zip(cost.shared, keys, seen) if key not in known
+        )
         if current and (len(current) >= max_rows or spent + extra > max_mutations):
             commits.append(current)
             current, seen, spent = [], [set() for _ in cost.shared], cost.per_commit

@@ -6,15 +6,17 @@ without a retry hint, and the emulator aborts any second concurrent transaction 
 so short jittered retries of our own keep throughput up and every retry bounded. Which
 errors are worth a retry is decided in one place, `is_transient`.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from google.api_core import exceptions, gapic_v1
 from google.cloud import spanner
@@ -80,8 +82,16 @@ def is_transient(error: BaseException) -> bool:
     read-write transaction: a retry takes the session the client hands out next, which is the
     same one unless another is free (the classic pool is a stack; a multiplexed session is one).
     """
-    if isinstance(error, (exceptions.Aborted, exceptions.ServiceUnavailable, exceptions.DeadlineExceeded,
-                          exceptions.ResourceExhausted, exceptions.Cancelled)):
+    if isinstance(
+        error,
+        (
+            exceptions.Aborted,
+            exceptions.ServiceUnavailable,
+            exceptions.DeadlineExceeded,
+            exceptions.ResourceExhausted,
+            exceptions.Cancelled,
+        ),
+    ):
         return True
     if isinstance(error, exceptions.InternalServerError):
         return any(message in _message(error) for message in RETRYABLE_INTERNAL_MESSAGES)
@@ -182,12 +192,18 @@ def wait_for_schema(work: Callable[[], T], writer: str, on_wait: Callable[[], No
             if not schema_behind(error) or waited >= SCHEMA_WAIT_S:
                 raise
             if waited == 0:
-                LOG.warning("the database lacks what this version writes (%s): run `upvotes provision`; "
-                            "the %s retries every %.0f s", error.message, writer, SCHEMA_POLL_S)
+                LOG.warning(
+                    "the database lacks what this version writes (%s): run `upvotes provision`; "
+                    "the %s retries every %.0f s",
+                    error.message,
+                    writer,
+                    SCHEMA_POLL_S,
+                )
             if on_wait is not None:
                 on_wait()
             time.sleep(SCHEMA_POLL_S)
             waited += SCHEMA_POLL_S
+
 
 OPERATION_TIMEOUT_S = 600  # a long-running operation: creating an instance or a database, a DDL change
 # Real Spanner rejects a commit of more than 80,000 mutations (one per column written, plus
@@ -215,7 +231,8 @@ def open_database(project: str, instance: str, database: str) -> Database:
     handle = client.instance(instance).database(database)
     transport = handle.spanner_api._transport  # noqa: SLF001 - no public hook for a call's default retry
     transport._wrapped_methods[transport.commit] = gapic_v1.method.wrap_method(  # noqa: SLF001
-        transport.commit, default_retry=None, default_timeout=COMMIT_TIMEOUT_S)
+        transport.commit, default_retry=None, default_timeout=COMMIT_TIMEOUT_S
+    )
     return handle
 
 

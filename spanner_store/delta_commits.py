@@ -15,18 +15,25 @@ changed without reading the others.
   why the next fold may rely on that is in spanner_writes/folding.py. Issue 30's fresh reads use
   the skipped list to know which posts the cursor's snapshot does not cover.
 """
+
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from google.cloud import spanner
 
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
-    DELTA_COMMIT_COLUMNS, DELTA_COMMITS, FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, commit_shard, committed_after,
+    DELTA_COMMIT_COLUMNS,
+    DELTA_COMMITS,
+    FOLD_RUN_SKIPPED,
+    FOLD_RUN_SKIPPED_COLUMNS,
+    commit_shard,
+    committed_after,
 )
 
 MUTATIONS_PER_DELTA_COMMIT = insert_cost(DELTA_COMMITS, DELTA_COMMIT_COLUMNS)  # spanner_store/mutation_cost.py
@@ -59,7 +66,8 @@ class Change(NamedTuple):
 def read_changes(snapshot, after: datetime, shard: int | None = None) -> Iterator[Change]:
     """The commits after `after` in the snapshot, of every shard or of one (for parallel readers)."""
     for committed_at, post_ids, delta_rows, events in snapshot.read(
-            DELTA_COMMITS, columns=("CommittedAt", "PostIds", "DeltaRows", "Events"), keyset=committed_after(after, shard)):
+        DELTA_COMMITS, columns=("CommittedAt", "PostIds", "DeltaRows", "Events"), keyset=committed_after(after, shard)
+    ):
         yield Change(committed_at, post_ids, delta_rows, events)
 
 
@@ -82,8 +90,12 @@ def posts_of_commits(snapshot, commits: Iterable[tuple[int, datetime, str]]) -> 
     keys = [list(commit) for commit in commits]
     if not keys:
         return {}
-    return {commit_id: post_ids for commit_id, post_ids in snapshot.read(
-        DELTA_COMMITS, columns=("CommitId", "PostIds"), keyset=KeySet(keys=keys))}
+    return {
+        commit_id: post_ids
+        for commit_id, post_ids in snapshot.read(
+            DELTA_COMMITS, columns=("CommitId", "PostIds"), keyset=KeySet(keys=keys)
+        )
+    }
 
 
 class SkippedPost(NamedTuple):
@@ -108,7 +120,12 @@ def fold_cursor(snapshot) -> FoldCursor | None:
     if not rows:
         return None
     fold_id, changes_through = rows[0]
-    skipped = tuple(SkippedPost(*row[1:]) for row in snapshot.read(
-        FOLD_RUN_SKIPPED, columns=FOLD_RUN_SKIPPED_COLUMNS, keyset=spanner.KeySet(ranges=[
-            spanner.KeyRange(start_closed=[fold_id], end_closed=[fold_id])])))
+    skipped = tuple(
+        SkippedPost(*row[1:])
+        for row in snapshot.read(
+            FOLD_RUN_SKIPPED,
+            columns=FOLD_RUN_SKIPPED_COLUMNS,
+            keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=[fold_id], end_closed=[fold_id])]),
+        )
+    )
     return FoldCursor(fold_id, changes_through, skipped)

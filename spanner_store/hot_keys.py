@@ -5,10 +5,11 @@ every hourly row of the post (schemas/hot_score.py is deterministic), and both w
 watermark it was computed at (HotKeyThrough) with it, so a fenced HotKey is the score of the
 post's hourly rows at its hourly watermark: the database rejects a move of that watermark by any
 writer that does not move HotKeyThrough with it (schemas/posts.sql, HotKeyCurrent)."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Iterable
 
 from schemas.hot_score import hot_score
 from schemas.records import CounterSums
@@ -33,6 +34,9 @@ def hot_keys_of(transaction, hours: PostHours) -> dict[PostKey, float | None]:
     """Each post's HotKey from all of its hours, with the half-life recorded in the database
     (read in the same transaction); None for every post while none is recorded."""
     half_life = read_settings(transaction).half_life_hours
-    return {post: None if half_life is None else hot_score(
-        ((int(hour.timestamp()), sums.counts) for hour, sums in post_hours.items()), half_life).key
-        for post, post_hours in hours.items()}
+    return {
+        post: None
+        if half_life is None
+        else hot_score(((int(hour.timestamp()), sums.counts) for hour, sums in post_hours.items()), half_life).key
+        for post, post_hours in hours.items()
+    }

@@ -14,9 +14,10 @@ wrapped without a copy. It is the same message: tests/test_key_sets.py holds its
 client's for keys and every kind of range bound. `_to_pb` and `_make_value_pb` are the client's
 private names (what `Snapshot.read` and `Batch.delete` call); that test fails if they change.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from google.cloud import spanner
 from google.cloud.spanner_v1._helpers import _make_value_pb

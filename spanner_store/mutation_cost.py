@@ -7,9 +7,10 @@ writers plan their commits with these per-row costs; deriving them from the DDL 
 counter column, stored in an index or not, is counted without an edit (hand-counted
 constants would have undercounted it silently: the emulator does not enforce the limit).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from schemas.ddl import TableModel, schema_model
 

@@ -14,9 +14,10 @@ tests/test_mutations.py holds its bytes to the client's for every kind of value 
 `_mutations` is the client's private list of a batch's or a transaction's mutations (what `commit`
 sends); that test fails if it changes.
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from google.cloud.spanner_v1.types import Mutation
 

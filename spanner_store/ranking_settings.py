@@ -19,6 +19,7 @@
   recorded (migrated by a version before issue 44, whose `hot_backfilled` vouched for keys with
   no fence) reads as not backfilled.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -40,13 +41,19 @@ class RankingSettings(NamedTuple):
 
 def read_settings(snapshot_or_transaction) -> RankingSettings:
     """The settings, read in the caller's snapshot or transaction (one small read)."""
-    values = dict(snapshot_or_transaction.read(RANKING_SETTINGS, columns=("Name", "Value"), keyset=spanner.KeySet(
-        keys=[[HALF_LIFE], [BACKFILLED], [GENERATION]])))
+    values = dict(
+        snapshot_or_transaction.read(
+            RANKING_SETTINGS,
+            columns=("Name", "Value"),
+            keyset=spanner.KeySet(keys=[[HALF_LIFE], [BACKFILLED], [GENERATION]]),
+        )
+    )
     generation = int(values.get(GENERATION, 0))
     return RankingSettings(values.get(HALF_LIFE), generation > 0 and values.get(BACKFILLED) == 1.0, generation)
 
 
 def record_setting(batch_or_transaction, name: str, value: float) -> None:
     """Writes one setting (insert or update), stamped with the commit time."""
-    batch_or_transaction.insert_or_update(RANKING_SETTINGS, columns=RANKING_SETTING_COLUMNS,
-                                          values=[(name, value, spanner.COMMIT_TIMESTAMP)])
+    batch_or_transaction.insert_or_update(
+        RANKING_SETTINGS, columns=RANKING_SETTING_COLUMNS, values=[(name, value, spanner.COMMIT_TIMESTAMP)]
+    )

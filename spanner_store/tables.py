@@ -4,6 +4,7 @@ Every table, index and column name, and every key a row is addressed by, comes f
 so a schema change is one edit here plus the DDL. The counter columns come from the counters'
 declaration (schemas/counters.py COLUMNS), in its order, in every table that keeps counts.
 """
+
 from __future__ import annotations
 
 import base64
@@ -59,8 +60,15 @@ HOURLY_BY_HOUR = "PostHourlyCountsByHour"
 HOURLY_SHARDS = 4
 
 FOLD_RUNS = "FoldRuns"
-FOLD_RUN_COLUMNS = ("FoldId", "SnapshotAt", "PostsFolded", "DeltasFolded", "FinishedAt", "PostsSkipped",
-                    "ChangesThrough")
+FOLD_RUN_COLUMNS = (
+    "FoldId",
+    "SnapshotAt",
+    "PostsFolded",
+    "DeltasFolded",
+    "FinishedAt",
+    "PostsSkipped",
+    "ChangesThrough",
+)
 # The posts a fold run skipped, under its FoldRuns row (spanner_store/delta_commits.py reads them).
 FOLD_RUN_SKIPPED = "FoldRunSkippedPosts"
 FOLD_RUN_SKIPPED_COLUMNS = ("FoldId", "PostHash", "PostId", "Error")
@@ -71,12 +79,23 @@ STATUS_WATCHES = "StatusWatches"
 STATUS_WATCH_COLUMNS = ("Role", "Resource", "RecordedAt")
 # Each local stream's heartbeat (local_runner/heartbeat.py writes it, spanner_reads/liveness.py reads it).
 STREAM_HEARTBEATS = "StreamHeartbeats"
-STREAM_HEARTBEAT_COLUMNS = ("Subscription", "Writer", "WindowSeconds", "Host", "Pid", "StartedAt", "AliveAt",
-                            "StoppedAt")
+STREAM_HEARTBEAT_COLUMNS = (
+    "Subscription",
+    "Writer",
+    "WindowSeconds",
+    "Host",
+    "Pid",
+    "StartedAt",
+    "AliveAt",
+    "StoppedAt",
+)
 
 ADJUSTMENTS = "Adjustments"
-ADJUSTMENT_COLUMNS = ("AdjustmentId", "PostId", "Kind") + COUNTER_COLUMNS + ("Reason", "Actor", "AsOf", "CreatedAt",
-                                                                             "UserId", "SplitRows")
+ADJUSTMENT_COLUMNS = (
+    ("AdjustmentId", "PostId", "Kind")
+    + COUNTER_COLUMNS
+    + ("Reason", "Actor", "AsOf", "CreatedAt", "UserId", "SplitRows")
+)
 # What the last commit of a reset split in several commits updates: its audit row's split, cleared.
 ADJUSTMENT_SPLIT_COLUMNS = ("AdjustmentId", "SplitRows")
 
@@ -104,8 +123,11 @@ USER_SUSPENSION_RECORD_COLUMNS = ("UserHash", "UserId", "SuspensionId", "Since")
 # What a restore's record writes per user.
 USER_SUSPENSION_RESTORE_COLUMNS = ("UserHash", "UserId", "SuspensionId", "RestoredAt")
 SUSPENSIONS = "Suspensions"
-SUSPENSION_COLUMNS = ("SuspensionId", "Request", "Reason", "Actor", "Since", "UserIds", "RequestedAt", "Votes") \
-    + COUNTER_COLUMNS + ("Commits", "FinishedAt")
+SUSPENSION_COLUMNS = (
+    ("SuspensionId", "Request", "Reason", "Actor", "Since", "UserIds", "RequestedAt", "Votes")
+    + COUNTER_COLUMNS
+    + ("Commits", "FinishedAt")
+)
 # What each pass of a request adds up in its audit row, in the transaction that moves the votes.
 SUSPENSION_TALLY_COLUMNS = ("SuspensionId", "Request", "Votes") + COUNTER_COLUMNS + ("Commits",)
 SUSPENSION_FINISH_COLUMNS = ("SuspensionId", "Request", "FinishedAt")
@@ -121,8 +143,7 @@ REPLAYED_CORRECTION_COLUMNS = ("IdentityHash", "Identity", "Correction", "Replay
 COMMIT_SHARDS = 16
 # One row per commit of delta rows: that commit's biggest risers (spanner_store/top_candidates.py).
 TOP_CANDIDATES = "TopCandidates"
-TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Threshold", "RiseThreshold",
-                         "NewestHour")
+TOP_CANDIDATE_COLUMNS = ("Shard", "CommittedAt", "CandidateId", "PostIds", "Threshold", "RiseThreshold", "NewestHour")
 # One row per commit of delta rows: its posts, the change log the fold follows (spanner_store/delta_commits.py).
 DELTA_COMMITS = "DeltaCommits"
 DELTA_COMMIT_COLUMNS = ("Shard", "CommittedAt", "CommitId", "PostIds", "DeltaRows", "Events")
@@ -139,8 +160,18 @@ VIEW_ROWS = "TopPostsViewRows"
 VIEW_ROWS_BY_INVALID_SINCE = "TopPostsViewRowsByInvalidSince"
 VIEW_ACTIVE_COLUMNS = ("ViewName", "Version", "ExpiredThrough", "PendingVersion", "PendingOwner", "PendingUntil")
 VIEW_LEASE_COLUMNS = ("ViewName", "PendingVersion", "PendingOwner", "PendingUntil")
-VIEW_VERSION_COLUMNS = ("ViewName", "Version", "CreatedAt", "ExpiresAt", "RankedRows", "RowsWritten",
-                        "RowsRetired", "FoldedThrough", "Certified", "Bound")
+VIEW_VERSION_COLUMNS = (
+    "ViewName",
+    "Version",
+    "CreatedAt",
+    "ExpiresAt",
+    "RankedRows",
+    "RowsWritten",
+    "RowsRetired",
+    "FoldedThrough",
+    "Certified",
+    "Bound",
+)
 VIEW_ROW_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince", "PostId") + COUNTER_COLUMNS
 VIEW_RETIRE_COLUMNS = ("ViewName", "Rank", "ValidSince", "InvalidSince")
 
@@ -149,7 +180,7 @@ PostKey = tuple[int, str]  # (PostHash, PostId): a Posts row's primary key
 
 def counts_at(row, start: int) -> Counts:
     """The Counts in a row read with COUNTER_COLUMNS at `start` (their declared order)."""
-    return Counts(*row[start:start + len(COUNTER_COLUMNS)])
+    return Counts(*row[start : start + len(COUNTER_COLUMNS)])
 
 
 def post_key(post_id: str) -> PostKey:

@@ -12,11 +12,13 @@
   key, which is also the key of its commit's DeltaCommits row (the commit's every post): a read
   that its bounds leave uncertified reads those rows (spanner_reads/fresh_side.py).
 """
+
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from google.cloud import spanner
 
@@ -68,8 +70,15 @@ def candidate_mutation_row(deltas: list[PostDelta], commit_id: str) -> tuple:
     keyed by the commit's random ID (the one its DeltaCommits row has too)."""
     row = commit_candidates(deltas)
     newest = None if row.newest_hour is None else hour_timestamp(row.newest_hour)
-    return (commit_shard(commit_id), spanner.COMMIT_TIMESTAMP, commit_id, row.post_ids, row.threshold,
-            row.rise_threshold, newest)
+    return (
+        commit_shard(commit_id),
+        spanner.COMMIT_TIMESTAMP,
+        commit_id,
+        row.post_ids,
+        row.threshold,
+        row.rise_threshold,
+        newest,
+    )
 
 
 class CommitCandidates(NamedTuple):
@@ -102,8 +111,19 @@ class Candidates(NamedTuple):
 
 def candidates_since(snapshot, since: datetime) -> Candidates:
     """The candidate rows committed after `since`. One key range per shard."""
-    return Candidates(tuple(
-        CommitCandidates(shard, committed_at, commit_id, post_ids, threshold, rise,
-                         None if newest is None else int(newest.timestamp()))
-        for shard, committed_at, commit_id, post_ids, threshold, rise, newest in snapshot.read(
-            TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, keyset=committed_after(since))))
+    return Candidates(
+        tuple(
+            CommitCandidates(
+                shard,
+                committed_at,
+                commit_id,
+                post_ids,
+                threshold,
+                rise,
+                None if newest is None else int(newest.timestamp()),
+            )
+            for shard, committed_at, commit_id, post_ids, threshold, rise, newest in snapshot.read(
+                TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, keyset=committed_after(since)
+            )
+        )
+    )

@@ -8,10 +8,11 @@ unfolded deltas however many old ones are kept. (On the emulator, the same condi
 even with the watermark as a constant parameter, scanned every delta of the post:
 docs/benchmarks.md, "Measurements behind the code".)
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Iterable, Mapping, Sequence
 
 from google.cloud import spanner
 
@@ -25,14 +26,17 @@ READ_CHUNK = 1_000
 
 def unfolded_ranges(watermarks: Mapping[PostKey, datetime], through: datetime | None = None) -> KeySet:
     """Index ranges of each post's deltas committed after its watermark (and at or before `through`)."""
-    return KeySet(ranges=[
-        spanner.KeyRange(start_open=[h, p, after], end_closed=[h, p] if through is None else [h, p, through])
-        for (h, p), after in watermarks.items()
-    ])
+    return KeySet(
+        ranges=[
+            spanner.KeyRange(start_open=[h, p, after], end_closed=[h, p] if through is None else [h, p, through])
+            for (h, p), after in watermarks.items()
+        ]
+    )
 
 
-def read_unfolded(snapshot, watermarks: Mapping[PostKey, datetime], columns: Sequence[str],
-                  through: datetime | None = None) -> Iterable[list]:
+def read_unfolded(
+    snapshot, watermarks: Mapping[PostKey, datetime], columns: Sequence[str], through: datetime | None = None
+) -> Iterable[list]:
     """Rows of `columns` (index, key or stored columns) of every unfolded delta of these posts."""
     if not watermarks:
         return []

@@ -4,19 +4,29 @@ that put a floor under a user's votes, and the user's active suspensions (`holds
 vote-state sink (spanner_writes/votes.py) and the suspensions' passes (upvotes/operations/suspension_passes.py)
 read them in the transaction that moves them; "my vote", erasure and suspension requests
 (spanner_reads/my_votes.py, upvotes/operations/) read them in snapshots."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
-from schemas.delta_ids import forget_event_id
 from schemas.counters import Counts
+from schemas.delta_ids import forget_event_id
 from schemas.records import PostUser, hour_of_us
 from schemas.vote_states import Erasure, Hold, VoteOrder, contributed, order_of
 from spanner_store.key_sets import KeySet
 from spanner_store.tables import (
-    HELD_OUT, USER_ERASURE_COLUMNS, USER_ERASURES, USER_SUSPENSION_COLUMNS, USER_SUSPENSIONS, VOTES,
-    micros_timestamp, timestamp_micros, user_rows_range, vote_key,
+    HELD_OUT,
+    USER_ERASURE_COLUMNS,
+    USER_ERASURES,
+    USER_SUSPENSION_COLUMNS,
+    USER_SUSPENSIONS,
+    VOTES,
+    micros_timestamp,
+    timestamp_micros,
+    user_rows_range,
+    vote_key,
 )
 
 READ_COLUMNS = ("UserId", "PostId", "Vote", "VotedAt", "EventId", "EventHour", "AppliedAt", HELD_OUT)
@@ -50,15 +60,28 @@ class StoredVote(NamedTuple):
 
     def to_json(self) -> dict:
         """What "my vote" answers (`upvotes read --user`, GET /v1/posts/{post}/votes/{user})."""
-        return {"post_id": self.post_id, "user_id": self.user_id, "vote": self.vote,
-                "voted_at": micros_timestamp(self.voted_at_us).isoformat(), "event_id": self.event_id or None,
-                "applied_at": None if self.applied_at is None else self.applied_at.isoformat()}
+        return {
+            "post_id": self.post_id,
+            "user_id": self.user_id,
+            "vote": self.vote,
+            "voted_at": micros_timestamp(self.voted_at_us).isoformat(),
+            "event_id": self.event_id or None,
+            "applied_at": None if self.applied_at is None else self.applied_at.isoformat(),
+        }
 
 
 def stored(row) -> StoredVote:
     user_id, post_id, vote, voted_at, event_id, event_hour, applied_at, held_out = row
-    return StoredVote(post_id, user_id, vote, timestamp_micros(voted_at), event_id, int(event_hour.timestamp()),
-                      applied_at, bool(held_out))
+    return StoredVote(
+        post_id,
+        user_id,
+        vote,
+        timestamp_micros(voted_at),
+        event_id,
+        int(event_hour.timestamp()),
+        applied_at,
+        bool(held_out),
+    )
 
 
 def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]:
@@ -92,8 +115,9 @@ def erasures_of(reader, user_ids: Iterable[str]) -> dict[str, Erasure]:
     newest: dict[str, Erasure] = {}
     if not user_ids:
         return newest
-    for _, user_id, request_id, through in reader.read(USER_ERASURES, columns=USER_ERASURE_COLUMNS,
-                                                       keyset=user_rows_range(*user_ids)):
+    for _, user_id, request_id, through in reader.read(
+        USER_ERASURES, columns=USER_ERASURE_COLUMNS, keyset=user_rows_range(*user_ids)
+    ):
         found = erasure(request_id, timestamp_micros(through))
         if user_id not in newest or found.order > newest[user_id].order:
             newest[user_id] = found
@@ -119,9 +143,12 @@ def suspensions_of(reader, user_ids: Iterable[str]) -> list[UserSuspension]:
     user_ids = sorted(set(user_ids))
     if not user_ids:
         return []
-    return [UserSuspension(user_id, suspension_id, since, restored_at)
-            for _, user_id, suspension_id, since, restored_at in reader.read(
-                USER_SUSPENSIONS, columns=USER_SUSPENSION_COLUMNS, keyset=user_rows_range(*user_ids))]
+    return [
+        UserSuspension(user_id, suspension_id, since, restored_at)
+        for _, user_id, suspension_id, since, restored_at in reader.read(
+            USER_SUSPENSIONS, columns=USER_SUSPENSION_COLUMNS, keyset=user_rows_range(*user_ids)
+        )
+    ]
 
 
 def holds_of(reader, user_ids: Iterable[str]) -> dict[str, tuple[Hold, ...]]:

@@ -17,26 +17,42 @@
 - Logged: each commit also inserts its DeltaCommits row (spanner_store/delta_commits.py), the
   change log the fold follows, and its TopCandidates row, under one random commit ID.
 """
+
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from operator import attrgetter
-from typing import Collection, Iterable, NamedTuple
+from typing import NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
 
 from schemas.records import CounterSums, PostDelta
 from schemas.voter_sketch import same_voters
+from spanner_store import mutations
 from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import MUTATION_BUDGET, commit_mutations
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
-from spanner_store import mutations
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, new_row_cost
 from spanner_store.tables import (
-    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMIT_USER_COLUMNS, DELTA_COMMITS, DELTA_KEY_COLUMNS,
-    DELTAS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES, VOTERS, counts_at, delta_key, post_key,
-    sketch_column, sketch_value,
+    COUNTER_COLUMNS,
+    DELTA_COLUMNS,
+    DELTA_COMMIT_COLUMNS,
+    DELTA_COMMIT_USER_COLUMNS,
+    DELTA_COMMITS,
+    DELTA_KEY_COLUMNS,
+    DELTAS,
+    POST_KEY_COLUMNS,
+    POSTS,
+    TOP_CANDIDATE_COLUMNS,
+    TOP_CANDIDATES,
+    VOTERS,
+    counts_at,
+    delta_key,
+    post_key,
+    sketch_column,
+    sketch_value,
 )
 from spanner_store.top_candidates import candidate_mutation_row
 from spanner_writes.known_posts import KnownPosts, lost_a_known_parent
@@ -51,7 +67,8 @@ MUTATIONS_PER_PARENT = new_row_cost(POSTS)
 MUTATIONS_PER_COMMIT = insert_cost(TOP_CANDIDATES, TOP_CANDIDATE_COLUMNS) + MUTATIONS_PER_DELTA_COMMIT
 # A commit of deltas: its log rows, each delta row, and each post's parent row once.
 DELTA_COMMIT_COST: CommitCost[PostDelta] = CommitCost(
-    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, (Shared(attrgetter("post_id"), MUTATIONS_PER_PARENT),))
+    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, (Shared(attrgetter("post_id"), MUTATIONS_PER_PARENT),)
+)
 
 
 def mutations_for(deltas: list[PostDelta]) -> int:
@@ -59,7 +76,9 @@ def mutations_for(deltas: list[PostDelta]) -> int:
     return DELTA_COMMIT_COST.of(deltas)
 
 
-def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET) -> list[list[PostDelta]]:
+def plan_commits(
+    deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET
+) -> list[list[PostDelta]]:
     """Splits deltas into commits of at most `max_rows` rows and `max_mutations` mutations,
     in key order: each commit writes one contiguous range of posts, so on real Spanner it
     touches the few splits of that range instead of up to one per row (PostHash spreads the
@@ -67,13 +86,16 @@ def plan_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int 
     return cut_commits(sorted(deltas, key=delta_key), max_rows, max_mutations)
 
 
-def cut_commits(deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET) -> list[list[PostDelta]]:
+def cut_commits(
+    deltas: Iterable[PostDelta], max_rows: int, max_mutations: int = MUTATION_BUDGET
+) -> list[list[PostDelta]]:
     """Cuts deltas, in the order given, into commits within both limits."""
     return cut_within_budget(deltas, DELTA_COMMIT_COST, max_rows, max_mutations, "delta")
 
 
-def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection[str] = (),
-                     user_ids: list[str] | None = None) -> None:
+def add_delta_writes(
+    batch, deltas: list[PostDelta], parents_present: Collection[str] = (), user_ids: list[str] | None = None
+) -> None:
     """One commit's mutations: the delta rows (insert), their parents' keys (insert_or_update;
     not those of `parents_present`, posts whose row the caller knows exists), the commit's
     DeltaCommits row and its TopCandidates row (inserts), so every delta commit carries its
@@ -82,8 +104,10 @@ def add_delta_writes(batch, deltas: list[PostDelta], parents_present: Collection
     protobufs (spanner_store/mutations.py): the client's own builders cost more CPU than the rest
     of the row's work (docs/benchmarks.md)."""
     parents = sorted({post_key(d.post_id) for d in deltas if d.post_id not in parents_present})
-    rows = [delta_key(d) + tuple(d.sums.counts) + (d.sums.events, sketch_column(d.sums.voters), spanner.COMMIT_TIMESTAMP)
-            for d in deltas]
+    rows = [
+        delta_key(d) + tuple(d.sums.counts) + (d.sums.events, sketch_column(d.sums.voters), spanner.COMMIT_TIMESTAMP)
+        for d in deltas
+    ]
     commit_id = new_commit_id()
     logged = delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.sums.events for d in deltas))
     if parents:
@@ -116,8 +140,10 @@ def write_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = N
 # What a stored delta row holds besides its key and commit time: what "the same row" compares.
 _CONTENT_COLUMNS = COUNTER_COLUMNS + ("Events", VOTERS)
 # Why a row under a key that holds a different row is not written (a dead letter's reason).
-KEY_CONFLICT = ("key conflict: a different delta row (other counts, events or voters) is stored under this "
-                "row's key; this row was not written")
+KEY_CONFLICT = (
+    "key conflict: a different delta row (other counts, events or voters) is stored under this "
+    "row's key; this row was not written"
+)
 
 
 def stored_delta_sums(database, deltas: list[PostDelta]) -> dict[tuple, CounterSums]:
@@ -126,9 +152,12 @@ def stored_delta_sums(database, deltas: list[PostDelta]) -> dict[tuple, CounterS
     with database.snapshot() as snapshot:
         rows = snapshot.read(DELTAS, columns=DELTA_KEY_COLUMNS + _CONTENT_COLUMNS, keyset=keyset)
         events = len(DELTA_KEY_COLUMNS) + len(COUNTER_COLUMNS)
-        return {tuple(row[:len(DELTA_KEY_COLUMNS)]): CounterSums(counts_at(row, len(DELTA_KEY_COLUMNS)), row[events],
-                                                                 sketch_value(row[events + 1]))
-                for row in rows}
+        return {
+            tuple(row[: len(DELTA_KEY_COLUMNS)]): CounterSums(
+                counts_at(row, len(DELTA_KEY_COLUMNS)), row[events], sketch_value(row[events + 1])
+            )
+            for row in rows
+        }
 
 
 class WriteResult(NamedTuple):
@@ -143,8 +172,9 @@ class KeyConflict(exceptions.AlreadyExists):
 
     def __init__(self, conflicting: tuple[PostDelta, ...], result: WriteResult) -> None:
         first = conflicting[0]
-        super().__init__(f"{KEY_CONFLICT} ({len(conflicting)} rows, the first {first.delta_id!r} of post "
-                         f"{first.post_id!r})")
+        super().__init__(
+            f"{KEY_CONFLICT} ({len(conflicting)} rows, the first {first.delta_id!r} of post {first.post_id!r})"
+        )
         self.conflicting = conflicting
         self.result = result
 

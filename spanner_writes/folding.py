@@ -72,14 +72,16 @@ writer of an older version (before the log) does not, which is why a database wi
 cursor is scanned in full, and why the stream is updated before the first fold (docs/operating.md,
 "Migrating a database").
 """
+
 from __future__ import annotations
 
 import itertools
 import logging
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
@@ -94,10 +96,30 @@ from spanner_store.hot_keys import hot_keys_of, read_post_hours
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, update_cost
 from spanner_store.tables import (
-    COMMIT_SHARDS, COUNTER_COLUMNS, DELTA_COMMIT_SUM_COLUMNS, DELTA_SUM_COLUMNS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
-    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, HOT_KEY, HOT_KEY_THROUGH, HOURLY, HOURLY_WATERMARK,
-    HOURLY_WATERMARK_COLUMNS, HOURLY_WRITE_COLUMNS, POST_FOLD_COLUMNS, POSTS, VOTERS, WATERMARK_COLUMNS, PostKey,
-    counts_at, hour_shard, post_key, sketch_column, sketch_value,
+    COMMIT_SHARDS,
+    COUNTER_COLUMNS,
+    DELTA_COMMIT_SUM_COLUMNS,
+    DELTA_SUM_COLUMNS,
+    FOLD_RUN_COLUMNS,
+    FOLD_RUN_SKIPPED,
+    FOLD_RUN_SKIPPED_COLUMNS,
+    FOLD_RUNS,
+    HOT_KEY,
+    HOT_KEY_THROUGH,
+    HOURLY,
+    HOURLY_WATERMARK,
+    HOURLY_WATERMARK_COLUMNS,
+    HOURLY_WRITE_COLUMNS,
+    POST_FOLD_COLUMNS,
+    POSTS,
+    VOTERS,
+    WATERMARK_COLUMNS,
+    PostKey,
+    counts_at,
+    hour_shard,
+    post_key,
+    sketch_column,
+    sketch_value,
 )
 from spanner_store.unfolded import READ_CHUNK, hour_sums_of, hourly_watermark, read_unfolded
 
@@ -182,7 +204,7 @@ class FoldOutcome(NamedTuple):
     rows_read: int = 0
     full_scans: int = 0
 
-    def plus(self, other: "FoldOutcome") -> "FoldOutcome":
+    def plus(self, other: FoldOutcome) -> FoldOutcome:
         return FoldOutcome(*(a + b for a, b in zip(self, other)))
 
 
@@ -223,8 +245,7 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
     """
     keys = [[key.post_hash, key.post_id] for key in map(key_of, folds)]
     current = {
-        (row[0], row[1]): row
-        for row in transaction.read(POSTS, columns=POST_FOLD_COLUMNS, keyset=KeySet(keys=keys))
+        (row[0], row[1]): row for row in transaction.read(POSTS, columns=POST_FOLD_COLUMNS, keyset=KeySet(keys=keys))
     }
     outcome = FoldOutcome()
     post_rows, fences, hour_gains = [], {}, {}
@@ -232,7 +253,7 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
         post_hash, post_id, seen = key_of(fold)
         row = current[(post_hash, post_id)]
         counts = counts_at(row, 2)
-        watermark, stored_hourly_mark, voters, _, key_through = row[2 + len(COUNTER_COLUMNS):]
+        watermark, stored_hourly_mark, voters, _, key_through = row[2 + len(COUNTER_COLUMNS) :]
         voters = sketch_value(voters)
         hourly_mark = hourly_watermark(watermark, stored_hourly_mark)
         if watermark >= snapshot_at:
@@ -244,11 +265,18 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
             hours = {} if hours_done else fold.hours
             outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas))
         else:
-            gain, deltas, hours, gain_voters = _refold(transaction, post_hash, post_id, watermark, hourly_mark, snapshot_at)
-            outcome = outcome.plus(FoldOutcome(posts_folded=1, deltas_folded=deltas,
-                                               posts_refolded=int(watermark_text(watermark) != seen)))
-        row = {"PostHash": post_hash, "PostId": post_id, **dict(zip(COUNTER_COLUMNS, counts.plus(gain))),
-               "FoldedThrough": snapshot_at}
+            gain, deltas, hours, gain_voters = _refold(
+                transaction, post_hash, post_id, watermark, hourly_mark, snapshot_at
+            )
+            outcome = outcome.plus(
+                FoldOutcome(posts_folded=1, deltas_folded=deltas, posts_refolded=int(watermark_text(watermark) != seen))
+            )
+        row = {
+            "PostHash": post_hash,
+            "PostId": post_id,
+            **dict(zip(COUNTER_COLUMNS, counts.plus(gain))),
+            "FoldedThrough": snapshot_at,
+        }
         # Each column written costs a mutation: leave out what keeps its value. A NULL hourly
         # watermark means "the same as FoldedThrough", which it stays at S.
         if not (stored_hourly_mark is None and hourly_mark <= snapshot_at):
@@ -273,8 +301,9 @@ def apply_folds(transaction, folds: list[PostFold], snapshot_at: datetime) -> Fo
     return outcome
 
 
-def _key_through(stored: datetime | None, hourly_mark: datetime, new_key: float | None,
-                 rows_changed: bool) -> datetime | None:
+def _key_through(
+    stored: datetime | None, hourly_mark: datetime, new_key: float | None, rows_changed: bool
+) -> datetime | None:
     """A post's HotKeyThrough once a fold transaction leaves its hourly watermark at
     `hourly_mark`: set, the HotKeyCurrent constraint (schemas/posts.sql) holds it to that
     watermark. When the transaction changed the post's hourly rows, the key written is the score
@@ -322,8 +351,9 @@ def _refold(transaction, post_hash: int, post_id: str, after: datetime, hours_af
     hours: dict[datetime, CounterSums] = {}
     gain, deltas = Counts(), 0
     sketches = []
-    for committed_at, hour, sums in _timed_deltas(read_unfolded(
-            transaction, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS, through)):
+    for committed_at, hour, sums in _timed_deltas(
+        read_unfolded(transaction, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS, through)
+    ):
         if committed_at > hours_after:
             add_hours(hours, [(hour, sums)])
         gain, deltas = gain.plus(sums.counts), deltas + 1
@@ -344,8 +374,9 @@ class HourlyStep(NamedTuple):
     rows: list[TimedDelta]  # those deltas
 
 
-def plan_hourly_steps(rows: Iterable[TimedDelta], after: datetime, snapshot_at: datetime,
-                      max_hours: int) -> list[HourlyStep]:
+def plan_hourly_steps(
+    rows: Iterable[TimedDelta], after: datetime, snapshot_at: datetime, max_hours: int
+) -> list[HourlyStep]:
     """Splits a post's unfolded (CommittedAt, hour, sums) deltas into steps of whole
     commits touching at most `max_hours` event hours each; the last step ends at S.
 
@@ -359,7 +390,7 @@ def plan_hourly_steps(rows: Iterable[TimedDelta], after: datetime, snapshot_at: 
     start = after
     current: list[TimedDelta] = []
     hours: set[datetime] = set()
-    for committed_at, same_commit in itertools.groupby(ordered, key=lambda row: row[0]):
+    for _committed_at, same_commit in itertools.groupby(ordered, key=lambda row: row[0]):
         group = list(same_commit)
         group_hours = {row[1] for row in group}
         if current and len(hours | group_hours) > max_hours:
@@ -375,8 +406,13 @@ def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlySte
     """One split-fold step: adds the deltas committed in (hourly watermark, step.through] to the
     post's hourly rows and moves its hourly watermark to step.through, compare-and-set: a
     watermark already there (a concurrent or earlier fold) makes it a no-op. Returns hours written."""
-    rows = list(transaction.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK, HOT_KEY, HOT_KEY_THROUGH),
-                                 keyset=spanner.KeySet(keys=[[post_hash, post_id]])))
+    rows = list(
+        transaction.read(
+            POSTS,
+            columns=("FoldedThrough", HOURLY_WATERMARK, HOT_KEY, HOT_KEY_THROUGH),
+            keyset=spanner.KeySet(keys=[[post_hash, post_id]]),
+        )
+    )
     folded_through, hourly_mark, hot_key, key_through = rows[0]
     hourly_mark = hourly_watermark(folded_through, hourly_mark)
     if hourly_mark >= step.through:
@@ -387,23 +423,43 @@ def apply_hourly_step(transaction, post_hash: int, post_id: str, step: HourlySte
     add_hours(hours, [(hour, sums) for committed_at, hour, sums in step.rows if committed_at > hourly_mark])
     post = (post_hash, post_id)
     new_keys = _add_to_hourly(transaction, {(post_hash, post_id, hour): sums for hour, sums in hours.items()})
-    transaction.update(POSTS, columns=HOURLY_WATERMARK_COLUMNS, values=[(
-        post_hash, post_id, step.through, new_keys.get(post, hot_key),
-        _key_through(key_through, step.through, new_keys.get(post), post in new_keys))])
+    transaction.update(
+        POSTS,
+        columns=HOURLY_WATERMARK_COLUMNS,
+        values=[
+            (
+                post_hash,
+                post_id,
+                step.through,
+                new_keys.get(post, hot_key),
+                _key_through(key_through, step.through, new_keys.get(post), post in new_keys),
+            )
+        ],
+    )
     return len(hours)
 
 
-def read_post_for_steps(database, post_hash: int, post_id: str, snapshot_at: datetime) -> tuple[datetime, list[TimedDelta]]:
+def read_post_for_steps(
+    database, post_hash: int, post_id: str, snapshot_at: datetime
+) -> tuple[datetime, list[TimedDelta]]:
     """At S: the post's hourly watermark and its deltas committed after it (with commit times)."""
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
-        rows = list(snapshot.read(POSTS, columns=("FoldedThrough", HOURLY_WATERMARK),
-                                  keyset=spanner.KeySet(keys=[[post_hash, post_id]])))
+        rows = list(
+            snapshot.read(
+                POSTS, columns=("FoldedThrough", HOURLY_WATERMARK), keyset=spanner.KeySet(keys=[[post_hash, post_id]])
+            )
+        )
         after = hourly_watermark(*rows[0])
         return after, _timed_deltas(read_unfolded(snapshot, {(post_hash, post_id): after}, DELTA_COMMIT_SUM_COLUMNS))
 
 
-def fold_post_in_steps(database, fold: PostFold, snapshot_at: datetime, max_mutations: int,
-                       on_retry: Callable[[Exception], None] | None = None) -> FoldOutcome:
+def fold_post_in_steps(
+    database,
+    fold: PostFold,
+    snapshot_at: datetime,
+    max_mutations: int,
+    on_retry: Callable[[Exception], None] | None = None,
+) -> FoldOutcome:
     """Folds one post whose unfolded hours do not fit one commit: its hourly rows in bounded
     steps under its hourly watermark (`plan_hourly_steps`, `apply_hourly_step`), then its
     counters in one small transaction (`apply_folds`, which finds the hourly rows done).
@@ -417,10 +473,16 @@ def fold_post_in_steps(database, fold: PostFold, snapshot_at: datetime, max_muta
     max_hours = max(1, (max_mutations - MUTATIONS_PER_POST) // MUTATIONS_PER_HOUR)
     after, rows = read_post_for_steps(database, post_hash, post_id, snapshot_at)
     for step in plan_hourly_steps(rows, after, snapshot_at, max_hours):
-        run_with_retries(lambda: run_transaction(  # called here: `step` is this step's
-            database, lambda txn: apply_hourly_step(txn, post_hash, post_id, step)), DEFAULT_RETRY, on_retry)
-    outcome = run_with_retries(lambda: run_transaction(
-        database, lambda txn: apply_folds(txn, [fold], snapshot_at)), DEFAULT_RETRY, on_retry)
+        run_with_retries(
+            lambda: run_transaction(  # called here: `step` is this step's
+                database, lambda txn: apply_hourly_step(txn, post_hash, post_id, step)
+            ),
+            DEFAULT_RETRY,
+            on_retry,
+        )
+    outcome = run_with_retries(
+        lambda: run_transaction(database, lambda txn: apply_folds(txn, [fold], snapshot_at)), DEFAULT_RETRY, on_retry
+    )
     return outcome.plus(FoldOutcome(posts_split=1))
 
 
@@ -465,8 +527,9 @@ def read_shard_changes(database, plan: FoldPlan, shard: int, count_rows: Callabl
     previous = through  # the last commit time taken
     with database.snapshot(read_timestamp=plan.snapshot_at) as snapshot:
         # The Read API yields rows in key order (Shard, CommittedAt, CommitId): oldest first.
-        changes = itertools.groupby(read_changes(snapshot, plan.cursor.changes_through, shard),
-                                    key=lambda change: change.committed_at)
+        changes = itertools.groupby(
+            read_changes(snapshot, plan.cursor.changes_through, shard), key=lambda change: change.committed_at
+        )
         for committed_at, same_commit in changes:
             same_time = list(same_commit)
             count_rows(len(same_time))
@@ -481,8 +544,9 @@ def read_shard_changes(database, plan: FoldPlan, shard: int, count_rows: Callabl
     return ShardChanges(post_ids, through)
 
 
-def _unfolded_of(snapshot, watermarks: dict[PostKey, datetime],
-                 count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
+def _unfolded_of(
+    snapshot, watermarks: dict[PostKey, datetime], count_rows: Callable[[int], None]
+) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
     """(FoldKey, (hour, sums)) for each delta committed after its post's watermark."""
     for row in read_unfolded(snapshot, watermarks, ("PostHash", "PostId") + DELTA_SUM_COLUMNS):
         count_rows(1)
@@ -490,14 +554,19 @@ def _unfolded_of(snapshot, watermarks: dict[PostKey, datetime],
         yield FoldKey(h, p, watermark_text(watermarks[(h, p)])), hour_sums_of(row[2:])
 
 
-def read_candidates(database, post_ids: Iterable[str], snapshot_at: datetime,
-                    count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
+def read_candidates(
+    database, post_ids: Iterable[str], snapshot_at: datetime, count_rows: Callable[[int], None]
+) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
     """At S, these posts' watermarks (point reads, READ_CHUNK posts per read) and their unfolded deltas."""
     keys = iter(sorted({post_key(p) for p in post_ids}))
     with database.snapshot(read_timestamp=snapshot_at, multi_use=True) as snapshot:
         while chunk := list(itertools.islice(keys, READ_CHUNK)):
-            watermarks = {(h, p): wm for h, p, wm in snapshot.read(
-                POSTS, columns=WATERMARK_COLUMNS, keyset=KeySet(keys=[list(k) for k in chunk]))}
+            watermarks = {
+                (h, p): wm
+                for h, p, wm in snapshot.read(
+                    POSTS, columns=WATERMARK_COLUMNS, keyset=KeySet(keys=[list(k) for k in chunk])
+                )
+            }
             count_rows(len(watermarks))
             yield from _unfolded_of(snapshot, watermarks, count_rows)
 
@@ -509,12 +578,14 @@ def plan_partitions(database, snapshot_at: datetime, data_boost: bool) -> Iterat
     batch_snapshot = database.batch_snapshot(read_timestamp=snapshot_at)
     handle = batch_snapshot.to_dict()
     for partition in batch_snapshot.generate_read_batches(
-            POSTS, columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(all_=True), data_boost_enabled=data_boost):
+        POSTS, columns=WATERMARK_COLUMNS, keyset=spanner.KeySet(all_=True), data_boost_enabled=data_boost
+    ):
         yield handle, partition
 
 
-def read_partition(database, handle: dict, partition: dict, snapshot_at: datetime,
-                   count_rows: Callable[[int], None]) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
+def read_partition(
+    database, handle: dict, partition: dict, snapshot_at: datetime, count_rows: Callable[[int], None]
+) -> Iterator[tuple[FoldKey, tuple[datetime, CounterSums]]]:
     """One partition of Posts -> (FoldKey, (hour, sums)) for each unfolded delta,
     read as index ranges, READ_CHUNK posts per read, at exactly the same snapshot S."""
     # One iterator for the whole partition: every iter() of the client's result set starts
@@ -542,8 +613,9 @@ def outlived_snapshot(error: Exception, snapshot_at: datetime, now: datetime | N
     return "staleness" in str(error).lower() or now - snapshot_at >= VERSION_RETENTION
 
 
-def oldest_unfolded_commit(database, plan: FoldPlan, skipped: list[SkippedPost],
-                           changes_through: datetime | None) -> tuple[datetime | None, datetime | None]:
+def oldest_unfolded_commit(
+    database, plan: FoldPlan, skipped: list[SkippedPost], changes_through: datetime | None
+) -> tuple[datetime | None, datetime | None]:
     """After a run, in a strong read: the commit time of the oldest delta the run left unfolded,
     and the read's time. That is the oldest unfolded delta of its skipped posts, or the first
     commit past its ChangesThrough when its budget left commits to the next run (an upper bound
@@ -554,18 +626,29 @@ def oldest_unfolded_commit(database, plan: FoldPlan, skipped: list[SkippedPost],
         return None, None
     keys = sorted({(post.post_hash, post.post_id) for post in skipped})
     with database.snapshot(multi_use=True) as snapshot:
-        watermarks = {(h, p): wm for h, p, wm in snapshot.read(
-            POSTS, columns=WATERMARK_COLUMNS, keyset=KeySet(keys=[list(k) for k in keys]))}
+        watermarks = {
+            (h, p): wm
+            for h, p, wm in snapshot.read(POSTS, columns=WATERMARK_COLUMNS, keyset=KeySet(keys=[list(k) for k in keys]))
+        }
         commits = [committed_at for (committed_at,) in read_unfolded(snapshot, watermarks, ("CommittedAt",))]
         if cut_short:
             assert changes_through is not None  # cut_short says so
-            commits += [change.committed_at for shard in range(COMMIT_SHARDS)
-                        for change in itertools.islice(read_changes(snapshot, changes_through, shard), 1)]
+            commits += [
+                change.committed_at
+                for shard in range(COMMIT_SHARDS)
+                for change in itertools.islice(read_changes(snapshot, changes_through, shard), 1)
+            ]
         return min(commits, default=None), read_timestamp(snapshot)
 
 
-def record_fold_run(database, plan: FoldPlan, outcome: FoldOutcome, skipped: list[SkippedPost],
-                    handle: dict | None, changes_through: datetime | None = None) -> None:
+def record_fold_run(
+    database,
+    plan: FoldPlan,
+    outcome: FoldOutcome,
+    skipped: list[SkippedPost],
+    handle: dict | None,
+    changes_through: datetime | None = None,
+) -> None:
     """Writes the FoldRuns row and its skipped posts in one commit, then ends the partitioned read's
     session. ChangesThrough is S, or less when the run's budget left commits to the next run
     (`changes_through`, the smallest of its shards'). A run with more skipped posts than
@@ -575,11 +658,22 @@ def record_fold_run(database, plan: FoldPlan, outcome: FoldOutcome, skipped: lis
     listed = sorted({(p.post_hash, p.post_id): p for p in skipped}.values())
     vouches = len(listed) <= MAX_SKIPPED_LISTED
     if not vouches:
-        LOG.error("%d posts skipped, more than the %d a run lists: this run is not a cursor, the next "
-                  "one reads its range again", len(listed), MAX_SKIPPED_LISTED)
+        LOG.error(
+            "%d posts skipped, more than the %d a run lists: this run is not a cursor, the next "
+            "one reads its range again",
+            len(listed),
+            MAX_SKIPPED_LISTED,
+        )
     through = plan.snapshot_at if changes_through is None else min(changes_through, plan.snapshot_at)
-    row = (fold_id, plan.snapshot_at, outcome.posts_folded, outcome.deltas_folded, spanner.COMMIT_TIMESTAMP,
-           outcome.posts_skipped, through if vouches else None)
+    row = (
+        fold_id,
+        plan.snapshot_at,
+        outcome.posts_folded,
+        outcome.deltas_folded,
+        spanner.COMMIT_TIMESTAMP,
+        outcome.posts_skipped,
+        through if vouches else None,
+    )
     skipped_rows = [(fold_id, p.post_hash, p.post_id, p.error[:1024]) for p in listed] if vouches else []
 
     def write(batch) -> None:

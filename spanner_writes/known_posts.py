@@ -16,11 +16,12 @@ only costs one upsert again), so memory stays flat however many posts a stream s
 belief is wrong (an operator deleted a Posts row by hand): the commit fails whole with NOT_FOUND,
 having written nothing (`lost_a_known_parent`), and the writer commits again with every parent.
 """
+
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Collection, Iterable
+from collections.abc import Collection, Iterable
 
 from google.api_core import exceptions
 

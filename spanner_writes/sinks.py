@@ -20,11 +20,13 @@ Beam-free and light to import: the drain reads this module before `upvotes strea
 so that a Ctrl-C in those seconds finds its handler (local_runner/drain.py); the replays import the
 Spanner client when they run.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from schemas.contract import ERROR_ATTRIBUTE, KIND_ATTRIBUTE
 from schemas.records import FailedDelta, FailedVoteStates, PostDelta
@@ -72,8 +74,10 @@ class DeadLetterCodec(Generic[Failed]):
 
     def encode(self, failed: Failed) -> tuple[bytes, dict[str, str]]:
         """The dead letter's data and attributes."""
-        return (json.dumps(self.to_json(failed)).encode("utf-8"),
-                {KIND_ATTRIBUTE: self.kind, ERROR_ATTRIBUTE: failed.error})
+        return (
+            json.dumps(self.to_json(failed)).encode("utf-8"),
+            {KIND_ATTRIBUTE: self.kind, ERROR_ATTRIBUTE: failed.error},
+        )
 
     def decode(self, data: bytes, attributes: Mapping[str, str]) -> Failed:
         """The failed record of a dead letter `encode` made, exactly as the sink failed to write it."""
@@ -128,12 +132,14 @@ DELTA_ROWS: SinkDeclaration[FailedDelta] = SinkDeclaration(
     codec=DeadLetterCodec(
         kind="delta_row",
         to_json=lambda failed: failed.delta.to_json(),
-        from_json=lambda delta, error: FailedDelta(PostDelta.from_json(delta), error)),
+        from_json=lambda delta, error: FailedDelta(PostDelta.from_json(delta), error),
+    ),
     replay=SinkReplay(
         write=_rewrite_delta,
         counted_as=("deltas_written", "deltas_already_written"),
         action="rewrite_delta",
-        described=lambda failed: {"delta": failed.delta.to_json()}),
+        described=lambda failed: {"delta": failed.delta.to_json()},
+    ),
 )
 VOTE_STATES: SinkDeclaration[FailedVoteStates] = SinkDeclaration(
     step="ApplyVoteStates",
@@ -143,13 +149,16 @@ VOTE_STATES: SinkDeclaration[FailedVoteStates] = SinkDeclaration(
     codec=DeadLetterCodec(
         kind="vote_states",
         to_json=FailedVoteStates.states_json,
-        from_json=lambda states, error: FailedVoteStates(tuple(FailedVoteStates.states_from_json(states).items()),
-                                                         error)),
+        from_json=lambda states, error: FailedVoteStates(
+            tuple(FailedVoteStates.states_from_json(states).items()), error
+        ),
+    ),
     replay=SinkReplay(
         write=_apply_states,
         counted_as=("states_applied", "states_already_applied"),
         action="apply_vote_states",
-        described=lambda failed: {"states": len(failed.states)}),
+        described=lambda failed: {"states": len(failed.states)},
+    ),
 )
 # In this order the pipeline hands their dead letters to PublishDeadLetters, whose steps are
 # labelled by position (a sink is added at the end, or an in-place update finds other steps), and
@@ -157,9 +166,15 @@ VOTE_STATES: SinkDeclaration[FailedVoteStates] = SinkDeclaration(
 SINKS: tuple[SinkDeclaration, ...] = (DELTA_ROWS, VOTE_STATES)
 _BY_FAILED = {sink.failed: sink for sink in SINKS}
 _BY_KIND = {sink.codec.kind: sink for sink in SINKS}
-if any(len(set(names)) < len(names) for names in (
-        [sink.step for sink in SINKS], [sink.failed for sink in SINKS], [sink.codec.kind for sink in SINKS],
-        [name for sink in SINKS for name in sink.replay.counted_as])):
+if any(
+    len(set(names)) < len(names)
+    for names in (
+        [sink.step for sink in SINKS],
+        [sink.failed for sink in SINKS],
+        [sink.codec.kind for sink in SINKS],
+        [name for sink in SINKS for name in sink.replay.counted_as],
+    )
+):
     raise TypeError("two sinks declare the same step, failed record, dead-letter kind or replay count")
 
 

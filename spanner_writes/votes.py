@@ -39,9 +39,11 @@ them: `KnownPosts` (spanner_writes/known_posts.py) remembers the posts whose row
 sure of, and their keys are not written again (Posts rows are never deleted; if an operator
 deletes one, the insert fails NOT_FOUND and the transaction runs again upserting every parent).
 """
+
 from __future__ import annotations
 
-from typing import Collection, Iterable, Mapping, NamedTuple
+from collections.abc import Collection, Iterable, Mapping
+from typing import NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
@@ -59,7 +61,11 @@ from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import VOTE_COLUMNS, VOTE_HELD_COLUMNS, VOTES, hour_timestamp, micros_timestamp, vote_key
 from spanner_store.vote_rows import StoredVote, erasures_of, holds_of, stored_votes
 from spanner_writes.deltas import (
-    DELTA_COMMIT_COST, MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes,
+    DELTA_COMMIT_COST,
+    MUTATIONS_PER_COMMIT,
+    MUTATIONS_PER_DELTA,
+    MUTATIONS_PER_PARENT,
+    add_delta_writes,
 )
 from spanner_writes.known_posts import KnownPosts, lost_a_known_parent
 
@@ -82,8 +88,12 @@ class VoteChanges(NamedTuple):
     marked_rows: list[tuple]
 
 
-def plan_vote_changes(stored: Mapping[PostUser, StoredVote], incoming: Mapping[PostUser, LatestVote],
-                      delta_id: str, holds: Mapping[str, Iterable[Hold]] | None = None) -> VoteChanges:
+def plan_vote_changes(
+    stored: Mapping[PostUser, StoredVote],
+    incoming: Mapping[PostUser, LatestVote],
+    delta_id: str,
+    holds: Mapping[str, Iterable[Hold]] | None = None,
+) -> VoteChanges:
     """The writes of one batch: each incoming state later than the stored one (or the first for
     its key) is written, and moves the counts: what the stored state contributes out of the stored
     state's event hour, what the new one contributes into the new state's. A state contributes its
@@ -114,8 +124,13 @@ def plan_vote_changes(stored: Mapping[PostUser, StoredVote], incoming: Mapping[P
                 voters.setdefault(hour, set()).add(key.user_id)
             continue
         applied += 1
-        row = vote_key(key.post_id, key.user_id) + (new.vote, micros_timestamp(new.at_us), new.event_id,
-                                                    hour_timestamp(new.event_hour), spanner.COMMIT_TIMESTAMP)
+        row = vote_key(key.post_id, key.user_id) + (
+            new.vote,
+            micros_timestamp(new.at_us),
+            new.event_id,
+            hour_timestamp(new.event_hour),
+            spanner.COMMIT_TIMESTAMP,
+        )
         if new_held or (old is not None and old.held_out):
             marked.append(row + (True if new_held else None,))
         else:
@@ -151,8 +166,10 @@ def _post(item: tuple[PostUser, LatestVote]) -> str:
 # read the stored states (apply_vote_states).
 # (+1: the change-log row's UserIds.)
 VOTE_BATCH_COST: CommitCost[tuple[PostUser, LatestVote]] = CommitCost(
-    MUTATIONS_PER_COMMIT + 1, MUTATIONS_PER_VOTE,
-    (Shared(_post_hour, MUTATIONS_PER_DELTA), Shared(_post, MUTATIONS_PER_PARENT)))
+    MUTATIONS_PER_COMMIT + 1,
+    MUTATIONS_PER_VOTE,
+    (Shared(_post_hour, MUTATIONS_PER_DELTA), Shared(_post, MUTATIONS_PER_PARENT)),
+)
 
 
 def batch_cost(states: Iterable[tuple[PostUser, LatestVote]]) -> int:
@@ -163,12 +180,17 @@ def batch_cost(states: Iterable[tuple[PostUser, LatestVote]]) -> int:
 def changes_cost(changes: VoteChanges) -> int:
     """Mutations the writes of one transaction cost: its Votes rows (a marked one writes one more
     column) and a delta commit whose change-log row lists its users."""
-    return (len(changes.rows) * MUTATIONS_PER_VOTE + len(changes.marked_rows) * MUTATIONS_PER_MARKED_VOTE
-            + DELTA_COMMIT_COST.of(changes.deltas) + (1 if changes.deltas else 0))
+    return (
+        len(changes.rows) * MUTATIONS_PER_VOTE
+        + len(changes.marked_rows) * MUTATIONS_PER_MARKED_VOTE
+        + DELTA_COMMIT_COST.of(changes.deltas)
+        + (1 if changes.deltas else 0)
+    )
 
 
-def plan_batches(states: Mapping[PostUser, LatestVote], max_rows: int,
-                 max_mutations: int = MUTATION_BUDGET) -> list[dict[PostUser, LatestVote]]:
+def plan_batches(
+    states: Mapping[PostUser, LatestVote], max_rows: int, max_mutations: int = MUTATION_BUDGET
+) -> list[dict[PostUser, LatestVote]]:
     """The states cut into transactions of at most `max_rows` states and `max_mutations` mutations
     (VOTE_BATCH_COST), in Votes key order: each transaction reads and writes one contiguous range of
     Votes rows, so on real Spanner it touches the few splits of that range."""
@@ -180,8 +202,14 @@ class _OverBudget(Exception):
     """A batch whose writes, once the stored states are read, cost more than the budget."""
 
 
-def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET,
-                parents_present: Collection[str] = (), *, as_before_issue_46: bool = False) -> VoteChanges:
+def apply_batch(
+    transaction,
+    states: Mapping[PostUser, LatestVote],
+    max_mutations: int = MUTATION_BUDGET,
+    parents_present: Collection[str] = (),
+    *,
+    as_before_issue_46: bool = False,
+) -> VoteChanges:
     """One batch, inside a read-write transaction: read, plan, write (see the module docstring).
     The users' erasures and suspensions are read in the same transaction (one key range per user
     each), so a state no later than its user's erasure becomes the erasure's "none" whenever it
@@ -206,14 +234,23 @@ def apply_batch(transaction, states: Mapping[PostUser, LatestVote], max_mutation
     if changes.marked_rows:
         mutations.insert_or_update(transaction, VOTES, VOTE_HELD_COLUMNS, changes.marked_rows)
     if changes.deltas:
-        add_delta_writes(transaction, changes.deltas, parents_present,
-                         user_ids=None if as_before_issue_46 else sorted({row[1] for row in changes.rows
-                                                                          + changes.marked_rows}))
+        add_delta_writes(
+            transaction,
+            changes.deltas,
+            parents_present,
+            user_ids=None if as_before_issue_46 else sorted({row[1] for row in changes.rows + changes.marked_rows}),
+        )
     return changes
 
 
-def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutations: int = MUTATION_BUDGET,
-                      known: KnownPosts | None = None, *, as_before_issue_46: bool = False) -> VoteChanges:
+def apply_vote_states(
+    database,
+    states: Mapping[PostUser, LatestVote],
+    max_mutations: int = MUTATION_BUDGET,
+    known: KnownPosts | None = None,
+    *,
+    as_before_issue_46: bool = False,
+) -> VoteChanges:
     """Applies one batch (of plan_batches), one read-write transaction per attempt; an abort or
     another transient error surfaces for run_with_retries, and a retry re-reads (see the module
     docstring). A batch whose stored states lie in so many other event hours that its writes would
@@ -222,15 +259,26 @@ def apply_vote_states(database, states: Mapping[PostUser, LatestVote], max_mutat
     With `known`, the Posts keys of the posts it knows are not upserted, and it learns this batch's."""
     present = known.among({key.post_id for key in states}) if known is not None else frozenset()
     try:
-        changes = run_transaction(database, lambda transaction: apply_batch(
-            transaction, states, max_mutations, present, as_before_issue_46=as_before_issue_46))
+        changes = run_transaction(
+            database,
+            lambda transaction: apply_batch(
+                transaction, states, max_mutations, present, as_before_issue_46=as_before_issue_46
+            ),
+        )
     except _OverBudget:
         if len(states) == 1:
             raise ValueError("one vote state cannot exceed the mutation budget") from None
         keys = list(states)
-        halves = [apply_vote_states(database, {key: states[key] for key in part}, max_mutations, known,
-                                    as_before_issue_46=as_before_issue_46)
-                  for part in (keys[:len(keys) // 2], keys[len(keys) // 2:])]
+        halves = [
+            apply_vote_states(
+                database,
+                {key: states[key] for key in part},
+                max_mutations,
+                known,
+                as_before_issue_46=as_before_issue_46,
+            )
+            for part in (keys[: len(keys) // 2], keys[len(keys) // 2 :])
+        ]
         return VoteChanges(*(a + b for a, b in zip(*halves)))
     except exceptions.NotFound as error:
         if not lost_a_known_parent(error, present):
@@ -249,8 +297,9 @@ class AppliedTotals(NamedTuple):
     commits: int
 
 
-def apply_all_vote_states(database, states: Mapping[PostUser, LatestVote], rows_per_commit: int = 1_000,
-                          retry: RetryPolicy = DEFAULT_RETRY) -> AppliedTotals:
+def apply_all_vote_states(
+    database, states: Mapping[PostUser, LatestVote], rows_per_commit: int = 1_000, retry: RetryPolicy = DEFAULT_RETRY
+) -> AppliedTotals:
     """Every state, in planned batches, each retried on transient errors: what an operator's tool
     (`upvotes forget-user`, a dead-letter replay) applies through the sink's own path."""
     applied = superseded = commits = 0

@@ -19,6 +19,7 @@ panes under their old keys. Only a fresh launch, whose keys are new anyway, chan
 The claim is one read-write transaction, so two launches racing on one name get different
 generations.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -43,8 +44,11 @@ def claim_generation(database, writer_name: str, update: bool) -> WriterClaim:
     """Claims the generation of a launch of `writer_name`: a new one, or with `update` the current one."""
 
     def claim(transaction) -> tuple[int, int]:
-        rows = list(transaction.read(WRITER_GENERATIONS, columns=("Generation", "KeyFormat"),
-                                     keyset=spanner.KeySet(keys=[[writer_name]])))
+        rows = list(
+            transaction.read(
+                WRITER_GENERATIONS, columns=("Generation", "KeyFormat"), keyset=spanner.KeySet(keys=[[writer_name]])
+            )
+        )
         current, stored_format = rows[0] if rows else (None, None)
         if update:
             generation = LEGACY_GENERATION if current is None else current
@@ -52,12 +56,16 @@ def claim_generation(database, writer_name: str, update: bool) -> WriterClaim:
         else:
             generation = 1 if current is None else current + 1
             key_format = KEY_FORMAT
-        transaction.insert_or_update(WRITER_GENERATIONS, columns=WRITER_GENERATION_COLUMNS,
-                                     values=[(writer_name, generation, spanner.COMMIT_TIMESTAMP, key_format)])
+        transaction.insert_or_update(
+            WRITER_GENERATIONS,
+            columns=WRITER_GENERATION_COLUMNS,
+            values=[(writer_name, generation, spanner.COMMIT_TIMESTAMP, key_format)],
+        )
         return generation, key_format
 
     # A launch of this version before `upvotes provision` added WriterGenerations.KeyFormat
     # waits for the migration, as the sink does, rather than fail the launch.
     generation, key_format = wait_for_schema(
-        lambda: run_with_retries(lambda: run_transaction(database, claim)), "writer claim")
+        lambda: run_with_retries(lambda: run_transaction(database, claim)), "writer claim"
+    )
     return WriterClaim(writer_name, generation, writer_identity(writer_name, generation), key_format)

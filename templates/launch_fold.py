@@ -7,10 +7,11 @@ The template launcher runs this file with the template parameters as flags
 to call wait_until_finish, and pipeline.fold.run() also reads the finished job's metrics, which
 a launch does not have.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from pipeline.fold import launch
 

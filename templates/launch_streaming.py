@@ -7,10 +7,11 @@ the same code as `upvotes stream` and returns once the job is submitted: Dataflo
 flex-template program not to call wait_until_finish, which `upvotes stream`
 (local_runner.streaming.run, never in this image) does.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from pipeline.streaming import launch
 

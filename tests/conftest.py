@@ -9,21 +9,22 @@ the DirectRunner) goes through the real client wrapped by `upvotes.devtools.comm
 counts its mutations as real Spanner does and fails any commit over Spanner's limit, which
 the emulator does not enforce.
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 import schemas
+from local_runner import dofn_specs
 from spanner_store.database import open_database
 from tests.support import faults
 from tests.support.resources import STREAM_WINDOW_S, new_resources
-from local_runner import dofn_specs
 from transforms import spanner_sink
 from upvotes.devtools import emulators, local_stream
 from upvotes.devtools.commit_meter import CommitMeter, metering_commits

@@ -13,6 +13,7 @@ Pub/Sub's limits. The same inputs through sum_message and ParseVotes: tests/test
 
 Pure tests: no emulator is needed, and the module runs in seconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from schemas.contract import (
-    FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_MESSAGE_BYTES, REASONS, parse_message, parse_vote, reason_of,
+    FORMAT_ATTRIBUTE,
+    LINE_ATTRIBUTE,
+    MAX_MESSAGE_BYTES,
+    REASONS,
+    parse_message,
+    parse_vote,
+    reason_of,
 )
 from schemas.counters import CONTRACT_NAMES as COUNTERS
 from schemas.records import HOUR_S, FailedDelta, PostDelta, Rejected, VoteEvent, VoteState
@@ -74,6 +81,7 @@ def assert_well_formed(data: bytes, attributes: dict, result) -> None:
 
 # --- the corpus ---------------------------------------------------------------------------
 
+
 def corpus_params():
     for name, expected in sorted(manifest().items()):
         yield pytest.param(name, expected, id=name)
@@ -83,8 +91,10 @@ def batch_outcome(results: list) -> dict:
     """A batch's results in the manifest's form."""
     if len(results) == 1 and isinstance(results[0], Rejected) and LINE_ATTRIBUTE not in results[0].attributes:
         return {"whole": reason_of(results[0])}
-    return {"accepted": sum(not isinstance(r, Rejected) for r in results),
-            "rejected": {r.attributes[LINE_ATTRIBUTE]: reason_of(r) for r in results if isinstance(r, Rejected)}}
+    return {
+        "accepted": sum(not isinstance(r, Rejected) for r in results),
+        "rejected": {r.attributes[LINE_ATTRIBUTE]: reason_of(r) for r in results if isinstance(r, Rejected)},
+    }
 
 
 @pytest.mark.parametrize("name,expected", list(corpus_params()))
@@ -120,19 +130,50 @@ def test_the_corpus_is_complete_and_matches_its_generator() -> None:
     # Every outcome is a reason the contract can give, and every reason is exercised.
     outcomes = set()
     for want in expected.values():
-        outcomes |= {want} if isinstance(want, str) else ({want["whole"]} if "whole" in want else set(want["rejected"].values()))
+        outcomes |= (
+            {want}
+            if isinstance(want, str)
+            else ({want["whole"]} if "whole" in want else set(want["rejected"].values()))
+        )
     assert outcomes <= set(REASONS) | {"accepted"}
     assert set(REASONS) <= outcomes
 
 
 def test_the_corpus_covers_each_input_class() -> None:
     names = " ".join(manifest())
-    for needed in ("batch-one-bad-line-among-1000", "batch-all-lines-bad", "batch-blank-lines", "batch-1001-events",
-                   "batch-a-line-over-the-event-limit", "batch-bad-format-value", "batch-not-utf8","binary-garbage", "empty-payload", "deep-nesting-100k", "post-id-integer", "counter-null",
-                   "delta-nan", "delta-infinity", "delta-1e400", "delta-huge-integer", "delta-true", "post-id-null",
-                   "lone-high-surrogate", "utf8-bom-prefix", "overlong-utf8", "raw-nul", "rtl-override",
-                   "post-id-128-emoji", "post-id-129-emoji", "sql-drop-table", "control-chars",
-                   "duplicate-delta", "trailing-garbage", "array-of-events", "json-string-containing-json"):
+    for needed in (
+        "batch-one-bad-line-among-1000",
+        "batch-all-lines-bad",
+        "batch-blank-lines",
+        "batch-1001-events",
+        "batch-a-line-over-the-event-limit",
+        "batch-bad-format-value",
+        "batch-not-utf8",
+        "binary-garbage",
+        "empty-payload",
+        "deep-nesting-100k",
+        "post-id-integer",
+        "counter-null",
+        "delta-nan",
+        "delta-infinity",
+        "delta-1e400",
+        "delta-huge-integer",
+        "delta-true",
+        "post-id-null",
+        "lone-high-surrogate",
+        "utf8-bom-prefix",
+        "overlong-utf8",
+        "raw-nul",
+        "rtl-override",
+        "post-id-128-emoji",
+        "post-id-129-emoji",
+        "sql-drop-table",
+        "control-chars",
+        "duplicate-delta",
+        "trailing-garbage",
+        "array-of-events",
+        "json-string-containing-json",
+    ):
         assert needed in names, needed
 
 
@@ -149,7 +190,11 @@ def test_accepted_hostile_post_ids_are_kept_verbatim() -> None:
         if isinstance(event, VoteState):
             assert (event.post_id, event.user_id, event.vote) == (fields["post_id"], fields["user_id"], fields["vote"])
         else:
-            assert (event.post_id, event.counter, event.delta) == (fields["post_id"], fields["counter"], fields["delta"])
+            assert (event.post_id, event.counter, event.delta) == (
+                fields["post_id"],
+                fields["counter"],
+                fields["delta"],
+            )
 
 
 def test_a_10_mb_payload_is_rejected_as_too_large_without_parsing_it() -> None:
@@ -170,8 +215,11 @@ def test_the_size_limit_is_exact() -> None:
     assert outcome(parse_vote(at_limit + b" ", {}, PUBLISHED)) == "too_large"
 
 
-@given(st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59),
-                   timezones=st.just(timezone.utc)))
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59), timezones=st.just(timezone.utc)
+    )
+)
 @example(datetime(1, 1, 1, tzinfo=timezone.utc))
 @example(datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc))
 def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build(moment: datetime) -> None:
@@ -184,6 +232,7 @@ def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build(moment: da
 
 
 # --- property tests of parse_vote -------------------------------------------------------------
+
 
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=4096))
@@ -231,8 +280,13 @@ def contract_accepts(fields: dict) -> bool:
         if name in fields and not (isinstance(fields[name], str) and 1 <= len(fields[name]) <= 128):
             return False
     if "vote" in fields:  # a vote-state event: a vote, a user and a time, no counter nor delta
-        return (fields["vote"] in VOTES and "user_id" in fields and fields.get("event_time") in VALID_TIMES
-                and "counter" not in fields and "delta" not in fields)
+        return (
+            fields["vote"] in VOTES
+            and "user_id" in fields
+            and fields.get("event_time") in VALID_TIMES
+            and "counter" not in fields
+            and "delta" not in fields
+        )
     if counter not in COUNTERS:
         return False
     if type(delta) is not int or delta == 0 or abs(delta) > 1_000_000:
@@ -272,6 +326,7 @@ def test_parse_vote_on_dicts_mixing_valid_and_invalid_fields(fields: dict) -> No
 
 # --- dead letters within Pub/Sub's limits --------------------------------------------------
 
+
 def utf8_len(text: str) -> int:
     return len(text.encode("utf-8"))
 
@@ -295,9 +350,13 @@ def assert_error_kept(message: PubsubMessage, error: str) -> None:
 
 
 # Attributes as Pub/Sub delivers them: at most 100, keys up to 256 bytes, values up to 1024.
-ATTRIBUTE_KEYS = st.text(NO_SURROGATES, min_size=1, max_size=64) | st.just(ERROR_ATTRIBUTE) | st.just("truncated_from_bytes")
+ATTRIBUTE_KEYS = (
+    st.text(NO_SURROGATES, min_size=1, max_size=64) | st.just(ERROR_ATTRIBUTE) | st.just("truncated_from_bytes")
+)
 ATTRIBUTE_VALUES = st.text(NO_SURROGATES, max_size=256).filter(lambda v: utf8_len(v) <= 1024)
-ERRORS = st.builds(lambda reason, detail: f"{reason}: {detail}", st.sampled_from(REASONS), st.text(NO_SURROGATES, max_size=3000))
+ERRORS = st.builds(
+    lambda reason, detail: f"{reason}: {detail}", st.sampled_from(REASONS), st.text(NO_SURROGATES, max_size=3000)
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -330,7 +389,7 @@ def test_dead_letters_of_the_largest_messages_fit_in_pubsub(with_error: bool, si
     data = b"\x00" * size
     attributes = full_attributes(with_error)
     assert len(attributes) == PUBSUB_MAX_ATTRIBUTES
-    error = "too_large: " + "\U0001F4A3" * 5000  # 20 kB of four-byte characters
+    error = "too_large: " + "\U0001f4a3" * 5000  # 20 kB of four-byte characters
     message = to_dead_letter(Rejected(data, attributes, error))
     assert_within_pubsub_limits(message)
     assert_error_kept(message, error)
@@ -360,6 +419,7 @@ def test_dead_letters_of_failed_delta_rows_fit_in_pubsub(post_id: str, error: st
 
 
 # --- property tests of batches (contract v2) ---------------------------------------------------
+
 
 @settings(max_examples=300, deadline=None)
 @given(NDJSON_LINES, st.booleans())

@@ -6,6 +6,7 @@ timings are what the benchmark reports, not what it checks. Beside it, without e
 registered benchmark reports itself (bench/benchmark.py), and the committed results render with
 named sections.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,11 @@ TIMEOUT_S = 2_400  # the quick run: 15-25 minutes on 2 cores (emulators started 
 def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=TIMEOUT_S,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
 
@@ -57,7 +62,9 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
         assert approach["exact"] is True and approach["final_count"] == approach["votes"], name
     assert hot["chain_sink"]["count_before_fold"] == hot["chain_sink"]["count_after_fold"] == hot["chain_sink"]["votes"]
     sweep = document["benchmarks"]["hot_post"]["sweep"]
-    assert {(r["approach"], r["retry"]) for r in sweep} == {(a, r) for a in APPROACHES[:3] for r in ("client", "jittered")}
+    assert {(r["approach"], r["retry"]) for r in sweep} == {
+        (a, r) for a in APPROACHES[:3] for r in ("client", "jittered")
+    }
     assert all(r["exact"] is True and r["votes"] > 0 for r in sweep)
     soak = document["benchmarks"]["hot_post"]["soak"]
     assert soak["exact"] is True and soak["votes"] > 0 and soak["peak_rss_after_long_mib"] > 0
@@ -90,7 +97,9 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     write_back = document["benchmarks"]["write_back"]
     assert set(write_back["race"]) == {"none", "aof_everysec", "aof_always", "pipeline"}
     for name, row in write_back["race"].items():
-        assert row["exact"] is True and row["votes"] == hot["e2e_pubsub"]["votes"] and row["freshness"]["samples"] > 0, name
+        assert (
+            row["exact"] is True and row["votes"] == hot["e2e_pubsub"]["votes"] and row["freshness"]["samples"] > 0
+        ), name
     killed = {(c["killed"], c.get("durability")): c for c in write_back["crashes"]}
     assert len(killed) == 8 and all(c["acknowledged"] > 0 for c in killed.values())
     for point in ("after rename", "after commit"):  # the flusher, killed at each fault point: exact
@@ -99,7 +108,10 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert killed[("redis-server", "aof_always")]["lost"] == 0  # fsynced before the reply
     # A machine crash after a flush's commit: under everysec (no WAITAOF before Redis 7.2) it takes
     # the RENAME back and the flush is applied again; always fsynced the RENAME before its reply.
-    everysec, always = killed[("machine, after commit", "aof_everysec")], killed[("machine, after commit", "aof_always")]
+    everysec, always = (
+        killed[("machine, after commit", "aof_everysec")],
+        killed[("machine, after commit", "aof_always")],
+    )
     assert (everysec["doubled"] > 0) is not everysec["waitaof"], everysec
     assert always["lost"] == always["doubled"] == 0, always
     assert "| redis-server |" in (tmp_path / "latest.md").read_text()
@@ -111,7 +123,9 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     # reads the change rows of its 10-minute rate window: the 4 commits of each earlier size at most);
     # a full scan's grow by one per post.
     first, last = catalogue["points"][0], catalogue["points"][-1]
-    assert last["fold_rows_read"] == first["fold_rows_read"] == fold_rows_read(100, 1_000, 1)  # upvotes capacity's model
+    assert (
+        last["fold_rows_read"] == first["fold_rows_read"] == fold_rows_read(100, 1_000, 1)
+    )  # upvotes capacity's model
     assert last["fold_idle_rows_read"] == 1
     assert 0 <= last["status_rows_read"] - first["status_rows_read"] <= 4 * (len(catalogue["points"]) - 1)
     assert last["full_scan"]["fold_rows_read"] - first["full_scan"]["fold_rows_read"] == 9_000
@@ -121,7 +135,9 @@ def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_pat
     assert all(r["exact"] is True for r in reader["single_events"].values())
     assert reader["sigkill"]["votes_lost"] == 0 == reader["sigkill"]["votes_doubled"]  # the message log (issue 47)
     assert reader["sigkill"]["kills"] >= 2 and len(reader["sigkill"]["pulls_replayed"]) <= reader["sigkill"]["kills"]
-    assert all(reader["cost"][kind][mode]["votes"] > 0 for kind in ("batched", "single") for mode in ("before", "after"))
+    assert all(
+        reader["cost"][kind][mode]["votes"] > 0 for kind in ("batched", "single") for mode in ("before", "after")
+    )
     real = document["benchmarks"]["real_traffic"]
     assert real["pipeline"]["exact"] is True and real["pipeline"]["votes"] > real["sizes"]["events"] > 0
     assert real["pipeline"]["freshness"]["samples"] > 0 and real["pipeline"]["mutations_per_1k_votes"] > 0
@@ -169,8 +185,12 @@ def assert_trending(result: dict) -> None:
     cost = result["cost"]
     assert cost["deltas_folded"] == cost["delta_rows"] and cost["fold"]["commits"] > 0
     # The code before issue 36 ran, when this clone has its commit (a shallow clone falls back to the model).
-    has_commit = subprocess.run(["git", "cat-file", "-e", f"{trending.BEFORE_COMMIT}^{{commit}}"], cwd=REPO,
-                                capture_output=True).returncode == 0
+    has_commit = (
+        subprocess.run(
+            ["git", "cat-file", "-e", f"{trending.BEFORE_COMMIT}^{{commit}}"], cwd=REPO, capture_output=True
+        ).returncode
+        == 0
+    )
     assert cost["before_from"].startswith(f"the code of {trending.BEFORE_COMMIT}") is has_commit, cost["before_from"]
     for part in ("sink", "fold"):
         assert cost[part]["before"] > 0 and cost[part]["after"] > 0 and cost[part]["before_commits"] > 0, part
@@ -189,8 +209,9 @@ def test_trending_quick_run_ranks_every_size_without_rank_errors(emulator_env, t
     section = "\n\n".join(trending.markdown(document))
     for posts in trending.QUICK.posts:
         for ranking in ("--by hot", f"--last {trending.WINDOW_HOURS}h"):
-            assert re.search(rf"^\| {posts:,} \| [\d,]+ \| {ranking} \|.*\| 0( / 0)? \| yes \|$", section, flags=re.M), \
-                (posts, ranking, section)
+            assert re.search(
+                rf"^\| {posts:,} \| [\d,]+ \| {ranking} \|.*\| 0( / 0)? \| yes \|$", section, flags=re.M
+            ), (posts, ranking, section)
     found = {t["target"]: t for t in trending.targets(document)}
     assert found["Trending rank errors against the ledger's brute-force ranking: 0"]["met"] is True
     assert len(found) == 5

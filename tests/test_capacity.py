@@ -1,6 +1,7 @@
 """`upvotes capacity` and its model: exact small cases, the sink's batching, the model's
 delta rows against the write-amplification benchmark's simulated stream, counted exactly, and
 the vote states' Votes rows, transactions and delta rows against the state sink on the emulator."""
+
 from __future__ import annotations
 
 import itertools
@@ -13,27 +14,43 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.write_amplification import QUICK
-from bench.write_amplification import model_delta_rows, simulated_stream, group_sums
+from bench.write_amplification import QUICK, group_sums, model_delta_rows, simulated_stream
 from schemas.ddl import schema_model
 from schemas.records import PostDelta, PostUser
 from schemas.vote_states import LatestVote
-from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, plan_commits
-from spanner_writes.deltas import write_deltas
+from spanner_writes.deltas import (
+    MUTATIONS_PER_COMMIT,
+    MUTATIONS_PER_DELTA,
+    MUTATIONS_PER_PARENT,
+    plan_commits,
+    write_deltas,
+)
 from spanner_writes.votes import MUTATIONS_PER_VOTE, apply_all_vote_states
 from tests.support.fold_runs import run_fold
 from upvotes.cli import main
 from upvotes.commands.capacity import _sink_shape, chain_rate_from_results
 from upvotes.operations.capacity_model import (
-    Assumption, Assumptions, Popularity, Workload, cancel_probability, capacity,
-    expected_groups, expected_touched, fold_rows_read, rows_per_sink_commit, split_by_hour, state_writes,
+    Assumption,
+    Assumptions,
+    Popularity,
+    Workload,
+    cancel_probability,
+    capacity,
+    expected_groups,
+    expected_touched,
+    fold_rows_read,
+    rows_per_sink_commit,
+    split_by_hour,
+    state_writes,
     stream_delta_rows,
 )
 
 ASSUMPTIONS = Assumptions(
-    spanner_writes_per_node_s=Assumption(1_000, "test"), spanner_optimized_writes_per_node_s=Assumption(5_000, "test"),
+    spanner_writes_per_node_s=Assumption(1_000, "test"),
+    spanner_optimized_writes_per_node_s=Assumption(5_000, "test"),
     spanner_reads_per_node_s=Assumption(10_000, "test"),
-    hot_row_transactions_per_s=Assumption(100, "test"), chain_events_per_core_s=Assumption(50_000, "test"),
+    hot_row_transactions_per_s=Assumption(100, "test"),
+    chain_events_per_core_s=Assumption(50_000, "test"),
     sink_rows_per_core_s=Assumption(10_000, "test"),
 )
 UNVOTE, SHARE = 0.1, 0.2
@@ -43,7 +60,7 @@ def test_cancel_probability_counts_balanced_votes_without_shares() -> None:
     assert cancel_probability(0, UNVOTE, SHARE) == 1.0
     assert cancel_probability(3, UNVOTE, SHARE) == 0.0
     assert cancel_probability(2, UNVOTE, SHARE) == pytest.approx(2 * 0.7 * 0.1)
-    assert cancel_probability(4, UNVOTE, SHARE) == pytest.approx(6 * 0.7 ** 2 * 0.1 ** 2)
+    assert cancel_probability(4, UNVOTE, SHARE) == pytest.approx(6 * 0.7**2 * 0.1**2)
 
 
 def test_expected_touched_of_uniform_popularity_is_the_occupancy_formula() -> None:
@@ -133,8 +150,9 @@ def test_the_hour_split_is_modelled_not_ignored() -> None:
     votes = simulated_stream(QUICK)
     counted = len(group_sums(votes, 10))
     with_split = model_delta_rows(QUICK, 10)
-    workload = Workload(votes_per_s=QUICK.arrival_rate, posts=QUICK.amplification_posts, zipf=1.1, window_s=10,
-                        client_delay_mean_s=1e-9)
+    workload = Workload(
+        votes_per_s=QUICK.arrival_rate, posts=QUICK.amplification_posts, zipf=1.1, window_s=10, client_delay_mean_s=1e-9
+    )
     from bench.write_amplification import STREAM_START
 
     without = stream_delta_rows(Popularity.zipf(QUICK.amplification_posts, 1.1), workload, STREAM_START, 20)
@@ -143,9 +161,17 @@ def test_the_hour_split_is_modelled_not_ignored() -> None:
 
 
 def test_chain_rate_prefers_the_batched_measurement_for_batched_input() -> None:
-    results: dict[str, Any] = {"machine": {"date": "2026-12-01"}, "benchmarks": {"transform_cost": {"variants": {
-        "beam_chain": {"events_per_s_per_core": 45_000.0},
-        "beam_chain_batched": {"events_per_s_per_core": 130_000.0}}}}}
+    results: dict[str, Any] = {
+        "machine": {"date": "2026-12-01"},
+        "benchmarks": {
+            "transform_cost": {
+                "variants": {
+                    "beam_chain": {"events_per_s_per_core": 45_000.0},
+                    "beam_chain_batched": {"events_per_s_per_core": 130_000.0},
+                }
+            }
+        },
+    }
     batched = chain_rate_from_results(results, True, "f.json")
     unbatched = chain_rate_from_results(results, False, "f.json")
     assert batched is not None and batched[0] == 130_000.0
@@ -160,16 +186,43 @@ def test_chain_rate_prefers_the_batched_measurement_for_batched_input() -> None:
 
 def test_capacity_command_prints_json_with_its_assumptions(tmp_path, capsys) -> None:
     results = tmp_path / "latest.json"
-    results.write_text(json.dumps({"benchmarks": {"transform_cost": {"variants": {
-        "beam_chain_batched": {"events_per_s_per_core": 100_000.0}}}}}))
-    code = main(["capacity", "--votes-per-s", "20000", "--posts", "5000", "--shards", "4",
-                 "--bench-results", str(results), "--hot-row-transactions-per-s", "50", "--json"])
+    results.write_text(
+        json.dumps(
+            {
+                "benchmarks": {
+                    "transform_cost": {"variants": {"beam_chain_batched": {"events_per_s_per_core": 100_000.0}}}
+                }
+            }
+        )
+    )
+    code = main(
+        [
+            "capacity",
+            "--votes-per-s",
+            "20000",
+            "--posts",
+            "5000",
+            "--shards",
+            "4",
+            "--bench-results",
+            str(results),
+            "--hot-row-transactions-per-s",
+            "50",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0
     assert [a["approach"] for a in report["approaches"]] == [
-        "this design (deltas + fold)", "read-modify-write", "sharded counters (4 shards)"]
+        "this design (deltas + fold)",
+        "read-modify-write",
+        "sharded counters (4 shards)",
+    ]
     assert report["assumptions"]["chain_events_per_core_s"]["value"] == 100_000.0
-    assert report["assumptions"]["hot_row_transactions_per_s"] == {"value": 50.0, "source": "given by --hot-row-transactions-per-s"}
+    assert report["assumptions"]["hot_row_transactions_per_s"] == {
+        "value": 50.0,
+        "source": "given by --hot-row-transactions-per-s",
+    }
     assert "cloud.google.com/spanner/docs/performance" in report["assumptions"]["spanner_writes_per_node_s"]["source"]
 
 
@@ -186,10 +239,14 @@ def test_capacity_command_table_and_a_bad_results_file(tmp_path, capsys) -> None
 def test_the_models_fold_reads_what_a_fold_run_reads(stack, database) -> None:
     """The model's fold cost against a real fold following the change log: the rows it read for 6
     sink commits of 25 deltas over 40 posts, among 500 posts that did not change."""
-    write_deltas(database, [PostDelta.of(f"cap-idle-{i}", 1_795_312_800, "idle:0", upvotes=1, events=1) for i in range(500)])
+    write_deltas(
+        database, [PostDelta.of(f"cap-idle-{i}", 1_795_312_800, "idle:0", upvotes=1, events=1) for i in range(500)]
+    )
     run_fold(stack)  # folds those and records the cursor
-    commits = [[PostDelta.of(f"cap-{(7 * c + i) % 40}", 1_795_312_800, f"cap:{c}:{i}", upvotes=1, events=1) for i in range(25)]
-               for c in range(6)]
+    commits = [
+        [PostDelta.of(f"cap-{(7 * c + i) % 40}", 1_795_312_800, f"cap:{c}:{i}", upvotes=1, events=1) for i in range(25)]
+        for c in range(6)
+    ]
     for deltas in commits:
         write_deltas(database, deltas)
     outcome = run_fold(stack)
@@ -198,12 +255,17 @@ def test_the_models_fold_reads_what_a_fold_run_reads(stack, database) -> None:
     assert outcome.rows_read == fold_rows_read(changed, 150, len(commits))
     # 10x the catalogue for the same votes: a full scan would read 10x; this reads what the long
     # tail adds in posts voted on.
-    reads = {posts: capacity(Workload(votes_per_s=100, posts=posts, zipf=1.1, window_s=10), _sink_shape(),
-                             ASSUMPTIONS).fold_rows_read for posts in (100_000, 1_000_000)}
+    reads = {
+        posts: capacity(
+            Workload(votes_per_s=100, posts=posts, zipf=1.1, window_s=10), _sink_shape(), ASSUMPTIONS
+        ).fold_rows_read
+        for posts in (100_000, 1_000_000)
+    }
     assert reads[1_000_000] < 1.2 * reads[100_000]
 
 
 # --- vote states: one Votes row written and two keys read per state ---------------------------
+
 
 def test_state_writes_cost_a_votes_row_and_two_reads_per_state() -> None:
     shape = _sink_shape()
@@ -213,8 +275,11 @@ def test_state_writes_cost_a_votes_row_and_two_reads_per_state() -> None:
     assert states.votes == states.row_writes == states.row_reads / 2 == 10_000
     assert states.transactions == 10_000 / shape.rows_per_commit
     assert states.delta_rows == pytest.approx(states.transactions * expected_touched(popularity, shape.rows_per_commit))
-    assert states.mutations == pytest.approx(10_000 * MUTATIONS_PER_VOTE + states.transactions * MUTATIONS_PER_COMMIT
-                                             + states.delta_rows * (MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT))
+    assert states.mutations == pytest.approx(
+        10_000 * MUTATIONS_PER_VOTE
+        + states.transactions * MUTATIONS_PER_COMMIT
+        + states.delta_rows * (MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT)
+    )
     # 1,000 writes/s and 10,000 reads/s per node; 5,000 writes/s optimized.
     assert states.spanner_nodes == pytest.approx(10_000 / 1_000 + 20_000 / 10_000)
     assert states.spanner_nodes_optimized == pytest.approx(10_000 / 5_000 + 20_000 / 10_000)
@@ -224,8 +289,23 @@ def test_state_writes_cost_a_votes_row_and_two_reads_per_state() -> None:
 def test_published_per_node_rates_put_100k_vote_states_at_37_nodes_or_13_optimized(capsys) -> None:
     """Google's regional figures (3,500 writes/s, 22,500 with throughput-optimized writes, 22,500
     reads/s per node): the notes' 29 nodes (or 5) for the writes, plus 8.9 for the two keys read."""
-    assert main(["capacity", "--votes-per-s", "100000", "--posts", "10000", "--state-fraction", "1",
-                 "--chain-events-per-core-s", "100000", "--json"]) == 0
+    assert (
+        main(
+            [
+                "capacity",
+                "--votes-per-s",
+                "100000",
+                "--posts",
+                "10000",
+                "--state-fraction",
+                "1",
+                "--chain-events-per-core-s",
+                "100000",
+                "--json",
+            ]
+        )
+        == 0
+    )
     states = json.loads(capsys.readouterr().out)["vote_states"]
     assert states["nodes_per_100k_votes_s"] == pytest.approx(100_000 / 3_500 + 200_000 / 22_500)
     assert states["nodes_per_100k_votes_s_optimized"] == pytest.approx(100_000 / 22_500 * 3)
@@ -249,8 +329,24 @@ def test_vote_states_are_in_this_designs_figures_and_leave_the_window_deltas() -
 def test_capacity_command_says_what_the_state_writes_need(capsys) -> None:
     assert main(["capacity", "--votes-per-s", "1000", "--posts", "100", "--chain-events-per-core-s", "5000"]) == 0
     assert "Vote states" not in capsys.readouterr().out
-    assert main(["capacity", "--votes-per-s", "200000", "--posts", "1000", "--state-fraction", "0.5",
-                 "--chain-events-per-core-s", "5000", "--spanner-optimized-writes-per-node-s", "20000"]) == 0
+    assert (
+        main(
+            [
+                "capacity",
+                "--votes-per-s",
+                "200000",
+                "--posts",
+                "1000",
+                "--state-fraction",
+                "0.5",
+                "--chain-events-per-core-s",
+                "5000",
+                "--spanner-optimized-writes-per-node-s",
+                "20000",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Vote states: 50% of the votes (100,000/s)" in out
     assert "Spanner nodes the state writes need: 37.5 per 100,000 vote states/s" in out
@@ -267,9 +363,12 @@ def test_the_models_state_transactions_are_what_the_state_sink_commits(database,
     popularity = Popularity.zipf(200, 1.1)
     rng = random.Random(29)
     posts = rng.choices(range(200), weights=popularity.p.tolist(), k=3_000)
-    states = {PostUser(f"capvs-{post}", f"u-{i}"): LatestVote("up", 1_795_312_800_000_000 + i, f"e-{i}", 1_795_312_800,
-                                                               voted=True)
-              for i, post in enumerate(posts)}
+    states = {
+        PostUser(f"capvs-{post}", f"u-{i}"): LatestVote(
+            "up", 1_795_312_800_000_000 + i, f"e-{i}", 1_795_312_800, voted=True
+        )
+        for i, post in enumerate(posts)
+    }
     commit_meter.reset()
     totals = apply_all_vote_states(database, states, rows_per_commit=1_000)
     with database.snapshot() as snapshot:
@@ -281,7 +380,10 @@ def test_the_models_state_transactions_are_what_the_state_sink_commits(database,
     # The model counts each parent Posts row at the planners' cost of a new one (every column); the
     # meter counts the key columns a parent's upsert writes: the model is the bound, above it by at
     # most those other columns per parent (one parent per delta row at most).
-    formula = (3_000 * MUTATIONS_PER_VOTE + 3 * MUTATIONS_PER_COMMIT
-               + delta_rows * (MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT))
+    formula = (
+        3_000 * MUTATIONS_PER_VOTE
+        + 3 * MUTATIONS_PER_COMMIT
+        + delta_rows * (MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT)
+    )
     unwritten = len(schema_model()["Posts"].columns) - 2
     assert commit_meter.mutations_total <= formula <= commit_meter.mutations_total + delta_rows * unwritten

@@ -3,6 +3,7 @@ listing fewer posts than they raise, and ordinary vote-state traffic, on a datab
 Every ranking (all time, hot, the last 24 h) must be certified and right, by reading the commits its
 bounds leave open (spanner_reads/fresh_side.py); a read without that budget (`resolve_posts=0`,
 what main did before) is not certified, and says so."""
+
 from __future__ import annotations
 
 import random
@@ -21,7 +22,12 @@ from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_vote_states
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, window_of,
+    VoteLedger,
+    assert_hot_answer,
+    assert_window_answer,
+    brute_hot,
+    brute_window,
+    window_of,
 )
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
@@ -31,6 +37,7 @@ PATIENT = RetryPolicy(attempts=200, first_delay_s=0.001, max_delay_s=0.05)
 
 
 # --- which commits to read: pure ---------------------------------------------------------------
+
 
 def test_commits_to_read_takes_the_fewest_largest_bounds_that_leave_the_rest_within_room() -> None:
     bounds = [("a", 5.0), ("b", 1.0), ("c", 3.0), ("d", 1.0)]
@@ -45,6 +52,7 @@ def test_commits_to_read_takes_the_fewest_largest_bounds_that_leave_the_rest_wit
 
 # --- on the emulator ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def never_folded(emulator_env):
     resources = new_resources("cwf")
@@ -53,7 +61,8 @@ def never_folded(emulator_env):
 
 
 def test_a_burst_in_commits_that_list_fewer_posts_than_they_raise_is_certified_and_right_without_a_fold(
-        never_folded) -> None:
+    never_folded,
+) -> None:
     """Item 8's check, smaller: a burst over 61 posts and about 60 event hours in two commits, each
     raising more posts than it lists. Most posts have big old sums (listed first); the true hot
     first is a post with 500 upvotes an hour ago, which its commit does not list. Without reading
@@ -64,14 +73,24 @@ def test_a_burst_in_commits_that_list_fewer_posts_than_they_raise_is_certified_a
     for number in range(60):
         post = f"burst-{number:03}"
         for hour in rng.sample(range(48, 96), 8):  # old votes: big all-time sums, little heat left
-            rows.append(PostDelta.of(post, NOW_HOUR - 3600 * hour, f"burst:{number}:{hour}",
-                                     upvotes=rng.randint(300, 600), events=1))
+            rows.append(
+                PostDelta.of(
+                    post, NOW_HOUR - 3600 * hour, f"burst:{number}:{hour}", upvotes=rng.randint(300, 600), events=1
+                )
+            )
         if number % 5 == 0:  # a few posts with votes in the last 24 hours as well
-            rows.append(PostDelta.of(post, NOW_HOUR - 3600 * rng.randint(0, 23), f"burst:{number}:recent",
-                                     upvotes=rng.randint(20, 200), events=1))
+            rows.append(
+                PostDelta.of(
+                    post,
+                    NOW_HOUR - 3600 * rng.randint(0, 23),
+                    f"burst:{number}:recent",
+                    upvotes=rng.randint(20, 200),
+                    events=1,
+                )
+            )
     rows.append(PostDelta.of("viral-now", NOW_HOUR - 3600, "burst:viral", upvotes=500, events=500))
     rng.shuffle(rows)
-    for commit in (rows[:len(rows) // 2], rows[len(rows) // 2:]):
+    for commit in (rows[: len(rows) // 2], rows[len(rows) // 2 :]):
         run_with_retries(lambda: write_new_deltas(database, commit), PATIENT)  # called at once
         ledger.add_deltas(commit)
 
@@ -92,8 +111,10 @@ def test_a_burst_in_commits_that_list_fewer_posts_than_they_raise_is_certified_a
     assert_window_answer(last, ledger, 5, first, final, "the burst, last 24 h")
     top = fresh_top(database, 5)
     totals = ledger.totals()
-    assert top.exact and [p.counts.upvotes for p in top.posts] == sorted(
-        (c.upvotes for c in totals.values()), reverse=True)[:5]
+    assert (
+        top.exact
+        and [p.counts.upvotes for p in top.posts] == sorted((c.upvotes for c in totals.values()), reverse=True)[:5]
+    )
 
 
 def test_vote_state_traffic_in_many_commits_is_certified_in_every_ranking_without_a_fold(never_folded) -> None:

@@ -1,4 +1,5 @@
 """The `upvotes` command: help on every subcommand, readable errors, emulator state handling."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,9 @@ from upvotes.cli import build_parser, main
 
 def subcommands() -> list[str]:
     """Every subcommand, as the parser knows them (not a hand copy, which goes stale)."""
-    (choices,) = [action.choices for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    (choices,) = [
+        action.choices for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)
+    ]
     return sorted(choices)
 
 
@@ -25,8 +28,22 @@ SUBCOMMANDS = subcommands()
 
 def test_the_parser_has_the_subcommands_the_readme_walks_through() -> None:
     # A floor, so that a parser that lost its subparsers cannot pass the tests below vacuously.
-    assert {"emulators", "provision", "publish", "stream", "fold", "read", "top", "serve", "status", "demo",
-            "suspend-users", "restore-users", "suspensions", "suspects"} <= set(SUBCOMMANDS)
+    assert {
+        "emulators",
+        "provision",
+        "publish",
+        "stream",
+        "fold",
+        "read",
+        "top",
+        "serve",
+        "status",
+        "demo",
+        "suspend-users",
+        "restore-users",
+        "suspensions",
+        "suspects",
+    } <= set(SUBCOMMANDS)
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)
@@ -40,7 +57,9 @@ def test_every_subcommand_has_help(command: str, capsys) -> None:
 
 
 def test_top_level_help_lists_every_subcommand() -> None:
-    out = subprocess.run([sys.executable, "-m", "upvotes.cli", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "upvotes.cli", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     for command in SUBCOMMANDS:
         assert command in out
 
@@ -76,11 +95,22 @@ def test_read_user_prints_the_users_vote_on_each_post(stack, database, capsys) -
     assert main([*flags, "--user", "cli user", "cli/p", "never-voted"]) == 0
     voted, never = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert voted["applied_at"].startswith("20")
-    assert voted | {"applied_at": None} == {"post_id": "cli/p", "user_id": "cli user", "vote": "up",
-                                            "voted_at": "2026-11-22T10:00:00+00:00", "event_id": None,
-                                            "applied_at": None}
-    assert never == {"post_id": "never-voted", "user_id": "cli user", "vote": "none", "voted_at": None,
-                     "event_id": None, "applied_at": None}
+    assert voted | {"applied_at": None} == {
+        "post_id": "cli/p",
+        "user_id": "cli user",
+        "vote": "up",
+        "voted_at": "2026-11-22T10:00:00+00:00",
+        "event_id": None,
+        "applied_at": None,
+    }
+    assert never == {
+        "post_id": "never-voted",
+        "user_id": "cli user",
+        "vote": "none",
+        "voted_at": None,
+        "event_id": None,
+        "applied_at": None,
+    }
     assert main([*flags, "--user", "cli user", "--hourly", "cli/p"]) == 2
     assert "--user prints votes" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:

@@ -1,6 +1,7 @@
 """The one budgeted cutter (spanner_store/commit_budget.py), pure: no emulator. The writers' own
 plans (plan_commits, plan_batches) are tested with their costs in tests/test_sink.py and
 tests/test_vote_states.py."""
+
 from __future__ import annotations
 
 import random
@@ -11,8 +12,7 @@ from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 
 # An item is (post, hour): 3 mutations of its own, 5 per distinct post, 2 per distinct (post, hour),
 # 7 per commit.
-COST: CommitCost[tuple[str, int]] = CommitCost(
-    7, 3, (Shared(lambda item: item[0], 5), Shared(lambda item: item, 2)))
+COST: CommitCost[tuple[str, int]] = CommitCost(7, 3, (Shared(lambda item: item[0], 5), Shared(lambda item: item, 2)))
 
 
 def items(n: int, posts: int, hours: int, seed: int = 1) -> list[tuple[str, int]]:
@@ -26,10 +26,17 @@ def test_the_cost_of_a_commit_pays_each_shared_row_once() -> None:
     assert COST.of([("a", 1), ("a", 1), ("a", 2), ("b", 1)]) == 7 + 4 * 3 + 2 * 5 + 3 * 2
 
 
-@pytest.mark.parametrize("n,posts,hours,max_rows,max_mutations", [
-    (0, 1, 1, 10, 100), (1, 1, 1, 10, 17), (500, 3, 4, 1_000, 200), (500, 500, 1, 7, 10_000),
-    (2_000, 40, 6, 50, 400), (300, 1, 1, 1_000, 17),
-])
+@pytest.mark.parametrize(
+    "n,posts,hours,max_rows,max_mutations",
+    [
+        (0, 1, 1, 10, 100),
+        (1, 1, 1, 10, 17),
+        (500, 3, 4, 1_000, 200),
+        (500, 500, 1, 7, 10_000),
+        (2_000, 40, 6, 50, 400),
+        (300, 1, 1, 1_000, 17),
+    ],
+)
 def test_every_item_once_in_order_each_commit_within_both_limits(n, posts, hours, max_rows, max_mutations) -> None:
     given = items(n, posts, hours)
     commits = cut_within_budget(given, COST, max_rows, max_mutations)

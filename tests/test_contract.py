@@ -27,6 +27,7 @@ messages: tests/test_parse_and_sum.py.
 
 Pure tests: no emulator.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,17 +40,31 @@ from jsonschema import Draft202012Validator
 
 import schemas
 from schemas.contract import (
-    BATCH_ID_PREFIX, EVENT_ID_ATTRIBUTE, EVENT_TIME_ATTRIBUTE, FORMAT_ATTRIBUTE, LINE_ATTRIBUTE, MAX_BATCH_BYTES,
-    MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, MESSAGE_ID_PREFIX, NDJSON, REASONS, batch_messages, event_message,
-    events_message, parse_message, parse_vote, reason_of,
+    BATCH_ID_PREFIX,
+    EVENT_ID_ATTRIBUTE,
+    EVENT_TIME_ATTRIBUTE,
+    FORMAT_ATTRIBUTE,
+    LINE_ATTRIBUTE,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_EVENTS,
+    MAX_MESSAGE_BYTES,
+    MESSAGE_ID_PREFIX,
+    NDJSON,
+    REASONS,
+    batch_messages,
+    event_message,
+    events_message,
+    parse_message,
+    parse_vote,
+    reason_of,
 )
 from schemas.records import Rejected, VoteEvent, VoteState
 from tests.support.contract_table import BATCH, INVALID, VALID, ndjson
 from tests.support.corpus import CORPUS, CORPUS_PUBLISHED
 from tests.support.event_times import PUBLISHED
 
-
 # --- the table: valid and invalid messages ----------------------------------------------------
+
 
 @pytest.mark.parametrize("data,expected", VALID)
 def test_valid_events_are_accepted(data: bytes, expected: VoteEvent | VoteState) -> None:
@@ -74,6 +89,7 @@ def test_every_reason_is_exercised_by_the_table() -> None:
 
 # --- contract v2: batches -------------------------------------------------------------------
 
+
 def results(data: bytes, attributes: dict | None = None) -> list[VoteEvent | VoteState | Rejected]:
     return list(parse_message(data, BATCH if attributes is None else attributes, PUBLISHED))
 
@@ -81,8 +97,10 @@ def results(data: bytes, attributes: dict | None = None) -> list[VoteEvent | Vot
 def test_a_message_without_format_is_one_event_as_in_v1() -> None:
     for data, expected in VALID:
         assert results(data, {}) == [expected]
-    assert [reason_of(r) if isinstance(r, Rejected) else r
-            for r in results(b'[{"post_id": "p", "counter": "upvotes", "delta": 1}]', {})] == ["not_object"]
+    assert [
+        reason_of(r) if isinstance(r, Rejected) else r
+        for r in results(b'[{"post_id": "p", "counter": "upvotes", "delta": 1}]', {})
+    ] == ["not_object"]
 
 
 def test_every_valid_line_of_a_batch_is_an_event_and_blank_lines_are_skipped() -> None:
@@ -108,7 +126,11 @@ def test_every_line_bad_gives_one_dead_letter_per_line_numbered_past_blank_lines
     rejected = [r for r in got if isinstance(r, Rejected)]
     assert rejected == got
     assert [(reason_of(r), r.attributes[LINE_ATTRIBUTE]) for r in rejected] == [
-        ("not_json", "1"), ("not_json", "2"), ("not_object", "4"), ("unknown_counter", "5")]  # line 3 was blank
+        ("not_json", "1"),
+        ("not_json", "2"),
+        ("not_object", "4"),
+        ("unknown_counter", "5"),
+    ]  # line 3 was blank
 
 
 def test_a_line_over_the_event_limit_is_rejected_alone() -> None:
@@ -120,13 +142,16 @@ def test_a_line_over_the_event_limit_is_rejected_alone() -> None:
     assert reason_of(too_large) == "too_large" and too_large.attributes[LINE_ATTRIBUTE] == "2"
 
 
-@pytest.mark.parametrize("data,attributes,reason", [
-    (ndjson(*[VALID[0][0]] * (MAX_BATCH_EVENTS + 1)), BATCH, "too_many_events"),
-    (ndjson(VALID[0][0], b" " * MAX_BATCH_BYTES), BATCH, "too_large"),
-    (ndjson(VALID[0][0], b"\xff"), BATCH, "not_utf8"),
-    (VALID[0][0], {FORMAT_ATTRIBUTE: "json-array"}, "unknown_format"),
-    (VALID[0][0], {FORMAT_ATTRIBUTE: ""}, "unknown_format"),
-])
+@pytest.mark.parametrize(
+    "data,attributes,reason",
+    [
+        (ndjson(*[VALID[0][0]] * (MAX_BATCH_EVENTS + 1)), BATCH, "too_many_events"),
+        (ndjson(VALID[0][0], b" " * MAX_BATCH_BYTES), BATCH, "too_large"),
+        (ndjson(VALID[0][0], b"\xff"), BATCH, "not_utf8"),
+        (VALID[0][0], {FORMAT_ATTRIBUTE: "json-array"}, "unknown_format"),
+        (VALID[0][0], {FORMAT_ATTRIBUTE: ""}, "unknown_format"),
+    ],
+)
 def test_a_batch_over_the_limits_or_of_another_format_is_rejected_whole(data, attributes, reason) -> None:
     [rejected] = results(data, attributes)
     assert isinstance(rejected, Rejected) and reason_of(rejected) == reason, rejected
@@ -144,7 +169,8 @@ def test_exactly_the_limits_are_accepted() -> None:
 # "Integers are written without a fraction (1, not 1.0)": JSON Schema's own integer type
 # would take 1.0 as well, so the check uses the schema's stated meaning.
 _TYPES = Draft202012Validator.TYPE_CHECKER.redefine(
-    "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
+    "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+)
 Validator = type("Validator", (Draft202012Validator,), {"TYPE_CHECKER": _TYPES})
 VALIDATOR = Validator(schemas.event_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER)
 
@@ -216,14 +242,30 @@ def test_the_corpus_exercises_both_verdicts_of_the_schema() -> None:
 
 
 _TEXT = st.text(max_size=140) | st.sampled_from(["", "p-1", "upvotes", "shares", "likes", "x" * 128, "x" * 129])
-_TIMES = st.sampled_from([
-    "2026-11-22T01:02:03Z", "2026-11-22T01:02:03.123456789+05:30", "2026-13-01T00:00:00Z", "2026-11-22",
-    "2026-11-22T01:02:03", "yesterday", "", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59Z",
-    "2026-02-30T00:00:00Z", "2026-11-22t01:02:03z",
-]) | st.text(max_size=30)
-_VALUES = (st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
-           | st.floats(allow_nan=False, allow_infinity=False) | _TEXT | st.lists(st.integers(), max_size=2)
-           | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+_TIMES = st.sampled_from(
+    [
+        "2026-11-22T01:02:03Z",
+        "2026-11-22T01:02:03.123456789+05:30",
+        "2026-13-01T00:00:00Z",
+        "2026-11-22",
+        "2026-11-22T01:02:03",
+        "yesterday",
+        "",
+        "0001-01-01T00:00:00+01:00",
+        "9999-12-31T23:59:59Z",
+        "2026-02-30T00:00:00Z",
+        "2026-11-22t01:02:03z",
+    ]
+) | st.text(max_size=30)
+_VALUES = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXT
+    | st.lists(st.integers(), max_size=2)
+    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+)
 _FIELDS = {
     "post_id": _TEXT | _VALUES,
     "counter": st.sampled_from(["upvotes", "shares", "likes", "UPVOTES", ""]) | _VALUES,
@@ -284,18 +326,33 @@ def same_verdict(parsed: object, alone: object, event: dict) -> None:
         assert (parsed.post_id, parsed.counter, parsed.delta) == (event["post_id"], event["counter"], event["delta"])
     else:
         assert isinstance(parsed, VoteState) and (parsed.post_id, parsed.user_id, parsed.vote) == (
-            event["post_id"], event["user_id"], event["vote"])
+            event["post_id"],
+            event["user_id"],
+            event["vote"],
+        )
 
 
 _VOTE_STATES = st.fixed_dictionaries(
-    {"post_id": st.sampled_from(["p-1", "p/2"]), "user_id": st.sampled_from(["u-1", "ü"]),
-     "vote": st.sampled_from(["up", "down", "none", "sideways"]), "event_time": _TIMES},
-    optional={"event_id": _TEXT})
+    {
+        "post_id": st.sampled_from(["p-1", "p/2"]),
+        "user_id": st.sampled_from(["u-1", "ü"]),
+        "vote": st.sampled_from(["up", "down", "none", "sideways"]),
+        "event_time": _TIMES,
+    },
+    optional={"event_id": _TEXT},
+)
 _DELTA_EVENTS = st.fixed_dictionaries(
-    {"post_id": st.sampled_from(["p-1", "p/2", "ünï"]), "counter": st.sampled_from(["upvotes", "shares"]),
-     "delta": st.integers(-2, 2)},
-    optional={"event_id": _TEXT, "event_time": st.sampled_from(["2026-11-22T01:02:03Z", "2026-11-22T01:02:03.5+01:00"]),
-              "user_id": st.sampled_from(["u-1", "u-2"])})
+    {
+        "post_id": st.sampled_from(["p-1", "p/2", "ünï"]),
+        "counter": st.sampled_from(["upvotes", "shares"]),
+        "delta": st.integers(-2, 2),
+    },
+    optional={
+        "event_id": _TEXT,
+        "event_time": st.sampled_from(["2026-11-22T01:02:03Z", "2026-11-22T01:02:03.5+01:00"]),
+        "user_id": st.sampled_from(["u-1", "u-2"]),
+    },
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -316,7 +373,9 @@ def test_encoded_events_parse_back_to_themselves(events: list[dict], batch_size:
             assert message.attributes == expected_v1_attributes(event, message.attributes)
         else:
             assert message.attributes[FORMAT_ATTRIBUTE] == NDJSON and set(message.attributes) == {
-                FORMAT_ATTRIBUTE, EVENT_ID_ATTRIBUTE}
+                FORMAT_ATTRIBUTE,
+                EVENT_ID_ATTRIBUTE,
+            }
             assert message.attributes[EVENT_ID_ATTRIBUTE].startswith(BATCH_ID_PREFIX)
     if events:  # the service's path: the encoded events of one request, as one message
         lines = [orjson.dumps(event) for event in events]

@@ -1,5 +1,6 @@
 """The counters' declaration (schemas/counters.py) held to what it cannot generate: the DDL's
 columns, the JSON Schema's enum, and a Counts pickled by a job that had fewer counters."""
+
 from __future__ import annotations
 
 import pickle
@@ -7,14 +8,20 @@ import re
 from pathlib import Path
 
 import schemas
-from schemas import counters
+from schemas import counters, statements_of
 from schemas.counters import (
-    COLUMNS, CONTRACT_NAMES, COUNTER_OF_VOTE, COUNTERS, NAMES, Counts, by_contract_name, one, total,
+    COLUMNS,
+    CONTRACT_NAMES,
+    COUNTER_OF_VOTE,
+    COUNTERS,
+    NAMES,
+    Counts,
+    by_contract_name,
+    one,
+    total,
 )
+from schemas.ddl import schema_model, table_columns
 from schemas.vote_states import VOTES
-from schemas.ddl import schema_model
-from schemas import statements_of
-from schemas.ddl import table_columns
 
 BEFORE = Path(__file__).parent / "fixtures" / "posts_before_issue_22.sql"
 

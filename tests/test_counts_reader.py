@@ -1,5 +1,6 @@
 """CountsReader on the Spanner emulator: single flight, batching, refresh by an injected clock,
 exact-staleness snapshots and the as_of of every answer."""
+
 from __future__ import annotations
 
 import threading
@@ -31,8 +32,12 @@ class FakeClock:
 
 def add(database, post_id: str, upvotes: int, tag: str, shares: int = 0) -> datetime:
     """Commits one delta; returns its commit timestamp."""
-    committed = commit_mutations(database, lambda batch: add_delta_writes(
-        batch, [PostDelta.of(post_id, HOUR, f"{tag}:{post_id}", upvotes=upvotes, shares=shares, events=1)]))
+    committed = commit_mutations(
+        database,
+        lambda batch: add_delta_writes(
+            batch, [PostDelta.of(post_id, HOUR, f"{tag}:{post_id}", upvotes=upvotes, shares=shares, events=1)]
+        ),
+    )
     assert isinstance(committed, datetime)
     return committed
 
@@ -66,7 +71,9 @@ def test_concurrent_callers_of_a_hot_post_share_one_spanner_read_per_refresh(dat
 
 
 def test_unique_reads_have_their_own_cache_and_the_same_snapshot_as_the_counts(database) -> None:
-    write_deltas(database, [PostDelta.of("voted", HOUR, "v:1", upvotes=3, events=3, voters=sketch_of(["ann", "bo", "cy"]))])
+    write_deltas(
+        database, [PostDelta.of("voted", HOUR, "v:1", upvotes=3, events=3, voters=sketch_of(["ann", "bo", "cy"]))]
+    )
     clock = FakeClock()
     reader = CountsReader(database, refresh_s=1.0, clock=clock)
     assert reader.get("voted").unique_voters is None
@@ -85,7 +92,11 @@ def test_get_many_reads_what_is_missing_in_one_batch_in_the_order_asked(database
     assert reader.get("m-1").counts.upvotes == 1 and reader.spanner_reads == 1
     counts = reader.get_many(["m-2", "never-voted", "m-1", "m-2"])
     assert [(c.post_id, c.counts.upvotes, c.counts.shares) for c in counts] == [
-        ("m-2", 2, 0), ("never-voted", 0, 0), ("m-1", 1, 0), ("m-2", 2, 0)]
+        ("m-2", 2, 0),
+        ("never-voted", 0, 0),
+        ("m-1", 1, 0),
+        ("m-2", 2, 0),
+    ]
     assert reader.spanner_reads == 2  # m-2 and never-voted together; m-1 from the cache
     assert counts[0].as_of == counts[1].as_of  # one snapshot
 
@@ -94,8 +105,12 @@ def test_exact_staleness_reads_the_past_and_says_when(database) -> None:
     add(database, "stale", 10, "a")
     stale = CountsReader(database, staleness_s=2.0, refresh_s=0.0)
     strong = CountsReader(database, refresh_s=0.0)
-    wait_until(lambda: stale.get("stale").counts.upvotes == 10, 30,  # until the first write is 2 s in the past
-               "the stale reader to see the first write", poll_s=0.1)
+    wait_until(
+        lambda: stale.get("stale").counts.upvotes == 10,
+        30,  # until the first write is 2 s in the past
+        "the stale reader to see the first write",
+        poll_s=0.1,
+    )
     written_at = add(database, "stale", 5, "b")
     past, now = stale.get("stale"), strong.get("stale")
     # The stale read is 2 s behind the moment it was made, whatever the machine's pace: it sees the

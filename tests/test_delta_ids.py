@@ -1,11 +1,22 @@
 """schemas/delta_ids.py: every spelling of a delta's identity, from its one owner."""
+
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from schemas.delta_ids import (
-    FIRST_KEY_FORMAT, FIRST_SUM_SHARDS, adjustment_delta_id, forget_event_id, pane_delta_id, pane_window_end_us,
-    replay_delta_id, shards_of_key, sum_shard, vote_delta_id, writer_identity,
+    FIRST_KEY_FORMAT,
+    FIRST_SUM_SHARDS,
+    adjustment_delta_id,
+    forget_event_id,
+    pane_delta_id,
+    pane_window_end_us,
+    replay_delta_id,
+    shards_of_key,
+    sum_shard,
+    vote_delta_id,
+    writer_identity,
 )
 
 
@@ -18,10 +29,15 @@ def test_a_pane_is_spelled_in_its_generations_format_and_the_first_format_stays_
     assert len({pane_delta_id(writer, 10, 0, end, shards) for end in (20, 30) for shards in (32, 64)}) == 4
 
 
-@given(st.from_regex(r"[a-z][-a-z0-9]{0,62}", fullmatch=True), st.integers(0, 2**62), st.integers(0, 100),
-       st.integers(1, 2**20))
-def test_a_panes_window_end_is_read_back_from_its_id_and_no_other_id_has_one(name: str, start: int, pane: int,
-                                                                              shards: int) -> None:
+@given(
+    st.from_regex(r"[a-z][-a-z0-9]{0,62}", fullmatch=True),
+    st.integers(0, 2**62),
+    st.integers(0, 100),
+    st.integers(1, 2**20),
+)
+def test_a_panes_window_end_is_read_back_from_its_id_and_no_other_id_has_one(
+    name: str, start: int, pane: int, shards: int
+) -> None:
     end = start + 2_000_000
     assert pane_window_end_us(pane_delta_id(writer_identity(name, 2), start, pane, end, shards)) == end
     assert pane_window_end_us(pane_delta_id(name, start, pane, end, shards, key_format=FIRST_KEY_FORMAT)) is None

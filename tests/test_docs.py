@@ -1,6 +1,7 @@
 """The documentation site builds with `mkdocs build --strict`, as `make docs` runs it: a broken link
 or anchor, a page missing from the nav, a missing include or an API object mkdocstrings cannot find
 fails. The generated parts come from the code they describe."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,14 @@ def text_of(html: str) -> str:
 
 def test_the_site_builds_strictly_with_the_generated_parts(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                           cwd=REPO, capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert built.returncode == 0, built.stderr[-4000:]
     assert "WARNING" not in built.stderr, built.stderr
     contract = text_of((site / "contract" / "index.html").read_text(encoding="utf-8"))

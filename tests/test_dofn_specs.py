@@ -1,6 +1,7 @@
 """local_runner/dofn_specs.py: the DirectRunner's per-bundle look at a DoFn's state and timer specs,
 cached per class, gives Beam's answers (stateful or not), and leaves DoFns built around a callable
 to Beam."""
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -63,5 +64,5 @@ def test_a_pipeline_runs_the_same_with_the_cache() -> None:
 
     assert dofn_specs.installed()  # by tests/conftest.py
     with TestPipeline(runner="BundleBasedDirectRunner") as p:
-        out = (p | beam.Create([("k", 1), ("k", 2), ("j", 3)]) | beam.ParDo(Stateful()) | beam.ParDo(Plain()))
+        out = p | beam.Create([("k", 1), ("k", 2), ("j", 3)]) | beam.ParDo(Stateful()) | beam.ParDo(Plain())
         assert_that(out, equal_to([("k", 1), ("k", 2), ("j", 3)]))

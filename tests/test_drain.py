@@ -2,19 +2,26 @@
 sent to this process and a stand-in for the running pipeline (the whole path, `upvotes stream`
 under load, is tests/test_faults.py's).
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Callable
 
 import pytest
 
 from local_runner.drain import (
-    DRAIN_MIN_S, EXIT_NOT_DRAINED, DrainReport, Progress, StopOnSignals, default_drain_timeout_s, progress_of,
+    DRAIN_MIN_S,
+    EXIT_NOT_DRAINED,
+    DrainReport,
+    Progress,
+    StopOnSignals,
+    default_drain_timeout_s,
+    progress_of,
 )
 from local_runner.pubsub_reader import ReaderControl
 from tests.support.polling import wait_until
@@ -36,9 +43,14 @@ class Pipeline:
         self.state = "RUNNING"
         if control is not None:
             control.add_pulled(10, 1)
-        self.counters = {("ParseVotes", "messages"): 10, ("ParseVotes", "accepted"): 500,
-                         ("WriteDeltaRows", "events_written"): 380, ("WriteDeltaRows", "rows_written"): 12,
-                         ("WindowAndSumVotes", "events_without_effect"): 20, ("ParseVotes", "rejected_not_json"): 2}
+        self.counters = {
+            ("ParseVotes", "messages"): 10,
+            ("ParseVotes", "accepted"): 500,
+            ("WriteDeltaRows", "events_written"): 380,
+            ("WriteDeltaRows", "rows_written"): 12,
+            ("WindowAndSumVotes", "events_without_effect"): 20,
+            ("ParseVotes", "rejected_not_json"): 2,
+        }
 
     def wait_until_finish(self) -> str:
         while self._control is None or not self._control.wait_for_drain(0.05):
@@ -52,8 +64,10 @@ class Pipeline:
         return self.state
 
     def metrics(self):
-        results = [SimpleNamespace(key=SimpleNamespace(metric=SimpleNamespace(namespace=ns, name=name)), committed=v)
-                   for (ns, name), v in self.counters.items()]
+        results = [
+            SimpleNamespace(key=SimpleNamespace(metric=SimpleNamespace(namespace=ns, name=name)), committed=v)
+            for (ns, name), v in self.counters.items()
+        ]
         return SimpleNamespace(query=lambda: {"counters": results})
 
 
@@ -63,8 +77,12 @@ def signal_soon(sig: int, after_s: float = 0.2) -> None:
 
 def wait_for_timers_started_since(before: set[threading.Thread]) -> None:
     """Until every threading.Timer started since `before` (a drain timer among them) has run."""
-    wait_until(lambda: not [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t not in before],
-               5, "the timers to fire", poll_s=0.01)
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t not in before],
+        5,
+        "the timers to fire",
+        poll_s=0.01,
+    )
 
 
 def exits() -> tuple[list[int], Callable[[int], None]]:
@@ -126,8 +144,10 @@ def test_with_the_message_log_a_stop_cut_short_says_what_waits_in_it():
         with pytest.raises(Exited):
             stopping.until_finished(Pipeline(control, drain_s=None))
     assert codes == [EXIT_NOT_DRAINED]
-    assert ("up to 100 votes pulled but not yet written, and 0 messages pulled but not yet parsed, are not lost: "
-            "unacknowledged, they wait in the message log /tmp/stream-log/votes.sqlite") in said[-1]
+    assert (
+        "up to 100 votes pulled but not yet written, and 0 messages pulled but not yet parsed, are not lost: "
+        "unacknowledged, they wait in the message log /tmp/stream-log/votes.sqlite"
+    ) in said[-1]
     assert "lost," not in said[-1]
 
 
@@ -235,8 +255,16 @@ def test_a_runner_this_does_not_drive_gets_the_signals_back():
 
 
 def test_progress_accounts_for_every_vote():
-    done = Progress(messages_pulled=10, messages_parsed=10, votes=500, votes_written=470, votes_dead_lettered=10,
-                    votes_without_effect=20, delta_rows=12, dead_letters=3)
+    done = Progress(
+        messages_pulled=10,
+        messages_parsed=10,
+        votes=500,
+        votes_written=470,
+        votes_dead_lettered=10,
+        votes_without_effect=20,
+        delta_rows=12,
+        dead_letters=3,
+    )
     assert done.votes_unwritten == 0 and done.messages_unparsed == 0
     assert Progress(messages_pulled=12, messages_parsed=10, votes=500, votes_written=400).votes_unwritten == 100
     assert progress_of(None, None) == Progress()

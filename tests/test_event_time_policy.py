@@ -2,13 +2,14 @@
 client clock can spread votes over unbounded hours, and no vote is dropped for its time;
 out-of-bounds times count in the ingestion hour. ParseVotes' counters of those votes, per
 reason: tests/test_parse_and_sum.py."""
+
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
 
-from pipeline.params import STREAMING_PARAMS, defaults
 import schemas
+from pipeline.params import STREAMING_PARAMS, defaults
 from schemas.contract import DEFAULT_EVENT_TIME_POLICY, EventTimePolicy, event_hour, parse_vote
 from schemas.records import VoteEvent
 from tests.support.event_times import PUBLISHED, PUBLISHED_AT, PUBLISHED_HOUR, hour_of, rfc3339
@@ -27,8 +28,12 @@ def test_the_retention_is_the_ddl_row_deletion_policy_of_deltas() -> None:
 
 
 def test_times_inside_the_bounds_keep_their_event_hour() -> None:
-    for moment in (PUBLISHED_AT - timedelta(days=2), PUBLISHED_AT - timedelta(days=29, hours=23),
-                   PUBLISHED_AT + timedelta(minutes=59), PUBLISHED_AT):
+    for moment in (
+        PUBLISHED_AT - timedelta(days=2),
+        PUBLISHED_AT - timedelta(days=29, hours=23),
+        PUBLISHED_AT + timedelta(minutes=59),
+        PUBLISHED_AT,
+    ):
         assert hour_under_policy(moment) == (hour_of(moment), [])
 
 
@@ -43,7 +48,10 @@ def test_times_outside_the_bounds_count_in_the_ingestion_hour_with_their_reason(
     assert DEFAULT_EVENT_TIME_POLICY.untrusted(HOUR_2001_S, beam_min_timestamp) is None
     # The skew is a setting.
     two_hours_ahead = PUBLISHED_AT + timedelta(hours=2)
-    assert hour_under_policy(two_hours_ahead, EventTimePolicy(max_clock_skew_s=3 * 3_600)) == (hour_of(two_hours_ahead), [])
+    assert hour_under_policy(two_hours_ahead, EventTimePolicy(max_clock_skew_s=3 * 3_600)) == (
+        hour_of(two_hours_ahead),
+        [],
+    )
 
 
 def test_a_broken_clock_spreads_its_votes_over_at_most_the_policy_window() -> None:
@@ -51,8 +59,9 @@ def test_a_broken_clock_spreads_its_votes_over_at_most_the_policy_window() -> No
     start = datetime(2001, 1, 1, tzinfo=timezone.utc)
     hours = set()
     for i in range(20_000):
-        data = json.dumps({"post_id": "p", "counter": "upvotes", "delta": 1,
-                           "event_time": rfc3339(start + timedelta(hours=i))}).encode()
+        data = json.dumps(
+            {"post_id": "p", "counter": "upvotes", "delta": 1, "event_time": rfc3339(start + timedelta(hours=i))}
+        ).encode()
         vote = parse_vote(data, {}, PUBLISHED, DEFAULT_EVENT_TIME_POLICY)
         assert isinstance(vote, VoteEvent)  # never dropped
         hours.add(vote.event_hour)

@@ -25,6 +25,7 @@ With the stream acknowledging on pull, as before issue 47 (UPVOTES_STREAM_LOG=of
 benchmark's comparison), the chain fails at its first step: the messages pulled before the kill
 were acknowledged, and never come back.
 """
+
 from __future__ import annotations
 
 import random
@@ -38,10 +39,6 @@ from schemas.contract import batch_messages, event_message
 from spanner_reads.reads import exact_counts
 from spanner_store.database import open_database
 from tests.support.crashing_stream import KILLED_AT
-
-# One stage per step (tests/support/crashing_stream.py's points but `logged`, whose log the
-# `before_commit` stage leaves as it is: the pull recorded, nothing written).
-STEPS = ("pulled", "before_commit", "between_commits", "between_vote_states", "before_ack", "after_ack")
 from tests.support.polling import assert_stays, wait_until
 from tests.support.resources import STREAM_WINDOW_S, new_resources
 from tests.support.steady_load import SteadyLoad
@@ -53,6 +50,10 @@ from upvotes.devtools.workload import Workload, generate_events
 from upvotes.operations.dead_letters import REJECTED_VOTE, pull_dead_letters, release
 from upvotes.operations.provision import provision
 from upvotes.resources import Resources
+
+# One stage per step (tests/support/crashing_stream.py's points but `logged`, whose log the
+# `before_commit` stage leaves as it is: the pull recorded, nothing written).
+STEPS = ("pulled", "before_commit", "between_commits", "between_vote_states", "before_ack", "after_ack")
 
 WINDOW_S = STREAM_WINDOW_S
 ACK_DEADLINE_S = 10  # Pub/Sub's shortest: a message pulled and never logged comes back this soon
@@ -69,16 +70,28 @@ def once_stack(emulator_env, tmp_path):
     provision(res, log=lambda _: None)
     subscriber = pubsub_v1.SubscriberClient()
     subscriber.delete_subscription(request={"subscription": res.subscription_path(res.subscription)})
-    subscriber.create_subscription(request={"name": res.subscription_path(res.subscription),
-                                            "topic": res.topic_path(res.topic), "ack_deadline_seconds": ACK_DEADLINE_S})
+    subscriber.create_subscription(
+        request={
+            "name": res.subscription_path(res.subscription),
+            "topic": res.topic_path(res.topic),
+            "ack_deadline_seconds": ACK_DEADLINE_S,
+        }
+    )
     subscriber.close()
     log = tmp_path / "stream.log"
     processes = []
 
     def start(point: str | None = None, tag: str = ""):
         wrapper = ("tests.support.crashing_stream", point, tag) if point else ("upvotes.cli",)
-        process = local_stream.start(res, WINDOW_S, log, emulator_env, append=True, wrapper=wrapper,
-                                     stream_args=(f"--rows-per-commit={ROWS_PER_COMMIT}",))
+        process = local_stream.start(
+            res,
+            WINDOW_S,
+            log,
+            emulator_env,
+            append=True,
+            wrapper=wrapper,
+            stream_args=(f"--rows-per-commit={ROWS_PER_COMMIT}",),
+        )
         processes.append(process)
         return process
 
@@ -92,14 +105,25 @@ def stage_messages(tag: str) -> tuple[list, list[dict]]:
     3 batches, 12 single-event messages, 24 vote states (single events) of 24 users on 4 posts
     (ups and downs), and one invalid message."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    batched = [{"post_id": f"{tag}p{i % 24}", "counter": "upvotes", "delta": 1, "user_id": f"{tag}u{i}"}
-               for i in range(240)]
+    batched = [
+        {"post_id": f"{tag}p{i % 24}", "counter": "upvotes", "delta": 1, "user_id": f"{tag}u{i}"} for i in range(240)
+    ]
     singles = [{"post_id": f"{tag}s{i}", "counter": "shares", "delta": 2} for i in range(12)]
     states: list[dict[str, object]] = [
-        {"post_id": f"{tag}v{i % 4}", "user_id": f"{tag}w{i}", "vote": "up" if i % 3 else "down",
-         "event_time": now, "event_id": f"{tag}e{i}"} for i in range(24)]
-    messages = [*batch_messages(batched, 80), *map(event_message, singles + states),
-                (f"{tag} is not JSON".encode(), {})]
+        {
+            "post_id": f"{tag}v{i % 4}",
+            "user_id": f"{tag}w{i}",
+            "vote": "up" if i % 3 else "down",
+            "event_time": now,
+            "event_id": f"{tag}e{i}",
+        }
+        for i in range(24)
+    ]
+    messages = [
+        *batch_messages(batched, 80),
+        *map(event_message, singles + states),
+        (f"{tag} is not JSON".encode(), {}),
+    ]
     return messages, batched + singles + states
 
 
@@ -152,8 +176,10 @@ def test_a_kill_at_each_step_then_a_restart_loses_and_doubles_nothing(once_stack
     # A replayed window may publish its rejected message again (docs/guarantees.md); nothing else is a dead letter.
     assert {letter.kind for letter in letters} == {REJECTED_VOTE}, [letter.summary() for letter in letters]
     assert len({letter.data for letter in letters}) == len(STEPS)
-    print(f"\nkilled at {', '.join(STEPS)}; stages took {', '.join(f'{t:.1f}' for t in took)} s; "
-          f"{len(letters)} dead letters for {len(STEPS)} invalid messages")
+    print(
+        f"\nkilled at {', '.join(STEPS)}; stages took {', '.join(f'{t:.1f}' for t in took)} s; "
+        f"{len(letters)} dead letters for {len(STEPS)} invalid messages"
+    )
 
 
 def test_sigkills_at_random_moments_under_2000_votes_per_s_end_equal_to_the_ledger(once_stack) -> None:
@@ -164,16 +190,23 @@ def test_sigkills_at_random_moments_under_2000_votes_per_s_end_equal_to_the_ledg
     rng = random.Random(47)
     batched = list(generate_events(Workload(events=200_000, posts=200, seed=47, post_prefix="soak-b-")))
     singles = list(generate_events(Workload(events=80_000, posts=100, seed=48, post_prefix="soak-s-")))
-    loads = [SteadyLoad(res.topic_path(res.topic), batched, batch_size=100, rate=1_500),
-             SteadyLoad(res.topic_path(res.topic), singles, batch_size=1, rate=500)]
+    loads = [
+        SteadyLoad(res.topic_path(res.topic), batched, batch_size=100, rate=1_500),
+        SteadyLoad(res.topic_path(res.topic), singles, batch_size=1, rate=500),
+    ]
     posts = sorted({event["post_id"] for event in batched + singles})
 
     def counted() -> int:
         return sum(sum(map(abs, t.counts)) for t in exact_counts(database, posts))
 
     stream = start()
-    wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
-               "the stream to start", stream, log)
+    wait_until(
+        lambda: "streaming pipeline starting" in log.read_text(errors="replace"),
+        SETTLE_TIMEOUT_S,
+        "the stream to start",
+        stream,
+        log,
+    )
     for load in loads:
         load.start()
     for _ in range(2):
@@ -189,11 +222,17 @@ def test_sigkills_at_random_moments_under_2000_votes_per_s_end_equal_to_the_ledg
     for load in loads:
         for event in load.sent():
             ledger.add(event)
-    took = wait_until(lambda: verify_totals(database, ledger.totals) == [], SETTLE_TIMEOUT_S,
-                      "every post to match the ledger", stream, log)
+    took = wait_until(
+        lambda: verify_totals(database, ledger.totals) == [],
+        SETTLE_TIMEOUT_S,
+        "every post to match the ledger",
+        stream,
+        log,
+    )
     assert_stays(lambda: verify_totals(database, ledger.totals) == [], WINDOW_S + 1, "the exact count")
     assert local_stream.stop(stream) == 0
     replays = [line for line in log.read_text(errors="replace").splitlines() if "upvotes stream: replaying" in line]
-    print(f"\nsoak: {sum(load.messages for load in loads):,} messages, {ledger.events:,} votes, 2 SIGKILLs; "
-          f"exact {took:.1f} s after the load; replays: {replays}")
-
+    print(
+        f"\nsoak: {sum(load.messages for load in loads):,} messages, {ledger.events:,} votes, 2 SIGKILLs; "
+        f"exact {took:.1f} s after the load; replays: {replays}"
+    )

@@ -26,6 +26,7 @@ the bundle that read it is durably committed (checkpointed) by the service; ids 
 replayed bundle writes the same deterministic delta keys (job name, window, pane), which the
 sink's ALREADY_EXISTS handling turns into no-ops.
 """
+
 from __future__ import annotations
 
 import json
@@ -76,22 +77,38 @@ def totals_of(deltas: list[PostDelta]) -> dict[str, dict[str, int]]:
 
 
 def make_deltas(prefix: str, n: int, posts: int, writer: str) -> list[PostDelta]:
-    return [PostDelta.of(f"{prefix}-{i % posts}", HOUR + 3600 * (i % 3), f"{writer}:{i}:0", upvotes=1 + i % 4, shares=i % 2, events=1 + i % 4)
-            for i in range(n)]
+    return [
+        PostDelta.of(
+            f"{prefix}-{i % posts}",
+            HOUR + 3600 * (i % 3),
+            f"{writer}:{i}:0",
+            upvotes=1 + i % 4,
+            shares=i % 2,
+            events=1 + i % 4,
+        )
+        for i in range(n)
+    ]
 
 
 def run_sink(stack: Resources, items: list[PostDelta], rows_per_commit: int = 10) -> dict[str, int]:
     """Runs WriteDeltaRows in a Beam pipeline; returns its WriteDeltaRows counters."""
     pipeline = TestPipeline()
-    pipeline | beam.Create(items, reshuffle=False) | WriteDeltaRows(
-        stack.project, stack.instance, stack.database, rows_per_commit=rows_per_commit)
+    (
+        pipeline
+        | beam.Create(items, reshuffle=False)
+        | WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=rows_per_commit)
+    )
     result = pipeline.run()
     result.wait_until_finish()
-    return {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-            if c.key.metric.namespace == "WriteDeltaRows"}
+    return {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query()["counters"]
+        if c.key.metric.namespace == "WriteDeltaRows"
+    }
 
 
 # --- transient errors and replays in the sink, through Beam -----------------------------------
+
 
 @pytest.mark.parametrize("error", [exceptions.Aborted, exceptions.ServiceUnavailable], ids=["ABORTED", "UNAVAILABLE"])
 def test_transient_errors_in_a_fraction_of_commits_are_retried_exactly(stack, database, flaky_sink, error) -> None:
@@ -144,6 +161,7 @@ def fold_once(stack: Resources):
 
 # --- folds racing the streaming writes -----------------------------------------------------------
 
+
 class ContinuousWriter(threading.Thread):
     """Commits small batches of positive deltas, as the sink does (retries, ALREADY_EXISTS handling),
     until stopped; keeps what was acknowledged and what was attempted, per post."""
@@ -175,7 +193,17 @@ class ContinuousWriter(threading.Thread):
         batch_no = 0
         try:
             while not self.stopping.is_set():
-                batch = [PostDelta.of(f"{self.prefix}-{(batch_no + k) % self.posts}", HOUR + 3600 * (k % 2), f"{self.prefix}:{batch_no}:{k}", upvotes=1 + k % 3, shares=k % 2, events=1) for k in range(4)]
+                batch = [
+                    PostDelta.of(
+                        f"{self.prefix}-{(batch_no + k) % self.posts}",
+                        HOUR + 3600 * (k % 2),
+                        f"{self.prefix}:{batch_no}:{k}",
+                        upvotes=1 + k % 3,
+                        shares=k % 2,
+                        events=1,
+                    )
+                    for k in range(4)
+                ]
                 with self.lock:
                     self._add(self.attempted, batch)
                 run_with_retries(lambda: self.fn._commit_once(batch), policy, lambda _: self._count_retry())
@@ -255,15 +283,22 @@ def test_folds_racing_continuous_writes_stay_exact_and_reads_stay_in_bounds(stac
     assert sum(o.deltas_folded for o in outcomes) == writer.rows
     assert all(o.deltas_folded > 0 for o in outcomes[:-1])  # the folds ran during the writes
     with database.snapshot() as snapshot:
-        folded = {r[0]: counts_at(r, 1)._asdict() for r in snapshot.execute_sql(
-            f"SELECT PostId, {', '.join(COUNTER_COLUMNS)} FROM Posts WHERE STARTS_WITH(PostId, 'race-')")}
+        folded = {
+            r[0]: counts_at(r, 1)._asdict()
+            for r in snapshot.execute_sql(
+                f"SELECT PostId, {', '.join(COUNTER_COLUMNS)} FROM Posts WHERE STARTS_WITH(PostId, 'race-')"
+            )
+        }
     assert folded == expected
     assert sampler.samples >= 10 and sampler.violations == [], sampler.violations[:5]
-    print(f"\nrace: {writer.rows} delta rows in {len(outcomes)} folds, {writer.retries} writer retries, "
-          f"{sampler.samples} bounded reads")
+    print(
+        f"\nrace: {writer.rows} delta rows in {len(outcomes)} folds, {writer.retries} writer retries, "
+        f"{sampler.samples} bounded reads"
+    )
 
 
 # --- the streaming pipeline stopped and restarted ----------------------------------------------
+
 
 def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streaming_stack) -> None:
     """`upvotes stream` (2 s windows) under a steady batched load is stopped with SIGINT (Ctrl-C),
@@ -278,8 +313,13 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
     load = SteadyLoad(res.topic_path(res.topic), events, batch_size=100, rate=1_000)
 
     stream = start()
-    wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
-               "the stream to start", stream, log)
+    wait_until(
+        lambda: "streaming pipeline starting" in log.read_text(errors="replace"),
+        SETTLE_TIMEOUT_S,
+        "the stream to start",
+        stream,
+        log,
+    )
     load.start()
     posts = sorted({event["post_id"] for event in events})
 
@@ -301,8 +341,13 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
     load.stop()
     sent = load.sent()
     ledger = ledger_of(sent)
-    took = wait_until(lambda: verify_totals(database, ledger.totals) == [], SETTLE_TIMEOUT_S,
-                      "every post to match the ledger", stream, log)
+    took = wait_until(
+        lambda: verify_totals(database, ledger.totals) == [],
+        SETTLE_TIMEOUT_S,
+        "every post to match the ledger",
+        stream,
+        log,
+    )
     assert_stays(lambda: verify_totals(database, ledger.totals) == [], 2 * WINDOW_S + 1, "the exact count")
     assert local_stream.stop(stream, signal.SIGTERM) == 0
 
@@ -310,8 +355,10 @@ def test_stream_stopped_with_sigint_and_sigterm_under_load_loses_nothing(streami
     assert [r[0] for r in reports] == ["SIGINT", "SIGTERM", "SIGTERM"], log.read_text(errors="replace")[-3000:]
     assert sum(r[1] for r in reports) == load.messages and sum(r[2] for r in reports) == len(sent)
     assert all(r[2] > 0 for r in reports)  # each run counted some of the load
-    print(f"\ndrains under load took {', '.join(f'{s:.1f}' for s in stops)} s (signal to exit); exact "
-          f"{took:.1f} s after the load; votes per run: {[r[2] for r in reports]}")
+    print(
+        f"\ndrains under load took {', '.join(f'{s:.1f}' for s in stops)} s (signal to exit); exact "
+        f"{took:.1f} s after the load; votes per run: {[r[2] for r in reports]}"
+    )
 
 
 def test_a_sigterm_while_the_stream_starts_stops_it_cleanly(streaming_stack) -> None:
@@ -321,26 +368,40 @@ def test_a_sigterm_while_the_stream_starts_stops_it_cleanly(streaming_stack) -> 
     events = one_vote_per_post(20, "early")
     publish_events(res, events)
     stream = start()
-    wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
-               "the stream to start", stream, log)
+    wait_until(
+        lambda: "streaming pipeline starting" in log.read_text(errors="replace"),
+        SETTLE_TIMEOUT_S,
+        "the stream to start",
+        stream,
+        log,
+    )
     assert local_stream.stop(stream, signal.SIGTERM) == 0, log.read_text(errors="replace")[-3000:]
     summary = local_stream.drain_summary(log)
     assert summary is not None and summary.endswith("This run: 0 messages, 0 votes, 0 delta rows, 0 dead letters.")
     restarted = start()
-    wait_until(lambda: verify_totals(database, ledger_of(events).totals) == [], SETTLE_TIMEOUT_S,
-               "the waiting votes to be counted", restarted, log)
+    wait_until(
+        lambda: verify_totals(database, ledger_of(events).totals) == [],
+        SETTLE_TIMEOUT_S,
+        "the waiting votes to be counted",
+        restarted,
+        log,
+    )
 
 
 def one_vote_per_post(n: int, tag: str) -> list[dict]:
     """n upvotes, each to a post of its own: a post's count says exactly whether its vote was counted."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return [{"post_id": f"{tag}-{i}", "counter": "upvotes", "delta": 1, "event_id": f"{tag}-e{i}", "event_time": now}
-            for i in range(n)]
+    return [
+        {"post_id": f"{tag}-{i}", "counter": "upvotes", "delta": 1, "event_id": f"{tag}-e{i}", "event_time": now}
+        for i in range(n)
+    ]
 
 
-CUT_SHORT = re.compile(r"^upvotes stream: stopped at once \(second signal, SIGTERM\), [0-9.]+ s into the drain: "
-                       r"up to ([0-9,]+) votes pulled but not yet written, and ([0-9,]+) messages pulled but not yet "
-                       r"parsed, are not lost: unacknowledged, they wait in the message log ")
+CUT_SHORT = re.compile(
+    r"^upvotes stream: stopped at once \(second signal, SIGTERM\), [0-9.]+ s into the drain: "
+    r"up to ([0-9,]+) votes pulled but not yet written, and ([0-9,]+) messages pulled but not yet "
+    r"parsed, are not lost: unacknowledged, they wait in the message log "
+)
 
 
 def test_a_second_sigterm_stops_at_once_and_the_restart_counts_what_it_left(streaming_stack) -> None:
@@ -360,14 +421,24 @@ def test_a_second_sigterm_stops_at_once_and_the_restart_counts_what_it_left(stre
     stuck = [{"post_id": f"cut-b-{i}", "counter": "upvotes", "delta": 1} for i in range(100)]
     stream = start()
     publish_messages(res.topic_path(res.topic), batch_messages(counted, 100), progress=False)
-    wait_until(lambda: verify_totals(database, ledger_of(counted).totals) == [], SETTLE_TIMEOUT_S,
-               "the first batch to be counted", stream, log)
+    wait_until(
+        lambda: verify_totals(database, ledger_of(counted).totals) == [],
+        SETTLE_TIMEOUT_S,
+        "the first batch to be counted",
+        stream,
+        log,
+    )
     os.kill(int(pid), signal.SIGSTOP)
     try:
         publish_messages(res.topic_path(res.topic), batch_messages(stuck, 100), progress=False)
         subscriber = pubsub_v1.SubscriberClient()
-        wait_until(lambda: peek_backlog(subscriber, res.subscription_path(res.subscription)).messages_seen == 0,
-                   SETTLE_TIMEOUT_S, "the stream to pull the stuck batch (held, unacknowledged)", stream, log)
+        wait_until(
+            lambda: peek_backlog(subscriber, res.subscription_path(res.subscription)).messages_seen == 0,
+            SETTLE_TIMEOUT_S,
+            "the stream to pull the stuck batch (held, unacknowledged)",
+            stream,
+            log,
+        )
         os.killpg(stream.pid, signal.SIGTERM)  # the drain fires its window: the sink waits on Spanner
         assert_stays(lambda: stream.poll() is None, 1, "the drain, stuck behind the frozen emulator")
         assert local_stream.stop(stream, signal.SIGTERM) == drain.EXIT_NOT_DRAINED
@@ -378,10 +449,18 @@ def test_a_second_sigterm_stops_at_once_and_the_restart_counts_what_it_left(stre
     assert unwritten + 100 * unparsed >= 100  # the stuck batch is among what the report says waits
 
     restarted = start()  # replays the stuck batch from its log
-    wait_until(lambda: verify_totals(database, ledger_of(counted + stuck).totals) == [], SETTLE_TIMEOUT_S,
-               "the stuck batch to be counted by the restart", restarted, log)
-    assert_stays(lambda: verify_totals(database, ledger_of(counted + stuck).totals) == [], 3 * WINDOW_S,
-                 "the stuck batch counted once")
+    wait_until(
+        lambda: verify_totals(database, ledger_of(counted + stuck).totals) == [],
+        SETTLE_TIMEOUT_S,
+        "the stuck batch to be counted by the restart",
+        restarted,
+        log,
+    )
+    assert_stays(
+        lambda: verify_totals(database, ledger_of(counted + stuck).totals) == [],
+        3 * WINDOW_S,
+        "the stuck batch counted once",
+    )
     assert local_stream.stop(restarted) == 0
     assert "upvotes stream: replaying 1 pulls" in log.read_text(errors="replace")
 
@@ -491,13 +570,18 @@ def test_explain_tells_a_lost_session_from_a_missing_resource() -> None:
 
 # --- `upvotes verify` -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def verify_ledger(stack, database, tmp_path_factory):
     """A ledger of a small workload, with exactly its totals written as deltas."""
-    events = [dict(e, post_id="verify-" + e["post_id"]) for e in generate_events(Workload(events=300, posts=15, seed=5))]
+    events = [
+        dict(e, post_id="verify-" + e["post_id"]) for e in generate_events(Workload(events=300, posts=15, seed=5))
+    ]
     ledger = ledger_of(events)
-    deltas = [PostDelta.of(post, HOUR, f"verify:{i}:0", upvotes=sums["upvotes"], shares=sums["shares"], events=1)
-              for i, (post, sums) in enumerate(sorted(ledger.totals.items()))]
+    deltas = [
+        PostDelta.of(post, HOUR, f"verify:{i}:0", upvotes=sums["upvotes"], shares=sums["shares"], events=1)
+        for i, (post, sums) in enumerate(sorted(ledger.totals.items()))
+    ]
     write_deltas(database, deltas)
     path = Path(tmp_path_factory.mktemp("verify")) / "ledger.json"
     ledger.save(path)
@@ -505,8 +589,17 @@ def verify_ledger(stack, database, tmp_path_factory):
 
 
 def verify_argv(stack: Resources, ledger_path: Path) -> list[str]:
-    return ["verify", "--project", stack.project, "--instance", stack.instance, "--database", stack.database,
-            "--ledger", str(ledger_path)]
+    return [
+        "verify",
+        "--project",
+        stack.project,
+        "--instance",
+        stack.instance,
+        "--database",
+        stack.database,
+        "--ledger",
+        str(ledger_path),
+    ]
 
 
 def test_upvotes_verify_passes_on_a_matching_ledger(stack, verify_ledger, capsys) -> None:
@@ -527,15 +620,18 @@ def test_upvotes_verify_reports_each_mismatch_and_exits_1(stack, verify_ledger, 
     wrong.write_text(json.dumps(document))
     assert cli_main(verify_argv(stack, wrong)) == 1
     out = capsys.readouterr().out.splitlines()
-    assert sorted(out[:-1]) == sorted([
-        f"MISMATCH {post} upvotes: expected {actual + 3}, actual {actual}",
-        "MISMATCH verify-never-written shares: expected 2, actual 0",
-    ])
+    assert sorted(out[:-1]) == sorted(
+        [
+            f"MISMATCH {post} upvotes: expected {actual + 3}, actual {actual}",
+            "MISMATCH verify-never-written shares: expected 2, actual 0",
+        ]
+    )
     assert out[-1] == f"verify: 2 mismatches over {len(ledger.totals) + 1} posts"
 
 
-def test_upvotes_verify_wait_s_reads_again_until_late_deltas_arrive(stack, database, verify_ledger, tmp_path,
-                                                                   capsys, monkeypatch) -> None:
+def test_upvotes_verify_wait_s_reads_again_until_late_deltas_arrive(
+    stack, database, verify_ledger, tmp_path, capsys, monkeypatch
+) -> None:
     """--wait-s: the README runs verify right after publishing, while the stream's last window is open.
     The late delta is written during verify's first pause, so the test waits on no clock."""
     from types import SimpleNamespace

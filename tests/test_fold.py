@@ -1,4 +1,5 @@
 """The fold on the real Spanner emulator: exact, idempotent, safe when concurrent or killed."""
+
 from __future__ import annotations
 
 import os
@@ -29,10 +30,15 @@ HOUR = 1_795_312_800
 
 def add_deltas(database, prefix: str, posts: int, per_post: int, tag: str) -> dict[str, Counts]:
     """Commits per_post deltas to each post; returns what each post gained."""
-    items = [PostDelta.of(f"{prefix}-{p}", HOUR + 3600 * (i % 2), f"{tag}:{p}:{i}", upvotes=1 + i % 4, shares=i % 2, events=1)
-             for p in range(posts) for i in range(per_post)]
+    items = [
+        PostDelta.of(
+            f"{prefix}-{p}", HOUR + 3600 * (i % 2), f"{tag}:{p}:{i}", upvotes=1 + i % 4, shares=i % 2, events=1
+        )
+        for p in range(posts)
+        for i in range(per_post)
+    ]
     for start in range(0, len(items), 500):
-        write_deltas(database, items[start:start + 500])
+        write_deltas(database, items[start : start + 500])
     gained: dict[str, Counts] = {}
     for d in items:
         gained[d.post_id] = gained.get(d.post_id, Counts()).plus(d.sums.counts)
@@ -43,7 +49,8 @@ def posts_rows(database, prefix: str) -> dict[str, tuple[Counts, datetime]]:
     with database.snapshot() as snapshot:
         rows = snapshot.execute_sql(
             f"SELECT PostId, FoldedThrough, {', '.join(COUNTER_COLUMNS)} FROM Posts WHERE STARTS_WITH(PostId, @prefix)",
-            params={"prefix": prefix + "-"}, param_types={"prefix": param_types.STRING},
+            params={"prefix": prefix + "-"},
+            param_types={"prefix": param_types.STRING},
         )
         return {r[0]: (counts_at(r, 2), r[1]) for r in rows}
 
@@ -96,9 +103,12 @@ def test_hourly_rollup_matches_the_folded_deltas(stack, database) -> None:
     gained = add_deltas(database, "hourly", posts=3, per_post=6, tag="h")
     fold(stack)
     with database.snapshot() as snapshot:
-        rows = list(snapshot.execute_sql(
-            f"SELECT PostId, COUNT(*), {', '.join(f'SUM({c})' for c in COUNTER_COLUMNS)} FROM PostHourlyCounts "
-            "WHERE STARTS_WITH(PostId, 'hourly-') GROUP BY PostId"))
+        rows = list(
+            snapshot.execute_sql(
+                f"SELECT PostId, COUNT(*), {', '.join(f'SUM({c})' for c in COUNTER_COLUMNS)} FROM PostHourlyCounts "
+                "WHERE STARTS_WITH(PostId, 'hourly-') GROUP BY PostId"
+            )
+        )
     assert {r[0]: counts_at(r, 2) for r in rows} == gained
     assert {r[1] for r in rows} == {2}  # two event hours per post
 
@@ -143,9 +153,14 @@ def test_a_fold_killed_between_transactions_is_completed_by_the_next_run(stack, 
 def fold_runs_since(database, since: datetime) -> list[tuple]:
     """(SnapshotAt, DeltasFolded, ChangesThrough) of the runs finished after `since`."""
     with database.snapshot() as snapshot:
-        return [tuple(row) for row in snapshot.execute_sql(
-            "SELECT SnapshotAt, DeltasFolded, ChangesThrough FROM FoldRuns WHERE FinishedAt > @since",
-            params={"since": since}, param_types={"since": param_types.TIMESTAMP})]
+        return [
+            tuple(row)
+            for row in snapshot.execute_sql(
+                "SELECT SnapshotAt, DeltasFolded, ChangesThrough FROM FoldRuns WHERE FinishedAt > @since",
+                params={"since": since},
+                param_types={"since": param_types.TIMESTAMP},
+            )
+        ]
 
 
 def test_two_concurrent_folds_end_as_one_would(stack, database, emulator_env) -> None:
@@ -156,8 +171,15 @@ def test_two_concurrent_folds_end_as_one_would(stack, database, emulator_env) ->
     fold(stack)  # earlier tests' deltas, so that the two runs below see only these
     started = choose_snapshot(database)
     gained = add_deltas(database, "race", posts=200, per_post=3, tag="r")
-    argv = [sys.executable, "-m", "pipeline.fold", f"--project={stack.project}", f"--instance={stack.instance}",
-            f"--database={stack.database}", "--posts-per-commit=20"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pipeline.fold",
+        f"--project={stack.project}",
+        f"--instance={stack.instance}",
+        f"--database={stack.database}",
+        "--posts-per-commit=20",
+    ]
     env = {**os.environ, **emulator_env}
     folds = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
     for process in folds:
@@ -179,13 +201,19 @@ def test_reads_touch_only_unfolded_deltas_however_many_old_ones_are_kept(stack, 
     fold(stack)
     new = add_deltas(database, "old", posts=2, per_post=4, tag="new")
     with database.snapshot(multi_use=True) as snapshot:
-        watermarks = {(h, p): wm for h, p, wm in snapshot.read(
-            "Posts", columns=("PostHash", "PostId", "FoldedThrough"),
-            keyset=spanner.KeySet(keys=[[schemas.post_hash(p), p] for p in new]))}
+        watermarks = {
+            (h, p): wm
+            for h, p, wm in snapshot.read(
+                "Posts",
+                columns=("PostHash", "PostId", "FoldedThrough"),
+                keyset=spanner.KeySet(keys=[[schemas.post_hash(p), p] for p in new]),
+            )
+        }
         touched = list(read_unfolded(snapshot, watermarks, ("PostId", "Upvotes")))
     assert len(touched) == 8  # of 3,008 delta rows kept for these posts
-    assert exact(database, new) == expected_from(new, {p: Counts(upvotes=sum(1 + i % 4 for i in range(1500)), shares=750)
-                                                       for p in new})
+    assert exact(database, new) == expected_from(
+        new, {p: Counts(upvotes=sum(1 + i % 4 for i in range(1500)), shares=750) for p in new}
+    )
 
 
 def recomputed_from_the_root(pcoll: beam.PCollection, label: str) -> beam.PCollection | None:
@@ -205,7 +233,8 @@ def recomputed_from_the_root(pcoll: beam.PCollection, label: str) -> beam.PColle
 
 
 def test_one_snapshot_for_every_read_apply_and_the_cursor_when_a_runner_reevaluates_side_inputs(
-        stack, database, monkeypatch) -> None:
+    stack, database, monkeypatch
+) -> None:
     """Issue 34, item 6. A runner may evaluate a side input again, and a step that chooses "now"
     then picks a later S. Simulated: each singleton side input of the fold built from its Impulse
     alone is computed again, and a vote on a new post commits before every choice of S. Before

@@ -3,6 +3,7 @@ cursor (a previous run's ChangesThrough), reads only the posts of the DeltaCommi
 plus the posts that run skipped, and must stay exact: concurrent runs, a killed run, split
 posts, skipped posts, moderation deltas, dead-letter replays and late writers.
 (Why it is exact: spanner_writes/folding.py.)"""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -19,8 +20,7 @@ from spanner_store.tables import COUNTER_COLUMNS, POSTS, counts_at, post_key
 from spanner_writes.deltas import write_deltas
 from spanner_writes.folding import FoldOutcome, choose_snapshot
 from spanner_writes.sinks import DELTA_ROWS
-from tests.support.fold_runs import run_fold
-from tests.support.fold_runs import distinct_hour_deltas
+from tests.support.fold_runs import distinct_hour_deltas, run_fold
 from transforms import fold_deltas
 from upvotes.operations.dead_letters import DeadLetter, execute_replay, plan_replay
 from upvotes.operations.moderation import adjust, current_hour, reset
@@ -38,8 +38,10 @@ def gains(deltas: list[PostDelta]) -> dict[str, Counts]:
 def folded(database, post_ids) -> dict[str, Counts]:
     keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
     with database.snapshot() as snapshot:
-        return {row[0]: counts_at(row, 1) for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS,
-                                                                  keyset=keyset)}
+        return {
+            row[0]: counts_at(row, 1)
+            for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)
+        }
 
 
 def exact(database, post_ids) -> dict[str, Counts]:
@@ -75,7 +77,9 @@ def test_the_fold_reads_the_changed_posts_not_the_catalogue(stack, database) -> 
 def test_runs_that_overlap_in_time_fold_each_delta_once(stack, database) -> None:
     """Two runs from the same cursor, finishing in the opposite order of their snapshots (the
     later S first): deterministic, and the worst order for a cursor."""
-    first = [PostDelta.of(f"overlap-{i % 10}", HOUR, f"o1:{i}", upvotes=1 + i % 3, shares=i % 2, events=1) for i in range(40)]
+    first = [
+        PostDelta.of(f"overlap-{i % 10}", HOUR, f"o1:{i}", upvotes=1 + i % 3, shares=i % 2, events=1) for i in range(40)
+    ]
     write_deltas(database, first)
     s1 = choose_snapshot(database)
     second = [PostDelta.of(f"overlap-{i % 10}", HOUR, f"o2:{i}", upvotes=2, shares=1, events=1) for i in range(30)]
@@ -130,7 +134,7 @@ def test_a_killed_run_leaves_no_cursor_and_the_next_run_covers_its_range(stack, 
 def test_a_split_post_is_found_through_the_log_and_folded_in_bounded_steps(stack, database, commit_meter) -> None:
     deltas = distinct_hour_deltas("split-log", 4_000, "s")
     for start in range(0, len(deltas), 1_000):
-        write_deltas(database, deltas[start:start + 1_000])
+        write_deltas(database, deltas[start : start + 1_000])
     commit_meter.reset()
     outcome = fold(stack)
     assert outcome.posts_split == 1 and outcome.deltas_folded == 4_000
@@ -139,7 +143,9 @@ def test_a_split_post_is_found_through_the_log_and_folded_in_bounded_steps(stack
 
 
 def test_a_skipped_post_is_folded_by_the_next_run_without_a_new_delta(stack, database, monkeypatch) -> None:
-    deltas = [PostDelta.of(p, HOUR, f"sk:{p}", upvotes=4, shares=2, events=1) for p in ("skip-me", "skip-not-1", "skip-not-2")]
+    deltas = [
+        PostDelta.of(p, HOUR, f"sk:{p}", upvotes=4, shares=2, events=1) for p in ("skip-me", "skip-not-1", "skip-not-2")
+    ]
     write_deltas(database, deltas)
     real = fold_deltas.apply_folds
 
@@ -185,12 +191,20 @@ def test_a_dead_letter_replay_after_a_fold_is_in_the_log_and_counted_once(stack,
     write_deltas(database, written)
     fold(stack)
     never_written = PostDelta.of("replayed", HOUR, "r:9:0", upvotes=5, shares=1, events=5)
-    letters = [DeadLetter(f"ack-{d.delta_id}", f"m-{d.delta_id}",
-                          *DELTA_ROWS.codec.encode(FailedDelta(d, "spanner_write_failed: test")))
-               for d in (written[0], never_written)]  # one already in Spanner, one not
-    report, still_held = execute_replay(plan_replay(letters, {}),
-                                        lambda sink, failed: sink.replay.write(database, failed),
-                                        lambda correction: None, ack=lambda held: None)
+    letters = [
+        DeadLetter(
+            f"ack-{d.delta_id}",
+            f"m-{d.delta_id}",
+            *DELTA_ROWS.codec.encode(FailedDelta(d, "spanner_write_failed: test")),
+        )
+        for d in (written[0], never_written)
+    ]  # one already in Spanner, one not
+    report, still_held = execute_replay(
+        plan_replay(letters, {}),
+        lambda sink, failed: sink.replay.write(database, failed),
+        lambda correction: None,
+        ack=lambda held: None,
+    )
     assert (report.replayed["deltas_written"], report.replayed["deltas_already_written"]) == (1, 1)
     assert still_held == []
     assert fold(stack).deltas_folded == 1
@@ -202,10 +216,17 @@ def test_a_commit_after_the_snapshot_is_left_to_the_next_run_whatever_its_event_
     # Committed after S (Spanner's commit timestamps are after every earlier snapshot), by a writer
     # whose votes carry an event time weeks old: the log orders by commit, not by event time.
     weeks_ago = int((datetime.now(timezone.utc) - timedelta(days=25)).timestamp()) // 3600 * 3600
-    late = [PostDelta.of("late-writer", weeks_ago, "late:0", upvotes=7, events=7), PostDelta.of("late-writer", HOUR, "late:1", upvotes=1, shares=1, events=1)]
+    late = [
+        PostDelta.of("late-writer", weeks_ago, "late:0", upvotes=7, events=7),
+        PostDelta.of("late-writer", HOUR, "late:1", upvotes=1, shares=1, events=1),
+    ]
     write_deltas(database, late)
     run = fold(stack, snapshot_at)  # a run whose S was chosen before the late commit
     assert folded(database, ["late-writer"]) == {"late-writer": Counts()}
     assert run.deltas_folded == 0
     assert fold(stack).deltas_folded == 2  # (S, now] of the next run holds it
-    assert folded(database, ["late-writer"]) == {"late-writer": Counts(upvotes=8, shares=1)} == exact(database, ["late-writer"])
+    assert (
+        folded(database, ["late-writer"])
+        == {"late-writer": Counts(upvotes=8, shares=1)}
+        == exact(database, ["late-writer"])
+    )

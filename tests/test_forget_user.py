@@ -1,6 +1,7 @@
 """`upvotes forget-user` on the emulator: every vote of one user retracted as "none" states through
 the sink's path, exact and idempotent per request ID (a crash halfway included), later votes
 counting again, older late events losing, audited, and at a cost that follows the user's votes."""
+
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+import upvotes.operations.forget_user as forget_user_module
 from schemas.counters import Counts
 from schemas.delta_ids import forget_event_id
 from schemas.records import PostUser, hour_of_us
@@ -21,7 +23,6 @@ from spanner_writes.votes import apply_all_vote_states
 from tests.support.faults import FlakyDatabase
 from tests.support.read_meter import ReadMeter
 from upvotes.cli import build_parser, main
-import upvotes.operations.forget_user as forget_user_module
 from upvotes.operations.forget_user import RequestIdInUse, forget_user, plan_retractions
 from upvotes.operations.moderation import FORGET_USER, Adjustment, adjustment_of, list_adjustments, record
 
@@ -56,10 +57,13 @@ def stored_vote(database, post_id: str, user_id: str) -> StoredVote:
 def test_the_plan_retracts_each_vote_stored_before_the_request_once_at_the_forget_time_or_just_after_it() -> None:
     recorded = datetime.fromtimestamp(100, tz=timezone.utc)
     before, after = recorded - timedelta(seconds=1), recorded + timedelta(seconds=1)
-    stored = [StoredVote("p1", "u", UP, 10, "e", HOUR, before), StoredVote("p2", "u", DOWN, 20, "e", HOUR, before),
-              StoredVote("p3", "u", NONE, 30, "e", HOUR, before),
-              StoredVote("p4", "u", UP, 5_000_000, "e", HOUR, before),  # stamped ahead of F, stored before
-              StoredVote("p5", "u", UP, 6_000_000, "e", HOUR, after)]  # cast and applied after the request
+    stored = [
+        StoredVote("p1", "u", UP, 10, "e", HOUR, before),
+        StoredVote("p2", "u", DOWN, 20, "e", HOUR, before),
+        StoredVote("p3", "u", NONE, 30, "e", HOUR, before),
+        StoredVote("p4", "u", UP, 5_000_000, "e", HOUR, before),  # stamped ahead of F, stored before
+        StoredVote("p5", "u", UP, 6_000_000, "e", HOUR, after),
+    ]  # cast and applied after the request
     plan = plan_retractions(stored, erasure("r", 1_000), recorded)
     assert set(plan.states) == {PostUser(post, "u") for post in ("p1", "p2", "p4")}  # p3 is "none" already
     assert plan.kept == 1 and plan.counts == Counts(upvotes=-2, downvotes=-1)
@@ -71,23 +75,42 @@ def test_the_plan_retracts_each_vote_stored_before_the_request_once_at_the_forge
 
 def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(database) -> None:
     posts = ("fa-1", "fa-2", "fa-3", "fa-4")
-    cast(database, {("fa-1", "gone-a"): UP, ("fa-2", "gone-a"): UP, ("fa-3", "gone-a"): DOWN, ("fa-4", "gone-a"): UP,
-                    **{(post, f"other-{i}"): (UP, DOWN)[i % 2] for post in posts for i in range(4)}})
+    cast(
+        database,
+        {
+            ("fa-1", "gone-a"): UP,
+            ("fa-2", "gone-a"): UP,
+            ("fa-3", "gone-a"): DOWN,
+            ("fa-4", "gone-a"): UP,
+            **{(post, f"other-{i}"): (UP, DOWN)[i % 2] for post in posts for i in range(4)},
+        },
+    )
     taken_back = vote(NONE, VOTED_AT + timedelta(minutes=1))  # before the request: nothing to retract there
     apply_all_vote_states(database, {PostUser("fa-4", "gone-a"): taken_back})
-    assert counts(database, *posts) == [Counts(upvotes=3, downvotes=2), Counts(upvotes=3, downvotes=2),
-                                        Counts(upvotes=2, downvotes=3), Counts(upvotes=2, downvotes=2)]
+    assert counts(database, *posts) == [
+        Counts(upvotes=3, downvotes=2),
+        Counts(upvotes=3, downvotes=2),
+        Counts(upvotes=2, downvotes=3),
+        Counts(upvotes=2, downvotes=2),
+    ]
 
     result = forget_user(database, "req-a", "gone-a", "erasure request #1", "dpo")
     forget_at = result.request.as_of
     assert forget_at is not None  # the request's forget time
 
     assert (result.written, result.retracted, result.posts, result.kept, result.superseded, result.commits) == (
-        True, 3, 3, 0, 0, 1)
+        True,
+        3,
+        3,
+        0,
+        0,
+        1,
+    )
     assert counts(database, *posts) == [Counts(upvotes=2, downvotes=2)] * 4  # only the other users' votes
     # Out of the hour the vote was counted in; nothing in the forget time's hour.
     assert [(h.hour, h.counts) for h in hourly_counts(database, "fa-3", VOTED_AT - timedelta(days=1))] == [
-        (datetime.fromtimestamp(HOUR, tz=timezone.utc), Counts(upvotes=2, downvotes=2))]
+        (datetime.fromtimestamp(HOUR, tz=timezone.utc), Counts(upvotes=2, downvotes=2))
+    ]
     for post in posts[:3]:
         retracted = stored_vote(database, post, "gone-a")  # kept, with the user ID: late events lose to it
         assert (retracted.vote, retracted.voted_at_us, retracted.event_id) == (NONE, us(forget_at), "@forget/req-a")
@@ -97,7 +120,13 @@ def test_forget_retracts_up_and_down_votes_exactly_and_leaves_other_users_alone(
     audit = adjustment_of(database, "req-a")
     assert audit == result.request
     assert (audit.kind, audit.user_id, audit.post_id, audit.counts, audit.reason, audit.actor) == (
-        FORGET_USER, "gone-a", "", Counts(upvotes=-2, downvotes=-1), "erasure request #1", "dpo")
+        FORGET_USER,
+        "gone-a",
+        "",
+        Counts(upvotes=-2, downvotes=-1),
+        "erasure request #1",
+        "dpo",
+    )
     assert audit.as_of == audit.created_at  # the forget time is the record's commit timestamp
 
 
@@ -146,7 +175,8 @@ def test_a_crash_after_the_first_batch_then_a_rerun_ends_exact(database) -> None
     assert rerun.request == first_audit and first_audit.as_of == first_audit.created_at
     assert counts(database, *posts) == [Counts(upvotes=1)] * 5
     assert {(v.vote, v.voted_at_us, v.event_id) for v in (stored_vote(database, post, "gone-c") for post in posts)} == {
-        (NONE, us(first_audit.as_of), forget_event_id("req-c"))}  # both runs wrote the same state
+        (NONE, us(first_audit.as_of), forget_event_id("req-c"))
+    }  # both runs wrote the same state
     assert [a.adjustment_id for a in list_adjustments(database, 1_000)].count("req-c") == 1
 
 
@@ -165,21 +195,25 @@ def test_a_vote_in_flight_when_the_request_runs_does_not_count_when_it_arrives(d
     assert counts(database, "fi-1", "fi-2") == [Counts(), Counts(upvotes=1)]
     stored = stored_vote(database, "fi-2", "gone-i")  # the request's own "none", as if it had found a vote there
     assert (stored.vote, stored.voted_at_us, stored.event_id, totals.applied) == (
-        NONE, us(forget_at), forget_event_id("req-i"), 1)
+        NONE,
+        us(forget_at),
+        forget_event_id("req-i"),
+        1,
+    )
 
     later = vote(UP, forget_at + timedelta(seconds=1), "after")
     apply_all_vote_states(database, {PostUser("fi-2", "gone-i"): later, PostUser("fi-3", "gone-i"): later})
     assert counts(database, "fi-1", "fi-2", "fi-3") == [Counts(), Counts(upvotes=2), Counts(upvotes=1)]
 
 
-def test_a_vote_stamped_ahead_of_the_forget_time_is_retracted_without_silencing_the_users_later_votes(
-        database) -> None:
+def test_a_vote_stamped_ahead_of_the_forget_time_is_retracted_without_silencing_the_users_later_votes(database) -> None:
     """The forget time is the record's commit time, not the newest vote's: a vote whose event time
     runs ahead of it (a publisher's clock ahead, by up to the clock skew) is retracted on its own
     post, and the user's genuine votes cast after the request count on every other post."""
     ahead = datetime.now(timezone.utc) + timedelta(minutes=30)
-    apply_all_vote_states(database, {PostUser("fj-1", "gone-j"): vote(UP, ahead, "ahead"),
-                                     PostUser("fj-2", "gone-j"): vote(UP)})
+    apply_all_vote_states(
+        database, {PostUser("fj-1", "gone-j"): vote(UP, ahead, "ahead"), PostUser("fj-2", "gone-j"): vote(UP)}
+    )
     result = forget_user(database, "req-j", "gone-j", "erasure", "dpo")
     forget_at = result.request.as_of
     assert forget_at is not None  # the request's forget time
@@ -221,7 +255,8 @@ def operator_clock_skew(request, monkeypatch) -> timedelta:
 
 
 def test_the_forget_time_is_the_records_commit_timestamp_whatever_the_operators_clock(
-        database, operator_clock_skew) -> None:
+    database, operator_clock_skew
+) -> None:
     """Issue 44, item 7: with the operator's clock an hour off either way, the forget time F is the
     commit timestamp of the request's record (its audit row's CreatedAt, its UserErasures row), the
     clock every reader agrees on. A vote in flight stamped between the operator's clock and F, and a
@@ -242,8 +277,13 @@ def test_the_forget_time_is_the_records_commit_timestamp_whatever_the_operators_
 
     in_flight_at = forget_at + operator_clock_skew / 2  # between the operator's clock and F
     genuine_at = forget_at + timedelta(seconds=1)
-    apply_all_vote_states(database, {PostUser(posts[1], user): vote(UP, in_flight_at, "in-flight"),
-                                     PostUser(posts[2], user): vote(UP, genuine_at, "genuine")})
+    apply_all_vote_states(
+        database,
+        {
+            PostUser(posts[1], user): vote(UP, in_flight_at, "in-flight"),
+            PostUser(posts[2], user): vote(UP, genuine_at, "genuine"),
+        },
+    )
     counted_in_flight = 1 if in_flight_at > forget_at else 0  # ahead: cast after F; behind: before it
     assert counts(database, *posts) == [Counts(), Counts(upvotes=counted_in_flight), Counts(upvotes=1)]
 
@@ -255,8 +295,20 @@ def test_a_request_an_earlier_version_recorded_with_its_operators_clock_reruns_w
     cast(database, {("fo-1", "gone-o"): UP, ("fo-2", "gone-o"): DOWN})
     operators_clock = datetime.now(timezone.utc) - timedelta(minutes=30)
     # What that version's first run committed before it stopped: the audit row alone.
-    assert record(database, Adjustment("req-o", "", FORGET_USER, Counts(upvotes=-1, downvotes=-1), "erasure", "dpo",
-                                       operators_clock, None, "gone-o"))
+    assert record(
+        database,
+        Adjustment(
+            "req-o",
+            "",
+            FORGET_USER,
+            Counts(upvotes=-1, downvotes=-1),
+            "erasure",
+            "dpo",
+            operators_clock,
+            None,
+            "gone-o",
+        ),
+    )
 
     rerun = forget_user(database, "req-o", "gone-o", "erasure", "dpo")
     assert (rerun.written, rerun.retracted, rerun.request.as_of) == (False, 2, operators_clock)
@@ -280,8 +332,13 @@ def test_the_cost_follows_the_users_votes_not_the_other_voters(database) -> None
     key range) before and after recording itself, then each again in its batch's transaction with
     the user's erasure row and suspension rows (none), and the audit row: nothing else."""
     posts = [f"fe-{i}" for i in range(4)]
-    cast(database, {**{(post, f"crowd-{i}"): UP for post in posts for i in range(100)},
-                    **{(post, "gone-e"): DOWN for post in posts}})
+    cast(
+        database,
+        {
+            **{(post, f"crowd-{i}"): UP for post in posts for i in range(100)},
+            **{(post, "gone-e"): DOWN for post in posts},
+        },
+    )
     meter = ReadMeter(database)
     result = forget_user(meter, "req-e", "gone-e", "erasure", "dpo")
     assert result.retracted == 4
@@ -292,8 +349,12 @@ def test_the_cost_follows_the_users_votes_not_the_other_voters(database) -> None
 
 
 def cli(stack, capsys, *args: str) -> tuple[list[dict], str]:
-    assert main([args[0], "--project", stack.project, "--instance", stack.instance, "--database", stack.database,
-                 *args[1:]]) == 0
+    assert (
+        main(
+            [args[0], "--project", stack.project, "--instance", stack.instance, "--database", stack.database, *args[1:]]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     return [json.loads(line) for line in captured.out.splitlines()], captured.err
 
@@ -305,10 +366,36 @@ def test_the_command_end_to_end_with_its_audit_in_adjust_list(stack, database, c
     (summary,), err = cli(stack, capsys, *forget)
     request_id = summary["adjustment_id"]  # a random UUID, printed before any write
     assert f"run it again with --id {request_id}" in err and "retracted 2 votes on 2 posts in 1 commits" in err
-    assert {k: summary[k] for k in ("kind", "user_id", "post_id", "upvotes", "downvotes", "written_now", "retracted",
-                                    "posts", "kept", "commits", "reason", "actor")} == {
-        "kind": FORGET_USER, "user_id": "gone-f", "post_id": "", "upvotes": -1, "downvotes": -1, "written_now": True,
-        "retracted": 2, "posts": 2, "kept": 0, "commits": 1, "reason": "GDPR erasure #7", "actor": "dpo"}
+    assert {
+        k: summary[k]
+        for k in (
+            "kind",
+            "user_id",
+            "post_id",
+            "upvotes",
+            "downvotes",
+            "written_now",
+            "retracted",
+            "posts",
+            "kept",
+            "commits",
+            "reason",
+            "actor",
+        )
+    } == {
+        "kind": FORGET_USER,
+        "user_id": "gone-f",
+        "post_id": "",
+        "upvotes": -1,
+        "downvotes": -1,
+        "written_now": True,
+        "retracted": 2,
+        "posts": 2,
+        "kept": 0,
+        "commits": 1,
+        "reason": "GDPR erasure #7",
+        "actor": "dpo",
+    }
     assert counts(database, "ff-1", "ff-2") == [Counts(upvotes=1), Counts()]
 
     (rerun,), err = cli(stack, capsys, *forget, "--id", request_id)
@@ -319,8 +406,21 @@ def test_the_command_end_to_end_with_its_audit_in_adjust_list(stack, database, c
     (row,) = [a for a in listed if a["adjustment_id"] == request_id]
     assert (row["kind"], row["user_id"], row["post_id"], row["as_of"]) == (FORGET_USER, "gone-f", "", summary["as_of"])
 
-    assert main(["forget-user", "--project", stack.project, "--instance", stack.instance, "--database",
-                 stack.database, "gone-f"]) == 2
+    assert (
+        main(
+            [
+                "forget-user",
+                "--project",
+                stack.project,
+                "--instance",
+                stack.instance,
+                "--database",
+                stack.database,
+                "gone-f",
+            ]
+        )
+        == 2
+    )
     assert "--reason is required" in capsys.readouterr().err
     with pytest.raises(SystemExit) as help_exit:
         build_parser().parse_args(["forget-user", "--help"])

@@ -1,6 +1,7 @@
 """Fresh top posts without a fold (spanner_reads/fresh_top.py): the candidate rows each delta
 commit carries, and the exact re-ranking, on the Spanner emulator through the sink's own
 write path (WriteDeltaRows) and the real fold pipeline."""
+
 from __future__ import annotations
 
 import json
@@ -30,11 +31,12 @@ def delta(post_id: str, upvotes: int, delta_id: str, hour: int = HOUR, shares: i
 
 # --- the candidates of one commit: pure ------------------------------------------------------
 
+
 def test_commit_candidates_lists_the_biggest_risers_and_bounds_the_rest() -> None:
     deltas = [delta(f"p-{i}", i, f"d{i}") for i in range(1, CANDIDATES_PER_COMMIT + 4)]
     deltas.append(delta("p-1", 100, "other-hour", hour=HOUR + 3600))  # sums over hours: p-1 has 101
     row = commit_candidates(deltas)
-    top_sums = sorted(range(2, CANDIDATES_PER_COMMIT + 4), reverse=True)[:CANDIDATES_PER_COMMIT - 1]
+    top_sums = sorted(range(2, CANDIDATES_PER_COMMIT + 4), reverse=True)[: CANDIDATES_PER_COMMIT - 1]
     assert row.post_ids == ["p-1"] + [f"p-{i}" for i in top_sums]
     assert row.threshold == max(set(range(2, CANDIDATES_PER_COMMIT + 4)) - set(top_sums))
 
@@ -49,6 +51,7 @@ def test_commit_candidates_never_lists_a_fall_and_a_small_commit_has_threshold_z
 
 # --- on the emulator ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def fresh(emulator_env):
     """A database of its own for one test."""
@@ -60,13 +63,15 @@ def fresh(emulator_env):
 def sink(resources, deltas: list[PostDelta], rows_per_commit: int = 50) -> None:
     """Writes deltas through the streaming pipeline's own sink transform."""
     with TestPipeline() as p:
-        p | beam.Create(deltas) | WriteDeltaRows(resources.project, resources.instance, resources.database,
-                                                 rows_per_commit=rows_per_commit)
+        (
+            p
+            | beam.Create(deltas)
+            | WriteDeltaRows(resources.project, resources.instance, resources.database, rows_per_commit=rows_per_commit)
+        )
 
 
 def run_fold(resources) -> None:
-    fold.run([f"--project={resources.project}", f"--instance={resources.instance}",
-              f"--database={resources.database}"])
+    fold.run([f"--project={resources.project}", f"--instance={resources.instance}", f"--database={resources.database}"])
 
 
 def test_a_post_overtaking_the_folded_leader_is_first_at_its_exact_count_without_a_fold(fresh) -> None:
@@ -82,7 +87,12 @@ def test_a_post_overtaking_the_folded_leader_is_first_at_its_exact_count_without
     top = fresh_top(database, k=5, extra=10)
     assert top_posts(database, 1).posts[0].post_id == "old-0"  # the index has not moved: no fold ran
     assert [(p.post_id, p.counts.upvotes, p.counts.shares) for p in top.posts] == [
-        ("riser", 150, 7), ("old-5", 105, 0), ("old-1", 99, 0), ("old-2", 98, 0), ("old-3", 97, 0)]
+        ("riser", 150, 7),
+        ("old-5", 105, 0),
+        ("old-1", 99, 0),
+        ("old-2", 98, 0),
+        ("old-3", 97, 0),
+    ]
     # 40 posts > k + extra, so certified by the bound: the 15th folded post (86) plus the
     # candidate rows' thresholds (0: the commit listed all its risers).
     assert (top.exact, top.bound, top.candidate_rows) == (True, 86, 1)
@@ -91,7 +101,9 @@ def test_a_post_overtaking_the_folded_leader_is_first_at_its_exact_count_without
     # The post that fell back is ranked by its exact count, 40: last of all 41 posts.
     everyone = fresh_top(database, k=41, extra=0)
     assert everyone.posts[-1] == ("old-0", Counts(upvotes=40), None)
-    assert [p.counts.upvotes for p in everyone.posts] == sorted((p.counts.upvotes for p in everyone.posts), reverse=True)
+    assert [p.counts.upvotes for p in everyone.posts] == sorted(
+        (p.counts.upvotes for p in everyone.posts), reverse=True
+    )
 
 
 def test_the_bound_holds_for_every_post_left_out_and_decides_exact(fresh) -> None:
@@ -129,5 +141,8 @@ def test_top_command_prints_exact_counts_with_freshness(fresh, capsys) -> None:
     flags = [f"--project={resources.project}", f"--instance={resources.instance}", f"--database={resources.database}"]
     assert main(["top", *flags, "-n", "2"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["rank"], r["post_id"], r["upvotes"], r["exact"]) for r in lines] == [(1, "b", 9, True), (2, "a", 5, True)]
+    assert [(r["rank"], r["post_id"], r["upvotes"], r["exact"]) for r in lines] == [
+        (1, "b", 9, True),
+        (2, "a", 5, True),
+    ]
     assert all(r["as_of"] and r["folded_through"] is None for r in lines)

@@ -4,13 +4,14 @@ in TopCandidates, no RankingSettings) with folded posts, while a stream writes d
 (upvotes/operations/hot_backfill.py): afterwards every HotKey is the score of its post's hourly
 rows, hot_top is certified and is the ledger's, and no vote is lost or counted twice. Then a
 second provision keeps the recorded half-life, and --recompute-hot changes it and every key."""
+
 from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from google.cloud import spanner
@@ -23,13 +24,30 @@ from schemas.records import PostDelta
 from spanner_reads.reads import exact_counts
 from spanner_reads.trending import HotRankingUnavailable, hot_top, window_top
 from spanner_store.database import (
-    RetryPolicy, commit_mutations, open_database, run_with_retries, wait_for_schema,
+    RetryPolicy,
+    commit_mutations,
+    open_database,
+    run_with_retries,
+    wait_for_schema,
 )
 from spanner_store.delta_commits import delta_commit_row, new_commit_id
 from spanner_store.ranking_settings import read_settings
 from spanner_store.tables import (
-    COUNTER_COLUMNS, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUNS,
-    HOURLY, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATES, commit_shard, delta_key, hour_timestamp, post_key,
+    COUNTER_COLUMNS,
+    DELTA_COLUMNS,
+    DELTA_COMMIT_COLUMNS,
+    DELTA_COMMITS,
+    DELTAS,
+    FOLD_RUN_COLUMNS,
+    FOLD_RUNS,
+    HOURLY,
+    POST_KEY_COLUMNS,
+    POSTS,
+    TOP_CANDIDATES,
+    commit_shard,
+    delta_key,
+    hour_timestamp,
+    post_key,
 )
 from spanner_store.top_candidates import commit_candidates
 from spanner_writes.deltas import write_new_deltas
@@ -39,7 +57,14 @@ from tests.support.polling import wait_until
 from tests.support.provision_races import race
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, brute_window, keys_and_hours, stale_keys, unfenced,
+    VoteLedger,
+    assert_hot_answer,
+    assert_window_answer,
+    brute_hot,
+    brute_window,
+    keys_and_hours,
+    stale_keys,
+    unfenced,
     window_of,
 )
 from upvotes.cli import main
@@ -66,12 +91,36 @@ def old_write(database, deltas: list[PostDelta]) -> datetime:
 
     def write(batch) -> None:
         batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=sorted({post_key(d.post_id) for d in deltas}))
-        batch.insert(DELTAS, columns=DELTA_COLUMNS, values=[
-            delta_key(d) + tuple(d.sums.counts) + (d.sums.events, None, spanner.COMMIT_TIMESTAMP) for d in deltas])
-        batch.insert(DELTA_COMMITS, columns=DELTA_COMMIT_COLUMNS, values=[
-            delta_commit_row(commit_id, (d.post_id for d in deltas), len(deltas), sum(d.sums.events for d in deltas))])
-        batch.insert(TOP_CANDIDATES, columns=BEFORE_CANDIDATE_COLUMNS, values=[
-            (commit_shard(commit_id), spanner.COMMIT_TIMESTAMP, commit_id, candidates.post_ids, candidates.threshold)])
+        batch.insert(
+            DELTAS,
+            columns=DELTA_COLUMNS,
+            values=[
+                delta_key(d) + tuple(d.sums.counts) + (d.sums.events, None, spanner.COMMIT_TIMESTAMP) for d in deltas
+            ],
+        )
+        batch.insert(
+            DELTA_COMMITS,
+            columns=DELTA_COMMIT_COLUMNS,
+            values=[
+                delta_commit_row(
+                    commit_id, (d.post_id for d in deltas), len(deltas), sum(d.sums.events for d in deltas)
+                )
+            ],
+        )
+        batch.insert(
+            TOP_CANDIDATES,
+            columns=BEFORE_CANDIDATE_COLUMNS,
+            values=[
+                (
+                    commit_shard(commit_id),
+                    spanner.COMMIT_TIMESTAMP,
+                    commit_id,
+                    candidates.post_ids,
+                    candidates.threshold,
+                )
+            ],
+        )
+
     committed = commit_mutations(database, write)
     assert isinstance(committed, datetime)
     return committed
@@ -88,12 +137,22 @@ def old_fold(database, deltas: list[PostDelta], through: datetime) -> None:
         hours[(d.post_id, d.event_hour)] = hours.get((d.post_id, d.event_hour), Counts()).plus(d.sums.counts)
 
     def write(batch) -> None:
-        batch.update(POSTS, columns=POST_KEY_COLUMNS + COUNTER_COLUMNS + ("FoldedThrough",),
-                     values=[post_key(p) + tuple(c) + (through,) for p, c in totals.items()])
-        batch.insert(HOURLY, columns=("PostHash", "PostId", "EventHour") + COUNTER_COLUMNS,
-                     values=[post_key(p) + (hour_timestamp(h),) + tuple(c) for (p, h), c in hours.items()])
-        batch.insert(FOLD_RUNS, columns=FOLD_RUN_COLUMNS,
-                     values=[("before-36", through, len(totals), len(deltas), spanner.COMMIT_TIMESTAMP, 0, through)])
+        batch.update(
+            POSTS,
+            columns=POST_KEY_COLUMNS + COUNTER_COLUMNS + ("FoldedThrough",),
+            values=[post_key(p) + tuple(c) + (through,) for p, c in totals.items()],
+        )
+        batch.insert(
+            HOURLY,
+            columns=("PostHash", "PostId", "EventHour") + COUNTER_COLUMNS,
+            values=[post_key(p) + (hour_timestamp(h),) + tuple(c) for (p, h), c in hours.items()],
+        )
+        batch.insert(
+            FOLD_RUNS,
+            columns=FOLD_RUN_COLUMNS,
+            values=[("before-36", through, len(totals), len(deltas), spanner.COMMIT_TIMESTAMP, 0, through)],
+        )
+
     commit_mutations(database, write)
 
 
@@ -103,8 +162,15 @@ def settings(database):
 
 
 def random_delta(rng: random.Random, post_id: str, delta_id: str) -> PostDelta:
-    return PostDelta.of(post_id, NOW_HOUR - 3600 * rng.randint(0, 40), delta_id, upvotes=rng.randint(-2, 30),
-                        downvotes=rng.randint(0, 6), shares=rng.randint(0, 3), events=1)
+    return PostDelta.of(
+        post_id,
+        NOW_HOUR - 3600 * rng.randint(0, 40),
+        delta_id,
+        upvotes=rng.randint(-2, 30),
+        downvotes=rng.randint(0, 6),
+        shares=rng.randint(0, 3),
+        events=1,
+    )
 
 
 def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(stack, monkeypatch, capsys) -> None:
@@ -112,7 +178,8 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
     res = new_resources("hotmig")
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(
-        res.database, ddl_statements=statements_of(BEFORE.read_text(encoding="utf-8"))).create().result(300)
+        res.database, ddl_statements=statements_of(BEFORE.read_text(encoding="utf-8"))
+    ).create().result(300)
     database = open_database(res.project, res.instance, res.database)
     rng = random.Random(36)
     ledger = VoteLedger()
@@ -136,10 +203,15 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
         srng = random.Random(37)
         try:
             while not stop.is_set():
-                batch = [random_delta(srng, srng.choice(POSTS_BEFORE + POSTS_DURING), f"new:{len(commits)}:{i}")
-                         for i in range(srng.randint(1, 4))]
-                wait_for_schema(lambda: run_with_retries(lambda: write_new_deltas(database, batch), PATIENT),
-                                "test stream", on_wait=lambda: waits.append(len(commits)))
+                batch = [
+                    random_delta(srng, srng.choice(POSTS_BEFORE + POSTS_DURING), f"new:{len(commits)}:{i}")
+                    for i in range(srng.randint(1, 4))
+                ]
+                wait_for_schema(
+                    lambda: run_with_retries(lambda: write_new_deltas(database, batch), PATIENT),
+                    "test stream",
+                    on_wait=lambda: waits.append(len(commits)),
+                )
                 ledger.add_deltas(batch)
                 commits.append(len(batch))
                 stop.wait(0.05)  # a stream's pace, not a loop's
@@ -167,8 +239,11 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
             if len(pages) <= RACED_PAGES:
                 mid_backfill.append(hot_top(database, 5).exact)
                 folds_then, commits_then = len(folds), len(commits)
-                wait_until(lambda: errors or (len(folds) > folds_then and len(commits) > commits_then), TIMEOUT_S,
-                           "a fold and a stream commit between two pages of the backfill")
+                wait_until(
+                    lambda: errors or (len(folds) > folds_then and len(commits) > commits_then),
+                    TIMEOUT_S,
+                    "a fold and a stream commit between two pages of the backfill",
+                )
 
     monkeypatch.setattr(hot_backfill, "_pages", racing_pages)
     threads = [threading.Thread(target=stream), threading.Thread(target=folding)]
@@ -186,17 +261,24 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
         provision_spanner(res, False, "unused", log)
         # And on for a while after the backfill: another fold and more commits.
         folds_then, commits_then = len(folds), len(commits)
-        wait_until(lambda: errors or (len(folds) > folds_then and len(commits) > commits_then + 3), TIMEOUT_S,
-                   "a fold and stream commits after the backfill")
+        wait_until(
+            lambda: errors or (len(folds) > folds_then and len(commits) > commits_then + 3),
+            TIMEOUT_S,
+            "a fold and stream commits after the backfill",
+        )
     finally:
         stop.set()
         migrated.set()
         for thread in threads:
             thread.join(timeout=TIMEOUT_S)
     assert not errors and not any(thread.is_alive() for thread in threads), errors
-    assert {"added   column Posts.HotKey FLOAT64", "added   column Posts.HotKeyThrough TIMESTAMP",
-            "added   constraint Posts.HotKeyCurrent", "created TABLE RankingSettings",
-            "recorded hot half-life 12 h"} <= set(logged), logged
+    assert {
+        "added   column Posts.HotKey FLOAT64",
+        "added   column Posts.HotKeyThrough TIMESTAMP",
+        "added   constraint Posts.HotKeyCurrent",
+        "created TABLE RankingSettings",
+        "recorded hot half-life 12 h",
+    } <= set(logged), logged
     assert len(pages) > RACED_PAGES and sum(pages) >= len(POSTS_BEFORE) and mid_backfill == [False] * RACED_PAGES
     assert [line for line in logged if line.startswith("backfilled hot scores")], logged
     assert settings(database) == (12.0, True, 1) and unfenced(database) == {}
@@ -210,21 +292,37 @@ def test_provision_backfills_every_hot_key_while_a_stream_writes_and_folds_run(s
         assert key == hot_score(hours.get(post_id, {}).items(), 12.0).key, post_id
     top = hot_top(database, 5, extra=5)
     assert top.exact and [p.totals.post_id for p in top.posts] == [
-        s.post_id for s in brute_hot(ledger, 12.0, top.as_of)[:5]]
+        s.post_id for s in brute_hot(ledger, 12.0, top.as_of)[:5]
+    ]
     assert_hot_answer(top, ledger, 12.0, 5, "migrated")
     # The hourly rows the previous version wrote are in the by-hour index's shard 0: still read.
     moment = datetime.fromtimestamp(NOW_HOUR + 1800, timezone.utc)
     last = window_top(database, 5, hours=24, clock=lambda _: moment)
     assert last.exact and [p.totals.post_id for p in last.posts] == [
-        p for p, _ in brute_window(ledger, *window_of(moment, 24))[:5]]
+        p for p, _ in brute_window(ledger, *window_of(moment, 24))[:5]
+    ]
     assert_window_answer(last, ledger, 5, *window_of(moment, 24), "migrated, last 24 h")
     with capsys.disabled():
-        print(f"\nbackfill of {sum(pages)} posts in {len(pages)} pages raced {len(folds)} folds and "
-              f"{len(commits)} stream commits ({sum(commits)} rows)")
+        print(
+            f"\nbackfill of {sum(pages)} posts in {len(pages)} pages raced {len(folds)} folds and "
+            f"{len(commits)} stream commits ({sum(commits)} rows)"
+        )
 
     # A second provision with another half-life keeps the recorded one, and every key.
-    flags = ["--project", res.project, "--instance", res.instance, "--database", res.database, "--topic", res.topic,
-             "--subscription", res.subscription, "--dead-letter-topic", res.dead_letter_topic]
+    flags = [
+        "--project",
+        res.project,
+        "--instance",
+        res.instance,
+        "--database",
+        res.database,
+        "--topic",
+        res.topic,
+        "--subscription",
+        res.subscription,
+        "--dead-letter-topic",
+        res.dead_letter_topic,
+    ]
     capsys.readouterr()
     assert main(["provision", *flags, "--hot-half-life-hours", "6"]) == 0
     assert "kept    hot half-life 12 h" in capsys.readouterr().out
@@ -281,7 +379,8 @@ def test_a_recompute_cut_short_is_finished_by_the_next_provision(stack, monkeypa
     assert {p: k for p, k in keys.items() if k != hot_score(hours.get(p, {}).items(), 6.0).key} == {}
     top = hot_top(database, 5, extra=5)
     assert top.exact and [p.totals.post_id for p in top.posts] == [
-        s.post_id for s in brute_hot(ledger, 6.0, top.as_of)[:5]]
+        s.post_id for s in brute_hot(ledger, 6.0, top.as_of)[:5]
+    ]
     assert_hot_answer(top, ledger, 6.0, 5, "recompute finished")
 
 
@@ -292,8 +391,9 @@ def test_hot_reads_of_a_database_with_no_half_life_recorded_say_to_provision(sta
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(res.database, ddl_statements=ddl_statements()).create().result(300)
     database = open_database(res.project, res.instance, res.database)
-    run_with_retries(lambda: write_new_deltas(database, [PostDelta.of("p", NOW_HOUR, "d", upvotes=3, events=3)]),
-                     PATIENT)
+    run_with_retries(
+        lambda: write_new_deltas(database, [PostDelta.of("p", NOW_HOUR, "d", upvotes=3, events=3)]), PATIENT
+    )
     run_fold(res)
     assert keys_and_hours(database)[0] == {"p": None} and list(unfenced(database)) == ["p"]  # no key: unfenced
     with pytest.raises(HotRankingUnavailable, match="upvotes provision"):
@@ -336,20 +436,26 @@ def certified_only_when_current(database, ledger: VoteLedger) -> Callable[[str],
     score of its hourly rows under the recorded H, and a certified hot answer is the brute force's.
     (An answer read mid-backfill is not certified, and its bound, from keys of two half-lives, is
     no bound: only certified answers are checked here.)"""
+
     def check(when: str) -> None:
         recorded = settings(database)
         if recorded.backfilled:
-            assert stale_keys(database, recorded.half_life_hours) == {}, \
+            assert stale_keys(database, recorded.half_life_hours) == {}, (
                 f"{when}: hot_backfilled with keys not of the recorded {recorded.half_life_hours:g} h"
+            )
         if recorded.half_life_hours is not None and (top := hot_top(database, 5, extra=5)).exact:
             assert_hot_answer(top, ledger, top.half_life_hours, 5, when)
+
     return check
 
 
-@pytest.mark.parametrize("script", [
-    "A" * (RACE_STEPS - 1) + "BBA",  # B's record and first page between A's last page and A's end
-    "B" + "A" * RACE_STEPS,  # A all through between B's record and B's first page
-])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "A" * (RACE_STEPS - 1) + "BBA",  # B's record and first page between A's last page and A's end
+        "B" + "A" * RACE_STEPS,  # A all through between B's record and B's first page
+    ],
+)
 def test_two_recomputes_at_once_end_with_every_key_of_the_last_half_life(stack, monkeypatch, script) -> None:
     """`provision --recompute-hot` with H = 12 (A) and with H = 6 (B) at once, their steps
     interleaved by `script`: after every step, `hot_backfilled` means every key is of the recorded
@@ -358,10 +464,15 @@ def test_two_recomputes_at_once_end_with_every_key_of_the_last_half_life(stack, 
     database, ledger = race_database("hotrace", 12.0)
     monkeypatch.setattr(hot_backfill, "PAGE", RACE_PAGE)
     logs: dict[str, list[str]] = {"A": [], "B": []}
-    results = race(monkeypatch, {
-        "A": lambda: hot_backfill.ensure_hot_ranking(database, 12.0, logs["A"].append, recompute=True),
-        "B": lambda: hot_backfill.ensure_hot_ranking(database, 6.0, logs["B"].append, recompute=True),
-    }, script, certified_only_when_current(database, ledger))
+    results = race(
+        monkeypatch,
+        {
+            "A": lambda: hot_backfill.ensure_hot_ranking(database, 12.0, logs["A"].append, recompute=True),
+            "B": lambda: hot_backfill.ensure_hot_ranking(database, 6.0, logs["B"].append, recompute=True),
+        },
+        script,
+        certified_only_when_current(database, ledger),
+    )
     assert not [r for r in results.values() if isinstance(r, Exception)], results
     final = settings(database)
     last, first = sorted("AB", key=script.index, reverse=True)  # the later record
@@ -377,12 +488,16 @@ def test_two_recomputes_at_once_end_with_every_key_of_the_last_half_life(stack, 
     assert_hot_answer(top, ledger, final.half_life_hours, 5, "after the race")
 
 
-@pytest.mark.parametrize("script", [
-    "A" * RACE_STEPS + "B" * RACE_STEPS,  # A all through, then B, which read no half-life before A's record
-    "AABAB",  # B's record between A's first and second pages
-])
-def test_two_first_provisions_with_different_half_lives_never_certify_keys_of_the_other(stack, monkeypatch,
-                                                                                      script) -> None:
+@pytest.mark.parametrize(
+    "script",
+    [
+        "A" * RACE_STEPS + "B" * RACE_STEPS,  # A all through, then B, which read no half-life before A's record
+        "AABAB",  # B's record between A's first and second pages
+    ],
+)
+def test_two_first_provisions_with_different_half_lives_never_certify_keys_of_the_other(
+    stack, monkeypatch, script
+) -> None:
     """The first two provisions of a database, with H = 12 (A) and H = 6 (B), at once: the
     half-life A recorded first is kept (B says so), every key ends under it and certified. Before
     issue 44 B, having read no half-life before A's record, recorded its own over A's keys and
@@ -390,10 +505,15 @@ def test_two_first_provisions_with_different_half_lives_never_certify_keys_of_th
     database, ledger = race_database("hotfirst", None)
     monkeypatch.setattr(hot_backfill, "PAGE", RACE_PAGE)
     logs: dict[str, list[str]] = {"A": [], "B": []}
-    race(monkeypatch, {
-        "A": lambda: hot_backfill.ensure_hot_ranking(database, 12.0, logs["A"].append),
-        "B": lambda: hot_backfill.ensure_hot_ranking(database, 6.0, logs["B"].append),
-    }, script, certified_only_when_current(database, ledger))
+    race(
+        monkeypatch,
+        {
+            "A": lambda: hot_backfill.ensure_hot_ranking(database, 12.0, logs["A"].append),
+            "B": lambda: hot_backfill.ensure_hot_ranking(database, 6.0, logs["B"].append),
+        },
+        script,
+        certified_only_when_current(database, ledger),
+    )
     final = settings(database)
     assert final.backfilled and final.half_life_hours == 12.0, (final, logs)
     assert any(line.startswith("kept    hot half-life 12 h") for line in logs["B"]), logs

@@ -8,6 +8,7 @@ it, the reads count its deltas exactly, and a fold of this version folds it.
 The older folds run here: tests/support/older_folds.py, a transaction-for-transaction simulation
 (the pre-trending fold, and the fold of the version before this one, which writes HotKey but not
 HotKeyThrough), and the real pre-trending fold (`git archive` of its commit, in a subprocess)."""
+
 from __future__ import annotations
 
 import random
@@ -28,7 +29,7 @@ from spanner_writes.deltas import write_new_deltas
 from tests.support.fold_runs import run_fold
 from tests.support.older_folds import PRE_TRENDING_COMMIT, older_fold, run_pre_trending_fold
 from tests.support.resources import new_resources
-from tests.support.trending_ledger import VoteLedger, assert_hot_answer, brute_hot, stale_keys, unfenced
+from tests.support.trending_ledger import VoteLedger, assert_hot_answer, stale_keys, unfenced
 from upvotes.operations import hot_backfill
 from upvotes.operations.provision import provision_spanner
 
@@ -41,9 +42,18 @@ SMALL = "small"  # one vote, the lowest key of the catalogue: left out of the in
 
 def catalogue(rng: random.Random, posts: int) -> list[PostDelta]:
     """`posts` posts of 20 to 300 upvotes over the last 30 hours, and SMALL with one vote."""
-    deltas = [PostDelta.of(f"p-{i:02}", NOW_HOUR - 3600 * rng.randint(0, 30), f"cat:{i}:{j}",
-                           upvotes=rng.randint(10, 150), downvotes=rng.randint(0, 5), events=1)
-              for i in range(posts) for j in range(2)]
+    deltas = [
+        PostDelta.of(
+            f"p-{i:02}",
+            NOW_HOUR - 3600 * rng.randint(0, 30),
+            f"cat:{i}:{j}",
+            upvotes=rng.randint(10, 150),
+            downvotes=rng.randint(0, 5),
+            events=1,
+        )
+        for i in range(posts)
+        for j in range(2)
+    ]
     return deltas + [PostDelta.of(SMALL, NOW_HOUR - 3600 * 20, "cat:small", upvotes=1, events=1)]
 
 
@@ -96,8 +106,14 @@ def test_the_pre_trending_fold_itself_skips_every_fenced_post(stack) -> None:
     ledger = VoteLedger()
     write(database, ledger, catalogue(random.Random(45), 30))
     run_fold(res)
-    write(database, ledger, [PostDelta.of(SMALL, NOW_HOUR, "viral:small", upvotes=500, events=500),
-                             PostDelta.of("p-03", NOW_HOUR, "more:p-03", upvotes=2, events=2)])
+    write(
+        database,
+        ledger,
+        [
+            PostDelta.of(SMALL, NOW_HOUR, "viral:small", upvotes=500, events=500),
+            PostDelta.of("p-03", NOW_HOUR, "more:p-03", upvotes=2, events=2),
+        ],
+    )
     folded = run_pre_trending_fold(res)
     if folded is None:
         pytest.skip(f"git or commit {PRE_TRENDING_COMMIT} not available to run the pre-trending fold")
@@ -119,8 +135,10 @@ def test_provision_fences_a_database_of_the_schema_before_this_change(stack, mon
     res = new_resources("fencemig")
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(
-        res.database, ddl_statements=statements_of(BEFORE.read_text(encoding="utf-8"))).create().result(300)
+        res.database, ddl_statements=statements_of(BEFORE.read_text(encoding="utf-8"))
+    ).create().result(300)
     database = open_database(res.project, res.instance, res.database)
+
     def record_settings(batch) -> None:
         record_setting(batch, HALF_LIFE, HALF_LIFE_HOURS)
         record_setting(batch, BACKFILLED, 1.0)
@@ -140,17 +158,31 @@ def test_provision_fences_a_database_of_the_schema_before_this_change(stack, mon
         first post (in its first page) and the last (in its last page), then the pre-trending fold."""
         for number, page in enumerate(real_pages(db)):
             if number < 2:
-                write(database, ledger, [PostDelta.of(post, NOW_HOUR, f"mid:{number}:{post}", upvotes=30, events=30)
-                                         for post in (posts[0], posts[-1])])
-                seen.append({"top_exact": hot_top(database, 5).exact, "unfenced": len(unfenced(database)),
-                             "skipped": [p.post_id for p in older_fold(database)]})
+                write(
+                    database,
+                    ledger,
+                    [
+                        PostDelta.of(post, NOW_HOUR, f"mid:{number}:{post}", upvotes=30, events=30)
+                        for post in (posts[0], posts[-1])
+                    ],
+                )
+                seen.append(
+                    {
+                        "top_exact": hot_top(database, 5).exact,
+                        "unfenced": len(unfenced(database)),
+                        "skipped": [p.post_id for p in older_fold(database)],
+                    }
+                )
             yield page
 
     monkeypatch.setattr(hot_backfill, "_pages", pages_raced_by_the_older_fold)
     logged: list[str] = []
     provision_spanner(res, False, "unused", logged.append)
-    assert {"added   column Posts.HotKeyThrough TIMESTAMP", "added   constraint Posts.HotKeyCurrent",
-            'set     default Posts.HotKeyThrough (TIMESTAMP "1970-01-01T00:00:00Z")'} <= set(logged), logged
+    assert {
+        "added   column Posts.HotKeyThrough TIMESTAMP",
+        "added   constraint Posts.HotKeyCurrent",
+        'set     default Posts.HotKeyThrough (TIMESTAMP "1970-01-01T00:00:00Z")',
+    } <= set(logged), logged
     # Not certified until the backfill ends; every existing row unfenced, so the first older fold
     # folds both posts; by the second, the first page's posts are fenced: it skips the first.
     assert seen[0] == {"top_exact": False, "unfenced": len(posts), "skipped": []}, seen
@@ -163,8 +195,10 @@ def test_provision_fences_a_database_of_the_schema_before_this_change(stack, mon
     assert_hot_answer(top, ledger, HALF_LIFE_HOURS, 5, "migrated")
 
     # A row written from now on takes the default: fenced from birth, so an older fold skips it.
-    commit_mutations(database, lambda batch: batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS,
-                                                                    values=[post_key("born-fenced")]))
+    commit_mutations(
+        database,
+        lambda batch: batch.insert_or_update(POSTS, columns=POST_KEY_COLUMNS, values=[post_key("born-fenced")]),
+    )
     assert "born-fenced" not in unfenced(database)
     write(database, ledger, [PostDelta.of("born-fenced", NOW_HOUR, "born:0", upvotes=3, events=3)])
     assert sorted(p.post_id for p in older_fold(database)) == sorted(["born-fenced", posts[0]])

@@ -1,6 +1,7 @@
 """The hot score's arithmetic (schemas/hot_score.py), pure: each property its docstring claims,
 against values computed here (directly, or by tests/support/trending_ledger.py's 60-digit brute
 force), never against the module's own output alone."""
+
 from __future__ import annotations
 
 import itertools
@@ -14,7 +15,15 @@ import pytest
 
 from schemas.counters import Counts
 from schemas.hot_score import (
-    HOUR_S, KEY_OFFSET, ZERO, HotScore, hot_net, hot_score, log2_of_rise, log2_sum, rise_of,
+    HOUR_S,
+    KEY_OFFSET,
+    ZERO,
+    HotScore,
+    hot_net,
+    hot_score,
+    log2_of_rise,
+    log2_sum,
+    rise_of,
 )
 from schemas.records import PostDelta
 from tests.support.trending_ledger import VoteLedger, brute_hot
@@ -35,12 +44,20 @@ def hours_of(cells: dict[int, Counts]) -> list[tuple[int, Counts]]:
 def random_hours(rng: random.Random, base: int, span: int, n: int, big: bool = False) -> dict[int, Counts]:
     """n distinct event hours within `span` hours before `base`, with random counts of every counter."""
     hours = rng.sample(range(span), n)
-    top = 10 ** 15 if big else 50
-    return {base - HOUR_S * h: Counts(upvotes=rng.randint(-top, top), downvotes=rng.randint(-top // 5, top),
-                                      shares=rng.randint(0, 9), views=rng.randint(0, 9)) for h in hours}
+    top = 10**15 if big else 50
+    return {
+        base - HOUR_S * h: Counts(
+            upvotes=rng.randint(-top, top),
+            downvotes=rng.randint(-top // 5, top),
+            shares=rng.randint(0, 9),
+            views=rng.randint(0, 9),
+        )
+        for h in hours
+    }
 
 
 # --- determinism -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", range(5))
 def test_the_same_hours_in_any_order_give_identical_key_bits(seed: int) -> None:
@@ -64,8 +81,12 @@ def test_the_same_hours_in_any_order_give_identical_key_bits(seed: int) -> None:
 def test_the_order_of_the_terms_matters_to_a_plain_sum_but_not_to_the_score() -> None:
     """The case the determinism claim is about: nets whose naive float sum depends on the order."""
     half_life = 1000.0
-    cells = {HOUR_2026: Counts(upvotes=10 ** 16), HOUR_2026 - HOUR_S: Counts(upvotes=3),
-             HOUR_2026 - 2 * HOUR_S: Counts(downvotes=10 ** 16), HOUR_2026 - 3 * HOUR_S: Counts(upvotes=5)}
+    cells = {
+        HOUR_2026: Counts(upvotes=10**16),
+        HOUR_2026 - HOUR_S: Counts(upvotes=3),
+        HOUR_2026 - 2 * HOUR_S: Counts(downvotes=10**16),
+        HOUR_2026 - 3 * HOUR_S: Counts(upvotes=5),
+    }
     terms = [(hot_net(c)) * 2.0 ** ((h - HOUR_2026) / HOUR_S / half_life) for h, c in cells.items()]
     naive = {sum(order) for order in itertools.permutations(terms)}
     assert len(naive) > 1  # a plain sum would give different bits in different orders
@@ -108,12 +129,16 @@ def test_splitting_an_hours_counts_over_deltas_and_summing_first_gives_the_same_
 def test_hours_that_add_nothing_to_the_net_change_nothing() -> None:
     cells = {HOUR_2026: Counts(upvotes=7, downvotes=2), HOUR_2026 - 5 * HOUR_S: Counts(upvotes=3)}
     key = bits(hot_score(cells.items(), 12.0).key)
-    more = {**cells, HOUR_2026 + HOUR_S: Counts(shares=40, views=900),  # weight 0
-            HOUR_2026 - HOUR_S: Counts(upvotes=4, downvotes=4)}  # cancels within its hour
+    more = {
+        **cells,
+        HOUR_2026 + HOUR_S: Counts(shares=40, views=900),  # weight 0
+        HOUR_2026 - HOUR_S: Counts(upvotes=4, downvotes=4),
+    }  # cancels within its hour
     assert bits(hot_score(more.items(), 12.0).key) == key
 
 
 # --- no overflow, no loss of order, for a century -----------------------------------------------
+
 
 @pytest.mark.parametrize("half_life", [1.0, 12.0])
 def test_votes_in_2126_neither_overflow_nor_lose_their_order(half_life: float) -> None:
@@ -127,7 +152,7 @@ def test_votes_in_2126_neither_overflow_nor_lose_their_order(half_life: float) -
     assert one.at(moment, half_life) == pytest.approx(1.0, rel=1e-9)  # a vote now counts 1
     assert one.at(moment + timedelta(hours=half_life), half_life) == pytest.approx(0.5, rel=1e-9)
 
-    n = 10 ** 9
+    n = 10**9
     a = hot_score([(HOUR_2126, Counts(upvotes=n))], half_life)
     b = hot_score([(HOUR_2126, Counts(upvotes=n + 1))], half_life)  # a vote apart, in a billion
     c = hot_score([(HOUR_2126, Counts(upvotes=n)), (HOUR_2126 - HOUR_S, Counts(upvotes=1))], half_life)
@@ -150,11 +175,12 @@ def test_a_century_of_hours_in_one_post_stays_finite_and_exact() -> None:
         moment = datetime.fromtimestamp(HOUR_2126, timezone.utc)
         # The geometric series of one vote a week: sum of 2^(-168 w / H).
         ratio = 2.0 ** (-168 / half_life)
-        expected = (1 - ratio ** 5218) / (1 - ratio)
+        expected = (1 - ratio**5218) / (1 - ratio)
         assert score.at(moment, half_life) == pytest.approx(expected, rel=1e-9)
 
 
 # --- the order: positive, then 0, then the smallest loss first; ties by post ID -----------------
+
 
 def test_scores_at_or_below_zero_rank_below_every_positive_one_in_the_stated_order() -> None:
     h = HOUR_2026
@@ -172,8 +198,17 @@ def test_scores_at_or_below_zero_rank_below_every_positive_one_in_the_stated_ord
         "mixed-positive": {h - HOUR_S: Counts(downvotes=3), h: Counts(upvotes=2)},  # 2 - 3/2 > 0
     }
     scores = {post: hot_score(cells.items(), 1.0) for post, cells in posts.items()}
-    expected = ["big", "mixed-positive", "faint", "cancelled", "cancelled-across-hours", "no-votes",
-                "small-loss", "loss", "big-loss"]
+    expected = [
+        "big",
+        "mixed-positive",
+        "faint",
+        "cancelled",
+        "cancelled-across-hours",
+        "no-votes",
+        "small-loss",
+        "loss",
+        "big-loss",
+    ]
     assert sorted(scores, key=lambda p: (*scores[p].order(), p)) == expected
     assert sorted(scores, key=lambda p: (-scores[p].key, p)) == expected  # the index's order, the same
     assert [p for p in expected if scores[p] == ZERO] == ["cancelled", "cancelled-across-hours", "no-votes"]
@@ -207,6 +242,7 @@ def test_ties_are_broken_by_post_id_however_the_tie_is_made() -> None:
 
 # --- the decay ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("half_life", [1.0, 5.5, 12.0])
 def test_at_halves_every_half_life(half_life: float) -> None:
     rng = random.Random(int(half_life * 10))
@@ -223,7 +259,7 @@ def test_at_halves_every_half_life(half_life: float) -> None:
         assert now == pytest.approx(direct, rel=1e-9)
         for periods in (1, 2, 5):
             later = score.at(start + timedelta(hours=half_life * periods), half_life)
-            assert later == pytest.approx(now / 2 ** periods, rel=1e-12)
+            assert later == pytest.approx(now / 2**periods, rel=1e-12)
 
 
 def test_a_vote_counts_one_in_its_own_hour_and_half_one_half_life_later() -> None:
@@ -238,6 +274,7 @@ def test_a_vote_counts_one_in_its_own_hour_and_half_one_half_life_later() -> Non
 
 # --- the pieces of the bound ----------------------------------------------------------------------
 
+
 def test_log2_sum_equals_a_direct_sum_for_small_values() -> None:
     assert log2_sum([]) == -math.inf and log2_sum([-math.inf, -math.inf]) == -math.inf
     assert log2_sum([0.0, 0.0]) == 1.0
@@ -251,19 +288,23 @@ def test_log2_sum_equals_a_direct_sum_for_small_values() -> None:
         # Shifted by a century of half-lives, it is the same sum, shifted.
         shift = 114_000.0
         assert log2_sum([math.log2(v) + shift for v in values]) == pytest.approx(
-            math.log2(math.fsum(values)) + shift, abs=1e-9)
+            math.log2(math.fsum(values)) + shift, abs=1e-9
+        )
 
 
-@pytest.mark.parametrize("counts, rise", [
-    (Counts(upvotes=3), 3.0),
-    (Counts(downvotes=2), 0.0),
-    (Counts(upvotes=-4), 0.0),
-    (Counts(shares=10, views=5), 0.0),
-    (Counts(upvotes=2, downvotes=5), 2.0),  # nets -3, but its upvotes lift a last-hours count
-    (Counts(upvotes=-1, downvotes=-3), 2.0),  # a flip away from down: the net rises by 2
-    (Counts(upvotes=5, downvotes=-1, shares=3), 6.0),
-    (Counts(), 0.0),
-])
+@pytest.mark.parametrize(
+    "counts, rise",
+    [
+        (Counts(upvotes=3), 3.0),
+        (Counts(downvotes=2), 0.0),
+        (Counts(upvotes=-4), 0.0),
+        (Counts(shares=10, views=5), 0.0),
+        (Counts(upvotes=2, downvotes=5), 2.0),  # nets -3, but its upvotes lift a last-hours count
+        (Counts(upvotes=-1, downvotes=-3), 2.0),  # a flip away from down: the net rises by 2
+        (Counts(upvotes=5, downvotes=-1, shares=3), 6.0),
+        (Counts(), 0.0),
+    ],
+)
 def test_rise_of(counts: Counts, rise: float) -> None:
     assert rise_of(counts) == rise
 
@@ -274,8 +315,10 @@ def test_log2_of_rise_bounds_what_those_votes_add(seed: int) -> None:
     most 2^log2_of_rise: the bound of a post a read did not consider."""
     rng = random.Random(seed)
     for half_life in (1.0, 12.0):
-        rows = [(HOUR_2026 - HOUR_S * rng.randint(0, 48),
-                 Counts(upvotes=rng.randint(-5, 9), downvotes=rng.randint(-4, 6))) for _ in range(6)]
+        rows = [
+            (HOUR_2026 - HOUR_S * rng.randint(0, 48), Counts(upvotes=rng.randint(-5, 9), downvotes=rng.randint(-4, 6)))
+            for _ in range(6)
+        ]
         newest = max(hour for hour, _ in rows)
         rise = math.fsum(rise_of(c) for _, c in rows)
         per_hour: dict[int, Counts] = {}

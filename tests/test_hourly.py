@@ -1,4 +1,5 @@
 """Hourly counts on the Spanner emulator: exact before a fold, after one, and across one."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ H1, H2, H3, H4 = (DAY + timedelta(hours=h) for h in (1, 2, 3, 4))
 
 def add(database, post_id: str, tag: str, deltas: list[tuple[datetime, int, int]]) -> dict[datetime, tuple[int, int]]:
     """Writes (event hour, upvotes, shares) deltas of one post; returns their per-hour sums."""
-    rows = [PostDelta.of(post_id, int(hour.timestamp()), f"{tag}:{i}", upvotes=up, shares=sh, events=abs(up) + abs(sh))
-            for i, (hour, up, sh) in enumerate(deltas)]
+    rows = [
+        PostDelta.of(post_id, int(hour.timestamp()), f"{tag}:{i}", upvotes=up, shares=sh, events=abs(up) + abs(sh))
+        for i, (hour, up, sh) in enumerate(deltas)
+    ]
     write_deltas(database, rows)
     sums: dict[datetime, tuple[int, int]] = {}
     for hour, up, sh in deltas:
@@ -46,14 +49,24 @@ def sides(database, post_id: str) -> tuple[dict, dict]:
     params = {"h": post_hash(post_id), "p": post_id}
     types = {"h": param_types.INT64, "p": param_types.STRING}
     with database.snapshot(multi_use=True) as snapshot:
-        rollup = {r[0]: (r[1], r[2]) for r in snapshot.execute_sql(
-            "SELECT EventHour, Upvotes, Shares FROM PostHourlyCounts WHERE PostHash = @h AND PostId = @p",
-            params=params, param_types=types)}
-        unfolded = {r[0]: (r[1], r[2]) for r in snapshot.execute_sql(
-            "SELECT d.EventHour, SUM(d.Upvotes), SUM(d.Shares) FROM Posts AS p JOIN PostDeltas AS d "
-            "ON d.PostHash = p.PostHash AND d.PostId = p.PostId AND d.CommittedAt > p.FoldedThrough "
-            "WHERE p.PostHash = @h AND p.PostId = @p GROUP BY d.EventHour",
-            params=params, param_types=types)}
+        rollup = {
+            r[0]: (r[1], r[2])
+            for r in snapshot.execute_sql(
+                "SELECT EventHour, Upvotes, Shares FROM PostHourlyCounts WHERE PostHash = @h AND PostId = @p",
+                params=params,
+                param_types=types,
+            )
+        }
+        unfolded = {
+            r[0]: (r[1], r[2])
+            for r in snapshot.execute_sql(
+                "SELECT d.EventHour, SUM(d.Upvotes), SUM(d.Shares) FROM Posts AS p JOIN PostDeltas AS d "
+                "ON d.PostHash = p.PostHash AND d.PostId = p.PostId AND d.CommittedAt > p.FoldedThrough "
+                "WHERE p.PostHash = @h AND p.PostId = @p GROUP BY d.EventHour",
+                params=params,
+                param_types=types,
+            )
+        }
     return rollup, unfolded
 
 
@@ -61,8 +74,15 @@ def test_hourly_counts_are_exact_before_a_fold_after_it_and_across_it(stack, dat
     first = add(database, "hr-a", "b1", [(H1, 3, 1), (H1, 2, 0), (H2, 5, 2), (H3, 1, 0), (H3, 4, 3)])
     other = add(database, "hr-b", "b1", [(H1, 100, 100), (H2, 100, 100)])  # must never leak into hr-a
 
-    assert hourly_counts(database, "hr-a", DAY) == merged(first) == [
-        HourCount(H1, Counts(upvotes=5, shares=1)), HourCount(H2, Counts(upvotes=5, shares=2)), HourCount(H3, Counts(upvotes=5, shares=3))]
+    assert (
+        hourly_counts(database, "hr-a", DAY)
+        == merged(first)
+        == [
+            HourCount(H1, Counts(upvotes=5, shares=1)),
+            HourCount(H2, Counts(upvotes=5, shares=2)),
+            HourCount(H3, Counts(upvotes=5, shares=3)),
+        ]
+    )
     assert sides(database, "hr-a")[0] == {}  # before the fold: all from the deltas
 
     assert fold(stack).deltas_folded == 7
@@ -74,7 +94,11 @@ def test_hourly_counts_are_exact_before_a_fold_after_it_and_across_it(stack, dat
     rollup, unfolded = sides(database, "hr-a")
     assert rollup == {H1: (5, 1), H2: (5, 2), H3: (5, 3)} and unfolded == {H2: (7, 0), H3: (1, 1)}
     expected = merged(first, second)
-    assert expected == [HourCount(H1, Counts(upvotes=5, shares=1)), HourCount(H2, Counts(upvotes=12, shares=2)), HourCount(H3, Counts(upvotes=6, shares=4))]
+    assert expected == [
+        HourCount(H1, Counts(upvotes=5, shares=1)),
+        HourCount(H2, Counts(upvotes=12, shares=2)),
+        HourCount(H3, Counts(upvotes=6, shares=4)),
+    ]
     assert hourly_counts(database, "hr-a", DAY) == expected  # rollup + unfolded, per hour
 
     assert fold(stack).deltas_folded == 3
@@ -120,8 +144,10 @@ def test_upvotes_read_hourly_prints_json_lines(stack, database, capsys) -> None:
         {"post_id": "hr-c", "hour": "2026-11-22T03:00:00Z", **Counts(upvotes=1, shares=0)._asdict()},
     ]
 
-    assert main(where + ["--hourly", "--since", "2026-11-22T02:00:00+00:00", "--until", "2026-11-22T03:00:00Z",
-                         "hr-c"]) == 0
+    assert (
+        main(where + ["--hourly", "--since", "2026-11-22T02:00:00+00:00", "--until", "2026-11-22T03:00:00Z", "hr-c"])
+        == 0
+    )
     assert capsys.readouterr().out == ""  # only hour 02:00 asked for, and it has no votes
 
     with pytest.raises(SystemExit):
@@ -131,15 +157,23 @@ def test_upvotes_read_hourly_prints_json_lines(stack, database, capsys) -> None:
 
 def test_upvotes_read_unique_adds_unique_voters_in_total_and_per_hour(stack, database, capsys) -> None:
     hour = lambda moment: int(moment.timestamp())  # noqa: E731
-    write_deltas(database, [PostDelta.of("uv-c", hour(H1), "u1", upvotes=3, events=3, voters=sketch_of(["a", "b", "c"])),
-                            PostDelta.of("uv-c", hour(H2), "u2", upvotes=2, shares=1, events=3, voters=sketch_of(["c", "d"]))])
+    write_deltas(
+        database,
+        [
+            PostDelta.of("uv-c", hour(H1), "u1", upvotes=3, events=3, voters=sketch_of(["a", "b", "c"])),
+            PostDelta.of("uv-c", hour(H2), "u2", upvotes=2, shares=1, events=3, voters=sketch_of(["c", "d"])),
+        ],
+    )
     fold(stack)  # folded and unfolded sketches meet in one read
     write_deltas(database, [PostDelta.of("uv-c", hour(H2), "u3", upvotes=1, events=1, voters=sketch_of(["e"]))])
     where = ["read", "--project", stack.project, "--instance", stack.instance, "--database", stack.database]
     assert main(where + ["--unique", "uv-c", "nobody"]) == 0
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
         {"post_id": "uv-c", **Counts(upvotes=6, shares=1)._asdict(), "unique_voters": 5},
-        {"post_id": "nobody", **Counts(upvotes=0, shares=0)._asdict(), "unique_voters": 0}]
+        {"post_id": "nobody", **Counts(upvotes=0, shares=0)._asdict(), "unique_voters": 0},
+    ]
     assert main(where + ["--hourly", "--unique", "--since", "2026-11-22T00:00:00Z", "uv-c"]) == 0
-    assert [(r["hour"][11:13], r["upvotes"], r["unique_voters"])
-            for r in map(json.loads, capsys.readouterr().out.splitlines())] == [("01", 3, 3), ("02", 3, 3)]
+    assert [
+        (r["hour"][11:13], r["upvotes"], r["unique_voters"])
+        for r in map(json.loads, capsys.readouterr().out.splitlines())
+    ] == [("01", 3, 3), ("02", 3, 3)]

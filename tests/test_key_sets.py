@@ -1,21 +1,34 @@
 """spanner_store/key_sets.py's KeySet: the same protobuf as the client library's, byte for byte."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
 from google.cloud import spanner
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spanner_store.key_sets import KeySet
 
 EPOCH = datetime(2020, 1, 1, tzinfo=timezone.utc)
 # The key parts the project's keys have: INT64 hashes, STRING ids, TIMESTAMP commit times (and
 # booleans, which are ints in Python that the client encodes otherwise).
-parts = st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=12), st.booleans(),
-                  st.integers(0, 10**15).map(lambda us: EPOCH + timedelta(microseconds=us)))
+parts = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.text(max_size=12),
+    st.booleans(),
+    st.integers(0, 10**15).map(lambda us: EPOCH + timedelta(microseconds=us)),
+)
 keys = st.lists(parts, max_size=3)
-bounds = st.sampled_from([("start_open", "end_closed"), ("start_closed", "end_open"), ("start_closed", "end_closed"),
-                          ("start_open",), ("end_closed",)])
+bounds = st.sampled_from(
+    [
+        ("start_open", "end_closed"),
+        ("start_closed", "end_open"),
+        ("start_closed", "end_closed"),
+        ("start_open",),
+        ("end_closed",),
+    ]
+)
 
 
 @st.composite

@@ -1,5 +1,6 @@
 """KnownPosts (pure) and the sink's commits with it, on the Spanner emulator: a post's Posts row
 is upserted by its first commit only, and a row deleted behind the sink's back is written again."""
+
 from __future__ import annotations
 
 import pytest
@@ -57,8 +58,12 @@ def test_the_sink_upserts_a_posts_row_in_its_first_commit_only_and_counts_exactl
     meter = PostsRowsPerCommit()
     with metering_commits(meter):
         for window in range(3):
-            assert bundle(fn, [PostDelta.of(p, HOUR, f"known:{window}", upvotes=1 + i, events=1)
-                               for i, p in enumerate(posts)]) == []
+            assert (
+                bundle(
+                    fn, [PostDelta.of(p, HOUR, f"known:{window}", upvotes=1 + i, events=1) for i, p in enumerate(posts)]
+                )
+                == []
+            )
     assert meter.commits == [5, 0, 0]
     assert [t.counts.upvotes for t in exact_counts(database, posts)] == [3 * (1 + i) for i in range(5)]
 
@@ -69,12 +74,16 @@ def test_on_the_direct_runner_a_posts_row_is_upserted_once_across_bundles(stack,
     posts = [f"bundles-{i}" for i in range(5)]
     stream = TestStream()
     for window in range(3):
-        stream = stream.add_elements([PostDelta.of(p, HOUR, f"bundles:{window}", upvotes=1 + i, events=1)
-                                      for i, p in enumerate(posts)])
+        stream = stream.add_elements(
+            [PostDelta.of(p, HOUR, f"bundles:{window}", upvotes=1 + i, events=1) for i, p in enumerate(posts)]
+        )
     meter = PostsRowsPerCommit()
     with metering_commits(meter), streaming_pipeline() as pipeline:
-        pipeline | stream.advance_watermark_to_infinity() | WriteDeltaRows(
-            stack.project, stack.instance, stack.database, rows_per_commit=1000)
+        (
+            pipeline
+            | stream.advance_watermark_to_infinity()
+            | WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=1000)
+        )
     assert meter.commits == [5, 0, 0]
     assert [t.counts.upvotes for t in exact_counts(database, posts)] == [3 * (1 + i) for i in range(5)]
 
@@ -85,8 +94,16 @@ def test_a_posts_row_deleted_behind_the_sinks_back_is_written_again_and_nothing_
     assert bundle(fn, [PostDelta.of("deleted-by-hand", HOUR, "hand:0", upvotes=2, events=2)]) == []
     # An operator deletes the post (cascading to its deltas); the sink still believes its row exists.
     commit_mutations(database, lambda batch: batch.delete(POSTS, _keyset([post_key("deleted-by-hand")])))
-    assert bundle(fn, [PostDelta.of("deleted-by-hand", HOUR, "hand:1", upvotes=3, events=3),
-                       PostDelta.of("never-deleted", HOUR, "hand:1", upvotes=1, events=1)]) == []
+    assert (
+        bundle(
+            fn,
+            [
+                PostDelta.of("deleted-by-hand", HOUR, "hand:1", upvotes=3, events=3),
+                PostDelta.of("never-deleted", HOUR, "hand:1", upvotes=1, events=1),
+            ],
+        )
+        == []
+    )
     assert [t.counts.upvotes for t in exact_counts(database, ["deleted-by-hand", "never-deleted"])] == [3, 1]
     assert fn._known_posts.among(["deleted-by-hand", "never-deleted"]) == {"deleted-by-hand", "never-deleted"}
 

@@ -5,6 +5,7 @@ Deltas are written straight with spanner_writes.deltas.write_deltas (the sink's 
 in batches under Spanner's limit, so the sizes stay affordable on a small machine. Every
 commit here goes through the suite's mutation meter (tests/conftest.py).
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -18,11 +19,22 @@ from schemas.records import CounterSums, PostDelta
 from schemas.voter_sketch import sketch_of
 from spanner_reads.hourly import hourly_counts
 from spanner_reads.reads import exact_counts
-from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT, commit_mutations, open_database, run_transaction
+from spanner_store.database import (
+    MUTATION_BUDGET,
+    SPANNER_MUTATION_LIMIT,
+    commit_mutations,
+    open_database,
+    run_transaction,
+)
 from spanner_store.tables import delta_key, post_key
 from spanner_writes.deltas import MUTATIONS_PER_DELTA, write_deltas
 from spanner_writes.folding import (
-    HourlyStep, MUTATIONS_PER_HOUR, MUTATIONS_PER_POST, apply_hourly_step, choose_snapshot, plan_hourly_steps,
+    MUTATIONS_PER_HOUR,
+    MUTATIONS_PER_POST,
+    HourlyStep,
+    apply_hourly_step,
+    choose_snapshot,
+    plan_hourly_steps,
     read_post_for_steps,
 )
 from tests.support.fold_runs import HOUR_2001, distinct_hour_deltas
@@ -39,7 +51,7 @@ def t(seconds: int) -> datetime:
 
 def write_in_batches(database, deltas: list[PostDelta], per_commit: int) -> None:
     for start in range(0, len(deltas), per_commit):
-        write_deltas(database, deltas[start:start + per_commit])
+        write_deltas(database, deltas[start : start + per_commit])
 
 
 def hours_of(database, post_id: str) -> dict[int, Counts]:
@@ -59,6 +71,7 @@ def totals(database, post_id: str) -> Counts:
 
 
 # --- planning the steps (pure) --------------------------------------------------------------
+
 
 def test_steps_keep_whole_commits_bound_their_hours_and_end_at_the_snapshot() -> None:
     one = CounterSums(Counts(upvotes=1))
@@ -87,6 +100,7 @@ def test_the_delta_retention_is_the_ddl_row_deletion_policy() -> None:
 
 # --- on the emulator --------------------------------------------------------------------------
 
+
 def test_a_post_with_20000_distinct_hours_is_folded_exactly_in_bounded_commits(stack, database, commit_meter) -> None:
     deltas = distinct_hour_deltas("clock-20k", 20_000, "a")
     write_in_batches(database, deltas, per_commit=1_000)
@@ -107,10 +121,10 @@ def test_a_post_with_20000_distinct_hours_is_folded_exactly_in_bounded_commits(s
     assert totals(database, "clock-20k") == want_totals
     assert hours_of(database, "clock-20k") == want
     assert {p: totals(database, p) for p in (d.post_id for d in small)} == {
-        d.post_id: Counts(upvotes=2, shares=1) for d in small}
+        d.post_id: Counts(upvotes=2, shares=1) for d in small
+    }
     with database.snapshot() as snapshot:
-        rows = list(snapshot.execute_sql(
-            "SELECT COUNT(*) FROM PostHourlyCounts WHERE PostId = 'clock-20k'"))
+        rows = list(snapshot.execute_sql("SELECT COUNT(*) FROM PostHourlyCounts WHERE PostId = 'clock-20k'"))
     assert rows == [[20_000]]
     # Nothing left: a second fold folds nothing.
     assert fold(stack).deltas_folded == 0
@@ -132,8 +146,11 @@ def test_a_fold_killed_half_way_through_a_large_post_leaves_reads_exact_and_is_c
     assert totals(database, "killed") == want_totals
     assert hours_of(database, "killed") == expected_hours(first)
     with database.snapshot() as snapshot:
-        ((hourly_through, folded_through),) = list(snapshot.read(
-            "Posts", columns=("HourlyFoldedThrough", "FoldedThrough"), keyset=spanner.KeySet(keys=[list(key)])))
+        ((hourly_through, folded_through),) = list(
+            snapshot.read(
+                "Posts", columns=("HourlyFoldedThrough", "FoldedThrough"), keyset=spanner.KeySet(keys=[list(key)])
+            )
+        )
     assert hourly_through == steps[1].through and folded_through == EPOCH
 
     # More votes arrive, then the next fold run completes the post exactly.
@@ -147,7 +164,10 @@ def test_a_fold_killed_half_way_through_a_large_post_leaves_reads_exact_and_is_c
 
 
 def test_a_post_with_100000_unfolded_deltas_is_folded_exactly(stack, database, commit_meter) -> None:
-    deltas = [PostDelta.of("hot-100k", HOUR_2001 + 3600 * (i % 3), f"h:{i}", upvotes=1, shares=i % 2, events=1) for i in range(100_000)]
+    deltas = [
+        PostDelta.of("hot-100k", HOUR_2001 + 3600 * (i % 3), f"h:{i}", upvotes=1, shares=i % 2, events=1)
+        for i in range(100_000)
+    ]
     # Big commits, each under Spanner's limit whatever the counters cost (about 3/4 of it).
     write_in_batches(database, deltas, per_commit=3 * SPANNER_MUTATION_LIMIT // 4 // MUTATIONS_PER_DELTA)
     commit_meter.reset()
@@ -168,7 +188,9 @@ def test_a_post_that_cannot_be_folded_does_not_stop_the_others(stack, database) 
 
     outcome = fold(stack, posts_per_commit=500)
     assert outcome.posts_skipped == 1
-    assert {p: totals(database, p) for p in (d.post_id for d in others)} == {d.post_id: Counts(upvotes=3, shares=1) for d in others}
+    assert {p: totals(database, p) for p in (d.post_id for d in others)} == {
+        d.post_id: Counts(upvotes=3, shares=1) for d in others
+    }
     with database.snapshot(multi_use=True) as snapshot:
         folded = dict(snapshot.execute_sql("SELECT PostId, Upvotes FROM Posts WHERE STARTS_WITH(PostId, 'fine-')"))
         skipped_runs = list(snapshot.execute_sql("SELECT PostsSkipped FROM FoldRuns WHERE PostsSkipped > 0"))
@@ -186,20 +208,28 @@ def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
     columns, constraints = table_columns(posts), check_constraints(posts)
     assert columns is not None and constraints is not None
     fence = (columns[1]["HotKeyThrough"], constraints[1]["HotKeyCurrent"])
-    old_ddl = [s.replace(f" {fence[0]},", "").replace(f" {fence[1]},", "")
-               .replace(" HourlyFoldedThrough TIMESTAMP,", "").replace(" PostsSkipped INT64,", "")
-               .replace(" Voters BYTES(MAX),", "").replace(", Voters)", ")")
-               for s in schemas.ddl_statements()]
+    old_ddl = [
+        s.replace(f" {fence[0]},", "")
+        .replace(f" {fence[1]},", "")
+        .replace(" HourlyFoldedThrough TIMESTAMP,", "")
+        .replace(" PostsSkipped INT64,", "")
+        .replace(" Voters BYTES(MAX),", "")
+        .replace(", Voters)", ")")
+        for s in schemas.ddl_statements()
+    ]
     assert old_ddl != schemas.ddl_statements()
     client = spanner.Client(project=res.project)
     client.instance(res.instance).database(res.database, ddl_statements=old_ddl).create().result(300)
     database = open_database(res.project, res.instance, res.database)
     old = PostDelta.of("before-migration", HOUR_2001, "b:1", upvotes=1, events=1)
+
     def write_old(batch) -> None:
         batch.insert("Posts", columns=("PostHash", "PostId"), values=[post_key(old.post_id)])
-        batch.insert("PostDeltas", columns=("PostHash", "PostId", "EventHour", "DeltaId", "Upvotes", "Shares", "Events",
-                                            "CommittedAt"),
-                     values=[delta_key(old) + (1, 0, 1, spanner.COMMIT_TIMESTAMP)])
+        batch.insert(
+            "PostDeltas",
+            columns=("PostHash", "PostId", "EventHour", "DeltaId", "Upvotes", "Shares", "Events", "CommittedAt"),
+            values=[delta_key(old) + (1, 0, 1, spanner.COMMIT_TIMESTAMP)],
+        )
 
     commit_mutations(database, write_old)
 
@@ -207,16 +237,21 @@ def test_provision_adds_the_new_columns_to_an_existing_database(stack) -> None:
     provision_spanner(res, False, "unused", logged.append)
     assert "added   column Posts.HourlyFoldedThrough TIMESTAMP" in logged
     assert "added   column FoldRuns.PostsSkipped INT64" in logged
-    assert {"added   column Posts.Voters BYTES(MAX)", "added   column PostDeltas.Voters BYTES(MAX)",
-            "added   column PostHourlyCounts.Voters BYTES(MAX)",
-            "added   stored column PostDeltasByCommit.Voters"} <= set(logged)
+    assert {
+        "added   column Posts.Voters BYTES(MAX)",
+        "added   column PostDeltas.Voters BYTES(MAX)",
+        "added   column PostHourlyCounts.Voters BYTES(MAX)",
+        "added   stored column PostDeltasByCommit.Voters",
+    } <= set(logged)
     with database.snapshot() as snapshot:
         assert list(snapshot.execute_sql("SELECT HourlyFoldedThrough, Voters FROM Posts")) == [[None, None]]
     # The existing row reads as before (NULL: hourly rows in step with FoldedThrough; no
     # sketch: no voters recorded), and rows with sketches join it.
     assert hourly_counts(database, "before-migration", EPOCH, unique=True)[0][1:] == (Counts(upvotes=1), 0)
     assert exact_counts(database, ["before-migration"], unique=True)[0].unique_voters == 0
-    write_deltas(database, [PostDelta.of(old.post_id, HOUR_2001, "b:2", upvotes=2, events=2, voters=sketch_of(["u1", "u2"]))])
+    write_deltas(
+        database, [PostDelta.of(old.post_id, HOUR_2001, "b:2", upvotes=2, events=2, voters=sketch_of(["u1", "u2"]))]
+    )
     assert exact_counts(database, [old.post_id], unique=True)[0][1:] == (Counts(upvotes=3), 2)
     fold(res)
     assert exact_counts(database, [old.post_id], unique=True)[0][1:] == (Counts(upvotes=3), 2)

@@ -16,6 +16,7 @@ driven by Selenium against `upvotes serve` and a running streaming pipeline on t
 - The service under a rebound name (evil.localhost on the service's own port) answers 421
   and sets no session.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -31,14 +32,13 @@ import pytest
 
 from schemas.records import PostDelta
 from spanner_writes.deltas import write_deltas
+from tests.support.polling import wait_until
+from tests.support.topic_audit import TopicAudit
 from upvotes.devtools import local_stream
 from upvotes.serving.live_page import USER_META
 from upvotes.serving.live_sessions import COOKIE
 from upvotes.serving.serve_settings import ServiceSettings
 from upvotes.serving.service import serve_in_background
-
-from tests.support.polling import wait_until
-from tests.support.topic_audit import TopicAudit
 
 WINDOW_S = 2
 POST = "browser/post ☃"
@@ -50,17 +50,33 @@ CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
 # What this machine's Chromium needs headless (no sandbox as root, no background connections
 # to Google's hosts, which the closed network refuses); each browser gets a fresh profile.
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1000,700")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1000,700",
+)
 HOSTILE_NAMES = ("evil.localhost", "127.0.0.1")
-HOSTILE_POSTS = ("hostile-fetch-plain", "hostile-fetch-json", "hostile-fetch-csrf", "hostile-form-plain",
-                 "hostile-form-urlencoded", "hostile-form-multipart")
+HOSTILE_POSTS = (
+    "hostile-fetch-plain",
+    "hostile-fetch-json",
+    "hostile-fetch-csrf",
+    "hostile-form-plain",
+    "hostile-form-urlencoded",
+    "hostile-form-multipart",
+)
 REQUESTS_REACHING_THE_SERVICE = 4  # the no-cors fetch and the three forms; the preflighted ones never POST
 
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER),
-    reason="needs headless Chromium: apt-get install -y chromium chromium-driver (Debian packages)")
+    reason="needs headless Chromium: apt-get install -y chromium chromium-driver (Debian packages)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,25 +89,36 @@ def pipeline(stack, tmp_path_factory):
 @pytest.fixture(scope="module")
 def service(stack, database, pipeline):
     write_deltas(database, [PostDelta.of(POST, 1_795_312_800, "seed:1", upvotes=SEEDED, events=SEEDED)])
-    running = serve_in_background(stack.project, stack.instance, stack.database, stack.topic,
-                                  ServiceSettings(write_tokens=(TOKEN,)), refresh_s=0.5)
+    running = serve_in_background(
+        stack.project,
+        stack.instance,
+        stack.database,
+        stack.topic,
+        ServiceSettings(write_tokens=(TOKEN,)),
+        refresh_s=0.5,
+    )
     yield running
     running.stop()
 
 
 def hostile_page(target: str) -> str:
     """A page that tries to vote on (and read) the service at `target` from another origin."""
+
     def form(post_id: str, enctype: str, frame: str) -> str:
         event = json.dumps({"post_id": post_id, "counter": "upvotes", "delta": 1_000_000})
         # text/plain and urlencoded send name=value: a name ending in an open string and a value
         # closing it make the body valid JSON. Multipart gets the event as a field value.
         name, value = (event[:-1] + ', "pad": "', '"}') if enctype != "multipart/form-data" else ("vote", event)
-        return (f'<form method="POST" action="{target}/v1/votes" enctype="{enctype}" target="{frame}">'
-                f"<input name='{name}' value='{value}'></form><iframe name=\"{frame}\"></iframe>")
+        return (
+            f'<form method="POST" action="{target}/v1/votes" enctype="{enctype}" target="{frame}">'
+            f"<input name='{name}' value='{value}'></form><iframe name=\"{frame}\"></iframe>"
+        )
 
-    forms = (form("hostile-form-plain", "text/plain", "f1")
-             + form("hostile-form-urlencoded", "application/x-www-form-urlencoded", "f2")
-             + form("hostile-form-multipart", "multipart/form-data", "f3"))
+    forms = (
+        form("hostile-form-plain", "text/plain", "f1")
+        + form("hostile-form-urlencoded", "application/x-www-form-urlencoded", "f2")
+        + form("hostile-form-multipart", "multipart/form-data", "f3")
+    )
     script = """
 const target = "__TARGET__";
 const vote = (id) => JSON.stringify({post_id: id, counter: "upvotes", delta: 1000000});
@@ -192,8 +219,9 @@ def click_toggle(driver, post_id: str, label: str) -> None:
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    wait_until(lambda: toggle_label(driver, post_id) == label, 30, f"the toggle of {post_id!r} to show {label!r}",
-               poll_s=0.1)
+    wait_until(
+        lambda: toggle_label(driver, post_id) == label, 30, f"the toggle of {post_id!r} to show {label!r}", poll_s=0.1
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -222,8 +250,9 @@ def test_the_toggle_upvotes_then_takes_the_vote_back(stack, service, browser, pi
         user = page_user(browser)
 
         click_toggle(browser, POST, "upvote")  # never voted: read back as "none"
-        seconds = wait_until(lambda: shown_upvotes(browser, POST) == SEEDED + 1, COUNTED_TIMEOUT_S,
-                             "the upvote to count", poll_s=0.1)
+        seconds = wait_until(
+            lambda: shown_upvotes(browser, POST) == SEEDED + 1, COUNTED_TIMEOUT_S, "the upvote to count", poll_s=0.1
+        )
         wait_until(lambda: toggle_label(browser, POST) == "upvoted", 10, "the toggle to show the upvote", poll_s=0.1)
         assert browser.find_element("id", "error").text == ""
         assert "certified exact" in browser.find_element("id", "status").text
@@ -232,8 +261,12 @@ def test_the_toggle_upvotes_then_takes_the_vote_back(stack, service, browser, pi
         wait_until(lambda: toggle_label(browser, POST) == "upvoted", 30, "the applied upvote on a reload", poll_s=0.1)
         assert page_user(browser) == user
         click_toggle(browser, POST, "upvoted")
-        warm = wait_until(lambda: shown_upvotes(browser, POST) == SEEDED, COUNTED_TIMEOUT_S,
-                          "the vote taken back to count", poll_s=0.1)
+        warm = wait_until(
+            lambda: shown_upvotes(browser, POST) == SEEDED,
+            COUNTED_TIMEOUT_S,
+            "the vote taken back to count",
+            poll_s=0.1,
+        )
         wait_until(lambda: toggle_label(browser, POST) == "upvote", 10, "the toggle to show no vote", poll_s=0.1)
         assert pipeline.poll() is None, "the streaming pipeline died"
 
@@ -241,13 +274,16 @@ def test_the_toggle_upvotes_then_takes_the_vote_back(stack, service, browser, pi
         assert [(v["post_id"], v["user_id"], v["vote"]) for v in votes] == [(POST, user, "up"), (POST, user, "none")]
         assert all(set(v) == {"post_id", "user_id", "vote", "event_time", "event_id"} for v in votes)
         assert votes[0]["event_time"] < votes[1]["event_time"] and votes[0]["event_id"] != votes[1]["event_id"]
-        read_back = httpx.get(service.url + f"/v1/posts/{quote(POST, safe='')}/votes/{quote(user, safe='')}",
-                              headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        read_back = httpx.get(
+            service.url + f"/v1/posts/{quote(POST, safe='')}/votes/{quote(user, safe='')}",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        ).json()
         assert (read_back["vote"], read_back["event_id"]) == ("none", votes[1]["event_id"])
 
         browser.find_element("id", "new-post-id").send_keys(TYPED_POST)  # the "any post ID" form upvotes too
         browser.find_element("id", "new-vote-button").click()
         typed: list[dict] = []
+
         def published() -> bool:
             typed.extend(votes_published(audit))
             return bool(typed)
@@ -256,14 +292,17 @@ def test_the_toggle_upvotes_then_takes_the_vote_back(stack, service, browser, pi
         assert [(v["post_id"], v["user_id"], v["vote"]) for v in typed] == [(TYPED_POST, user, "up")]
         screenshot = tmp_path / "live_page.png"
         assert browser.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 1_000
-        print(f"\nthe upvote counted on the page after {seconds:.1f} s, taking it back after {warm:.1f} s "
-              f"({WINDOW_S} s windows); screenshot {screenshot}")
+        print(
+            f"\nthe upvote counted on the page after {seconds:.1f} s, taking it back after {warm:.1f} s "
+            f"({WINDOW_S} s windows); screenshot {screenshot}"
+        )
     finally:
         audit.close()
 
 
-def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, hostile_server, browser,
-                                                                 pipeline) -> None:
+def test_a_hostile_page_counts_nothing_and_the_page_still_votes(
+    stack, service, hostile_server, browser, pipeline
+) -> None:
     audit = TopicAudit(stack.topic_path(stack.topic), stack.subscription_path(f"audit-{uuid.uuid4().hex[:8]}"))
     try:
         browser.get(service.url + "/")  # the victim has the live page open: its session cookie is in the browser
@@ -273,7 +312,9 @@ def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, 
 
         for name in HOSTILE_NAMES:
             browser.get(f"http://{name}:{hostile_server}/")
-            wait_until(lambda: browser.find_element("id", "results").text != "", 30, f"the attack from {name}", poll_s=0.1)
+            wait_until(
+                lambda: browser.find_element("id", "results").text != "", 30, f"the attack from {name}", poll_s=0.1
+            )
             report = json.loads(browser.find_element("id", "results").text)
             # Each fetch fails in the page: the preflighted ones and the read for want of CORS, the
             # no-cors one (which did reach the service) by its Cross-Origin-Resource-Policy.
@@ -296,7 +337,9 @@ def test_a_hostile_page_counts_nothing_and_the_page_still_votes(stack, service, 
         shown = shown_upvotes(browser, POST)
         assert shown is not None
         click_toggle(browser, POST, "upvote")
-        wait_until(lambda: shown_upvotes(browser, POST) == shown + 1, COUNTED_TIMEOUT_S, "the page's own vote", poll_s=0.1)
+        wait_until(
+            lambda: shown_upvotes(browser, POST) == shown + 1, COUNTED_TIMEOUT_S, "the page's own vote", poll_s=0.1
+        )
         assert browser.find_element("id", "error").text == ""
         votes = votes_published(audit)
         assert [(v["post_id"], v["user_id"], v["vote"]) for v in votes] == [(POST, page_user(browser), "up")]
@@ -336,8 +379,13 @@ def test_the_tabs_switch_between_hot_the_last_24_hours_and_all_time(service, bro
     three days ago, which leads All time (the default) and is not in the last 24 hours."""
     now_hour = int(time.time()) // 3600 * 3600
     viral, former = "tabs/viral now ☃", "tabs/three days ago"
-    write_deltas(database, [PostDelta.of(former, now_hour - 72 * 3600, "tabs:1", upvotes=500, events=500),
-                            PostDelta.of(viral, now_hour, "tabs:2", upvotes=30, events=30)])
+    write_deltas(
+        database,
+        [
+            PostDelta.of(former, now_hour - 72 * 3600, "tabs:1", upvotes=500, events=500),
+            PostDelta.of(viral, now_hour, "tabs:2", upvotes=30, events=30),
+        ],
+    )
     browser.get(service.url + "/")
     wait_until(lambda: listed(browser)[:2] == [former, viral], 30, "the all-time list", poll_s=0.1)
     assert selected_tab(browser) == "All time"
@@ -359,8 +407,9 @@ def test_the_tabs_switch_between_hot_the_last_24_hours_and_all_time(service, bro
     wait_until(lambda: toggle_label(browser, viral) == "upvote", 30, "the toggle on the hot list", poll_s=0.1)
 
     browser.find_element("id", "tab-last").click()
-    wait_until(lambda: listed(browser)[:1] == [viral] and former not in listed(browser), 30, "the last 24 hours",
-               poll_s=0.1)
+    wait_until(
+        lambda: listed(browser)[:1] == [viral] and former not in listed(browser), 30, "the last 24 hours", poll_s=0.1
+    )
     assert selected_tab(browser) == "Last 24 h"
     rows = shown_rows(browser)
     assert rows is not None and dict(rows)[viral] == "30"

@@ -6,13 +6,14 @@ subscription; the user counters Beam's own `result.metrics()` loses.
 These tests are also the fence around the private Beam API the two modules use: they fail if
 Beam's DirectRunner changes underneath them.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
 import uuid
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import apache_beam as beam
 import pytest
@@ -63,7 +64,10 @@ def subscription(emulator_env) -> tuple[str, str]:
     """A new topic and subscription: (topic path, subscription path)."""
     tag = uuid.uuid4().hex[:8]
     publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-    topic, sub = publisher.topic_path(PROJECT, f"reader-{tag}"), subscriber.subscription_path(PROJECT, f"reader-{tag}-sub")
+    topic, sub = (
+        publisher.topic_path(PROJECT, f"reader-{tag}"),
+        subscriber.subscription_path(PROJECT, f"reader-{tag}-sub"),
+    )
     publisher.create_topic(name=topic)
     subscriber.create_subscription(request={"name": sub, "topic": topic, "ack_deadline_seconds": 60})
     subscriber.close()
@@ -93,8 +97,9 @@ def finish(result, timeout_s: float = 60) -> None:
 def remaining(subscription: str) -> int:
     subscriber = pubsub_v1.SubscriberClient()
     try:
-        response = subscriber.pull(request={"subscription": subscription, "max_messages": 1000,
-                                            "return_immediately": True}, timeout=30)
+        response = subscriber.pull(
+            request={"subscription": subscription, "max_messages": 1000, "return_immediately": True}, timeout=30
+        )
         return len(response.received_messages)
     finally:
         subscriber.close()
@@ -145,13 +150,18 @@ def test_a_drain_fires_every_open_window_and_ends_the_pipeline(reader, subscript
     topic, sub = subscription
     _OUTPUT.clear()
     pipeline = streaming_pipeline()
-    (pipeline
-     | beam.io.ReadFromPubSub(subscription=sub)
-     | beam.Map(lambda data: (int(data) % 3, 1))
-     | beam.WindowInto(window.FixedWindows(3600), trigger=trigger.AfterWatermark(),
-                       accumulation_mode=trigger.AccumulationMode.DISCARDING)
-     | beam.CombinePerKey(sum)
-     | beam.Map(_collect))
+    (
+        pipeline
+        | beam.io.ReadFromPubSub(subscription=sub)
+        | beam.Map(lambda data: (int(data) % 3, 1))
+        | beam.WindowInto(
+            window.FixedWindows(3600),
+            trigger=trigger.AfterWatermark(),
+            accumulation_mode=trigger.AccumulationMode.DISCARDING,
+        )
+        | beam.CombinePerKey(sum)
+        | beam.Map(_collect)
+    )
     result = pipeline.run()
     publish(topic, 300)
     wait_until(lambda: reader.messages >= 300, 60, "300 messages to be pulled", poll_s=0.1)
@@ -161,7 +171,9 @@ def test_a_drain_fires_every_open_window_and_ends_the_pipeline(reader, subscript
     finish(result)
     assert sorted(_OUTPUT) == [(0, 100), (1, 100), (2, 100)]
     assert reader.stopped
-    print(f"\ndrain: the hour-long window fired and the pipeline ended {time.monotonic() - started:.1f} s after drain()")
+    print(
+        f"\ndrain: the hour-long window fired and the pipeline ended {time.monotonic() - started:.1f} s after drain()"
+    )
 
 
 def test_windows_fire_on_an_idle_subscription_without_a_heartbeat(reader, subscription):
@@ -170,21 +182,28 @@ def test_windows_fire_on_an_idle_subscription_without_a_heartbeat(reader, subscr
     topic, sub = subscription
     _OUTPUT.clear()
     pipeline = streaming_pipeline()
-    (pipeline
-     | beam.io.ReadFromPubSub(subscription=sub)
-     | beam.Map(lambda _: ("all", 1))
-     # Stamped on arrival (the publish time may be behind the reader's watermark).
-     | beam.Map(lambda kv: window.TimestampedValue(kv, time.time()))
-     | beam.WindowInto(window.FixedWindows(1), trigger=trigger.AfterWatermark(),
-                       accumulation_mode=trigger.AccumulationMode.DISCARDING)
-     | beam.CombinePerKey(sum)
-     | beam.Map(_collect))
+    (
+        pipeline
+        | beam.io.ReadFromPubSub(subscription=sub)
+        | beam.Map(lambda _: ("all", 1))
+        # Stamped on arrival (the publish time may be behind the reader's watermark).
+        | beam.Map(lambda kv: window.TimestampedValue(kv, time.time()))
+        | beam.WindowInto(
+            window.FixedWindows(1),
+            trigger=trigger.AfterWatermark(),
+            accumulation_mode=trigger.AccumulationMode.DISCARDING,
+        )
+        | beam.CombinePerKey(sum)
+        | beam.Map(_collect)
+    )
     result = pipeline.run()
     try:
         wait_until(lambda: reader.pulls > 0, 60, "the first pull", poll_s=0.1)
         publish(topic, 5)
         published = time.monotonic()
-        took = wait_until(lambda: sum(n for _, n in _OUTPUT) == 5, 10, "the window to fire with no message after it", poll_s=0.1)
+        took = wait_until(
+            lambda: sum(n for _, n in _OUTPUT) == 5, 10, "the window to fire with no message after it", poll_s=0.1
+        )
     finally:
         reader.drain()
         finish(result)

@@ -6,10 +6,11 @@ DISCARDING, a combine per key) on the BundleBasedDirectRunner, driven by a TestS
 across many windows; afterwards the runner's keyed state of the GroupAlsoByWindow step is
 counted (what grew in Beam's evaluator: each key's window-ID map and per-window state).
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 import apache_beam as beam
 import pytest
@@ -58,6 +59,7 @@ def run_windows(windows: int, moving_keys: bool = False) -> dict[str, int]:
     """Runs `windows` fixed windows of sums per key; asserts each window's sums exactly and
     returns what the GroupAlsoByWindow step's keyed state holds at the end. With
     `moving_keys`, each window has keys of its own (none ever comes back)."""
+
     def key_of(key: int, w: int) -> int:
         return key + (w * KEYS if moving_keys else 0)
 
@@ -67,8 +69,9 @@ def run_windows(windows: int, moving_keys: bool = False) -> dict[str, int]:
         elements = []
         for key in range(KEYS):
             values = _values(key, w)
-            elements += [window.TimestampedValue((key_of(key, w), v), w * WINDOW_S + 1 + i)
-                         for i, v in enumerate(values)]
+            elements += [
+                window.TimestampedValue((key_of(key, w), v), w * WINDOW_S + 1 + i) for i, v in enumerate(values)
+            ]
             if values:
                 expected.append((key_of(key, w), w, sum(values)))
         # In two bundles, so that a window's elements wait in its state across bundles.
@@ -84,8 +87,11 @@ def run_windows(windows: int, moving_keys: bool = False) -> dict[str, int]:
     sums = (
         pipeline
         | stream
-        | beam.WindowInto(window.FixedWindows(WINDOW_S), trigger=trigger.AfterWatermark(),
-                          accumulation_mode=trigger.AccumulationMode.DISCARDING)
+        | beam.WindowInto(
+            window.FixedWindows(WINDOW_S),
+            trigger=trigger.AfterWatermark(),
+            accumulation_mode=trigger.AccumulationMode.DISCARDING,
+        )
         | "Sum" >> beam.CombinePerKey(sum)
         | beam.Map(lambda kv, win=beam.DoFn.WindowParam: (kv[0], int(win.start) // WINDOW_S, kv[1]))
     )
@@ -99,8 +105,11 @@ def run_windows(windows: int, moving_keys: bool = False) -> dict[str, int]:
     assert sorted(_OUTPUT) == sorted(expected)
 
     assert isinstance(result, DirectPipelineResult)
-    [keyed] = [states for applied, states in result._evaluation_context._transform_keyed_states.items()
-               if isinstance(applied.transform, _StreamingGroupAlsoByWindow) and applied.full_label.startswith("Sum/")]
+    [keyed] = [
+        states
+        for applied, states in result._evaluation_context._transform_keyed_states.items()
+        if isinstance(applied.transform, _StreamingGroupAlsoByWindow) and applied.full_label.startswith("Sum/")
+    ]
     states = [state for key, state in keyed.items() if key is not None]
     return {
         "keys": len(states),

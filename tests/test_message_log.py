@@ -4,6 +4,7 @@ with the recorded stamps, redeliveries in any order never processed twice, finis
 acknowledged again, ack deadlines extended while held. The whole stream killed at each step is
 tests/test_exactly_once.py's.
 """
+
 from __future__ import annotations
 
 import random
@@ -15,7 +16,14 @@ from google.cloud import pubsub_v1
 
 from local_runner.exactly_once import ExactlyOnce, publish_us
 from local_runner.message_log import (
-    ACKED_KEPT_S, UNACKED_KEPT_S, LogBusy, LogMismatch, MessageLog, Writer, log_path, window_end_us,
+    ACKED_KEPT_S,
+    UNACKED_KEPT_S,
+    LogBusy,
+    LogMismatch,
+    MessageLog,
+    Writer,
+    log_path,
+    window_end_us,
 )
 from local_runner.pubsub_reader import pull_bundle
 from tests.support.polling import wait_until
@@ -38,8 +46,14 @@ def test_a_pull_survives_the_process_and_a_finished_window_leaves(tmp_path) -> N
     log = MessageLog(path)
     unfinished = log.unfinished()
     assert unfinished is not None
-    assert (unfinished.pulls, unfinished.windows, unfinished.writer, unfinished.window_seconds, unfinished.shards,
-            unfinished.last_window_end_us) == (2, 2, WRITER, WINDOW_S, 32, 4_000_000)
+    assert (
+        unfinished.pulls,
+        unfinished.windows,
+        unfinished.writer,
+        unfinished.window_seconds,
+        unfinished.shards,
+        unfinished.last_window_end_us,
+    ) == (2, 2, WRITER, WINDOW_S, 32, 4_000_000)
     assert [p.payload for p in log.pulls()] == [b"first", b"second"]
     log.finish_windows(2_000_000, acked=["m1"], unacked=["m2"], now=100.0)
     assert [p.stamp_us for p in log.pulls()] == [2_500_000]
@@ -85,11 +99,15 @@ def test_one_process_per_log_and_unfinished_windows_replayed_only_under_their_se
         MessageLog(tmp_path / "log.sqlite")
     log.start_run(WRITER, WINDOW_S, 32)
     log.record_pull(1, window_end_us(1, WINDOW_S), b"x")
-    for writer, window_s, shards in ((Writer("local-abc", 4, 2), WINDOW_S, 32), (WRITER, 5, 32), (WRITER, WINDOW_S, 64)):
+    for writer, window_s, shards in (
+        (Writer("local-abc", 4, 2), WINDOW_S, 32),
+        (WRITER, 5, 32),
+        (WRITER, WINDOW_S, 64),
+    ):
         with pytest.raises(LogMismatch):
             log.start_run(writer, window_s, shards)
     log.start_run(WRITER, WINDOW_S, 32)
-    log.finish_windows(2 ** 62, [], [], 0.0)
+    log.finish_windows(2**62, [], [], 0.0)
     log.start_run(Writer("local-def", 1, 2), 10, 32)  # nothing unfinished: any settings
     log.close()
     MessageLog(tmp_path / "log.sqlite").close()  # the lock went with the log
@@ -102,6 +120,7 @@ def test_window_ends_are_the_pipelines_fixed_windows() -> None:
 
 
 # --- holding and acknowledging, on the Pub/Sub emulator ----------------------------------------
+
 
 @pytest.fixture
 def subscription(emulator_env):
@@ -126,12 +145,14 @@ def pull_all(sub: str, count: int) -> list:
     def more() -> bool:
         received.extend(pull_bundle(sub, acknowledge=False)[0])
         return len(received) >= count
+
     wait_until(more, 30, f"{count} messages to be pulled", poll_s=0.2)
     return received
 
 
-def test_a_replay_keeps_the_stamps_and_redeliveries_in_any_order_are_held_then_acknowledged(subscription,
-                                                                                          tmp_path) -> None:
+def test_a_replay_keeps_the_stamps_and_redeliveries_in_any_order_are_held_then_acknowledged(
+    subscription, tmp_path
+) -> None:
     publisher, topic, subscriber, sub = subscription
     publish(publisher, topic, 30, "m")
     log = MessageLog(tmp_path / "log.sqlite")
@@ -147,20 +168,22 @@ def test_a_replay_keeps_the_stamps_and_redeliveries_in_any_order_are_held_then_a
     log.close()  # killed: nothing acknowledged, the log keeps both pulls
 
     # The redeliveries come whenever the dead run's deadlines end (here at once), in any order.
-    subscriber.modify_ack_deadline(request={"subscription": sub, "ack_ids": [m.ack_id for m in received],
-                                            "ack_deadline_seconds": 0})
+    subscriber.modify_ack_deadline(
+        request={"subscription": sub, "ack_ids": [m.ack_id for m in received], "ack_deadline_seconds": 0}
+    )
     log = MessageLog(tmp_path / "log.sqlite")
     unfinished = log.unfinished()
     assert unfinished is not None
-    restarted = ExactlyOnce(log, subscriber, sub, WINDOW_S, floor_us=unfinished.last_window_end_us,
-                            ack_deadline_s=10)
+    restarted = ExactlyOnce(log, subscriber, sub, WINDOW_S, floor_us=unfinished.last_window_end_us, ack_deadline_s=10)
     replayed = restarted.replay()
     assert [(stamp, [m.message.message_id for m in batch]) for stamp, batch in replayed] == [
-        (stamp_us, [m.message.message_id for m in messages]), (second[0], [m.message.message_id for m in second[1]])]
+        (stamp_us, [m.message.message_id for m in messages]),
+        (second[0], [m.message.message_id for m in second[1]]),
+    ]
     redelivered = pull_all(sub, 30)
     random.Random(7).shuffle(redelivered)
     for start in range(0, 30, 7):
-        assert restarted.take(redelivered[start:start + 7]) is None  # held with the replay, not processed
+        assert restarted.take(redelivered[start : start + 7]) is None  # held with the replay, not processed
     assert restarted.next_stamp_floor_us >= unfinished.last_window_end_us
     restarted.settle(second[0] // 1_000_000 * 1_000_000 + 10 * WINDOW_S * 1_000_000)  # every window written
     assert restarted.counters.acknowledged == 30 and restarted.holding == 0
@@ -177,12 +200,13 @@ def test_a_finished_message_redelivered_is_acknowledged_again_and_not_processed(
     received = pull_all(sub, 5)
     once.take(received)
     log.close()  # killed after the window was written, before its acknowledgement
-    subscriber.modify_ack_deadline(request={"subscription": sub, "ack_ids": [m.ack_id for m in received],
-                                            "ack_deadline_seconds": 0})
+    subscriber.modify_ack_deadline(
+        request={"subscription": sub, "ack_ids": [m.ack_id for m in received], "ack_deadline_seconds": 0}
+    )
     log = MessageLog(tmp_path / "log.sqlite")
     restarted = ExactlyOnce(log, subscriber, sub, WINDOW_S, ack_deadline_s=10)
     restarted.replay()
-    restarted.settle(2 ** 62)  # the replay finds the window written before the redeliveries come
+    restarted.settle(2**62)  # the replay finds the window written before the redeliveries come
     assert log.counts() == {"pulls": 0, "done_acked": 0, "done_unacked": 5, "segments": 0}
     assert restarted.take(pull_all(sub, 5)) is None
     assert restarted.counters.redeliveries_finished == 5 and log.counts()["done_acked"] == 5
@@ -197,8 +221,9 @@ def test_held_messages_ack_deadlines_are_extended(subscription, tmp_path) -> Non
     publish(publisher, topic, 10, "e")
     clock, monotonic = [time.time()], [0.0]
     log = MessageLog(tmp_path / "log.sqlite")
-    once = ExactlyOnce(log, subscriber, sub, WINDOW_S, ack_deadline_s=10, clock=lambda: clock[0],
-                       monotonic=lambda: monotonic[0])
+    once = ExactlyOnce(
+        log, subscriber, sub, WINDOW_S, ack_deadline_s=10, clock=lambda: clock[0], monotonic=lambda: monotonic[0]
+    )
     received = pull_all(sub, 10)
     once.take(received[:5])  # due in 5 s (half the deadline)
     clock[0] += 2 * WINDOW_S
@@ -211,6 +236,6 @@ def test_held_messages_ack_deadlines_are_extended(subscription, tmp_path) -> Non
     redelivered = pull_bundle(sub, acknowledge=False)[0]
     assert sorted(m.message.message_id for m in redelivered) == sorted(m.message.message_id for m in received[5:])
     assert once.take(redelivered) is None and once.holding == 10
-    once.settle(2 ** 62)
+    once.settle(2**62)
     assert once.counters.acknowledged == 10 and pull_bundle(sub, acknowledge=False)[0] == []
     log.close()

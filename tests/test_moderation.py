@@ -1,5 +1,6 @@
 """Moderation on the emulator: `upvotes adjust` and `upvotes reset` keep exact counts, hourly
 counts and the fold consistent, including a reset racing the streaming sink and a fold."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,12 @@ RACE_DEADLINE_S = 120
 
 
 def cli(stack, capsys, *args: str) -> list[dict]:
-    assert main([args[0], "--project", stack.project, "--instance", stack.instance, "--database", stack.database,
-                 *args[1:]]) == 0
+    assert (
+        main(
+            [args[0], "--project", stack.project, "--instance", stack.instance, "--database", stack.database, *args[1:]]
+        )
+        == 0
+    )
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -42,7 +47,9 @@ def exact(database, post_id: str) -> tuple[int, int]:
 
 def folded(database, post_id: str) -> tuple[int, int]:
     with database.snapshot() as snapshot:
-        rows = list(snapshot.read(POSTS, columns=("Upvotes", "Shares"), keyset=spanner.KeySet(keys=[list(post_key(post_id))])))
+        rows = list(
+            snapshot.read(POSTS, columns=("Upvotes", "Shares"), keyset=spanner.KeySet(keys=[list(post_key(post_id))]))
+        )
     return tuple(rows[0])
 
 
@@ -53,22 +60,54 @@ def hourly_total(database, post_id: str) -> tuple[int, int]:
 
 def test_adjust_is_audited_idempotent_per_id_and_survives_a_fold(stack, database, capsys) -> None:
     write_deltas(database, [PostDelta.of("brigaded", H1, "w:1:0", upvotes=500, shares=20, events=520)])
-    (first,) = cli(stack, capsys, "adjust", "brigaded", "--upvotes", "-300", "--shares", "-5",
-                   "--reason", "brigade from one ASN", "--id", "mod-1", "--actor", "alice")
+    (first,) = cli(
+        stack,
+        capsys,
+        "adjust",
+        "brigaded",
+        "--upvotes",
+        "-300",
+        "--shares",
+        "-5",
+        "--reason",
+        "brigade from one ASN",
+        "--id",
+        "mod-1",
+        "--actor",
+        "alice",
+    )
     assert first["written_now"] and (first["kind"], first["upvotes"], first["shares"]) == ("adjust", -300, -5)
     assert exact(database, "brigaded") == (200, 15)
     hour_now = [h for h in hourly_counts(database, "brigaded", DAY) if h.hour == current_hour()]
     assert [(h.counts.upvotes, h.counts.shares) for h in hour_now] == [(-300, -5)]
 
-    (again,) = cli(stack, capsys, "adjust", "brigaded", "--upvotes", "-300", "--shares", "-5",
-                   "--reason", "brigade from one ASN", "--id", "mod-1", "--actor", "alice")
+    (again,) = cli(
+        stack,
+        capsys,
+        "adjust",
+        "brigaded",
+        "--upvotes",
+        "-300",
+        "--shares",
+        "-5",
+        "--reason",
+        "brigade from one ASN",
+        "--id",
+        "mod-1",
+        "--actor",
+        "alice",
+    )
     assert not again["written_now"] and again["created_at"] == first["created_at"]
     assert exact(database, "brigaded") == (200, 15)  # the retry wrote nothing
 
     fold(stack)
-    assert exact(database, "brigaded") == folded(database, "brigaded") == hourly_total(database, "brigaded") == (200, 15)
+    assert (
+        exact(database, "brigaded") == folded(database, "brigaded") == hourly_total(database, "brigaded") == (200, 15)
+    )
     listed = cli(stack, capsys, "adjust", "--list")
-    assert {(a["adjustment_id"], a["actor"], a["reason"]) for a in listed} >= {("mod-1", "alice", "brigade from one ASN")}
+    assert {(a["adjustment_id"], a["actor"], a["reason"]) for a in listed} >= {
+        ("mod-1", "alice", "brigade from one ASN")
+    }
 
 
 def test_reset_zeroes_every_hour_as_of_its_snapshot_and_later_votes_count(stack, database, capsys) -> None:
@@ -90,7 +129,8 @@ def test_reset_zeroes_every_hour_as_of_its_snapshot_and_later_votes_count(stack,
 
 
 def test_a_reset_racing_the_streaming_sink_and_a_fold_cancels_exactly_what_was_committed_before_it(
-        stack, database, capsys) -> None:
+    stack, database, capsys
+) -> None:
     post, stop, errors = "raced", threading.Event(), []
 
     def sink() -> None:  # the streaming sink's write path, one pane per commit
@@ -98,7 +138,9 @@ def test_a_reset_racing_the_streaming_sink_and_a_fold_cancels_exactly_what_was_c
             for i in range(10_000):
                 if stop.is_set():
                     return
-                delta = PostDelta.of(post, H1 + 3600 * (i % 2), f"race:{i}:0", upvotes=1 + i % 3, shares=i % 2, events=1)
+                delta = PostDelta.of(
+                    post, H1 + 3600 * (i % 2), f"race:{i}:0", upvotes=1 + i % 3, shares=i % 2, events=1
+                )
                 run_with_retries(lambda: write_new_deltas(database, [delta]))  # called at once
         except Exception as error:  # noqa: BLE001 - reported below
             errors.append(error)
@@ -128,9 +170,15 @@ def test_a_reset_racing_the_streaming_sink_and_a_fold_cancels_exactly_what_was_c
     # Expected from the raw delta rows: every sink delta committed after S, nothing before.
     as_of = datetime.fromisoformat(reset["as_of"])
     with database.snapshot() as snapshot:
-        rows = list(snapshot.read(DELTAS, columns=("DeltaId", "Upvotes", "Shares", "CommittedAt"),
-                                  keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(post_key(post)),
-                                                                                 end_closed=list(post_key(post)))])))
+        rows = list(
+            snapshot.read(
+                DELTAS,
+                columns=("DeltaId", "Upvotes", "Shares", "CommittedAt"),
+                keyset=spanner.KeySet(
+                    ranges=[spanner.KeyRange(start_closed=list(post_key(post)), end_closed=list(post_key(post)))]
+                ),
+            )
+        )
     sink_rows = [r for r in rows if r[0].startswith("race:")]
     before = [r for r in sink_rows if r[3] <= as_of]
     after = [r for r in sink_rows if r[3] > as_of]
@@ -149,12 +197,14 @@ def test_a_reset_of_a_post_with_more_hours_than_one_commit_holds_stays_within_th
     from upvotes.operations.moderation import MAX_HOUR_ROWS, bounded_hours
 
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    hours = [HourCount(start + timedelta(hours=i), Counts(upvotes=-(i + 1), shares=-i % 3))
-             for i in range(MAX_HOUR_ROWS + 500)]
+    hours = [
+        HourCount(start + timedelta(hours=i), Counts(upvotes=-(i + 1), shares=-i % 3))
+        for i in range(MAX_HOUR_ROWS + 500)
+    ]
     rows = bounded_hours(hours)
     assert len(rows) == MAX_HOUR_ROWS
     assert total(h.counts for h in rows) == total(h.counts for h in hours)
-    assert rows[1:] == hours[-(MAX_HOUR_ROWS - 1):]  # the newest hours keep their own row
+    assert rows[1:] == hours[-(MAX_HOUR_ROWS - 1) :]  # the newest hours keep their own row
     assert bounded_hours(hours[:10]) == hours[:10]
 
 
@@ -178,13 +228,22 @@ def hours_of_votes(post_id: str, hours: int, writer: str) -> list[PostDelta]:
     """One delta per event hour, `hours` of them ending in the current hour, each with upvotes (and
     some downvotes): every hour weighs differently in the hot score."""
     newest = int(current_hour().timestamp())
-    return [PostDelta.of(post_id, newest - 3600 * (hours - 1 - i), f"{writer}:{i}:0", upvotes=1 + i % 3,
-                         downvotes=i % 2, events=1 + i % 3 + i % 2) for i in range(hours)]
+    return [
+        PostDelta.of(
+            post_id,
+            newest - 3600 * (hours - 1 - i),
+            f"{writer}:{i}:0",
+            upvotes=1 + i % 3,
+            downvotes=i % 2,
+            events=1 + i % 3 + i % 2,
+        )
+        for i in range(hours)
+    ]
 
 
 def write_in_commits(database, deltas: list[PostDelta]) -> None:
     for start in range(0, len(deltas), 500):
-        write_deltas(database, deltas[start:start + 500])
+        write_deltas(database, deltas[start : start + 500])
 
 
 def hour_counts(database, post_id: str) -> list[Counts]:
@@ -198,18 +257,25 @@ def hot_scores(database) -> dict[str, float]:
 
 def hot_key(database, post_id: str) -> float | None:
     with database.snapshot() as snapshot:
-        return list(snapshot.read(POSTS, columns=(HOT_KEY,), keyset=spanner.KeySet(keys=[list(post_key(post_id))])))[0][0]
+        return list(snapshot.read(POSTS, columns=(HOT_KEY,), keyset=spanner.KeySet(keys=[list(post_key(post_id))])))[0][
+            0
+        ]
 
 
 def adjustment_rows(database, adjustment_id: str) -> int:
     with database.snapshot() as snapshot:
-        return list(snapshot.execute_sql(
-            "SELECT COUNT(*) FROM PostDeltas WHERE DeltaId = @whole OR STARTS_WITH(DeltaId, @part)",
-            params={"whole": f"@adjust/{adjustment_id}", "part": f"@adjust/{adjustment_id}/"},
-            param_types={"whole": spanner.param_types.STRING, "part": spanner.param_types.STRING}))[0][0]
+        return list(
+            snapshot.execute_sql(
+                "SELECT COUNT(*) FROM PostDeltas WHERE DeltaId = @whole OR STARTS_WITH(DeltaId, @part)",
+                params={"whole": f"@adjust/{adjustment_id}", "part": f"@adjust/{adjustment_id}/"},
+                param_types={"whole": spanner.param_types.STRING, "part": spanner.param_types.STRING},
+            )
+        )[0][0]
 
 
-def test_a_reset_of_more_hours_than_one_commit_holds_zeroes_every_hour_and_the_hot_score(stack, database, capsys) -> None:
+def test_a_reset_of_more_hours_than_one_commit_holds_zeroes_every_hour_and_the_hot_score(
+    stack, database, capsys
+) -> None:
     """Issue 44, item 9: its oldest hours used to be cancelled together in the oldest hour, leaving the
     total 0 but a small positive hot score (each hour weighs differently) that ranked the post above
     every post at 0 or below. Now every hour reads 0, the hot ranking scores it 0, folded or not."""
@@ -238,8 +304,9 @@ def test_a_reset_crashed_between_its_commits_is_finished_by_a_rerun_moving_nothi
     post = "crashed-reset"
     deltas = hours_of_votes(post, 25, "crashed")
     write_deltas(database, deltas)
-    crashing = FlakyDatabase(database, fail_commits={3},
-                             error=lambda message: RuntimeError(f"injected: the process died ({message})"))
+    crashing = FlakyDatabase(
+        database, fail_commits={3}, error=lambda message: RuntimeError(f"injected: the process died ({message})")
+    )
     with pytest.raises(RuntimeError, match="the process died"):
         reset(crashing, "reset-crash", post, "spam", "bob", max_hour_rows=6)
     assert exact(database, post) == (0, 0)  # each commit keeps the total at 0
@@ -254,8 +321,9 @@ def test_a_reset_crashed_between_its_commits_is_finished_by_a_rerun_moving_nothi
     assert hour_counts(database, post) == [Counts(upvotes=2) if i == 3 else Counts() for i in range(25)]
     assert adjustment_rows(database, "reset-crash") == 6 + 4 * 6 - 1  # the last part moves 4 hours
 
-    a_day_later = FlakyDatabase(database, version_retention=timedelta(hours=1),
-                                clock=lambda: datetime.now(timezone.utc) + timedelta(days=1))
+    a_day_later = FlakyDatabase(
+        database, version_retention=timedelta(hours=1), clock=lambda: datetime.now(timezone.utc) + timedelta(days=1)
+    )
     again = reset(a_day_later, "reset-crash", post, "spam", "bob", max_hour_rows=6)
     assert (again.written, again.commits, a_day_later.injected.too_old) == (False, 0, 0)
     assert hour_counts(database, post)[3] == Counts(upvotes=2)
@@ -267,14 +335,16 @@ def test_a_rerun_of_an_unfinished_reset_after_its_snapshot_is_gone_fails_saying_
     guessing."""
     post = "late-rerun"
     write_deltas(database, hours_of_votes(post, 12, "late"))
-    crashing = FlakyDatabase(database, fail_commits={2},
-                             error=lambda message: RuntimeError(f"injected: the process died ({message})"))
+    crashing = FlakyDatabase(
+        database, fail_commits={2}, error=lambda message: RuntimeError(f"injected: the process died ({message})")
+    )
     with pytest.raises(RuntimeError, match="the process died"):
         reset(crashing, "reset-late", post, "spam", "bob", max_hour_rows=6)
     written = adjustment_rows(database, "reset-late")
 
-    two_hours_later = FlakyDatabase(database, version_retention=timedelta(hours=1),
-                                    clock=lambda: datetime.now(timezone.utc) + timedelta(hours=2))
+    two_hours_later = FlakyDatabase(
+        database, version_retention=timedelta(hours=1), clock=lambda: datetime.now(timezone.utc) + timedelta(hours=2)
+    )
     with pytest.raises(ResetSnapshotGone, match="run a new reset of the post with another --id"):
         reset(two_hours_later, "reset-late", post, "spam", "bob")
     assert two_hours_later.injected.too_old == 1 and adjustment_rows(database, "reset-late") == written

@@ -1,6 +1,7 @@
 """Offline checks of the Cloud Monitoring alert policies and dashboard (templates/monitoring):
 every filter and query names a real metric type, every threshold comes from the deploy
 configuration, and `upvotes deploy alerts --dry-run` prints the gcloud commands."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,24 @@ REAL_METRIC_TYPES = {
 # transforms/fold_deltas.py, and the lateness counters of transforms/windowing.py and parse_and_sum.py).
 SINK_COUNTERS = {"rows_written", "transient_retries", "rows_dead_lettered"}
 FOLD_COUNTERS = {"oldest_unfolded_age_s"}
-LATENESS_COUNTERS = {("WindowAndSumVotes", "late_events", "windowing"),
-                     ("ParseVotes", "stamped_ahead_of_worker_clock", "parse_and_sum")}
-CUSTOM = {"ALERT_FOLD_LAG_S": "1234", "ALERT_DEAD_LETTERS": "7", "ALERT_DATA_FRESHNESS_S": "321",
-          "ALERT_SYSTEM_LAG_S": "456", "ALERT_SINK_RETRIES_PER_MIN": "89", "ALERT_DURATION_S": "240",
-          "ALERT_UNFOLDED_AGE_S": "86400", "ALERT_LATE_VOTES_PER_MIN": "5",
-          "STREAMING_JOB": "stream-x", "FOLD_JOB": "fold-y", "DEAD_LETTER_TOPIC": "dl-z",
-          "NOTIFICATION_CHANNELS": "111, projects/p/notificationChannels/222"}
+LATENESS_COUNTERS = {
+    ("WindowAndSumVotes", "late_events", "windowing"),
+    ("ParseVotes", "stamped_ahead_of_worker_clock", "parse_and_sum"),
+}
+CUSTOM = {
+    "ALERT_FOLD_LAG_S": "1234",
+    "ALERT_DEAD_LETTERS": "7",
+    "ALERT_DATA_FRESHNESS_S": "321",
+    "ALERT_SYSTEM_LAG_S": "456",
+    "ALERT_SINK_RETRIES_PER_MIN": "89",
+    "ALERT_DURATION_S": "240",
+    "ALERT_UNFOLDED_AGE_S": "86400",
+    "ALERT_LATE_VOTES_PER_MIN": "5",
+    "STREAMING_JOB": "stream-x",
+    "FOLD_JOB": "fold-y",
+    "DEAD_LETTER_TOPIC": "dl-z",
+    "NOTIFICATION_CHANNELS": "111, projects/p/notificationChannels/222",
+}
 TEMPLATES = monitoring.alert_templates() + monitoring.dashboard_templates()
 
 
@@ -65,8 +77,16 @@ def rendered(path) -> dict:
 
 def test_the_alerts_and_the_dashboard_exist_with_the_names_asked_for() -> None:
     names = {p.stem for p in TEMPLATES}
-    assert names == {"alert-fold-lag", "alert-fold-failures", "alert-dead-letter-backlog", "alert-streaming-lag",
-                     "alert-sink-retries", "alert-unfolded-age", "alert-late-votes", "dashboard"}
+    assert names == {
+        "alert-fold-lag",
+        "alert-fold-failures",
+        "alert-dead-letter-backlog",
+        "alert-streaming-lag",
+        "alert-sink-retries",
+        "alert-unfolded-age",
+        "alert-late-votes",
+        "dashboard",
+    }
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
@@ -102,8 +122,10 @@ def test_every_threshold_comes_from_the_deploy_configuration(path) -> None:
             assert condition[kind]["query"].endswith(f"> {CUSTOM[placeholder]}")
         duration = raw[kind]["duration"]
         assert duration == "0s" or re.fullmatch(r"\$\{[A-Z_]+\}s", duration), "a hard-coded duration"
-    assert policy["notificationChannels"] == ["projects/my-project/notificationChannels/111",
-                                              "projects/p/notificationChannels/222"]
+    assert policy["notificationChannels"] == [
+        "projects/my-project/notificationChannels/111",
+        "projects/p/notificationChannels/222",
+    ]
     assert "${" not in json.dumps(policy)
 
 
@@ -111,8 +133,10 @@ def test_fold_lag_and_dead_letter_alerts_watch_the_configured_jobs_and_subscript
     by_name = {p.stem: rendered(p) for p in monitoring.alert_templates()}
     assert by_name["alert-fold-lag"]["conditions"][0]["conditionAbsent"]["duration"] == "1234s"
     assert 'job_name = "fold-y"' in by_name["alert-fold-lag"]["conditions"][0]["conditionAbsent"]["filter"]
-    assert 'subscription_id = "dl-z-kept"' in by_name["alert-dead-letter-backlog"]["conditions"][0][
-        "conditionThreshold"]["filter"]
+    assert (
+        'subscription_id = "dl-z-kept"'
+        in by_name["alert-dead-letter-backlog"]["conditions"][0]["conditionThreshold"]["filter"]
+    )
     assert all('"stream-x"' in t for t in metric_texts(by_name["alert-streaming-lag"]))
 
 

@@ -1,5 +1,6 @@
 """The documented names of modules that moved (CHANGELOG.md) still import from their old paths,
 each with a DeprecationWarning naming the new one, and are the very same objects."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,5 +1,6 @@
 """The commit mutation counter: Spanner's documented rules applied to the schema's DDL,
 on the real client's mutation objects, and the meter that bounds every test's commits."""
+
 from __future__ import annotations
 
 import math
@@ -15,12 +16,31 @@ from schemas.records import PostDelta
 from spanner_store.database import MUTATION_BUDGET, SPANNER_MUTATION_LIMIT
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row
 from spanner_store.tables import (
-    COUNTER_COLUMNS, KEY_RANGES, DELTA_COLUMNS, DELTA_COMMIT_COLUMNS, DELTA_COMMITS, DELTAS, FOLD_RUN_COLUMNS, FOLD_RUN_SKIPPED,
-    FOLD_RUN_SKIPPED_COLUMNS, FOLD_RUNS, POST_KEY_COLUMNS, POSTS, TOP_CANDIDATE_COLUMNS, TOP_CANDIDATES,
-    VIEW_RETIRE_COLUMNS, VIEW_ROW_COLUMNS, VIEW_ROWS, key_range,
+    COUNTER_COLUMNS,
+    DELTA_COLUMNS,
+    DELTA_COMMIT_COLUMNS,
+    DELTA_COMMITS,
+    DELTAS,
+    FOLD_RUN_COLUMNS,
+    FOLD_RUN_SKIPPED,
+    FOLD_RUN_SKIPPED_COLUMNS,
+    FOLD_RUNS,
+    KEY_RANGES,
+    POST_KEY_COLUMNS,
+    POSTS,
+    TOP_CANDIDATE_COLUMNS,
+    TOP_CANDIDATES,
+    VIEW_RETIRE_COLUMNS,
+    VIEW_ROW_COLUMNS,
+    VIEW_ROWS,
+    key_range,
 )
 from spanner_writes.deltas import (
-    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, mutations_for, write_deltas,
+    MUTATIONS_PER_COMMIT,
+    MUTATIONS_PER_DELTA,
+    MUTATIONS_PER_PARENT,
+    mutations_for,
+    write_deltas,
 )
 from spanner_writes.folding import MAX_SKIPPED_LISTED
 from upvotes.devtools.commit_meter import CommitMeter, CommitTooLarge, metering_commits
@@ -43,7 +63,9 @@ def test_the_model_reads_every_index_from_the_ddl() -> None:
     # The index key, the table key parts it lacks, then the stored columns: 4 key parts,
     # CommittedAt, every counter, Events and Voters.
     assert by_commit.entry == ("PostHash", "PostId", "CommittedAt", "EventHour", "DeltaId") + COUNTER_COLUMNS + (
-        "Events", "Voters")
+        "Events",
+        "Voters",
+    )
     assert BY_UPVOTES.entry == ("Upvotes", "PostHash", "PostId")
     invalid_since = {i.name: i for i in MODEL[VIEW_ROWS].indexes}["TopPostsViewRowsByInvalidSince"]
     assert invalid_since.null_filtered and not by_commit.null_filtered
@@ -100,8 +122,13 @@ def test_the_meter_passes_real_commits_and_rejects_one_over_the_limit(database) 
         # Per delta its row and index entry; the parent's key columns (2) and its PostsByUpvotes
         # entry; the commit's TopCandidates and DeltaCommits rows (one per column, no index).
         assert (meter.commits, meter.largest) == (
-            1, 1_000 * MUTATIONS_PER_DELTA + 2 + len(BY_UPVOTES.entry) + len(TOP_CANDIDATE_COLUMNS)
-            + len(DELTA_COMMIT_COLUMNS))
+            1,
+            1_000 * MUTATIONS_PER_DELTA
+            + 2
+            + len(BY_UPVOTES.entry)
+            + len(TOP_CANDIDATE_COLUMNS)
+            + len(DELTA_COMMIT_COLUMNS),
+        )
         assert meter.largest <= mutations_for(deltas)
         too_many = [PostDelta.of("meter-q", 1_795_312_800, f"m:{i}", upvotes=1, events=1) for i in range(5_000)]
         with pytest.raises(CommitTooLarge):
@@ -131,8 +158,9 @@ def test_key_ranges_count_the_post_hash_ranges_and_other_tables_rows() -> None:
     # TopCandidates row (a table of its own).
     low, high = 5, (1 << 63) - 5
     batch.insert(POSTS, columns=("PostHash", "PostId"), values=[(low, "a"), (low + 1, "b"), (high, "c")])
-    batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS,
-                 values=[(3, spanner.COMMIT_TIMESTAMP, "x", ["a"], 0, 0.0, None)])
+    batch.insert(
+        TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[(3, spanner.COMMIT_TIMESTAMP, "x", ["a"], 0, 0.0, None)]
+    )
     assert commit_key_ranges(batch._mutations, model) == 3
     assert (key_range(low), key_range(high)) == (0, KEY_RANGES - 1)
 
@@ -152,8 +180,12 @@ def test_the_change_log_costs_a_few_mutations_per_commit_not_per_delta() -> None
 def test_a_fold_run_record_with_every_skipped_post_it_lists_fits_one_commit() -> None:
     row = ("f", HOUR, 1, 1, spanner.COMMIT_TIMESTAMP, MAX_SKIPPED_LISTED, HOUR)
     skipped = [("f", n, f"p-{n}", "x" * 1024) for n in range(MAX_SKIPPED_LISTED)]
-    cost = count(lambda b: (b.insert(FOLD_RUNS, FOLD_RUN_COLUMNS, [row]),
-                            b.insert(FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, skipped)))
+    cost = count(
+        lambda b: (
+            b.insert(FOLD_RUNS, FOLD_RUN_COLUMNS, [row]),
+            b.insert(FOLD_RUN_SKIPPED, FOLD_RUN_SKIPPED_COLUMNS, skipped),
+        )
+    )
     assert cost == len(FOLD_RUN_COLUMNS) + MAX_SKIPPED_LISTED * len(FOLD_RUN_SKIPPED_COLUMNS) <= MUTATION_BUDGET
 
 
@@ -165,7 +197,11 @@ def test_the_writers_planned_costs_are_what_the_model_counts_for_their_writes() 
 
     post = (1, "p") + COUNTS + (HOUR, HOUR, None, 43_000.5)
     assert count(lambda b: b.update(POSTS, POST_FOLD_COLUMNS, [post])) == MUTATIONS_PER_POST
-    assert count(lambda b: b.insert_or_update(HOURLY, HOURLY_WRITE_COLUMNS, [(1, "p", HOUR) + COUNTS + (None, 1)])) \
+    assert (
+        count(lambda b: b.insert_or_update(HOURLY, HOURLY_WRITE_COLUMNS, [(1, "p", HOUR) + COUNTS + (None, 1)]))
         == MUTATIONS_PER_HOUR
-    assert count(lambda b: b.insert_or_update(POSTS, POST_KEY_COLUMNS, [(1, "p")])) + len(MODEL[POSTS].columns) - 2 \
+    )
+    assert (
+        count(lambda b: b.insert_or_update(POSTS, POST_KEY_COLUMNS, [(1, "p")])) + len(MODEL[POSTS].columns) - 2
         == MUTATIONS_PER_PARENT
+    )

@@ -1,4 +1,5 @@
 """One table of parameters: the CLI flags, the template parameters and the docs' table stay in step."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +11,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.options import FoldOptions, SpannerOptions, StreamingOptions
 from pipeline.params import (
-    FOLD_PARAMS, REPLAY_PARAMS, SPANNER_PARAMS, STREAMING_PARAMS, FoldSettings, InvalidParameter, ReplaySettings,
-    StreamingSettings, parse_values,
+    FOLD_PARAMS,
+    REPLAY_PARAMS,
+    SPANNER_PARAMS,
+    STREAMING_PARAMS,
+    FoldSettings,
+    InvalidParameter,
+    ReplaySettings,
+    StreamingSettings,
+    parse_values,
 )
 from upvotes.cli import build_parser
 
@@ -56,8 +64,9 @@ def test_the_docs_and_the_deploy_guide_carry_the_generated_parameter_table() -> 
     assert stale_files() == []
 
 
-@pytest.mark.parametrize("command,params", [("stream", STREAMING_PARAMS), ("fold", FOLD_PARAMS),
-                                            ("dead-letters", REPLAY_PARAMS)])
+@pytest.mark.parametrize(
+    "command,params", [("stream", STREAMING_PARAMS), ("fold", FOLD_PARAMS), ("dead-letters", REPLAY_PARAMS)]
+)
 def test_cli_help_offers_every_flag(command: str, params, capsys) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args([command, "--help"])
@@ -73,7 +82,9 @@ def test_shared_spanner_parameters_are_declared_once() -> None:
 def test_a_dead_letter_replay_takes_the_streams_own_parameters() -> None:
     """A replay reads corrections under the stream's event-time policy: the same flags, the same defaults."""
     assert all(p in STREAMING_PARAMS for p in REPLAY_PARAMS)
-    replay = ReplaySettings.parse(vars(build_parser().parse_args(["dead-letters", "replay", "--dead-letter-topic", "t"])))
+    replay = ReplaySettings.parse(
+        vars(build_parser().parse_args(["dead-letters", "replay", "--dead-letter-topic", "t"]))
+    )
     stream = StreamingSettings.parse({p.dest: p.example for p in STREAMING_PARAMS if p not in REPLAY_PARAMS})
     assert replay.max_clock_skew_seconds == stream.max_clock_skew_seconds == 3600
 
@@ -86,14 +97,19 @@ def test_the_parameter_table_holds_the_only_defaults() -> None:
     from transforms.spanner_sink import WriteDeltaRows
     from transforms.windowing import WindowAndSumVotes
 
-    for transform, name in ((WindowAndSumVotes, "window_seconds"), (WriteDeltaRows, "rows_per_commit"),
-                            (FoldDeltas, "posts_per_commit")):
+    for transform, name in (
+        (WindowAndSumVotes, "window_seconds"),
+        (WriteDeltaRows, "rows_per_commit"),
+        (FoldDeltas, "posts_per_commit"),
+    ):
         parameter = inspect.signature(transform.__init__).parameters[name]
         assert parameter.default is inspect.Parameter.empty, transform
 
 
-@pytest.mark.parametrize("params,settings_class", [(STREAMING_PARAMS, StreamingSettings), (FOLD_PARAMS, FoldSettings),
-                                                   (REPLAY_PARAMS, ReplaySettings)])
+@pytest.mark.parametrize(
+    "params,settings_class",
+    [(STREAMING_PARAMS, StreamingSettings), (FOLD_PARAMS, FoldSettings), (REPLAY_PARAMS, ReplaySettings)],
+)
 def test_the_typed_settings_have_one_field_per_parameter(params, settings_class) -> None:
     assert {f.name for f in dataclasses.fields(settings_class)} == {p.dest for p in params}
 
@@ -129,14 +145,22 @@ def test_both_pipelines_take_their_options_from_one_function_and_build_without_i
     options = pipeline_options(argv, streaming=True)
     assert options.view_as(StandardOptions).streaming and options.view_as(StandardOptions).runner == LOCAL_RUNNER
     pipeline = beam.Pipeline(options=options)
-    streaming.build(pipeline, options.view_as(StreamingOptions).validated(), WriterClaim("job", 3, "job#g3", 2),
-                    project="build-project", deduplicate=False)
+    streaming.build(
+        pipeline,
+        options.view_as(StreamingOptions).validated(),
+        WriterClaim("job", 3, "job#g3", 2),
+        project="build-project",
+        deduplicate=False,
+    )
     assert "WindowAndSumVotes" in {t.full_label for t in pipeline.transforms_stack[0].parts}
 
-    fold_options = pipeline_options(["--project=build-project"] + [f"--{p.flag}={p.example}" for p in FOLD_PARAMS],
-                                    streaming=False)
+    fold_options = pipeline_options(
+        ["--project=build-project"] + [f"--{p.flag}={p.example}" for p in FOLD_PARAMS], streaming=False
+    )
     assert not fold_options.view_as(StandardOptions).streaming
-    fold.build(beam.Pipeline(options=fold_options), fold_options.view_as(FoldOptions).validated(), project="build-project")
+    fold.build(
+        beam.Pipeline(options=fold_options), fold_options.view_as(FoldOptions).validated(), project="build-project"
+    )
 
 
 def test_the_hot_half_life_is_a_provision_setting_checked_documented_and_offered(capsys) -> None:
@@ -147,7 +171,10 @@ def test_the_hot_half_life_is_a_provision_setting_checked_documented_and_offered
     for bad in ("0", "10000", "-3", "12h", ""):
         with pytest.raises(InvalidParameter, match="hotHalfLifeHours"):
             HOT_HALF_LIFE_HOURS.parse(bad)
-    assert f"`--{HOT_HALF_LIFE_HOURS.flag}`" in PARAMETERS_PAGE and f"`{HOT_HALF_LIFE_HOURS.template_name}`" in PARAMETERS_PAGE
+    assert (
+        f"`--{HOT_HALF_LIFE_HOURS.flag}`" in PARAMETERS_PAGE
+        and f"`{HOT_HALF_LIFE_HOURS.template_name}`" in PARAMETERS_PAGE
+    )
     with pytest.raises(SystemExit):
         build_parser().parse_args(["provision", "--help"])
     assert f"--{HOT_HALF_LIFE_HOURS.flag}" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """PerProcess (transforms/per_process.py): every copy of a DoFn's handle gets one object per process,
 each handle its own, and the least recently used beyond MAX_KEPT is dropped."""
+
 from __future__ import annotations
 
 import pickle
@@ -15,6 +16,7 @@ def test_copies_of_a_handle_share_one_object_and_other_handles_build_their_own()
         def make() -> list[str]:
             built.append(name)
             return [name]
+
         return make
 
     handle: PerProcess[list[str]] = PerProcess()

@@ -1,6 +1,7 @@
 """PostTotals (what spanner_reads.reads.exact_counts returns) and PostCount (what a CountsReader
 answers): one JSON form, and the per-counter attributes of before the counts moved into `counts`,
 kept working with a DeprecationWarning. Pure: no emulator."""
+
 from __future__ import annotations
 
 import json

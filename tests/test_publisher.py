@@ -1,5 +1,6 @@
 """Tests for `upvotes publish`: the workload, invalid payloads, the ledger, progress, and
 publishing round trips through the Pub/Sub emulator."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,18 +10,29 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-from hypothesis import given, strategies as st
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
+from hypothesis import given
+from hypothesis import strategies as st
 
 from schemas.contract import (
-    BATCH_ID_PREFIX, EVENT_ID_ATTRIBUTE, FORMAT_ATTRIBUTE, MAX_BATCH_BYTES, MESSAGE_ID_PREFIX, NDJSON, batch_messages,
-    event_message, parse_message, parse_vote, reason_of,
+    BATCH_ID_PREFIX,
+    EVENT_ID_ATTRIBUTE,
+    FORMAT_ATTRIBUTE,
+    MAX_BATCH_BYTES,
+    MESSAGE_ID_PREFIX,
+    NDJSON,
+    batch_messages,
+    event_message,
+    parse_message,
+    parse_vote,
+    reason_of,
 )
 from schemas.counters import COUNTERS, Counts
 from schemas.records import Rejected, VoteEvent, VoteState
@@ -29,10 +41,19 @@ from upvotes.commands.publish import add_arguments, run
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.publishing import (
-    _interleave, publish_file, publish_messages, publish_workload,
+    _interleave,
+    publish_file,
+    publish_messages,
+    publish_workload,
 )
 from upvotes.devtools.workload import (
-    INVALID_KINDS, RealTrafficWorkload, Workload, generate, generate_events, invalid_payloads, uuid4_text,
+    INVALID_KINDS,
+    RealTrafficWorkload,
+    Workload,
+    generate,
+    generate_events,
+    invalid_payloads,
+    uuid4_text,
 )
 from upvotes.resources import Resources
 
@@ -55,6 +76,7 @@ def recount(votes: list[VoteEvent]) -> dict[str, dict[str, int]]:
 
 
 # --- the workload -------------------------------------------------------------------------
+
 
 def test_same_seed_gives_the_same_events_and_another_seed_does_not() -> None:
     small = Workload(events=500, posts=50, seed=3, start_time=START)
@@ -103,7 +125,12 @@ def test_every_generated_event_is_accepted_with_its_attributes() -> None:
         assert attributes == {"event_id": event["event_id"], "event_time": event["event_time"]}
         vote = accepted(data, attributes)
         assert (vote.post_id, vote.counter, vote.delta, vote.event_id, vote.user_id) == (
-            event["post_id"], event["counter"], event["delta"], event["event_id"], event["user_id"])
+            event["post_id"],
+            event["counter"],
+            event["delta"],
+            event["event_id"],
+            event["user_id"],
+        )
 
 
 def test_real_traffic_is_half_viral_head_half_long_tail_half_vote_states_and_all_accepted() -> None:
@@ -138,8 +165,14 @@ def test_every_invalid_payload_is_rejected_for_its_own_reason() -> None:
 
 
 def test_workload_rejects_impossible_parameters() -> None:
-    for bad in ({"posts": 0}, {"events": -1}, {"fractions": {"shares": 0.7}, "unvote_fraction": 0.4}, {"zipf": -1.0},
-                {"fractions": {"likes": 0.1}}, {"fractions": {"shares": -0.1}}):
+    for bad in (
+        {"posts": 0},
+        {"events": -1},
+        {"fractions": {"shares": 0.7}, "unvote_fraction": 0.4},
+        {"zipf": -1.0},
+        {"fractions": {"likes": 0.1}},
+        {"fractions": {"shares": -0.1}},
+    ):
         with pytest.raises(ValueError):
             settings: dict[str, Any] = {"events": 10, "posts": 10, **bad}
             Workload(**settings)
@@ -154,6 +187,7 @@ def test_invalid_messages_are_spread_evenly() -> None:
 
 
 # --- the ledger ---------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def viral() -> tuple[Ledger, list[dict]]:
@@ -177,8 +211,12 @@ def test_ledger_keeps_posts_whose_net_is_zero() -> None:
     ledger.add({"post_id": "p-9", "counter": "upvotes", "delta": 1, "event_time": "2026-11-22T01:59:59.999Z"})
     ledger.add({"post_id": "p-9", "counter": "upvotes", "delta": -1, "event_time": "2026-11-22T02:00:00.000Z"})
     assert ledger.totals == {"p-9": Counts(upvotes=0, shares=0)._asdict()}
-    assert ledger.hourly() == {"p-9": {"2026-11-22T01:00:00Z": Counts(upvotes=1, shares=0)._asdict(),
-                                       "2026-11-22T02:00:00Z": Counts(upvotes=-1, shares=0)._asdict()}}
+    assert ledger.hourly() == {
+        "p-9": {
+            "2026-11-22T01:00:00Z": Counts(upvotes=1, shares=0)._asdict(),
+            "2026-11-22T02:00:00Z": Counts(upvotes=-1, shares=0)._asdict(),
+        }
+    }
 
 
 def test_hourly_sums_equal_totals(viral: tuple[Ledger, list[dict]]) -> None:
@@ -210,7 +248,12 @@ def test_ledger_save_and_load_round_trip(viral: tuple[Ledger, list[dict]], tmp_p
     assert document["posts"] == ledger.totals and document["hourly"] == ledger.hourly()
     loaded = Ledger.load(path)
     assert (loaded.events, loaded.invalid, loaded.totals, loaded.hourly(), loaded.unique_voters) == (
-        ledger.events, ledger.invalid, ledger.totals, ledger.hourly(), ledger.unique_voters)
+        ledger.events,
+        ledger.invalid,
+        ledger.totals,
+        ledger.hourly(),
+        ledger.unique_voters,
+    )
     # A loaded ledger keeps counting where the saved one stopped.
     hour = "2026-11-22T01:00:00Z"
     loaded.add({"post_id": "p-1", "counter": "shares", "delta": 1, "event_time": hour})
@@ -218,6 +261,7 @@ def test_ledger_save_and_load_round_trip(viral: tuple[Ledger, list[dict]], tmp_p
 
 
 # --- progress -----------------------------------------------------------------------------
+
 
 class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
@@ -245,6 +289,7 @@ def test_progress_shows_done_total_percent_and_rate_in_logs_and_on_a_terminal() 
 
 # --- publishing through the emulator -------------------------------------------------------
 
+
 def pull_all(subscription_path: str, expected: int, deadline_s: float = 25.0) -> list[PubsubMessage]:
     """Pulls and acknowledges until `expected` distinct messages arrived or the deadline passed.
 
@@ -261,8 +306,9 @@ def pull_all(subscription_path: str, expected: int, deadline_s: float = 25.0) ->
             except exceptions.DeadlineExceeded:
                 continue
             if response.received_messages:
-                subscriber.acknowledge(subscription=subscription_path,
-                                       ack_ids=[m.ack_id for m in response.received_messages])
+                subscriber.acknowledge(
+                    subscription=subscription_path, ack_ids=[m.ack_id for m in response.received_messages]
+                )
                 messages.update((m.message.message_id, m.message) for m in response.received_messages)
     finally:
         subscriber.close()
@@ -282,15 +328,18 @@ def own_topic(stack: Resources) -> Iterator[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("batch_size,messages_sent", [(1, 2020), (500, 24), (333, 27)])
-def test_published_workload_adds_up_to_the_ledger(stack: Resources, tmp_path, batch_size: int, messages_sent: int) -> None:
+def test_published_workload_adds_up_to_the_ledger(
+    stack: Resources, tmp_path, batch_size: int, messages_sent: int
+) -> None:
     workload = Workload(events=2000, posts=200, seed=11, invalid=20)
     ledger_path = tmp_path / "ledger.json"
     subscription = stack.subscription_path(f"{stack.subscription}-{batch_size}")
     subscriber = pubsub_v1.SubscriberClient()
     subscriber.create_subscription(name=subscription, topic=stack.topic_path(stack.topic), ack_deadline_seconds=60)
     subscriber.close()
-    report, ledger = publish_workload(stack.topic_path(stack.topic), workload, str(ledger_path), progress=False,
-                                      batch_size=batch_size)
+    report, ledger = publish_workload(
+        stack.topic_path(stack.topic), workload, str(ledger_path), progress=False, batch_size=batch_size
+    )
     assert (report.published, report.invalid, report.failed, report.messages) == (2020, 20, 0, messages_sent)
     assert Ledger.load(ledger_path).totals == ledger.totals
 
@@ -335,10 +384,15 @@ def test_publish_file_publishes_lines_as_they_are(own_topic: tuple[str, str], tm
     report, ledger = publish_file(topic, str(path), str(tmp_path / "ledger.json"), None, False)
     assert (report.published, report.invalid, report.failed) == (7, 3, 0)
     assert (ledger.events, ledger.invalid) == (4, 3)
-    assert ledger.totals == {"p-1": Counts(upvotes=0, shares=0)._asdict(), "p-2": Counts(upvotes=0, shares=3)._asdict(),
-                             "p-3": Counts(upvotes=1, shares=0)._asdict()}
-    assert ledger.hourly()["p-1"] == {"2026-11-22T01:00:00Z": Counts(upvotes=1, shares=0)._asdict(),
-                                      "2026-11-22T02:00:00Z": Counts(upvotes=-1, shares=0)._asdict()}
+    assert ledger.totals == {
+        "p-1": Counts(upvotes=0, shares=0)._asdict(),
+        "p-2": Counts(upvotes=0, shares=3)._asdict(),
+        "p-3": Counts(upvotes=1, shares=0)._asdict(),
+    }
+    assert ledger.hourly()["p-1"] == {
+        "2026-11-22T01:00:00Z": Counts(upvotes=1, shares=0)._asdict(),
+        "2026-11-22T02:00:00Z": Counts(upvotes=-1, shares=0)._asdict(),
+    }
     assert Ledger.load(tmp_path / "ledger.json").totals == ledger.totals
 
     messages = {message.data: message for message in pull_all(subscription, 7)}
@@ -365,8 +419,21 @@ def cli(*argv: str) -> argparse.Namespace:
 def test_cli_publishes_and_writes_the_ledger(own_topic: tuple[str, str], tmp_path, capsys) -> None:
     topic, subscription = own_topic
     ledger_path = tmp_path / "ledger.json"
-    status = run(cli("--topic", topic, "--events", "300", "--posts", "20", "--invalid", "5",
-                     "--ledger", str(ledger_path), "--no-progress"))
+    status = run(
+        cli(
+            "--topic",
+            topic,
+            "--events",
+            "300",
+            "--posts",
+            "20",
+            "--invalid",
+            "5",
+            "--ledger",
+            str(ledger_path),
+            "--no-progress",
+        )
+    )
     out, err = capsys.readouterr()
     assert status == 0, err
     summary = r"published 305 events \(5 invalid\) in [\d.]+ s: [\d,]+ events/s; ledger: .*ledger\.json\n"

@@ -10,6 +10,7 @@ The shells start in a directory of their own (with a link to the project's .venv
 emulators' state file and the ledger never touch the checkout, and with no emulator address in
 their environment: the second terminal must find the first one's emulators by itself.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,15 @@ README = REPO / "README.md"
 BLOCK = re.compile(r"<!-- hand-run: (?P<name>[^>]+?) -->\s*```sh\n(?P<body>.*?)```", re.S)
 COMMAND_TIMEOUT_S = 180
 # Variables a newcomer's shell would not have: the test session's emulators and settings.
-NOT_INHERITED = ("SPANNER_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "VIRTUAL_ENV",
-                 "UPVOTES_SPANNER_EMULATOR_PID", "UPVOTES_PUBSUB_EMULATOR_PID", "PYTHONPATH")
+NOT_INHERITED = (
+    "SPANNER_EMULATOR_HOST",
+    "PUBSUB_EMULATOR_HOST",
+    "GOOGLE_CLOUD_PROJECT",
+    "VIRTUAL_ENV",
+    "UPVOTES_SPANNER_EMULATOR_PID",
+    "UPVOTES_PUBSUB_EMULATOR_PID",
+    "PYTHONPATH",
+)
 
 
 @dataclass(frozen=True)
@@ -72,8 +80,17 @@ class Terminal:
     """A bash fed pasted lines through a pipe, its output (stderr included) read line by line."""
 
     def __init__(self, cwd: Path, env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(["bash"], cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+        self.process = subprocess.Popen(
+            ["bash"],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
         assert self.process.stdin is not None and self.process.stdout is not None  # both pipes
         self._stdin, self._stdout = self.process.stdin, self.process.stdout
         self.lines: queue.Queue[str | None] = queue.Queue()
@@ -87,7 +104,7 @@ class Terminal:
     def send(self, command: str) -> str:
         """Pastes the command; returns the marker the shell prints with its exit status once it ends."""
         marker = f"@@{uuid.uuid4().hex}"
-        self._stdin.write(f"{command}\necho \"{marker}:$?\"\n")
+        self._stdin.write(f'{command}\necho "{marker}:$?"\n')
         self._stdin.flush()
         return marker
 
@@ -134,7 +151,10 @@ def test_the_readme_marks_its_hand_run_blocks() -> None:
     assert list(blocks) == ["terminal 1", "terminal 2", "when done"]
     first, second = blocks["terminal 1"], blocks["terminal 2"]
     assert first[-1].command.startswith("upvotes stream ")
-    assert 'eval "$(upvotes emulators start)"' in first[1].command and 'eval "$(upvotes emulators start)"' in second[1].command
+    assert (
+        'eval "$(upvotes emulators start)"' in first[1].command
+        and 'eval "$(upvotes emulators start)"' in second[1].command
+    )
     assert any("--dead-letter-topic" in step.command for step in second if step.command.startswith("upvotes status"))
     assert all(step.expected for step in first + second if step.command.startswith("upvotes "))
 
@@ -143,8 +163,10 @@ def test_output_lines_match_with_ellipses() -> None:
     step = Step("x", ("published ... events (10 invalid) in ... s", "exit 3"))
     assert step.missing("published 10,010 events (10 invalid) in 1.0 s: fast\nexit 3\n") == []
     assert step.missing("published 10,010 events (9 invalid) in 1.0 s\nexit 0\n") == list(step.expected)
-    assert parse_steps("a \\\n  b   # why\n# out 1\n# out 2\nc\n") == [Step("a \\\n  b   # why", ("out 1", "out 2")),
-                                                                          Step("c", ())]
+    assert parse_steps("a \\\n  b   # why\n# out 1\n# out 2\nc\n") == [
+        Step("a \\\n  b   # why", ("out 1", "out 2")),
+        Step("c", ()),
+    ]
 
 
 def test_the_hand_run_blocks_work_when_pasted_into_two_terminals(tmp_path: Path) -> None:
@@ -168,6 +190,10 @@ def test_the_hand_run_blocks_work_when_pasted_into_two_terminals(tmp_path: Path)
         first.close()
         second.close()
         # Whatever failed, no emulator outlives the test.
-        subprocess.run([str(tmp_path / ".venv" / "bin" / "upvotes"), "emulators", "stop"], cwd=tmp_path, env=env,
-                       capture_output=True, timeout=60)
-
+        subprocess.run(
+            [str(tmp_path / ".venv" / "bin" / "upvotes"), "emulators", "stop"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            timeout=60,
+        )

@@ -1,5 +1,6 @@
 """Which Spanner errors are retried (is_transient) and how (RetryPolicy, run_with_retries): pure,
 no emulator, no real sleeping (a fake clock that a fake sleep advances)."""
+
 from __future__ import annotations
 
 import grpc
@@ -66,8 +67,14 @@ def test_a_schema_behind_the_code_is_for_wait_for_schema_not_a_retry() -> None:
 
 ABORTED = spanner_error(grpc.StatusCode.ABORTED)
 OVERLOADED = spanner_error(grpc.StatusCode.RESOURCE_EXHAUSTED)
-POLICY = RetryPolicy(attempts=25, first_delay_s=0.005, max_delay_s=2.0, deadline_s=120.0,
-                     overload_first_delay_s=0.25, overload_max_delay_s=32.0)
+POLICY = RetryPolicy(
+    attempts=25,
+    first_delay_s=0.005,
+    max_delay_s=2.0,
+    deadline_s=120.0,
+    overload_first_delay_s=0.25,
+    overload_max_delay_s=32.0,
+)
 
 
 def test_the_backoff_doubles_to_its_cap_and_an_overload_backs_off_longer() -> None:

@@ -1,4 +1,5 @@
 """Tests for `upvotes lint-schema`, built on the examples of Spanner's schema design guide."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,12 +16,7 @@ POSTS_SQL = Path(__file__).parent.parent / "schemas" / "posts.sql"
 
 def users_table(key: str, first: str = "LastAccessTimestamp", second: str = "UserId") -> str:
     """The guide's Users table; its PRIMARY KEY is on line 4."""
-    return (
-        "CREATE TABLE Users (\n"
-        f"  {first} INT64 NOT NULL,\n"
-        f"  {second} INT64 NOT NULL,\n"
-        f") PRIMARY KEY ({key});\n"
-    )
+    return f"CREATE TABLE Users (\n  {first} INT64 NOT NULL,\n  {second} INT64 NOT NULL,\n) PRIMARY KEY ({key});\n"
 
 
 def rules(findings: list[Finding]) -> list[tuple[str, str, int]]:
@@ -65,7 +61,9 @@ USERS_WITH_ACCESS_COLUMN = (
 
 
 def test_non_interleaved_index_on_timestamp_is_an_error() -> None:
-    ddl = USERS_WITH_ACCESS_COLUMN + "CREATE NULL_FILTERED INDEX UsersByLastAccessTimestamp ON Users(LastAccessTimestamp)"
+    ddl = (
+        USERS_WITH_ACCESS_COLUMN + "CREATE NULL_FILTERED INDEX UsersByLastAccessTimestamp ON Users(LastAccessTimestamp)"
+    )
     findings = lint_ddl(ddl, "schemas/users.sql")
     assert rules(findings) == [("monotonic-index-first-column", "error", 5)]
     assert findings[0].path == "schemas/users.sql"

@@ -12,6 +12,7 @@ committed, and hostile CLI / template parameters are refused with a readable mes
 - pipeline.params.parse_values refuses hostile values for every Param, naming the flag, and the
   CLI exits non-zero with one readable line and runs nothing.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,8 @@ from typing import TypeGuard
 import pytest
 from google.cloud import spanner
 
-from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
 import schemas
+from pipeline.params import FOLD_PARAMS, STREAMING_PARAMS, InvalidParameter, parse_values
 from schemas.contract import parse_vote
 from schemas.counters import Counts
 from schemas.records import PostDelta, PostUser, VoteEvent, VoteState
@@ -49,9 +50,9 @@ HOUR = 1_795_312_800
 
 HOSTILE_POST_IDS = [
     "'; DROP TABLE Posts; --",
-    "\"; DROP TABLE PostDeltas; --",
+    '"; DROP TABLE PostDeltas; --',
     "' OR '1'='1",
-    "\" OR \"\"=\"",
+    '" OR ""="',
     "p-1' UNION SELECT PostId, Upvotes, Shares FROM Posts --",
     "1; DELETE FROM Posts WHERE TRUE",
     "@post_ids",
@@ -60,10 +61,10 @@ HOSTILE_POST_IDS = [
     "`Posts`",
     "\\",
     "\\'",
-    "\\\\\"\\n",
+    '\\\\"\\n',
     "'",
     "''",
-    "\"",
+    '"',
     "\x00",
     "a\x00b",
     "\x01\x07\x08\x1b[31m\x7f",
@@ -78,8 +79,8 @@ HOSTILE_POST_IDS = [
     "\u202egnp.exe",
     "\u200f\u05e9\u05dc\u05d5\u05dd\u200e",
     "\ufeffbom",
-    "\U0001F525" * 128,
-    "\U0001F468\u200d\U0001F469\u200d\U0001F467",
+    "\U0001f525" * 128,
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467",
     "%s%n{0}${jndi:ldap://x/a}",
     "<script>alert(1)</script>",
     "../../etc/passwd",
@@ -101,6 +102,7 @@ def corpus_post_ids() -> list[str]:
 
 # --- hostile post IDs through the real sink, read back exactly --------------------------------
 
+
 @pytest.fixture(scope="module")
 def hostile_written(stack, database):
     """Every hostile post ID, two deltas each (two event hours), written through write_deltas."""
@@ -111,7 +113,7 @@ def hostile_written(stack, database):
         deltas.append(PostDelta.of(post_id, HOUR, f"sec:{i}:0", upvotes=i + 1, shares=2 * i, events=3))
         deltas.append(PostDelta.of(post_id, HOUR + 3600, f"sec:{i}:1", upvotes=7, shares=-1, events=2))
     for start in range(0, len(deltas), 40):
-        write_deltas(database, deltas[start:start + 40])
+        write_deltas(database, deltas[start : start + 40])
     expected = {post_id: Counts(upvotes=i + 1 + 7, shares=2 * i - 1)._asdict() for i, post_id in enumerate(ids)}
     return ids, expected
 
@@ -120,12 +122,15 @@ def test_hostile_user_ids_keep_their_own_votes_verbatim(database) -> None:
     """The hostile strings as user IDs of vote states: each is its own voter, stored and read back
     exactly (a point read and a user's key range), none merged with another."""
     users = list(dict.fromkeys(HOSTILE_POST_IDS))
-    states = {PostUser("hostile-users", user): LatestVote("up" if i % 2 else "down", i, f"e{i}", HOUR, 1, True)
-              for i, user in enumerate(users)}
+    states = {
+        PostUser("hostile-users", user): LatestVote("up" if i % 2 else "down", i, f"e{i}", HOUR, 1, True)
+        for i, user in enumerate(users)
+    }
     apply_all_vote_states(database, states, rows_per_commit=20)
     stored = [vote_of(database, "hostile-users", user) for user in users]
     assert [None if vote is None else vote.vote for vote in stored] == [
-        "up" if i % 2 else "down" for i in range(len(users))]
+        "up" if i % 2 else "down" for i in range(len(users))
+    ]
     assert all([v.user_id for v in votes_of_user(database, user)] == [user] for user in users)
     counts = exact_counts(database, ["hostile-users"])[0].counts
     assert (counts.upvotes, counts.downvotes) == (len(users) // 2, len(users) - len(users) // 2)
@@ -133,8 +138,10 @@ def test_hostile_user_ids_keep_their_own_votes_verbatim(database) -> None:
 
 def table_names(database) -> set[str]:
     with database.snapshot() as snapshot:
-        return {r[0] for r in snapshot.execute_sql(
-            "SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = ''")}
+        return {
+            r[0]
+            for r in snapshot.execute_sql("SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = ''")
+        }
 
 
 def test_hostile_post_ids_are_stored_and_read_back_verbatim(database, hostile_written) -> None:
@@ -164,8 +171,10 @@ def test_hostile_post_ids_survive_a_fold(stack, database, hostile_written) -> No
     run_fold(stack)
     keyset = spanner.KeySet(keys=[[schemas.post_hash(p), p] for p in ids])
     with database.snapshot() as snapshot:
-        folded = {r[0]: counts_at(r, 1)._asdict()
-                  for r in snapshot.read("Posts", columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)}
+        folded = {
+            r[0]: counts_at(r, 1)._asdict()
+            for r in snapshot.read("Posts", columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)
+        }
     assert folded == expected  # the fold read and wrote each hostile ID as the same key
     assert verify_totals(database, expected) == []
     assert {"Posts", "PostDeltas"} <= table_names(database)
@@ -174,27 +183,53 @@ def test_hostile_post_ids_survive_a_fold(stack, database, hostile_written) -> No
 # --- static check: SQL is never built from values ----------------------------------------------
 
 SQL_METHODS = {  # the statement is the first argument (or one of these keywords)
-    "execute_sql", "execute_update", "execute_partitioned_dml", "execute_streaming_sql",
-    "generate_query_batches", "partition_query", "run_partitioned_query",
+    "execute_sql",
+    "execute_update",
+    "execute_partitioned_dml",
+    "execute_streaming_sql",
+    "generate_query_batches",
+    "partition_query",
+    "run_partitioned_query",
 }
 BATCH_SQL_METHODS = {"batch_update"}  # a list of statements, or of (statement, params, types)
 READ_METHODS = {"read", "streaming_read", "partition_read", "generate_read_batches", "run_partitioned_read"}
 SQL_KEYWORDS = {"sql", "dml", "statement", "statements", "query"}
 READ_KEYWORDS = {"table", "index"}
 # Text that is SQL (or DDL) if an f-string / .format() / % were ever used to build it.
-SQL_TEXT = re.compile(r"\b(SELECT\b.*\bFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
-                      r"DROP\s+(TABLE|INDEX)|ALTER\s+(TABLE|INDEX)|CREATE\s+(TABLE|INDEX)|WHERE\s+\w+\s*[=<>])", re.S)
+SQL_TEXT = re.compile(
+    r"\b(SELECT\b.*\bFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
+    r"DROP\s+(TABLE|INDEX)|ALTER\s+(TABLE|INDEX)|CREATE\s+(TABLE|INDEX)|WHERE\s+\w+\s*[=<>])",
+    re.S,
+)
 PROJECT_DIRS = ("pipeline", "transforms", "spanner_store", "upvotes", "bench", "schemas", "templates")
 # Documented exceptions, as {(path relative to the repository, line): why it is safe}.
 # Bench code that must name a table it chose itself would
 # go here (a table name cannot be a query parameter), with the constant it comes from.
 ALLOWED: dict[tuple[str, int], str] = {
-    ("upvotes/operations/provision.py", 96): "drop_stored_column_ddl: ALTER INDEX DROP STORED COLUMN, the database's own",
-    ("upvotes/operations/provision.py", 101): "add_stored_column_ddl: ALTER INDEX ADD STORED COLUMN from posts.sql's own index",
-    ("upvotes/operations/provision.py", 106): "add_column_ddl: ALTER TABLE ADD COLUMN from posts.sql's own column definitions",
-    ("upvotes/operations/provision.py", 129): "set_column_options_ddl: ALTER COLUMN SET OPTIONS from posts.sql's own options",
-    ("upvotes/operations/provision.py", 134): "set_default_ddl: ALTER TABLE ALTER COLUMN SET DEFAULT from posts.sql's own column",
-    ("upvotes/operations/provision.py", 139): "add_constraint_ddl: ALTER TABLE ADD CONSTRAINT from posts.sql's own CHECK",
+    (
+        "upvotes/operations/provision.py",
+        96,
+    ): "drop_stored_column_ddl: ALTER INDEX DROP STORED COLUMN, the database's own",
+    (
+        "upvotes/operations/provision.py",
+        101,
+    ): "add_stored_column_ddl: ALTER INDEX ADD STORED COLUMN from posts.sql's own index",
+    (
+        "upvotes/operations/provision.py",
+        106,
+    ): "add_column_ddl: ALTER TABLE ADD COLUMN from posts.sql's own column definitions",
+    (
+        "upvotes/operations/provision.py",
+        129,
+    ): "set_column_options_ddl: ALTER COLUMN SET OPTIONS from posts.sql's own options",
+    (
+        "upvotes/operations/provision.py",
+        134,
+    ): "set_default_ddl: ALTER TABLE ALTER COLUMN SET DEFAULT from posts.sql's own column",
+    (
+        "upvotes/operations/provision.py",
+        139,
+    ): "add_constraint_ddl: ALTER TABLE ADD CONSTRAINT from posts.sql's own CHECK",
 }
 
 
@@ -214,19 +249,27 @@ def names_only_code_identifiers(node) -> bool:
     """An f-string whose placeholders read only CODE_IDENTIFIERS (and their comprehensions' own names)."""
     if not isinstance(node, ast.JoinedStr):
         return False
-    own = {n.id for c in ast.walk(node) if isinstance(c, ast.comprehension) for n in ast.walk(c.target)
-           if isinstance(n, ast.Name)}
+    own = {
+        n.id
+        for c in ast.walk(node)
+        if isinstance(c, ast.comprehension)
+        for n in ast.walk(c.target)
+        if isinstance(n, ast.Name)
+    }
     read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
     return read - own <= CODE_IDENTIFIERS
 
 
 def module_level_values(tree: ast.Module) -> list:
-    return [node.value for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None]
+    return [
+        node.value for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+    ]
 
 
 def module_string_constants(tree: ast.Module) -> set[str]:
     """Names bound once, at module level, to a string literal (or a tuple of them, or an
     f-string of CODE_IDENTIFIERS) and never rebound."""
+
     def literal(node) -> bool:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return True
@@ -248,8 +291,9 @@ def module_string_constants(tree: ast.Module) -> set[str]:
         for target in targets:
             if isinstance(target, ast.Name) and value is not None and literal(value):
                 constants.add(target.id)
-            elif (isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
-                  and len(target.elts) == len(value.elts)):  # A, B = "x", ("y", "z")
+            elif (
+                isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts)
+            ):  # A, B = "x", ("y", "z")
                 constants |= {t.id for t, v in zip(target.elts, value.elts) if isinstance(t, ast.Name) and literal(v)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -290,10 +334,17 @@ def builds_text(node: ast.AST) -> TypeGuard[ast.expr]:
     if isinstance(node, ast.JoinedStr):
         return any(isinstance(v, ast.FormattedValue) for v in node.values)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
-        return any(isinstance(side, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(side, "value", ""), str)
-                   for side in (node.left, node.right))
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
-            and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str))
+        return any(
+            isinstance(side, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(side, "value", ""), str)
+            for side in (node.left, node.right)
+        )
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and isinstance(node.func.value, ast.Constant)
+        and isinstance(node.func.value.value, str)
+    )
 
 
 def literal_text(node) -> str:
@@ -314,7 +365,7 @@ def wrapper_argument(call: ast.Call, name: str, position: int, is_method: bool):
     """The argument a call passes for a wrapper's SQL parameter."""
     if is_method and isinstance(call.func, ast.Attribute):
         position -= 1  # self.query(SQL): `self` is not among the call's arguments
-    if 0 <= position < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+    if 0 <= position < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
         return call.args[position]
     return next((k.value for k in call.keywords if k.arg == name), None)
 
@@ -348,12 +399,17 @@ def check_source(source: str, path: str, constants_of=lambda module: set()) -> t
             statements = argument(call, SQL_KEYWORDS)
             items = statements.elts if isinstance(statements, (ast.List, ast.Tuple)) else [statements]
             return f"{method}() statement", [i.elts[0] if isinstance(i, ast.Tuple) and i.elts else i for i in items]
-        if (isinstance(call.func, ast.Attribute) and method in READ_METHODS
-                and any(k.arg in ("columns", "keyset") for k in call.keywords)):
+        if (
+            isinstance(call.func, ast.Attribute)
+            and method in READ_METHODS
+            and any(k.arg in ("columns", "keyset") for k in call.keywords)
+        ):
             return f"{method}() table", [argument(call, READ_KEYWORDS)]  # file.read() takes neither keyword
         if method in wrappers:
-            return (f"{method}() statement (a wrapper of a Spanner call)",
-                    [wrapper_argument(call, name, *where) for name, where in sorted(wrappers[method].items())])
+            return (
+                f"{method}() statement (a wrapper of a Spanner call)",
+                [wrapper_argument(call, name, *where) for name, where in sorted(wrappers[method].items())],
+            )
         return None
 
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
@@ -397,15 +453,22 @@ def check_source(source: str, path: str, constants_of=lambda module: set()) -> t
     called = {call_name(c) for c in calls}
     for function in functions:
         if function.name in wrappers and function.name not in called:
-            findings.append(Finding(path, function.lineno, f"{function.name}() passes its parameter "
-                                    f"{sorted(wrappers[function.name])} as SQL, and no call site in this module shows "
-                                    "it is a constant"))
+            findings.append(
+                Finding(
+                    path,
+                    function.lineno,
+                    f"{function.name}() passes its parameter "
+                    f"{sorted(wrappers[function.name])} as SQL, and no call site in this module shows "
+                    "it is a constant",
+                )
+            )
     return findings, checked
 
 
 def project_python_files() -> list[Path]:
-    return sorted(p for d in PROJECT_DIRS if (REPO / d).is_dir() for p in (REPO / d).rglob("*.py")
-                  if "__pycache__" not in p.parts)
+    return sorted(
+        p for d in PROJECT_DIRS if (REPO / d).is_dir() for p in (REPO / d).rglob("*.py") if "__pycache__" not in p.parts
+    )
 
 
 def test_no_sql_is_built_from_values_in_the_project() -> None:
@@ -430,7 +493,7 @@ def test_no_sql_is_built_from_values_in_the_project() -> None:
     assert findings == []
 
 
-BAD_SOURCE = '''
+BAD_SOURCE = """
 TABLE = "Posts"
 SQL = "SELECT 1"
 def bad(snapshot, transaction):
@@ -487,7 +550,7 @@ def declared(snapshot, post_id):
     snapshot.execute_sql(COUNTS_SQL)
     snapshot.execute_sql(SUMS_SQL)
     snapshot.execute_sql(f"SELECT {', '.join(COUNTER_COLUMNS)} FROM Posts")  # BAD: in a function, not declared
-'''
+"""
 
 
 def test_the_sql_check_catches_each_way_of_building_sql() -> None:
@@ -587,9 +650,29 @@ def test_the_credentials_scan_finds_planted_secrets(tmp_path: Path) -> None:
 # --- hostile CLI and template parameters ----------------------------------------------------------
 
 HOSTILE_VALUES = [
-    "x; rm -rf /", "$(id)", "`id`", "a && b", "a | b", "../../etc/passwd", "a\nb", "votes\n", "",
-    " ", "a b", "x" * 300, "votes'--", "v\u03bftes", "a\x00b", "--runner=DataflowRunner", "-1", "0", "1e9",
-    "%2e%2e%2f", "projects/p/subscriptions/../../x", "projects/my-project/subscriptions/a/b", "\u202e",
+    "x; rm -rf /",
+    "$(id)",
+    "`id`",
+    "a && b",
+    "a | b",
+    "../../etc/passwd",
+    "a\nb",
+    "votes\n",
+    "",
+    " ",
+    "a b",
+    "x" * 300,
+    "votes'--",
+    "v\u03bftes",
+    "a\x00b",
+    "--runner=DataflowRunner",
+    "-1",
+    "0",
+    "1e9",
+    "%2e%2e%2f",
+    "projects/p/subscriptions/../../x",
+    "projects/my-project/subscriptions/a/b",
+    "\u202e",
 ]
 ALL_PARAMS = {p.flag: p for p in STREAMING_PARAMS + FOLD_PARAMS}
 
@@ -613,32 +696,82 @@ def test_validate_refuses_hostile_values_naming_the_flag(flag: str) -> None:
 def test_the_cli_refuses_a_shell_injection_and_runs_nothing(tmp_path: Path, emulator_env) -> None:
     sentinel = tmp_path / "pwned"
     command = [
-        sys.executable, "-m", "upvotes.cli", "stream", "--project=test-project",
-        f"--instance=x; touch {sentinel}", "--database=votes", "--subscription=votes-sub",
-        "--dead-letter-topic=votes-dl", "--window-seconds=2",
+        sys.executable,
+        "-m",
+        "upvotes.cli",
+        "stream",
+        "--project=test-project",
+        f"--instance=x; touch {sentinel}",
+        "--database=votes",
+        "--subscription=votes-sub",
+        "--dead-letter-topic=votes-dl",
+        "--window-seconds=2",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env={**os.environ, **emulator_env})
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, **emulator_env}
+    )
     assert done.returncode != 0
     error_lines = [line for line in done.stderr.splitlines() if line.startswith("upvotes: ")]
     assert len(error_lines) == 1, done.stderr
-    assert error_lines[0].startswith(f"upvotes: --instance='x; touch {sentinel}' is not valid "
-                                     "(template parameter spannerInstanceId)"), done.stderr
+    assert error_lines[0].startswith(
+        f"upvotes: --instance='x; touch {sentinel}' is not valid (template parameter spannerInstanceId)"
+    ), done.stderr
     assert "Example: --instance=" in error_lines[0]
     assert "Traceback" not in done.stderr
     assert not sentinel.exists()
 
 
-@pytest.mark.parametrize("argv,flag", [
-    (["fold", "--instance", "upvotes", "--database", "$(touch /tmp/x)"], "--database="),
-    (["stream", "--instance", "upvotes", "--database", "votes", "--subscription", "s;ls",
-      "--dead-letter-topic", "votes-dl"], "--subscription="),
-    (["stream", "--instance", "upvotes", "--database", "votes", "--subscription", "votes-sub",
-      "--dead-letter-topic", "votes-dl", "--window-seconds", "0"], "--window-seconds="),
-    (["fold", "--instance", "upvotes", "--database", "votes", "--posts-per-commit", "-5"], "--posts-per-commit="),
-    (["stream", "--instance", "upvotes", "--database", "votes", "--subscription", "votes-sub",
-      "--dead-letter-topic", "../../topics/x"], "--dead-letter-topic="),
-])
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["fold", "--instance", "upvotes", "--database", "$(touch /tmp/x)"], "--database="),
+        (
+            [
+                "stream",
+                "--instance",
+                "upvotes",
+                "--database",
+                "votes",
+                "--subscription",
+                "s;ls",
+                "--dead-letter-topic",
+                "votes-dl",
+            ],
+            "--subscription=",
+        ),
+        (
+            [
+                "stream",
+                "--instance",
+                "upvotes",
+                "--database",
+                "votes",
+                "--subscription",
+                "votes-sub",
+                "--dead-letter-topic",
+                "votes-dl",
+                "--window-seconds",
+                "0",
+            ],
+            "--window-seconds=",
+        ),
+        (["fold", "--instance", "upvotes", "--database", "votes", "--posts-per-commit", "-5"], "--posts-per-commit="),
+        (
+            [
+                "stream",
+                "--instance",
+                "upvotes",
+                "--database",
+                "votes",
+                "--subscription",
+                "votes-sub",
+                "--dead-letter-topic",
+                "../../topics/x",
+            ],
+            "--dead-letter-topic=",
+        ),
+    ],
+)
 def test_the_cli_names_the_bad_flag_in_one_line(argv: list[str], flag: str, capsys) -> None:
     code = main(argv[:1] + ["--project", "test-project"] + argv[1:])
     err = capsys.readouterr().err
@@ -654,12 +787,25 @@ def test_hostile_ids_for_unvalidated_commands_fail_readably(command: str, tmp_pa
     hostile one is refused by the service, reported in one line, and executes nothing."""
     sentinel = tmp_path / "pwned"
     ledger = tmp_path / "ledger.json"
-    ledger.write_text(json.dumps({"events": 1, "invalid": 0, "posts": {"p-1": {"upvotes": 1, "shares": 0}},
-                                  "hourly": {}}))
+    ledger.write_text(
+        json.dumps({"events": 1, "invalid": 0, "posts": {"p-1": {"upvotes": 1, "shares": 0}}, "hourly": {}})
+    )
     extra = ["p-1"] if command == "read" else ["--ledger", str(ledger)]
-    argv = [sys.executable, "-m", "upvotes.cli", command, "--project", "test-project",
-            "--instance", f"x; touch {sentinel}", "--database", f"d-{uuid.uuid4().hex[:6]}"] + extra
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, **emulator_env})
+    argv = [
+        sys.executable,
+        "-m",
+        "upvotes.cli",
+        command,
+        "--project",
+        "test-project",
+        "--instance",
+        f"x; touch {sentinel}",
+        "--database",
+        f"d-{uuid.uuid4().hex[:6]}",
+    ] + extra
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, **emulator_env}
+    )
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]

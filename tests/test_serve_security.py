@@ -19,6 +19,7 @@ Also: the security headers on every answer, CORS only for exact configured origi
 limits in /healthz, the generated token (printed once, mode 0600, new at every start), the
 docs' flag table, and the pure pieces (token buckets, sessions, header parsing).
 """
+
 from __future__ import annotations
 
 import base64
@@ -42,18 +43,22 @@ from schemas.contract import parse_vote
 from schemas.records import PostUser, VoteState
 from spanner_reads.counts_reader import CountsReader
 from spanner_writes.votes import apply_all_vote_states
+from tests.support.topic_audit import TopicAudit
 from upvotes.serving.http_guards import host_of, json_media_type, origin_key
 from upvotes.serving.live_page import CSRF_META, USER_META
 from upvotes.serving.live_sessions import COOKIE, CSRF_HEADER, USER_PREFIX, LiveSessions, Session, SessionRefused
 from upvotes.serving.rate_limits import TokenBuckets, retry_after
 from upvotes.serving.serve_settings import (
-    BURST_SECONDS, InvalidServeSetting, ServiceSettings, allowed_hosts_for, flags_table_markdown, readme_table,
+    BURST_SECONDS,
+    InvalidServeSetting,
+    ServiceSettings,
+    allowed_hosts_for,
+    flags_table_markdown,
+    readme_table,
 )
 from upvotes.serving.service import PubSubVotePublisher, create_app, start_in_background
 from upvotes.serving.user_votes import SpannerVoteReader
 from upvotes.serving.write_credentials import CredentialError, resolve_write_credential, write_token_file
-
-from tests.support.topic_audit import TopicAudit
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-" + "x" * 32
@@ -79,11 +84,21 @@ def start_service(stack, database):
     running = []
 
     def start(clock=time.time, **overrides):
-        base = dict(write_tokens=(TOKEN,), session_s=SESSION_S, token_writes_per_s=1000.0,
-                    session_writes_per_s=1000.0, client_writes_per_s=1000.0)
+        base = dict(
+            write_tokens=(TOKEN,),
+            session_s=SESSION_S,
+            token_writes_per_s=1000.0,
+            session_writes_per_s=1000.0,
+            client_writes_per_s=1000.0,
+        )
         settings = ServiceSettings(**{**base, **overrides})
-        app = create_app(CountsReader(database, refresh_s=0.0), SpannerVoteReader(database),
-                         PubSubVotePublisher(stack.topic_path(stack.topic)), settings, clock=clock)
+        app = create_app(
+            CountsReader(database, refresh_s=0.0),
+            SpannerVoteReader(database),
+            PubSubVotePublisher(stack.topic_path(stack.topic)),
+            settings,
+            clock=clock,
+        )
         service = start_in_background(app, settings)
         running.append(service)
         return service
@@ -130,8 +145,13 @@ def new_session(url: str) -> tuple[str, str, str]:
 
 def state_event(user_id: str, vote: str = "up", post_id: str = "target", **extra: str) -> dict:
     """A vote-state event of `user_id`, timed now: what the live page sends."""
-    return {"post_id": post_id, "user_id": user_id, "vote": vote,
-            "event_time": datetime.now(timezone.utc).isoformat(), **extra}
+    return {
+        "post_id": post_id,
+        "user_id": user_id,
+        "vote": vote,
+        "event_time": datetime.now(timezone.utc).isoformat(),
+        **extra,
+    }
 
 
 def vote_path(post_id: str, user_id: str) -> str:
@@ -156,9 +176,22 @@ def refused_counts(url: str) -> dict:
 
 # --- security headers ---------------------------------------------------------------------------
 
+
 def test_every_answer_carries_the_security_headers(client) -> None:
-    answers = {path: client.get(path) for path in ("/", "/healthz", "/v1/top", "/v1/posts/x", "/nowhere",
-                                                    "/live-page.js", "/live-page.css", "/docs", "/openapi.json")}
+    answers = {
+        path: client.get(path)
+        for path in (
+            "/",
+            "/healthz",
+            "/v1/top",
+            "/v1/posts/x",
+            "/nowhere",
+            "/live-page.js",
+            "/live-page.css",
+            "/docs",
+            "/openapi.json",
+        )
+    }
     answers["421"] = client.get("/healthz", headers={"Host": "evil.example"})
     answers["415"] = client.post("/v1/votes", content=b"{}", headers={"Content-Type": "text/plain"})
     answers["401"] = client.post("/v1/votes", json=EVENT)
@@ -183,7 +216,9 @@ def test_the_page_runs_no_inline_script_and_its_policy_allows_only_its_own_files
     assert "unsafe" not in page.headers["content-security-policy"]
     scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page.text, re.S)
     assert scripts and all('src="/' in attributes and body == "" for attributes, body in scripts)
-    assert "<style" not in page.text and not re.search(r"<[^>]*\s(style|on\w+)=", page.text)  # no inline style or handler
+    assert "<style" not in page.text and not re.search(
+        r"<[^>]*\s(style|on\w+)=", page.text
+    )  # no inline style or handler
     # /docs keeps Swagger UI's inline bootstrap script, allowed by its hash and nothing else inline.
     docs = client.get("/docs")
     inline = re.findall(r"<script>(.*?)</script>", docs.text, re.S)
@@ -196,10 +231,15 @@ def test_the_page_runs_no_inline_script_and_its_policy_allows_only_its_own_files
 
 SIMPLE_BODIES = {  # what a <form> or a no-cors fetch() can send cross-site without a preflight
     "text/plain": (json.dumps(EVENT | {"delta": 1_000_000}).encode(), "text/plain"),
-    "form-urlencoded": (b'{"post_id":"target","counter":"upvotes","delta":1000000,"pad":"=x"}',
-                        "application/x-www-form-urlencoded"),
-    "multipart": (b'--b\r\nContent-Disposition: form-data; name="{\\"post_id\\":\\"target\\",\\"counter\\":'
-                  b'\\"upvotes\\",\\"delta\\":1000000}"\r\n\r\nx\r\n--b--\r\n', "multipart/form-data; boundary=b"),
+    "form-urlencoded": (
+        b'{"post_id":"target","counter":"upvotes","delta":1000000,"pad":"=x"}',
+        "application/x-www-form-urlencoded",
+    ),
+    "multipart": (
+        b'--b\r\nContent-Disposition: form-data; name="{\\"post_id\\":\\"target\\",\\"counter\\":'
+        b'\\"upvotes\\",\\"delta\\":1000000}"\r\n\r\nx\r\n--b--\r\n',
+        "multipart/form-data; boundary=b",
+    ),
 }
 
 
@@ -207,10 +247,14 @@ SIMPLE_BODIES = {  # what a <form> or a no-cors fetch() can send cross-site with
 def test_cross_site_simple_posts_are_refused(kind, service, client, published_since) -> None:
     body, content_type = SIMPLE_BODIES[kind]
     cookie, _, _ = new_session(service.url)
-    with_origin = client.post("/v1/votes", content=body, headers={
-        "Content-Type": content_type, "Origin": EVIL_ORIGIN, "Cookie": f"{COOKIE}={cookie}"})
-    without_origin = client.post("/v1/votes", content=body, headers={
-        "Content-Type": content_type, "Cookie": f"{COOKIE}={cookie}"})
+    with_origin = client.post(
+        "/v1/votes",
+        content=body,
+        headers={"Content-Type": content_type, "Origin": EVIL_ORIGIN, "Cookie": f"{COOKIE}={cookie}"},
+    )
+    without_origin = client.post(
+        "/v1/votes", content=body, headers={"Content-Type": content_type, "Cookie": f"{COOKIE}={cookie}"}
+    )
     with_token = client.post("/v1/votes", content=body, headers={**bearer(), "Content-Type": content_type})
     assert with_origin.status_code == 403 and "origin" in with_origin.json()["error"]
     assert without_origin.status_code == 415 and with_token.status_code == 415
@@ -219,18 +263,34 @@ def test_cross_site_simple_posts_are_refused(kind, service, client, published_si
 
 
 def test_json_with_a_charset_is_accepted_and_other_charsets_are_not(client, published_since) -> None:
-    good = client.post("/v1/votes", content=json.dumps(EVENT).encode(),
-                       headers={**bearer(), "Content-Type": "application/json; charset=UTF-8"})
-    bad = client.post("/v1/votes", content=json.dumps(EVENT).encode(),
-                      headers={**bearer(), "Content-Type": "application/json; charset=utf-16"})
+    good = client.post(
+        "/v1/votes",
+        content=json.dumps(EVENT).encode(),
+        headers={**bearer(), "Content-Type": "application/json; charset=UTF-8"},
+    )
+    bad = client.post(
+        "/v1/votes",
+        content=json.dumps(EVENT).encode(),
+        headers={**bearer(), "Content-Type": "application/json; charset=utf-16"},
+    )
     assert (good.status_code, bad.status_code) == (202, 415)
     assert [json.loads(m.data)["post_id"] for m in published_since()] == ["target"]
 
 
 # --- Host and Origin --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1.evil.example", "localhost.",
-                                  "[::2]:{port}", "127.0.0.1@evil.example"])
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "evil.example:{port}",
+        "127.0.0.1.evil.example",
+        "localhost.",
+        "[::2]:{port}",
+        "127.0.0.1@evil.example",
+    ],
+)
 def test_a_foreign_host_is_refused_on_reads_and_writes(host, service, client, published_since) -> None:
     host = host.format(port=service.url.rsplit(":", 1)[1])
     before = refused_counts(service.url)["host"]
@@ -248,9 +308,14 @@ def test_a_request_without_a_host_header_is_refused(service, published_since) ->
     host, port = service.url.removeprefix("http://").split(":")
     body = json.dumps(EVENT).encode()
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"POST /v1/votes HTTP/1.0\r\nAuthorization: Bearer " + TOKEN.encode() +
-                     b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
-                     b"\r\n\r\n" + body)
+        sock.sendall(
+            b"POST /v1/votes HTTP/1.0\r\nAuthorization: Bearer "
+            + TOKEN.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
         reply = b""
         while chunk := sock.recv(4096):
             reply += chunk
@@ -258,8 +323,17 @@ def test_a_request_without_a_host_header_is_refused(service, published_since) ->
     assert published_since() == []
 
 
-@pytest.mark.parametrize("origin", [EVIL_ORIGIN, "null", "https://127.0.0.1:{port}", "http://127.0.0.1:1",
-                                    "http://localhost:{port}.evil.example", "garbage"])
+@pytest.mark.parametrize(
+    "origin",
+    [
+        EVIL_ORIGIN,
+        "null",
+        "https://127.0.0.1:{port}",
+        "http://127.0.0.1:1",
+        "http://localhost:{port}.evil.example",
+        "garbage",
+    ],
+)
 def test_a_foreign_origin_cannot_write_with_a_token_or_a_session(origin, service, client, published_since) -> None:
     origin = origin.format(port=service.url.rsplit(":", 1)[1])
     cookie, csrf, _ = new_session(service.url)
@@ -272,11 +346,15 @@ def test_a_foreign_origin_cannot_write_with_a_token_or_a_session(origin, service
 
 def test_the_own_origin_with_a_session_or_a_token_writes(service, client, published_since) -> None:
     cookie, csrf, user = new_session(service.url)
-    by_page = client.post("/v1/votes", json=state_event(user, event_id="page"),
-                          headers=session_headers(cookie, csrf, Origin=service.url))
+    by_page = client.post(
+        "/v1/votes", json=state_event(user, event_id="page"), headers=session_headers(cookie, csrf, Origin=service.url)
+    )
     by_token = client.post("/v1/votes", json=EVENT | {"event_id": "app", "delta": 500}, headers=bearer())
-    by_localhost = client.post("/v1/votes", json=EVENT | {"event_id": "localhost"},
-                               headers={**bearer(), "Host": "localhost", "Origin": "http://localhost"})
+    by_localhost = client.post(
+        "/v1/votes",
+        json=EVENT | {"event_id": "localhost"},
+        headers={**bearer(), "Host": "localhost", "Origin": "http://localhost"},
+    )
     assert (by_page.status_code, by_token.status_code, by_localhost.status_code) == (202, 202, 202)
     assert sorted(m.attributes["event_id"] for m in published_since()) == ["app", "localhost", "page"]
 
@@ -284,7 +362,10 @@ def test_the_own_origin_with_a_session_or_a_token_writes(service, client, publis
 def test_cors_answers_only_configured_exact_origins(start_service, published_since) -> None:
     app_origin = "https://app.example"
     url = start_service(cors_origins=(app_origin,)).url
-    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+    preflight = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type",
+    }
     allowed = httpx.options(url + "/v1/votes", headers={**preflight, "Origin": app_origin})
     foreign = httpx.options(url + "/v1/votes", headers={**preflight, "Origin": EVIL_ORIGIN})
     assert allowed.headers["access-control-allow-origin"] == app_origin
@@ -298,8 +379,9 @@ def test_cors_answers_only_configured_exact_origins(start_service, published_sin
     assert [m.attributes["event_id"] for m in published_since()] == ["cors"]
 
 
-@pytest.mark.parametrize("origin", ["*", "https://*.example.com", "https://app.example/path", "app.example",
-                                    "https://user:pw@app.example"])
+@pytest.mark.parametrize(
+    "origin", ["*", "https://*.example.com", "https://app.example/path", "app.example", "https://user:pw@app.example"]
+)
 def test_cors_refuses_anything_but_an_exact_origin(origin) -> None:
     with pytest.raises(InvalidServeSetting, match="not an exact origin"):
         ServiceSettings(write_tokens=(TOKEN,), cors_origins=(origin,))
@@ -312,6 +394,7 @@ def test_no_cors_headers_without_configured_origins(client) -> None:
 
 
 # --- credentials -----------------------------------------------------------------------------------
+
 
 def test_a_missing_wrong_or_tampered_credential_is_refused(service, client, published_since) -> None:
     cookie, csrf, _ = new_session(service.url)
@@ -360,8 +443,10 @@ def test_a_rotated_token_and_its_sessions_are_refused(start_service, service, pu
     assert "rotated" in old_session.json()["error"]
     assert published_since() == []
     both = start_service(write_tokens=(OTHER_TOKEN, TOKEN)).url
-    answers = [httpx.post(both + "/v1/votes", json=EVENT | {"event_id": token[:5]}, headers=bearer(token))
-               for token in (TOKEN, OTHER_TOKEN)]
+    answers = [
+        httpx.post(both + "/v1/votes", json=EVENT | {"event_id": token[:5]}, headers=bearer(token))
+        for token in (TOKEN, OTHER_TOKEN)
+    ]
     assert [a.status_code for a in answers] == [202, 202]
     assert sorted(m.attributes["event_id"] for m in published_since()) == ["rotat", "test-"]
 
@@ -406,8 +491,9 @@ SLOW = 0.05  # writes per second: a bucket of 1 that takes 20 s to refill, so a 
 
 def test_a_burst_past_the_token_rate_limit_gets_429(start_service, published_since) -> None:
     url = start_service(token_writes_per_s=SLOW).url
-    answers = [httpx.post(url + "/v1/votes", json=EVENT | {"event_id": f"burst-{i}"}, headers=bearer())
-               for i in range(4)]
+    answers = [
+        httpx.post(url + "/v1/votes", json=EVENT | {"event_id": f"burst-{i}"}, headers=bearer()) for i in range(4)
+    ]
     assert [a.status_code for a in answers] == [202, 429, 429, 429]
     assert all(10 <= int(a.headers["retry-after"]) <= 20 for a in answers[1:])
     assert refused_counts(url)["rate_limited"] == 3
@@ -417,12 +503,19 @@ def test_a_burst_past_the_token_rate_limit_gets_429(start_service, published_sin
 def test_a_burst_past_the_session_rate_limit_gets_429(start_service, published_since) -> None:
     url = start_service(session_writes_per_s=SLOW).url
     cookie, csrf, user = new_session(url)
-    answers = [httpx.post(url + "/v1/votes", json=state_event(user, event_id=f"click-{i}"),
-                          headers=session_headers(cookie, csrf)) for i in range(3)]
+    answers = [
+        httpx.post(
+            url + "/v1/votes", json=state_event(user, event_id=f"click-{i}"), headers=session_headers(cookie, csrf)
+        )
+        for i in range(3)
+    ]
     assert [a.status_code for a in answers] == [202, 429, 429]
     other_cookie, other_csrf, other_user = new_session(url)  # another session has its own bucket
-    other = httpx.post(url + "/v1/votes", json=state_event(other_user, event_id="other"),
-                       headers=session_headers(other_cookie, other_csrf))
+    other = httpx.post(
+        url + "/v1/votes",
+        json=state_event(other_user, event_id="other"),
+        headers=session_headers(other_cookie, other_csrf),
+    )
     assert other.status_code == 202
     assert sorted(m.attributes["event_id"] for m in published_since()) == ["click-0", "other"]
 
@@ -432,8 +525,11 @@ def test_new_sessions_do_not_escape_the_client_address_limit(start_service, publ
     answers = []
     for i in range(3):
         cookie, csrf, user = new_session(url)
-        answers.append(httpx.post(url + "/v1/votes", json=state_event(user, event_id=f"s-{i}"),
-                                  headers=session_headers(cookie, csrf)))
+        answers.append(
+            httpx.post(
+                url + "/v1/votes", json=state_event(user, event_id=f"s-{i}"), headers=session_headers(cookie, csrf)
+            )
+        )
     unauthenticated = httpx.post(url + "/v1/votes", json=EVENT)  # refused attempts are throttled too
     assert [a.status_code for a in answers] == [202, 429, 429] and unauthenticated.status_code == 429
     token = httpx.post(url + "/v1/votes", json=EVENT | {"event_id": "app"}, headers=bearer())
@@ -441,16 +537,22 @@ def test_new_sessions_do_not_escape_the_client_address_limit(start_service, publ
     assert sorted(m.attributes["event_id"] for m in published_since()) == ["app", "s-0"]
 
 
-def test_deltas_beyond_a_tokens_cap_are_rejected_and_a_token_sends_both_kinds(start_service,
-                                                                             published_since) -> None:
+def test_deltas_beyond_a_tokens_cap_are_rejected_and_a_token_sends_both_kinds(start_service, published_since) -> None:
     url = start_service(max_delta=100).url
     big_app = httpx.post(url + "/v1/votes", json=EVENT | {"delta": -101}, headers=bearer())
     assert big_app.status_code == 400 and "±100" in big_app.json()["rejected"][0]["error"]
     assert published_since() == []
-    lines = [EVENT | {"delta": 100, "event_id": "a"}, EVENT | {"delta": 101}, EVENT | {"delta": -100},
-             state_event("app-user-1", vote="down")]  # a vote-state event has no delta, so no cap
-    batch = httpx.post(url + "/v1/votes", content="\n\n".join(json.dumps(line) for line in lines).encode(),
-                       headers={**bearer(), "Content-Type": "application/x-ndjson"})
+    lines = [
+        EVENT | {"delta": 100, "event_id": "a"},
+        EVENT | {"delta": 101},
+        EVENT | {"delta": -100},
+        state_event("app-user-1", vote="down"),
+    ]  # a vote-state event has no delta, so no cap
+    batch = httpx.post(
+        url + "/v1/votes",
+        content="\n\n".join(json.dumps(line) for line in lines).encode(),
+        headers={**bearer(), "Content-Type": "application/x-ndjson"},
+    )
     one_state = httpx.post(url + "/v1/votes", json=state_event("app-user-2", event_id="state"), headers=bearer())
     assert batch.status_code == 202 and batch.json()["accepted"] == 3
     assert [r["line"] for r in batch.json()["rejected"]] == [3]  # blank lines count, as in the pipeline
@@ -459,11 +561,14 @@ def test_deltas_beyond_a_tokens_cap_are_rejected_and_a_token_sends_both_kinds(st
     assert sorted(m.attributes.get("format", "v1") for m in messages) == ["ndjson", "v1"]
     events = [json.loads(line) for m in messages for line in m.data.split(b"\n")]
     assert sorted(e["delta"] for e in events if "delta" in e) == [-100, 100]
-    assert sorted((e["user_id"], e["vote"]) for e in events if "vote" in e) == [("app-user-1", "down"),
-                                                                               ("app-user-2", "up")]
+    assert sorted((e["user_id"], e["vote"]) for e in events if "vote" in e) == [
+        ("app-user-1", "down"),
+        ("app-user-2", "up"),
+    ]
 
 
 # --- one voter per live-page session -------------------------------------------------------------
+
 
 def test_a_session_is_one_voter_and_sends_only_its_own_vote_states(service, client, published_since) -> None:
     cookie, csrf, user = new_session(service.url)
@@ -476,8 +581,11 @@ def test_a_session_is_one_voter_and_sends_only_its_own_vote_states(service, clie
     as_other = client.post("/v1/votes", json=state_event(other_user), headers=session_headers(cookie, csrf))
     as_app_user = client.post("/v1/votes", json=state_event("app-user-7"), headers=session_headers(cookie, csrf))
     delta = client.post("/v1/votes", json=EVENT, headers=session_headers(cookie, csrf))
-    batch = client.post("/v1/votes", content=json.dumps(state_event(user)).encode(),
-                        headers={**session_headers(cookie, csrf), "Content-Type": "application/x-ndjson"})
+    batch = client.post(
+        "/v1/votes",
+        content=json.dumps(state_event(user)).encode(),
+        headers={**session_headers(cookie, csrf), "Content-Type": "application/x-ndjson"},
+    )
     for answer in (as_other, as_app_user):
         assert answer.status_code == 403 and f"only as its own user {user!r}" in answer.json()["error"]
     assert delta.status_code == 403 and "delta events need a bearer token" in delta.json()["error"]
@@ -487,12 +595,14 @@ def test_a_session_is_one_voter_and_sends_only_its_own_vote_states(service, clie
     own = client.post("/v1/votes", json=state_event(user, event_id="own"), headers=session_headers(cookie, csrf))
     by_app = client.post("/v1/votes", json=state_event(other_user, "down", event_id="app"), headers=bearer())
     assert (own.status_code, by_app.status_code) == (202, 202)  # a token may vote as any user
-    published = sorted((m.attributes["event_id"], json.loads(m.data)["user_id"], json.loads(m.data)["vote"])
-                       for m in published_since())
+    published = sorted(
+        (m.attributes["event_id"], json.loads(m.data)["user_id"], json.loads(m.data)["vote"]) for m in published_since()
+    )
     assert published == [("app", other_user, "down"), ("own", user, "up")]
 
 
 # --- a user's vote is private ---------------------------------------------------------------------
+
 
 def apply_states(database, *events: dict) -> None:
     """Vote-state events applied to the Votes table through the stream's own path."""
@@ -525,15 +635,22 @@ def test_a_users_vote_is_refused_to_anyone_else(service, client) -> None:
         "no credential": (client.get(path), 401, "credential"),
         "wrong token": (client.get(path, headers=bearer(TOKEN + "z")), 401, "credential"),
         "the cookie alone": (client.get(path, headers=session_headers(cookie)), 403, "csrf"),
-        "another session's anti-CSRF token": (client.get(path, headers=session_headers(cookie, other_csrf)), 403,
-                                              "csrf"),
-        "another session": (client.get(path, headers=session_headers(other_cookie, other_csrf)), 403,
-                            "session_scope"),
-        "a foreign origin, with the session": (client.get(path, headers=session_headers(cookie, csrf,
-                                                                                        Origin=EVIL_ORIGIN)),
-                                               403, "origin"),
-        "a foreign origin, with a token": (client.get(path, headers={**bearer(), "Origin": EVIL_ORIGIN}), 403,
-                                           "origin"),
+        "another session's anti-CSRF token": (
+            client.get(path, headers=session_headers(cookie, other_csrf)),
+            403,
+            "csrf",
+        ),
+        "another session": (client.get(path, headers=session_headers(other_cookie, other_csrf)), 403, "session_scope"),
+        "a foreign origin, with the session": (
+            client.get(path, headers=session_headers(cookie, csrf, Origin=EVIL_ORIGIN)),
+            403,
+            "origin",
+        ),
+        "a foreign origin, with a token": (
+            client.get(path, headers={**bearer(), "Origin": EVIL_ORIGIN}),
+            403,
+            "origin",
+        ),
     }
     for what, (answer, status, _) in answers.items():
         assert answer.status_code == status, what
@@ -547,21 +664,32 @@ def test_a_users_vote_is_refused_to_anyone_else(service, client) -> None:
 
 
 def test_healthz_shows_the_limits(start_service) -> None:
-    url = start_service(max_delta=250, token_writes_per_s=7.0, session_writes_per_s=3.0,
-                        client_writes_per_s=9.0, session_s=1800.0).url
+    url = start_service(
+        max_delta=250, token_writes_per_s=7.0, session_writes_per_s=3.0, client_writes_per_s=9.0, session_s=1800.0
+    ).url
     limits = httpx.get(url + "/healthz").json()["limits"]
     assert limits == {
         "max_delta": {"token": 250},
         "writes_per_second": {"token": 7.0, "live_page_session": 3.0, "client_address": 9.0},
-        "burst_seconds": BURST_SECONDS, "session_seconds": 1800.0,
+        "burst_seconds": BURST_SECONDS,
+        "session_seconds": 1800.0,
     }
 
 
 # --- the generated token ---------------------------------------------------------------------------
 
+
 def start_serve(stack, cwd: Path, env: dict) -> tuple[subprocess.Popen, str]:
-    command = [sys.executable, "-m", "upvotes.cli", "serve", f"--project={stack.project}",
-               f"--instance={stack.instance}", f"--database={stack.database}", "--port=0"]
+    command = [
+        sys.executable,
+        "-m",
+        "upvotes.cli",
+        "serve",
+        f"--project={stack.project}",
+        f"--instance={stack.instance}",
+        f"--database={stack.database}",
+        "--port=0",
+    ]
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stderr is not None  # both pipes
     line = process.stdout.readline()
@@ -630,6 +758,7 @@ def test_the_token_file_is_never_readable_by_others_whatever_the_umask(tmp_path)
 
 # --- the pure pieces --------------------------------------------------------------------------------
 
+
 def test_token_buckets_refill_at_their_rate_up_to_their_burst() -> None:
     now = [100.0]
     buckets = TokenBuckets(rate=2.0, burst=4.0, clock=lambda: now[0], max_keys=3)
@@ -670,13 +799,25 @@ def test_header_rules() -> None:
     assert origin_key("http://LOCALHOST") == ("http", "localhost", 80)
     assert origin_key("https://[::1]:8443") == ("https", "[::1]", 8443)
     assert origin_key("null") is None and origin_key("http://x:99999") is None
-    for accepted in ("application/json", "Application/JSON; charset=utf-8", "application/x-ndjson;charset=\"UTF-8\""):
+    for accepted in ("application/json", "Application/JSON; charset=utf-8", 'application/x-ndjson;charset="UTF-8"'):
         assert json_media_type(accepted)[1] is None, accepted
-    for refused in (None, "", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-                    "application/json-patch+json", "application/json; charset=latin-1", "text/json"):
+    for refused in (
+        None,
+        "",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json-patch+json",
+        "application/json; charset=latin-1",
+        "text/json",
+    ):
         assert json_media_type(refused)[0] is None, refused
-    assert allowed_hosts_for("0.0.0.0", ["Votes.Example.com"]) == ("localhost", "127.0.0.1", "[::1]",
-                                                                   "votes.example.com")
+    assert allowed_hosts_for("0.0.0.0", ["Votes.Example.com"]) == (
+        "localhost",
+        "127.0.0.1",
+        "[::1]",
+        "votes.example.com",
+    )
     assert allowed_hosts_for("::1") == ("localhost", "127.0.0.1", "[::1]")
     assert allowed_hosts_for("10.1.2.3")[-1] == "10.1.2.3"
     with pytest.raises(InvalidServeSetting, match="allowed-host"):

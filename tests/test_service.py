@@ -3,6 +3,7 @@ Spanner and Pub/Sub emulators behind it. Every route, the write token, body limi
 post IDs, a user's vote (as applied to the Votes table), error bodies and a slow-loris
 client. The hostile requests (foreign hosts and origins, cross-site forms, stolen sessions,
 a session reading or voting as another user, bursts) are in tests/test_serve_security.py."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,13 @@ import pytest
 from google.cloud import pubsub_v1
 
 from schemas.contract import (
-    BATCH_ID_PREFIX, EVENT_ID_ATTRIBUTE, EVENT_TIME_ATTRIBUTE, MESSAGE_ID_PREFIX, batch_messages, event_message, parse_vote,
+    BATCH_ID_PREFIX,
+    EVENT_ID_ATTRIBUTE,
+    EVENT_TIME_ATTRIBUTE,
+    MESSAGE_ID_PREFIX,
+    batch_messages,
+    event_message,
+    parse_vote,
 )
 from schemas.counters import Counts
 from schemas.records import PostDelta, PostUser, VoteEvent, VoteState
@@ -27,7 +34,12 @@ from spanner_writes.deltas import write_deltas
 from spanner_writes.votes import apply_all_vote_states
 from upvotes.cli import main
 from upvotes.serving.service import (
-    MAX_BODY_BYTES, MAX_EVENTS, PubSubVotePublisher, ServiceSettings, create_app, start_in_background,
+    MAX_BODY_BYTES,
+    MAX_EVENTS,
+    PubSubVotePublisher,
+    ServiceSettings,
+    create_app,
+    start_in_background,
 )
 from upvotes.serving.user_votes import SpannerVoteReader
 
@@ -35,16 +47,28 @@ HOUR = 1_795_312_800
 TOKEN = "correct horse battery staple"
 TIMEOUT_S = 1.0
 HOSTILE_IDS = [
-    "a/b/c", "with space", "ünïcødé/☃", "../../etc/passwd", "%2F%20", "?q=1&id=2#frag", "<script>alert(1)</script>",
-    "'; DROP TABLE Posts; --", "tab\there", "x" * 128,
+    "a/b/c",
+    "with space",
+    "ünïcødé/☃",
+    "../../etc/passwd",
+    "%2F%20",
+    "?q=1&id=2#frag",
+    "<script>alert(1)</script>",
+    "'; DROP TABLE Posts; --",
+    "tab\there",
+    "x" * 128,
 ]
 
 
 @pytest.fixture(scope="module")
 def service(stack, database):
     settings = ServiceSettings(write_tokens=(TOKEN,), head_timeout_s=TIMEOUT_S, body_timeout_s=TIMEOUT_S)
-    app = create_app(CountsReader(database, refresh_s=0.0), SpannerVoteReader(database),
-                     PubSubVotePublisher(stack.topic_path(stack.topic)), settings)
+    app = create_app(
+        CountsReader(database, refresh_s=0.0),
+        SpannerVoteReader(database),
+        PubSubVotePublisher(stack.topic_path(stack.topic)),
+        settings,
+    )
     running = start_in_background(app, settings)
     yield running
     running.stop()
@@ -69,12 +93,15 @@ def pull(stack, want: int, timeout_s: float = 30) -> list:
     deadline = time.monotonic() + timeout_s
     try:
         while len(messages) < want and time.monotonic() < deadline:
-            response = subscriber.pull(subscription=stack.subscription_path(stack.subscription), max_messages=100,
-                                       timeout=5)
+            response = subscriber.pull(
+                subscription=stack.subscription_path(stack.subscription), max_messages=100, timeout=5
+            )
             messages += [m.message for m in response.received_messages]
             if response.received_messages:
-                subscriber.acknowledge(subscription=stack.subscription_path(stack.subscription),
-                                       ack_ids=[m.ack_id for m in response.received_messages])
+                subscriber.acknowledge(
+                    subscription=stack.subscription_path(stack.subscription),
+                    ack_ids=[m.ack_id for m in response.received_messages],
+                )
     finally:
         subscriber.close()
     return messages
@@ -84,8 +111,14 @@ def test_health_docs_and_the_live_page(client) -> None:
     assert client.get("/healthz").json()["status"] == "ok"
     assert "swagger" in client.get("/docs").text.lower()
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/v1/posts/{post_id}", "/v1/posts/{post_id}/votes/{user_id}", "/v1/posts", "/v1/top", "/v1/votes",
-            "/healthz"} <= set(paths)
+    assert {
+        "/v1/posts/{post_id}",
+        "/v1/posts/{post_id}/votes/{user_id}",
+        "/v1/posts",
+        "/v1/top",
+        "/v1/votes",
+        "/healthz",
+    } <= set(paths)
     page = client.get("/")
     assert page.status_code == 200 and '<script src="/live-page.js"' in page.text
     script = client.get("/live-page.js")
@@ -95,7 +128,10 @@ def test_health_docs_and_the_live_page(client) -> None:
 
 
 def test_posts_with_hostile_ids_read_exactly_in_paths_and_queries(client, database) -> None:
-    write_deltas(database, [PostDelta.of(p, HOUR, f"h:{i}", upvotes=10 + i, shares=i, events=1) for i, p in enumerate(HOSTILE_IDS)])
+    write_deltas(
+        database,
+        [PostDelta.of(p, HOUR, f"h:{i}", upvotes=10 + i, shares=i, events=1) for i, p in enumerate(HOSTILE_IDS)],
+    )
     for i, post_id in enumerate(HOSTILE_IDS):
         one = client.get(f"/v1/posts/{quote(post_id, safe='')}")
         assert one.status_code == 200, (post_id, one.text)
@@ -104,13 +140,19 @@ def test_posts_with_hostile_ids_read_exactly_in_paths_and_queries(client, databa
         assert body["as_of"].startswith("20")
     many = client.get("/v1/posts", params=[("id", p) for p in HOSTILE_IDS + ["never-voted"]]).json()["posts"]
     assert [(p["post_id"], p["upvotes"]) for p in many] == [(p, 10 + i) for i, p in enumerate(HOSTILE_IDS)] + [
-        ("never-voted", 0)]
+        ("never-voted", 0)
+    ]
 
 
 def test_unique_voters_are_read_on_request_only(client, database) -> None:
     post = "voted/by ü"
-    write_deltas(database, [PostDelta.of(post, HOUR, "uv:1", upvotes=4, events=4, voters=sketch_of(["a", "b", "c"])),
-                            PostDelta.of(post, HOUR + 3600, "uv:2", upvotes=2, events=2, voters=sketch_of(["c", "d"]))])
+    write_deltas(
+        database,
+        [
+            PostDelta.of(post, HOUR, "uv:1", upvotes=4, events=4, voters=sketch_of(["a", "b", "c"])),
+            PostDelta.of(post, HOUR + 3600, "uv:2", upvotes=2, events=2, voters=sketch_of(["c", "d"])),
+        ],
+    )
     plain = client.get(f"/v1/posts/{quote(post, safe='')}").json()
     assert plain["upvotes"] == 6 and "unique_voters" not in plain
     one = client.get(f"/v1/posts/{quote(post, safe='')}", params={"unique": "true"}).json()
@@ -120,8 +162,14 @@ def test_unique_voters_are_read_on_request_only(client, database) -> None:
 
 
 def test_bad_reads_answer_json_reasons(client) -> None:
-    for path, status in [("/v1/posts/" + "y" * 129, 400), ("/v1/posts/", 400), ("/v1/posts", 400),
-                         ("/v1/top?n=0", 400), ("/v1/top?n=lots", 400), ("/nowhere", 404)]:
+    for path, status in [
+        ("/v1/posts/" + "y" * 129, 400),
+        ("/v1/posts/", 400),
+        ("/v1/posts", 400),
+        ("/v1/top?n=0", 400),
+        ("/v1/top?n=lots", 400),
+        ("/nowhere", 404),
+    ]:
         response = client.get(path)
         assert response.status_code == status, path
         assert response.headers["content-type"] == "application/json"
@@ -147,18 +195,28 @@ def test_a_users_vote_reads_as_applied_and_never_voted_reads_none(client, databa
     user = "reader/ü 1"
     up = {"post_id": "mv/1", "user_id": user, "vote": "up", "event_time": "2026-11-22T10:00:00Z", "event_id": "e-up"}
     flipped_down = {"vote": "down", "event_time": "2026-11-22T10:00:01.5Z", "event_id": "e-3"}
-    apply_states(database, up, up | {"post_id": "mv/votes/2", "event_id": "e-2"},
-                 up | {"post_id": "mv/votes/2"} | flipped_down)
+    apply_states(
+        database, up, up | {"post_id": "mv/votes/2", "event_id": "e-2"}, up | {"post_id": "mv/votes/2"} | flipped_down
+    )
     first = client.get(vote_path("mv/1", user), headers=auth())
     assert first.status_code == 200
     assert first.json()["applied_at"].startswith("20")
-    assert first.json() | {"applied_at": None} == {"post_id": "mv/1", "user_id": user, "vote": "up",
-                                                   "voted_at": "2026-11-22T10:00:00+00:00", "event_id": "e-up",
-                                                   "applied_at": None}
+    assert first.json() | {"applied_at": None} == {
+        "post_id": "mv/1",
+        "user_id": user,
+        "vote": "up",
+        "voted_at": "2026-11-22T10:00:00+00:00",
+        "event_id": "e-up",
+        "applied_at": None,
+    }
     # A post ID holding "/votes/": the path splits at its last "/votes/", so its vote reads right...
     flipped = client.get(vote_path("mv/votes/2", user), headers=auth()).json()
     assert (flipped["post_id"], flipped["user_id"], flipped["vote"], flipped["event_id"]) == (
-        "mv/votes/2", user, "down", "e-3")
+        "mv/votes/2",
+        user,
+        "down",
+        "e-3",
+    )
     assert flipped["voted_at"] == "2026-11-22T10:00:01.500000+00:00"
     # ...and its counts are read with ?id= (in the path, they would be read as a user's vote).
     counts = client.get("/v1/posts", params={"id": "mv/votes/2"}).json()["posts"][0]
@@ -166,14 +224,23 @@ def test_a_users_vote_reads_as_applied_and_never_voted_reads_none(client, databa
     assert client.get(f"/v1/posts/{quote('mv/votes/2', safe='')}").status_code == 401
     never = client.get(vote_path("mv/1", "someone else"), headers=auth())
     assert never.status_code == 200
-    assert never.json() == {"post_id": "mv/1", "user_id": "someone else", "vote": "none", "voted_at": None,
-                            "event_id": None, "applied_at": None}
+    assert never.json() == {
+        "post_id": "mv/1",
+        "user_id": "someone else",
+        "vote": "none",
+        "voted_at": None,
+        "event_id": None,
+        "applied_at": None,
+    }
 
 
 def test_a_users_vote_needs_ids_within_the_contracts_limits(client) -> None:
-    for path, reason in [(vote_path("p" * 129, "u"), "post_id has 129 characters"),
-                         (vote_path("p", "u" * 129), "user_id has 129 characters"),
-                         ("/v1/posts/p/votes/", "user_id is empty"), ("/v1/posts//votes/u", "post_id is empty")]:
+    for path, reason in [
+        (vote_path("p" * 129, "u"), "post_id has 129 characters"),
+        (vote_path("p", "u" * 129), "user_id has 129 characters"),
+        ("/v1/posts/p/votes/", "user_id is empty"),
+        ("/v1/posts//votes/u", "post_id is empty"),
+    ]:
         response = client.get(path, headers=auth())
         assert response.status_code == 400, path
         assert reason in response.json()["error"], path
@@ -198,8 +265,9 @@ def test_writes_need_the_token(client) -> None:
 
 
 def test_votes_are_validated_with_the_pipeline_parser_and_published(client, stack) -> None:
-    single = client.post("/v1/votes", json={"post_id": "a/b c", "counter": "upvotes", "delta": 1, "event_id": "e-1"},
-                         headers=auth())
+    single = client.post(
+        "/v1/votes", json={"post_id": "a/b c", "counter": "upvotes", "delta": 1, "event_id": "e-1"}, headers=auth()
+    )
     assert (single.status_code, single.json()) == (202, {"accepted": 1, "rejected": []})
     lines = [
         json.dumps({"post_id": "n-1", "counter": "upvotes", "delta": 1}),
@@ -212,7 +280,10 @@ def test_votes_are_validated_with_the_pipeline_parser_and_published(client, stac
     batch = client.post("/v1/votes", content="\n".join(lines).encode(), headers={**auth(), **NDJSON})
     assert batch.status_code == 202
     assert batch.json()["accepted"] == 3
-    assert [(r["line"], r["error"].split(":")[0]) for r in batch.json()["rejected"]] == [(3, "zero_delta"), (4, "not_json")]
+    assert [(r["line"], r["error"].split(":")[0]) for r in batch.json()["rejected"]] == [
+        (3, "zero_delta"),
+        (4, "not_json"),
+    ]
 
     messages = pull(stack, want=2)
     assert len(messages) == 2
@@ -224,18 +295,36 @@ def test_votes_are_validated_with_the_pipeline_parser_and_published(client, stac
     events = [parse_vote(line, {}, time.time()) for line in ndjson.data.split(b"\n")]
     deltas = [e for e in events if isinstance(e, VoteEvent)]
     assert deltas == events
-    assert [(e.post_id, e.counter, e.delta) for e in deltas] == [("n-1", "upvotes", 1), ("n-2", "shares", 2), ("ünï", "upvotes", -1)]
+    assert [(e.post_id, e.counter, e.delta) for e in deltas] == [
+        ("n-1", "upvotes", 1),
+        ("n-2", "shares", 2),
+        ("ünï", "upvotes", -1),
+    ]
 
 
 def test_the_service_publishes_what_upvotes_publish_publishes(client, stack) -> None:
     """The write route and `upvotes publish` encode events alike (schemas.contract, the one owner):
     a v1 message carries the event's event_id and event_time attributes (a new message ID for an
     event without one), a batch format=ndjson and a batch-<uuid4> ID, on the emulator topic."""
-    delta = {"post_id": "same-1", "counter": "upvotes", "delta": 1, "event_id": "e-same-1",
-             "event_time": "2026-11-22T01:02:03.456Z", "user_id": "u-1"}
+    delta = {
+        "post_id": "same-1",
+        "counter": "upvotes",
+        "delta": 1,
+        "event_id": "e-same-1",
+        "event_time": "2026-11-22T01:02:03.456Z",
+        "user_id": "u-1",
+    }
     state = {"post_id": "same-2", "user_id": "u-2", "vote": "up", "event_time": "2026-11-22T01:02:04Z"}
-    batch = [{"post_id": "same-3", "counter": "shares", "delta": 1, "event_id": f"e-b-{i}",
-              "event_time": "2026-11-22T01:02:05Z"} for i in range(3)]
+    batch = [
+        {
+            "post_id": "same-3",
+            "counter": "shares",
+            "delta": 1,
+            "event_id": f"e-b-{i}",
+            "event_time": "2026-11-22T01:02:05Z",
+        }
+        for i in range(3)
+    ]
     for event in (delta, state):
         assert client.post("/v1/votes", json=event, headers=auth()).status_code == 202
     body = b"\n".join(orjson.dumps(event) for event in batch)
@@ -251,9 +340,12 @@ def test_the_service_publishes_what_upvotes_publish_publishes(client, stack) -> 
         message, attributes = served[post_id], dict(published[post_id][1])
         assert message.data == published[post_id][0] and message.attributes.keys() == attributes.keys()
         prefix = MESSAGE_ID_PREFIX if post_id == "same-2" else BATCH_ID_PREFIX
-        assert message.attributes[EVENT_ID_ATTRIBUTE].startswith(prefix) and attributes[EVENT_ID_ATTRIBUTE].startswith(prefix)
+        assert message.attributes[EVENT_ID_ATTRIBUTE].startswith(prefix) and attributes[EVENT_ID_ATTRIBUTE].startswith(
+            prefix
+        )
         assert {k: v for k, v in message.attributes.items() if k != EVENT_ID_ATTRIBUTE} == {
-            k: v for k, v in attributes.items() if k != EVENT_ID_ATTRIBUTE}
+            k: v for k, v in attributes.items() if k != EVENT_ID_ATTRIBUTE
+        }
     assert served["same-2"].attributes[EVENT_TIME_ATTRIBUTE] == state["event_time"]
 
 
@@ -288,7 +380,7 @@ def test_a_slow_loris_is_cut_off_by_the_head_timeout(service) -> None:
                 if sock.recv(1024) == b"":
                     closed_after = time.monotonic() - started
                     break
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 closed_after = time.monotonic() - started
@@ -299,13 +391,17 @@ def test_a_slow_loris_is_cut_off_by_the_head_timeout(service) -> None:
 def test_a_body_that_never_finishes_gets_408(service) -> None:
     host, port = service.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(f"POST /v1/votes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
-                     "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"post_id\"".encode())
+        sock.sendall(
+            f"POST /v1/votes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+            'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"post_id"'.encode()
+        )
         started = time.monotonic()
         reply = sock.recv(4096)
         assert time.monotonic() - started < 5 * TIMEOUT_S
         head, _, body = reply.partition(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        length = int(
+            next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        )
         while len(body) < length:
             body += sock.recv(4096)
     assert head.startswith(b"HTTP/1.1 408") and "within" in json.loads(body)["error"]

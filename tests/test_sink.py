@@ -1,12 +1,13 @@
 """WriteDeltaRows against the real Spanner emulator, and its commit planning."""
+
 from __future__ import annotations
 
 import contextlib
 
 import apache_beam as beam
 import pytest
-from google.api_core import exceptions
 from apache_beam.testing.test_pipeline import TestPipeline
+from google.api_core import exceptions
 from google.cloud import spanner
 
 from schemas.counters import Counts
@@ -15,8 +16,14 @@ from spanner_reads.reads import exact_counts
 from spanner_store.database import SPANNER_MUTATION_LIMIT, is_transient
 from spanner_store.tables import delta_key
 from spanner_writes.deltas import (
-    MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, KeyConflict, mutations_for, plan_commits,
-    write_deltas, write_new_deltas,
+    MUTATIONS_PER_COMMIT,
+    MUTATIONS_PER_DELTA,
+    MUTATIONS_PER_PARENT,
+    KeyConflict,
+    mutations_for,
+    plan_commits,
+    write_deltas,
+    write_new_deltas,
 )
 from tests.support.faults import RETRYABLE_ERRORS, FlakyDatabase, dead_letters, inject
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
@@ -25,7 +32,12 @@ HOUR = 1_795_312_800
 
 
 def deltas(n: int, posts: int, writer: str) -> list[PostDelta]:
-    return [PostDelta.of(f"p-{i % posts}", HOUR + 3600 * (i % 2), f"{writer}:{i}:0", upvotes=1 + i % 3, shares=i % 2, events=1) for i in range(n)]
+    return [
+        PostDelta.of(
+            f"p-{i % posts}", HOUR + 3600 * (i % 2), f"{writer}:{i}:0", upvotes=1 + i % 3, shares=i % 2, events=1
+        )
+        for i in range(n)
+    ]
 
 
 def row_count(database, where: str = "") -> int:
@@ -35,10 +47,18 @@ def row_count(database, where: str = "") -> int:
 
 # --- planning: pure --------------------------------------------------------------------
 
-@pytest.mark.parametrize("n,posts,max_rows,max_mutations", [
-    (0, 1, 10, 1000), (1, 1, 10, 1000), (2500, 7, 1000, 20_000), (2500, 2500, 1000, 20_000),
-    (500, 500, 1000, MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT), (999, 3, 7, 10_000),
-])
+
+@pytest.mark.parametrize(
+    "n,posts,max_rows,max_mutations",
+    [
+        (0, 1, 10, 1000),
+        (1, 1, 10, 1000),
+        (2500, 7, 1000, 20_000),
+        (2500, 2500, 1000, 20_000),
+        (500, 500, 1000, MUTATIONS_PER_COMMIT + MUTATIONS_PER_DELTA + MUTATIONS_PER_PARENT),
+        (999, 3, 7, 10_000),
+    ],
+)
 def test_plan_commits_keeps_every_delta_once_in_key_order_within_both_limits(n, posts, max_rows, max_mutations) -> None:
     items = deltas(n, posts, "w")
     plan = plan_commits(items, max_rows, max_mutations)
@@ -60,6 +80,7 @@ def test_plan_commits_counts_index_entries_and_parents() -> None:
 
 
 # --- writing: on the emulator ------------------------------------------------------------
+
 
 def write(stack, items: list[PostDelta]) -> None:
     with TestPipeline() as p:
@@ -145,9 +166,14 @@ def test_a_permanent_error_on_one_commit_dead_letters_that_commit_only(stack, da
     assert row_count(database, f"WHERE STARTS_WITH(DeltaId, '{writer}:')") == 80
     dead = {f.delta.delta_id for f in failed}
     with database.snapshot() as snapshot:
-        stored = {row[0] for row in snapshot.execute_sql(
-            "SELECT DeltaId FROM PostDeltas WHERE STARTS_WITH(DeltaId, @writer)",
-            params={"writer": f"{writer}:"}, param_types={"writer": spanner.param_types.STRING})}
+        stored = {
+            row[0]
+            for row in snapshot.execute_sql(
+                "SELECT DeltaId FROM PostDeltas WHERE STARTS_WITH(DeltaId, @writer)",
+                params={"writer": f"{writer}:"},
+                param_types={"writer": spanner.param_types.STRING},
+            )
+        }
     assert not dead & stored and len(dead | stored) == 100
 
 

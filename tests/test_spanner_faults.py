@@ -5,6 +5,7 @@ Each schedule is drawn from a seed, so a failure names the seed that reproduces 
 assertions are the guarantees, whatever the schedule: totals are exact, nothing is skipped
 without a record, and every ambiguous commit resolves to exactly once.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,7 @@ from spanner_writes import deltas as deltas_module
 from spanner_writes.deltas import write_deltas
 from spanner_writes.writers import claim_generation
 from tests.support.faults import DEFAULT_VERSION_RETENTION, FlakyDatabase, Injected
-from tests.support.fold_runs import run_fold
-from tests.support.fold_runs import distinct_hour_deltas
+from tests.support.fold_runs import distinct_hour_deltas, run_fold
 from tests.support.resources import new_resources
 from transforms import fold_deltas, spanner_sink
 from transforms.spanner_sink import WriteDeltaRows
@@ -46,9 +46,14 @@ SEEDS = range(6)
 def schedule(seed: int) -> dict:
     """A random fault schedule: every kind of fault, at rates drawn from the seed."""
     rng = random.Random(seed)
-    return {"fail_before": rng.uniform(0.05, 0.3), "fail_after": rng.uniform(0.05, 0.3),
-            "abort_read": rng.uniform(0.05, 0.3), "abort_commit": rng.uniform(0.05, 0.3),
-            "ambiguous_commit": rng.uniform(0.05, 0.3), "seed": seed}
+    return {
+        "fail_before": rng.uniform(0.05, 0.3),
+        "fail_after": rng.uniform(0.05, 0.3),
+        "abort_read": rng.uniform(0.05, 0.3),
+        "abort_commit": rng.uniform(0.05, 0.3),
+        "ambiguous_commit": rng.uniform(0.05, 0.3),
+        "seed": seed,
+    }
 
 
 def expected_totals(deltas: list[PostDelta]) -> dict[str, dict[str, int]]:
@@ -72,8 +77,11 @@ def misbehaving(monkeypatch):
 
             def flaky_open(project, instance, database, real_open=real_open):
                 opened.append(1)
-                return FlakyDatabase(real_open(project, instance, database), injected=injected,
-                                     **{**settings, "seed": settings.get("seed", 0) * 100 + len(opened)})
+                return FlakyDatabase(
+                    real_open(project, instance, database),
+                    injected=injected,
+                    **{**settings, "seed": settings.get("seed", 0) * 100 + len(opened)},
+                )
 
             monkeypatch.setattr(module, "open_database", flaky_open)
         return injected
@@ -82,19 +90,36 @@ def misbehaving(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_the_sink_under_a_random_fault_schedule_writes_every_delta_exactly_once(stack, database, misbehaving,
-                                                                                seed) -> None:
+def test_the_sink_under_a_random_fault_schedule_writes_every_delta_exactly_once(
+    stack, database, misbehaving, seed
+) -> None:
     rng = random.Random(seed)
-    deltas = [PostDelta.of(f"sink-{seed}-{rng.randrange(9)}", HOUR + 3600 * rng.randrange(3), f"w{seed}:{i}:0", upvotes=rng.randrange(-2, 9), shares=rng.randrange(3), events=1) for i in range(150)]
+    deltas = [
+        PostDelta.of(
+            f"sink-{seed}-{rng.randrange(9)}",
+            HOUR + 3600 * rng.randrange(3),
+            f"w{seed}:{i}:0",
+            upvotes=rng.randrange(-2, 9),
+            shares=rng.randrange(3),
+            events=1,
+        )
+        for i in range(150)
+    ]
     settings = schedule(seed)
     injected = misbehaving([spanner_sink], **{**settings, "error": exceptions.DeadlineExceeded})
     pipeline = TestPipeline()
-    pipeline | beam.Create(deltas, reshuffle=False) | WriteDeltaRows(
-        stack.project, stack.instance, stack.database, rows_per_commit=10)
+    (
+        pipeline
+        | beam.Create(deltas, reshuffle=False)
+        | WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=10)
+    )
     result = pipeline.run()
     result.wait_until_finish()
-    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-                if c.key.metric.namespace == "WriteDeltaRows"}
+    counters = {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query()["counters"]
+        if c.key.metric.namespace == "WriteDeltaRows"
+    }
 
     assert injected.before + injected.after > 0, f"seed {seed}: no fault was injected"
     # An ambiguous commit (DEADLINE_EXCEEDED after success) resolves to exactly once: its rows
@@ -120,17 +145,22 @@ def test_writer_claims_under_aborts_and_ambiguous_commits_never_share_a_generati
 
     flaky = FlakyDatabase(real, **schedule(seed), before_transaction=racing_launch)
     for _ in range(8):
-        claim = run_with_retries(lambda: claim_generation(flaky, name, update=False),
-                                 RetryPolicy(attempts=40, first_delay_s=0.001, max_delay_s=0.01))
+        claim = run_with_retries(
+            lambda: claim_generation(flaky, name, update=False),
+            RetryPolicy(attempts=40, first_delay_s=0.001, max_delay_s=0.01),
+        )
         claimed.append(claim.generation)
-        kept = run_with_retries(lambda: claim_generation(flaky, name, update=True),
-                                RetryPolicy(attempts=40, first_delay_s=0.001, max_delay_s=0.01))
+        kept = run_with_retries(
+            lambda: claim_generation(flaky, name, update=True),
+            RetryPolicy(attempts=40, first_delay_s=0.001, max_delay_s=0.01),
+        )
         assert kept.generation >= claim.generation  # an update keeps the newest generation
     assert flaky.injected.read_aborts + flaky.injected.commit_aborts + flaky.injected.ambiguous > 0
     assert len(claimed) == len(set(claimed)), f"seed {seed}: a generation was handed out twice: {claimed}"
 
 
 # --- the fold ----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def fresh(emulator_env):
@@ -150,8 +180,10 @@ def cursor_of(database):
 def folded_totals(database, post_ids) -> dict[str, dict[str, int]]:
     keyset = spanner.KeySet(keys=[list(post_key(p)) for p in post_ids])
     with database.snapshot() as snapshot:
-        return {row[0]: counts_at(row, 1)._asdict()
-                for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)}
+        return {
+            row[0]: counts_at(row, 1)._asdict()
+            for row in snapshot.read(POSTS, columns=("PostId",) + COUNTER_COLUMNS, keyset=keyset)
+        }
 
 
 def ids_in_shard_zero():
@@ -168,8 +200,13 @@ def test_a_run_takes_commits_up_to_its_budget_and_the_next_runs_take_the_rest(fr
     resources, database = fresh
     commit_ids = ids_in_shard_zero()
     monkeypatch.setattr(deltas_module, "new_commit_id", lambda: next(commit_ids))
-    commits = [[PostDelta.of(f"budget-{c}-{i}", HOUR, f"b:{c}:{i}", upvotes=1 + i % 3, shares=i % 2, events=1)
-                for i in range(10)] for c in range(3)]
+    commits = [
+        [
+            PostDelta.of(f"budget-{c}-{i}", HOUR, f"b:{c}:{i}", upvotes=1 + i % 3, shares=i % 2, events=1)
+            for i in range(10)
+        ]
+        for c in range(3)
+    ]
     for commit in commits:
         write_deltas(database, commit)
     everything = [d for commit in commits for d in commit]
@@ -202,15 +239,21 @@ def test_a_run_that_outlives_its_snapshot_fails_instead_of_skipping_a_post(fresh
     for a post that cannot be folded, skipped it and recorded S as covering everything."""
     resources, database = fresh
     for start in range(0, 4_000, 1_000):
-        write_deltas(database, distinct_hour_deltas("outlived", 4_000, "o")[start:start + 1_000])
+        write_deltas(database, distinct_hour_deltas("outlived", 4_000, "o")[start : start + 1_000])
     others = [PostDelta.of(f"outlived-other-{i}", HOUR, f"oo:{i}", upvotes=2, shares=1, events=1) for i in range(20)]
     write_deltas(database, others)
     cursor_before = cursor_of(database)
     CLOCK_OFFSET[0] = timedelta(0)
     real_open = fold_deltas.open_database
-    monkeypatch.setattr(fold_deltas, "open_database", lambda *where: FlakyDatabase(
-        real_open(*where), version_retention=DEFAULT_VERSION_RETENTION,
-        clock=lambda: datetime.now(timezone.utc) + CLOCK_OFFSET[0]))
+    monkeypatch.setattr(
+        fold_deltas,
+        "open_database",
+        lambda *where: FlakyDatabase(
+            real_open(*where),
+            version_retention=DEFAULT_VERSION_RETENTION,
+            clock=lambda: datetime.now(timezone.utc) + CLOCK_OFFSET[0],
+        ),
+    )
     monkeypatch.setattr(fold_deltas, "_to_post_fold", two_hours_pass_before_the_folds)
     with pytest.raises(Exception, match="older than Spanner keeps versions"):
         run_fold(resources, posts_per_commit=50)
@@ -255,7 +298,8 @@ def test_a_large_moderation_adjustment_is_a_riser_of_the_fresh_top(fresh) -> Non
 
 
 def test_a_fold_whose_compare_and_set_runs_after_another_whole_fold_and_sink_commits_stays_exact(
-        fresh, emulator_env, monkeypatch) -> None:
+    fresh, emulator_env, monkeypatch
+) -> None:
     """An order the emulator's one-at-a-time transactions never produce by themselves: fold A
     takes its snapshot and reads, then, before its first compare-and-set, sink commits land, a
     whole fold B runs (another process, a later snapshot) and more sink commits land."""
@@ -264,8 +308,14 @@ def test_a_fold_whose_compare_and_set_runs_after_another_whole_fold_and_sink_com
     during = [PostDelta.of(f"race-{i}", HOUR, f"b:{i}", upvotes=1, events=1) for i in range(0, 30, 2)]
     after_b = [PostDelta.of(f"race-{i}", HOUR, f"c:{i}", upvotes=5, events=1) for i in range(0, 30, 3)]
     write_deltas(database, first)
-    argv = [sys.executable, "-m", "pipeline.fold", f"--project={resources.project}",
-            f"--instance={resources.instance}", f"--database={resources.database}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pipeline.fold",
+        f"--project={resources.project}",
+        f"--instance={resources.instance}",
+        f"--database={resources.database}",
+    ]
 
     def b_runs_between_a_snapshot_and_a_compare_and_set(transaction: int) -> None:
         if transaction == 1:
@@ -275,8 +325,13 @@ def test_a_fold_whose_compare_and_set_runs_after_another_whole_fold_and_sink_com
             write_deltas(database, after_b)
 
     real_open = fold_deltas.open_database
-    monkeypatch.setattr(fold_deltas, "open_database", lambda *where: FlakyDatabase(
-        real_open(*where), before_transaction=b_runs_between_a_snapshot_and_a_compare_and_set))
+    monkeypatch.setattr(
+        fold_deltas,
+        "open_database",
+        lambda *where: FlakyDatabase(
+            real_open(*where), before_transaction=b_runs_between_a_snapshot_and_a_compare_and_set
+        ),
+    )
     a = run_fold(resources)
     monkeypatch.undo()
     # B folded everything up to its later snapshot: A's compare-and-sets find the posts done.
@@ -288,8 +343,7 @@ def test_a_fold_whose_compare_and_set_runs_after_another_whole_fold_and_sink_com
 
 
 @pytest.mark.parametrize("seed", SEEDS[:4])
-def test_folds_under_a_random_fault_schedule_stay_exact_and_skip_nothing(fresh, misbehaving, monkeypatch,
-                                                                       seed) -> None:
+def test_folds_under_a_random_fault_schedule_stay_exact_and_skip_nothing(fresh, misbehaving, monkeypatch, seed) -> None:
     """Aborted reads and commits, ambiguous commits of the compare-and-set transactions and of the
     FoldRuns record, between sink commits: every run either finishes or fails whole, the totals
     are exact after each, and an ambiguous compare-and-set counts its posts once."""
@@ -298,7 +352,17 @@ def test_folds_under_a_random_fault_schedule_stay_exact_and_skip_nothing(fresh, 
     injected = misbehaving([fold_deltas], **schedule(seed))
     written: list[PostDelta] = []
     for batch in range(3):
-        deltas = [PostDelta.of(f"sched-{seed}-{rng.randrange(25)}", HOUR + 3600 * rng.randrange(2), f"s{seed}:{batch}:{i}", upvotes=rng.randrange(1, 6), shares=rng.randrange(2), events=1) for i in range(60)]
+        deltas = [
+            PostDelta.of(
+                f"sched-{seed}-{rng.randrange(25)}",
+                HOUR + 3600 * rng.randrange(2),
+                f"s{seed}:{batch}:{i}",
+                upvotes=rng.randrange(1, 6),
+                shares=rng.randrange(2),
+                events=1,
+            )
+            for i in range(60)
+        ]
         write_deltas(database, deltas)
         written += deltas
         try:

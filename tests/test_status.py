@@ -1,5 +1,6 @@
 """`upvotes status` on the emulators: unfolded deltas before and after a fold, the exit status
 as a probe, and the dead-letter backlog by reason."""
+
 from __future__ import annotations
 
 import json
@@ -47,13 +48,26 @@ class FakeMonitoring:
 
 
 def status(stack, capsys, *extra: str) -> tuple[int, dict]:
-    code = main(["status", "--project", stack.project, "--instance", stack.instance, "--database", stack.database,
-                 "--json", *extra])
+    code = main(
+        [
+            "status",
+            "--project",
+            stack.project,
+            "--instance",
+            stack.instance,
+            "--database",
+            stack.database,
+            "--json",
+            *extra,
+        ]
+    )
     return code, json.loads(capsys.readouterr().out)
 
 
 def test_unfolded_deltas_before_a_fold_none_after_and_exit_3_on_a_stale_fold(stack, database, capsys) -> None:
-    deltas = [PostDelta.of(f"status-{i % 7}", HOUR, f"status-w:{i}:0", upvotes=2, shares=1, events=3) for i in range(40)]
+    deltas = [
+        PostDelta.of(f"status-{i % 7}", HOUR, f"status-w:{i}:0", upvotes=2, shares=1, events=3) for i in range(40)
+    ]
     write_deltas(database, deltas)
 
     code, before = status(stack, capsys)
@@ -92,19 +106,31 @@ def test_dead_letters_make_status_unhealthy_and_are_counted_by_reason(stack, cap
     assert report["dead_letter_backlog"] == {"rejected_vote/not_json": 1, "rejected_vote/not_object": 1}
     assert code == 3 and not report["healthy"]
     # Released, not consumed: a second look sees the same backlog; the flag still names it too.
-    assert status(stack, capsys, "--dead-letter-topic", stack.dead_letter_topic)[1]["dead_letter_backlog"] == \
-        report["dead_letter_backlog"]
+    assert (
+        status(stack, capsys, "--dead-letter-topic", stack.dead_letter_topic)[1]["dead_letter_backlog"]
+        == report["dead_letter_backlog"]
+    )
 
 
 def test_unfolded_deltas_older_than_the_alert_threshold_cross_it_long_before_the_retention() -> None:
     now = datetime(2026, 11, 23, tzinfo=timezone.utc)
-    health = DeltaHealth(read_at=now, posts_with_unfolded_deltas=1, last_fold_snapshot=now - timedelta(seconds=60),
-                         unfolded_deltas=1, oldest_unfolded_commit=now - timedelta(days=7, seconds=1),
-                         recent_delta_rows=0, recent_votes=0, recent_window=timedelta(minutes=10), rows_read=3,
-                         full_scan=False)
+    health = DeltaHealth(
+        read_at=now,
+        posts_with_unfolded_deltas=1,
+        last_fold_snapshot=now - timedelta(seconds=60),
+        unfolded_deltas=1,
+        oldest_unfolded_commit=now - timedelta(days=7, seconds=1),
+        recent_delta_rows=0,
+        recent_votes=0,
+        recent_window=timedelta(minutes=10),
+        rows_read=3,
+        full_scan=False,
+    )
     found = problems(status_report(health, None), Thresholds(max_fold_lag_s=1800))
     assert len(found) == 1 and "deleted 30 days after their commit" in found[0]
-    assert status_report(health, None)["oldest_unfolded_share_of_retention"] == round((7 * 86_400 + 1) / (30 * 86_400), 4)
+    assert status_report(health, None)["oldest_unfolded_share_of_retention"] == round(
+        (7 * 86_400 + 1) / (30 * 86_400), 4
+    )
     fresher = health.__class__(**{**health.__dict__, "oldest_unfolded_commit": now - timedelta(days=6)})
     assert problems(status_report(fresher, None), Thresholds(max_fold_lag_s=1800)) == []
 
@@ -114,11 +140,18 @@ def test_status_follows_the_change_log_and_agrees_with_a_full_scan(stack, databa
 
     write_deltas(database, [PostDelta.of(f"status-idle-{i}", HOUR, "idle:0", upvotes=1, events=1) for i in range(200)])
     fold(stack)  # folds them and records the cursor
-    write_deltas(database, [PostDelta.of(f"status-new-{i % 6}", HOUR, f"new:{i}", upvotes=1, events=1) for i in range(18)])
-    write_deltas(database, [PostDelta.of(f"status-new-{i % 3}", HOUR, f"new2:{i}", upvotes=1, events=1) for i in range(12)])
+    write_deltas(
+        database, [PostDelta.of(f"status-new-{i % 6}", HOUR, f"new:{i}", upvotes=1, events=1) for i in range(18)]
+    )
+    write_deltas(
+        database, [PostDelta.of(f"status-new-{i % 3}", HOUR, f"new2:{i}", upvotes=1, events=1) for i in range(12)]
+    )
     log, scan = delta_health(database), delta_health(database, full_scan=True)
-    assert (log.unfolded_deltas, log.posts_with_unfolded_deltas) == (scan.unfolded_deltas,
-                                                                     scan.posts_with_unfolded_deltas) == (30, 6)
+    assert (
+        (log.unfolded_deltas, log.posts_with_unfolded_deltas)
+        == (scan.unfolded_deltas, scan.posts_with_unfolded_deltas)
+        == (30, 6)
+    )
     assert log.oldest_unfolded_commit == scan.oldest_unfolded_commit is not None
     assert not log.full_scan and scan.full_scan
     # The cursor row and the newest fold's, the change rows of the last 10 minutes, the 6 posts
@@ -146,8 +179,9 @@ def test_votes_waiting_unread_cross_the_backlog_threshold_and_stay_unread(emulat
     code, report = reports[-1]
     backlog = report["votes_backlog"]
     assert backlog["oldest_unacked_age_s"] >= 1 and backlog["messages_seen"] == 1 and "peek" in backlog["method"]
-    assert code == 3 and any(p.startswith("votes wait unread") and "is the stream running?" in p
-                             for p in report["problems"])
+    assert code == 3 and any(
+        p.startswith("votes wait unread") and "is the stream running?" in p for p in report["problems"]
+    )
     assert report["last_delta_commit"] is None  # nothing was ever written
     code, again = status(res, capsys)  # the default threshold (300 s) is not crossed; the vote is still there
     assert code == 0 and again["votes_backlog"]["messages_seen"] == 1
@@ -163,11 +197,14 @@ def test_what_status_cannot_check_is_a_problem_never_healthy(emulator_env, capsy
     assert report["dead_letter_backlog"] is None and report["votes_backlog"] is None
     assert sum(p.startswith("not checked: no ") for p in report["problems"]) == 2
     # Named by flags, both are checked.
-    code, named = status(res, capsys, "--dead-letter-topic", res.dead_letter_topic,
-                         "--votes-subscription", res.subscription)
+    code, named = status(
+        res, capsys, "--dead-letter-topic", res.dead_letter_topic, "--votes-subscription", res.subscription
+    )
     assert code == 0 and named["dead_letter_backlog"] == {} and named["votes_backlog"]["messages_seen"] == 0
     # A subscription that does not exist cannot be read: a problem.
-    code, missing = status(res, capsys, "--dead-letter-topic", res.dead_letter_topic, "--votes-subscription", "nope-sub")
+    code, missing = status(
+        res, capsys, "--dead-letter-topic", res.dead_letter_topic, "--votes-subscription", "nope-sub"
+    )
     assert code == 3 and any("could not be read" in p for p in missing["problems"])
 
 
@@ -182,7 +219,9 @@ def test_the_last_delta_commit_is_found_however_long_ago(database) -> None:
         existing = last_delta_commit(snapshot, now)
     two_hours_ago = now - timedelta(hours=2)
     with database.batch() as batch:
-        batch.insert(TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[(3, two_hours_ago, "old-commit", [], 0, 0.0, None)])
+        batch.insert(
+            TOP_CANDIDATES, columns=TOP_CANDIDATE_COLUMNS, values=[(3, two_hours_ago, "old-commit", [], 0, 0.0, None)]
+        )
     with database.snapshot(multi_use=True) as snapshot:
         list(snapshot.execute_sql("SELECT 1"))
         found = last_delta_commit(snapshot, snapshot._transaction_read_timestamp)
@@ -221,8 +260,10 @@ def counter_series(name: str, *values: float, start_s: int = 1_000_000):
     from google.cloud import monitoring_v3
 
     points = [monitoring_point(start_s + 60 * i, value, double=True) for i, value in enumerate(values)]
-    return monitoring_v3.TimeSeries(metric={"type": "dataflow.googleapis.com/job/user_counter",
-                                            "labels": {"metric_name": name}}, points=points[::-1])
+    return monitoring_v3.TimeSeries(
+        metric={"type": "dataflow.googleapis.com/job/user_counter", "labels": {"metric_name": name}},
+        points=points[::-1],
+    )
 
 
 def test_the_late_votes_are_the_increase_of_the_lateness_counters_of_the_streaming_job() -> None:
@@ -231,12 +272,23 @@ def test_the_late_votes_are_the_increase_of_the_lateness_counters_of_the_streami
     from google.cloud import monitoring_v3
 
     from upvotes.operations.late_votes import (
-        LOOKBACK_S, METRIC, MONITORING, WITNESS, LateVotesUnknown, monitoring_late_votes,
+        LOOKBACK_S,
+        METRIC,
+        MONITORING,
+        WITNESS,
+        LateVotesUnknown,
+        monitoring_late_votes,
     )
 
-    client = FakeMonitoring({METRIC: [counter_series("late_events", 5, 5, 8),  # +3
-                                      counter_series("late_events", 4, 1, 3),  # another series: restarted, +1 +2
-                                      counter_series("stamped_ahead_of_worker_clock", 0, 2)]})
+    client = FakeMonitoring(
+        {
+            METRIC: [
+                counter_series("late_events", 5, 5, 8),  # +3
+                counter_series("late_events", 4, 1, 3),  # another series: restarted, +1 +2
+                counter_series("stamped_ahead_of_worker_clock", 0, 2),
+            ]
+        }
+    )
     late = monitoring_late_votes(client, "my-project", "upvotes-streaming", now_s=1_000_200)
     assert late.by_counter == {"WindowAndSumVotes/late_events": 6, "ParseVotes/stamped_ahead_of_worker_clock": 2}
     assert (late.count, late.method, late.lookback_s) == (8, MONITORING, LOOKBACK_S)
@@ -279,7 +331,8 @@ def google_cloud_monitoring(monkeypatch):
 
 
 def test_late_votes_past_the_threshold_exit_3_and_unreadable_counters_are_a_problem(
-        stack, capsys, google_cloud_monitoring) -> None:
+    stack, capsys, google_cloud_monitoring
+) -> None:
     from upvotes.operations.late_votes import METRIC
 
     now_s = int(datetime.now(timezone.utc).timestamp())
@@ -288,8 +341,9 @@ def test_late_votes_past_the_threshold_exit_3_and_unreadable_counters_are_a_prob
     assert report["late_votes"]["count"] == 4 and report["late_votes"]["streaming_job"] == "stream-x"
     assert "projects/" + stack.project == google_cloud_monitoring.requests[-1]["name"]
     [problem] = [p for p in report["problems"] if "arrived late" in p]
-    assert code == 3 and problem.startswith("4 votes arrived late in the last 600 s of the streaming job stream-x "
-                                            "(WindowAndSumVotes/late_events=4, ")
+    assert code == 3 and problem.startswith(
+        "4 votes arrived late in the last 600 s of the streaming job stream-x (WindowAndSumVotes/late_events=4, "
+    )
     assert "threshold 0" in problem and "clock synchronisation" in problem
     code, tolerated = status(stack, capsys, "--streaming-job", "stream-x", "--max-late-votes", "4")
     assert tolerated["late_votes"]["count"] == 4
@@ -298,8 +352,10 @@ def test_late_votes_past_the_threshold_exit_3_and_unreadable_counters_are_a_prob
     google_cloud_monitoring.series.clear()  # no sample: the job does not run under that name
     code, unknown = status(stack, capsys, "--streaming-job", "stream-x")
     assert code == 3 and unknown["late_votes"] is None
-    assert any(p.startswith("not checked: the lateness counters of the streaming job stream-x could not be read: no ")
-               for p in unknown["problems"])
+    assert any(
+        p.startswith("not checked: the lateness counters of the streaming job stream-x could not be read: no ")
+        for p in unknown["problems"]
+    )
     with pytest.raises(SystemExit):  # a name argparse refuses never reaches a filter
         status(stack, capsys, "--streaming-job", 'x" OR "1')
     assert "not a Dataflow job name" in capsys.readouterr().err
@@ -307,8 +363,14 @@ def test_late_votes_past_the_threshold_exit_3_and_unreadable_counters_are_a_prob
 
 def test_late_votes_are_not_applicable_on_the_emulators_and_no_problem(stack, capsys) -> None:
     code, report = status(stack, capsys)
-    assert report["late_votes"] == {"streaming_job": None, "count": None, "by_counter": None, "lookback_s": None,
-                                    "as_of": None, "method": report["late_votes"]["method"]}
+    assert report["late_votes"] == {
+        "streaming_job": None,
+        "count": None,
+        "by_counter": None,
+        "lookback_s": None,
+        "as_of": None,
+        "method": report["late_votes"]["method"],
+    }
     assert "no Cloud Monitoring" in report["late_votes"]["method"] and "wall clock" in report["late_votes"]["method"]
     # Other tests' dead letters may make this stack unhealthy, never its late votes.
     assert not any("arrived late" in p or "lateness" in p for p in report["problems"])
@@ -342,6 +404,7 @@ def test_a_dead_stream_is_flagged_within_three_windows_and_an_idle_one_never(str
     assert local_stream.stop(stream, signal.SIGKILL) == -signal.SIGKILL
     killed_at = time.time()
     reports: list[tuple[int, dict]] = []
+
     def flagged() -> bool:
         reports.append(status(res, capsys))
         return reports[-1][0] == 3
@@ -358,7 +421,12 @@ def test_a_dead_stream_is_flagged_within_three_windows_and_an_idle_one_never(str
         [stream_report] = earlier["streams"]
         assert stream_report["state"] == "running" and stream_report["last_alive_age_s"] <= 3 * window_s
     [problem] = report["problems"]
-    assert problem.startswith(f"the stream reading {res.subscription_path(res.subscription)} is dead: no heartbeat "
-                              f"for {dead['missed_windows']} of its 2 s windows") and dead["last_alive"] in problem
+    assert (
+        problem.startswith(
+            f"the stream reading {res.subscription_path(res.subscription)} is dead: no heartbeat "
+            f"for {dead['missed_windows']} of its 2 s windows"
+        )
+        and dead["last_alive"] in problem
+    )
     assert took <= DEAD_AFTER_WINDOWS * window_s + 10, took  # a status's own time, on a loaded machine, aside
     print(f"\ndead stream flagged {took:.1f} s after its SIGKILL (last alive {killed_at - last_alive:.1f} s before it)")

@@ -2,6 +2,7 @@
 Pub/Sub client, folds running while it streams; every count must equal the ledger exactly and
 the dead-letter subscription must hold exactly the invalid messages, each with its reason.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,12 +34,24 @@ SETTLE_TIMEOUT_S = 240
 def streaming(stack, emulator_env):
     """The streaming pipeline, exactly as a user starts it, on this module's resources."""
     command = [
-        sys.executable, "-m", "upvotes.cli", "stream", f"--project={stack.project}", f"--instance={stack.instance}",
-        f"--database={stack.database}", f"--subscription={stack.subscription}",
-        f"--dead-letter-topic={stack.dead_letter_topic}", "--window-seconds=2",
+        sys.executable,
+        "-m",
+        "upvotes.cli",
+        "stream",
+        f"--project={stack.project}",
+        f"--instance={stack.instance}",
+        f"--database={stack.database}",
+        f"--subscription={stack.subscription}",
+        f"--dead-letter-topic={stack.dead_letter_topic}",
+        "--window-seconds=2",
     ]
-    process = subprocess.Popen(command, env={**os.environ, **emulator_env}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, **emulator_env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     yield process
     assert process.poll() is None, "the stream died"
     os.killpg(process.pid, signal.SIGTERM)
@@ -50,7 +63,8 @@ def streaming(stack, emulator_env):
 def publish(stack) -> tuple[dict[str, dict[str, int]], set[bytes]]:
     """Publishes the workload and the invalid payloads; returns the expected totals and the invalid data."""
     publisher = pubsub_v1.PublisherClient(
-        batch_settings=pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05))
+        batch_settings=pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.05)
+    )
     topic = stack.topic_path(stack.topic)
     ledger = Ledger()
     futures = []
@@ -73,8 +87,9 @@ def wait_until_exact(stack, database, expected, streaming) -> float:
         fold.run(argv)
         return {t.post_id: t.counts._asdict() for t in exact_counts(database, expected)} == expected
 
-    return wait_until(folded_and_exact, SETTLE_TIMEOUT_S, "every exact read to equal the ledger", alive=streaming,
-                      poll_s=1)
+    return wait_until(
+        folded_and_exact, SETTLE_TIMEOUT_S, "every exact read to equal the ledger", alive=streaming, poll_s=1
+    )
 
 
 def pull_all(subscription: str, want: int, timeout_s: float = 90) -> list:
@@ -91,6 +106,7 @@ def pull_all(subscription: str, want: int, timeout_s: float = 90) -> list:
             subscriber.acknowledge(subscription=subscription, ack_ids=[m.ack_id for m in response.received_messages])
 
     try:
+
         def pulled_all() -> bool:
             pull(5)
             return len(messages) >= want
@@ -115,8 +131,10 @@ def test_streaming_counts_every_vote_exactly_once_and_dead_letters_every_invalid
     nonzero = {p: c for p, c in expected.items() if any(c.values())}
     assert {p: c for p, c in deltas.items() if p in nonzero} == nonzero  # the raw deltas, folded or not
     delta_rows = sum(r[1] for r in rows)
-    print(f"\n{EVENTS} events over {len(expected)} posts counted exactly in {seconds:.1f} s; "
-          f"{delta_rows} delta rows ({1000 * delta_rows / EVENTS:.1f} per 1,000 events)")
+    print(
+        f"\n{EVENTS} events over {len(expected)} posts counted exactly in {seconds:.1f} s; "
+        f"{delta_rows} delta rows ({1000 * delta_rows / EVENTS:.1f} per 1,000 events)"
+    )
 
     dead = pull_all(stack.subscription_path(stack.dead_letter_subscription_id), want=INVALID)
     assert sorted(m.data for m in dead) == sorted(invalid)
@@ -132,8 +150,12 @@ def test_unique_voters_of_a_burst_are_within_three_percent_of_the_ledger(stack, 
     ledger = Ledger()
     publisher = pubsub_v1.PublisherClient()
     topic = stack.topic_path(stack.topic)
-    messages = list(batch_messages(generate_events(
-        Workload(events=1_600, posts=1, seed=11, voters=2_500, post_prefix="burst-")), batch_size=100))
+    messages = list(
+        batch_messages(
+            generate_events(Workload(events=1_600, posts=1, seed=11, voters=2_500, post_prefix="burst-")),
+            batch_size=100,
+        )
+    )
     for number, message in enumerate(messages):
         for line in message.data.splitlines():
             ledger.add(json.loads(line))
@@ -142,10 +164,15 @@ def test_unique_voters_of_a_burst_are_within_three_percent_of_the_ledger(stack, 
             # Once the first half is counted (waited for, not assumed), a fold: half the voters end
             # up in the folded sketch, half in unfolded deltas.
             half = ledger.totals["burst-1"]
-            wait_until(lambda: exact_counts(database, ["burst-1"])[0].counts == Counts(**half), SETTLE_TIMEOUT_S,
-                       "the first half to be counted", streaming)
-            outcome, _ = fold.run([f"--project={stack.project}", f"--instance={stack.instance}",
-                                   f"--database={stack.database}"])
+            wait_until(
+                lambda: exact_counts(database, ["burst-1"])[0].counts == Counts(**half),
+                SETTLE_TIMEOUT_S,
+                "the first half to be counted",
+                streaming,
+            )
+            outcome, _ = fold.run(
+                [f"--project={stack.project}", f"--instance={stack.instance}", f"--database={stack.database}"]
+            )
             assert outcome.deltas_folded > 0
     expected = ledger.totals
     assert 850 <= ledger.unique_voters["burst-1"] <= 950
@@ -153,9 +180,21 @@ def test_unique_voters_of_a_burst_are_within_three_percent_of_the_ledger(stack, 
     ledger_path = tmp_path / "ledger.json"
     ledger.save(ledger_path)
     verify = subprocess.run(
-        [sys.executable, "-m", "upvotes.cli", "verify", f"--project={stack.project}", f"--instance={stack.instance}",
-         f"--database={stack.database}", f"--ledger={ledger_path}", "--unique-tolerance=0.03"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "upvotes.cli",
+            "verify",
+            f"--project={stack.project}",
+            f"--instance={stack.instance}",
+            f"--database={stack.database}",
+            f"--ledger={ledger_path}",
+            "--unique-tolerance=0.03",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     (totals,) = exact_counts(database, ["burst-1"], unique=True)
     assert totals.unique_voters is not None  # read with unique=True

@@ -1,6 +1,7 @@
 """`upvotes suspects` (issue 46): the pure detection (upvotes/operations/suspect_rules.py) on hand-made votes, the read
 of the votes since a time from the change log (spanner_reads/recent_votes.py) on the emulator, and
 the command end to end."""
+
 from __future__ import annotations
 
 import json
@@ -10,24 +11,36 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from schemas.records import PostUser, hour_of_us
-from upvotes.operations.suspect_rules import LOCKSTEP, SERIAL, CastVote, Rules, find_lockstep, find_serial, find_suspects
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
 from spanner_reads.recent_votes import votes_since
 from spanner_store.tables import timestamp_micros
 from spanner_writes.votes import apply_all_vote_states
 from tests.support.read_meter import ReadMeter
 from upvotes.cli import main
+from upvotes.operations.suspect_rules import (
+    LOCKSTEP,
+    SERIAL,
+    CastVote,
+    Rules,
+    find_lockstep,
+    find_serial,
+    find_suspects,
+)
 from upvotes.operations.suspensions import suspend_users
 
 MINUTE = 60_000_000
 START = 1_795_312_800 * 1_000_000
 
 
-def ring_votes(ring: list[str], posts: list[str], first_us: int, spread_us: int, rng: random.Random,
-               vote: str = UP) -> list[CastVote]:
+def ring_votes(
+    ring: list[str], posts: list[str], first_us: int, spread_us: int, rng: random.Random, vote: str = UP
+) -> list[CastVote]:
     """Every member votes every post, each post's votes within `spread_us`, posts 20 minutes apart."""
-    return [CastVote(user, post, vote, first_us + 20 * MINUTE * i + rng.randrange(spread_us))
-            for i, post in enumerate(posts) for user in ring]
+    return [
+        CastVote(user, post, vote, first_us + 20 * MINUTE * i + rng.randrange(spread_us))
+        for i, post in enumerate(posts)
+        for user in ring
+    ]
 
 
 def honest_votes(rng: random.Random, users: int, posts: int, votes_per_user: int, span_us: int) -> list[CastVote]:
@@ -49,8 +62,11 @@ def test_a_ring_among_honest_users_and_crowds_is_found_whole_and_alone() -> None
     honest = honest_votes(rng, 400, 300, 8, 6 * 60 * MINUTE)
     # Crowds: the 40 heaviest honest users vote each of 8 viral posts in its viral minute, with 200 others.
     heavy = [f"h{u}" for u in range(40)]
-    crowds = [vote for i in range(8)
-              for vote in crowd(rng, f"viral{i}", heavy + [f"c{i}-{j}" for j in range(200)], 30 + 20 * i)]
+    crowds = [
+        vote
+        for i in range(8)
+        for vote in crowd(rng, f"viral{i}", heavy + [f"c{i}-{j}" for j in range(200)], 30 + 20 * i)
+    ]
     targets = [f"p{i}" for i in range(6)]
     votes = honest + crowds + ring_votes(ring, targets, START + 10 * MINUTE, 5 * MINUTE, rng)
     rng.shuffle(votes)
@@ -68,8 +84,11 @@ def test_votes_straddling_a_bin_boundary_still_make_a_group() -> None:
     width = round(2 * rules.within_s * 1_000_000)
     ring = [f"ring{i}" for i in range(10)]
     boundary = (START // width + 1) * width
-    votes = [CastVote(user, f"p{i}", UP, boundary + 40 * MINUTE * i + (j - 5) * MINUTE)
-             for i in range(5) for j, user in enumerate(ring)]
+    votes = [
+        CastVote(user, f"p{i}", UP, boundary + 40 * MINUTE * i + (j - 5) * MINUTE)
+        for i in range(5)
+        for j, user in enumerate(ring)
+    ]
     (group,) = find_lockstep(votes, rules)
     assert group.users == tuple(sorted(ring)) and len(group.posts) == 5
 
@@ -109,6 +128,7 @@ def test_rules_refuse_nonsense() -> None:
 
 # --- the read, on the emulator -------------------------------------------------------------------
 
+
 def state(vote: str, at: datetime) -> LatestVote:
     at_us = timestamp_micros(at)
     return LatestVote(vote, at_us, "e", hour_of_us(at_us), 1, vote != NONE)
@@ -116,10 +136,15 @@ def state(vote: str, at: datetime) -> LatestVote:
 
 def test_the_votes_since_a_time_come_from_the_change_log_users_not_the_catalogue(database) -> None:
     now = datetime.now(timezone.utc)
-    apply_all_vote_states(database, {PostUser("rv-1", "recent-a"): state(UP, now - timedelta(minutes=5)),
-                                     PostUser("rv-2", "recent-a"): state(DOWN, now - timedelta(minutes=50)),
-                                     PostUser("rv-1", "recent-b"): state(NONE, now - timedelta(minutes=4)),
-                                     PostUser("rv-1", "held"): state(UP, now - timedelta(minutes=3))})
+    apply_all_vote_states(
+        database,
+        {
+            PostUser("rv-1", "recent-a"): state(UP, now - timedelta(minutes=5)),
+            PostUser("rv-2", "recent-a"): state(DOWN, now - timedelta(minutes=50)),
+            PostUser("rv-1", "recent-b"): state(NONE, now - timedelta(minutes=4)),
+            PostUser("rv-1", "held"): state(UP, now - timedelta(minutes=3)),
+        },
+    )
     suspend_users(database, "rv-held", ["held"], "ring", "t&s")
     since = now - timedelta(minutes=30)
     meter = ReadMeter(database)
@@ -138,17 +163,40 @@ def test_the_command_reports_a_ring_as_json_lines(stack, database, capsys) -> No
     now = datetime.now(timezone.utc)
     rng = random.Random(3)
     ring = [f"cli-ring{i}" for i in range(10)]
-    states = {PostUser(f"cli-p{i}", user): state(UP, now - timedelta(minutes=90 - 10 * i, seconds=rng.randrange(60)))
-              for i in range(5) for user in ring}
-    states.update({PostUser(f"cli-p{rng.randrange(50)}", f"cli-h{u}"): state(UP, now - timedelta(minutes=rng.randrange(100)))
-                   for u in range(100)})
+    states = {
+        PostUser(f"cli-p{i}", user): state(UP, now - timedelta(minutes=90 - 10 * i, seconds=rng.randrange(60)))
+        for i in range(5)
+        for user in ring
+    }
+    states.update(
+        {
+            PostUser(f"cli-p{rng.randrange(50)}", f"cli-h{u}"): state(UP, now - timedelta(minutes=rng.randrange(100)))
+            for u in range(100)
+        }
+    )
     apply_all_vote_states(database, states)
-    assert main(["suspects", "--project", stack.project, "--instance", stack.instance, "--database", stack.database,
-                 "--since", "2h", "--json"]) == 0
+    assert (
+        main(
+            [
+                "suspects",
+                "--project",
+                stack.project,
+                "--instance",
+                stack.instance,
+                "--database",
+                stack.database,
+                "--since",
+                "2h",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     groups = [json.loads(line) for line in out.splitlines()]
     ours = [g for g in groups if set(g["users"]) & set(ring)]
     assert [(g["kind"], g["users"], g["posts"], g["score"]) for g in ours] == [
-        (LOCKSTEP, sorted(ring), [f"cli-p{i}" for i in range(5)], 50)]
+        (LOCKSTEP, sorted(ring), [f"cli-p{i}" for i in range(5)], 50)
+    ]
     assert set(ours[0]["window"]) == {"start", "end"} and ours[0]["window"]["start"] < ours[0]["window"]["end"]
     assert "lockstep groups" in err and "rows" in err

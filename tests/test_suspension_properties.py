@@ -8,6 +8,7 @@ suspension of the user covers it): every count equal, every listed post at its t
 certified answer the true top K. Every write goes through the real paths: vote states through the
 vote-state sink's transaction (apply_vote_states), the requests through their operations, the real
 fold at random points."""
+
 from __future__ import annotations
 
 import random
@@ -29,7 +30,11 @@ from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_top_answer, assert_window_answer, window_of,
+    VoteLedger,
+    assert_hot_answer,
+    assert_top_answer,
+    assert_window_answer,
+    window_of,
 )
 from upvotes.operations.forget_user import forget_user
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
@@ -47,8 +52,7 @@ class Run:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.resources = new_resources(f"susp{seed}")
-        provision_spanner(self.resources, False, DEFAULT_INSTANCE_CONFIG, lambda _: None,
-                          hot_half_life_hours=HALF_LIFE)
+        provision_spanner(self.resources, False, DEFAULT_INSTANCE_CONFIG, lambda _: None, hot_half_life_hours=HALF_LIFE)
         self.database = open_database(self.resources.project, self.resources.instance, self.resources.database)
         self.ledger = VoteLedger()
         self.posts = [f"q{seed}-{i}" for i in range(7)]
@@ -64,8 +68,9 @@ class Run:
         for _ in range(self.rng.randint(2, 10)):
             key = PostUser(self.rng.choice(self.posts), self.rng.choice(self.users))
             vote = self.rng.choice([UP, UP, UP, DOWN, NONE])
-            batch[key] = LatestVote(vote, next(self.times), "", NOW_HOUR - 3600 * self.rng.randint(0, SPAN_HOURS),
-                                    1, vote != NONE)
+            batch[key] = LatestVote(
+                vote, next(self.times), "", NOW_HOUR - 3600 * self.rng.randint(0, SPAN_HOURS), 1, vote != NONE
+            )
         run_with_retries(lambda: apply_vote_states(self.database, batch), PATIENT)
         for key, state in batch.items():
             self.ledger.add_state(key.post_id, key.user_id, state.vote, state.at_us, state.event_hour)
@@ -77,8 +82,9 @@ class Run:
         users = self.rng.sample(self.users, self.rng.randint(1, 3))
         since_us = self.rng.choice([None, self.rng.randint(1, 100_000)])
         since = None if since_us is None else datetime.fromtimestamp(since_us / 1e6, timezone.utc)
-        result = suspend_users(self.database, suspension_id, users, "ring", "t&s", since,
-                               rows_per_pass=self.rng.choice([1, 3, 100]))
+        result = suspend_users(
+            self.database, suspension_id, users, "ring", "t&s", since, rows_per_pass=self.rng.choice([1, 3, 100])
+        )
         self.ledger.suspend(suspension_id, users, since_us)
         self.active[suspension_id] = (users, since)
         return f"suspension {suspension_id} of {users} since {since_us}: {result.votes} votes moved"
@@ -111,8 +117,11 @@ class Run:
         hours = self.ledger.hours()
         with self.database.snapshot(multi_use=True) as snapshot:
             for post in self.posts:
-                stored = {int(h.hour.timestamp()): h.counts for h in hourly_counts_in(snapshot, post)
-                          if not h.counts.is_zero()}
+                stored = {
+                    int(h.hour.timestamp()): h.counts
+                    for h in hourly_counts_in(snapshot, post)
+                    if not h.counts.is_zero()
+                }
                 truth = {hour: Counts(**cell) for hour, cell in hours.get(post, {}).items() if any(cell.values())}
                 assert stored == truth, f"{step}: hourly counts of {post}"
         k = self.rng.randint(1, 4)
@@ -128,8 +137,9 @@ class Run:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_counts_hours_and_certified_tops_equal_the_brute_force_over_the_states_that_count(emulator_env,
-                                                                                          seed: int) -> None:
+def test_counts_hours_and_certified_tops_equal_the_brute_force_over_the_states_that_count(
+    emulator_env, seed: int
+) -> None:
     run = Run(seed)
     actions = [run.vote_states] * 5 + [run.suspend] * 3 + [run.restore] * 3 + [run.forget] + [run.fold]
     run.vote_states()

@@ -4,6 +4,7 @@ of every count in their own hours, exactly and retroactively, a vote in flight i
 anywhere followed by a rerun moving nothing twice, two suspensions of one user, a forgotten user,
 unique voters, the cost, and the commands. (The interleavings are property-tested in
 tests/test_suspension_properties.py.)"""
+
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+import upvotes.operations.suspensions as suspensions_module
 from schemas import user_hash
 from schemas.counters import Counts
 from schemas.records import PostUser, hour_of_us
@@ -19,18 +21,24 @@ from spanner_reads.hourly import hourly_counts
 from spanner_reads.my_votes import vote_of
 from spanner_reads.reads import exact_counts
 from spanner_store.vote_rows import StoredVote
-from upvotes.operations.suspension_passes import plan_moves
 from spanner_writes.votes import apply_all_vote_states, plan_vote_changes
 from tests.support.faults import FlakyDatabase
 from tests.support.read_meter import ReadMeter
 from transforms.parse_and_sum import vote_shard
 from transforms.vote_state_sink import ApplyVoteStatesFn
 from upvotes.cli import main
-import upvotes.operations.suspensions as suspensions_module
 from upvotes.operations.forget_user import forget_user
+from upvotes.operations.suspension_passes import plan_moves
 from upvotes.operations.suspensions import (
-    RESTORE, SUSPEND, RequestResult, SuspensionIdInUse, UnknownSuspension, list_suspensions, requests_of,
-    restore_users, suspend_users,
+    RESTORE,
+    SUSPEND,
+    RequestResult,
+    SuspensionIdInUse,
+    UnknownSuspension,
+    list_suspensions,
+    requests_of,
+    restore_users,
+    suspend_users,
 )
 
 HOUR = 1_795_312_800  # two event hours: HOUR and HOUR + 3600
@@ -69,17 +77,21 @@ def hours(database, post: str) -> dict[int, Counts]:
 
 # --- the pure rules ---------------------------------------------------------------------------------
 
+
 def test_a_pass_holds_each_counted_vote_a_suspension_covers_and_releases_each_held_one_no_longer_covered() -> None:
-    votes = [StoredVote("p", "ring", UP, 100, "e", HOUR),  # covered by "since 50": held, out of its hour
-             StoredVote("q", "ring", DOWN, 10, "e", HOUR + 3600),  # before the since: counts on
-             StoredVote("r", "ring", NONE, 200, "e", HOUR),  # "none" counts nothing either way: left alone
-             StoredVote("p", "freed", UP, 5, "e", HOUR, held_out=True),  # no suspension left: back in
-             StoredVote("q", "still", UP, 5, "e", HOUR, held_out=True)]  # still covered: stays held
+    votes = [
+        StoredVote("p", "ring", UP, 100, "e", HOUR),  # covered by "since 50": held, out of its hour
+        StoredVote("q", "ring", DOWN, 10, "e", HOUR + 3600),  # before the since: counts on
+        StoredVote("r", "ring", NONE, 200, "e", HOUR),  # "none" counts nothing either way: left alone
+        StoredVote("p", "freed", UP, 5, "e", HOUR, held_out=True),  # no suspension left: back in
+        StoredVote("q", "still", UP, 5, "e", HOUR, held_out=True),
+    ]  # still covered: stays held
     holds = {"ring": (Hold("s1", 50),), "still": (Hold("s2", None),)}
     moves = plan_moves(votes, holds, "@suspension/x")
     assert (moves.held, moves.released, moves.counts) == (1, 1, Counts())
-    assert sorted(moves.marks, key=str) == sorted([(user_hash("ring"), "ring", "p", True),
-                                                   (user_hash("freed"), "freed", "p", None)], key=str)
+    assert sorted(moves.marks, key=str) == sorted(
+        [(user_hash("ring"), "ring", "p", True), (user_hash("freed"), "freed", "p", None)], key=str
+    )
     (delta,) = moves.deltas  # both on post p, hour HOUR: -1 and +1, and the freed user a voter again
     assert (delta.post_id, delta.event_hour, delta.sums.counts, delta.sums.events) == ("p", HOUR, Counts(), 0)
     assert delta.sums.voters is not None
@@ -100,18 +112,32 @@ def test_the_sink_stores_a_covered_state_held_out_and_a_new_state_replacing_a_he
 
 # --- suspend and restore ----------------------------------------------------------------------------
 
+
 def test_a_suspension_holds_the_ring_out_of_every_count_and_hour_since_its_time_and_a_restore_puts_it_back(
-        database) -> None:
-    cast(database, {("sa-1", "ring-a1"): (UP, at(60)), ("sa-1", "ring-a2"): (UP, at(3_700)),
-                    ("sa-2", "ring-a1"): (DOWN, at(3_800)), ("sa-2", "ring-a2"): (UP, at(30)),
-                    **{(post, f"honest-a{i}"): (UP, at(100 + i)) for post in ("sa-1", "sa-2") for i in range(3)}})
+    database,
+) -> None:
+    cast(
+        database,
+        {
+            ("sa-1", "ring-a1"): (UP, at(60)),
+            ("sa-1", "ring-a2"): (UP, at(3_700)),
+            ("sa-2", "ring-a1"): (DOWN, at(3_800)),
+            ("sa-2", "ring-a2"): (UP, at(30)),
+            **{(post, f"honest-a{i}"): (UP, at(100 + i)) for post in ("sa-1", "sa-2") for i in range(3)},
+        },
+    )
     before = (counts(database, "sa-1", "sa-2"), hours(database, "sa-1"), hours(database, "sa-2"))
     assert before[0] == [Counts(upvotes=5), Counts(upvotes=4, downvotes=1)]
 
     since = datetime.fromtimestamp(HOUR + 1_000, timezone.utc)  # only the votes of the second hour
     result = suspend_users(database, "ring-a", ["ring-a2", "ring-a1"], "lockstep on sa-*", "t&s", since)
     assert (result.written, result.users, result.votes, result.counts, result.commits) == (
-        True, 2, 2, Counts(upvotes=-1, downvotes=-1), 1)
+        True,
+        2,
+        2,
+        Counts(upvotes=-1, downvotes=-1),
+        1,
+    )
     assert counts(database, "sa-1", "sa-2") == [Counts(upvotes=4), Counts(upvotes=4)]
     assert hours(database, "sa-1") == {HOUR: Counts(upvotes=4)}  # out of the vote's own hour
     assert hours(database, "sa-2") == {HOUR: Counts(upvotes=4)}
@@ -119,7 +145,14 @@ def test_a_suspension_holds_the_ring_out_of_every_count_and_hour_since_its_time_
 
     audit = requests_of(database, "ring-a")[SUSPEND]
     assert (audit.reason, audit.actor, audit.since, audit.user_ids, audit.votes, audit.counts, audit.commits) == (
-        "lockstep on sa-*", "t&s", since, ("ring-a1", "ring-a2"), 2, Counts(upvotes=-1, downvotes=-1), 1)
+        "lockstep on sa-*",
+        "t&s",
+        since,
+        ("ring-a1", "ring-a2"),
+        2,
+        Counts(upvotes=-1, downvotes=-1),
+        1,
+    )
     assert audit.requested_at is not None and audit.finished_at is not None
     assert audit.finished_at >= audit.requested_at
 
@@ -131,7 +164,8 @@ def test_a_suspension_holds_the_ring_out_of_every_count_and_hour_since_its_time_
 
 
 def test_a_vote_in_flight_through_the_sink_does_not_count_and_one_cast_while_suspended_counts_after_the_restore(
-        stack, database) -> None:
+    stack, database
+) -> None:
     """A ring member's vote published before the suspension, pulled into an open window of the
     vote-state sink (its DoFn holds it until the bundle finishes), applied after the suspension:
     it does not count. A vote cast while suspended counts once restored."""
@@ -157,8 +191,13 @@ def test_a_vote_in_flight_through_the_sink_does_not_count_and_one_cast_while_sus
 def test_a_crash_between_passes_then_a_rerun_by_id_moves_nothing_twice(database, request_kind: str) -> None:
     posts = [f"sc-{request_kind}-{i}" for i in range(6)]
     ring = [f"ring-c-{request_kind}-{i}" for i in range(3)]
-    cast(database, {**{(post, user): (UP, at(i)) for i, post in enumerate(posts) for user in ring},
-                    **{(post, "honest-c"): (UP, at(1)) for post in posts}})
+    cast(
+        database,
+        {
+            **{(post, user): (UP, at(i)) for i, post in enumerate(posts) for user in ring},
+            **{(post, "honest-c"): (UP, at(1)) for post in posts},
+        },
+    )
     suspension = f"ring-c-{request_kind}"
     if request_kind == RESTORE:
         suspend_users(database, suspension, ring, "ring", "t&s")
@@ -190,8 +229,9 @@ def test_a_crash_between_passes_then_a_rerun_by_id_moves_nothing_twice(database,
     assert counts(database, *posts) == [expected] * 6
 
 
-def test_a_record_stopped_between_its_commits_is_finished_by_the_rerun_before_anything_moves(database,
-                                                                                           monkeypatch) -> None:
+def test_a_record_stopped_between_its_commits_is_finished_by_the_rerun_before_anything_moves(
+    database, monkeypatch
+) -> None:
     """More users than one record commit holds (here 2 a commit): a crash after the first commit (the
     audit row and two users' rows) leaves the other users unrecorded and nothing moved; the rerun
     records them, then moves every vote once."""
@@ -207,9 +247,12 @@ def test_a_record_stopped_between_its_commits_is_finished_by_the_rerun_before_an
 
 
 def test_a_user_in_two_suspensions_counts_again_only_when_both_are_lifted_and_a_forgotten_user_stays_forgotten(
-        database) -> None:
-    cast(database, {("sd-1", "twice"): (UP, at(10)), ("sd-1", "forgotten"): (UP, at(10)),
-                    ("sd-1", "honest-d"): (UP, at(10))})
+    database,
+) -> None:
+    cast(
+        database,
+        {("sd-1", "twice"): (UP, at(10)), ("sd-1", "forgotten"): (UP, at(10)), ("sd-1", "honest-d"): (UP, at(10))},
+    )
     suspend_users(database, "ring-d1", ["twice", "forgotten"], "ring 1", "t&s")
     suspend_users(database, "ring-d2", ["twice"], "ring 2", "t&s")
     assert counts(database, "sd-1") == [Counts(upvotes=1)]
@@ -220,7 +263,9 @@ def test_a_user_in_two_suspensions_counts_again_only_when_both_are_lifted_and_a_
     assert restore_users(database, "ring-d2", "cleared", "t&s").votes == 1
     assert counts(database, "sd-1") == [Counts(upvotes=2)]
     assert [s.state for s in list_suspensions(database) if s.suspended.suspension_id.startswith("ring-d")] == [
-        "restored", "restored"]
+        "restored",
+        "restored",
+    ]
 
 
 def test_unique_voters_after_a_suspension_and_its_restore_are_those_of_neither(database) -> None:
@@ -251,8 +296,13 @@ def test_the_cost_follows_the_suspended_votes_not_the_other_voters(database) -> 
     """300 honest votes on the same posts; the suspension reads the ring's 8 Votes rows twice (its
     snapshot, its pass) and their suspension rows, the audit rows: never the honest ones."""
     posts = [f"sf-{i}" for i in range(4)]
-    cast(database, {**{(post, f"crowd-{i}"): (UP, at(i)) for post in posts for i in range(75)},
-                    **{(post, user): (UP, at(1)) for post in posts for user in ("ring-f1", "ring-f2")}})
+    cast(
+        database,
+        {
+            **{(post, f"crowd-{i}"): (UP, at(i)) for post in posts for i in range(75)},
+            **{(post, user): (UP, at(1)) for post in posts for user in ("ring-f1", "ring-f2")},
+        },
+    )
     meter = ReadMeter(database)
     result = suspend_users(meter, "ring-f", ["ring-f1", "ring-f2"], "ring", "t&s")
     assert result.votes == 8 and meter.queries == 0
@@ -262,34 +312,66 @@ def test_the_cost_follows_the_suspended_votes_not_the_other_voters(database) -> 
 
 # --- the commands -----------------------------------------------------------------------------------
 
+
 def cli(stack, capsys, *args: str, status: int = 0) -> tuple[list[dict], str, str]:
     """The command's JSON lines, its stdout and its stderr."""
-    assert main([args[0], "--project", stack.project, "--instance", stack.instance, "--database", stack.database,
-                 *args[1:]]) == status
+    assert (
+        main(
+            [args[0], "--project", stack.project, "--instance", stack.instance, "--database", stack.database, *args[1:]]
+        )
+        == status
+    )
     captured = capsys.readouterr()
-    return ([json.loads(line) for line in captured.out.splitlines() if line.startswith("{")], captured.out,
-            captured.err)
+    return (
+        [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")],
+        captured.out,
+        captured.err,
+    )
 
 
 def test_the_commands_end_to_end(stack, database, capsys, tmp_path) -> None:
-    cast(database, {("sg-1", "ring-g1"): (UP, at(1)), ("sg-1", "ring-g2"): (DOWN, at(2)),
-                    ("sg-1", "honest-g"): (UP, at(3))})
+    cast(
+        database,
+        {("sg-1", "ring-g1"): (UP, at(1)), ("sg-1", "ring-g2"): (DOWN, at(2)), ("sg-1", "honest-g"): (UP, at(3))},
+    )
     users = tmp_path / "ring.txt"
     users.write_text("# the ring\nring-g1\n\nring-g2\n", encoding="utf-8")
-    (suspended,), _, err = cli(stack, capsys, "suspend-users", "--id", "case-g", "--reason", "lockstep", "--actor",
-                               "ts", "--users-file", str(users))
-    assert (suspended["suspension_id"], suspended["request"], suspended["users"], suspended["votes"],
-            suspended["upvotes"], suspended["downvotes"], suspended["written_now"]) == (
-        "case-g", "suspend", 2, 2, -1, -1, True)
+    (suspended,), _, err = cli(
+        stack,
+        capsys,
+        "suspend-users",
+        "--id",
+        "case-g",
+        "--reason",
+        "lockstep",
+        "--actor",
+        "ts",
+        "--users-file",
+        str(users),
+    )
+    assert (
+        suspended["suspension_id"],
+        suspended["request"],
+        suspended["users"],
+        suspended["votes"],
+        suspended["upvotes"],
+        suspended["downvotes"],
+        suspended["written_now"],
+    ) == ("case-g", "suspend", 2, 2, -1, -1, True)
     assert "--id case-g" in err and counts(database, "sg-1") == [Counts(upvotes=1)]
-    (rerun,), _, _ = cli(stack, capsys, "suspend-users", "--id", "case-g", "--reason", "lockstep", "--actor", "ts",
-                      "ring-g1", "ring-g2")
+    (rerun,), _, _ = cli(
+        stack, capsys, "suspend-users", "--id", "case-g", "--reason", "lockstep", "--actor", "ts", "ring-g1", "ring-g2"
+    )
     assert (rerun["written_now"], rerun["moved_now"], rerun["votes"]) == (False, 0, 2)
 
     listed, _, _ = cli(stack, capsys, "suspensions", "--json")
     (case,) = [s for s in listed if s["suspension_id"] == "case-g"]
     assert (case["state"], case["users"], case["suspended"]["votes"], case["restored"]) == (
-        "active", ["ring-g1", "ring-g2"], 2, None)
+        "active",
+        ["ring-g1", "ring-g2"],
+        2,
+        None,
+    )
     _, text, _ = cli(stack, capsys, "suspensions")
     assert "case-g  active     2 users, every vote: 1 upvotes and 1 downvotes held out (2 votes)" in text
 

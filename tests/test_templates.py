@@ -3,6 +3,7 @@ config, the gcloud commands of `upvotes deploy`, the Cloud Scheduler job, IAM an
 
 Nothing here reaches Google Cloud: every check is on generated data or files in the tree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,9 @@ import json
 import os
 import re
 import shlex
-from typing import Any, Callable
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -38,9 +40,22 @@ KINDS = ("streaming", "fold")
 
 # Dataflow's own options: set by the launch, never template parameters.
 STANDARD_OPTIONS = {
-    "project", "region", "streaming", "runner", "temp_location", "tempLocation", "staging_location",
-    "stagingLocation", "job_name", "jobName", "service_account_email", "serviceAccountEmail",
-    "max_num_workers", "maxNumWorkers", "sdk_container_image", "setup_file",
+    "project",
+    "region",
+    "streaming",
+    "runner",
+    "temp_location",
+    "tempLocation",
+    "staging_location",
+    "stagingLocation",
+    "job_name",
+    "jobName",
+    "service_account_email",
+    "serviceAccountEmail",
+    "max_num_workers",
+    "maxNumWorkers",
+    "sdk_container_image",
+    "setup_file",
 }
 
 
@@ -66,6 +81,7 @@ def argv_of(steps_of: Callable) -> Callable:
 
 
 # --- metadata and the pipelines' option parsers -----------------------------------------------
+
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_metadata_parameter_is_accepted_by_the_pipeline_parser(kind: str) -> None:
@@ -130,6 +146,7 @@ def test_no_standard_option_is_a_template_parameter(kind: str) -> None:
 
 
 # --- regexes -------------------------------------------------------------------------------
+
 
 def anchored_regex(name: str) -> str:
     for kind in KINDS:
@@ -219,6 +236,7 @@ def test_the_pipeline_rejects_what_the_metadata_rejects(name: str, value: str) -
 
 # --- Dockerfile and Cloud Build ------------------------------------------------------------
 
+
 def dockerfile_lines() -> list[str]:
     text = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ")
     return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
@@ -235,6 +253,7 @@ def test_dockerfile_beam_version_is_setup_pys() -> None:
     assert 'f"apache-beam[gcp]=={BEAM_VERSION}"' in (ROOT / "setup.py").read_text(encoding="utf-8")
     # The local-runner fix is fenced to the Beam it was tested on: the same one.
     from local_runner.window_state import TESTED_BEAM_VERSION
+
     assert TESTED_BEAM_VERSION == setup_beam_version()
 
 
@@ -307,9 +326,12 @@ def test_the_image_holds_exactly_the_modules_the_pipelines_import() -> None:
     worker_packages = ("pipeline", "transforms", "spanner_writes", "spanner_store", "schemas")
     graph = grimp.build_graph(*worker_packages, include_external_packages=False)
     reached: set[str] = set()
-    pending = [node.module for kind in KINDS
-               for node in ast.walk(ast.parse((TEMPLATES / f"launch_{kind}.py").read_text(encoding="utf-8")))
-               if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in worker_packages]
+    pending = [
+        node.module
+        for kind in KINDS
+        for node in ast.walk(ast.parse((TEMPLATES / f"launch_{kind}.py").read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in worker_packages
+    ]
     while pending:
         module = pending.pop()
         if module not in reached:
@@ -358,6 +380,7 @@ def test_cloudbuild_builds_the_dockerfile_once_per_template() -> None:
 
 # --- the thin entry files ----------------------------------------------------------------
 
+
 def origin_of(module: str) -> str:
     """The file the module is imported from."""
     spec = importlib.util.find_spec(module)
@@ -374,8 +397,9 @@ def load_entry(kind: str):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monkeypatch: pytest.MonkeyPatch,
-                                                                 request: pytest.FixtureRequest) -> None:
+def test_entry_file_builds_the_graph_and_returns_without_waiting(
+    kind: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     """The streaming build claims its writer generation in Spanner (spanner_writes/writers.py),
     so that case builds against a provisioned database on the emulator."""
     import apache_beam as beam
@@ -402,12 +426,26 @@ def test_entry_file_builds_the_graph_and_returns_without_waiting(kind: str, monk
 
 # --- configuration -------------------------------------------------------------------------
 
+
 def test_config_from_environment() -> None:
-    config = DeployConfig.from_env({
-        "PROJECT": "my-project", "REGION": "europe-west1", "MAX_WORKERS": "7", "STREAMING_ENGINE": "0",
-        "UPDATE": "true", "WINDOW_SECONDS": "30", "POSTS_PER_COMMIT": "", "WORKER_SA": "w@other-proj.iam.gserviceaccount.com",
-    }).validate()
-    assert (config.region, config.max_workers, config.streaming_engine, config.update) == ("europe-west1", 7, False, True)
+    config = DeployConfig.from_env(
+        {
+            "PROJECT": "my-project",
+            "REGION": "europe-west1",
+            "MAX_WORKERS": "7",
+            "STREAMING_ENGINE": "0",
+            "UPDATE": "true",
+            "WINDOW_SECONDS": "30",
+            "POSTS_PER_COMMIT": "",
+            "WORKER_SA": "w@other-proj.iam.gserviceaccount.com",
+        }
+    ).validate()
+    assert (config.region, config.max_workers, config.streaming_engine, config.update) == (
+        "europe-west1",
+        7,
+        False,
+        True,
+    )
     assert config.window_seconds == "30" and config.posts_per_commit is None
     assert config.bucket_name == "my-project-upvotes" and config.spanner_instance_config == "regional-europe-west1"
     assert config.job_sa("streaming") == "w@other-proj.iam.gserviceaccount.com"
@@ -415,22 +453,26 @@ def test_config_from_environment() -> None:
     assert DeployConfig.from_env({}).project == ""
 
 
-@pytest.mark.parametrize("environ, message", [
-    ({}, "PROJECT is required"),
-    ({"PROJECT": "My Project"}, "PROJECT="),
-    ({"PROJECT": "my-project", "WINDOW_SECONDS": "0"}, "WINDOW_SECONDS="),
-    ({"PROJECT": "my-project", "INSTANCE": "Upvotes"}, "INSTANCE="),
-    ({"PROJECT": "my-project", "SUBSCRIPTION": "votes sub"}, "SUBSCRIPTION="),
-    ({"PROJECT": "my-project", "FOLD_SCHEDULE": "every 10 minutes"}, "FOLD_SCHEDULE="),
-    ({"PROJECT": "my-project", "MAX_WORKERS": "0"}, "MAX_WORKERS="),
-    ({"PROJECT": "my-project", "STREAMING_ENGINE": "maybe"}, "STREAMING_ENGINE="),
-])
+@pytest.mark.parametrize(
+    "environ, message",
+    [
+        ({}, "PROJECT is required"),
+        ({"PROJECT": "My Project"}, "PROJECT="),
+        ({"PROJECT": "my-project", "WINDOW_SECONDS": "0"}, "WINDOW_SECONDS="),
+        ({"PROJECT": "my-project", "INSTANCE": "Upvotes"}, "INSTANCE="),
+        ({"PROJECT": "my-project", "SUBSCRIPTION": "votes sub"}, "SUBSCRIPTION="),
+        ({"PROJECT": "my-project", "FOLD_SCHEDULE": "every 10 minutes"}, "FOLD_SCHEDULE="),
+        ({"PROJECT": "my-project", "MAX_WORKERS": "0"}, "MAX_WORKERS="),
+        ({"PROJECT": "my-project", "STREAMING_ENGINE": "maybe"}, "STREAMING_ENGINE="),
+    ],
+)
 def test_bad_settings_are_refused_naming_the_variable(environ: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidParameter, match=re.escape(message)):
         DeployConfig.from_env(environ).validate()
 
 
 # --- dry-run output ------------------------------------------------------------------------
+
 
 def dry_run(action: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, **env: str) -> list[list[str]]:
     """The commands `upvotes deploy ACTION --dry-run` prints, parsed back with shlex."""
@@ -449,10 +491,14 @@ def dry_run(action: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
 def test_dry_run_prints_exactly_the_commands_and_runs_nothing(monkeypatch, capsys) -> None:
     monkeypatch.setattr(gcloud_steps.subprocess, "run", lambda *a, **k: pytest.fail("--dry-run ran a command"))
     config = cfg()
-    for action, expected in (("build", argv_of(gcloud_steps.build_steps)), ("run", argv_of(gcloud_steps.run_steps)),
-                             ("schedule", argv_of(gcloud_steps.scheduler_steps)),
-                             ("iam", argv_of(gcloud_steps.iam_steps)), ("setup", argv_of(gcloud_steps.setup_steps)),
-                             ("provision", argv_of(gcloud_steps.provision_steps))):
+    for action, expected in (
+        ("build", argv_of(gcloud_steps.build_steps)),
+        ("run", argv_of(gcloud_steps.run_steps)),
+        ("schedule", argv_of(gcloud_steps.scheduler_steps)),
+        ("iam", argv_of(gcloud_steps.iam_steps)),
+        ("setup", argv_of(gcloud_steps.setup_steps)),
+        ("provision", argv_of(gcloud_steps.provision_steps)),
+    ):
         assert dry_run(action, monkeypatch, capsys) == expected(config), action
     everything = dry_run("all", monkeypatch, capsys)
     assert everything == [step.argv for name in gcloud_steps.STEPS for step in gcloud_steps.STEPS[name](config)]
@@ -467,7 +513,13 @@ def test_build_dry_run_names_the_images_metadata_and_template_paths(monkeypatch,
     assert f"--substitutions=_STREAMING_IMAGE={image['streaming']},_FOLD_IMAGE={image['fold']}" in submit
     assert len(templates) == 2
     for kind, command in zip(KINDS, templates):
-        assert command[:5] == ["gcloud", "dataflow", "flex-template", "build", f"gs://{PROJECT}-upvotes/templates/{kind}.json"]
+        assert command[:5] == [
+            "gcloud",
+            "dataflow",
+            "flex-template",
+            "build",
+            f"gs://{PROJECT}-upvotes/templates/{kind}.json",
+        ]
         assert f"--image={image[kind]}" in command
         assert "--sdk-language=PYTHON" in command
         assert f"--metadata-file=templates/{kind}/metadata.json" in command
@@ -494,8 +546,9 @@ def test_run_dry_run_launches_both_templates_with_their_parameters(monkeypatch, 
         assert f"--staging-location=gs://{PROJECT}-upvotes/staging" in command
         assert f"--temp-location=gs://{PROJECT}-upvotes/tmp" in command
         assert "--additional-experiments=a,b" in command
-        assert not any(arg.startswith(("--parameters=project", "--parameters=region", "--parameters=streaming"))
-                       for arg in command)
+        assert not any(
+            arg.startswith(("--parameters=project", "--parameters=region", "--parameters=streaming")) for arg in command
+        )
     assert "--enable-streaming-engine" in streaming and "--max-workers=5" in streaming
     assert "--enable-streaming-engine" not in fold and "--max-workers=2" in fold
     assert parameters_of(streaming)["inputSubscription"] == f"projects/{PROJECT}/subscriptions/votes-sub"
@@ -513,15 +566,19 @@ def test_update_replaces_the_streaming_job_and_the_scheduler_job(monkeypatch, ca
 
 def test_unset_optional_parameters_are_left_to_the_pipeline(monkeypatch, capsys) -> None:
     streaming, _ = dry_run("run", monkeypatch, capsys, WINDOW_SECONDS="", ROWS_PER_COMMIT="", MAX_CLOCK_SKEW_SECONDS="")
-    assert set(parameters_of(streaming)) == {
-        p.template_name for p in STREAMING_PARAMS if p.required} | {"sdk_container_image"}
+    assert set(parameters_of(streaming)) == {p.template_name for p in STREAMING_PARAMS if p.required} | {
+        "sdk_container_image"
+    }
 
 
 def test_schedule_dry_run_posts_the_fold_launch(monkeypatch, capsys) -> None:
     (command,) = dry_run("schedule", monkeypatch, capsys, FOLD_SCHEDULE="*/5 * * * *")
     assert command[:6] == ["gcloud", "scheduler", "jobs", "create", "http", "upvotes-fold"]
     assert "--schedule=*/5 * * * *" in command
-    assert f"--uri=https://dataflow.googleapis.com/v1b3/projects/{PROJECT}/locations/us-central1/flexTemplates:launch" in command
+    assert (
+        f"--uri=https://dataflow.googleapis.com/v1b3/projects/{PROJECT}/locations/us-central1/flexTemplates:launch"
+        in command
+    )
     assert "--http-method=POST" in command
     assert f"--oauth-service-account-email=upvotes-scheduler@{PROJECT}.iam.gserviceaccount.com" in command
     assert "--oauth-token-scope=https://www.googleapis.com/auth/cloud-platform" in command
@@ -531,6 +588,7 @@ def test_schedule_dry_run_posts_the_fold_launch(monkeypatch, capsys) -> None:
 
 
 # --- the Cloud Scheduler job ---------------------------------------------------------------
+
 
 def decoded_body(job: dict) -> dict:
     return json.loads(base64.b64decode(job["httpTarget"]["body"]).decode("utf-8"))
@@ -545,17 +603,26 @@ def test_scheduler_job_launches_the_fold_template(posts_per_commit: str | None) 
     assert job["name"] == f"projects/{PROJECT}/locations/us-central1/jobs/upvotes-fold"
     target = job["httpTarget"]
     assert target["httpMethod"] == "POST"
-    assert target["uri"] == f"https://dataflow.googleapis.com/v1b3/projects/{PROJECT}/locations/us-central1/flexTemplates:launch"
+    assert (
+        target["uri"]
+        == f"https://dataflow.googleapis.com/v1b3/projects/{PROJECT}/locations/us-central1/flexTemplates:launch"
+    )
     assert target["headers"] == {"Content-Type": "application/json"}
     assert target["oauthToken"] == {
         "serviceAccountEmail": f"upvotes-scheduler@{PROJECT}.iam.gserviceaccount.com",
         "scope": "https://www.googleapis.com/auth/cloud-platform",
     }
     launch = decoded_body(job)["launchParameter"]
-    assert launch["containerSpecGcsPath"] == config.template_path("fold") == f"gs://{PROJECT}-upvotes/templates/fold.json"
+    assert (
+        launch["containerSpecGcsPath"] == config.template_path("fold") == f"gs://{PROJECT}-upvotes/templates/fold.json"
+    )
     assert launch["jobName"] == "upvotes-fold"
     required = {p.template_name for p in FOLD_PARAMS if p.required}
-    optional_set = ({"postsPerCommit"} if posts_per_commit else set()) | {"dataBoost", "fullScan", "maxDeltaRowsPerRun"}  # defaults each
+    optional_set = ({"postsPerCommit"} if posts_per_commit else set()) | {
+        "dataBoost",
+        "fullScan",
+        "maxDeltaRowsPerRun",
+    }  # defaults each
     assert set(launch["parameters"]) == required | optional_set
     assert launch["parameters"]["spannerInstanceId"] == "upvotes"
     assert launch["parameters"]["spannerDatabaseId"] == "votes"
@@ -573,6 +640,7 @@ def test_scheduler_job_launches_the_fold_template(posts_per_commit: str | None) 
 
 
 # --- IAM -----------------------------------------------------------------------------------
+
 
 def bindings(config: DeployConfig) -> list[tuple[str, str, str, str]]:
     """(resource kind, resource, member, role) of every add-iam-policy-binding command."""
@@ -594,7 +662,7 @@ def test_publishers_may_only_publish_to_the_votes_topic() -> None:
 
 
 def test_no_project_level_pubsub_or_spanner_role_and_no_basic_role() -> None:
-    for kind, resource, member, role in bindings(cfg()):
+    for kind, _resource, member, role in bindings(cfg()):
         if kind == "projects":
             assert role in ("roles/dataflow.worker", "roles/dataflow.developer"), (member, role)
         assert role not in ("roles/editor", "roles/owner", "roles/viewer")
@@ -628,14 +696,17 @@ def test_data_boost_gives_the_fold_the_data_boost_reader_role_on_the_database_on
 
 def test_the_scheduler_can_launch_folds_only() -> None:
     scheduler = f"serviceAccount:upvotes-scheduler@{PROJECT}.iam.gserviceaccount.com"
-    assert sorted((k, r, role) for k, r, m, role in bindings(cfg()) if m == scheduler) == sorted([
-        ("projects", PROJECT, "roles/dataflow.developer"),
-        ("iam service-accounts", f"upvotes-fold@{PROJECT}.iam.gserviceaccount.com", "roles/iam.serviceAccountUser"),
-        ("storage buckets", f"gs://{PROJECT}-upvotes", "roles/storage.objectViewer"),
-    ])
+    assert sorted((k, r, role) for k, r, m, role in bindings(cfg()) if m == scheduler) == sorted(
+        [
+            ("projects", PROJECT, "roles/dataflow.developer"),
+            ("iam service-accounts", f"upvotes-fold@{PROJECT}.iam.gserviceaccount.com", "roles/iam.serviceAccountUser"),
+            ("storage buckets", f"gs://{PROJECT}-upvotes", "roles/storage.objectViewer"),
+        ]
+    )
 
 
 # --- running, metadata action and the guide ------------------------------------------------
+
 
 def test_running_stops_at_the_first_failure() -> None:
     calls: list[list[str]] = []
@@ -645,7 +716,11 @@ def test_running_stops_at_the_first_failure() -> None:
         calls.append(argv)
         return next(codes)
 
-    steps = [gcloud_steps.Step(["gcloud", "one"]), gcloud_steps.Step(["upvotes", "provision", "--x"]), gcloud_steps.Step(["gcloud", "three"])]
+    steps = [
+        gcloud_steps.Step(["gcloud", "one"]),
+        gcloud_steps.Step(["upvotes", "provision", "--x"]),
+        gcloud_steps.Step(["gcloud", "three"]),
+    ]
     out, err = io.StringIO(), io.StringIO()
     assert gcloud_steps.execute_steps(steps, out, err, run=fake) == 3
     assert len(calls) == 2
@@ -671,14 +746,21 @@ def metadata_args(root: Path, *flags: str) -> argparse.Namespace:
 def test_metadata_action_writes_then_checks(tmp_path: Path, capsys) -> None:
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "README.md").write_text(
-        f"# guide\n{template_metadata.TABLE_START}\nold table\n{template_metadata.TABLE_END}\nrest\n", encoding="utf-8")
+        f"# guide\n{template_metadata.TABLE_START}\nold table\n{template_metadata.TABLE_END}\nrest\n", encoding="utf-8"
+    )
     assert deploy_command.run(metadata_args(tmp_path, "--check")) == 1
     assert deploy_command.run(metadata_args(tmp_path)) == 0
     assert deploy_command.run(metadata_args(tmp_path, "--check")) == 0
     for kind in KINDS:
-        assert json.loads(template_metadata.metadata_path(kind, tmp_path).read_text()) == template_metadata.template_metadata(kind)
+        assert json.loads(
+            template_metadata.metadata_path(kind, tmp_path).read_text()
+        ) == template_metadata.template_metadata(kind)
     readme = (tmp_path / "templates" / "README.md").read_text()
-    assert "old table" not in readme and template_metadata.parameter_table_markdown() in readme and readme.endswith("rest\n")
+    assert (
+        "old table" not in readme
+        and template_metadata.parameter_table_markdown() in readme
+        and readme.endswith("rest\n")
+    )
     template_metadata.metadata_path("fold", tmp_path).write_text("{}\n")
     assert deploy_command.run(metadata_args(tmp_path, "--check")) == 1
     assert "fold/metadata.json" in capsys.readouterr().err
@@ -701,7 +783,7 @@ def test_markdown_prints_the_parameter_table(capsys) -> None:
 def test_the_guide_table_is_the_generated_one() -> None:
     text = README.read_text(encoding="utf-8")
     start = text.index(template_metadata.TABLE_START) + len(template_metadata.TABLE_START)
-    table = text[start:text.index(template_metadata.TABLE_END)].strip("\n") + "\n"
+    table = text[start : text.index(template_metadata.TABLE_END)].strip("\n") + "\n"
     assert table == template_metadata.parameter_table_markdown()
     for param in all_params():
         assert f"| `--{param.flag}` | `{param.template_name}` |" in table
@@ -709,10 +791,28 @@ def test_the_guide_table_is_the_generated_one() -> None:
 
 def test_the_guide_covers_every_step_metric_and_knob() -> None:
     text = README.read_text(encoding="utf-8")
-    for needle in ("upvotes deploy setup", "upvotes deploy provision", "upvotes deploy iam", "upvotes deploy build",
-                   "upvotes deploy run", "upvotes deploy schedule", "--create-instance",
-                   "ParseVotes/accepted", "ParseVotes/rejected_", "WriteDeltaRows/rows_written",
-                   "rows_already_written", "WriteDeltaRows/commits", "transient_retries", "rows_dead_lettered",
-                   "FoldDeltas/posts_folded", "FoldDeltas/deltas_folded", "votes-dead-letter-kept",
-                   "WINDOW_SECONDS", "FOLD_SCHEDULE", "MAX_WORKERS", "Streaming Engine", "ROWS_PER_COMMIT"):
+    for needle in (
+        "upvotes deploy setup",
+        "upvotes deploy provision",
+        "upvotes deploy iam",
+        "upvotes deploy build",
+        "upvotes deploy run",
+        "upvotes deploy schedule",
+        "--create-instance",
+        "ParseVotes/accepted",
+        "ParseVotes/rejected_",
+        "WriteDeltaRows/rows_written",
+        "rows_already_written",
+        "WriteDeltaRows/commits",
+        "transient_retries",
+        "rows_dead_lettered",
+        "FoldDeltas/posts_folded",
+        "FoldDeltas/deltas_folded",
+        "votes-dead-letter-kept",
+        "WINDOW_SECONDS",
+        "FOLD_SCHEDULE",
+        "MAX_WORKERS",
+        "Streaming Engine",
+        "ROWS_PER_COMMIT",
+    ):
         assert needle in text, needle

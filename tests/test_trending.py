@@ -2,6 +2,7 @@
 top posts of the last N hours, written through the real write paths (the sink's WriteDeltaRows and
 write_new_deltas, the vote-state path) and folded by the real fold, each answer checked against
 the brute force of a ledger of every vote (tests/support/trending_ledger.py)."""
+
 from __future__ import annotations
 
 import random
@@ -25,11 +26,15 @@ from spanner_writes import folding
 from spanner_writes.deltas import write_new_deltas
 from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
-from transforms import fold_deltas
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, window_of,
+    VoteLedger,
+    assert_hot_answer,
+    assert_window_answer,
+    brute_hot,
+    window_of,
 )
+from transforms import fold_deltas
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
@@ -44,8 +49,14 @@ def at_hour(hours_from_now: float) -> datetime:
 
 
 def delta(post_id: str, upvotes: int, delta_id: str, hours_ago: int = 0, downvotes: int = 0) -> PostDelta:
-    return PostDelta.of(post_id, NOW_HOUR - 3600 * hours_ago, delta_id, upvotes=upvotes, downvotes=downvotes,
-                        events=abs(upvotes) + abs(downvotes))
+    return PostDelta.of(
+        post_id,
+        NOW_HOUR - 3600 * hours_ago,
+        delta_id,
+        upvotes=upvotes,
+        downvotes=downvotes,
+        events=abs(upvotes) + abs(downvotes),
+    )
 
 
 @pytest.fixture
@@ -65,16 +76,21 @@ def write(database, ledger: VoteLedger, deltas: list[PostDelta]) -> None:
 def sink(resources, ledger: VoteLedger, deltas: list[PostDelta], rows_per_commit: int = 50) -> None:
     """Delta rows through the streaming pipeline's own sink transform."""
     with TestPipeline() as p:
-        p | beam.Create(deltas) | WriteDeltaRows(resources.project, resources.instance, resources.database,
-                                                 rows_per_commit=rows_per_commit)
+        (
+            p
+            | beam.Create(deltas)
+            | WriteDeltaRows(resources.project, resources.instance, resources.database, rows_per_commit=rows_per_commit)
+        )
     ledger.add_deltas(deltas)
 
 
 def vote(database, ledger: VoteLedger, states: list[tuple[str, str, str, int, int]]) -> None:
     """Vote states (post, user, vote, event time in µs, hours ago), one transaction of the
     vote-state path; the ledger keeps each user's latest."""
-    batch = {PostUser(post, user): LatestVote(choice, at_us, f"e{at_us}", NOW_HOUR - 3600 * ago, 1, choice != NONE)
-             for post, user, choice, at_us, ago in states}
+    batch = {
+        PostUser(post, user): LatestVote(choice, at_us, f"e{at_us}", NOW_HOUR - 3600 * ago, 1, choice != NONE)
+        for post, user, choice, at_us, ago in states
+    }
     run_with_retries(lambda: apply_vote_states(database, batch), PATIENT)
     for post, user, choice, at_us, ago in states:
         ledger.add_state(post, user, choice, at_us, NOW_HOUR - 3600 * ago, f"e{at_us}")
@@ -125,8 +141,11 @@ def test_a_post_voted_on_hours_ago_is_overtaken_by_a_newer_post_with_fewer_votes
 def test_a_flip_moves_the_hot_order_back(fresh) -> None:
     resources, database = fresh
     ledger = VoteLedger()
-    vote(database, ledger, [("b", f"b{i}", UP, 100 + i, 2) for i in range(4)]
-         + [("a", f"a{i}", UP, 100 + i, 2) for i in range(3)])
+    vote(
+        database,
+        ledger,
+        [("b", f"b{i}", UP, 100 + i, 2) for i in range(4)] + [("a", f"a{i}", UP, 100 + i, 2) for i in range(3)],
+    )
     assert ids(hot_top(database, 2)) == ["b", "a"]
     vote(database, ledger, [("a", "a3", UP, 200, 2), ("a", "a4", UP, 201, 2)])
     top = hot_top(database, 2)
@@ -155,11 +174,24 @@ def test_a_flip_moves_the_hot_order_back(fresh) -> None:
 def test_hours_sliding_out_of_the_window_change_the_last_hours_order_with_no_new_vote(fresh) -> None:
     resources, database = fresh
     ledger = VoteLedger()
-    write(database, ledger, [delta("x", 10, "a:1", hours_ago=5), delta("x", 1, "a:2"),
-                             delta("y", 6, "a:3", hours_ago=1), delta("z", 3, "a:4", hours_ago=8)])
+    write(
+        database,
+        ledger,
+        [
+            delta("x", 10, "a:1", hours_ago=5),
+            delta("x", 1, "a:2"),
+            delta("y", 6, "a:3", hours_ago=1),
+            delta("z", 3, "a:4", hours_ago=8),
+        ],
+    )
     # The 6-hour window read at each moment: (hours from now, its answer).
-    expected = [(0, [("x", 11), ("y", 6)]), (1, [("y", 6), ("x", 1)]), (5, [("x", 1)]), (6, []),
-                (-3, [("x", 10), ("z", 3)])]
+    expected = [
+        (0, [("x", 11), ("y", 6)]),
+        (1, [("y", 6), ("x", 1)]),
+        (5, [("x", 1)]),
+        (6, []),
+        (-3, [("x", 10), ("z", 3)]),
+    ]
     for folded in (False, True):
         if folded:
             run_fold(resources)
@@ -177,8 +209,17 @@ def test_hours_sliding_out_of_the_window_change_the_last_hours_order_with_no_new
 def test_ties_are_broken_by_post_id_in_both_rankings(fresh) -> None:
     resources, database = fresh
     ledger = VoteLedger()
-    write(database, ledger, [delta("tie-c", 5, "a:1"), delta("tie-a", 5, "a:2"), delta("top", 9, "a:3"),
-                             delta("tie-b", 3, "a:4"), delta("tie-b", 2, "a:5", hours_ago=0)])
+    write(
+        database,
+        ledger,
+        [
+            delta("tie-c", 5, "a:1"),
+            delta("tie-a", 5, "a:2"),
+            delta("top", 9, "a:3"),
+            delta("tie-b", 3, "a:4"),
+            delta("tie-b", 2, "a:5", hours_ago=0),
+        ],
+    )
     for folded in (False, True):
         if folded:
             run_fold(resources)
@@ -225,9 +266,17 @@ def test_answers_read_while_a_fold_races_the_stream_are_right_whenever_certified
             # Now and then a commit of every post: more than it lists, so some answers are not
             # certified until a fold passes it.
             chosen = posts if batch % 7 == 3 else [rng.choice(posts) for _ in range(rng.randint(1, 6))]
-            deltas = [PostDelta.of(post, NOW_HOUR - 3600 * rng.randint(0, 8), f"race:{batch}:{i}",
-                                   upvotes=rng.randint(-2, 9), downvotes=rng.randint(0, 2), events=1)
-                      for i, post in enumerate(chosen)]
+            deltas = [
+                PostDelta.of(
+                    post,
+                    NOW_HOUR - 3600 * rng.randint(0, 8),
+                    f"race:{batch}:{i}",
+                    upvotes=rng.randint(-2, 9),
+                    downvotes=rng.randint(0, 2),
+                    events=1,
+                )
+                for i, post in enumerate(chosen)
+            ]
             write(database, ledger, deltas)
             k = rng.randint(1, 5)
             hot = hot_top(database, k, extra=rng.randint(0, 3))
@@ -256,8 +305,12 @@ def test_a_commit_with_more_risers_than_it_lists_uncertifies_an_answer_a_left_ou
     resources, database = fresh
     ledger = VoteLedger()
     # Folded: base-00..base-29 with 40..69 upvotes, and a lurker with 64, all an hour ago.
-    write(database, ledger, [delta(f"base-{i:02}", 40 + i, f"a:{i}", hours_ago=1) for i in range(30)]
-          + [delta("lurker", 64, "a:lurker", hours_ago=1)])
+    write(
+        database,
+        ledger,
+        [delta(f"base-{i:02}", 40 + i, f"a:{i}", hours_ago=1) for i in range(30)]
+        + [delta("lurker", 64, "a:lurker", hours_ago=1)],
+    )
     run_fold(resources)
     risers = [delta(f"r-{i:02}", 11 + i, f"b:{i}", hours_ago=1) for i in range(CANDIDATES_PER_COMMIT)]
 
@@ -280,8 +333,11 @@ def test_a_commit_with_more_risers_than_it_lists_uncertifies_an_answer_a_left_ou
     assert_hot_answer(top, ledger, H, 3, "K=3, rise 3, the commit read")
 
     # Another such commit: the lurker's +7 makes it first with 74, and the read cannot see it.
-    write(database, ledger, [d._replace(delta_id=f"c:{i}") for i, d in enumerate(risers)]
-          + [delta("lurker", 7, "c:lurker", hours_ago=1)])
+    write(
+        database,
+        ledger,
+        [d._replace(delta_id=f"c:{i}") for i, d in enumerate(risers)] + [delta("lurker", 7, "c:lurker", hours_ago=1)],
+    )
     truth = brute_hot(ledger, H, datetime.now(timezone.utc))
     assert [s.post_id for s in truth[:3]] == ["lurker", "base-29", "base-28"]
     top = hot_top(database, 1, extra=4, resolve_posts=0)
@@ -297,8 +353,11 @@ def test_a_commit_with_more_risers_than_it_lists_uncertifies_an_answer_a_left_ou
         assert_hot_answer(top, ledger, H, k, f"K={k}, the commits read")
     # The last hours read deeper instead: four times as many rows of each hour holds every post.
     last = window_top(database, 3, hours=2, extra=2, clock=lambda _: at_hour(0), resolve_posts=0)
-    assert [(p.totals.post_id, p.score) for p in last.posts] == [("lurker", 74), ("base-29", 69),
-                                                                 ("base-28", 68)] and last.exact
+    assert [(p.totals.post_id, p.score) for p in last.posts] == [
+        ("lurker", 74),
+        ("base-29", 69),
+        ("base-28", 68),
+    ] and last.exact
     assert_window_answer(last, ledger, 3, *window_of(at_hour(0), 2), "last 2 hours")
 
     run_fold(resources)
@@ -315,12 +374,15 @@ def test_a_post_folded_in_steps_keeps_its_hot_key_even_when_the_steps_are_cut_sh
     resources, database = fresh
     ledger = VoteLedger()
     real_cost, real_steps = fold_deltas.fold_cost, fold_deltas.fold_post_in_steps
-    monkeypatch.setattr(fold_deltas, "fold_cost",
-                        lambda fold: MUTATION_BUDGET + 1 if len(fold.hours) > 3 else real_cost(fold))
+    monkeypatch.setattr(
+        fold_deltas, "fold_cost", lambda fold: MUTATION_BUDGET + 1 if len(fold.hours) > 3 else real_cost(fold)
+    )
     two_hours = folding.MUTATIONS_PER_POST + 2 * folding.MUTATIONS_PER_HOUR
-    monkeypatch.setattr(fold_deltas, "fold_post_in_steps",
-                        lambda database_, fold, snapshot_at, _, on_retry: real_steps(
-                            database_, fold, snapshot_at, two_hours, on_retry))
+    monkeypatch.setattr(
+        fold_deltas,
+        "fold_post_in_steps",
+        lambda database_, fold, snapshot_at, _, on_retry: real_steps(database_, fold, snapshot_at, two_hours, on_retry),
+    )
     spread = [delta("spread", 3 + i, f"a:{i}", hours_ago=2 * i, downvotes=i % 2) for i in range(9)]
     write(database, ledger, spread + [delta(f"other-{i}", 4 + 2 * i, f"b:{i}", hours_ago=i) for i in range(6)])
     assert run_fold(resources).posts_split == 1

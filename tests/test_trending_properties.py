@@ -13,6 +13,7 @@ its fence; tests/support/older_folds.py), which the database makes skip every fe
 provisions at once, a recompute with a random half-life and another provision, their backfill
 steps interleaved at random (tests/support/provision_races.py): every certified answer read
 between their steps is still the brute force's, under the half-life it reports."""
+
 from __future__ import annotations
 
 import random
@@ -37,7 +38,14 @@ from tests.support.older_folds import older_fold
 from tests.support.provision_races import race
 from tests.support.resources import new_resources
 from tests.support.trending_ledger import (
-    VoteLedger, assert_hot_answer, assert_window_answer, brute_hot, hot_values, keys_and_hours, unfenced, window_of,
+    VoteLedger,
+    assert_hot_answer,
+    assert_window_answer,
+    brute_hot,
+    hot_values,
+    keys_and_hours,
+    unfenced,
+    window_of,
 )
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.operations import hot_backfill
@@ -78,9 +86,16 @@ class Run:
     def delta(self, post_id: str) -> PostDelta:
         self.rows += 1
         rng = self.rng
-        return PostDelta.of(post_id, NOW_HOUR - 3600 * rng.randint(0, SPAN_HOURS), f"prop:{self.rows}",
-                            upvotes=rng.choice([-2, -1, 0, 1, 2, 3, 5, 8]), downvotes=rng.choice([-1, 0, 0, 1, 2]),
-                            shares=rng.randint(0, 2), views=rng.randint(0, 3), events=1)
+        return PostDelta.of(
+            post_id,
+            NOW_HOUR - 3600 * rng.randint(0, SPAN_HOURS),
+            f"prop:{self.rows}",
+            upvotes=rng.choice([-2, -1, 0, 1, 2, 3, 5, 8]),
+            downvotes=rng.choice([-1, 0, 0, 1, 2]),
+            shares=rng.randint(0, 2),
+            views=rng.randint(0, 3),
+            events=1,
+        )
 
     def write_deltas(self) -> str:
         """A few rows, in a random order, cut into one to three commits."""
@@ -100,10 +115,14 @@ class Run:
         rows = []
         for post in self.posts:
             self.rows += 1
-            up, down, ago = (self.rng.randint(4, 9), self.rng.choice([0, 1]), self.rng.randint(0, 3)) \
-                if post in listed else (self.rng.randint(1, 3), -self.rng.randint(0, 8), 0)
-            rows.append(PostDelta.of(post, NOW_HOUR - 3600 * ago, f"prop:{self.rows}",
-                                     upvotes=up, downvotes=down, events=1))
+            up, down, ago = (
+                (self.rng.randint(4, 9), self.rng.choice([0, 1]), self.rng.randint(0, 3))
+                if post in listed
+                else (self.rng.randint(1, 3), -self.rng.randint(0, 8), 0)
+            )
+            rows.append(
+                PostDelta.of(post, NOW_HOUR - 3600 * ago, f"prop:{self.rows}", upvotes=up, downvotes=down, events=1)
+            )
         run_with_retries(lambda: write_new_deltas(self.database, rows), PATIENT)
         self.ledger.add_deltas(rows)
         return f"a commit of {len(rows)} posts"
@@ -111,8 +130,16 @@ class Run:
     def sink(self) -> str:
         rows = [self.delta(self.rng.choice(self.posts)) for _ in range(self.rng.randint(3, 12))]
         with TestPipeline() as p:
-            p | beam.Create(rows) | WriteDeltaRows(self.resources.project, self.resources.instance,
-                                                   self.resources.database, rows_per_commit=self.rng.randint(1, 5))
+            (
+                p
+                | beam.Create(rows)
+                | WriteDeltaRows(
+                    self.resources.project,
+                    self.resources.instance,
+                    self.resources.database,
+                    rows_per_commit=self.rng.randint(1, 5),
+                )
+            )
         self.ledger.add_deltas(rows)
         return f"{len(rows)} rows through the sink"
 
@@ -123,8 +150,9 @@ class Run:
         for _ in range(self.rng.randint(1, 8)):
             key = PostUser(self.rng.choice(self.voted_posts), self.rng.choice(self.users))
             choice = self.rng.choice([UP, UP, DOWN, NONE])
-            batch[key] = LatestVote(choice, next(self.times), "", NOW_HOUR - 3600 * self.rng.randint(0, SPAN_HOURS),
-                                    1, choice != NONE)
+            batch[key] = LatestVote(
+                choice, next(self.times), "", NOW_HOUR - 3600 * self.rng.randint(0, SPAN_HOURS), 1, choice != NONE
+            )
         run_with_retries(lambda: apply_vote_states(self.database, batch), PATIENT)
         for key, state in batch.items():
             self.ledger.add_state(key.post_id, key.user_id, state.vote, state.at_us, state.event_hour)
@@ -147,10 +175,15 @@ class Run:
         b_recomputes = self.rng.random() < 0.5
         script = "".join(self.rng.choice("AB") for _ in range(self.rng.randint(2, 12)))
         self.monkeypatch.setattr(hot_backfill, "PAGE", RACE_PAGE)
-        race(self.monkeypatch, {
-            "A": lambda: hot_backfill.ensure_hot_ranking(self.database, a, lambda _: None, recompute=True),
-            "B": lambda: hot_backfill.ensure_hot_ranking(self.database, b, lambda _: None, recompute=b_recomputes),
-        }, script, self.check_certified)
+        race(
+            self.monkeypatch,
+            {
+                "A": lambda: hot_backfill.ensure_hot_ranking(self.database, a, lambda _: None, recompute=True),
+                "B": lambda: hot_backfill.ensure_hot_ranking(self.database, b, lambda _: None, recompute=b_recomputes),
+            },
+            script,
+            self.check_certified,
+        )
         with self.database.snapshot() as snapshot:
             settings = read_settings(snapshot)
         assert settings.backfilled and settings.half_life_hours is not None, settings
@@ -173,18 +206,23 @@ class Run:
         assert_hot_answer(hot, self.ledger, self.half_life, k, step)
         self.answers["hot"][not hot.exact] += 1
         # A random window, and the current hour alone (where a wide commit's left-out rows land).
-        for at, hours, k in ((moment(rng.choice([0, 0, 3, -6])), rng.choice([1, 3, 8, 24]), k), (moment(0), 1, 5)):
-            last = window_top(self.database, k, hours=hours, extra=rng.randint(0, 3), clock=lambda _, m=at: m)
-            assert_window_answer(last, self.ledger, k, *window_of(at, hours), f"{step}, last {hours} h, K={k}")
+        for at, hours, window_k in (
+            (moment(rng.choice([0, 0, 3, -6])), rng.choice([1, 3, 8, 24]), k),
+            (moment(0), 1, 5),
+        ):
+            last = window_top(self.database, window_k, hours=hours, extra=rng.randint(0, 3), clock=lambda _, m=at: m)
+            assert_window_answer(
+                last, self.ledger, window_k, *window_of(at, hours), f"{step}, last {hours} h, K={window_k}"
+            )
             self.answers["last"][not last.exact] += 1
 
 
 @pytest.mark.parametrize("seed, half_life", CASES)
-def test_every_answer_agrees_with_the_ledger_and_every_certified_one_is_exact(emulator_env, monkeypatch, seed: int,
-                                                                             half_life: float) -> None:
+def test_every_answer_agrees_with_the_ledger_and_every_certified_one_is_exact(
+    emulator_env, monkeypatch, seed: int, half_life: float
+) -> None:
     run = Run(seed, half_life, monkeypatch)
-    actions = [run.write_deltas] * 5 + [run.vote_states] * 3 + [run.write_wide] * 2 + [run.fold] * 2 \
-        + [run.older_fold]
+    actions = [run.write_deltas] * 5 + [run.vote_states] * 3 + [run.write_wide] * 2 + [run.fold] * 2 + [run.older_fold]
     # Once each at least: the sink transform, an older fold, provisions racing.
     once = dict(zip(run.rng.sample(range(STEPS), 3), (run.sink, run.older_fold, run.race_provisions)))
     for step in range(STEPS):
@@ -207,8 +245,7 @@ def test_every_answer_agrees_with_the_ledger_and_every_certified_one_is_exact(em
     # With the index read whole, the answer is certified and is the brute force's.
     everything = hot_top(run.database, 3, extra=len(run.posts))
     assert everything.exact and [p.totals.post_id for p in everything.posts] == [
-        s.post_id for s in brute_hot(run.ledger, half_life, everything.as_of)[:3]]
+        s.post_id for s in brute_hot(run.ledger, half_life, everything.as_of)[:3]
+    ]
     assert run.answers["hot"][0] > 0 and run.answers["last"][0] > 0, run.answers
     print(f"\nseed {seed}: answers certified/not: {run.answers}")
-
-

@@ -12,6 +12,7 @@ module started):
     mixed         60 up and 50 down, this hour      60 (3rd)  10 (3rd)         60 (2nd)
     fresh-riser   40 up, this hour                  40 (4th)  40 (1st)         40 (3rd)
 """
+
 from __future__ import annotations
 
 import json
@@ -76,19 +77,32 @@ class FakeClock:
 def voted(stack, database):
     """The module's database with the four posts of the table above, one commit each."""
     for i, (post, hours_ago, up, down) in enumerate(VOTES):
-        write_deltas(database, [PostDelta.of(post, NOW_HOUR - hours_ago * HOUR_S, f"v:{i}", upvotes=up,
-                                             downvotes=down, events=up + down)])
+        write_deltas(
+            database,
+            [PostDelta.of(post, NOW_HOUR - hours_ago * HOUR_S, f"v:{i}", upvotes=up, downvotes=down, events=up + down)],
+        )
     return stack, database
 
 
 def top_lines(stack, *flags: str, capsys) -> tuple[list[dict], str]:
-    assert main(["top", f"--project={stack.project}", f"--instance={stack.instance}",
-                 f"--database={stack.database}", *flags]) == 0
+    assert (
+        main(
+            [
+                "top",
+                f"--project={stack.project}",
+                f"--instance={stack.instance}",
+                f"--database={stack.database}",
+                *flags,
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     return [json.loads(line) for line in captured.out.splitlines()], captured.err
 
 
 # --- upvotes top ---------------------------------------------------------------------------
+
 
 def test_top_by_hot_prints_each_posts_hot_score_and_the_all_time_fields(voted, capsys) -> None:
     stack, _ = voted
@@ -107,7 +121,10 @@ def test_top_last_24h_prints_the_window_upvotes_and_leaves_out_posts_without_any
     stack, _ = voted
     lines, summary = top_lines(stack, "--last", "24h", capsys=capsys)
     assert [(line["rank"], line["post_id"], line["window_upvotes"]) for line in lines] == [
-        (1, "yesterday", 100), (2, "mixed", 60), (3, "fresh-riser", 40)]
+        (1, "yesterday", 100),
+        (2, "mixed", 60),
+        (3, "fresh-riser", 40),
+    ]
     for line in lines:
         assert {k: line[k] for k in Counts._fields} == COUNTS[line["post_id"]]._asdict()
         assert (line["by"], line["last_hours"], line["exact"]) == ("last", 24, True)
@@ -129,11 +146,14 @@ def test_top_by_upvotes_is_todays_list(voted, capsys) -> None:
     assert summary.startswith("exact counts as of ")
 
 
-@pytest.mark.parametrize("flags, shown", [
-    (["--by", "hot"], ["top 2 posts by hot score (half-life 12 h)", "hot"]),
-    (["--last", "24h"], ["top 2 posts by upvotes in the last 24 h", "last 24h"]),
-    ([], ["top 2 posts by upvotes; exact counts as of"]),
-])
+@pytest.mark.parametrize(
+    "flags, shown",
+    [
+        (["--by", "hot"], ["top 2 posts by hot score (half-life 12 h)", "hot"]),
+        (["--last", "24h"], ["top 2 posts by upvotes in the last 24 h", "last 24h"]),
+        ([], ["top 2 posts by upvotes; exact counts as of"]),
+    ],
+)
 def test_watch_draws_the_table_of_each_ranking(voted, monkeypatch, capsys, flags, shown) -> None:
     stack, _ = voted
 
@@ -141,8 +161,21 @@ def test_watch_draws_the_table_of_each_ranking(voted, monkeypatch, capsys, flags
         raise KeyboardInterrupt
 
     monkeypatch.setattr(top_command.time, "sleep", stop)
-    assert main(["top", f"--project={stack.project}", f"--instance={stack.instance}",
-                 f"--database={stack.database}", "-n", "2", "--watch", *flags]) == 130
+    assert (
+        main(
+            [
+                "top",
+                f"--project={stack.project}",
+                f"--instance={stack.instance}",
+                f"--database={stack.database}",
+                "-n",
+                "2",
+                "--watch",
+                *flags,
+            ]
+        )
+        == 130
+    )
     table = capsys.readouterr().out
     for text in shown:
         assert text in table
@@ -155,31 +188,64 @@ def test_watch_draws_the_table_of_each_ranking(voted, monkeypatch, capsys, flags
 
 def test_top_by_hot_pages_through_the_published_hot_view(voted, capsys) -> None:
     stack, _ = voted
-    assert main(["publish-top-view", f"--project={stack.project}", f"--instance={stack.instance}",
-                 f"--database={stack.database}", "--by", "hot", "-k", "3"]) == 0
+    assert (
+        main(
+            [
+                "publish-top-view",
+                f"--project={stack.project}",
+                f"--instance={stack.instance}",
+                f"--database={stack.database}",
+                "--by",
+                "hot",
+                "-k",
+                "3",
+            ]
+        )
+        == 0
+    )
     published = json.loads(capsys.readouterr().out)
     assert published["view"] == DEFAULT_VIEWS["hot"]
     lines, header = top_lines(stack, "--by", "hot", "--page", "1", "--page-size", "2", capsys=capsys)
     assert [(line["version"], line["rank"], line["post_id"]) for line in lines] == [
-        (published["version"], 1, HOT[0]), (published["version"], 2, HOT[1])]
+        (published["version"], 1, HOT[0]),
+        (published["version"], 2, HOT[1]),
+    ]
     assert f"view {DEFAULT_VIEWS['hot']} version {published['version']}" in header and "page 1 of 2" in header
     # Without --by hot, the upvotes view, which nobody published here.
-    assert main(["top", f"--project={stack.project}", f"--instance={stack.instance}",
-                 f"--database={stack.database}", "--page", "1"]) == 1
+    assert (
+        main(
+            [
+                "top",
+                f"--project={stack.project}",
+                f"--instance={stack.instance}",
+                f"--database={stack.database}",
+                "--page",
+                "1",
+            ]
+        )
+        == 1
+    )
     assert f"view {DEFAULT_VIEWS['upvotes']} has no published version" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text, hours", [("24h", 24), ("1h", 1), ("7d", 168), ("30d", 720), ("720h", 720),
-                                         ("2D", 48)])
+@pytest.mark.parametrize("text, hours", [("24h", 24), ("1h", 1), ("7d", 168), ("30d", 720), ("720h", 720), ("2D", 48)])
 def test_last_takes_hours_or_days(text: str, hours: int) -> None:
     assert argument_types.parsed_by(last_hours.hours_of)(text) == hours == last_hours.hours_of(text)
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("0h", "1 to 720 hours"), ("721h", "1 to 720 hours (30d), not '721h' (721 hours)"), ("31d", "744 hours"),
-    ("24", "written like 24h or 7d"), ("1.5d", "written like 24h or 7d"), ("-3h", "written like 24h or 7d"),
-    ("24m", "written like 24h or 7d"), ("", "written like 24h or 7d"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("0h", "1 to 720 hours"),
+        ("721h", "1 to 720 hours (30d), not '721h' (721 hours)"),
+        ("31d", "744 hours"),
+        ("24", "written like 24h or 7d"),
+        ("1.5d", "written like 24h or 7d"),
+        ("-3h", "written like 24h or 7d"),
+        ("24m", "written like 24h or 7d"),
+        ("", "written like 24h or 7d"),
+    ],
+)
 def test_a_bad_last_is_a_usage_error_that_says_how_to_write_it(capsys, text: str, reason: str) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["top", "--project=p", "--instance=i", "--database=d", f"--last={text}"])
@@ -200,6 +266,7 @@ def test_last_with_by_hot_and_trending_pages_are_refused(capsys) -> None:
 
 
 # --- CountsReader --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["hot", "last"])
 def test_concurrent_callers_of_a_trending_list_share_one_spanner_read_per_refresh(voted, kind: str) -> None:
@@ -241,11 +308,23 @@ def test_concurrent_callers_of_a_trending_list_share_one_spanner_read_per_refres
 def test_each_ranking_kind_n_and_window_is_cached_apart(voted) -> None:
     _, database = voted
     reader = CountsReader(database, refresh_s=60.0, clock=FakeClock())
-    answers: list[Any] = [reader.top(3), reader.hot_top(3), reader.window_top(3, 24), reader.window_top(3, 48),
-                          reader.hot_top(2), reader.window_top(2, 24)]
+    answers: list[Any] = [
+        reader.top(3),
+        reader.hot_top(3),
+        reader.window_top(3, 24),
+        reader.window_top(3, 48),
+        reader.hot_top(2),
+        reader.window_top(2, 24),
+    ]
     assert reader.spanner_reads == len(answers)
-    assert [reader.top(3), reader.hot_top(3), reader.window_top(3, 24), reader.window_top(3, 48),
-            reader.hot_top(2), reader.window_top(2, 24)] == answers
+    assert [
+        reader.top(3),
+        reader.hot_top(3),
+        reader.window_top(3, 24),
+        reader.window_top(3, 48),
+        reader.hot_top(2),
+        reader.window_top(2, 24),
+    ] == answers
     assert reader.spanner_reads == len(answers)
     assert [p.post_id for p in answers[0].posts] == ALL_TIME[:3]
     assert [p.totals.post_id for p in answers[1].posts] == HOT[:3]
@@ -263,6 +342,7 @@ def test_the_reader_reads_trending_lists_with_its_staleness_and_top_extra(voted,
         def wrapped(*args):
             calls.append((read.__name__, args[1:]))
             return read(*args)
+
         return wrapped
 
     monkeypatch.setattr(hot, "hot_top", spy(hot.hot_top))
@@ -287,6 +367,7 @@ def test_the_reader_reads_trending_lists_with_its_staleness_and_top_extra(voted,
 
 
 # --- GET /v1/top ------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def client(voted):
@@ -314,7 +395,10 @@ def test_top_by_hot_over_http(client) -> None:
 def test_top_of_the_last_hours_over_http(client) -> None:
     top = client.get("/v1/top", params={"last": "24h", "n": 10}).json()
     assert [(post["post_id"], post["window_upvotes"]) for post in top["posts"]] == [
-        ("yesterday", 100), ("mixed", 60), ("fresh-riser", 40)]
+        ("yesterday", 100),
+        ("mixed", 60),
+        ("fresh-riser", 40),
+    ]
     assert top["posts"][1] == {"post_id": "mixed", **COUNTS["mixed"]._asdict(), "window_upvotes": 60}
     assert (top["by"], top["hours"], top["exact"]) == ("last", 24, True) and top["as_of"].startswith("20")
     assert "half_life_hours" not in top
@@ -331,13 +415,22 @@ def test_top_without_by_or_with_by_upvotes_is_todays_answer(client) -> None:
         assert top["posts"][0] == {"post_id": "old-giant", **COUNTS["old-giant"]._asdict()}
 
 
-@pytest.mark.parametrize("params, reason", [
-    ({"by": "views"}, "query.by"), ({"by": "HOT"}, "query.by"), ({"by": "hot", "last": "24h"}, "not both"),
-    ({"last": "721h"}, "1 to 720 hours"), ({"last": "31d"}, "744 hours"), ({"last": "0h"}, "1 to 720 hours"),
-    ({"last": "24"}, "written like 24h or 7d"), ({"last": ""}, "written like 24h or 7d"),
-    ({"last": "9" * 40 + "h"}, "query.last"), ({"by": "hot", "n": 0}, "query.n"),
-    ({"last": "24h", "n": 1001}, "query.n"),
-])
+@pytest.mark.parametrize(
+    "params, reason",
+    [
+        ({"by": "views"}, "query.by"),
+        ({"by": "HOT"}, "query.by"),
+        ({"by": "hot", "last": "24h"}, "not both"),
+        ({"last": "721h"}, "1 to 720 hours"),
+        ({"last": "31d"}, "744 hours"),
+        ({"last": "0h"}, "1 to 720 hours"),
+        ({"last": "24"}, "written like 24h or 7d"),
+        ({"last": ""}, "written like 24h or 7d"),
+        ({"last": "9" * 40 + "h"}, "query.last"),
+        ({"by": "hot", "n": 0}, "query.n"),
+        ({"last": "24h", "n": 1001}, "query.n"),
+    ],
+)
 def test_bad_trending_parameters_answer_400_with_a_reason(client, params: dict, reason: str) -> None:
     response = client.get("/v1/top", params=params)
     assert response.status_code == 400, (params, response.text)
@@ -354,8 +447,11 @@ def test_the_trending_routes_are_cached_with_single_flight(voted) -> None:
     running = start_in_background(create_app(reader, SpannerVoteReader(database), None, settings), settings)
     try:
         with httpx.Client(base_url=running.url, timeout=30) as http:
-            queries: list[dict[str, str | int]] = [{"by": "hot", "n": 3}, {"last": "24h", "n": 3},
-                                                   {"last": "1d", "n": 3}]
+            queries: list[dict[str, str | int]] = [
+                {"by": "hot", "n": 3},
+                {"last": "24h", "n": 3},
+                {"last": "1d", "n": 3},
+            ]
             answers = [http.get("/v1/top", params=params).json() for params in queries * 5]
             assert http.get("/healthz").json()["spanner_reads"] == 2  # 24h and 1d: one window
             assert reader.spanner_reads == 2
@@ -386,7 +482,18 @@ def test_hot_without_a_recorded_half_life_is_503_saying_to_provision(emulator_en
         assert httpx.get(running.url + "/v1/top", params={"last": "24h"}).json()["posts"] == []
     finally:
         running.stop()
-    assert main(["top", f"--project={resources.project}", f"--instance={resources.instance}",
-                 f"--database={resources.database}", "--by", "hot"]) == 1
+    assert (
+        main(
+            [
+                "top",
+                f"--project={resources.project}",
+                f"--instance={resources.instance}",
+                f"--database={resources.database}",
+                "--by",
+                "hot",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.startswith("upvotes: this database has no hot half-life recorded: run `upvotes provision`")

@@ -5,11 +5,12 @@ Each test gets its own database, so rankings never mix. The first test moves cou
 real deltas and FoldDeltas; the others set folded counts in Posts directly (the view reads
 only Posts through PostsByUpvotes), which keeps the module fast and the rankings exact.
 """
+
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
 import threading
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from google.cloud.spanner_v1 import param_types
@@ -20,8 +21,18 @@ from schemas.records import PostDelta
 from spanner_reads import views as leaderboard
 from spanner_reads.reads import top_posts
 from spanner_reads.views import (
-    LeaseLost, NoActiveVersion, NotCertified, PublishInProgress, StoredRow, VersionNotAvailable, ViewRow, ViewVersion,
-    expire_versions, plan_version, publish_top_view, read_top_page,
+    LeaseLost,
+    NoActiveVersion,
+    NotCertified,
+    PublishInProgress,
+    StoredRow,
+    VersionNotAvailable,
+    ViewRow,
+    ViewVersion,
+    expire_versions,
+    plan_version,
+    publish_top_view,
+    read_top_page,
 )
 from spanner_store.database import open_database
 from spanner_writes.deltas import write_deltas
@@ -66,15 +77,22 @@ def all_pages(database, version: int | None, page_size: int) -> list[ViewRow]:
 
 def stored_rows(database, view: str = leaderboard.DEFAULT_VIEW) -> list[tuple]:
     with database.snapshot() as snapshot:
-        return [tuple(r) for r in snapshot.execute_sql(
-            "SELECT Rank, ValidSince, InvalidSince FROM TopPostsViewRows WHERE ViewName = @v",
-            params={"v": view}, param_types={"v": param_types.STRING})]
+        return [
+            tuple(r)
+            for r in snapshot.execute_sql(
+                "SELECT Rank, ValidSince, InvalidSince FROM TopPostsViewRows WHERE ViewName = @v",
+                params={"v": view},
+                param_types={"v": param_types.STRING},
+            )
+        ]
 
 
 def test_pages_of_a_version_stay_consistent_while_a_fold_publishes_the_next(fresh) -> None:
     resources, database = fresh
     # 30 posts with distinct totals: post i has 10 * (i + 1) upvotes.
-    write_deltas(database, [PostDelta.of(f"c-{i}", HOUR, f"a:{i}", upvotes=10 * (i + 1), shares=i, events=1) for i in range(30)])
+    write_deltas(
+        database, [PostDelta.of(f"c-{i}", HOUR, f"a:{i}", upvotes=10 * (i + 1), shares=i, events=1) for i in range(30)]
+    )
     fold(resources)
     published = publish_top_view(database, k=20, batch_rows=7)
     v = published.version
@@ -86,7 +104,10 @@ def test_pages_of_a_version_stay_consistent_while_a_fold_publishes_the_next(fres
     assert (page_1.version, page_1.pages, page_1.rows) == (v, 4, as_of_v[:6])
 
     # Posts from below the top 20 jump in, reshuffling every page; fold and publish V+1.
-    write_deltas(database, [PostDelta.of(f"c-{i}", HOUR + 3600, f"b:{i}", upvotes=155 + 20 * i, shares=1, events=1) for i in range(8)])
+    write_deltas(
+        database,
+        [PostDelta.of(f"c-{i}", HOUR + 3600, f"b:{i}", upvotes=155 + 20 * i, shares=1, events=1) for i in range(8)],
+    )
     fold(resources)
     next_version = publish_top_view(database, k=20, batch_rows=7)
     assert next_version.version == v + 1 and next_version.rows_written > 10
@@ -136,8 +157,10 @@ def test_an_incremental_version_writes_only_the_changed_ranks(fresh) -> None:
     # Three versions of 100 rows are stored in 153 rows, and each still reads whole.
     assert len(stored_rows(database)) == 100 + 2 + 51
     assert [len(all_pages(database, version, 30)) for version in (1, 2, 3)] == [100, 100, 100]
-    print(f"\nrows written per version (full rewrite = {full.full_rewrite_rows}): first {full.rows_written}, "
-          f"2 counts changed {small.rows_written}, one post climbed 50 ranks {climb.rows_written}, unchanged 0")
+    print(
+        f"\nrows written per version (full rewrite = {full.full_rewrite_rows}): first {full.rows_written}, "
+        f"2 counts changed {small.rows_written}, one post climbed 50 ranks {climb.rows_written}, unchanged 0"
+    )
 
 
 def test_old_versions_expire_and_their_rows_are_deleted(fresh) -> None:
@@ -204,7 +227,9 @@ def test_readers_see_the_old_or_the_new_complete_version_never_a_mix(fresh) -> N
     thread = threading.Thread(target=reader)
     thread.start()
     try:
-        wait_until(lambda: seen, 60, "the reader's first page", poll_s=0.05)  # it reads version 1 before the publication starts
+        wait_until(
+            lambda: seen, 60, "the reader's first page", poll_s=0.05
+        )  # it reads version 1 before the publication starts
         second = publish_top_view(database, k=30, batch_rows=4, progress=watch)
         wait_until(lambda: any(v == 2 for v, _ in seen), 60, "the reader to see version 2", poll_s=0.05)
     finally:
@@ -285,16 +310,20 @@ def test_one_publisher_at_a_time_and_a_crashed_publication_is_repaired(fresh) ->
 def test_plan_reuses_and_undoes_a_crashed_attempts_rows() -> None:
     base, new = 4, 5
     stored = [
-        StoredRow(1, 2, None, "a", Counts(upvotes=9)),   # unchanged
-        StoredRow(2, 3, 5, "b", Counts(upvotes=8)),      # a crash retired it, but it is still rank 2: undo
-        StoredRow(3, 1, None, "c", Counts(upvotes=7)),   # changes
-        StoredRow(3, 5, None, "x", Counts(upvotes=6)),   # the crash's rank 3, wrong now: overwrite
-        StoredRow(4, 4, 5, "d", Counts(upvotes=5)),      # retired by the crash, and rightly
-        StoredRow(4, 5, None, "e", Counts(upvotes=4)),   # the crash's rank 4, right: reuse
-        StoredRow(5, 5, None, "f", Counts(upvotes=3)),   # the crash's rank 5, not in the new ranking: delete
+        StoredRow(1, 2, None, "a", Counts(upvotes=9)),  # unchanged
+        StoredRow(2, 3, 5, "b", Counts(upvotes=8)),  # a crash retired it, but it is still rank 2: undo
+        StoredRow(3, 1, None, "c", Counts(upvotes=7)),  # changes
+        StoredRow(3, 5, None, "x", Counts(upvotes=6)),  # the crash's rank 3, wrong now: overwrite
+        StoredRow(4, 4, 5, "d", Counts(upvotes=5)),  # retired by the crash, and rightly
+        StoredRow(4, 5, None, "e", Counts(upvotes=4)),  # the crash's rank 4, right: reuse
+        StoredRow(5, 5, None, "f", Counts(upvotes=3)),  # the crash's rank 5, not in the new ranking: delete
     ]
-    ranking = [("a", Counts(upvotes=9)), ("b", Counts(upvotes=8)), ("y", Counts(upvotes=7, shares=1)),
-               ("e", Counts(upvotes=4))]
+    ranking = [
+        ("a", Counts(upvotes=9)),
+        ("b", Counts(upvotes=8)),
+        ("y", Counts(upvotes=7, shares=1)),
+        ("e", Counts(upvotes=4)),
+    ]
     plan = plan_version("v", stored, ranking, base, new)
     assert plan.upserts == [("v", 3, 5, None, "y", *Counts(upvotes=7, shares=1))]
     assert plan.updates == [("v", 2, 3, None), ("v", 3, 1, 5)]
@@ -316,10 +345,22 @@ def test_cli_subcommands(fresh, capsys) -> None:
     assert main(["top"] + where + ["--version", "1", "--page-size", "2", "--page", "2"]) == 0
     out = capsys.readouterr()
     assert [json.loads(line) for line in out.out.splitlines()] == [
-        {"version": 1, "rank": 3, "post_id": "cli-5", **Counts(upvotes=50, shares=5)._asdict(), "exact": True,
-         "bound": None},
-        {"version": 1, "rank": 4, "post_id": "cli-4", **Counts(upvotes=40, shares=4)._asdict(), "exact": True,
-         "bound": None},
+        {
+            "version": 1,
+            "rank": 3,
+            "post_id": "cli-5",
+            **Counts(upvotes=50, shares=5)._asdict(),
+            "exact": True,
+            "bound": None,
+        },
+        {
+            "version": 1,
+            "rank": 4,
+            "post_id": "cli-4",
+            **Counts(upvotes=40, shares=4)._asdict(),
+            "exact": True,
+            "bound": None,
+        },
     ]
     assert "page 2 of 3" in out.err and "certified exact" in out.err
     assert main(["top"] + where + ["--version", "9"]) == 1
@@ -330,15 +371,23 @@ def test_a_hot_view_ranks_by_hot_score_and_lives_beside_the_upvotes_view(fresh, 
     """`publish-top-view --by hot`: yesterday's big post leads the upvotes view but not the hot one."""
     resources, database = fresh
     now_hour = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
-    write_deltas(database, [PostDelta.of("yesterday", now_hour - 30 * 3600, "y", upvotes=100, events=100),
-                            PostDelta.of("today", now_hour, "t", upvotes=40, events=40),
-                            PostDelta.of("hour-ago", now_hour - 3600, "h", upvotes=30, events=30)])
+    write_deltas(
+        database,
+        [
+            PostDelta.of("yesterday", now_hour - 30 * 3600, "y", upvotes=100, events=100),
+            PostDelta.of("today", now_hour, "t", upvotes=40, events=40),
+            PostDelta.of("hour-ago", now_hour - 3600, "h", upvotes=30, events=30),
+        ],
+    )
     fold(resources)
     flags = [f"--project={resources.project}", f"--instance={resources.instance}", f"--database={resources.database}"]
     assert main(["publish-top-view", *flags, "-k", "3", "--by", "hot"]) == 0
     assert main(["publish-top-view", *flags, "-k", "3"]) == 0
     published = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(p["view"], p["version"], p["ranked_rows"]) for p in published] == [("top-hot", 1, 3), ("top-upvotes", 1, 3)]
+    assert [(p["view"], p["version"], p["ranked_rows"]) for p in published] == [
+        ("top-hot", 1, 3),
+        ("top-upvotes", 1, 3),
+    ]
     # 100 votes 30 hours ago weigh 100 / 2^2.5 = 17.7 now: below 40 now and 30 an hour ago (28.3).
     hot = read_top_page(database, None, 1, 10, view="top-hot").rows
     assert [(row.post_id, row.counts.upvotes) for row in hot] == [("today", 40), ("hour-ago", 30), ("yesterday", 100)]
@@ -362,8 +411,9 @@ def test_an_uncertified_ranking_is_never_published_as_certified(fresh, capsys, m
     now_hour = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
     write_deltas(database, [PostDelta.of(f"old-{i}", now_hour, f"a:{i}", upvotes=50 + i, events=1) for i in range(25)])
     fold(resources)
-    risers = [PostDelta.of(f"new-{i:02}", now_hour, f"b:{i}", upvotes=60 + i, events=1)
-              for i in range(CANDIDATES_PER_COMMIT)]
+    risers = [
+        PostDelta.of(f"new-{i:02}", now_hour, f"b:{i}", upvotes=60 + i, events=1) for i in range(CANDIDATES_PER_COMMIT)
+    ]
     write_deltas(database, risers + [PostDelta.of("old-0", now_hour, "b:unlisted", upvotes=59, events=1)])
     # old-0 now has 109: the true first of both rankings, raised by a commit that does not list it.
     flags = [f"--project={resources.project}", f"--instance={resources.instance}", f"--database={resources.database}"]

@@ -6,6 +6,7 @@ unique voters must end exactly as the ledger says, and the drains must account f
 A restarted stream starts with no pipeline state at all: every state is applied against the one
 stored in Spanner (spanner_writes/votes.py), so nothing depends on what the stopped run held.
 """
+
 from __future__ import annotations
 
 import signal
@@ -28,12 +29,28 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
     res, database, start, log = streaming_stack
     # 300 users on 3 posts, half the events flips of recent voters, 10% duplicates, 10% late: most
     # users change their vote several times, and many of those changes straddle a stop.
-    events = list(generate_vote_states(VoteStateWorkload(
-        events=60_000, posts=3, voters=300, seed=29, flip_fraction=0.5, duplicate_fraction=0.1, late_fraction=0.1)))
+    events = list(
+        generate_vote_states(
+            VoteStateWorkload(
+                events=60_000,
+                posts=3,
+                voters=300,
+                seed=29,
+                flip_fraction=0.5,
+                duplicate_fraction=0.1,
+                late_fraction=0.1,
+            )
+        )
+    )
     load = SteadyLoad(res.topic_path(res.topic), events, batch_size=50, rate=500)
     stream = start()
-    wait_until(lambda: "streaming pipeline starting" in log.read_text(errors="replace"), SETTLE_TIMEOUT_S,
-               "the stream to start", stream, log)
+    wait_until(
+        lambda: "streaming pipeline starting" in log.read_text(errors="replace"),
+        SETTLE_TIMEOUT_S,
+        "the stream to start",
+        stream,
+        log,
+    )
     load.start()
 
     def last_applied():
@@ -42,8 +59,13 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
 
     for sig in (signal.SIGTERM, signal.SIGINT, None):
         before = last_applied()
-        wait_until(lambda: last_applied() not in (None, before), SETTLE_TIMEOUT_S,
-                   "this run to apply votes under load", stream, log)
+        wait_until(
+            lambda: last_applied() not in (None, before),
+            SETTLE_TIMEOUT_S,
+            "this run to apply votes under load",
+            stream,
+            log,
+        )
         if sig is None:
             break
         time.sleep(1.5)  # mid-window, mid-flips
@@ -54,8 +76,13 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
     sent = load.sent()
     ledger = ledger_of(sent)
     assert any(t["downvotes"] for t in ledger.totals.values())
-    wait_until(lambda: verify_totals(database, ledger.totals) == [], SETTLE_TIMEOUT_S,
-               "every post to match the ledger", stream, log)
+    wait_until(
+        lambda: verify_totals(database, ledger.totals) == [],
+        SETTLE_TIMEOUT_S,
+        "every post to match the ledger",
+        stream,
+        log,
+    )
     assert_stays(lambda: verify_totals(database, ledger.totals) == [], 2 * WINDOW_S + 1, "the exact count")
     assert verify_unique_voters(database, ledger.unique_voters, tolerance=0.0) == []  # under 300 voters: exact
     assert local_stream.stop(stream, signal.SIGTERM) == 0
@@ -70,14 +97,17 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
     stored = [vote_of(database, post, user) for post, user in sample]
     assert [None if vote is None else vote.vote for vote in stored] == [latest[key][1] for key in sample]
     assert sum(1 for _, vote in latest.values() if vote == "up") == sum(
-        t.counts.upvotes for t in exact_counts(database, sorted(ledger.totals)))
+        t.counts.upvotes for t in exact_counts(database, sorted(ledger.totals))
+    )
 
     reports = drain_reports(log)
     assert [r[0] for r in reports] == ["SIGTERM", "SIGINT", "SIGTERM"], log.read_text(errors="replace")[-3000:]
     assert sum(r[1] for r in reports) == load.messages and sum(r[2] for r in reports) == len(sent)
     assert all(r[2] > 0 for r in reports)  # each run applied some of the flips
-    print(f"\n{len(sent):,} vote-state events over {len(latest)} (post, user) pairs, votes per run: "
-          f"{[r[2] for r in reports]}; latest: {ledger.totals}")
+    print(
+        f"\n{len(sent):,} vote-state events over {len(latest)} (post, user) pairs, votes per run: "
+        f"{[r[2] for r in reports]}; latest: {ledger.totals}"
+    )
 
 
 def test_one_users_events_in_two_messages_of_one_bundle_and_of_two_bundles_end_at_the_latest(streaming_stack) -> None:
@@ -86,16 +116,28 @@ def test_one_users_events_in_two_messages_of_one_bundle_and_of_two_bundles_end_a
     res, database, start, log = streaming_stack
     stream = start()
     topic = res.topic_path(res.topic)
-    first = [{"post_id": "both", "user_id": f"u{i}", "vote": "up", "event_time": "2026-11-25T10:00:00Z",
-              "event_id": f"a{i}"} for i in range(50)]
-    second = [{**event, "vote": "down", "event_time": "2026-11-25T10:00:01Z", "event_id": f"b{i}"}
-              for i, event in enumerate(first)]
+    first = [
+        {"post_id": "both", "user_id": f"u{i}", "vote": "up", "event_time": "2026-11-25T10:00:00Z", "event_id": f"a{i}"}
+        for i in range(50)
+    ]
+    second = [
+        {**event, "vote": "down", "event_time": "2026-11-25T10:00:01Z", "event_id": f"b{i}"}
+        for i, event in enumerate(first)
+    ]
     # Newest first, in separate messages sent at once: one pull, one bundle.
     publish_messages(topic, batch_messages(second + first, 50), progress=False)
-    wait_until(lambda: exact_counts(database, ["both"])[0].counts == Counts(downvotes=50), SETTLE_TIMEOUT_S,
-               "the newest votes to win", stream, log)
+    wait_until(
+        lambda: exact_counts(database, ["both"])[0].counts == Counts(downvotes=50),
+        SETTLE_TIMEOUT_S,
+        "the newest votes to win",
+        stream,
+        log,
+    )
     # The older ups again, in a later bundle: they lose to the stored downs.
     publish_messages(topic, batch_messages(first, 25), progress=False)
-    assert_stays(lambda: exact_counts(database, ["both"])[0].counts == Counts(downvotes=50), 3 * WINDOW_S,
-                 "the count, after older events arrive again")
+    assert_stays(
+        lambda: exact_counts(database, ["both"])[0].counts == Counts(downvotes=50),
+        3 * WINDOW_S,
+        "the count, after older events arrive again",
+    )
     assert local_stream.stop(stream, signal.SIGTERM) == 0

@@ -13,6 +13,7 @@ The crash points of one vote state, from the message to the count (docs/guarante
 5. two writers with the same user at once: serialised, the second reads what the first wrote;
 6. a batch that can never be applied: dead-lettered whole, and replayed through the same path.
 """
+
 from __future__ import annotations
 
 import threading
@@ -34,8 +35,7 @@ from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import DOWN, NONE, UP, LatestVote
 from spanner_reads.my_votes import vote_of
 from spanner_reads.reads import exact_counts
-from spanner_store.database import RetryPolicy, run_with_retries
-from spanner_store.database import commit_mutations
+from spanner_store.database import RetryPolicy, commit_mutations, run_with_retries
 from spanner_store.tables import post_key
 from spanner_writes import votes as votes_module
 from spanner_writes.deltas import MUTATIONS_PER_DELTA
@@ -72,7 +72,11 @@ def apply(database, states: dict[PostUser, LatestVote]):
 def test_a_batch_applied_twice_counts_once(database) -> None:
     batch = {PostUser("twice", f"u{i}"): state(UP if i % 3 else DOWN, 10, f"e{i}") for i in range(30)}
     first, second = apply(database, batch), apply(database, batch)
-    assert (first.applied, first.superseded) == (30, 0) and (second.applied, second.superseded, second.rows) == (0, 30, [])
+    assert (first.applied, first.superseded) == (30, 0) and (second.applied, second.superseded, second.rows) == (
+        0,
+        30,
+        [],
+    )
     assert counts(database, "twice") == Counts(upvotes=20, downvotes=10)
 
 
@@ -94,20 +98,25 @@ def test_faults_in_the_transaction_never_lose_or_double_a_state(database, fault:
     post = f"faults-{fault}"
     expected = Counts()
     for round_ in range(8):
-        batch = {PostUser(post, f"u{i}"): state((UP, DOWN, NONE)[(i + round_) % 3], 100 + round_, "e")
-                 for i in range(12)}
+        batch = {
+            PostUser(post, f"u{i}"): state((UP, DOWN, NONE)[(i + round_) % 3], 100 + round_, "e") for i in range(12)
+        }
         apply(flaky, batch)
     # Every user's latest state is the last round's.
     last = [(UP, DOWN, NONE)[(i + 7) % 3] for i in range(12)]
     expected = Counts(upvotes=last.count(UP), downvotes=last.count(DOWN))
     assert counts(database, post) == expected
-    injected = {"abort_read": flaky.injected.read_aborts, "abort_commit": flaky.injected.commit_aborts,
-                "ambiguous_commit": flaky.injected.ambiguous}[fault]
+    injected = {
+        "abort_read": flaky.injected.read_aborts,
+        "abort_commit": flaky.injected.commit_aborts,
+        "ambiguous_commit": flaky.injected.ambiguous,
+    }[fault]
     assert injected > 0
 
 
 def test_a_state_and_its_delta_are_one_commit(database, monkeypatch) -> None:
     """Crash point 4: a failure after the state's row is written and before its delta rows leaves neither."""
+
     def delta_writes_fail(transaction, deltas, parents_present, user_ids=None):
         raise exceptions.InternalServerError("injected between the Votes rows and the delta rows")
 
@@ -147,8 +156,13 @@ class WritesRecorded:
     def run_in_transaction(self, work, *args, **kwargs):
         def recording(transaction, *a, **kw):
             result = work(transaction, *a, **kw)  # its mutations, as the commit will send them
-            self.upserted.append([Mutation.pb(m).insert_or_update.table for m in transaction._mutations
-                                  if Mutation.pb(m).WhichOneof("operation") == "insert_or_update"])
+            self.upserted.append(
+                [
+                    Mutation.pb(m).insert_or_update.table
+                    for m in transaction._mutations
+                    if Mutation.pb(m).WhichOneof("operation") == "insert_or_update"
+                ]
+            )
             return result
 
         return self._database.run_in_transaction(recording, *args, **kwargs)
@@ -180,8 +194,10 @@ def test_two_writers_with_the_same_users_at_once_end_at_the_latest(database) -> 
         try:
             for step in range(6):
                 at_us = 2 * step + offset
-                apply(database, {user: state((UP, DOWN, NONE)[(at_us + i) % 3], at_us, "w") for i, user in
-                                 enumerate(users)})
+                apply(
+                    database,
+                    {user: state((UP, DOWN, NONE)[(at_us + i) % 3], at_us, "w") for i, user in enumerate(users)},
+                )
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
 
@@ -235,6 +251,7 @@ def test_a_permanent_error_dead_letters_its_batch_only(stack, database) -> None:
 
 # --- the Beam step: TestStream through WindowAndMergeVoteStates and ApplyVoteStates --------------
 
+
 def streaming_pipeline() -> TestPipeline:
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
@@ -251,18 +268,33 @@ def test_windows_merge_out_of_order_and_late_events_to_the_latest_per_user() -> 
     in a later window): each pane holds each user's latest of its own events; the sink applies it."""
     stream = (
         TestStream()
-        .add_elements([TimestampedValue(element("p", "a", DOWN, 20), 1), TimestampedValue(element("p", "a", UP, 10), 2),
-                       TimestampedValue(element("p", "b", UP, 5), 3)])
+        .add_elements(
+            [
+                TimestampedValue(element("p", "a", DOWN, 20), 1),
+                TimestampedValue(element("p", "a", UP, 10), 2),
+                TimestampedValue(element("p", "b", UP, 5), 3),
+            ]
+        )
         .advance_watermark_to(10)
         .add_elements([TimestampedValue(element("p", "a", NONE, 15), 12)])  # older than the down@20 before it
         .advance_watermark_to_infinity()
     )
     with streaming_pipeline() as p:
-        panes = (p | stream | WindowAndMergeVoteStates(window_seconds=10)
-                 | beam.Map(lambda keyed, w=beam.DoFn.WindowParam: (int(w.start), sorted(
-                     (key.user_id, s.vote, s.at_us, s.events) for key, s in keyed[1].items()))))
-        assert_that(panes | beam.FlatMap(lambda pane: [(pane[0], *item) for item in pane[1]]), equal_to([
-            (0, "a", DOWN, 20, 2), (0, "b", UP, 5, 1), (10, "a", NONE, 15, 1)]))
+        panes = (
+            p
+            | stream
+            | WindowAndMergeVoteStates(window_seconds=10)
+            | beam.Map(
+                lambda keyed, w=beam.DoFn.WindowParam: (
+                    int(w.start),
+                    sorted((key.user_id, s.vote, s.at_us, s.events) for key, s in keyed[1].items()),
+                )
+            )
+        )
+        assert_that(
+            panes | beam.FlatMap(lambda pane: [(pane[0], *item) for item in pane[1]]),
+            equal_to([(0, "a", DOWN, 20, 2), (0, "b", UP, 5, 1), (10, "a", NONE, 15, 1)]),
+        )
 
 
 def test_the_stateful_step_applies_late_and_out_of_order_events_exactly(stack, database) -> None:
@@ -270,19 +302,31 @@ def test_the_stateful_step_applies_late_and_out_of_order_events_exactly(stack, d
     (one window), a late older event, a later flip; the counts equal the latest states."""
     stream = (
         TestStream()
-        .add_elements([TimestampedValue(element("teststream", "a", UP, 10, "1"), 1),
-                       TimestampedValue(element("teststream", "b", DOWN, 10, "1"), 1)])
+        .add_elements(
+            [
+                TimestampedValue(element("teststream", "a", UP, 10, "1"), 1),
+                TimestampedValue(element("teststream", "b", DOWN, 10, "1"), 1),
+            ]
+        )
         .add_elements([TimestampedValue(element("teststream", "a", DOWN, 30, "3"), 2)])  # another bundle, same user
         .advance_watermark_to(10)
-        .add_elements([TimestampedValue(element("teststream", "a", UP, 20, "2"), 11),  # late: older than down@30
-                       TimestampedValue(element("teststream", "b", NONE, 40, "4"), 12)])
+        .add_elements(
+            [
+                TimestampedValue(element("teststream", "a", UP, 20, "2"), 11),  # late: older than down@30
+                TimestampedValue(element("teststream", "b", NONE, 40, "4"), 12),
+            ]
+        )
         .advance_watermark_to(20)
         .add_elements([TimestampedValue(element("teststream", "c", UP, 50, "5"), 21)])
         .advance_watermark_to_infinity()
     )
     with streaming_pipeline() as p:
-        failed = (p | stream | WindowAndMergeVoteStates(window_seconds=10)
-                  | ApplyVoteStates(stack.project, stack.instance, stack.database, rows_per_commit=100))
+        failed = (
+            p
+            | stream
+            | WindowAndMergeVoteStates(window_seconds=10)
+            | ApplyVoteStates(stack.project, stack.instance, stack.database, rows_per_commit=100)
+        )
         assert_that(failed, equal_to([]))
     assert counts(database, "teststream") == Counts(upvotes=1, downvotes=1)  # a: down, b: none, c: up
     assert [vote_now(database, "teststream", u) for u in "abc"] == [DOWN, NONE, UP]
@@ -290,15 +334,23 @@ def test_the_stateful_step_applies_late_and_out_of_order_events_exactly(stack, d
 
 def test_a_batch_that_can_never_be_applied_is_dead_lettered_whole(stack, database, monkeypatch) -> None:
     """Crash point 6: a non-transient error sends the batch's states to the failed output, nothing applied."""
+
     def refused(database, states, known):
         raise exceptions.InvalidArgument("injected: this batch can never be applied")
 
     monkeypatch.setattr(vote_state_sink, "apply_vote_states", refused)
-    stream = TestStream().add_elements([TimestampedValue(element("refused", "a", UP, 1), 1)]) \
-        .advance_watermark_to_infinity()
+    stream = (
+        TestStream().add_elements([TimestampedValue(element("refused", "a", UP, 1), 1)]).advance_watermark_to_infinity()
+    )
     with streaming_pipeline() as p:
-        failed = (p | stream | WindowAndMergeVoteStates(window_seconds=10)
-                  | ApplyVoteStates(stack.project, stack.instance, stack.database, rows_per_commit=100))
-        assert_that(failed | beam.Map(lambda f: (type(f), f.states[0][0], f.error.split(":")[0])),
-                    equal_to([(FailedVoteStates, PostUser("refused", "a"), "spanner_apply_failed")]))
+        failed = (
+            p
+            | stream
+            | WindowAndMergeVoteStates(window_seconds=10)
+            | ApplyVoteStates(stack.project, stack.instance, stack.database, rows_per_commit=100)
+        )
+        assert_that(
+            failed | beam.Map(lambda f: (type(f), f.states[0][0], f.error.split(":")[0])),
+            equal_to([(FailedVoteStates, PostUser("refused", "a"), "spanner_apply_failed")]),
+        )
     assert vote_of(database, "refused", "a") is None

@@ -7,6 +7,7 @@ out-of-order ones) shuffled, cut into bundles (ParseVotes' per-bundle merge), gr
 (plan_vote_changes), with some panes applied twice (a redelivery, a replayed bundle, an ambiguous
 commit retried). The counts moved must always equal the number of users in each latest state.
 """
+
 from __future__ import annotations
 
 import random
@@ -20,7 +21,17 @@ from schemas.contract import EventTimePolicy, parse_vote
 from schemas.counters import COUNTER_OF_VOTE, Counts, total
 from schemas.records import PostUser, VoteState
 from schemas.vote_states import (
-    DOWN, NONE, UP, VOTES, Erasure, LatestVote, counted, erased, keep_latest, later, order_of,
+    DOWN,
+    NONE,
+    UP,
+    VOTES,
+    Erasure,
+    LatestVote,
+    counted,
+    erased,
+    keep_latest,
+    later,
+    order_of,
 )
 from schemas.voter_sketch import estimate, union_of
 from spanner_store.database import MUTATION_BUDGET
@@ -38,6 +49,7 @@ def state(vote: str, at_us: int, event_id: str = "", hour: int = HOUR) -> Latest
 
 # --- the order and the change -------------------------------------------------------------
 
+
 def test_the_latest_is_the_highest_time_then_event_id_then_vote() -> None:
     assert later(state(UP, 2), state(DOWN, 1)).vote == UP
     assert later(state(DOWN, 1), state(UP, 2)).vote == UP
@@ -51,17 +63,29 @@ def test_a_merged_state_stands_for_every_event_and_remembers_a_vote() -> None:
     assert (merged.vote, merged.at_us, merged.events, merged.voted) == (NONE, 3, 3, True)
 
 
-@pytest.mark.parametrize("vote,counts", [
-    (None, Counts()), (NONE, Counts()), (UP, Counts(upvotes=1)), (DOWN, Counts(downvotes=1)),
-])
+@pytest.mark.parametrize(
+    "vote,counts",
+    [
+        (None, Counts()),
+        (NONE, Counts()),
+        (UP, Counts(upvotes=1)),
+        (DOWN, Counts(downvotes=1)),
+    ],
+)
 def test_a_user_counts_one_on_the_counter_of_their_vote(vote, counts) -> None:
     assert counted(vote) == counts
 
 
-@pytest.mark.parametrize("old,new,moved", [
-    (UP, DOWN, Counts(upvotes=-1, downvotes=1)), (DOWN, UP, Counts(upvotes=1, downvotes=-1)),
-    (UP, NONE, Counts(upvotes=-1)), (NONE, DOWN, Counts(downvotes=1)), (UP, UP, Counts()),
-])
+@pytest.mark.parametrize(
+    "old,new,moved",
+    [
+        (UP, DOWN, Counts(upvotes=-1, downvotes=1)),
+        (DOWN, UP, Counts(upvotes=1, downvotes=-1)),
+        (UP, NONE, Counts(upvotes=-1)),
+        (NONE, DOWN, Counts(downvotes=1)),
+        (UP, UP, Counts()),
+    ],
+)
 def test_a_flip_in_one_hour_moves_one_vote_from_the_old_counter_to_the_new(old, new, moved) -> None:
     key = PostUser("p", "u")
     changes = plan_vote_changes({key: StoredVote("p", "u", old, 1, "", HOUR)}, {key: state(new, 2)}, "@vote/x")
@@ -72,10 +96,13 @@ def test_a_flip_in_one_hour_moves_one_vote_from_the_old_counter_to_the_new(old, 
 def test_a_flip_takes_the_old_vote_out_of_its_own_hour() -> None:
     """So that hourly counts are the users whose latest state is in each hour, whatever the arrival order."""
     key = PostUser("p", "u")
-    changes = plan_vote_changes({key: StoredVote("p", "u", UP, 1, "", HOUR - 3600)},
-                                {key: state(DOWN, 2, hour=HOUR)}, "@vote/x")
+    changes = plan_vote_changes(
+        {key: StoredVote("p", "u", UP, 1, "", HOUR - 3600)}, {key: state(DOWN, 2, hour=HOUR)}, "@vote/x"
+    )
     assert {d.event_hour: d.sums.counts for d in changes.deltas} == {
-        HOUR - 3600: Counts(upvotes=-1), HOUR: Counts(downvotes=1)}
+        HOUR - 3600: Counts(upvotes=-1),
+        HOUR: Counts(downvotes=1),
+    }
 
 
 def test_an_erased_state_adds_no_voter_and_a_state_later_than_the_erasure_keeps_its_own() -> None:
@@ -95,8 +122,11 @@ def test_an_erased_state_adds_no_voter_and_a_state_later_than_the_erasure_keeps_
     assert delta.sums.counts == Counts() and estimate(delta.sums.voters) == 1
 
 
-@given(st.lists(st.tuples(st.sampled_from(VOTES), st.integers(0, 3), st.sampled_from(["", "a", "b"])),
-                min_size=3, max_size=3))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(VOTES), st.integers(0, 3), st.sampled_from(["", "a", "b"])), min_size=3, max_size=3
+    )
+)
 def test_later_is_commutative_and_associative(triple) -> None:
     a, b, c = (state(*fields) for fields in triple)
     assert later(a, b) == later(b, a)
@@ -105,19 +135,29 @@ def test_later_is_commutative_and_associative(triple) -> None:
 
 # --- the contract's vote time -----------------------------------------------------------------
 
+
 def test_a_vote_time_far_ahead_of_the_clock_is_the_publish_time() -> None:
     """The clock-skew policy of delta events: a client clock far ahead must not win every later vote."""
     published = HOUR + 100.5
-    ahead = parse_vote(b'{"post_id":"p","user_id":"u","vote":"up","event_time":"2030-01-01T00:00:00Z"}', {},
-                       published, EventTimePolicy(max_clock_skew_s=60))
+    ahead = parse_vote(
+        b'{"post_id":"p","user_id":"u","vote":"up","event_time":"2030-01-01T00:00:00Z"}',
+        {},
+        published,
+        EventTimePolicy(max_clock_skew_s=60),
+    )
     assert isinstance(ahead, VoteState) and ahead.at_us == int(published * 1e6) and ahead.event_hour == HOUR
     # Within the skew, the claimed time to the microsecond.
-    near = parse_vote(b'{"post_id":"p","user_id":"u","vote":"up","event_time":"2026-11-22T02:01:40.000001Z"}', {},
-                      published, EventTimePolicy(max_clock_skew_s=60))
+    near = parse_vote(
+        b'{"post_id":"p","user_id":"u","vote":"up","event_time":"2026-11-22T02:01:40.000001Z"}',
+        {},
+        published,
+        EventTimePolicy(max_clock_skew_s=60),
+    )
     assert isinstance(near, VoteState) and near.at_us == (HOUR + 100) * 10**6 + 1
 
 
 # --- the whole path, in memory ----------------------------------------------------------------
+
 
 class MemoryVotes:
     """The Votes table and the counts per post and hour, as the sink's transactions change them
@@ -132,8 +172,9 @@ class MemoryVotes:
         changes = plan_vote_changes({k: v for k, v in self.stored.items() if k in states}, states, "@vote/x")
         for row in changes.rows:
             _, user_id, post_id, vote, voted_at, event_id, event_hour, _ = row
-            self.stored[PostUser(post_id, user_id)] = StoredVote(post_id, user_id, vote, timestamp_micros(voted_at),
-                                                                 event_id, int(event_hour.timestamp()))
+            self.stored[PostUser(post_id, user_id)] = StoredVote(
+                post_id, user_id, vote, timestamp_micros(voted_at), event_id, int(event_hour.timestamp())
+            )
         for delta in changes.deltas:
             key = (delta.post_id, delta.event_hour)
             self.counts[key] = self.counts.get(key, Counts()).plus(delta.sums.counts)
@@ -149,8 +190,13 @@ def hour_of(at_us: int) -> int:
     return HOUR + 3600 * (at_us // 2)
 
 
-EVENT = st.tuples(st.sampled_from(["p1", "p2"]), st.sampled_from(["u1", "u2", "u3", "u4"]), st.sampled_from(VOTES),
-                  st.integers(0, 6), st.sampled_from(["", "e1", "e2"]))
+EVENT = st.tuples(
+    st.sampled_from(["p1", "p2"]),
+    st.sampled_from(["u1", "u2", "u3", "u4"]),
+    st.sampled_from(VOTES),
+    st.integers(0, 6),
+    st.sampled_from(["", "e1", "e2"]),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -195,7 +241,9 @@ def test_counts_equal_the_users_in_each_latest_state_whatever_the_order(events, 
             hour = (key.post_id, hour_of(order.at_us))
             hourly[hour] = hourly.get(hour, Counts()).plus(counted(vote))
     assert {hour: counts for hour, counts in store.counts.items() if not counts.is_zero()} == hourly
-    assert {key: stored.vote for key, stored in store.stored.items()} == {key: vote for key, (_, vote) in latest.items()}
+    assert {key: stored.vote for key, stored in store.stored.items()} == {
+        key: vote for key, (_, vote) in latest.items()
+    }
 
 
 def _cut(items: list, rng: random.Random) -> list[list]:
@@ -226,10 +274,13 @@ def test_a_later_state_with_the_same_vote_moves_its_order_but_no_count() -> None
 
 # --- planning the transactions ----------------------------------------------------------------
 
+
 def test_batches_follow_the_votes_key_and_stay_within_the_budget() -> None:
     rng = random.Random(7)
-    states = {PostUser(f"p{rng.randrange(50)}", f"u{i}"): state(UP, i, hour=HOUR + 3600 * rng.randrange(3))
-              for i in range(5_000)}
+    states = {
+        PostUser(f"p{rng.randrange(50)}", f"u{i}"): state(UP, i, hour=HOUR + 3600 * rng.randrange(3))
+        for i in range(5_000)
+    }
     batches = plan_batches(states, max_rows=1_000, max_mutations=MUTATION_BUDGET)
     assert sum(len(b) for b in batches) == len(states)
     assert all(len(b) <= 1_000 and batch_cost(b.items()) <= MUTATION_BUDGET for b in batches)

@@ -2,6 +2,7 @@
 (MergeSums, WindowAndSumVotes) across panes and replays, and a delta's sketch through its dead
 letter. Who counts as a voter (sum_message) and a bundle's one sketch per post and hour
 (BundleSums): tests/test_parse_and_sum.py."""
+
 from __future__ import annotations
 
 import json
@@ -29,6 +30,7 @@ def users(prefix: str, n: int) -> list[str]:
 
 
 # --- the sketch ---------------------------------------------------------------------------
+
 
 def test_the_sketch_is_exact_for_small_audiences_and_close_for_large_ones() -> None:
     for n in (1, 10, 100, 999):
@@ -74,9 +76,12 @@ def test_voter_union_survives_pickling_as_beam_encodes_accumulators() -> None:
 
 # --- the window combine -------------------------------------------------------------------
 
+
 def shard_sums(post: str, voters: list[str], upvotes: int | None = None) -> tuple[int, dict[PostHour, CounterSums]]:
     n = len(voters) if upvotes is None else upvotes
-    return sum_shard(post), {PostHour(post, HOUR): CounterSums(Counts(upvotes=n), n, sketch_of(voters) if voters else None)}
+    return sum_shard(post), {
+        PostHour(post, HOUR): CounterSums(Counts(upvotes=n), n, sketch_of(voters) if voters else None)
+    }
 
 
 def test_merge_sums_unions_sketches_in_any_order_and_copies_its_inputs() -> None:
@@ -100,9 +105,13 @@ def test_voters_seen_in_many_windows_and_replayed_are_counted_once() -> None:
     panes saw a voter and even if a pane's sums arrive twice (a replayed bundle)."""
     stream = (
         TestStream()
-        .add_elements([TimestampedValue(shard_sums("hot", users("u", 500)), 1),
-                       TimestampedValue(shard_sums("hot", users("u", 250)), 2),  # the same voters again
-                       TimestampedValue(shard_sums("hot", [], upvotes=7), 3)])  # votes without user IDs
+        .add_elements(
+            [
+                TimestampedValue(shard_sums("hot", users("u", 500)), 1),
+                TimestampedValue(shard_sums("hot", users("u", 250)), 2),  # the same voters again
+                TimestampedValue(shard_sums("hot", [], upvotes=7), 3),
+            ]
+        )  # votes without user IDs
         .advance_watermark_to(10)
         .add_elements([TimestampedValue(shard_sums("hot", users("u", 400) + users("w", 100)), 12)])
         .advance_watermark_to_infinity()
@@ -131,7 +140,9 @@ def test_a_pane_whose_votes_cancel_out_is_still_written_for_its_voters() -> None
 def test_a_delta_keeps_its_sketch_through_its_dead_letter_json() -> None:
     delta = PostDelta.of("p/ü", HOUR, "w:0:0", upvotes=3, events=3, voters=sketch_of(HOSTILE_IDS))
     fields = json.loads(json.dumps(delta.to_json()))
-    assert PostDelta.from_json(fields) == delta and estimate(PostDelta.from_json(fields).sums.voters) == len(HOSTILE_IDS)
+    assert PostDelta.from_json(fields) == delta and estimate(PostDelta.from_json(fields).sums.voters) == len(
+        HOSTILE_IDS
+    )
     assert PostDelta.from_json(PostDelta.of("p", HOUR, "w", upvotes=1, events=1).to_json()).sums.voters is None
     legacy = {k: v for k, v in delta.to_json().items() if k != "voters"}  # dead-lettered before sketches
     assert PostDelta.from_json(legacy) == delta._replace(sums=delta.sums._replace(voters=None))

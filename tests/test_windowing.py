@@ -2,6 +2,7 @@
 lateness, discarding, one delta per post, event hour and window; and what the windows make of the
 ingestion-time stamp ParseVotes gives each bundle's sums (a vote behind the watermark, a worker
 clock behind it, still counted). ParseVotes' own stamp and counters: tests/test_parse_and_sum.py."""
+
 from __future__ import annotations
 
 import time
@@ -52,13 +53,26 @@ def test_a_hot_post_costs_one_delta_per_window() -> None:
         deltas = p | stream | WindowAndSumVotes(WRITER, window_seconds=10)
         assert_that(
             deltas,
-            equal_to([
-                PostDelta.of("hot", HOUR, pane_delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=4, events=4),
-                PostDelta.of("cold", HOUR, pane_delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=1, events=1),
-                # DISCARDING: the second window's pane holds only its own votes.
-                PostDelta.of("hot", HOUR, pane_delta_id(WRITER, 10_000_000, 0, 20_000_000, SUM_SHARDS), upvotes=-1, shares=1, events=2),
-                PostDelta.of("hot", HOUR, pane_delta_id(WRITER, 20_000_000, 0, 30_000_000, SUM_SHARDS), upvotes=1, events=1),
-            ]),
+            equal_to(
+                [
+                    PostDelta.of("hot", HOUR, pane_delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=4, events=4),
+                    PostDelta.of(
+                        "cold", HOUR, pane_delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS), upvotes=1, events=1
+                    ),
+                    # DISCARDING: the second window's pane holds only its own votes.
+                    PostDelta.of(
+                        "hot",
+                        HOUR,
+                        pane_delta_id(WRITER, 10_000_000, 0, 20_000_000, SUM_SHARDS),
+                        upvotes=-1,
+                        shares=1,
+                        events=2,
+                    ),
+                    PostDelta.of(
+                        "hot", HOUR, pane_delta_id(WRITER, 20_000_000, 0, 30_000_000, SUM_SHARDS), upvotes=1, events=1
+                    ),
+                ]
+            ),
         )
         # Per window: exactly one delta per post and window.
         assert_that(
@@ -76,19 +90,27 @@ def test_a_vote_older_than_the_watermark_is_counted_because_it_is_stamped_on_ing
     stream = (
         TestStream()
         .advance_watermark_to(now - 1)  # the watermark is far past the votes' event and publish times
-        .add_elements([TimestampedValue(message("p", days_old), days_old), TimestampedValue(message("p", days_old), HOUR)])
+        .add_elements(
+            [TimestampedValue(message("p", days_old), days_old), TimestampedValue(message("p", days_old), HOUR)]
+        )
         .advance_watermark_to_infinity()
     )
 
     def check(deltas: list[PostDelta]) -> None:
-        assert [(d.post_id, d.event_hour, d.sums.counts.upvotes, d.sums.events) for d in deltas] == [("p", days_old, 2, 2)]
+        assert [(d.post_id, d.event_hour, d.sums.counts.upvotes, d.sums.events) for d in deltas] == [
+            ("p", days_old, 2, 2)
+        ]
 
     with streaming_pipeline() as p:
         assert_that((p | stream | ParseVotes()).sums | WindowAndSumVotes(WRITER, window_seconds=10), check)
 
     # The same votes windowed by their own (event-time) timestamps are dropped as late.
-    late = TestStream().advance_watermark_to(now - 1).add_elements(
-        [TimestampedValue(vote("p"), days_old)]).advance_watermark_to_infinity()
+    late = (
+        TestStream()
+        .advance_watermark_to(now - 1)
+        .add_elements([TimestampedValue(vote("p"), days_old)])
+        .advance_watermark_to_infinity()
+    )
 
     def nothing(deltas: list[PostDelta]) -> None:
         assert deltas == []
@@ -98,19 +120,27 @@ def test_a_vote_older_than_the_watermark_is_counted_because_it_is_stamped_on_ing
 
 
 def test_sum_of_all_panes_equals_sum_of_inputs_for_a_long_irregular_stream() -> None:
-    inputs = [(f"p-{i % 7}", 1 if i % 5 else -1, "upvotes" if i % 3 else "shares", i // 4 + (i * 7) % 3) for i in range(400)]
+    inputs = [
+        (f"p-{i % 7}", 1 if i % 5 else -1, "upvotes" if i % 3 else "shares", i // 4 + (i * 7) % 3) for i in range(400)
+    ]
     stream = TestStream()
     for start in range(0, 400, 50):
-        chunk = inputs[start:start + 50]
+        chunk = inputs[start : start + 50]
         stream = stream.add_elements([TimestampedValue(vote(p, d, c), t) for p, d, c, t in chunk])
-        stream = stream.advance_watermark_to(min(t for *_, t in inputs[start + 50:start + 100]) if start < 350 else 1000)
+        stream = stream.advance_watermark_to(
+            min(t for *_, t in inputs[start + 50 : start + 100]) if start < 350 else 1000
+        )
     stream = stream.advance_watermark_to_infinity()
 
     def check(deltas: list[PostDelta]) -> None:
         for post in {p for p, *_ in inputs}:
             got = [d for d in deltas if d.post_id == post]
-            assert sum(d.sums.counts.upvotes for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "upvotes")
-            assert sum(d.sums.counts.shares for d in got) == sum(d for p, d, c, _ in inputs if p == post and c == "shares")
+            assert sum(d.sums.counts.upvotes for d in got) == sum(
+                d for p, d, c, _ in inputs if p == post and c == "upvotes"
+            )
+            assert sum(d.sums.counts.shares for d in got) == sum(
+                d for p, d, c, _ in inputs if p == post and c == "shares"
+            )
         ids = [(d.post_id, d.event_hour, d.delta_id) for d in deltas]
         assert len(ids) == len(set(ids)), "two panes share a delta key"
         assert len(deltas) > 7 * 5, "every window should have produced a pane per post"
@@ -124,6 +154,7 @@ def test_votes_that_cancel_out_write_nothing() -> None:
         .add_elements([TimestampedValue(vote("p"), 1), TimestampedValue(vote("p", -1), 2)])
         .advance_watermark_to_infinity()
     )
+
     def check(deltas: list[PostDelta]) -> None:
         assert deltas == []
 
@@ -136,8 +167,13 @@ def test_parse_and_window_group_by_post_and_event_hour() -> None:
         deltas = (p | beam.Create(messages) | ParseVotes()).sums | WindowAndSumVotes(WRITER, window_seconds=3600)
         assert_that(
             deltas | beam.Map(lambda d: (d.post_id, d.event_hour, d.sums.counts, d.sums.events)),
-            equal_to([("p", HOUR, Counts(upvotes=1, shares=1), 2), ("p", HOUR + 3600, Counts(upvotes=1), 1),
-                      ("q", HOUR, Counts(upvotes=1), 1)]),
+            equal_to(
+                [
+                    ("p", HOUR, Counts(upvotes=1, shares=1), 2),
+                    ("p", HOUR + 3600, Counts(upvotes=1), 1),
+                    ("q", HOUR, Counts(upvotes=1), 1),
+                ]
+            ),
         )
 
 
@@ -151,8 +187,10 @@ def test_posts_sharing_a_shard_each_get_their_own_delta() -> None:
         .advance_watermark_to_infinity()
     )
     pane = pane_delta_id(WRITER, 0, 0, 10_000_000, SUM_SHARDS)
-    expected = [PostDelta.of(post, HOUR, pane, upvotes=i + 1, shares=1 if i < 10 else 0, events=2 if i < 10 else 1)
-                for i, post in enumerate(posts)]
+    expected = [
+        PostDelta.of(post, HOUR, pane, upvotes=i + 1, shares=1 if i < 10 else 0, events=2 if i < 10 else 1)
+        for i, post in enumerate(posts)
+    ]
     run_stream(stream, equal_to(expected))
 
 
@@ -161,10 +199,17 @@ def test_merge_sums_is_order_free_and_copies_its_inputs() -> None:
     b = {PostHour("x", HOUR): CounterSums(Counts(upvotes=-3, shares=1), 4)}
     combine = MergeSums()
     one = combine.add_input(combine.add_input(combine.create_accumulator(), a), b)
-    other = combine.merge_accumulators([combine.add_input(combine.create_accumulator(), b),
-                                        combine.add_input(combine.create_accumulator(), a)])
-    assert combine.extract_output(one) == combine.extract_output(other) == {
-        PostHour("x", HOUR): CounterSums(Counts(upvotes=-2, shares=1), 5), PostHour("y", HOUR): CounterSums(Counts(shares=2), 2)}
+    other = combine.merge_accumulators(
+        [combine.add_input(combine.create_accumulator(), b), combine.add_input(combine.create_accumulator(), a)]
+    )
+    assert (
+        combine.extract_output(one)
+        == combine.extract_output(other)
+        == {
+            PostHour("x", HOUR): CounterSums(Counts(upvotes=-2, shares=1), 5),
+            PostHour("y", HOUR): CounterSums(Counts(shares=2), 2),
+        }
+    )
     assert a[PostHour("x", HOUR)] == CounterSums(Counts(upvotes=1), 1)  # inputs are not changed in place
 
 
@@ -177,7 +222,9 @@ def test_a_worker_clock_behind_the_watermark_loses_no_vote() -> None:
     stream = (
         TestStream()
         .advance_watermark_to(published - 1)
-        .add_elements([TimestampedValue(message("p", HOUR), published), TimestampedValue(message("p", HOUR), published)])
+        .add_elements(
+            [TimestampedValue(message("p", HOUR), published), TimestampedValue(message("p", HOUR), published)]
+        )
         .advance_watermark_to_infinity()
     )
 
@@ -203,10 +250,17 @@ def test_a_vote_within_the_allowed_lateness_counts_once_in_a_late_pane_of_its_ow
     _SAMPLERS.clear()
     pipeline = streaming_pipeline()
     deltas = pipeline | stream | WindowAndSumVotes(WRITER, window_seconds=10)
-    assert_that(deltas, equal_to([
-        PostDelta.of("p", HOUR, pane_delta_id(WRITER, window[0], 0, window[1], SUM_SHARDS), upvotes=2, events=2),
-        PostDelta.of("p", HOUR, pane_delta_id(WRITER, window[0], 1, window[1], SUM_SHARDS), shares=1, events=1),
-    ]))
+    assert_that(
+        deltas,
+        equal_to(
+            [
+                PostDelta.of(
+                    "p", HOUR, pane_delta_id(WRITER, window[0], 0, window[1], SUM_SHARDS), upvotes=2, events=2
+                ),
+                PostDelta.of("p", HOUR, pane_delta_id(WRITER, window[0], 1, window[1], SUM_SHARDS), shares=1, events=1),
+            ]
+        ),
+    )
     deltas | beam.Map(_keep_sampler)
     pipeline.run().wait_until_finish()
     counters = metrics.counters(_SAMPLERS[0])

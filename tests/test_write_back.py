@@ -4,6 +4,7 @@ flusher SIGKILLed at each fault point and restarted; what each durability mode k
 SIGKILL of the server, and what a machine crash right after a flush's commit does in the benchmark's
 machine rows. Skipped only where redis-server is not installed (CI installs it).
 """
+
 from __future__ import annotations
 
 import signal
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import write_back as bench_write_back
 from bench import redis_server, write_back_cache
+from bench import write_back as bench_write_back
 from bench.write_back import QUICK
 from spanner_store.database import open_database
 from tests.support.polling import assert_stays, wait_until
@@ -33,7 +34,9 @@ def _redis_installed() -> str | None:
         return str(error)
 
 
-needs_redis = pytest.mark.skipif(_redis_installed() is not None, reason=f"{_redis_installed()} (CI's .ci/run installs it)")
+needs_redis = pytest.mark.skipif(
+    _redis_installed() is not None, reason=f"{_redis_installed()} (CI's .ci/run installs it)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +47,11 @@ def wb_database(stack):
 
 
 def votes(n: int, seed: int, prefix: str) -> list[dict]:
-    return list(generate_events(Workload(events=n, posts=30, seed=seed, post_prefix=prefix,
-                                         fractions=write_back_cache.WORKLOAD_FRACTIONS)))
+    return list(
+        generate_events(
+            Workload(events=n, posts=30, seed=seed, post_prefix=prefix, fractions=write_back_cache.WORKLOAD_FRACTIONS)
+        )
+    )
 
 
 def ledger_of(events: list[dict]) -> Ledger:
@@ -61,13 +67,20 @@ def expected(ledger: Ledger) -> dict[str, dict[str, int]]:
 
 
 def wait_until_exact(database, ledger: Ledger, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
-    wait_until(lambda: write_back_cache.totals(database, ledger.totals) == expected(ledger), timeout_s,
-               "the counts in Spanner to match the ledger", poll_s=0.1)
+    wait_until(
+        lambda: write_back_cache.totals(database, ledger.totals) == expected(ledger),
+        timeout_s,
+        "the counts in Spanner to match the ledger",
+        poll_s=0.1,
+    )
 
 
 def test_sums_of_reads_back_what_record_votes_wrote() -> None:
-    fields = {write_back_cache.field("p:1", "upvotes").encode(): b"3", write_back_cache.field("p:1", "shares").encode(): b"-1",
-              write_back_cache.field("q", "upvotes").encode(): b"2"}
+    fields = {
+        write_back_cache.field("p:1", "upvotes").encode(): b"3",
+        write_back_cache.field("p:1", "shares").encode(): b"-1",
+        write_back_cache.field("q", "upvotes").encode(): b"2",
+    }
     assert write_back_cache.sums_of(fields) == {"p:1": {"upvotes": 3, "shares": -1}, "q": {"upvotes": 2, "shares": 0}}
 
 
@@ -103,7 +116,7 @@ def test_flushes_during_votes_lose_and_double_nothing(wb_database) -> None:
         def send() -> None:
             client = write_back_cache.connect(server.socket_path)
             for start in range(0, len(events), 100):
-                write_back_cache.record_votes(client, "during", events[start:start + 100])
+                write_back_cache.record_votes(client, "during", events[start : start + 100])
             sent.set()
 
         sender = threading.Thread(target=send)
@@ -120,8 +133,9 @@ def test_flushes_during_votes_lose_and_double_nothing(wb_database) -> None:
 
 @needs_redis
 @pytest.mark.parametrize("fault_point", write_back_cache.FAULT_POINTS)
-def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(stack, wb_database, tmp_path: Path,
-                                                                      fault_point: str) -> None:
+def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(
+    stack, wb_database, tmp_path: Path, fault_point: str
+) -> None:
     """The flusher SIGKILLs itself at the fault point of its first flush; the restarted one
     finishes the staging key it left (applying it once: not at all if it had committed) and
     counts the votes that arrived in between."""
@@ -131,20 +145,28 @@ def test_a_flusher_killed_at_a_fault_point_neither_loses_nor_doubles(stack, wb_d
     with redis_server.LocalRedis(redis_server.AOF_EVERYSEC) as server:
         client = write_back_cache.connect(server.socket_path)
         write_back_cache.record_votes(client, live, first)
-        killed = write_back_cache.start_process(server.socket_path, live, stack, WINDOW_S, log_path, kill_at=fault_point)
+        killed = write_back_cache.start_process(
+            server.socket_path, live, stack, WINDOW_S, log_path, kill_at=fault_point
+        )
         assert killed.wait(timeout=SETTLE_TIMEOUT_S) == -signal.SIGKILL
         [staging] = [key.decode() for key in client.scan_iter(match=f"{live}:flush:*")]
         committed = write_back_cache.totals(wb_database, ledger_of(first).totals)
-        assert committed == (expected(ledger_of(first)) if fault_point == write_back_cache.AFTER_COMMIT
-                             else {post: dict.fromkeys(write_back_cache.COUNTERS, 0) for post in ledger_of(first).totals})
+        assert committed == (
+            expected(ledger_of(first))
+            if fault_point == write_back_cache.AFTER_COMMIT
+            else {post: dict.fromkeys(write_back_cache.COUNTERS, 0) for post in ledger_of(first).totals}
+        )
 
         write_back_cache.record_votes(client, live, second)  # votes keep coming while no flusher runs
         restarted = write_back_cache.start_process(server.socket_path, live, stack, WINDOW_S, log_path)
         try:
             everything = ledger_of(first + second)
             wait_until_exact(wb_database, everything)
-            assert_stays(lambda: write_back_cache.totals(wb_database, everything.totals) == expected(everything),
-                         3 * WINDOW_S, "the counts exact over a few more flushes: nothing applied twice later")
+            assert_stays(
+                lambda: write_back_cache.totals(wb_database, everything.totals) == expected(everything),
+                3 * WINDOW_S,
+                "the counts exact over a few more flushes: nothing applied twice later",
+            )
         finally:
             restarted.send_signal(signal.SIGTERM)
             assert restarted.wait(timeout=SETTLE_TIMEOUT_S) == 0
@@ -173,15 +195,18 @@ def test_the_aof_loses_what_it_had_not_fsynced_in_a_machine_crash() -> None:
 
 
 @needs_redis
-def test_a_machine_crash_after_a_flushs_commit_doubles_it_under_everysec_not_always(stack, wb_database,
-                                                                                    tmp_path: Path) -> None:
+def test_a_machine_crash_after_a_flushs_commit_doubles_it_under_everysec_not_always(
+    stack, wb_database, tmp_path: Path
+) -> None:
     """Issue 34, item 7: the benchmark's machine rows. Under AOF everysec (Redis 7.0: no WAITAOF)
     the crash takes back the RENAME of a flush already committed to Spanner; the reloaded live
     hash holds its votes again and the next flush counts them twice, which the row reports as
     doubled (before, the benchmark reported that window as loss only). AOF always fsynced the
     RENAME before replying: nothing lost, nothing doubled."""
-    rows = {mode: bench_write_back.crash_machine(stack, wb_database, QUICK, mode, tmp_path)
-            for mode in bench_write_back.MACHINE_CRASH_MODES}
+    rows = {
+        mode: bench_write_back.crash_machine(stack, wb_database, QUICK, mode, tmp_path)
+        for mode in bench_write_back.MACHINE_CRASH_MODES
+    }
     everysec, always = rows[redis_server.AOF_EVERYSEC], rows[redis_server.AOF_ALWAYS]
     assert everysec["killed"] == always["killed"] == bench_write_back.MACHINE_CRASH
     if everysec["waitaof"]:  # Redis 7.2+: the flusher waited for the RENAME's fsync

@@ -5,6 +5,7 @@ The window is deliberately longer than the whole test (10^9 s), so every run's p
 same window and pane index: without generations, the relaunch's delta keys would equal the
 first run's and the sink would take its votes as already written.
 """
+
 from __future__ import annotations
 
 import time
@@ -41,17 +42,24 @@ def run_votes(stack, writer: str, votes: list[tuple[int, ShardSums]]) -> None:
     parsed sums stamped with their ingestion time (now), as ParseVotes emits them."""
     ingested = time.time()
     with TestPipeline() as p:
-        (p | beam.Create(votes)
-         | beam.Map(lambda sums: TimestampedValue(sums, ingested))
-         | WindowAndSumVotes(writer, LONG_WINDOW_S)
-         | WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=50))
+        (
+            p
+            | beam.Create(votes)
+            | beam.Map(lambda sums: TimestampedValue(sums, ingested))
+            | WindowAndSumVotes(writer, LONG_WINDOW_S)
+            | WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=50)
+        )
 
 
 def delta_ids(database, post_id: str) -> list[str]:
     with database.snapshot() as snapshot:
-        rows = snapshot.read(DELTAS, columns=("DeltaId",),
-                             keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=list(post_key(post_id)),
-                                                                            end_closed=list(post_key(post_id)))]))
+        rows = snapshot.read(
+            DELTAS,
+            columns=("DeltaId",),
+            keyset=spanner.KeySet(
+                ranges=[spanner.KeyRange(start_closed=list(post_key(post_id)), end_closed=list(post_key(post_id)))]
+            ),
+        )
         return sorted(r[0] for r in rows)
 
 
@@ -98,16 +106,20 @@ def test_drain_and_relaunch_within_one_window_counts_both_runs_and_an_update_rep
 
 # --- an update that changes the window length or the shard count ------------------------------
 
+
 def run_layouts(stack, writer: str, key_format: int, layouts: list[tuple[int, list[tuple[int, ShardSums]]]]) -> None:
     """Panes of several window lengths over the same start (0) for one writer, as an update that
     changed `windowSeconds` leaves them: windows of the old length, buffered, are finished by the
     new job beside its own."""
     with TestPipeline() as p:
         for length, votes in layouts:
-            (p | f"Votes{length}" >> beam.Create(votes)
-             | f"Stamp{length}" >> beam.Map(lambda sums: TimestampedValue(sums, 1))
-             | f"Window{length}" >> WindowAndSumVotes(writer, length, key_format)
-             | f"Write{length}" >> WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=50))
+            (
+                p
+                | f"Votes{length}" >> beam.Create(votes)
+                | f"Stamp{length}" >> beam.Map(lambda sums: TimestampedValue(sums, 1))
+                | f"Window{length}" >> WindowAndSumVotes(writer, length, key_format)
+                | f"Write{length}" >> WriteDeltaRows(stack.project, stack.instance, stack.database, rows_per_commit=50)
+            )
 
 
 def test_panes_of_10_s_and_20_s_windows_of_one_writer_post_and_start_both_count(stack, database) -> None:
@@ -116,7 +128,9 @@ def test_panes_of_10_s_and_20_s_windows_of_one_writer_post_and_start_both_count(
     post = "resized-post"
     run_layouts(stack, claim.identity, claim.key_format, [(10, upvotes(post, 3)), (20, upvotes(post, 4))])
     assert len(delta_ids(database, post)) == 2
-    assert exact_counts(database, [post])[0].counts.upvotes == 7  # the first format took the 20 s pane as already written
+    assert (
+        exact_counts(database, [post])[0].counts.upvotes == 7
+    )  # the first format took the 20 s pane as already written
 
 
 def test_panes_of_two_shard_counts_of_one_window_both_count(stack, database) -> None:
@@ -132,8 +146,11 @@ def test_panes_of_two_shard_counts_of_one_window_both_count(stack, database) -> 
 
 def test_an_update_keeps_the_key_format_of_its_generation_and_a_fresh_launch_takes_the_new_one(stack, database) -> None:
     with database.batch() as batch:  # a generation claimed before formats existed
-        batch.insert(WRITER_GENERATIONS, columns=("WriterName", "Generation", "ClaimedAt"),
-                     values=[("old-format-job", 4, spanner.COMMIT_TIMESTAMP)])
+        batch.insert(
+            WRITER_GENERATIONS,
+            columns=("WriterName", "Generation", "ClaimedAt"),
+            values=[("old-format-job", 4, spanner.COMMIT_TIMESTAMP)],
+        )
     updated = launch_claim(stack, "old-format-job", update=True)
     assert (updated.generation, updated.key_format) == (4, FIRST_KEY_FORMAT)
     post = "old-format-post"

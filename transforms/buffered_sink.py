@@ -27,9 +27,11 @@ declaration gives them (spanner_writes/sinks.py), which the drain report and the
 (tests/test_monitoring.py holds the alerts to them); its dead letters' errors start with the
 reason it declares.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterable, Iterator, NamedTuple, Sized, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import Generic, NamedTuple, TypeVar
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -83,11 +85,21 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed, Result]
 
     FAILED = "failed"
 
-    def __init__(self, *, sink: SinkDeclaration, writer: str, rows_per_commit: int, retry: RetryPolicy,
-                 empty: Callable[[], Pending], add: Callable[[Pending, Element], None],
-                 plan: Callable[[Pending, int], Iterable[Batch]], apply: Callable[[Batch], Result],
-                 fail: Callable[[Batch, str], Iterable[Failed]], events: Callable[[Batch], int],
-                 refused: Callable[[Result], tuple[Batch, str] | None] = lambda _result: None) -> None:
+    def __init__(
+        self,
+        *,
+        sink: SinkDeclaration,
+        writer: str,
+        rows_per_commit: int,
+        retry: RetryPolicy,
+        empty: Callable[[], Pending],
+        add: Callable[[Pending, Element], None],
+        plan: Callable[[Pending, int], Iterable[Batch]],
+        apply: Callable[[Batch], Result],
+        fail: Callable[[Batch, str], Iterable[Failed]],
+        events: Callable[[Batch], int],
+        refused: Callable[[Result], tuple[Batch, str] | None] = lambda _result: None,
+    ) -> None:
         """`sink` declares the counters' names and the reason that starts each dead letter's error;
         `writer` names the sink in the log line of a schema wait; `apply` is one attempt to write
         one batch (it may be a bound method of a subclass that opens its database in `setup`);
@@ -124,8 +136,11 @@ class BufferedSinkFn(beam.DoFn, Generic[Element, Pending, Batch, Failed, Result]
         counters = self._counters
         for batch in self._plan(pending, self._rows_per_commit):
             try:
-                result = run_with_retries(lambda: self._attempt(batch), self._retry,  # called at once
-                                          lambda _: counters.transient_retries.inc())
+                result = run_with_retries(
+                    lambda: self._attempt(batch),
+                    self._retry,  # called at once
+                    lambda _: counters.transient_retries.inc(),
+                )
             except exceptions.GoogleAPICallError as error:
                 if is_transient(error):
                     raise  # the runner retries the bundle; applying a batch twice applies it once

@@ -12,6 +12,7 @@ so the dead letters are one windowing (and Beam's "All input pcollections must h
 window" warning is not printed at every start). Nothing downstream groups, so the window a
 dead letter travels in changes nothing but that.
 """
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -58,7 +59,8 @@ class PublishDeadLetters(beam.PTransform):
     def expand(self, failures: tuple[beam.PCollection, ...]) -> beam.pvalue.PDone:
         global_windowed = tuple(
             failure | f"GlobalWindow{index}" >> beam.WindowInto(window.GlobalWindows())
-            for index, failure in enumerate(failures))
+            for index, failure in enumerate(failures)
+        )
         return (
             global_windowed
             | "Flatten" >> beam.Flatten()

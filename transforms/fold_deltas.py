@@ -13,26 +13,46 @@ Why each step is exact (the snapshot, the cursor, the compare-and-set, concurren
 folds) is in `spanner_writes.folding`, which holds every read and transaction used here. Shards
 and partitions are read in parallel on Dataflow.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from schemas.records import CounterSums
 from spanner_store.database import (
-    DEFAULT_RETRY, MUTATION_BUDGET, is_transient, open_database, run_transaction, run_with_retries,
+    DEFAULT_RETRY,
+    MUTATION_BUDGET,
+    is_transient,
+    open_database,
+    run_transaction,
+    run_with_retries,
 )
 from spanner_store.delta_commits import SkippedPost
 from spanner_store.tables import COMMIT_SHARDS, key_range
 from spanner_store.unfolded import READ_CHUNK
 from spanner_writes.folding import (
-    FoldKey, FoldOutcome, FoldPlan, PostFold, apply_folds, choose_snapshot, fold_cost, fold_post_in_steps, key_of,
-    oldest_unfolded_commit, outlived_snapshot, plan_fold, plan_partitions, read_candidates, read_partition,
-    read_shard_changes, record_fold_run,
+    FoldKey,
+    FoldOutcome,
+    FoldPlan,
+    PostFold,
+    apply_folds,
+    choose_snapshot,
+    fold_cost,
+    fold_post_in_steps,
+    key_of,
+    oldest_unfolded_commit,
+    outlived_snapshot,
+    plan_fold,
+    plan_partitions,
+    read_candidates,
+    read_partition,
+    read_shard_changes,
+    record_fold_run,
 )
 
 LOG = logging.getLogger(__name__)
@@ -86,8 +106,15 @@ class _PlanFold(_CountingDoFn):
     "now", from a side input a runner re-evaluated, would let the run vouch for deltas it
     never read)."""
 
-    def __init__(self, project: str, instance: str, database: str, snapshot_at: datetime | None, full_scan: bool,
-                 max_delta_rows: int) -> None:
+    def __init__(
+        self,
+        project: str,
+        instance: str,
+        database: str,
+        snapshot_at: datetime | None,
+        full_scan: bool,
+        max_delta_rows: int,
+    ) -> None:
         super().__init__(project, instance, database)
         self._snapshot_at = snapshot_at
         self._full_scan = full_scan
@@ -100,8 +127,11 @@ class _PlanFold(_CountingDoFn):
         self.count_rows(rows)
         if plan.full_scan:
             self._full_scans.inc()
-            LOG.info("fold at %s scans every post (%s)", snapshot_at,
-                     "asked for" if plan.cursor else "no fold has recorded a cursor yet")
+            LOG.info(
+                "fold at %s scans every post (%s)",
+                snapshot_at,
+                "asked for" if plan.cursor else "no fold has recorded a cursor yet",
+            )
         yield plan
 
 
@@ -170,11 +200,19 @@ class _ApplyFoldsFn(_SpannerDoFn):
         for fold in sorted(folds, key=lambda f: (key_of(f).post_hash, key_of(f).post_id)):
             if fold_cost(fold) > self._max_mutations:
                 # Too many hours for one commit: this post alone, in bounded steps.
-                yield self._count(self._or_skip(fold, snapshot_at, lambda: fold_post_in_steps(  # called at once
-                    self._database, fold, snapshot_at, self._max_mutations, lambda _: self._retries.inc())))
+                yield self._count(
+                    self._or_skip(
+                        fold,
+                        snapshot_at,
+                        lambda: fold_post_in_steps(  # called at once
+                            self._database, fold, snapshot_at, self._max_mutations, lambda _: self._retries.inc()
+                        ),
+                    )
+                )
                 continue
-            if self._buffer and (len(self._buffer) >= self._posts_per_commit
-                                 or self._cost + fold_cost(fold) > self._max_mutations):
+            if self._buffer and (
+                len(self._buffer) >= self._posts_per_commit or self._cost + fold_cost(fold) > self._max_mutations
+            ):
                 yield self._flush(snapshot_at)
             self._buffer.append(fold)
             self._cost += fold_cost(fold)
@@ -236,8 +274,14 @@ class _RecordFoldRun(_SpannerDoFn):
         super().__init__(project, instance, database)
         self._oldest_unfolded_age = Metrics.counter("FoldDeltas", "oldest_unfolded_age_s")
 
-    def process(self, outcome: FoldOutcome, plan: FoldPlan, skipped: list[SkippedPost], handle: dict | None,
-                changes_through: datetime | None):
+    def process(
+        self,
+        outcome: FoldOutcome,
+        plan: FoldPlan,
+        skipped: list[SkippedPost],
+        handle: dict | None,
+        changes_through: datetime | None,
+    ):
         record_fold_run(self._database, plan, outcome, skipped, handle, changes_through)
         oldest, now = oldest_unfolded_commit(self._database, plan, skipped, changes_through)
         if oldest is not None:
@@ -276,8 +320,15 @@ class FoldDeltas(beam.PTransform):
     """
 
     def __init__(
-        self, project: str, instance: str, database: str,
-        posts_per_commit: int, snapshot_at: datetime | None = None, *, full_scan: bool, data_boost: bool,
+        self,
+        project: str,
+        instance: str,
+        database: str,
+        posts_per_commit: int,
+        snapshot_at: datetime | None = None,
+        *,
+        full_scan: bool,
+        data_boost: bool,
         max_delta_rows_per_run: int,
     ):
         """`snapshot_at` folds as of a given past timestamp (under an hour old) instead of now."""
@@ -290,8 +341,12 @@ class FoldDeltas(beam.PTransform):
         self._max_delta_rows = max_delta_rows_per_run
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
-        plan = begin | "Start" >> beam.Impulse() | "PlanFold" >> beam.ParDo(
-            _PlanFold(*self._where, self._snapshot_at, self._full_scan, self._max_delta_rows))
+        plan = (
+            begin
+            | "Start" >> beam.Impulse()
+            | "PlanFold"
+            >> beam.ParDo(_PlanFold(*self._where, self._snapshot_at, self._full_scan, self._max_delta_rows))
+        )
         planned = beam.pvalue.AsSingleton(plan)  # the only source of S and the cursor below
 
         partitions = plan | "PlanPartitions" >> beam.ParDo(_PlanPartitions(*self._where, self._data_boost))
@@ -309,15 +364,19 @@ class FoldDeltas(beam.PTransform):
             plan
             | "PlanShards" >> beam.FlatMap(_shards)
             | "SpreadShards" >> beam.Reshuffle()
-            | "ReadChangedPosts" >> beam.ParDo(_ReadChangedPosts(*self._where), planned).with_outputs(
-                _ReadChangedPosts.THROUGH, main="posts")
+            | "ReadChangedPosts"
+            >> beam.ParDo(_ReadChangedPosts(*self._where), planned).with_outputs(
+                _ReadChangedPosts.THROUGH, main="posts"
+            )
         )
         changed = shard_reads.posts
         # The run vouches up to the least far-taken shard (None: no shard read, a full scan: S).
         changes_through = shard_reads[_ReadChangedPosts.THROUGH] | "ChangesThrough" >> beam.CombineGlobally(
-            _earliest_or_none)
+            _earliest_or_none
+        )
         skipped_before = plan | "SkippedByCursorRun" >> beam.FlatMap(
-            lambda p: [] if p.full_scan else p.candidates_from_skips)
+            lambda p: [] if p.full_scan else p.candidates_from_skips
+        )
         followed = (
             (changed, skipped_before)
             | "Candidates" >> beam.Flatten()
@@ -331,8 +390,10 @@ class FoldDeltas(beam.PTransform):
             | "SumPerPost" >> beam.CombinePerKey(SumPostDeltas())
             | "ToPostFold" >> beam.Map(_to_post_fold)
             | "ByKeyRange" >> beam.GroupBy(lambda fold: key_range(fold.key.post_hash))
-            | "ApplyFolds" >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), planned).with_outputs(
-                _ApplyFoldsFn.SKIPPED, main="outcomes")
+            | "ApplyFolds"
+            >> beam.ParDo(_ApplyFoldsFn(*self._where, self._posts_per_commit), planned).with_outputs(
+                _ApplyFoldsFn.SKIPPED, main="outcomes"
+            )
         )
         # ToList, not AsList: the BundleBasedDirectRunner's AsList of a tagged output also holds
         # the DoFn's main outputs (measured with Beam 2.77).
@@ -340,9 +401,14 @@ class FoldDeltas(beam.PTransform):
         return (
             applied.outcomes
             | "TotalOutcome" >> beam.CombineGlobally(_sum_outcomes)
-            | "RecordFoldRun" >> beam.ParDo(
-                _RecordFoldRun(*self._where), planned, beam.pvalue.AsSingleton(skipped),
-                beam.pvalue.AsSingleton(session), beam.pvalue.AsSingleton(changes_through))
+            | "RecordFoldRun"
+            >> beam.ParDo(
+                _RecordFoldRun(*self._where),
+                planned,
+                beam.pvalue.AsSingleton(skipped),
+                beam.pvalue.AsSingleton(session),
+                beam.pvalue.AsSingleton(changes_through),
+            )
         )
 
 
@@ -356,7 +422,8 @@ def _skippable(error: Exception, snapshot_at: datetime) -> bool:
         raise RuntimeError(
             f"the fold's snapshot {snapshot_at.isoformat()} is older than Spanner keeps versions: this run took too "
             "long to finish. Nothing is lost (the next run folds what this one did not); lower "
-            "--max-delta-rows-per-run (template parameter maxDeltaRowsPerRun) if it happens again.") from error
+            "--max-delta-rows-per-run (template parameter maxDeltaRowsPerRun) if it happens again."
+        ) from error
     return not (is_transient(error) or isinstance(error, AssertionError))
 
 

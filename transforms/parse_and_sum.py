@@ -48,12 +48,14 @@ computed with (schemas/delta_ids.py `shard_key`, `shards_of_key`): an in-place u
 windows of the old layout are still open, and their panes must keep their own delta keys
 (transforms/windowing.py `delta_id`).
 """
+
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import apache_beam as beam
 import orjson
@@ -65,9 +67,25 @@ from msgspec import UNSET
 
 from schemas import user_hash
 from schemas.contract import (
-    ABSENT, COMMON_ENDINGS, COMMON_FRACTION, COMMON_VOTE_ERRORS, DEFAULT_EVENT_TIME_POLICY, MAX_HOUR_S, MIN_HOUR_S,
-    VOTE_FIELD, CommonVote, EventTimePolicy, common_hour, common_lines, decode_common_vote, is_common_vote,
-    parse_line, parse_message, parse_vote, reason_of, trusted_hours,
+    ABSENT,
+    COMMON_ENDINGS,
+    COMMON_FRACTION,
+    COMMON_VOTE_ERRORS,
+    DEFAULT_EVENT_TIME_POLICY,
+    MAX_HOUR_S,
+    MIN_HOUR_S,
+    VOTE_FIELD,
+    CommonVote,
+    EventTimePolicy,
+    common_hour,
+    common_lines,
+    decode_common_vote,
+    is_common_vote,
+    parse_line,
+    parse_message,
+    parse_vote,
+    reason_of,
+    trusted_hours,
 )
 from schemas.counters import CONTRACT_NAMES, VOTER_CONTRACT_NAMES, by_contract_name
 from schemas.delta_ids import sum_shard
@@ -101,16 +119,24 @@ class RunningSums:
 
     def to_sums(self) -> CounterSums:
         """The record the rest of the pipeline carries, the voters as a sketch."""
-        return CounterSums(by_contract_name(self.counts), self.events,
-                           None if self.voters is None else sketch_of(self.voters))
+        return CounterSums(
+            by_contract_name(self.counts), self.events, None if self.voters is None else sketch_of(self.voters)
+        )
 
 
 Running = dict[tuple[str, int], RunningSums]  # (post_id, event hour) -> its running sums
 
 
-def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float, sums: Running,
-                policy: EventTimePolicy | None = None,
-                on_ingestion_hour: Callable[[str], None] | None = None, *, states: ShardVotes) -> list[Rejected]:
+def sum_message(
+    data: bytes,
+    attributes: Mapping[str, str] | None,
+    publish_time_s: float,
+    sums: Running,
+    policy: EventTimePolicy | None = None,
+    on_ingestion_hour: Callable[[str], None] | None = None,
+    *,
+    states: ShardVotes,
+) -> list[Rejected]:
     """parse_message folded into `sums` and `states` in one pass (see the module docstring): the
     accepted delta events are added to `sums` (and the user_id of each with a positive delta on a
     counter that records voters to the post and hour's voters), the vote-state events merged into
@@ -141,8 +167,10 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
             else:
                 hour = common_hour(event_time[:19])
                 # A common UTC time in an hour the policy trusts to the last second, else the general path.
-                if hour is not None and not (first_hour <= hour <= last_hour and (
-                        event_time[19:] in COMMON_ENDINGS or COMMON_FRACTION.match(event_time, 19))):
+                if hour is not None and not (
+                    first_hour <= hour <= last_hour
+                    and (event_time[19:] in COMMON_ENDINGS or COMMON_FRACTION.match(event_time, 19))
+                ):
                     hour = None
             if hour is not None:
                 # _add_result's addition, inline: a call per vote costs a tenth of the vote.
@@ -161,15 +189,23 @@ def sum_message(data: bytes, attributes: Mapping[str, str] | None, publish_time_
         line, number = lines[index], first_number + index
         if number and not line.strip():
             continue  # a blank line of a batch: skipped, though it keeps its number
-        _add_result((vote is None and _common_with_other_fields(line, publish_time_s, first_hour, last_hour))
-                    or (parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour) if number
-                        else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)),
-                    sums, states, rejected)
+        _add_result(
+            (vote is None and _common_with_other_fields(line, publish_time_s, first_hour, last_hour))
+            or (
+                parse_line(number, line, attributes, publish_time_s, policy, on_ingestion_hour)
+                if number
+                else parse_vote(line, attributes, publish_time_s, policy, on_ingestion_hour)
+            ),
+            sums,
+            states,
+            rejected,
+        )
     return rejected
 
 
-def _common_with_other_fields(line: bytes, publish_time_s: float, first_hour: float, last_hour: float
-                              ) -> VoteEvent | None:
+def _common_with_other_fields(
+    line: bytes, publish_time_s: float, first_hour: float, last_hour: float
+) -> VoteEvent | None:
     """The line's event when it is a common vote but for fields the contract ignores (which
     CommonVote does not decode: see its docstring), read with orjson as the specification reads
     it and checked with the same pieces as the fast path; None for anything else. Why: a
@@ -185,8 +221,13 @@ def _common_with_other_fields(line: bytes, publish_time_s: float, first_hour: fl
     post_id: Any
     counter: Any
     delta: Any
-    post_id, counter, delta, event_id, user_id = (get("post_id"), get("counter"), get("delta"), get("event_id", ABSENT),
-                                                  get("user_id", ABSENT))
+    post_id, counter, delta, event_id, user_id = (
+        get("post_id"),
+        get("counter"),
+        get("delta"),
+        get("event_id", ABSENT),
+        get("user_id", ABSENT),
+    )
     if not is_common_vote(post_id, counter, delta, event_id, user_id):
         return None
     event_time = get("event_time", ABSENT)
@@ -199,11 +240,14 @@ def _common_with_other_fields(line: bytes, publish_time_s: float, first_hour: fl
         return None
     else:
         hour = common_hour(event_time[:19])
-        if hour is None or not (first_hour <= hour <= last_hour and (
-                event_time[19:] in COMMON_ENDINGS or COMMON_FRACTION.match(event_time, 19))):
+        if hour is None or not (
+            first_hour <= hour <= last_hour
+            and (event_time[19:] in COMMON_ENDINGS or COMMON_FRACTION.match(event_time, 19))
+        ):
             return None
-    return VoteEvent(post_id, counter, delta, hour, None if event_id is ABSENT else event_id,
-                     None if user_id is ABSENT else user_id)
+    return VoteEvent(
+        post_id, counter, delta, hour, None if event_id is ABSENT else event_id, None if user_id is ABSENT else user_id
+    )
 
 
 def _common_vote_or_none(line: bytes) -> CommonVote | None:
@@ -214,8 +258,9 @@ def _common_vote_or_none(line: bytes) -> CommonVote | None:
         return None
 
 
-def _add_result(result: VoteEvent | VoteState | Rejected, sums: Running, states: ShardVotes,
-                rejected: list[Rejected]) -> None:
+def _add_result(
+    result: VoteEvent | VoteState | Rejected, sums: Running, states: ShardVotes, rejected: list[Rejected]
+) -> None:
     """One result of the specification (parse_vote, parse_line) added where it belongs: a delta
     event to `sums` (its user_id to the voters as sum_message says), a vote state merged into
     `states`, a rejection appended to `rejected`."""
@@ -251,13 +296,18 @@ class BundleSums:
         self._states: ShardVotes = {}
         self.latest_publish_s = float("-inf")  # the latest publish time among the bundle's messages
 
-    def add_message(self, data: bytes, attributes: Mapping[str, str] | None, publish_time_s: float,
-                    policy: EventTimePolicy | None, on_ingestion_hour: Callable[[str], None]) -> list[Rejected]:
+    def add_message(
+        self,
+        data: bytes,
+        attributes: Mapping[str, str] | None,
+        publish_time_s: float,
+        policy: EventTimePolicy | None,
+        on_ingestion_hour: Callable[[str], None],
+    ) -> list[Rejected]:
         """Adds the message's accepted votes; returns its rejected events."""
         if publish_time_s > self.latest_publish_s:
             self.latest_publish_s = publish_time_s
-        return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour,
-                           states=self._states)
+        return sum_message(data, attributes, publish_time_s, self._sums, policy, on_ingestion_hour, states=self._states)
 
     @property
     def votes(self) -> int:
@@ -317,9 +367,13 @@ class _ParseAndSumFn(beam.DoFn):
             rejected = self._add_pull(message, windowed.timestamp_micros)
         else:
             self._messages += 1
-            rejected = self._sums.add_message(message.data or b"", message.attributes,
-                                              windowed.timestamp_micros / 1_000_000, self._policy,
-                                              self._on_ingestion_hour)
+            rejected = self._sums.add_message(
+                message.data or b"",
+                message.attributes,
+                windowed.timestamp_micros / 1_000_000,
+                self._policy,
+                self._on_ingestion_hour,
+            )
         if not rejected:
             return ()
         for each in rejected:
@@ -337,8 +391,13 @@ class _ParseAndSumFn(beam.DoFn):
         add, policy, on_ingestion_hour = sums.add_message, self._policy, self._on_ingestion_hour
         rejected: list[Rejected] = []
         for message in messages:
-            rejected += add(message.data or b"", message.attributes, message.publish_time.micros / 1_000_000, policy,
-                            on_ingestion_hour)
+            rejected += add(
+                message.data or b"",
+                message.attributes,
+                message.publish_time.micros / 1_000_000,
+                policy,
+                on_ingestion_hour,
+            )
         return rejected
 
     def _count_ingestion_hour(self, reason: str) -> None:
@@ -389,6 +448,8 @@ class ParseVotes(beam.PTransform):
 
     def expand(self, messages: beam.PCollection) -> ParsedVotes:
         parsed = messages | "Parse" >> beam.ParDo(_ParseAndSumFn(self._policy)).with_outputs(
-            _ParseAndSumFn.REJECTED, _ParseAndSumFn.STATES, main="sums")
-        return ParsedVotes(sums=parsed.sums, states=parsed[_ParseAndSumFn.STATES],
-                           rejected=parsed[_ParseAndSumFn.REJECTED])
+            _ParseAndSumFn.REJECTED, _ParseAndSumFn.STATES, main="sums"
+        )
+        return ParsedVotes(
+            sums=parsed.sums, states=parsed[_ParseAndSumFn.STATES], rejected=parsed[_ParseAndSumFn.REJECTED]
+        )

@@ -16,12 +16,14 @@ keeps strong references, to the objects of the MAX_KEPT most recently used handl
 A handle's key is made when the DoFn is constructed and pickled with it, so every copy of one
 DoFn shares one object, and another pipeline (another construction) builds its own.
 """
+
 from __future__ import annotations
 
 import threading
 import uuid
 from collections import OrderedDict
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -8,6 +8,7 @@ Such an element's timestamp is the pull's ingestion time, stamped by the reader 
 than its latest publish time), which ParseVotes windows the pull's votes by: the local stream
 records it with the pull, so that a pull replayed after a crash falls in the same window.
 """
+
 from __future__ import annotations
 
 import apache_beam as beam

@@ -12,9 +12,10 @@ same row under the same key: a retry after an unseen success, a replayed bundle,
 execution of it racing this one) count as `rows_already_written`, not errors; a different row
 under a row's key is a key conflict, and that row alone goes to the `failed` output saying so.
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from apache_beam.metrics import Metrics
 from google.cloud.spanner_v1.database import Database
@@ -51,9 +52,19 @@ class WriteDeltasFn(BufferedSinkFn[PostDelta, list[PostDelta], list[PostDelta], 
         rows_per_commit: int,
         retry: RetryPolicy = SINK_RETRY,
     ) -> None:
-        super().__init__(sink=DELTA_ROWS, writer="sink", rows_per_commit=rows_per_commit, retry=retry,
-                         empty=list, add=list.append, plan=plan_commits,
-                         apply=self._commit_once, fail=_dead_letters, events=_events, refused=_conflicts)
+        super().__init__(
+            sink=DELTA_ROWS,
+            writer="sink",
+            rows_per_commit=rows_per_commit,
+            retry=retry,
+            empty=list,
+            add=list.append,
+            plan=plan_commits,
+            apply=self._commit_once,
+            fail=_dead_letters,
+            events=_events,
+            refused=_conflicts,
+        )
         self._where = (project, instance, database)
         self._rows_written = Metrics.counter(DELTA_ROWS.step, DELTA_ROWS.metrics.delta_rows_written)
         self._rows_already = Metrics.counter(DELTA_ROWS.step, "rows_already_written")

@@ -11,6 +11,7 @@ nothing twice; a database without the Votes table yet is waited for (`upvotes pr
 other error sends the batch's states to the `failed` output (FailedVoteStates), for the dead
 letters, to be replayed through the same path.
 """
+
 from __future__ import annotations
 
 from apache_beam.metrics import Metrics
@@ -20,8 +21,8 @@ from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import LatestVote, keep_latest
 from spanner_store.database import RetryPolicy, open_database
 from spanner_writes.known_posts import KnownPosts
-from spanner_writes.votes import VoteChanges, apply_vote_states, plan_batches
 from spanner_writes.sinks import VOTE_STATES
+from spanner_writes.votes import VoteChanges, apply_vote_states, plan_batches
 from transforms.buffered_sink import SINK_RETRY, BufferedSink, BufferedSinkFn
 from transforms.parse_and_sum import ShardVotes
 from transforms.per_process import PerProcess
@@ -46,11 +47,21 @@ def _events(batch: States) -> int:
 class ApplyVoteStatesFn(BufferedSinkFn[tuple[int, ShardVotes], States, States, FailedVoteStates, VoteChanges]):
     """Merges a bundle's (shard, ShardVotes) panes and applies them in planned batches (plan_batches)."""
 
-    def __init__(self, project: str, instance: str, database: str, rows_per_commit: int,
-                 retry: RetryPolicy = SINK_RETRY) -> None:
-        super().__init__(sink=VOTE_STATES, writer="vote-state sink", rows_per_commit=rows_per_commit,
-                         retry=retry, empty=dict, add=_add_pane, plan=plan_batches,
-                         apply=self._apply_once, fail=_dead_letters, events=_events)
+    def __init__(
+        self, project: str, instance: str, database: str, rows_per_commit: int, retry: RetryPolicy = SINK_RETRY
+    ) -> None:
+        super().__init__(
+            sink=VOTE_STATES,
+            writer="vote-state sink",
+            rows_per_commit=rows_per_commit,
+            retry=retry,
+            empty=dict,
+            add=_add_pane,
+            plan=plan_batches,
+            apply=self._apply_once,
+            fail=_dead_letters,
+            events=_events,
+        )
         self._where = (project, instance, database)
         self._applied = Metrics.counter(VOTE_STATES.step, "states_applied")
         self._superseded = Metrics.counter(VOTE_STATES.step, "states_superseded")

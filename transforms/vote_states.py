@@ -16,9 +16,10 @@ state the pipeline keeps per (post, user), and only while the window is open: a 
 or a new Dataflow job loses nothing by starting without it, since the stored state in Spanner is
 what every state is applied against.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import apache_beam as beam
 

@@ -53,10 +53,11 @@ for every bundle, and a window's state stays ALLOWED_LATENESS_S / window_seconds
 longer (docs/benchmarks.md, "Measurements behind the code"). It cannot be freed sooner: a late element would
 find no pane index and re-use the on-time pane's delta key, taken as already written.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -109,7 +110,9 @@ class MergeSums(beam.CombineFn):
         for key, value in sums.items():
             total = acc.get(key)
             if total is None:
-                acc[key] = _Merged(value.counts, value.events, None if value.voters is None else VoterUnion(value.voters))
+                acc[key] = _Merged(
+                    value.counts, value.events, None if value.voters is None else VoterUnion(value.voters)
+                )
             else:
                 total.add(value)
         return acc
@@ -133,9 +136,12 @@ def ingestion_windows(window_seconds: int) -> beam.WindowInto:
     """Fixed windows over ingestion time, firing when the watermark passes their end and again
     for each late arrival within ALLOWED_LATENESS_S, every pane a delta of its own (see the
     module docstring): how every branch of the stream windows what ParseVotes emits."""
-    return beam.WindowInto(window.FixedWindows(window_seconds), trigger=trigger.DefaultTrigger(),
-                           accumulation_mode=trigger.AccumulationMode.DISCARDING,
-                           allowed_lateness=ALLOWED_LATENESS_S)
+    return beam.WindowInto(
+        window.FixedWindows(window_seconds),
+        trigger=trigger.DefaultTrigger(),
+        accumulation_mode=trigger.AccumulationMode.DISCARDING,
+        allowed_lateness=ALLOWED_LATENESS_S,
+    )
 
 
 def post_deltas(sums: ShardSums, pane_id: str) -> Iterable[PostDelta]:
@@ -158,8 +164,9 @@ class _ToPostDeltas(beam.DoFn):
 
     def process(self, keyed, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
         key, sums = keyed
-        pane_id = pane_delta_id(self._writer, win.start.micros, pane.index, win.end.micros, shards_of_key(key),
-                           self._key_format)
+        pane_id = pane_delta_id(
+            self._writer, win.start.micros, pane.index, win.end.micros, shards_of_key(key), self._key_format
+        )
         events = 0
         for delta in post_deltas(sums, pane_id):
             events += delta.sums.events

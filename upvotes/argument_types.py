@@ -1,10 +1,12 @@
 """argparse `type=` checks shared by several subcommands: a bad value is refused with usage help."""
+
 from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from schemas.contract import MAX_ID_CHARS
 
@@ -51,11 +53,13 @@ def user_id(text: str) -> str:
 def parsed_by(parse: Callable[[str], T]) -> Callable[[str], T]:
     """An argparse `type=` from a parser that raises ValueError with a readable reason (a
     ranking's parameter, spanner_reads.rankings.ranking.Parameter): refused with usage help."""
+
     def parsed(text: str) -> T:
         try:
             return parse(text)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
+
     return parsed
 
 
@@ -66,8 +70,9 @@ def duration(text: str) -> timedelta:
     """A duration as `N` with a unit: `90s`, `15m`, `24h`, `7d` (above 0, at most 400 days)."""
     match = re.fullmatch(r"\s*([0-9]{1,9})\s*([smhdSMHD])\s*", text)
     if match is None:
-        raise argparse.ArgumentTypeError(f"a duration is N seconds, minutes, hours or days, written like 90s, 15m, "
-                                         f"24h or 7d, not {text[:40]!r}")
+        raise argparse.ArgumentTypeError(
+            f"a duration is N seconds, minutes, hours or days, written like 90s, 15m, 24h or 7d, not {text[:40]!r}"
+        )
     seconds = int(match[1]) * _DURATION_UNITS_S[match[2].lower()]
     if not 0 < seconds <= 400 * 86_400:
         raise argparse.ArgumentTypeError(f"a duration is above 0 and at most 400 days, not {text.strip()!r}")

@@ -5,12 +5,13 @@ Each subcommand is a module of upvotes.commands with HELP, `add_arguments(parser
 (upvotes.command_errors) and returns its exit status. Beam is imported only by the subcommands that
 run a pipeline, so help and the quick commands start in about a second.
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from upvotes.commands import COMMANDS, module_name
 

@@ -4,6 +4,7 @@ Subcommands raise; `upvotes.cli.main` catches, prints `upvotes: <explain(error)>
 and exits 2 for a UsageError (input the user can fix before anything ran) and 1 for anything
 else. UPVOTES_DEBUG=1 re-raises, for the traceback.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,12 +28,16 @@ class UsageError(Exception):
 
 def explain(error: BaseException) -> str:
     """What went wrong and what to do about it."""
-    if isinstance(error, (UsageError, InvalidParameter, EmulatorError, ViewError, RankingUnavailable, LogBusy,
-                          LogMismatch)):
+    if isinstance(
+        error, (UsageError, InvalidParameter, EmulatorError, ViewError, RankingUnavailable, LogBusy, LogMismatch)
+    ):
         return str(error)
     if isinstance(error, DefaultCredentialsError):
-        return ("no Google Cloud credentials found. Locally, " + START_EMULATORS +
-                "; on Google Cloud, run: gcloud auth application-default login")
+        return (
+            "no Google Cloud credentials found. Locally, "
+            + START_EMULATORS
+            + "; on Google Cloud, run: gcloud auth application-default login"
+        )
     if isinstance(error, exceptions.ServiceUnavailable):
         emulator = os.environ.get("SPANNER_EMULATOR_HOST") or os.environ.get("PUBSUB_EMULATOR_HOST")
         where = f" (emulator at {emulator})" if emulator else ""

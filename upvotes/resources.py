@@ -1,5 +1,6 @@
 """The names of one deployment's resources: what `upvotes provision` creates and every tool and
 test addresses (a room of its own, below the tools that create, run and check them)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -26,15 +26,18 @@ whose bounds stand in the way (fresh_side.Resolver), and deeper into the folded 
 what stands in the way. A post without any vote is in no trending ranking (an answer with fewer
 than K posts lists every post that has one). None of the reads grows with the catalogue.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from spanner_reads.rankings import all_time, hot, last_hours
 from spanner_reads.rankings.ranking import Parameter, Ranking
 
 RANKINGS: dict[str, Ranking] = {
-    ranking.name: ranking for ranking in (all_time.RANKING, hot.RANKING, last_hours.RANKING)}
+    ranking.name: ranking for ranking in (all_time.RANKING, hot.RANKING, last_hours.RANKING)
+}
 DEFAULT = all_time.RANKING.name  # the ranking asked for without --by or a parameter
 # What --by and by= name; each of the others is chosen by its parameter (--last, last=).
 BY_CHOICES = tuple(name for name, ranking in RANKINGS.items() if ranking.parameter is None)

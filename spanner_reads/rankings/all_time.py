@@ -31,11 +31,12 @@ K-th beats (each post of a commit read is then considered, so that commit bounds
 folded side deeper when F itself is, all within its budget. Otherwise the listed posts have their
 exact counts, and no post left out has more than `bound` upvotes.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
 
 from schemas import post_hash
 from schemas.records import PostTotals
@@ -65,8 +66,12 @@ class FreshTop:
 
     def to_json(self) -> dict:
         """The answer's header: as of when, and whether it is certified."""
-        return {"as_of": self.as_of.isoformat(), "exact": self.exact, "bound": self.bound,
-                "folded_through": None if self.folded_through is None else self.folded_through.isoformat()}
+        return {
+            "as_of": self.as_of.isoformat(),
+            "exact": self.exact,
+            "bound": self.bound,
+            "folded_through": None if self.folded_through is None else self.folded_through.isoformat(),
+        }
 
 
 def _order(totals: PostTotals) -> tuple:
@@ -74,8 +79,9 @@ def _order(totals: PostTotals) -> tuple:
     return (-totals.counts.upvotes, post_hash(totals.post_id), totals.post_id)
 
 
-def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0,
-              resolve_posts: int = RESOLVE_POSTS) -> FreshTop:
+def fresh_top(
+    database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0, resolve_posts: int = RESOLVE_POSTS
+) -> FreshTop:
     """The top `k` posts by exact upvotes (see the module docstring), read in one snapshot,
     strong or `staleness_s` seconds old, adding at most `resolve_posts` posts to certify it."""
     check_size(k, extra)
@@ -108,15 +114,19 @@ def fresh_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: fl
                 folded = ranked_posts(snapshot, limit)
                 consider(p.post_id for p in folded)
                 continue
-            added = resolver.read(commits_to_read(
-                [(c.commit_id, c.threshold) for c in resolver.open_commits if c.threshold > 0], room, strict=False),
-                counts)
+            added = resolver.read(
+                commits_to_read(
+                    [(c.commit_id, c.threshold) for c in resolver.open_commits if c.threshold > 0], room, strict=False
+                ),
+                counts,
+            )
             if added is None:
                 break
             consider(added)
         as_of = read_timestamp(snapshot)
-    return FreshTop(ranked, as_of, side.folded_through, exact, bound, len(counts), side.candidates.rows,
-                    resolver.commits_read)
+    return FreshTop(
+        ranked, as_of, side.folded_through, exact, bound, len(counts), side.candidates.rows, resolver.commits_read
+    )
 
 
 class AllTime(Ranking[FreshTop]):

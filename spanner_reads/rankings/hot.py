@@ -22,10 +22,11 @@ its budget.
 Cost: K+m index rows, one row per commit since the cursor, and the hourly rows of the posts
 considered: none of it grows with the catalogue.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from google.cloud import spanner
 
@@ -60,11 +61,12 @@ def _rise_log2(commit: CommitCandidates, half_life_hours: float) -> float:
 def _relative(log2_value: float, to_log2: float) -> float:
     """2^(log2_value - to_log2), +inf past a float's range."""
     exponent = log2_value - to_log2
-    return 0.0 if exponent == -math.inf else (2.0 ** exponent if exponent < 1000 else math.inf)
+    return 0.0 if exponent == -math.inf else (2.0**exponent if exponent < 1000 else math.inf)
 
 
-def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0,
-            resolve_posts: int = RESOLVE_POSTS) -> TrendingTop:
+def hot_top(
+    database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0, resolve_posts: int = RESOLVE_POSTS
+) -> TrendingTop:
     """The top `k` posts by hot score, certified when possible (see the module docstring), adding
     at most `resolve_posts` posts to certify it (spanner_reads/fresh_side.py)."""
     check_size(k, extra)
@@ -72,8 +74,10 @@ def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: floa
         settings = read_settings(snapshot)
         half_life = settings.half_life_hours
         if half_life is None:
-            raise HotRankingUnavailable("this database has no hot half-life recorded: run `upvotes provision` "
-                                        "to add the hot ranking (it backfills every post's score)")
+            raise HotRankingUnavailable(
+                "this database has no hot half-life recorded: run `upvotes provision` "
+                "to add the hot ranking (it backfills every post's score)"
+            )
         side = read_fresh_side(snapshot)
         resolver = Resolver(snapshot, side.candidates, resolve_posts)
         hours: dict[str, dict[int, Counts]] = {}
@@ -94,8 +98,9 @@ def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: floa
             lowest = folded[-1][1] if len(folded) == limit else None
             folded_log2 = lowest.log2 if lowest is not None and lowest.sign > 0 else -math.inf
             rises = [(c.commit_id, _rise_log2(c, half_life)) for c in resolver.open_commits]
-            bound_log2 = (math.inf if any(r == math.inf for _, r in rises)
-                          else log2_sum([folded_log2] + [r for _, r in rises]))
+            bound_log2 = (
+                math.inf if any(r == math.inf for _, r in rises) else log2_sum([folded_log2] + [r for _, r in rises])
+            )
             kth = scores[ranked[-1]] if len(ranked) == k else None
             beats = kth is not None and kth.sign > 0 and kth.log2 > bound_log2 + LOG2_MARGIN
             # Fewer than k posts with a score at all: certified when nothing else can have risen above 0.
@@ -104,7 +109,7 @@ def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: floa
             if exact or not settings.backfilled or (kth is not None and kth.sign <= 0):
                 break
             # What the open commits may still add, relative to the K-th: below 1 (less a margin) certifies.
-            room = -1.0 if kth is None else 2.0 ** -LOG2_MARGIN - _relative(folded_log2, kth.log2)
+            room = -1.0 if kth is None else 2.0**-LOG2_MARGIN - _relative(folded_log2, kth.log2)
             if kth is not None and room <= 0:  # the folded side itself is in the way: read deeper
                 if lowest is None or not resolver.spend(3 * limit):
                     break
@@ -122,10 +127,19 @@ def hot_top(database, k: int = 10, extra: int = DEFAULT_EXTRA, staleness_s: floa
     bound = 0.0 if bound_log2 == -math.inf else HotScore(1, bound_log2).at(as_of, half_life)
     # Every hour of each post was read: their sum is its exact all-time counts.
     totals = {p: PostTotals(p, total(hours[p].values())) for p in ranked}
-    return TrendingTop(HOT, [RankedPost(totals[p], scores[p].at(as_of, half_life)) for p in ranked], as_of,
-                       side.folded_through, exact, bound, len(hours), side.candidates.rows,
-                       folded_rows + sum(map(len, hours.values())), half_life_hours=half_life,
-                       commits_read=resolver.commits_read)
+    return TrendingTop(
+        HOT,
+        [RankedPost(totals[p], scores[p].at(as_of, half_life)) for p in ranked],
+        as_of,
+        side.folded_through,
+        exact,
+        bound,
+        len(hours),
+        side.candidates.rows,
+        folded_rows + sum(map(len, hours.values())),
+        half_life_hours=half_life,
+        commits_read=resolver.commits_read,
+    )
 
 
 # Where a read of the hot index's top starts: scores of at least one vote now, then a millionth
@@ -150,19 +164,26 @@ def top_of_hot_index(snapshot, limit: int, half_life_hours: float) -> list[tuple
 
 
 def _hot_rows(snapshot, keyset: spanner.KeySet, limit: int) -> list[tuple[str, HotScore]]:
-    return [(post_id, HotScore.from_key(key)) for post_id, key in snapshot.read(
-        POSTS, columns=("PostId", HOT_KEY), keyset=keyset, index=POSTS_BY_HOT, limit=limit)]
+    return [
+        (post_id, HotScore.from_key(key))
+        for post_id, key in snapshot.read(
+            POSTS, columns=("PostId", HOT_KEY), keyset=keyset, index=POSTS_BY_HOT, limit=limit
+        )
+    ]
 
 
 class Hot(Ranking[TrendingTop]):
     """By hot score: upvotes minus downvotes, each weighing half as much every half-life."""
 
     name = HOT
-    help = ("hot score: upvotes minus downvotes, each weighing half as much every half-life (the database's, "
-            "set by provision)")
+    help = (
+        "hot score: upvotes minus downvotes, each weighing half as much every half-life (the database's, "
+        "set by provision)"
+    )
     score_field = "hot"
-    tab = Tab("hot", "Hot", "by=hot&n=10", "hot score", "hot scores (half-life {half_life_hours} h) and ",
-              " (hot score)")
+    tab = Tab(
+        "hot", "Hot", "by=hot&n=10", "hot score", "hot scores (half-life {half_life_hours} h) and ", " (hot score)"
+    )
 
     def read(self, database, k: int, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0) -> TrendingTop:
         return hot_top(database, k, extra, staleness_s)

@@ -16,12 +16,14 @@ list is exhausted or at MAX_DEPTH. Hours sliding out of the window change the an
 Cost: N * HOURLY_SHARDS lists of d rows, one row per commit since the cursor, and the hourly rows
 of the posts considered: none of it grows with the catalogue.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Callable, Iterable, NamedTuple
+from typing import NamedTuple
 
 from google.cloud import spanner
 
@@ -58,8 +60,9 @@ def hours_of(text: str) -> int:
         raise ValueError(f"a window is N hours or N days, written like 24h or 7d, not {text[:40]!r}")
     hours = int(match[1]) * (24 if match[2].lower() == "d" else 1)
     if not 1 <= hours <= MAX_HOURS:
-        raise ValueError(f"a window is 1 to {MAX_HOURS} hours ({MAX_HOURS // 24}d), not {text.strip()!r} "
-                         f"({hours} hours)")
+        raise ValueError(
+            f"a window is 1 to {MAX_HOURS} hours ({MAX_HOURS // 24}d), not {text.strip()!r} ({hours} hours)"
+        )
     return hours
 
 
@@ -89,9 +92,15 @@ def read_hour_lists(snapshot, first: int, last: int, depth: int) -> HourLists:
     for hour in range(first, last + 1, HOUR_S):
         for shard in range(HOURLY_SHARDS):
             prefix = [shard, hour_timestamp(hour)]
-            top = list(snapshot.read(HOURLY, columns=("PostId", "Upvotes"), index=HOURLY_BY_HOUR, limit=depth,
-                                     keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=prefix,
-                                                                                    end_closed=prefix)])))
+            top = list(
+                snapshot.read(
+                    HOURLY,
+                    columns=("PostId", "Upvotes"),
+                    index=HOURLY_BY_HOUR,
+                    limit=depth,
+                    keyset=spanner.KeySet(ranges=[spanner.KeyRange(start_closed=prefix, end_closed=prefix)]),
+                )
+            )
             rows += len(top)
             seen += [post_id for post_id, _ in top]
             if len(top) == depth:
@@ -110,9 +119,15 @@ def _bounds_window(commit: CommitCandidates, first: int) -> bool:
     return False
 
 
-def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTRA,
-               staleness_s: float = 0.0, clock: Callable[[datetime], datetime] | None = None,
-               resolve_posts: int = RESOLVE_POSTS) -> TrendingTop:
+def window_top(
+    database,
+    k: int = 10,
+    hours: int = 24,
+    extra: int = DEFAULT_EXTRA,
+    staleness_s: float = 0.0,
+    clock: Callable[[datetime], datetime] | None = None,
+    resolve_posts: int = RESOLVE_POSTS,
+) -> TrendingTop:
     """The top `k` posts by upvotes counted in the last `hours` event hours, certified when
     possible (see the module docstring), adding at most `resolve_posts` posts to certify it
     (spanner_reads/fresh_side.py). Posts with no upvote in the window are not listed.
@@ -127,8 +142,9 @@ def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTR
         scored: dict[str, dict[int, Counts]] = {}
 
         def consider(post_ids: Iterable[str]) -> None:
-            scored.update(hours_of_posts(snapshot, [p for p in dict.fromkeys(post_ids) if p not in scored],
-                                         first, last))
+            scored.update(
+                hours_of_posts(snapshot, [p for p in dict.fromkeys(post_ids) if p not in scored], first, last)
+            )
 
         depth = k + extra
         lists = read_hour_lists(snapshot, first, last, depth)
@@ -139,8 +155,11 @@ def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTR
             ranked = sorted((p for p in window if window[p] > 0), key=lambda p: (-window[p], p))[:k]
             # A candidate row whose newest hour is before the window raised nothing in it; one from
             # before the rise bounds bounds nothing.
-            rises = [(c.commit_id, math.inf if c.rise_threshold is None else c.rise_threshold)
-                     for c in resolver.open_commits if _bounds_window(c, first)]
+            rises = [
+                (c.commit_id, math.inf if c.rise_threshold is None else c.rise_threshold)
+                for c in resolver.open_commits
+                if _bounds_window(c, first)
+            ]
             bound = lists.bound + sum(r for _, r in rises)
             beats = len(ranked) == k and window[ranked[-1]] > bound
             # Fewer than k posts with upvotes in the window: certified when no other post can have any.
@@ -163,9 +182,19 @@ def window_top(database, k: int = 10, hours: int = 24, extra: int = DEFAULT_EXTR
             rows += lists.rows
             consider(lists.seen)
         totals = {t.post_id: t for t in counts_in_snapshot(snapshot, ranked)}
-    return TrendingTop(LAST, [RankedPost(totals[p], window[p]) for p in ranked], as_of, side.folded_through,
-                       beats or everything, bound, len(scored), side.candidates.rows, rows, hours=hours,
-                       commits_read=resolver.commits_read)
+    return TrendingTop(
+        LAST,
+        [RankedPost(totals[p], window[p]) for p in ranked],
+        as_of,
+        side.folded_through,
+        beats or everything,
+        bound,
+        len(scored),
+        side.candidates.rows,
+        rows,
+        hours=hours,
+        commits_read=resolver.commits_read,
+    )
 
 
 class LastHours(Ranking[TrendingTop]):
@@ -174,15 +203,28 @@ class LastHours(Ranking[TrendingTop]):
     name = LAST
     help = "upvotes in the last N event hours"
     parameter = Parameter(
-        "last", "hours", "Nh|Nd", hours_of,
+        "last",
+        "hours",
+        "Nh|Nd",
+        hours_of,
         f"rank by upvotes counted in the last N event hours, written Nh or Nd (24h, 7d; at most {MAX_HOURS}h), "
-        "the hour now included", by="upvotes", ranks="upvotes in the window")
+        "the hour now included",
+        by="upvotes",
+        ranks="upvotes in the window",
+    )
     score_field = "window_upvotes"
-    tab = Tab("last", "Last 24 h", "last=24h&n=10", "upvotes, 24 h", "upvotes in the last {hours} h and ",
-              " upvotes in the window")
+    tab = Tab(
+        "last",
+        "Last 24 h",
+        "last=24h&n=10",
+        "upvotes, 24 h",
+        "upvotes in the last {hours} h and ",
+        " upvotes in the window",
+    )
 
-    def read(self, database, k: int, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0, *,
-             hours: int) -> TrendingTop:
+    def read(
+        self, database, k: int, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0, *, hours: int
+    ) -> TrendingTop:
         return window_top(database, k, hours, extra, staleness_s)
 
     def check(self, *, hours: int) -> None:

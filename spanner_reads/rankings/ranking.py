@@ -6,12 +6,14 @@ Each ranking is one module of this package implementing `Ranking`; the registry
 page, CountsReader and the versioned views take everything they show from here, so none of them
 names a ranking: a new one is a module and a line in the registry.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, ClassVar, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 from schemas.records import PostTotals
 from spanner_reads.fresh_side import DEFAULT_EXTRA
@@ -85,7 +87,9 @@ class Tab:
     label: str  # "Hot"
     query: str  # its GET /v1/top query: "by=hot&n=10"
     column: str = ""  # the score column's header; "": no score column
-    status: str = ""  # the status line's start, with {fields} of the answer: "hot scores (half-life {half_life_hours} h) and "
+    status: str = (
+        ""  # the status line's start, with {fields} of the answer: "hot scores (half-life {half_life_hours} h) and "
+    )
     bound: str = ""  # what follows a left-out post's bound in the status line: " (hot score)"
 
 
@@ -104,8 +108,9 @@ class Ranking(ABC, Generic[Page]):
     # takes (`hours`), and a type checker holds them to the rest of these signatures.
 
     @abstractmethod
-    def read(self, database, k: int, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0,
-             *args: Any, **parameters: Any) -> Page:
+    def read(
+        self, database, k: int, extra: int = DEFAULT_EXTRA, staleness_s: float = 0.0, *args: Any, **parameters: Any
+    ) -> Page:
         """The top `k` posts in one snapshot, strong or `staleness_s` seconds old, reading `extra`
         folded posts beyond k to replace posts that fell back."""
 

@@ -1,5 +1,6 @@
 """TrendingTop: the answer of the rankings of what is viral now, the hot score
 (spanner_reads/rankings/hot.py) and the upvotes of the last N hours (last_hours.py)."""
+
 from __future__ import annotations
 
 import math
@@ -35,9 +36,14 @@ class TrendingTop:
     def to_json(self) -> dict:
         """The answer's header: how it was ranked and whether it is certified."""
         # An infinite bound (a commit that bounds nothing, past the read's budget) is not JSON: null.
-        return {"by": self.by, "as_of": self.as_of.isoformat(), "exact": self.exact,
-                "bound": self.bound if math.isfinite(self.bound) else None,
-                "folded_through": None if self.folded_through is None else self.folded_through.isoformat(),
-                "considered": self.considered, "candidate_rows": self.candidate_rows,
-                "commits_read": self.commits_read,
-                **({"half_life_hours": self.half_life_hours} if self.by == HOT else {"hours": self.hours})}
+        return {
+            "by": self.by,
+            "as_of": self.as_of.isoformat(),
+            "exact": self.exact,
+            "bound": self.bound if math.isfinite(self.bound) else None,
+            "folded_through": None if self.folded_through is None else self.folded_through.isoformat(),
+            "considered": self.considered,
+            "candidate_rows": self.candidate_rows,
+            "commits_read": self.commits_read,
+            **({"half_life_hours": self.half_life_hours} if self.by == HOT else {"hours": self.hours}),
+        }

@@ -33,6 +33,7 @@ parse_vote, so the corpus can catch a regression. Notes on the less obvious ones
   (`missing_field`), a vote of up, down or none (`unknown_vote`), and carries no counter nor delta
   (`state_with_delta`).
 """
+
 from __future__ import annotations
 
 import json
@@ -82,8 +83,8 @@ def with_post_id_bytes(post_id_json: bytes) -> bytes:
 
 def entries() -> list[tuple[str, bytes, str]]:
     garbage = bytes([0xFF]) + bytes(random.Random(20261122).randrange(256) for _ in range(511))
-    emoji = "\U0001F525"  # one code point, four UTF-8 bytes
-    family = "\U0001F468\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466"  # 7 code points
+    emoji = "\U0001f525"  # one code point, four UTF-8 bytes
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # 7 code points
     return [
         # --- not even text, or not one JSON document -------------------------------------
         ("binary-garbage", garbage, "not_utf8"),
@@ -100,7 +101,7 @@ def entries() -> list[tuple[str, bytes, str]]:
         ("nul-after-document", js(vote()) + b"\x00", "not_json"),
         ("trailing-newline", js(vote()) + b"\r\n", "accepted"),
         ("single-quoted-keys", b"{'post_id':'p-1','counter':'upvotes','delta':1}", "not_json"),
-        ("unquoted-keys", b"{post_id:\"p-1\",counter:\"upvotes\",delta:1}", "not_json"),
+        ("unquoted-keys", b'{post_id:"p-1",counter:"upvotes",delta:1}', "not_json"),
         ("trailing-comma", b'{"post_id":"p-1","counter":"upvotes","delta":1,}', "not_json"),
         ("comment-in-json", b'{"post_id":"p-1", /* hi */ "counter":"upvotes","delta":1}', "not_json"),
         # --- JSON, but not an object ----------------------------------------------------
@@ -198,9 +199,17 @@ def entries() -> list[tuple[str, bytes, str]]:
         ("path-traversal-post-id", js(vote(post_id="../../etc/passwd")), "accepted"),
         ("number-like-post-id", js(vote(post_id="1e400")), "accepted"),
         # --- duplicate keys: the last one wins --------------------------------------------------
-        ("duplicate-delta-last-is-zero", raw('{"post_id":"p-1","counter":"upvotes","delta":1,"delta":0}'), "zero_delta"),
+        (
+            "duplicate-delta-last-is-zero",
+            raw('{"post_id":"p-1","counter":"upvotes","delta":1,"delta":0}'),
+            "zero_delta",
+        ),
         ("duplicate-delta-last-is-valid", raw('{"post_id":"p-1","counter":"upvotes","delta":0,"delta":1}'), "accepted"),
-        ("duplicate-counter-last-unknown", raw('{"post_id":"p-1","counter":"upvotes","delta":1,"counter":"likes"}'), "unknown_counter"),
+        (
+            "duplicate-counter-last-unknown",
+            raw('{"post_id":"p-1","counter":"upvotes","delta":1,"counter":"likes"}'),
+            "unknown_counter",
+        ),
         # --- optional fields ----------------------------------------------------------------------
         ("event-id-129-chars", js(vote(event_id="e" * 129)), "field_too_long"),
         ("user-id-129-chars", js(vote(user_id="u" * 129)), "field_too_long"),
@@ -213,12 +222,19 @@ def entries() -> list[tuple[str, bytes, str]]:
         ("event-time-nanoseconds", js(vote(event_time="2026-11-22T01:02:03.123456789Z")), "accepted"),
         ("event-time-year-0-in-utc", js(vote(event_time="0001-01-01T00:00:00+14:00")), "bad_event_time"),
         ("event-time-year-10000-in-utc", js(vote(event_time="9999-12-31T23:59:59-14:00")), "bad_event_time"),
-        ("unknown-fields-ignored", js(vote(extra={"nested": [1, {"deep": None}]}, __proto__={"admin": True})), "accepted"),
+        (
+            "unknown-fields-ignored",
+            js(vote(extra={"nested": [1, {"deep": None}]}, __proto__={"admin": True})),
+            "accepted",
+        ),
         # --- vote-state events: one vote per user -------------------------------------------------
         ("vote-state-up", js(vote_state()), "accepted"),
         ("vote-state-down-with-event-id", js(vote_state(vote="down", event_id="e-1")), "accepted"),
-        ("vote-state-none-nanoseconds", js(vote_state(vote="none", event_time="2026-11-22T01:02:03.123456789Z")),
-         "accepted"),
+        (
+            "vote-state-none-nanoseconds",
+            js(vote_state(vote="none", event_time="2026-11-22T01:02:03.123456789Z")),
+            "accepted",
+        ),
         ("vote-state-hostile-user-id", js(vote_state(user_id="'; DROP TABLE Votes; --")), "accepted"),
         ("vote-state-missing-user", js(vote_state(user_id=_DROP)), "missing_user"),
         ("vote-state-user-null", js(vote_state(user_id=None)), "wrong_type"),
@@ -232,9 +248,11 @@ def entries() -> list[tuple[str, bytes, str]]:
         ("vote-state-missing-post", js(vote_state(post_id=_DROP)), "missing_field"),
         ("vote-state-with-counter", js(vote_state(counter="upvotes")), "state_with_delta"),
         ("vote-state-with-delta", js(vote_state(delta=-1)), "state_with_delta"),
-        ("duplicate-vote-last-is-unknown",
-         raw('{"post_id":"p-1","user_id":"u-1","vote":"up","event_time":"2026-11-22T01:02:03Z","vote":"meh"}'),
-         "unknown_vote"),
+        (
+            "duplicate-vote-last-is-unknown",
+            raw('{"post_id":"p-1","user_id":"u-1","vote":"up","event_time":"2026-11-22T01:02:03Z","vote":"meh"}'),
+            "unknown_vote",
+        ),
     ]
 
 
@@ -245,22 +263,39 @@ def batch_entries() -> list[tuple[str, bytes, dict]]:
     one_bad[636] = js(vote(delta="1"))
     line_too_big = js(vote(pad="x" * 70_000))  # over the 64 KiB limit of one event
     return [
-        ("batch-one-bad-line-among-1000", b"\n".join(one_bad) + b"\n",
-         {"accepted": 999, "rejected": {"637": "wrong_type"}}),
-        ("batch-all-lines-bad", b"\n".join([b"nope", js([vote()]), js(vote(counter="likes")), js(vote(delta=0))]),
-         {"accepted": 0, "rejected": {"1": "not_json", "2": "not_object", "3": "unknown_counter", "4": "zero_delta"}}),
-        ("batch-blank-lines-and-crlf", b"\n\n" + good + b"\r\n   \n\t\n" + js(vote(counter="shares")) + b"\n\n",
-         {"accepted": 2, "rejected": {}}),
+        (
+            "batch-one-bad-line-among-1000",
+            b"\n".join(one_bad) + b"\n",
+            {"accepted": 999, "rejected": {"637": "wrong_type"}},
+        ),
+        (
+            "batch-all-lines-bad",
+            b"\n".join([b"nope", js([vote()]), js(vote(counter="likes")), js(vote(delta=0))]),
+            {
+                "accepted": 0,
+                "rejected": {"1": "not_json", "2": "not_object", "3": "unknown_counter", "4": "zero_delta"},
+            },
+        ),
+        (
+            "batch-blank-lines-and-crlf",
+            b"\n\n" + good + b"\r\n   \n\t\n" + js(vote(counter="shares")) + b"\n\n",
+            {"accepted": 2, "rejected": {}},
+        ),
         ("batch-only-blank-lines", b"\n \n\n", {"accepted": 0, "rejected": {}}),
-        ("batch-a-line-over-the-event-limit", b"\n".join([good, line_too_big, good]),
-         {"accepted": 2, "rejected": {"2": "too_large"}}),
+        (
+            "batch-a-line-over-the-event-limit",
+            b"\n".join([good, line_too_big, good]),
+            {"accepted": 2, "rejected": {"2": "too_large"}},
+        ),
         ("batch-1001-events", b"\n".join([good] * 1001), {"whole": "too_many_events"}),
         ("batch-not-utf8", b"\n".join([good, b"\xff\xfe", good]), {"whole": "not_utf8"}),
         ("batch-bad-format-value", b"\n".join([good, good]), {"whole": "unknown_format"}),
         ("batch-json-array-is-one-bad-line", js([vote(), vote()]), {"accepted": 0, "rejected": {"1": "not_object"}}),
-        ("batch-vote-states-among-deltas", b"\n".join([good, js(vote_state()), js(vote_state(vote="none")),
-                                                         js(vote_state(user_id=_DROP)), good]),
-         {"accepted": 4, "rejected": {"4": "missing_user"}}),
+        (
+            "batch-vote-states-among-deltas",
+            b"\n".join([good, js(vote_state()), js(vote_state(vote="none")), js(vote_state(user_id=_DROP)), good]),
+            {"accepted": 4, "rejected": {"4": "missing_user"}},
+        ),
     ]
 
 
@@ -281,7 +316,8 @@ def file_name(index: int, name: str, suffix: str = ".bin") -> str:
 def corpus() -> dict[str, tuple[bytes, str | dict]]:
     """{file name: (payload, expected outcome)}, in order."""
     items: list[tuple[str, bytes, str | dict, str]] = [
-        (name, data, expected, ".bin") for name, data, expected in entries()]
+        (name, data, expected, ".bin") for name, data, expected in entries()
+    ]
     items += [(name, data, expected, ".ndjson") for name, data, expected in batch_entries()]
     names = [name for name, *_ in items]
     if len(set(names)) != len(names):

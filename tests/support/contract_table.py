@@ -5,6 +5,7 @@ The expectations are for messages published at tests/support/event_times.py's PU
 event without an event_time is in PUBLISHED_HOUR. tests/test_contract.py holds the parser to the
 table; tests/test_parse_and_sum.py runs some of its messages through ParseVotes.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,20 +21,46 @@ def j(**fields) -> bytes:
 
 VALID: list[tuple[bytes, VoteEvent | VoteState]] = [
     (j(post_id="p-42", counter="upvotes", delta=1), VoteEvent("p-42", "upvotes", 1, PUBLISHED_HOUR)),
-    (j(post_id="p-42", counter="upvotes", delta=-1, event_id="e1", user_id="u-7", event_time="2026-11-22T01:02:03.456Z"),
-     VoteEvent("p-42", "upvotes", -1, epoch("2026-11-22T01:00:00Z"), "e1", "u-7")),
-    (j(post_id="x" * 128, counter="shares", delta=1_000_000), VoteEvent("x" * 128, "shares", 1_000_000, PUBLISHED_HOUR)),
-    (j(post_id="p", counter="shares", delta=-1_000_000, extra={"ignored": True}), VoteEvent("p", "shares", -1_000_000, PUBLISHED_HOUR)),
-    (j(post_id="p-1", counter="upvotes", delta=2, event_time="2026-11-22T03:59:59+02:00"), VoteEvent("p-1", "upvotes", 2, epoch("2026-11-22T01:00:00Z"))),
+    (
+        j(
+            post_id="p-42",
+            counter="upvotes",
+            delta=-1,
+            event_id="e1",
+            user_id="u-7",
+            event_time="2026-11-22T01:02:03.456Z",
+        ),
+        VoteEvent("p-42", "upvotes", -1, epoch("2026-11-22T01:00:00Z"), "e1", "u-7"),
+    ),
+    (
+        j(post_id="x" * 128, counter="shares", delta=1_000_000),
+        VoteEvent("x" * 128, "shares", 1_000_000, PUBLISHED_HOUR),
+    ),
+    (
+        j(post_id="p", counter="shares", delta=-1_000_000, extra={"ignored": True}),
+        VoteEvent("p", "shares", -1_000_000, PUBLISHED_HOUR),
+    ),
+    (
+        j(post_id="p-1", counter="upvotes", delta=2, event_time="2026-11-22T03:59:59+02:00"),
+        VoteEvent("p-1", "upvotes", 2, epoch("2026-11-22T01:00:00Z")),
+    ),
     (j(post_id="ünïcødé 🎉", counter="upvotes", delta=1), VoteEvent("ünïcødé 🎉", "upvotes", 1, PUBLISHED_HOUR)),
     (j(post_id="p-1", counter="downvotes", delta=1), VoteEvent("p-1", "downvotes", 1, PUBLISHED_HOUR)),
     # Vote-state events: the time to the microsecond (nanoseconds cut), orders the user's events.
-    (j(post_id="p-1", user_id="u-7", vote="up", event_time="2026-11-22T01:02:03.4567891Z", event_id="e2"),
-     VoteState("p-1", "u-7", "up", epoch("2026-11-22T01:02:03Z") * 10**6 + 456_789, epoch("2026-11-22T01:00:00Z"), "e2")),
-    (j(post_id="p-1", user_id="u-7", vote="none", event_time="2026-11-22T03:02:03.5+02:00"),
-     VoteState("p-1", "u-7", "none", epoch("2026-11-22T01:02:03Z") * 10**6 + 500_000, epoch("2026-11-22T01:00:00Z"))),
-    (j(post_id="p-1", user_id="u-7", vote="down", event_time="2026-11-22T00:00:00Z", extra=1),
-     VoteState("p-1", "u-7", "down", PUBLISHED_HOUR * 10**6, PUBLISHED_HOUR)),
+    (
+        j(post_id="p-1", user_id="u-7", vote="up", event_time="2026-11-22T01:02:03.4567891Z", event_id="e2"),
+        VoteState(
+            "p-1", "u-7", "up", epoch("2026-11-22T01:02:03Z") * 10**6 + 456_789, epoch("2026-11-22T01:00:00Z"), "e2"
+        ),
+    ),
+    (
+        j(post_id="p-1", user_id="u-7", vote="none", event_time="2026-11-22T03:02:03.5+02:00"),
+        VoteState("p-1", "u-7", "none", epoch("2026-11-22T01:02:03Z") * 10**6 + 500_000, epoch("2026-11-22T01:00:00Z")),
+    ),
+    (
+        j(post_id="p-1", user_id="u-7", vote="down", event_time="2026-11-22T00:00:00Z", extra=1),
+        VoteState("p-1", "u-7", "down", PUBLISHED_HOUR * 10**6, PUBLISHED_HOUR),
+    ),
 ]
 
 INVALID = [
@@ -74,8 +101,10 @@ INVALID = [
     (j(post_id="p-1", user_id="u-7", vote="up"), "missing_field"),
     (j(user_id="u-7", vote="up", event_time="2026-11-22T01:02:03Z"), "missing_field"),
     (j(post_id="p-1", user_id="u-7", vote="up", event_time="now"), "bad_event_time"),
-    (j(post_id="p-1", user_id="u-7", vote="up", counter="upvotes", event_time="2026-11-22T01:02:03Z"),
-     "state_with_delta"),
+    (
+        j(post_id="p-1", user_id="u-7", vote="up", counter="upvotes", event_time="2026-11-22T01:02:03Z"),
+        "state_with_delta",
+    ),
     (j(post_id="p-1", user_id="u-7", vote="none", delta=-1, event_time="2026-11-22T01:02:03Z"), "state_with_delta"),
 ]
 

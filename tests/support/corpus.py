@@ -5,6 +5,7 @@ with, and the publish time its messages (and the other hostile-input tests') are
 tests/test_bad_input.py pins each file's outcome; tests/test_contract.py holds the JSON Schema
 to the parser on it; tests/test_parse_and_sum.py runs it through sum_message and ParseVotes.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -20,12 +20,13 @@ process is the real command on the real emulators, with one function wrapped to 
 At the last two, everything derived from the tagged messages is committed (that is when the
 stream acknowledges): the test checks it with the process dead, before any restart.
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 POINTS = ("pulled", "logged", "before_commit", "between_commits", "between_vote_states", "before_ack", "after_ack")
 KILLED_AT = "crashing_stream: SIGKILL at"
@@ -56,15 +57,19 @@ def arm(point: str, tag: str) -> None:
         if mine and point == "pulled":
             _kill(point)
         return received, calls
+
     wrap(pubsub_reader, "pull_bundle", pull)
 
     if point == "logged":
+
         def record(original, self, stamp_us, end, payload):
             original(self, stamp_us, end, payload)
             if raw in payload:
                 _kill(point)
+
         wrap(message_log.MessageLog, "record_pull", record)
     elif point in ("before_commit", "between_commits"):
+
         def commit(original, database, rows, *args, **kwargs):
             mine = any(row.post_id.startswith(tag) for row in rows)
             if mine and point == "before_commit":
@@ -73,13 +78,16 @@ def arm(point: str, tag: str) -> None:
             if mine:
                 _kill(point)
             return result
+
         wrap(deltas, "write_deltas", commit)
     elif point == "between_vote_states":
+
         def apply(original, database, states, *args, **kwargs):
             result = original(database, states, *args, **kwargs)
             if any(key.post_id.startswith(tag) for key in states):
                 _kill(point)
             return result
+
         wrap(vote_state_sink, "apply_vote_states", apply)
     elif point == "before_ack":
         acknowledged: set[str] = set()
@@ -89,6 +97,7 @@ def arm(point: str, tag: str) -> None:
             if tagged and acknowledged == tagged:  # the last of them
                 _kill(point)
             return original(self, ack_ids)
+
         wrap(exactly_once.ExactlyOnce, "_acknowledge", acknowledge)
     elif point == "after_ack":
         finished: set[str] = set()
@@ -99,6 +108,7 @@ def arm(point: str, tag: str) -> None:
             if tagged and finished == tagged:
                 _kill(point)
             return original(self, through_us, acked, unacked, now)
+
         wrap(message_log.MessageLog, "finish_windows", finish)
     elif point != "pulled":
         raise SystemExit(f"unknown point {point!r}: one of {', '.join(POINTS)}")

@@ -6,6 +6,7 @@ the hour it was published in, so a test that expects event hours parses at a fix
 time: PUBLISHED (PUBLISHED_AT, 2026-11-22T00:22:03Z, in PUBLISHED_HOUR). The corpus and the
 hostile-input tests parse at another, tests/support/corpus.py's CORPUS_PUBLISHED.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timezone

@@ -21,14 +21,16 @@ through to the real database (nothing here mocks Spanner) and injects, on a seed
 
 Every injection is counted, so a test can assert that its faults really happened.
 """
+
 from __future__ import annotations
 
 import contextlib
 import random
 import threading
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Collection, Iterable
+from typing import Any
 
 from apache_beam.utils.windowed_value import WindowedValue
 from google.api_core import exceptions
@@ -102,13 +104,24 @@ class FlakyDatabase:
     """The real `database`, with faults injected at the given rates (0..1) from `seed`, and at the
     numbered blind commits and read-write transactions given (counted from 1, attempts included)."""
 
-    def __init__(self, database, fail_before: float = 0.0, fail_after: float = 0.0, seed: int = 0,
-                 error: Callable[[str], Exception] = exceptions.Aborted, *,
-                 fail_commits: Collection[int] = (), fail_transactions: Collection[int] = (),
-                 abort_read: float = 0.0, abort_commit: float = 0.0, ambiguous_commit: float = 0.0,
-                 version_retention: timedelta | None = None, clock: Callable[[], datetime] = utc_now,
-                 before_transaction: Callable[[int], None] | None = None,
-                 injected: Injected | None = None) -> None:
+    def __init__(
+        self,
+        database,
+        fail_before: float = 0.0,
+        fail_after: float = 0.0,
+        seed: int = 0,
+        error: Callable[[str], Exception] = exceptions.Aborted,
+        *,
+        fail_commits: Collection[int] = (),
+        fail_transactions: Collection[int] = (),
+        abort_read: float = 0.0,
+        abort_commit: float = 0.0,
+        ambiguous_commit: float = 0.0,
+        version_retention: timedelta | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        before_transaction: Callable[[int], None] | None = None,
+        injected: Injected | None = None,
+    ) -> None:
         self._database = database
         self._fail_before = fail_before
         self._fail_after = fail_after
@@ -193,7 +206,8 @@ class FlakyDatabase:
             self._count("too_old")
             raise exceptions.FailedPrecondition(
                 f"injected: read timestamp {read_timestamp.isoformat()} has exceeded the maximum timestamp "
-                f"staleness ({self._version_retention} version retention)")
+                f"staleness ({self._version_retention} version retention)"
+            )
 
     def snapshot(self, **kwargs):
         self._check_retention(kwargs.get("read_timestamp"))

@@ -9,11 +9,12 @@ provision that has ended are dropped, and once the script is used up the rest ru
 order), and calls `check` after every step, with no step running. No step starts before every
 provision has reached its first one, so each has read whatever it reads before its first write.
 """
+
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from upvotes.operations import hot_backfill
 
@@ -66,8 +67,9 @@ class _Turns:
             self.lock.notify_all()
 
 
-def race(monkeypatch, provisions: dict[str, Callable[[], object]], script: str,
-         check: Callable[[str], None]) -> dict[str, object]:
+def race(
+    monkeypatch, provisions: dict[str, Callable[[], object]], script: str, check: Callable[[str], None]
+) -> dict[str, object]:
     """Runs `provisions` (name -> a call of ensure_hot_ranking or provision) at once, their steps in
     the order of `script`; `check` runs after every step. Returns each one's result (or the
     exception it raised); fails with every check that failed."""

@@ -1,5 +1,6 @@
 """The real database, counting the rows each table's reads return and the SQL queries run: what a
 test of an operation's cost asserts (it reads this user's rows, not the catalogue's)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,8 @@ class ReadMeter:
 
     def run_in_transaction(self, work, *args, **kwargs):
         return self._database.run_in_transaction(
-            lambda transaction, *a, **kw: work(_MeteredReads(transaction, self), *a, **kw), *args, **kwargs)
+            lambda transaction, *a, **kw: work(_MeteredReads(transaction, self), *a, **kw), *args, **kwargs
+        )
 
 
 class _MeteredReads:

@@ -1,5 +1,6 @@
 """Resources of a test's own: unique names for a database, topics and subscriptions, and the
 window of the streams the tests start."""
+
 from __future__ import annotations
 
 import uuid

@@ -1,6 +1,7 @@
 """A steady batched load that lasts until the test says stop: for tests that stop and restart a
 stream under load, whose stops take as long as they take (a stream starts slower on a loaded
 machine), so the load must not be a fixed time that might end before the last stop."""
+
 from __future__ import annotations
 
 import threading
@@ -19,8 +20,11 @@ class SteadyLoad:
         self._batch_size = batch_size
         self._published: list[Message] = []
         self._done = threading.Event()
-        self._thread = threading.Thread(target=publish_messages, kwargs=dict(
-            topic_path=topic_path, messages=self._until_stopped(), rate=rate, progress=False), daemon=True)
+        self._thread = threading.Thread(
+            target=publish_messages,
+            kwargs=dict(topic_path=topic_path, messages=self._until_stopped(), rate=rate, progress=False),
+            daemon=True,
+        )
 
     def _until_stopped(self):
         for message in batch_messages(self._events, self._batch_size):
@@ -50,4 +54,4 @@ class SteadyLoad:
 
     def sent(self) -> list[dict[str, Any]]:
         """The events published, in order."""
-        return self._events[:sum(message.events for message in self._published)]
+        return self._events[: sum(message.events for message in self._published)]

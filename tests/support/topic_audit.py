@@ -7,6 +7,7 @@ a marker straight to the topic and pulls everything up to it: every message publ
 before the marker is among what it returns. A service publishes before it answers, so a
 request answered before the call was either published by then or never will be.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,15 +41,17 @@ class TopicAudit:
         marker = uuid.uuid4().hex
         vote = json.dumps({"post_id": MARKER_POST, "counter": "upvotes", "delta": 1, "event_id": marker}).encode()
         publish_message(self._publisher, self._topic_path, vote, {"event_id": marker, MARKER_ATTRIBUTE: marker}).result(
-            timeout=30)
+            timeout=30
+        )
         messages: list = []
         deadline = time.monotonic() + self._timeout_s
         while not any(m.attributes.get(MARKER_ATTRIBUTE) == marker for m in messages):
             assert time.monotonic() < deadline, "the audit marker never arrived"
             response = self._subscriber.pull(subscription=self._subscription, max_messages=100, timeout=10)
             if response.received_messages:
-                self._subscriber.acknowledge(subscription=self._subscription,
-                                             ack_ids=[m.ack_id for m in response.received_messages])
+                self._subscriber.acknowledge(
+                    subscription=self._subscription, ack_ids=[m.ack_id for m in response.received_messages]
+                )
             messages += [m.message for m in response.received_messages]
         return [m for m in messages if MARKER_ATTRIBUTE not in m.attributes]
 

@@ -17,20 +17,22 @@ checked against them): what the publisher knows, never what the database compute
   spanner_reads/trending.py certifies; the 0 and negative posts it lists are those it read);
   and the bound holds for every post left out that would outrank the answer's K-th.
 """
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from decimal import Decimal, localcontext
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from google.cloud import spanner
 
 from schemas.counters import COLUMNS as COUNTER_COLUMNS
 from schemas.counters import Counts
-from schemas.records import PostDelta
 from schemas.hot_score import hot_score
+from schemas.records import PostDelta
 from spanner_store.tables import HOT_KEY, HOURLY, POSTS
 
 HOUR_S = 3600
@@ -112,8 +114,11 @@ class VoteLedger:
         return counter, state[4]
 
     def all_entries(self) -> list[Entry]:
-        states = [Entry(post_id, counted[1], counted[0], 1)
-                  for post_id, user_id in self._states if (counted := self.counted_vote(post_id, user_id))]
+        states = [
+            Entry(post_id, counted[1], counted[0], 1)
+            for post_id, user_id in self._states
+            if (counted := self.counted_vote(post_id, user_id))
+        ]
         return self.entries + states
 
     def posts(self) -> set[str]:
@@ -215,12 +220,16 @@ def assert_hot_answer(answer, ledger: VoteLedger, half_life_hours: float, k: int
     totals = ledger.totals()
     listed = [p.totals.post_id for p in answer.posts]
     ranked = sorted(truth.values(), key=lambda s: (-s.value, s.post_id))  # brute_hot
-    context = f"{what}: answer {[(p.totals.post_id, p.score) for p in answer.posts]} exact={answer.exact} " \
-              f"bound={answer.bound}; truth {[(s.post_id, s.score) for s in ranked[:k + 5]]}"
+    context = (
+        f"{what}: answer {[(p.totals.post_id, p.score) for p in answer.posts]} exact={answer.exact} "
+        f"bound={answer.bound}; truth {[(s.post_id, s.score) for s in ranked[: k + 5]]}"
+    )
     assert len(listed) <= k and len(set(listed)) == len(listed), context
     for post in answer.posts:
         true = truth[post.totals.post_id]
-        assert _close(post.score, true.score), f"{post.totals.post_id} scored {post.score}, truly {true.score}; {context}"
+        assert _close(post.score, true.score), (
+            f"{post.totals.post_id} scored {post.score}, truly {true.score}; {context}"
+        )
         assert post.totals.counts == totals[post.totals.post_id], f"{post.totals.post_id} counts; {context}"
     assert listed == sorted(listed, key=lambda p: (-truth[p].value, p)), f"listed out of order; {context}"
     if answer.exact:
@@ -229,8 +238,9 @@ def assert_hot_answer(answer, ledger: VoteLedger, half_life_hours: float, k: int
         else:
             # Fewer than K: certified to hold every post with a positive score (the rest, 0 or
             # below, are the posts it read).
-            assert [p for p in listed if truth[p].value > 0] == [s.post_id for s in ranked if s.value > 0], \
+            assert [p for p in listed if truth[p].value > 0] == [s.post_id for s in ranked if s.value > 0], (
                 f"certified short answer misses a positive post; {context}"
+            )
     # The bound: no post left out that would outrank the answer's K-th (any post left out of a
     # shorter answer) scores more.
     for scored in ranked:
@@ -238,8 +248,9 @@ def assert_hot_answer(answer, ledger: VoteLedger, half_life_hours: float, k: int
             continue
         if len(listed) == k and (-scored.value, scored.post_id) > (-truth[listed[-1]].value, listed[-1]):
             continue
-        assert scored.score <= answer.bound * (1 + REL_TOL), \
+        assert scored.score <= answer.bound * (1 + REL_TOL), (
             f"{scored.post_id} left out at {scored.score} > bound {answer.bound}; {context}"
+        )
 
 
 def assert_window_answer(answer, ledger: VoteLedger, k: int, first: int, last: int, what: str = "") -> None:
@@ -248,8 +259,10 @@ def assert_window_answer(answer, ledger: VoteLedger, k: int, first: int, last: i
     totals = ledger.totals()
     listed = [p.totals.post_id for p in answer.posts]
     ranked = brute_window(ledger, first, last)
-    context = f"{what}: answer {[(p.totals.post_id, p.score) for p in answer.posts]} exact={answer.exact} " \
-              f"bound={answer.bound}; truth {ranked[:k + 5]}"
+    context = (
+        f"{what}: answer {[(p.totals.post_id, p.score) for p in answer.posts]} exact={answer.exact} "
+        f"bound={answer.bound}; truth {ranked[: k + 5]}"
+    )
     assert len(listed) <= k and len(set(listed)) == len(listed), context
     for post in answer.posts:
         assert post.score == upvotes[post.totals.post_id] > 0, f"{post.totals.post_id}; {context}"
@@ -271,17 +284,20 @@ def assert_top_answer(answer, ledger: VoteLedger, k: int, what: str = "") -> Non
     listed = [p.post_id for p in answer.posts]
     upvotes = {post_id: counts.upvotes for post_id, counts in totals.items()}
     ranked = sorted(upvotes.items(), key=lambda item: (-item[1], item[0]))
-    context = f"{what}: answer {[(p.post_id, p.counts.upvotes) for p in answer.posts]} exact={answer.exact} " \
-              f"bound={answer.bound}; truth {ranked[:k + 5]}"
+    context = (
+        f"{what}: answer {[(p.post_id, p.counts.upvotes) for p in answer.posts]} exact={answer.exact} "
+        f"bound={answer.bound}; truth {ranked[: k + 5]}"
+    )
     assert len(listed) <= k and len(set(listed)) == len(listed), context
     for post in answer.posts:
         assert post.counts == totals.get(post.post_id, Counts()), f"{post.post_id} counts; {context}"
     assert [upvotes.get(p, 0) for p in listed] == sorted((upvotes.get(p, 0) for p in listed), reverse=True), context
     if answer.exact:
         values = [upvotes.get(p, 0) for p in listed]
-        assert values == [n for _, n in ranked[:len(listed)]], f"certified but wrong; {context}"
-        assert not listed or all(n <= values[-1] for p, n in ranked if p not in listed), \
+        assert values == [n for _, n in ranked[: len(listed)]], f"certified but wrong; {context}"
+        assert not listed or all(n <= values[-1] for p, n in ranked if p not in listed), (
             f"certified but a post left out beats it; {context}"
+        )
     if answer.bound is not None:
         for post_id, n in ranked:
             if post_id not in listed and (len(listed) < k or n > upvotes.get(listed[-1], 0)):
@@ -293,8 +309,9 @@ def keys_and_hours(database) -> tuple[dict[str, float | None], dict[str, dict[in
     with database.snapshot(multi_use=True) as snapshot:
         keys = dict(snapshot.read(POSTS, columns=("PostId", HOT_KEY), keyset=spanner.KeySet(all_=True)))
         hours: dict[str, dict[int, Counts]] = {}
-        for post_id, hour, *counts in snapshot.read(HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS,
-                                                    keyset=spanner.KeySet(all_=True)):
+        for post_id, hour, *counts in snapshot.read(
+            HOURLY, columns=("PostId", "EventHour") + COUNTER_COLUMNS, keyset=spanner.KeySet(all_=True)
+        ):
             hours.setdefault(post_id, {})[int(hour.timestamp())] = Counts(*counts)
     return keys, hours
 
@@ -303,15 +320,26 @@ def stale_keys(database, half_life_hours: float) -> dict[str, float | None]:
     """The posts whose HotKey is not the score of their hourly rows under `half_life_hours`
     (NULL with none), with their key."""
     keys, hours = keys_and_hours(database)
-    return {post_id: key for post_id, key in keys.items()
-            if key != (hot_score(hours[post_id].items(), half_life_hours).key if post_id in hours else None)}
+    return {
+        post_id: key
+        for post_id, key in keys.items()
+        if key != (hot_score(hours[post_id].items(), half_life_hours).key if post_id in hours else None)
+    }
 
 
 def unfenced(database) -> dict[str, tuple]:
     """The posts whose HotKeyThrough is not their hourly watermark, with (HotKeyThrough,
     FoldedThrough, HourlyFoldedThrough)."""
     with database.snapshot() as snapshot:
-        rows = list(snapshot.read(POSTS, columns=("PostId", "HotKeyThrough", "FoldedThrough", "HourlyFoldedThrough"),
-                                  keyset=spanner.KeySet(all_=True)))
-    return {post_id: (through, folded, hourly) for post_id, through, folded, hourly in rows
-            if through is None or through != (folded if hourly is None else hourly)}
+        rows = list(
+            snapshot.read(
+                POSTS,
+                columns=("PostId", "HotKeyThrough", "FoldedThrough", "HourlyFoldedThrough"),
+                keyset=spanner.KeySet(all_=True),
+            )
+        )
+    return {
+        post_id: (through, folded, hourly)
+        for post_id, through, folded, hourly in rows
+        if through is None or through != (folded if hourly is None else hourly)
+    }

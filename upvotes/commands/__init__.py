@@ -4,12 +4,32 @@ Every module has HELP (one line), `add_arguments(parser)` and `run(args) -> int`
 imports what it runs (Beam, the Spanner client) inside `run`, so `--help` stays quick.
 Errors are raised, not printed: `upvotes.cli.main` reports each in one line.
 """
+
 from __future__ import annotations
 
 COMMANDS = (
-    "emulators", "provision", "publish", "stream", "fold", "read", "top", "publish-top-view",
-    "verify", "capacity", "status", "dead-letters", "adjust", "reset", "forget-user", "suspend-users", "restore-users",
-    "suspensions", "suspects", "serve", "demo", "lint-schema",
+    "emulators",
+    "provision",
+    "publish",
+    "stream",
+    "fold",
+    "read",
+    "top",
+    "publish-top-view",
+    "verify",
+    "capacity",
+    "status",
+    "dead-letters",
+    "adjust",
+    "reset",
+    "forget-user",
+    "suspend-users",
+    "restore-users",
+    "suspensions",
+    "suspects",
+    "serve",
+    "demo",
+    "lint-schema",
     "deploy",
 )
 

@@ -1,4 +1,5 @@
 """`upvotes adjust`: an audited compensating delta for one post, or the list of adjustments."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,14 +7,20 @@ import json
 
 from schemas.counters import NAMES, Counts
 from upvotes.argument_types import positive_int
-from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.command_errors import UsageError
+from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.flags.moderation import (
-    actor_of, add_moderation_arguments, adjustment_id_of, print_result, required_reason,
+    actor_of,
+    add_moderation_arguments,
+    adjustment_id_of,
+    print_result,
+    required_reason,
 )
 
-HELP = (f"Add or remove {'/'.join(NAMES)} of a post as an audited compensating delta (idempotent per --id); "
-        "--list shows them.")
+HELP = (
+    f"Add or remove {'/'.join(NAMES)} of a post as an audited compensating delta (idempotent per --id); "
+    "--list shows them."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +45,14 @@ def run(args: argparse.Namespace) -> int:
     counts = Counts(**{name: getattr(args, name) for name in NAMES})
     if counts.is_zero():
         raise UsageError(f"nothing to adjust: give {' and/or '.join(f'--{name}' for name in NAMES)}")
-    result = adjust(open_database_of(args), adjustment_id_of(args), args.post_id, counts,
-                    required_reason(args), actor_of(args), current_hour())
+    result = adjust(
+        open_database_of(args),
+        adjustment_id_of(args),
+        args.post_id,
+        counts,
+        required_reason(args),
+        actor_of(args),
+        current_hour(),
+    )
     print_result(result)
     return 0

@@ -5,6 +5,7 @@ write-amplification benchmark). This module gathers its inputs: the workload fro
 sink's batching from pipeline.params and spanner_store, the pipeline's per-core rate from the
 benchmark's results file when there is one, and the named assumptions, each overridable.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,22 +21,32 @@ HELP = "Model what the design, read-modify-write and sharded counters need at a 
 # Where `make bench` writes its results, in a source checkout.
 BENCH_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "latest.json"
 SPANNER_PERFORMANCE = (
-    "Google Cloud, Spanner performance (cloud.google.com/spanner/docs/performance): regional SSD "
-    "instance, per node")
-SPANNER_WRITES_PER_NODE = (3_500.0, f"{SPANNER_PERFORMANCE}, peak writes 3,500/s of one 1 KB row each; "
-                                    "every row written here counts as one such write")
-SPANNER_OPTIMIZED_WRITES_PER_NODE = (22_500.0, f"{SPANNER_PERFORMANCE}, peak writes 22,500/s with throughput-optimized "
-                                                "writes (commits batched by max_commit_delay, about 100 ms)")
+    "Google Cloud, Spanner performance (cloud.google.com/spanner/docs/performance): regional SSD instance, per node"
+)
+SPANNER_WRITES_PER_NODE = (
+    3_500.0,
+    f"{SPANNER_PERFORMANCE}, peak writes 3,500/s of one 1 KB row each; every row written here counts as one such write",
+)
+SPANNER_OPTIMIZED_WRITES_PER_NODE = (
+    22_500.0,
+    f"{SPANNER_PERFORMANCE}, peak writes 22,500/s with throughput-optimized "
+    "writes (commits batched by max_commit_delay, about 100 ms)",
+)
 SPANNER_READS_PER_NODE = (22_500.0, f"{SPANNER_PERFORMANCE}, peak reads 22,500/s of one 1 KB row each")
-HOT_ROW_TRANSACTIONS = (100.0, "assumed: one row's read-modify-write transactions run one at a time "
-                               "under its lock, about 10 ms each (read, client round trip, commit); "
-                               "Google publishes no per-row figure")
+HOT_ROW_TRANSACTIONS = (
+    100.0,
+    "assumed: one row's read-modify-write transactions run one at a time "
+    "under its lock, about 10 ms each (read, client round trip, commit); "
+    "Google publishes no per-row figure",
+)
 # The chain's rate when no results file has one: `beam_chain` of the bench run of 2026-11-22
 # (single-event messages; batched input was not measured then, and costs less per event).
-CHAIN_EVENTS_PER_CORE = (45_000.0, "built in: bench run of 2026-11-22, beam_chain on single-event "
-                                   "messages (batched input not measured then; conservative)")
-SINK_ROWS_PER_CORE = (10_000.0, "assumed: client-side mutation encoding and gRPC per delta row; "
-                                "not measured here")
+CHAIN_EVENTS_PER_CORE = (
+    45_000.0,
+    "built in: bench run of 2026-11-22, beam_chain on single-event "
+    "messages (batched input not measured then; conservative)",
+)
+SINK_ROWS_PER_CORE = (10_000.0, "assumed: client-side mutation encoding and gRPC per delta row; not measured here")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,41 +54,91 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from upvotes.devtools.workload import DEFAULT_BATCH_SIZE
 
     work = parser.add_argument_group("workload")
-    work.add_argument("--votes-per-s", type=positive_float, default=1_000_000, help="votes per second (default 1000000)")
+    work.add_argument(
+        "--votes-per-s", type=positive_float, default=1_000_000, help="votes per second (default 1000000)"
+    )
     work.add_argument("--posts", type=positive_int, default=10_000_000, help="posts voted on (default 10000000)")
-    work.add_argument("--zipf", type=non_negative_float, default=1.1,
-                      help="Zipf exponent of the posts' popularity; 0 spreads votes evenly (default 1.1)")
-    work.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
-                      help=f"events per Pub/Sub message (default {DEFAULT_BATCH_SIZE})")
+    work.add_argument(
+        "--zipf",
+        type=non_negative_float,
+        default=1.1,
+        help="Zipf exponent of the posts' popularity; 0 spreads votes evenly (default 1.1)",
+    )
+    work.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"events per Pub/Sub message (default {DEFAULT_BATCH_SIZE})",
+    )
     window = defaults(STREAMING_PARAMS)["window_seconds"]
-    work.add_argument("--window-seconds", type=positive_int, default=window,
-                      help=f"the pipeline's window (default {window}, as the pipeline's)")
-    work.add_argument("--fold-interval-seconds", type=positive_float, default=600,
-                      help="seconds between fold runs (default 600)")
-    work.add_argument("--count-reads-per-s", type=non_negative_float, default=1_000,
-                      help="exact-count reads of the hottest post per second (default 1000)")
-    work.add_argument("--shards", type=positive_int, nargs="+", default=[10, 100],
-                      help="shard counts to model sharded counters with (default 10 100)")
-    work.add_argument("--state-fraction", type=_share, default=0.0, metavar="F",
-                      help="share of the votes that are vote-state events (one vote per user), 0 to 1: each writes "
-                           "its Votes row and reads the stored one and the user's erasures (default 0)")
+    work.add_argument(
+        "--window-seconds",
+        type=positive_int,
+        default=window,
+        help=f"the pipeline's window (default {window}, as the pipeline's)",
+    )
+    work.add_argument(
+        "--fold-interval-seconds", type=positive_float, default=600, help="seconds between fold runs (default 600)"
+    )
+    work.add_argument(
+        "--count-reads-per-s",
+        type=non_negative_float,
+        default=1_000,
+        help="exact-count reads of the hottest post per second (default 1000)",
+    )
+    work.add_argument(
+        "--shards",
+        type=positive_int,
+        nargs="+",
+        default=[10, 100],
+        help="shard counts to model sharded counters with (default 10 100)",
+    )
+    work.add_argument(
+        "--state-fraction",
+        type=_share,
+        default=0.0,
+        metavar="F",
+        help="share of the votes that are vote-state events (one vote per user), 0 to 1: each writes "
+        "its Votes row and reads the stored one and the user's erasures (default 0)",
+    )
     given = parser.add_argument_group("assumptions (each printed with its source)")
-    given.add_argument("--bench-results", type=Path, default=None,
-                       help=f"benchmark results to take the pipeline's per-core rate from (default {BENCH_RESULTS} "
-                            "when present)")
-    given.add_argument("--chain-events-per-core-s", type=positive_float,
-                       help="events per second one vCPU's pipeline chain handles (default: from the bench results)")
-    given.add_argument("--sink-rows-per-core-s", type=positive_float,
-                       help=f"delta rows per second one vCPU's sink commits (default {SINK_ROWS_PER_CORE[0]:,.0f}, assumed)")
-    given.add_argument("--spanner-writes-per-node-s", type=positive_float,
-                       help=f"rows written per second per Spanner node (default {SPANNER_WRITES_PER_NODE[0]:,.0f})")
-    given.add_argument("--spanner-optimized-writes-per-node-s", type=positive_float,
-                       help="rows written per second per Spanner node with throughput-optimized writes "
-                            f"(default {SPANNER_OPTIMIZED_WRITES_PER_NODE[0]:,.0f})")
-    given.add_argument("--spanner-reads-per-node-s", type=positive_float,
-                       help=f"rows read per second per Spanner node (default {SPANNER_READS_PER_NODE[0]:,.0f})")
-    given.add_argument("--hot-row-transactions-per-s", type=positive_float,
-                       help=f"read-write transactions per second one row can take (default {HOT_ROW_TRANSACTIONS[0]:,.0f}, assumed)")
+    given.add_argument(
+        "--bench-results",
+        type=Path,
+        default=None,
+        help=f"benchmark results to take the pipeline's per-core rate from (default {BENCH_RESULTS} when present)",
+    )
+    given.add_argument(
+        "--chain-events-per-core-s",
+        type=positive_float,
+        help="events per second one vCPU's pipeline chain handles (default: from the bench results)",
+    )
+    given.add_argument(
+        "--sink-rows-per-core-s",
+        type=positive_float,
+        help=f"delta rows per second one vCPU's sink commits (default {SINK_ROWS_PER_CORE[0]:,.0f}, assumed)",
+    )
+    given.add_argument(
+        "--spanner-writes-per-node-s",
+        type=positive_float,
+        help=f"rows written per second per Spanner node (default {SPANNER_WRITES_PER_NODE[0]:,.0f})",
+    )
+    given.add_argument(
+        "--spanner-optimized-writes-per-node-s",
+        type=positive_float,
+        help="rows written per second per Spanner node with throughput-optimized writes "
+        f"(default {SPANNER_OPTIMIZED_WRITES_PER_NODE[0]:,.0f})",
+    )
+    given.add_argument(
+        "--spanner-reads-per-node-s",
+        type=positive_float,
+        help=f"rows read per second per Spanner node (default {SPANNER_READS_PER_NODE[0]:,.0f})",
+    )
+    given.add_argument(
+        "--hot-row-transactions-per-s",
+        type=positive_float,
+        help=f"read-write transactions per second one row can take (default {HOT_ROW_TRANSACTIONS[0]:,.0f}, assumed)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -93,10 +154,14 @@ def chain_rate_from_results(results: dict, batched: bool, where: str) -> tuple[f
     from a bench results document; the single-event figure stands in for a missing batched one."""
     variants = results.get("benchmarks", {}).get("transform_cost", {}).get("variants", {})
     date = results.get("machine", {}).get("date", "an undated run")
-    for name in (("beam_chain_batched", "beam_chain") if batched else ("beam_chain",)):
+    for name in ("beam_chain_batched", "beam_chain") if batched else ("beam_chain",):
         rate = variants.get(name, {}).get("events_per_s_per_core")
         if rate:
-            note = " (single-event input; batched not in this run, so conservative)" if batched and name == "beam_chain" else ""
+            note = (
+                " (single-event input; batched not in this run, so conservative)"
+                if batched and name == "beam_chain"
+                else ""
+            )
             return float(rate), f"measured: {where}, {name} of {date}{note}"
     return None
 
@@ -136,11 +201,14 @@ def _sink_shape():
     from upvotes.operations.capacity_model import SinkShape
 
     return SinkShape(
-        rows_per_commit=defaults(STREAMING_PARAMS)["rows_per_commit"], mutation_budget=MUTATION_BUDGET,
-        mutations_per_delta=MUTATIONS_PER_DELTA, mutations_per_parent=MUTATIONS_PER_PARENT,
+        rows_per_commit=defaults(STREAMING_PARAMS)["rows_per_commit"],
+        mutation_budget=MUTATION_BUDGET,
+        mutations_per_delta=MUTATIONS_PER_DELTA,
+        mutations_per_parent=MUTATIONS_PER_PARENT,
         mutations_per_commit=MUTATIONS_PER_COMMIT,
         posts_per_fold_commit=defaults(FOLD_PARAMS)["posts_per_commit"],
-        fold_mutations_per_post=MUTATIONS_PER_POST, fold_mutations_per_hour=MUTATIONS_PER_HOUR,
+        fold_mutations_per_post=MUTATIONS_PER_POST,
+        fold_mutations_per_hour=MUTATIONS_PER_HOUR,
         mutations_per_vote=MUTATIONS_PER_VOTE,
     )
 
@@ -149,20 +217,31 @@ def run(args: argparse.Namespace) -> int:
     from upvotes.operations.capacity_model import Assumption, Assumptions, Workload, capacity
 
     workload = Workload(
-        votes_per_s=args.votes_per_s, posts=args.posts, zipf=args.zipf, batch_size=args.batch_size,
-        window_s=args.window_seconds, fold_interval_s=args.fold_interval_seconds,
-        count_reads_per_s=args.count_reads_per_s, shards=tuple(args.shards), state_fraction=args.state_fraction,
+        votes_per_s=args.votes_per_s,
+        posts=args.posts,
+        zipf=args.zipf,
+        batch_size=args.batch_size,
+        window_s=args.window_seconds,
+        fold_interval_s=args.fold_interval_seconds,
+        count_reads_per_s=args.count_reads_per_s,
+        shards=tuple(args.shards),
+        state_fraction=args.state_fraction,
     )
     assumptions = Assumptions(
-        spanner_writes_per_node_s=_assumption(args.spanner_writes_per_node_s, "spanner-writes-per-node-s",
-                                              SPANNER_WRITES_PER_NODE),
-        spanner_optimized_writes_per_node_s=_assumption(args.spanner_optimized_writes_per_node_s,
-                                                        "spanner-optimized-writes-per-node-s",
-                                                        SPANNER_OPTIMIZED_WRITES_PER_NODE),
-        spanner_reads_per_node_s=_assumption(args.spanner_reads_per_node_s, "spanner-reads-per-node-s",
-                                             SPANNER_READS_PER_NODE),
-        hot_row_transactions_per_s=_assumption(args.hot_row_transactions_per_s, "hot-row-transactions-per-s",
-                                               HOT_ROW_TRANSACTIONS),
+        spanner_writes_per_node_s=_assumption(
+            args.spanner_writes_per_node_s, "spanner-writes-per-node-s", SPANNER_WRITES_PER_NODE
+        ),
+        spanner_optimized_writes_per_node_s=_assumption(
+            args.spanner_optimized_writes_per_node_s,
+            "spanner-optimized-writes-per-node-s",
+            SPANNER_OPTIMIZED_WRITES_PER_NODE,
+        ),
+        spanner_reads_per_node_s=_assumption(
+            args.spanner_reads_per_node_s, "spanner-reads-per-node-s", SPANNER_READS_PER_NODE
+        ),
+        hot_row_transactions_per_s=_assumption(
+            args.hot_row_transactions_per_s, "hot-row-transactions-per-s", HOT_ROW_TRANSACTIONS
+        ),
         chain_events_per_core_s=Assumption(*_chain_rate(args)),
         sink_rows_per_core_s=_assumption(args.sink_rows_per_core_s, "sink-rows-per-core-s", SINK_ROWS_PER_CORE),
     )
@@ -193,8 +272,17 @@ def _figure(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 10 else f"{value:,.2g}"
 
 
-COLUMNS = (("approach", 30), ("rows/s", 11), ("commits/s", 11), ("mutations/s", 12), ("Spanner nodes", 14),
-           ("Dataflow vCPUs", 15), ("hot row tx/s", 13), ("limit/row", 10), ("holds hot post", 15))
+COLUMNS = (
+    ("approach", 30),
+    ("rows/s", 11),
+    ("commits/s", 11),
+    ("mutations/s", 12),
+    ("Spanner nodes", 14),
+    ("Dataflow vCPUs", 15),
+    ("hot row tx/s", 13),
+    ("limit/row", 10),
+    ("holds hot post", 15),
+)
 
 
 def _state_lines(report) -> list[str]:
@@ -237,11 +325,22 @@ def report_lines(report) -> list[str]:
         "".join(name.ljust(width) if i == 0 else name.rjust(width) for i, (name, width) in enumerate(COLUMNS)),
     ]
     for a in report.approaches:
-        cells = (a.approach, _figure(a.rows_written), _figure(a.commits), _figure(a.mutations), _figure(a.spanner_nodes),
-                 _figure(a.dataflow_vcpus), _figure(a.hot_row_writes), _figure(a.hot_row_limit),
-                 "yes" if a.holds_hot_post else "NO")
-        lines.append("".join(c.ljust(width) if i == 0 else c.rjust(width)
-                             for i, (c, (_, width)) in enumerate(zip(cells, COLUMNS))))
+        cells = (
+            a.approach,
+            _figure(a.rows_written),
+            _figure(a.commits),
+            _figure(a.mutations),
+            _figure(a.spanner_nodes),
+            _figure(a.dataflow_vcpus),
+            _figure(a.hot_row_writes),
+            _figure(a.hot_row_limit),
+            "yes" if a.holds_hot_post else "NO",
+        )
+        lines.append(
+            "".join(
+                c.ljust(width) if i == 0 else c.rjust(width) for i, (c, (_, width)) in enumerate(zip(cells, COLUMNS))
+            )
+        )
     lines += ["", "Assumptions:"]
     for name, (value, source) in report.assumptions.__dict__.items():
         lines.append(f"  {name} = {value:,.0f}: {source}")

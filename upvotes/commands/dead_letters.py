@@ -1,4 +1,5 @@
 """`upvotes dead-letters show|replay`: look at the kept dead letters, and re-drive them."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,32 +9,42 @@ import time
 
 from pipeline.params import REPLAY_PARAMS, ReplaySettings, add_params
 from upvotes.argument_types import positive_int
-from upvotes.flags.database import add_project_argument, open_database_of
 from upvotes.command_errors import UsageError
+from upvotes.flags.database import add_project_argument, open_database_of
 
 HELP = "Show the kept dead letters by reason, or replay them (failed delta rows and vote states, corrected votes)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("show", "replay"),
-                        help="show: group and print them, acknowledging nothing; replay: re-drive them, "
-                             "acknowledging each only after its replay succeeded")
+    parser.add_argument(
+        "action",
+        choices=("show", "replay"),
+        help="show: group and print them, acknowledging nothing; replay: re-drive them, "
+        "acknowledging each only after its replay succeeded",
+    )
     add_project_argument(parser)
-    parser.add_argument("--dead-letter-topic", required=True,
-                        help="the dead-letter topic; its kept subscription is <TOPIC>-kept")
+    parser.add_argument(
+        "--dead-letter-topic", required=True, help="the dead-letter topic; its kept subscription is <TOPIC>-kept"
+    )
     parser.add_argument("--subscription", help="the kept subscription, if not <DEAD_LETTER_TOPIC>-kept")
     parser.add_argument("--reason", help="only dead letters of this reason (e.g. spanner_write_failed, not_json)")
     parser.add_argument("--limit", type=positive_int, default=1000, help="most dead letters to handle (default 1000)")
-    parser.add_argument("--instance", help="replay: Spanner instance the failed delta rows and vote states are "
-                                           "written to")
-    parser.add_argument("--database", help="replay: Spanner database the failed delta rows and vote states are "
-                                           "written to")
-    parser.add_argument("--corrected-votes", metavar="FILE",
-                        help="replay: JSON-lines file of corrected votes; each replaces the rejected vote whose "
-                             "identity (its event_id, or the identity `show` prints) is its event_id, and is "
-                             "written to the database through the pipeline's own idempotent path")
-    parser.add_argument("--topic", help="deprecated, ignored: corrected votes are written to the database, no longer "
-                                        "published")
+    parser.add_argument(
+        "--instance", help="replay: Spanner instance the failed delta rows and vote states are written to"
+    )
+    parser.add_argument(
+        "--database", help="replay: Spanner database the failed delta rows and vote states are written to"
+    )
+    parser.add_argument(
+        "--corrected-votes",
+        metavar="FILE",
+        help="replay: JSON-lines file of corrected votes; each replaces the rejected vote whose "
+        "identity (its event_id, or the identity `show` prints) is its event_id, and is "
+        "written to the database through the pipeline's own idempotent path",
+    )
+    parser.add_argument(
+        "--topic", help="deprecated, ignored: corrected votes are written to the database, no longer published"
+    )
     parser.add_argument("--dry-run", action="store_true", help="replay: say what would be done; change nothing")
     # The stream's own flags (pipeline/params.py): a correction is read under the stream's event-time
     # policy, at its dead letter's publish time.
@@ -50,11 +61,13 @@ def run(args: argparse.Namespace) -> int:
     from upvotes.operations.dead_letters import DeadLetter, HeldLetters, backlog_by_reason, pull_dead_letters, release
 
     if args.action == "replay" and not (args.instance and args.database):
-        raise UsageError("replay needs --instance and --database (where failed delta rows and vote states are "
-                         "written)")
+        raise UsageError("replay needs --instance and --database (where failed delta rows and vote states are written)")
     if args.topic:
-        print("upvotes dead-letters: --topic is deprecated and ignored: corrected votes are written to the "
-              "database through the pipeline's own path, no longer published", file=sys.stderr)
+        print(
+            "upvotes dead-letters: --topic is deprecated and ignored: corrected votes are written to the "
+            "database through the pipeline's own path, no longer published",
+            file=sys.stderr,
+        )
     policy = _event_time_policy(args)
     corrected = _read_corrected(args.corrected_votes, policy) if args.corrected_votes else {}
 
@@ -99,8 +112,9 @@ def _read_corrected(path: str, policy) -> dict:
         raise UsageError(f"--corrected-votes {path}: {error}") from None
 
 
-def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict, policy,
-            leases) -> tuple[list, int]:
+def _replay(
+    args: argparse.Namespace, subscriber, subscription: str, held: list, corrected: dict, policy, leases
+) -> tuple[list, int]:
     """Replays the held dead letters; returns those still held (to release) and how many replays
     failed or were refused."""
     from schemas.records import PostDelta
@@ -110,14 +124,26 @@ def _replay(args: argparse.Namespace, subscriber, subscription: str, held: list,
     plan = plan_replay(held, corrected, policy)
     if args.dry_run:
         for letter, sink, failed in plan.failed:
-            print(json.dumps({"would": sink.replay.action, "message_id": letter.message_id,
-                              **sink.replay.described(failed)}))
+            print(
+                json.dumps(
+                    {"would": sink.replay.action, "message_id": letter.message_id, **sink.replay.described(failed)}
+                )
+            )
         for letter, correction in plan.corrections:
             write = correction.write()
             written = {"delta": write.to_json()} if isinstance(write, PostDelta) else {"states": len(write)}
-            print(json.dumps({"would": "write_correction", "message_id": letter.message_id,
-                              "identity": letter.identity(), **written, "line": correction.line.number,
-                              "correction": correction.text}))
+            print(
+                json.dumps(
+                    {
+                        "would": "write_correction",
+                        "message_id": letter.message_id,
+                        "identity": letter.identity(),
+                        **written,
+                        "line": correction.line.number,
+                        "correction": correction.text,
+                    }
+                )
+            )
         for letter in plan.left:
             print(json.dumps({"would": "leave", **letter.summary()}))
         return held, 0

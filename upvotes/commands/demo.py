@@ -15,6 +15,7 @@ whether it is certified exact, before any fold. Prints the rates and the ratios,
 verifies every post again after the fold, counts the dead letters, and stops everything it
 started.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,12 @@ from upvotes.resources import Resources
 HELP = "Run everything locally end to end on the emulators: the race against read-modify-write, every count checked."
 
 RESOURCES = Resources(
-    project="demo-project", instance="upvotes", database="votes", topic="votes",
-    subscription="votes-sub", dead_letter_topic="votes-dead-letter",
+    project="demo-project",
+    instance="upvotes",
+    database="votes",
+    topic="votes",
+    subscription="votes-sub",
+    dead_letter_topic="votes-dead-letter",
 )
 
 
@@ -37,21 +42,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--posts", type=int, default=1000, help="posts they are spread over (default 1000)")
     parser.add_argument("--zipf", type=float, default=1.2, help="skew: higher means fewer, hotter posts (default 1.2)")
     parser.add_argument("--invalid", type=int, default=20, help="invalid messages mixed in (default 20)")
-    parser.add_argument("--vote-states", type=int, default=50_000,
-                        help="vote-state events (one vote per user) published after the votes, with 10%% "
-                             "duplicates, 10%% late events and flips (default 50000; 0: none)")
-    parser.add_argument("--real-traffic", type=int, default=10_000,
-                        help="single-vote messages published as an app sends them (one vote each, a viral head "
-                             "and a long tail over as many posts, half vote states), after the bursts (default "
-                             "10000; 0: none)")
+    parser.add_argument(
+        "--vote-states",
+        type=int,
+        default=50_000,
+        help="vote-state events (one vote per user) published after the votes, with 10%% "
+        "duplicates, 10%% late events and flips (default 50000; 0: none)",
+    )
+    parser.add_argument(
+        "--real-traffic",
+        type=int,
+        default=10_000,
+        help="single-vote messages published as an app sends them (one vote each, a viral head "
+        "and a long tail over as many posts, half vote states), after the bursts (default "
+        "10000; 0: none)",
+    )
     parser.add_argument("--batch-size", type=int, default=500, help="events per Pub/Sub message (default 500)")
     parser.add_argument("--window-seconds", type=int, default=2, help="streaming window length (default 2)")
-    parser.add_argument("--rmw-seconds", type=float, default=3.0,
-                        help="seconds of read-modify-write per baseline configuration (default 3)")
+    parser.add_argument(
+        "--rmw-seconds",
+        type=float,
+        default=3.0,
+        help="seconds of read-modify-write per baseline configuration (default 3)",
+    )
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for the counts to settle")
     parser.add_argument("--work-dir", default=".upvotes/demo", help="logs and the ledger go here")
-    parser.add_argument("--keep-serving", action="store_true",
-                        help="at the end, keep the pipeline and the live page up until Ctrl-C, to vote from the page")
+    parser.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="at the end, keep the pipeline and the live page up until Ctrl-C, to vote from the page",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
 """`upvotes deploy ACTION`: the Google Cloud deployment as printable gcloud commands."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,25 +9,33 @@ from pathlib import Path
 from typing import TextIO
 
 from pipeline.params import InvalidParameter
+from upvotes.command_errors import UsageError
 from upvotes.deploy.deploy_config import REPO_ROOT, DeployConfig, environment_help
 from upvotes.deploy.gcloud_steps import ACTIONS, execute_steps, print_steps, steps_for
 from upvotes.deploy.template_metadata import parameter_table_markdown, stale_files, write_metadata
-from upvotes.command_errors import UsageError
 
 HELP = "Dataflow flex templates, launch commands, scheduler job and IAM for Google Cloud."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=ACTIONS,
-                        help="metadata: write templates/*/metadata.json and the parameter tables; "
-                             "setup, provision, iam, build, run, schedule: that stage; all: every stage in order; "
-                             "alerts: the Cloud Monitoring alert policies and dashboard (templates/monitoring)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the exact commands, one per line, and run nothing")
-    parser.add_argument("--check", action="store_true",
-                        help="with metadata: write nothing; exit 1 if a generated file on disk is out of date")
-    parser.add_argument("--markdown", action="store_true",
-                        help="with metadata: print the CLI flag / template parameter table and exit")
+    parser.add_argument(
+        "action",
+        choices=ACTIONS,
+        help="metadata: write templates/*/metadata.json and the parameter tables; "
+        "setup, provision, iam, build, run, schedule: that stage; all: every stage in order; "
+        "alerts: the Cloud Monitoring alert policies and dashboard (templates/monitoring)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the exact commands, one per line, and run nothing"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with metadata: write nothing; exit 1 if a generated file on disk is out of date",
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="with metadata: print the CLI flag / template parameter table and exit"
+    )
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = environment_help() + "\n\nStep by step from an empty project: templates/README.md"
@@ -55,8 +64,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if args.action in ("build", "all"):
         stale = stale_files(root)
         if stale:
-            print("upvotes: the template metadata is out of date; run `upvotes deploy metadata` first: "
-                  + ", ".join(str(p) for p in stale), file=err)
+            print(
+                "upvotes: the template metadata is out of date; run `upvotes deploy metadata` first: "
+                + ", ".join(str(p) for p in stale),
+                file=err,
+            )
             if not args.dry_run:
                 return 1
     if args.action == "alerts":

@@ -1,4 +1,5 @@
 """`upvotes lint-schema`: Spanner DDL files checked for write hotspots."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """`upvotes publish`: a generated viral workload or a JSON-lines file, to Pub/Sub, with a ledger."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,9 +10,9 @@ from pathlib import Path
 from pipeline.params import PUBSUB_NAME
 from schemas.contract import MAX_BATCH_EVENTS
 from schemas.counters import Counter
-from upvotes.flags.database import add_project_argument
 from upvotes.command_errors import UsageError
 from upvotes.devtools.workload import DEFAULT_BATCH_SIZE, OTHER_COUNTERS
+from upvotes.flags.database import add_project_argument
 
 HELP = (
     "Publish vote events (a generated viral workload or a JSON-lines file) to Pub/Sub, "
@@ -53,8 +54,10 @@ def _check_topic(topic_path: str) -> None:
     except exceptions.PermissionDenied:
         pass  # a publish-only role may not read topic metadata; publishing itself will tell
     except GoogleAuthError as error:
-        raise UsageError(f"no usable Google Cloud credentials ({error}); run: gcloud auth application-default "
-                         'login, or use the emulators: eval "$(upvotes emulators start)"') from None
+        raise UsageError(
+            f"no usable Google Cloud credentials ({error}); run: gcloud auth application-default "
+            'login, or use the emulators: eval "$(upvotes emulators start)"'
+        ) from None
     except (exceptions.GoogleAPICallError, exceptions.RetryError) as error:
         hint = '; is it running? eval "$(upvotes emulators start)"' if emulator else ""
         raise UsageError(f"cannot reach {where}: {error}{hint}") from None
@@ -69,52 +72,111 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", required=True, help="topic to publish to: a bare name or projects/P/topics/T")
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
-        "--file", metavar="FILE",
+        "--file",
+        metavar="FILE",
         help="publish the lines of this JSON-lines file as they are, one message per line, instead of "
         "generated events; lines the pipeline would reject are published too and counted as invalid",
     )
-    source.add_argument("--events", type=int, default=10_000, metavar="N",
-                        help="number of valid events to generate (default: %(default)s)")
+    source.add_argument(
+        "--events",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="number of valid events to generate (default: %(default)s)",
+    )
     generated = parser.add_argument_group("generated workload (without --file)")
-    generated.add_argument("--posts", type=int, default=1000, metavar="M",
-                           help="number of posts p-1..p-M the votes go to (default: %(default)s)")
-    generated.add_argument("--zipf", type=float, default=1.2, metavar="S",
-                           help="Zipf exponent of post popularity: higher is more skewed, 0 is even "
-                           "(default: %(default)s)")
-    generated.add_argument("--seed", type=int, default=0, metavar="X",
-                           help="random seed; the same seed gives the same events (default: %(default)s)")
-    generated.add_argument("--voters", type=int, default=1_000_000, metavar="U",
-                           help="user IDs are drawn from this many users (default 1000000)")
-    generated.add_argument("--invalid", type=int, default=0, metavar="K",
-                           help="invalid messages to mix in for the dead-letter path (default: %(default)s)")
-    generated.add_argument("--unvote-fraction", type=float, default=0.1, metavar="F",
-                           help="fraction of events that are un-votes, -1 upvote (default: %(default)s)")
+    generated.add_argument(
+        "--posts",
+        type=int,
+        default=1000,
+        metavar="M",
+        help="number of posts p-1..p-M the votes go to (default: %(default)s)",
+    )
+    generated.add_argument(
+        "--zipf",
+        type=float,
+        default=1.2,
+        metavar="S",
+        help="Zipf exponent of post popularity: higher is more skewed, 0 is even (default: %(default)s)",
+    )
+    generated.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="X",
+        help="random seed; the same seed gives the same events (default: %(default)s)",
+    )
+    generated.add_argument(
+        "--voters",
+        type=int,
+        default=1_000_000,
+        metavar="U",
+        help="user IDs are drawn from this many users (default 1000000)",
+    )
+    generated.add_argument(
+        "--invalid",
+        type=int,
+        default=0,
+        metavar="K",
+        help="invalid messages to mix in for the dead-letter path (default: %(default)s)",
+    )
+    generated.add_argument(
+        "--unvote-fraction",
+        type=float,
+        default=0.1,
+        metavar="F",
+        help="fraction of events that are un-votes, -1 upvote (default: %(default)s)",
+    )
     for counter in OTHER_COUNTERS:
-        generated.add_argument(f"--{counter.noun}-fraction", type=float, default=counter.generated_fraction,
-                               metavar="F", dest=_fraction_dest(counter),
-                               help=f"fraction of events that are {counter.name}, +1 {counter.noun} (default: %(default)s)")
+        generated.add_argument(
+            f"--{counter.noun}-fraction",
+            type=float,
+            default=counter.generated_fraction,
+            metavar="F",
+            dest=_fraction_dest(counter),
+            help=f"fraction of events that are {counter.name}, +1 {counter.noun} (default: %(default)s)",
+        )
     states = parser.add_argument_group(
-        "vote-state workload (--vote-states: one vote per user, up/down/none, instead of delta events)")
-    states.add_argument("--vote-states", action="store_true",
-                        help="generate vote-state events: each user's latest vote per post counts once; "
-                        "--posts 1 is one viral post")
+        "vote-state workload (--vote-states: one vote per user, up/down/none, instead of delta events)"
+    )
+    states.add_argument(
+        "--vote-states",
+        action="store_true",
+        help="generate vote-state events: each user's latest vote per post counts once; --posts 1 is one viral post",
+    )
     for name, default, what in (
-            ("down", 0.2, "first votes that are down rather than up"),
-            ("flip", 0.2, "events that change a recent voter's vote, up -> down -> none -> up"),
-            ("duplicate", 0.1, "events that repeat an earlier event exactly (a retry, a republication)"),
-            ("late", 0.1, "events that arrive after newer events of the same kind (out of order)")):
-        states.add_argument(f"--{name}-fraction", type=float, default=default, metavar="F",
-                            help=f"fraction of {what} (default: %(default)s)")
-    generated.add_argument("--batch-size", type=int, metavar="N",
-                           help="events per message (contract v2, ndjson), 1 to 1000; 1 sends one event per message "
-                           f"(default: {DEFAULT_BATCH_SIZE})")
-    parser.add_argument("--rate", type=float, metavar="R",
-                        help="publish at most R events per second, evenly paced (default: as fast as possible)")
-    parser.add_argument("--ledger", metavar="FILE",
-                        help="write the exact expected totals (per post, and per post and event hour) "
-                        "to this JSON file, for `upvotes verify`")
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="don't report progress on stderr")
+        ("down", 0.2, "first votes that are down rather than up"),
+        ("flip", 0.2, "events that change a recent voter's vote, up -> down -> none -> up"),
+        ("duplicate", 0.1, "events that repeat an earlier event exactly (a retry, a republication)"),
+        ("late", 0.1, "events that arrive after newer events of the same kind (out of order)"),
+    ):
+        states.add_argument(
+            f"--{name}-fraction",
+            type=float,
+            default=default,
+            metavar="F",
+            help=f"fraction of {what} (default: %(default)s)",
+        )
+    generated.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="events per message (contract v2, ndjson), 1 to 1000; 1 sends one event per message "
+        f"(default: {DEFAULT_BATCH_SIZE})",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        metavar="R",
+        help="publish at most R events per second, evenly paced (default: as fast as possible)",
+    )
+    parser.add_argument(
+        "--ledger",
+        metavar="FILE",
+        help="write the exact expected totals (per post, and per post and event hour) "
+        "to this JSON file, for `upvotes verify`",
+    )
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="don't report progress on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,14 +203,28 @@ def run(args: argparse.Namespace) -> int:
             workload = None
         elif args.vote_states:
             workload = VoteStateWorkload(
-                events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid,
-                voters=args.voters, down_fraction=args.down_fraction, flip_fraction=args.flip_fraction,
-                duplicate_fraction=args.duplicate_fraction, late_fraction=args.late_fraction)
+                events=args.events,
+                posts=args.posts,
+                zipf=args.zipf,
+                seed=args.seed,
+                invalid=args.invalid,
+                voters=args.voters,
+                down_fraction=args.down_fraction,
+                flip_fraction=args.flip_fraction,
+                duplicate_fraction=args.duplicate_fraction,
+                late_fraction=args.late_fraction,
+            )
         else:
             workload = Workload(
-                events=args.events, posts=args.posts, zipf=args.zipf, seed=args.seed, invalid=args.invalid,
-                voters=args.voters, unvote_fraction=args.unvote_fraction,
-                fractions={counter.name: getattr(args, _fraction_dest(counter)) for counter in OTHER_COUNTERS})
+                events=args.events,
+                posts=args.posts,
+                zipf=args.zipf,
+                seed=args.seed,
+                invalid=args.invalid,
+                voters=args.voters,
+                unvote_fraction=args.unvote_fraction,
+                fractions={counter.name: getattr(args, _fraction_dest(counter)) for counter in OTHER_COUNTERS},
+            )
     except ValueError as error:
         raise UsageError(str(error)) from None
     _check_topic(topic_path)

@@ -1,4 +1,5 @@
 """`upvotes read`: exact counts of posts, in total or per event hour; or one user's vote on each."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,30 +7,45 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from upvotes.argument_types import user_id, utc_time
-from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.command_errors import UsageError
+from upvotes.flags.database import add_database_arguments, open_database_of
 
-HELP = ("Exact counts of posts (folded aggregate plus unfolded deltas, one snapshot); "
-        "--hourly for exact counts per event hour; --user for one user's vote on each post.")
+HELP = (
+    "Exact counts of posts (folded aggregate plus unfolded deltas, one snapshot); "
+    "--hourly for exact counts per event hour; --user for one user's vote on each post."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("post_ids", nargs="+", metavar="POST_ID", help="the posts to read, printed in this order")
-    parser.add_argument("--hourly", action="store_true",
-                        help="print exact counts per event hour instead of totals")
-    parser.add_argument("--since", type=utc_time, metavar="TIME",
-                        help="with --hourly: first hour, RFC 3339, rounded down to its hour "
-                        "(default: 24 hours ago)")
-    parser.add_argument("--until", type=utc_time, metavar="TIME",
-                        help="with --hourly: hours starting before this time (default: no limit)")
-    parser.add_argument("--unique", action="store_true",
-                        help='add "unique_voters": distinct user IDs that upvoted (a HyperLogLog '
-                        "estimate, exact below about 1,000 voters; per hour with --hourly)")
-    parser.add_argument("--user", type=user_id, metavar="USER_ID",
-                        help='print this user\'s vote on each post instead of counts, as the stream has applied it: '
-                        '{"post_id", "user_id", "vote", "voted_at", "event_id", "applied_at"}; "vote" is up, down '
-                        'or none ("none" with null times: never voted)')
+    parser.add_argument("--hourly", action="store_true", help="print exact counts per event hour instead of totals")
+    parser.add_argument(
+        "--since",
+        type=utc_time,
+        metavar="TIME",
+        help="with --hourly: first hour, RFC 3339, rounded down to its hour (default: 24 hours ago)",
+    )
+    parser.add_argument(
+        "--until",
+        type=utc_time,
+        metavar="TIME",
+        help="with --hourly: hours starting before this time (default: no limit)",
+    )
+    parser.add_argument(
+        "--unique",
+        action="store_true",
+        help='add "unique_voters": distinct user IDs that upvoted (a HyperLogLog '
+        "estimate, exact below about 1,000 voters; per hour with --hourly)",
+    )
+    parser.add_argument(
+        "--user",
+        type=user_id,
+        metavar="USER_ID",
+        help="print this user's vote on each post instead of counts, as the stream has applied it: "
+        '{"post_id", "user_id", "vote", "voted_at", "event_id", "applied_at"}; "vote" is up, down '
+        'or none ("none" with null times: never voted)',
+    )
 
 
 def run(args: argparse.Namespace) -> int:

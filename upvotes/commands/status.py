@@ -2,21 +2,25 @@
 runs (each local stream's heartbeat, last delta commit, votes backlog) and the votes that arrived
 late; exit 3 past a threshold (a local stream that missed 3 of its windows among them), or when a
 check cannot be made."""
+
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from upvotes.argument_types import non_negative_float, positive_int
-from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.deploy.deploy_config import DeployConfig
+from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.operations.late_votes import DEFAULT_MAX_LATE_VOTES, JOB_NAME, LOOKBACK_S, valid_job_name
 
 T = TypeVar("T")
-HELP = ("Health of a deployment (fold lag, unfolded deltas, rates, dead letters, local streams' heartbeats, last "
-        "delta commit, votes backlog, late votes); exit 3 when a threshold is crossed (a local stream that missed 3 "
-        "of its windows is dead) or a check cannot be made.")
+HELP = (
+    "Health of a deployment (fold lag, unfolded deltas, rates, dead letters, local streams' heartbeats, last "
+    "delta commit, votes backlog, late votes); exit 3 when a threshold is crossed (a local stream that missed 3 "
+    "of its windows is dead) or a check cannot be made."
+)
 
 
 def job_name(text: str) -> str:
@@ -27,32 +31,59 @@ def job_name(text: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
-    parser.add_argument("--dead-letter-topic",
-                        help="dead-letter topic whose kept subscription <TOPIC>-kept is counted by reason "
-                             "(default: the one `upvotes provision` recorded)")
-    parser.add_argument("--subscription",
-                        help="the kept subscription of the dead-letter topic, if not <DEAD_LETTER_TOPIC>-kept")
-    parser.add_argument("--votes-subscription",
-                        help="the subscription the stream reads (default: the one `upvotes provision` recorded)")
-    parser.add_argument("--dead-letter-limit", type=positive_int, default=1000,
-                        help="most dead letters to pull and count (default 1000; they are released unacknowledged)")
-    parser.add_argument("--max-fold-lag-s", type=float, default=float(DeployConfig.alert_fold_lag_s),
-                        help=f"exit 3 when the last fold is older (default {DeployConfig.alert_fold_lag_s}: "
-                             "3 intervals of the default 10-minute fold schedule; ALERT_FOLD_LAG_S of `upvotes deploy`)")
-    parser.add_argument("--full-scan", action="store_true",
-                        help="read every post's watermark instead of following the change log from the last "
-                             "fold (a check of the log; costs one row per post)")
-    parser.add_argument("--max-backlog-age-s", type=float, default=float(DeployConfig.alert_data_freshness_s),
-                        help="exit 3 when the votes subscription's oldest unacknowledged message is older "
-                             f"(default {DeployConfig.alert_data_freshness_s}: ALERT_DATA_FRESHNESS_S of `upvotes deploy`)")
-    parser.add_argument("--streaming-job", type=job_name, default=DeployConfig.streaming_job,
-                        help="the streaming Dataflow job whose late votes are counted, on Google Cloud "
-                             f"(default {DeployConfig.streaming_job}: STREAMING_JOB of `upvotes deploy`)")
-    parser.add_argument("--max-late-votes", type=non_negative_float, default=float(DEFAULT_MAX_LATE_VOTES),
-                        help=f"exit 3 when more votes arrived late in the last {LOOKBACK_S} s (counters "
-                             "WindowAndSumVotes/late_events and ParseVotes/stamped_ahead_of_worker_clock; default "
-                             f"{DEFAULT_MAX_LATE_VOTES}: ALERT_LATE_VOTES_PER_MIN of `upvotes deploy` over "
-                             f"{LOOKBACK_S // 60} minutes); not applicable on the emulators")
+    parser.add_argument(
+        "--dead-letter-topic",
+        help="dead-letter topic whose kept subscription <TOPIC>-kept is counted by reason "
+        "(default: the one `upvotes provision` recorded)",
+    )
+    parser.add_argument(
+        "--subscription", help="the kept subscription of the dead-letter topic, if not <DEAD_LETTER_TOPIC>-kept"
+    )
+    parser.add_argument(
+        "--votes-subscription", help="the subscription the stream reads (default: the one `upvotes provision` recorded)"
+    )
+    parser.add_argument(
+        "--dead-letter-limit",
+        type=positive_int,
+        default=1000,
+        help="most dead letters to pull and count (default 1000; they are released unacknowledged)",
+    )
+    parser.add_argument(
+        "--max-fold-lag-s",
+        type=float,
+        default=float(DeployConfig.alert_fold_lag_s),
+        help=f"exit 3 when the last fold is older (default {DeployConfig.alert_fold_lag_s}: "
+        "3 intervals of the default 10-minute fold schedule; ALERT_FOLD_LAG_S of `upvotes deploy`)",
+    )
+    parser.add_argument(
+        "--full-scan",
+        action="store_true",
+        help="read every post's watermark instead of following the change log from the last "
+        "fold (a check of the log; costs one row per post)",
+    )
+    parser.add_argument(
+        "--max-backlog-age-s",
+        type=float,
+        default=float(DeployConfig.alert_data_freshness_s),
+        help="exit 3 when the votes subscription's oldest unacknowledged message is older "
+        f"(default {DeployConfig.alert_data_freshness_s}: ALERT_DATA_FRESHNESS_S of `upvotes deploy`)",
+    )
+    parser.add_argument(
+        "--streaming-job",
+        type=job_name,
+        default=DeployConfig.streaming_job,
+        help="the streaming Dataflow job whose late votes are counted, on Google Cloud "
+        f"(default {DeployConfig.streaming_job}: STREAMING_JOB of `upvotes deploy`)",
+    )
+    parser.add_argument(
+        "--max-late-votes",
+        type=non_negative_float,
+        default=float(DEFAULT_MAX_LATE_VOTES),
+        help=f"exit 3 when more votes arrived late in the last {LOOKBACK_S} s (counters "
+        "WindowAndSumVotes/late_events and ParseVotes/stamped_ahead_of_worker_clock; default "
+        f"{DEFAULT_MAX_LATE_VOTES}: ALERT_LATE_VOTES_PER_MIN of `upvotes deploy` over "
+        f"{LOOKBACK_S // 60} minutes); not applicable on the emulators",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -100,8 +131,10 @@ def _heartbeats(database, not_checked: list[str]):
     except exceptions.NotFound as error:
         if not schema_behind(error):
             raise
-        not_checked.append("this database has no StreamHeartbeats table, so a dead local stream cannot be seen: run "
-                           "`upvotes provision` again (it adds it)")
+        not_checked.append(
+            "this database has no StreamHeartbeats table, so a dead local stream cannot be seen: run "
+            "`upvotes provision` again (it adds it)"
+        )
         return None
 
 
@@ -119,8 +152,7 @@ def dead_letter_backlog(subscription: str, limit: int) -> dict[str, int]:
     return backlog_by_reason(held)
 
 
-def _checked(what: str, flag: str, name: str | None, read: Callable[[str], T],
-             not_checked: list[str]) -> T | None:
+def _checked(what: str, flag: str, name: str | None, read: Callable[[str], T], not_checked: list[str]) -> T | None:
     """`read(name)`, or None with the reason added to `not_checked`."""
     from google.api_core import exceptions
 
@@ -143,8 +175,16 @@ def run(args: argparse.Namespace) -> int:
     from upvotes.operations.backlog import read_backlog
     from upvotes.operations.late_votes import read_late_votes
     from upvotes.operations.status import (
-        EXIT_HEALTHY, EXIT_THRESHOLD_CROSSED, Thresholds, heartbeat_problems, late_votes_problems, late_votes_report,
-        liveness_problems, liveness_report, problems, status_report,
+        EXIT_HEALTHY,
+        EXIT_THRESHOLD_CROSSED,
+        Thresholds,
+        heartbeat_problems,
+        late_votes_problems,
+        late_votes_report,
+        liveness_problems,
+        liveness_report,
+        problems,
+        status_report,
     )
 
     database = open_database_of(args)
@@ -154,19 +194,39 @@ def run(args: argparse.Namespace) -> int:
     not_checked = [unknown] if unknown else []
     heartbeats = _heartbeats(database, not_checked)
 
-    dead_letters = _checked("dead-letter subscription", "--dead-letter-topic", kept_subscription(args, watched),
-                            lambda kept: dead_letter_backlog(kept, args.dead_letter_limit), not_checked)
-    backlog = _checked("votes subscription", "--votes-subscription", votes_subscription(args, watched),
-                       read_backlog, not_checked)
-    late_votes = _checked("lateness counters of the streaming job", "--streaming-job", args.streaming_job,
-                          lambda job: read_late_votes(args.project, job), not_checked)
+    dead_letters = _checked(
+        "dead-letter subscription",
+        "--dead-letter-topic",
+        kept_subscription(args, watched),
+        lambda kept: dead_letter_backlog(kept, args.dead_letter_limit),
+        not_checked,
+    )
+    backlog = _checked(
+        "votes subscription", "--votes-subscription", votes_subscription(args, watched), read_backlog, not_checked
+    )
+    late_votes = _checked(
+        "lateness counters of the streaming job",
+        "--streaming-job",
+        args.streaming_job,
+        lambda job: read_late_votes(args.project, job),
+        not_checked,
+    )
 
-    report = {**status_report(health, dead_letters),
-              **liveness_report(read_at, last_commit, backlog, watched, heartbeats), **late_votes_report(late_votes)}
-    thresholds = Thresholds(max_fold_lag_s=args.max_fold_lag_s, max_backlog_age_s=args.max_backlog_age_s,
-                            max_late_votes=args.max_late_votes)
-    found = problems(report, thresholds) + heartbeat_problems(report) + liveness_problems(report, thresholds) + (
-        late_votes_problems(report, thresholds)) + [f"not checked: {what}" for what in not_checked]
+    report = {
+        **status_report(health, dead_letters),
+        **liveness_report(read_at, last_commit, backlog, watched, heartbeats),
+        **late_votes_report(late_votes),
+    }
+    thresholds = Thresholds(
+        max_fold_lag_s=args.max_fold_lag_s, max_backlog_age_s=args.max_backlog_age_s, max_late_votes=args.max_late_votes
+    )
+    found = (
+        problems(report, thresholds)
+        + heartbeat_problems(report)
+        + liveness_problems(report, thresholds)
+        + (late_votes_problems(report, thresholds))
+        + [f"not checked: {what}" for what in not_checked]
+    )
     report["healthy"], report["problems"] = not found, found
     if args.json:
         print(json.dumps(report))

@@ -1,4 +1,5 @@
 """`upvotes stream`: the streaming pipeline, until Ctrl-C or SIGTERM, which drain it."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,18 @@ DRAIN_EPILOG = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_pipeline_arguments(parser, STREAMING_PARAMS)
-    parser.add_argument("--drain-timeout-s", type=positive_float,
-                        help="local runner: longest drain after Ctrl-C or SIGTERM before stopping at once "
-                             "(default: 3 windows, at least 30 s)")
-    parser.add_argument("--log-dir", default=".upvotes/stream-log",
-                        help="local runner: where the stream keeps its message log, one file per subscription and "
-                             "database (default .upvotes/stream-log); a restart must use the same one")
+    parser.add_argument(
+        "--drain-timeout-s",
+        type=positive_float,
+        help="local runner: longest drain after Ctrl-C or SIGTERM before stopping at once "
+        "(default: 3 windows, at least 30 s)",
+    )
+    parser.add_argument(
+        "--log-dir",
+        default=".upvotes/stream-log",
+        help="local runner: where the stream keeps its message log, one file per subscription and "
+        "database (default .upvotes/stream-log); a restart must use the same one",
+    )
     parser.epilog = f"{parser.epilog} {DRAIN_EPILOG}"
 
 

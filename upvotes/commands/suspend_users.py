@@ -1,5 +1,6 @@
 """`upvotes suspend-users`: hold a ring of accounts' vote-state votes out of every count,
 retroactively and exactly, audited; idempotent per --id (upvotes/operations/suspensions.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,18 +10,25 @@ import sys
 from pathlib import Path
 
 from upvotes.argument_types import user_id, utc_time
-from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.command_errors import UsageError
+from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.flags.moderation import ADJUSTMENT_ID, actor_of, required_reason
 
-HELP = ("Hold every vote-state vote of some users (a voting ring) out of every count, in every hour and "
-        "ranking, now and in flight, until restore-users; audited, idempotent per --id.")
+HELP = (
+    "Hold every vote-state vote of some users (a voting ring) out of every count, in every hour and "
+    "ranking, now and in flight, until restore-users; audited, idempotent per --id."
+)
 
 
 def add_suspension_id(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--id", dest="suspension_id", required=True, type=suspension_id,
-                        help=f"ID of the suspension {what}; running the same ID again moves nothing twice, "
-                             "so a stopped run is finished by running it again")
+    parser.add_argument(
+        "--id",
+        dest="suspension_id",
+        required=True,
+        type=suspension_id,
+        help=f"ID of the suspension {what}; running the same ID again moves nothing twice, "
+        "so a stopped run is finished by running it again",
+    )
 
 
 def suspension_id(text: str) -> str:
@@ -32,15 +40,21 @@ def suspension_id(text: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("user_ids", nargs="*", metavar="USER_ID", type=user_id, help="the users to suspend")
-    parser.add_argument("--users-file", type=Path, metavar="PATH",
-                        help="read the users from this file instead, one per line (blank lines and lines "
-                             "starting with # are skipped)")
+    parser.add_argument(
+        "--users-file",
+        type=Path,
+        metavar="PATH",
+        help="read the users from this file instead, one per line (blank lines and lines starting with # are skipped)",
+    )
     add_suspension_id(parser, "to record")
     parser.add_argument("--reason", help="why (required; kept in the Suspensions audit table)")
     parser.add_argument("--actor", help="who (default: the login name of the current user)")
-    parser.add_argument("--since", type=utc_time, metavar="TIME",
-                        help="hold out only the votes cast at or after this time, RFC 3339 (default: every "
-                             "vote of these users)")
+    parser.add_argument(
+        "--since",
+        type=utc_time,
+        metavar="TIME",
+        help="hold out only the votes cast at or after this time, RFC 3339 (default: every vote of these users)",
+    )
 
 
 def users_of(args: argparse.Namespace) -> list[str]:
@@ -67,8 +81,9 @@ def users_of(args: argparse.Namespace) -> list[str]:
     if not users:
         raise UsageError("name at least one user (USER_ID ... or --users-file PATH)")
     if len(set(users)) > MAX_USERS:
-        raise UsageError(f"{len(set(users)):,} users: at most {MAX_USERS:,} per suspension; split the ring over "
-                         "several IDs")
+        raise UsageError(
+            f"{len(set(users)):,} users: at most {MAX_USERS:,} per suspension; split the ring over several IDs"
+        )
     return users
 
 
@@ -78,14 +93,20 @@ def run(args: argparse.Namespace) -> int:
 
     users = users_of(args)
     reason, actor = required_reason(args), actor_of(args)
-    print(f"suspend-users: suspension {args.suspension_id} of {len(set(users)):,} users; if this run stops, run it "
-          f"again with --id {args.suspension_id}", file=sys.stderr)
+    print(
+        f"suspend-users: suspension {args.suspension_id} of {len(set(users)):,} users; if this run stops, run it "
+        f"again with --id {args.suspension_id}",
+        file=sys.stderr,
+    )
     try:
         result = suspend_users(open_database_of(args), args.suspension_id, users, reason, actor, args.since)
     except SuspensionIdInUse as error:
         raise UsageError(str(error)) from None
     again = "" if result.written else " (a rerun of this suspension)"
-    print(f"suspend-users: moved {result.votes:,} votes out of the counts in {result.commits:,} commits{again}; "
-          f"the suspension holds {result.request.votes:,} votes out in all", file=sys.stderr)
+    print(
+        f"suspend-users: moved {result.votes:,} votes out of the counts in {result.commits:,} commits{again}; "
+        f"the suspension holds {result.request.votes:,} votes out in all",
+        file=sys.stderr,
+    )
     print(json.dumps(result.to_json()))
     return 0

@@ -1,4 +1,5 @@
 """`upvotes suspensions`: every suspension, its users, the votes it moved, active or restored."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,11 @@ HELP = "List the suspensions (newest first): their users, the votes they moved, 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON object per suspension, with its users and both requests' audit rows")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per suspension, with its users and both requests' audit rows",
+    )
     parser.add_argument("--limit", type=positive_int, default=100, help="how many (default 100)")
 
 
@@ -29,11 +33,19 @@ def run(args: argparse.Namespace) -> int:
             continue
         held, restored = suspension.suspended, suspension.restored
         since = "every vote" if held.since is None else f"since {held.since.isoformat()}"
-        back = "" if restored is None else (f"; restored {restored.recorded_at.isoformat()} by {restored.actor} "
-                                            f"({restored.reason!r}): {restored.votes:,} votes back in")
-        print(f"{held.suspension_id}  {suspension.state:<10} {len(held.user_ids):,} users, {since}: "
-              f"{-held.counts.upvotes:,} upvotes and {-held.counts.downvotes:,} downvotes held out "
-              f"({held.votes:,} votes); {held.recorded_at.isoformat()} by {held.actor} ({held.reason!r}){back}")
+        back = (
+            ""
+            if restored is None
+            else (
+                f"; restored {restored.recorded_at.isoformat()} by {restored.actor} "
+                f"({restored.reason!r}): {restored.votes:,} votes back in"
+            )
+        )
+        print(
+            f"{held.suspension_id}  {suspension.state:<10} {len(held.user_ids):,} users, {since}: "
+            f"{-held.counts.upvotes:,} upvotes and {-held.counts.downvotes:,} downvotes held out "
+            f"({held.votes:,} votes); {held.recorded_at.isoformat()} by {held.actor} ({held.reason!r}){back}"
+        )
     if not suspensions and not args.json:
         print("no suspensions")
     return 0

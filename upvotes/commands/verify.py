@@ -1,12 +1,13 @@
 """`upvotes verify`: every post's exact count against a publisher's ledger."""
+
 from __future__ import annotations
 
 import argparse
 import sys
 import time
 
-from upvotes.flags.database import add_database_arguments, open_database_of
 from upvotes.command_errors import UsageError
+from upvotes.flags.database import add_database_arguments, open_database_of
 
 HELP = "Compare every post's exact count with a publisher ledger; exit 1 on any mismatch."
 
@@ -14,12 +15,21 @@ HELP = "Compare every post's exact count with a publisher ledger; exit 1 on any 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("--ledger", required=True, help="ledger file written by `upvotes publish --ledger`")
-    parser.add_argument("--unique-tolerance", type=float, metavar="F",
-                        help="also check each post's unique voters against the ledger's exact distinct "
-                        "voters, within this relative error (e.g. 0.03)")
-    parser.add_argument("--wait-s", type=float, default=0.0, metavar="S",
-                        help="while counts differ, read them again every second for up to S seconds: a running "
-                        "stream writes a vote about one window after it arrives (default: no wait)")
+    parser.add_argument(
+        "--unique-tolerance",
+        type=float,
+        metavar="F",
+        help="also check each post's unique voters against the ledger's exact distinct "
+        "voters, within this relative error (e.g. 0.03)",
+    )
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="while counts differ, read them again every second for up to S seconds: a running "
+        "stream writes a vote about one window after it arrives (default: no wait)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
             break
         differing = len({m.post_id for m in mismatches})
         if differing != reported:  # progress, one line per change
-            print(f"verify: {differing} posts differ from the ledger; reading again for up to {left_s:.0f} s",
-                  file=sys.stderr)
+            print(
+                f"verify: {differing} posts differ from the ledger; reading again for up to {left_s:.0f} s",
+                file=sys.stderr,
+            )
             reported = differing
         time.sleep(min(1.0, left_s))
     for m in mismatches:

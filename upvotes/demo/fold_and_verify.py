@@ -1,6 +1,7 @@
 """The last step: what the votes cost in delta rows, the fold, the folded top, then every post
 checked against the ledger after the fold, the dead letters counted, and every post's unique
 voters held to the ledger's exact distinct count."""
+
 from __future__ import annotations
 
 import time
@@ -21,10 +22,13 @@ def fold_and_verify(stage: Stage, ledger: Ledger) -> bool:
     post's unique voters do not match the ledger."""
     database, resources = stage.database, stage.resources
     rows, _ = delta_row_counts(database)
-    say(f"{rows:,} delta rows for {ledger.events:,} votes: {1000 * rows / ledger.events:.1f} per 1,000 "
-        f"votes (one per post, event hour and window), against 1,000 commits per 1,000 votes for read-modify-write")
-    outcome, fold_s = fold.run([], {"project": resources.project, "instance": resources.instance,
-                                    "database": resources.database})
+    say(
+        f"{rows:,} delta rows for {ledger.events:,} votes: {1000 * rows / ledger.events:.1f} per 1,000 "
+        f"votes (one per post, event hour and window), against 1,000 commits per 1,000 votes for read-modify-write"
+    )
+    outcome, fold_s = fold.run(
+        [], {"project": resources.project, "instance": resources.instance, "database": resources.database}
+    )
     say(f"fold: {outcome.deltas_folded:,} deltas into {outcome.posts_folded} posts in {fold_s:.1f} s")
     top = _show_folded_top(database)
     return _every_count_matches(stage, ledger) and _unique_voters_match(database, ledger, top)
@@ -58,8 +62,10 @@ def _unique_voters_match(database, ledger: Ledger, top: TopPosts) -> bool:
     hottest = top.posts[0].post_id if top.posts else None
     if hottest is not None:
         (voters,) = exact_counts(database, [hottest], unique=True)
-        say(f"unique voters of {hottest}: {voters.unique_voters:,} estimated, "
-            f"{ledger.unique_voters[hottest]:,} exact (a HyperLogLog sketch, folded with the counts)")
+        say(
+            f"unique voters of {hottest}: {voters.unique_voters:,} estimated, "
+            f"{ledger.unique_voters[hottest]:,} exact (a HyperLogLog sketch, folded with the counts)"
+        )
     if unique:
         for m in unique[:20]:
             say(f"MISMATCH {m.post_id} unique voters: exact {m.expected}, estimated {m.actual}")

@@ -1,13 +1,14 @@
 """What the races run on: the demo's database on the emulators, then the streaming pipeline and
 the live page, up until the last step is done and drained after it, whatever happened."""
+
 from __future__ import annotations
 
 import argparse
 import os
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from schemas.contract import event_message
 from spanner_reads.reads import exact_counts
@@ -32,8 +33,9 @@ def provisioned(resources: Resources):
 
 
 @contextmanager
-def pipeline_running(resources: Resources, database, args: argparse.Namespace, work_dir: Path,
-                     env: Mapping[str, str]) -> Iterator[Stage]:
+def pipeline_running(
+    resources: Resources, database, args: argparse.Namespace, work_dir: Path, env: Mapping[str, str]
+) -> Iterator[Stage]:
     """`upvotes stream` started and counting, with the live page beside it (when its extra is
     installed); on the way out, the live page stopped and the stream drained (every open window
     written), its summary said."""
@@ -50,7 +52,10 @@ def pipeline_running(resources: Resources, database, args: argparse.Namespace, w
             stage.live_page.stop()
         say("draining the streaming pipeline (every open window is written) ...")
         code = local_stream.stop(stream)
-        say(local_stream.drain_summary(stream_log) or f"the streaming pipeline exited with code {code}; see {stream_log}")
+        say(
+            local_stream.drain_summary(stream_log)
+            or f"the streaming pipeline exited with code {code}; see {stream_log}"
+        )
 
 
 def keep_serving(stage: Stage) -> None:
@@ -64,14 +69,16 @@ def keep_serving(stage: Stage) -> None:
 
 def _wait_until_ready(stage: Stage) -> None:
     """Publishes one vote and waits until it is counted: the pipeline is up and reading."""
-    publish_messages(stage.topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})],
-                     progress=False)
+    publish_messages(
+        stage.topic_path, [event_message({"post_id": WARM_UP_POST, "counter": "upvotes", "delta": 1})], progress=False
+    )
     deadline = time.monotonic() + READY_TIMEOUT_S
     while exact_counts(stage.database, [WARM_UP_POST])[0].counts.upvotes < 1:
         stage.check_alive()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the streaming pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; "
-                               f"see {stage.stream_log}")
+            raise RuntimeError(
+                f"the streaming pipeline counted nothing within {READY_TIMEOUT_S:.0f} s; see {stage.stream_log}"
+            )
         time.sleep(0.5)
 
 
@@ -88,8 +95,15 @@ def _start_live_page(resources: Resources, work_dir: Path):
     from upvotes.serving.write_credentials import resolve_write_credential
 
     credential = resolve_write_credential(None, os.environ, work_dir / "serve-token")
-    service = serve_in_background(resources.project, resources.instance, resources.database, resources.topic,
-                                  ServiceSettings(write_tokens=credential.tokens))
-    say(f"live page: {service.url} (top posts, exact counts, an upvote toggle each; up while the demo runs); "
-        f"API writes need the bearer token ({credential.source})")
+    service = serve_in_background(
+        resources.project,
+        resources.instance,
+        resources.database,
+        resources.topic,
+        ServiceSettings(write_tokens=credential.tokens),
+    )
+    say(
+        f"live page: {service.url} (top posts, exact counts, an upvote toggle each; up while the demo runs); "
+        f"API writes need the bearer token ({credential.source})"
+    )
     return service

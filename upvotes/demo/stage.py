@@ -1,5 +1,6 @@
 """What the demo's steps share: how they speak, and the stage they run on (the database, the
 running pipeline, the ledger's place)."""
+
 from __future__ import annotations
 
 import argparse
@@ -42,14 +43,27 @@ class Stage:
     def check_alive(self) -> None:
         """Raises if the streaming pipeline has exited: nothing would count the votes."""
         if self.stream.poll() is not None:
-            raise RuntimeError(f"the streaming pipeline exited with code {self.stream.returncode}; see {self.stream_log}")
+            raise RuntimeError(
+                f"the streaming pipeline exited with code {self.stream.returncode}; see {self.stream_log}"
+            )
 
-    def race(self, workload: Workload | VoteStateWorkload | RealTrafficWorkload, batch_size: int,
-             ledger: Ledger | None = None) -> PipelineRace | None:
+    def race(
+        self,
+        workload: Workload | VoteStateWorkload | RealTrafficWorkload,
+        batch_size: int,
+        ledger: Ledger | None = None,
+    ) -> PipelineRace | None:
         """Publishes `workload` and times it until every count is exact (upvotes/devtools/race.py),
         adding to `ledger`; None, having said so, when the counts did not settle in time."""
-        raced = race_pipeline(self.database, self.topic_path, workload, batch_size, self.args.timeout,
-                              alive=self.check_alive, ledger=ledger)
+        raced = race_pipeline(
+            self.database,
+            self.topic_path,
+            workload,
+            batch_size,
+            self.args.timeout,
+            alive=self.check_alive,
+            ledger=ledger,
+        )
         if raced is None:
             self.failed_to_settle()
         return raced

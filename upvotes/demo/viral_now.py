@@ -1,6 +1,7 @@
 """What is viral now: yesterday's viral post (votes stamped 30 hours ago, more than today's
 leader) ranks first of all time, but not in the hot ranking nor in the last 24 hours. The three
 top lists side by side, each saying whether it is certified exact, before any fold."""
+
 from __future__ import annotations
 
 import time
@@ -35,10 +36,21 @@ def _yesterdays_viral_post(stage: Stage, ledger: Ledger) -> bool:
     leader = max((totals["upvotes"] for totals in ledger.totals.values()), default=0)
     votes = max(2 * leader, 100)
     stamp = (datetime.now(timezone.utc) - timedelta(hours=YESTERDAY_HOURS_AGO)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-    events = [{"post_id": YESTERDAYS_POST, "counter": "upvotes", "delta": 1, "event_time": stamp,
-               "event_id": f"yesterday-{i}", "user_id": f"fan-{i}"} for i in range(votes)]
-    say(f"what is viral now: {votes:,} upvotes on {YESTERDAYS_POST}, stamped {YESTERDAY_HOURS_AGO} hours ago "
-        f"(today's leader has {leader:,})")
+    events = [
+        {
+            "post_id": YESTERDAYS_POST,
+            "counter": "upvotes",
+            "delta": 1,
+            "event_time": stamp,
+            "event_id": f"yesterday-{i}",
+            "user_id": f"fan-{i}",
+        }
+        for i in range(votes)
+    ]
+    say(
+        f"what is viral now: {votes:,} upvotes on {YESTERDAYS_POST}, stamped {YESTERDAY_HOURS_AGO} hours ago "
+        f"(today's leader has {leader:,})"
+    )
     for event in events:
         ledger.add(event)
     publish_messages(stage.topic_path, batch_messages(events, stage.args.batch_size), progress=False)
@@ -55,7 +67,11 @@ def _show_tops(database) -> None:
     saying whether it is certified."""
     hot, last, ever = hot_top(database, TOP_N), window_top(database, TOP_N, hours=24), fresh_top(database, TOP_N)
     columns = [
-        (f"hot (half-life {hot.half_life_hours:g} h)", hot.exact, [(p.totals.post_id, f"{p.score:,.1f}") for p in hot.posts]),
+        (
+            f"hot (half-life {hot.half_life_hours:g} h)",
+            hot.exact,
+            [(p.totals.post_id, f"{p.score:,.1f}") for p in hot.posts],
+        ),
         ("last 24 h (upvotes)", last.exact, [(p.totals.post_id, f"{p.score:,.0f}") for p in last.posts]),
         ("all time (upvotes)", ever.exact, [(p.post_id, f"{p.counts.upvotes:,}") for p in ever.posts]),
     ]
@@ -63,6 +79,7 @@ def _show_tops(database) -> None:
     say("    " + "".join(f"{title:<34}" for title, _, _ in columns))
     say("    " + "".join(f"{'certified exact' if exact else 'NOT certified':<34}" for _, exact, _ in columns))
     for rank in range(TOP_N):
-        cells = [f"{rows[rank][0]:<18}{rows[rank][1]:>12}    " if rank < len(rows) else " " * 34
-                 for _, _, rows in columns]
+        cells = [
+            f"{rows[rank][0]:<18}{rows[rank][1]:>12}    " if rank < len(rows) else " " * 34 for _, _, rows in columns
+        ]
         say(f"  {rank + 1}. " + "".join(cells))

@@ -5,14 +5,16 @@ The template parameters come from the one table in pipeline/params.py; DeployCon
 value each launch passes for them, and `validate` checks those values with the same regexes the
 template metadata carries.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pipeline.params import FOLD_PARAMS, PROJECT_ID, STREAMING_PARAMS, InvalidParameter, Param
 
@@ -48,88 +50,181 @@ class DeployConfig:
     """
 
     project: str = field(default="", metadata=_setting("PROJECT", "Google Cloud project ID (required)"))
-    region: str = field(default="us-central1", metadata=_setting(
-        "REGION", "region of the Dataflow jobs, bucket, image repository and scheduler job"))
-    bucket: str = field(default="", metadata=_setting(
-        "BUCKET", "bucket for template specs, staging and temp files (default: <PROJECT>-upvotes)"))
+    region: str = field(
+        default="us-central1",
+        metadata=_setting("REGION", "region of the Dataflow jobs, bucket, image repository and scheduler job"),
+    )
+    bucket: str = field(
+        default="",
+        metadata=_setting("BUCKET", "bucket for template specs, staging and temp files (default: <PROJECT>-upvotes)"),
+    )
     repository: str = field(default="upvotes", metadata=_setting("REPOSITORY", "Artifact Registry Docker repository"))
-    image_tag: str = field(default="latest", metadata=_setting(
-        "IMAGE_TAG", "tag of the images; use an immutable one, such as the git commit"))
+    image_tag: str = field(
+        default="latest",
+        metadata=_setting("IMAGE_TAG", "tag of the images; use an immutable one, such as the git commit"),
+    )
     instance: str = field(default="upvotes", metadata=_setting("INSTANCE", "Spanner instance ID", "instance"))
-    instance_config: str = field(default="", metadata=_setting(
-        "INSTANCE_CONFIG", "Spanner instance configuration (default: regional-<REGION>)"))
+    instance_config: str = field(
+        default="", metadata=_setting("INSTANCE_CONFIG", "Spanner instance configuration (default: regional-<REGION>)")
+    )
     database: str = field(default="votes", metadata=_setting("DATABASE", "Spanner database ID", "database"))
     topic: str = field(default="votes", metadata=_setting("TOPIC", "topic the publishers send votes to"))
-    subscription: str = field(default="votes-sub", metadata=_setting(
-        "SUBSCRIPTION", "subscription the streaming job reads", "subscription"))
-    dead_letter_topic: str = field(default="votes-dead-letter", metadata=_setting(
-        "DEAD_LETTER_TOPIC", "dead-letter topic; its subscription is <DEAD_LETTER_TOPIC>-kept", "dead-letter-topic"))
-    window_seconds: str | None = field(default=_param("window-seconds").default, metadata=_setting(
-        "WINDOW_SECONDS", "seconds per window: lower is fresher, higher writes fewer rows", "window-seconds"))
-    rows_per_commit: str | None = field(default=_param("rows-per-commit").default, metadata=_setting(
-        "ROWS_PER_COMMIT", "delta rows per Spanner commit", "rows-per-commit"))
-    max_clock_skew_seconds: str | None = field(default=_param("max-clock-skew-seconds").default, metadata=_setting(
-        "MAX_CLOCK_SKEW_SECONDS", "event times further ahead than this count in their ingestion hour",
-        "max-clock-skew-seconds"))
-    posts_per_commit: str | None = field(default=_param("posts-per-commit").default, metadata=_setting(
-        "POSTS_PER_COMMIT", "posts per fold transaction", "posts-per-commit"))
-    max_delta_rows_per_run: str | None = field(default=_param("max-delta-rows-per-run").default, metadata=_setting(
-        "MAX_DELTA_ROWS_PER_RUN", "delta rows one fold run takes at most; the rest wait for the next run",
-        "max-delta-rows-per-run"))
-    full_scan: str | None = field(default=_param("full-scan").default, metadata=_setting(
-        "FULL_SCAN", "true: the fold reads every post instead of the change log (for a one-off `run` after a "
-        "migration; leave it false for the schedule)", "full-scan"))
-    data_boost: str | None = field(default=_param("data-boost").default, metadata=_setting(
-        "DATA_BOOST", "true: the fold's full scans run on Spanner Data Boost (its account gets the Data Boost "
-        "reader role)", "data-boost"))
+    subscription: str = field(
+        default="votes-sub", metadata=_setting("SUBSCRIPTION", "subscription the streaming job reads", "subscription")
+    )
+    dead_letter_topic: str = field(
+        default="votes-dead-letter",
+        metadata=_setting(
+            "DEAD_LETTER_TOPIC", "dead-letter topic; its subscription is <DEAD_LETTER_TOPIC>-kept", "dead-letter-topic"
+        ),
+    )
+    window_seconds: str | None = field(
+        default=_param("window-seconds").default,
+        metadata=_setting(
+            "WINDOW_SECONDS", "seconds per window: lower is fresher, higher writes fewer rows", "window-seconds"
+        ),
+    )
+    rows_per_commit: str | None = field(
+        default=_param("rows-per-commit").default,
+        metadata=_setting("ROWS_PER_COMMIT", "delta rows per Spanner commit", "rows-per-commit"),
+    )
+    max_clock_skew_seconds: str | None = field(
+        default=_param("max-clock-skew-seconds").default,
+        metadata=_setting(
+            "MAX_CLOCK_SKEW_SECONDS",
+            "event times further ahead than this count in their ingestion hour",
+            "max-clock-skew-seconds",
+        ),
+    )
+    posts_per_commit: str | None = field(
+        default=_param("posts-per-commit").default,
+        metadata=_setting("POSTS_PER_COMMIT", "posts per fold transaction", "posts-per-commit"),
+    )
+    max_delta_rows_per_run: str | None = field(
+        default=_param("max-delta-rows-per-run").default,
+        metadata=_setting(
+            "MAX_DELTA_ROWS_PER_RUN",
+            "delta rows one fold run takes at most; the rest wait for the next run",
+            "max-delta-rows-per-run",
+        ),
+    )
+    full_scan: str | None = field(
+        default=_param("full-scan").default,
+        metadata=_setting(
+            "FULL_SCAN",
+            "true: the fold reads every post instead of the change log (for a one-off `run` after a "
+            "migration; leave it false for the schedule)",
+            "full-scan",
+        ),
+    )
+    data_boost: str | None = field(
+        default=_param("data-boost").default,
+        metadata=_setting(
+            "DATA_BOOST",
+            "true: the fold's full scans run on Spanner Data Boost (its account gets the Data Boost reader role)",
+            "data-boost",
+        ),
+    )
     streaming_job: str = field(default="upvotes-streaming", metadata=_setting("STREAMING_JOB", "streaming job name"))
-    fold_job: str = field(default="upvotes-fold", metadata=_setting(
-        "FOLD_JOB", "fold job name and scheduler job ID; a launch is refused while a fold of this name runs"))
-    fold_schedule: str = field(default="*/10 * * * *", metadata=_setting(
-        "FOLD_SCHEDULE", "cron schedule of the fold (unix-cron, in TIME_ZONE)"))
+    fold_job: str = field(
+        default="upvotes-fold",
+        metadata=_setting(
+            "FOLD_JOB", "fold job name and scheduler job ID; a launch is refused while a fold of this name runs"
+        ),
+    )
+    fold_schedule: str = field(
+        default="*/10 * * * *",
+        metadata=_setting("FOLD_SCHEDULE", "cron schedule of the fold (unix-cron, in TIME_ZONE)"),
+    )
     time_zone: str = field(default="Etc/UTC", metadata=_setting("TIME_ZONE", "time zone of FOLD_SCHEDULE"))
     max_workers: int = field(default=3, metadata=_setting("MAX_WORKERS", "most workers of the streaming job"))
     fold_max_workers: int = field(default=2, metadata=_setting("FOLD_MAX_WORKERS", "most workers of one fold"))
-    machine_type: str = field(default="", metadata=_setting(
-        "MACHINE_TYPE", "worker machine type of both jobs (default: Dataflow's)"))
-    streaming_engine: bool = field(default=True, metadata=_setting(
-        "STREAMING_ENGINE", "1: run the streaming job on Streaming Engine; 0: leave the flag off"))
-    experiments: str = field(default="", metadata=_setting(
-        "EXPERIMENTS", "comma-separated Dataflow experiments for both jobs"))
-    update: bool = field(default=False, metadata=_setting(
-        "UPDATE", "1: `run` updates the running streaming job in place, `schedule` updates the scheduler job"))
-    worker_sa: str = field(default="upvotes-streaming", metadata=_setting(
-        "WORKER_SA", "service account of the streaming job's launcher and workers"))
-    fold_sa: str = field(default="upvotes-fold", metadata=_setting(
-        "FOLD_WORKER_SA", "service account of the fold's launcher and workers"))
-    publisher_sa: str = field(default="upvotes-publisher", metadata=_setting(
-        "PUBLISHER_SA", "service account of the vote publishers"))
-    scheduler_sa: str = field(default="upvotes-scheduler", metadata=_setting(
-        "SCHEDULER_SA", "service account whose OAuth token Cloud Scheduler sends to the Dataflow API"))
+    machine_type: str = field(
+        default="", metadata=_setting("MACHINE_TYPE", "worker machine type of both jobs (default: Dataflow's)")
+    )
+    streaming_engine: bool = field(
+        default=True,
+        metadata=_setting("STREAMING_ENGINE", "1: run the streaming job on Streaming Engine; 0: leave the flag off"),
+    )
+    experiments: str = field(
+        default="", metadata=_setting("EXPERIMENTS", "comma-separated Dataflow experiments for both jobs")
+    )
+    update: bool = field(
+        default=False,
+        metadata=_setting(
+            "UPDATE", "1: `run` updates the running streaming job in place, `schedule` updates the scheduler job"
+        ),
+    )
+    worker_sa: str = field(
+        default="upvotes-streaming",
+        metadata=_setting("WORKER_SA", "service account of the streaming job's launcher and workers"),
+    )
+    fold_sa: str = field(
+        default="upvotes-fold",
+        metadata=_setting("FOLD_WORKER_SA", "service account of the fold's launcher and workers"),
+    )
+    publisher_sa: str = field(
+        default="upvotes-publisher", metadata=_setting("PUBLISHER_SA", "service account of the vote publishers")
+    )
+    scheduler_sa: str = field(
+        default="upvotes-scheduler",
+        metadata=_setting(
+            "SCHEDULER_SA", "service account whose OAuth token Cloud Scheduler sends to the Dataflow API"
+        ),
+    )
     # Thresholds of the alert policies (`upvotes deploy alerts`) and of `upvotes status`.
-    alert_fold_lag_s: int = field(default=1800, metadata=_setting(
-        "ALERT_FOLD_LAG_S", "seconds without a finished fold before the fold-lag alert (3 fold intervals)"))
-    alert_dead_letters: int = field(default=1, metadata=_setting(
-        "ALERT_DEAD_LETTERS", "undelivered dead letters at which the dead-letter alert fires"))
-    alert_data_freshness_s: int = field(default=300, metadata=_setting(
-        "ALERT_DATA_FRESHNESS_S", "streaming job data freshness (s) above which its alert fires"))
-    alert_system_lag_s: int = field(default=300, metadata=_setting(
-        "ALERT_SYSTEM_LAG_S", "streaming job system lag (s) above which its alert fires"))
-    alert_sink_retries_per_min: int = field(default=600, metadata=_setting(
-        "ALERT_SINK_RETRIES_PER_MIN", "sink transient retries per minute above which its alert fires"))
-    alert_unfolded_age_s: int = field(default=7 * 86_400, metadata=_setting(
-        "ALERT_UNFOLDED_AGE_S", "age (s) of the oldest delta a fold left unfolded above which its alert fires "
-                                "(7 days: long before the 30-day row deletion policy deletes it uncounted)"))
-    alert_late_votes_per_min: int = field(default=0, metadata=_setting(
-        "ALERT_LATE_VOTES_PER_MIN", "votes a minute that arrived behind the watermark, or from a worker clock behind "
-                                    "Pub/Sub's, above which the late-votes alert fires"))
-    alert_duration_s: int = field(default=300, metadata=_setting(
-        "ALERT_DURATION_S", "seconds a rate or lag condition must hold before its alert fires"))
-    notification_channels: str = field(default="", metadata=_setting(
-        "NOTIFICATION_CHANNELS", "comma-separated Cloud Monitoring notification channel IDs for the alerts"))
+    alert_fold_lag_s: int = field(
+        default=1800,
+        metadata=_setting(
+            "ALERT_FOLD_LAG_S", "seconds without a finished fold before the fold-lag alert (3 fold intervals)"
+        ),
+    )
+    alert_dead_letters: int = field(
+        default=1,
+        metadata=_setting("ALERT_DEAD_LETTERS", "undelivered dead letters at which the dead-letter alert fires"),
+    )
+    alert_data_freshness_s: int = field(
+        default=300,
+        metadata=_setting("ALERT_DATA_FRESHNESS_S", "streaming job data freshness (s) above which its alert fires"),
+    )
+    alert_system_lag_s: int = field(
+        default=300, metadata=_setting("ALERT_SYSTEM_LAG_S", "streaming job system lag (s) above which its alert fires")
+    )
+    alert_sink_retries_per_min: int = field(
+        default=600,
+        metadata=_setting(
+            "ALERT_SINK_RETRIES_PER_MIN", "sink transient retries per minute above which its alert fires"
+        ),
+    )
+    alert_unfolded_age_s: int = field(
+        default=7 * 86_400,
+        metadata=_setting(
+            "ALERT_UNFOLDED_AGE_S",
+            "age (s) of the oldest delta a fold left unfolded above which its alert fires "
+            "(7 days: long before the 30-day row deletion policy deletes it uncounted)",
+        ),
+    )
+    alert_late_votes_per_min: int = field(
+        default=0,
+        metadata=_setting(
+            "ALERT_LATE_VOTES_PER_MIN",
+            "votes a minute that arrived behind the watermark, or from a worker clock behind "
+            "Pub/Sub's, above which the late-votes alert fires",
+        ),
+    )
+    alert_duration_s: int = field(
+        default=300,
+        metadata=_setting("ALERT_DURATION_S", "seconds a rate or lag condition must hold before its alert fires"),
+    )
+    notification_channels: str = field(
+        default="",
+        metadata=_setting(
+            "NOTIFICATION_CHANNELS", "comma-separated Cloud Monitoring notification channel IDs for the alerts"
+        ),
+    )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "DeployConfig":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> DeployConfig:
         """Reads every field from its environment variable; unset variables keep the defaults.
         An optional template parameter set to the empty string is left out of launches."""
         environ = os.environ if environ is None else environ
@@ -198,7 +293,7 @@ class DeployConfig:
             "full-scan": self.full_scan,
         }
 
-    def validate(self) -> "DeployConfig":
+    def validate(self) -> DeployConfig:
         """Refuses settings the commands would fail on, naming the variable to fix."""
         env = {f.name: f.metadata["env"] for f in dataclasses.fields(self)}
         if not self.project:
@@ -213,7 +308,9 @@ class DeployConfig:
             raise InvalidParameter(f"FOLD_SCHEDULE={self.fold_schedule!r} is not a five-field cron schedule")
         for name in ("repository", "image_tag", "streaming_job", "fold_job", "topic"):
             if not re.fullmatch(r"[a-z0-9][-a-z0-9_.]*", getattr(self, name)):
-                raise InvalidParameter(f"{env[name]}={getattr(self, name)!r} must be lowercase letters, digits, -, _ or .")
+                raise InvalidParameter(
+                    f"{env[name]}={getattr(self, name)!r} must be lowercase letters, digits, -, _ or ."
+                )
         values = self.param_values()
         by_flag = {f.metadata["param"]: f.metadata["env"] for f in dataclasses.fields(self) if "param" in f.metadata}
         for param in all_params():

@@ -10,6 +10,7 @@ strings are substituted as text.
     upvotes deploy alerts [--dry-run]   renders them into .upvotes/monitoring/, then creates
                                         each policy and the dashboard with gcloud
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,7 +40,9 @@ def placeholder_values(cfg: DeployConfig) -> dict[str, object]:
     values["DEAD_LETTER_SUBSCRIPTION"] = cfg.dead_letter_subscription
     values["NOTIFICATION_CHANNELS"] = [
         channel if channel.startswith("projects/") else f"projects/{cfg.project}/notificationChannels/{channel}"
-        for channel in (c.strip() for c in cfg.notification_channels.split(",")) if channel]
+        for channel in (c.strip() for c in cfg.notification_channels.split(","))
+        if channel
+    ]
     return values
 
 
@@ -60,9 +63,11 @@ def render(template: object, values: dict[str, object]) -> object:
 def rendered_files(cfg: DeployConfig) -> dict[Path, str]:
     """Each rendered policy and dashboard (path relative to the repository root) and its JSON."""
     values = placeholder_values(cfg)
-    return {RENDERED_DIR / path.name: json.dumps(render(json.loads(path.read_text(encoding="utf-8")), values),
-                                                 indent=2) + "\n"
-            for path in alert_templates() + dashboard_templates()}
+    return {
+        RENDERED_DIR / path.name: json.dumps(render(json.loads(path.read_text(encoding="utf-8")), values), indent=2)
+        + "\n"
+        for path in alert_templates() + dashboard_templates()
+    }
 
 
 def write_rendered(cfg: DeployConfig, root: Path = REPO_ROOT) -> list[Path]:
@@ -80,10 +85,26 @@ def alert_steps(cfg: DeployConfig) -> list[Step]:
     Creating again adds a second copy: delete the old ones first (`gcloud alpha monitoring
     policies list`), as templates/README.md says."""
     p = ["--project", cfg.project]
-    steps = [Step(["gcloud", "alpha", "monitoring", "policies", "create",
-                   f"--policy-from-file={RENDERED_DIR / path.name}", *p],
-                  f"alert policy {path.stem}, thresholds from the deploy settings")
-             for path in alert_templates()]
-    steps += [Step(["gcloud", "monitoring", "dashboards", "create", f"--config-from-file={RENDERED_DIR / path.name}",
-                    *p], "the operations dashboard") for path in dashboard_templates()]
+    steps = [
+        Step(
+            [
+                "gcloud",
+                "alpha",
+                "monitoring",
+                "policies",
+                "create",
+                f"--policy-from-file={RENDERED_DIR / path.name}",
+                *p,
+            ],
+            f"alert policy {path.stem}, thresholds from the deploy settings",
+        )
+        for path in alert_templates()
+    ]
+    steps += [
+        Step(
+            ["gcloud", "monitoring", "dashboards", "create", f"--config-from-file={RENDERED_DIR / path.name}", *p],
+            "the operations dashboard",
+        )
+        for path in dashboard_templates()
+    ]
     return steps

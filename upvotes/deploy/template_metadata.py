@@ -4,6 +4,7 @@ so the metadata, the launches and the documentation cannot drift apart.
 
     upvotes deploy metadata [--check | --markdown]
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,8 @@ TEMPLATE_INFO: dict[str, dict[str, object]] = {
 }
 
 
-
 # --- flex-template metadata, generated from pipeline/params.py -----------------------------
+
 
 def _help_text(param: Param) -> str:
     text = param.help.rstrip()
@@ -124,8 +125,11 @@ def generated_files(root: Path = REPO_ROOT) -> dict[Path, str]:
 
 def stale_files(root: Path = REPO_ROOT) -> list[Path]:
     """The generated files whose content on disk differs from what would be generated."""
-    return [path for path, text in generated_files(root).items()
-            if not path.exists() or path.read_text(encoding="utf-8") != text]
+    return [
+        path
+        for path, text in generated_files(root).items()
+        if not path.exists() or path.read_text(encoding="utf-8") != text
+    ]
 
 
 def write_metadata(root: Path = REPO_ROOT) -> list[Path]:
@@ -137,4 +141,3 @@ def write_metadata(root: Path = REPO_ROOT) -> list[Path]:
             path.write_text(text, encoding="utf-8")
             written.append(path)
     return written
-

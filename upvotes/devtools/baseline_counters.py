@@ -6,6 +6,7 @@ spanner-high-throughput-writes.txt), and its sharded variant (sharded-counters.t
 vote updates one of N rows of the counter at random and a read sums them. They exist to be
 measured against, in the benchmarks and in `upvotes demo`.
 """
+
 from __future__ import annotations
 
 from google.cloud import spanner

@@ -9,19 +9,21 @@ with `upvotes.devtools.mutation_count` from the schema's DDL. A commit over the 
 error is still caught by whoever reads the meter. The tests wrap every test in it
 (tests/conftest.py) and the benchmark reports the largest commit it saw.
 """
+
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol, TypeVar, overload
+from typing import Protocol, TypeVar, overload
 
 from google.cloud.spanner_v1.batch import Batch
 from google.cloud.spanner_v1.transaction import Transaction
 
 import schemas
-from spanner_store.database import SPANNER_MUTATION_LIMIT
 from schemas.ddl import schema_model
+from spanner_store.database import SPANNER_MUTATION_LIMIT
 from upvotes.devtools.mutation_count import commit_key_ranges, commit_mutation_count
 
 
@@ -106,12 +108,13 @@ def _metering(meter: Meter | None) -> Iterator[Meter]:
         def commit(self, *args, **kwargs):
             recording.record(self._mutations)  # noqa: SLF001 - the mutations the commit sends
             return original(self, *args, **kwargs)
+
         return commit
 
     for cls, original in originals.items():
-        setattr(cls, "commit", metered(original))  # setattr: mypy refuses assigning to a method
+        setattr(cls, "commit", metered(original))  # noqa: B010  # mypy refuses assigning to a method
     try:
         yield recording
     finally:
         for cls, original in originals.items():
-            setattr(cls, "commit", original)
+            setattr(cls, "commit", original)  # noqa: B010  # as above

@@ -9,6 +9,7 @@ exactly those processes; the test fixtures and `upvotes demo` use `running_emula
 An emulator whose address is already in SPANNER_EMULATOR_HOST / PUBSUB_EMULATOR_HOST is
 used as it is and never started or stopped here.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,9 +20,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import grpc
 
@@ -70,7 +71,10 @@ def find_sdk_root() -> Path | None:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             out = subprocess.run(
                 ["gcloud", "info", "--format=value(installation.sdk_root)"],
-                capture_output=True, text=True, timeout=60, check=True,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
             ).stdout.strip()
             if out and Path(out).is_dir():
                 return Path(out)
@@ -157,8 +161,11 @@ def start(name: str, log_dir: Path, sdk_root: Path | None = None, timeout_s: flo
     with open(log_path, "wb") as log:
         # A process group of its own: stop() ends the Java child of the Pub/Sub wrapper too.
         process = subprocess.Popen(
-            _command(name, binary, port), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            _command(name, binary, port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     emulator = Emulator(name=name, host="127.0.0.1", port=port, pid=process.pid, log_path=str(log_path))
     _wait_until_ready(emulator, process, timeout_s)
@@ -197,6 +204,7 @@ def stop(emulator: Emulator) -> None:
 
 
 # --- the state file behind `upvotes emulators start|stop|status` -----------------------
+
 
 def _state_path(state_dir: Path) -> Path:
     return state_dir / STATE_FILE
@@ -261,8 +269,11 @@ def status(state_dir: Path) -> dict[str, str]:
     recorded = {e.name: e for e in load_state(state_dir)}
     for name in (SPANNER, PUBSUB):
         address = os.environ.get(ENV_VARS[name]) or (recorded[name].address if name in recorded else None)
-        source = f"from {ENV_VARS[name]}" if os.environ.get(ENV_VARS[name]) else (
-            f"pid {recorded[name].pid}" if name in recorded else "")
+        source = (
+            f"from {ENV_VARS[name]}"
+            if os.environ.get(ENV_VARS[name])
+            else (f"pid {recorded[name].pid}" if name in recorded else "")
+        )
         if address is None:
             result[name] = "stopped"
             continue

@@ -6,6 +6,7 @@ state: schemas/voter_sketch.py). Delta events add up; of vote-state events only 
 per post counts (schemas/vote_states.py), so the ledger keeps that latest state, whatever order
 the events were added in.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,11 +59,17 @@ class Ledger:
         buckets a missing or out-of-bounds event_time by the time now."""
         if VOTE_FIELD in event:
             hour, at_us = vote_time(event["event_time"], time.time(), DEFAULT_EVENT_TIME_POLICY)
-            self.add_vote(VoteState(event["post_id"], event["user_id"], event[VOTE_FIELD], at_us, hour,
-                                    event.get("event_id")))
+            self.add_vote(
+                VoteState(event["post_id"], event["user_id"], event[VOTE_FIELD], at_us, hour, event.get("event_id"))
+            )
             return
-        self._count(event["post_id"], event["counter"], event["delta"],
-                    event_hour(event.get("event_time"), time.time(), DEFAULT_EVENT_TIME_POLICY), event.get("user_id"))
+        self._count(
+            event["post_id"],
+            event["counter"],
+            event["delta"],
+            event_hour(event.get("event_time"), time.time(), DEFAULT_EVENT_TIME_POLICY),
+            event.get("user_id"),
+        )
 
     def add_vote(self, vote: VoteEvent | VoteState) -> None:
         if isinstance(vote, VoteState):
@@ -118,11 +125,18 @@ class Ledger:
             sums = _sums(hourly.setdefault(post, {}), hour)
             for name, value in counts._asdict().items():
                 sums[name] += value
-        return {post: {_hour_text(hour): sums for hour, sums in sorted(hours.items())} for post, hours in hourly.items()}
+        return {
+            post: {_hour_text(hour): sums for hour, sums in sorted(hours.items())} for post, hours in hourly.items()
+        }
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        document = {"events": self.events, "invalid": self.invalid, "posts": self.totals, "hourly": self.hourly(),
-                    "unique_voters": self.unique_voters}
+        document = {
+            "events": self.events,
+            "invalid": self.invalid,
+            "posts": self.totals,
+            "hourly": self.hourly(),
+            "unique_voters": self.unique_voters,
+        }
         Path(path).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
     @classmethod

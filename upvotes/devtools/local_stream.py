@@ -6,6 +6,7 @@ stops anything it started.
 fired and written, exit 0), and waits for the drain; only past the drain timeout plus a grace
 does it SIGKILL. `drain_summary` reads what the drain reported from the log.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from upvotes.resources import Resources
 
@@ -32,9 +33,17 @@ def message_log_dir(log_path: Path) -> Path:
     return log_path.parent / "stream-log"
 
 
-def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
-          append: bool = False, wrapper: tuple[str, ...] = ("upvotes.cli",), stream_args: tuple[str, ...] = (),
-          cwd: Path | None = None, message_log: bool = True) -> subprocess.Popen:
+def start(
+    res: Resources,
+    window_seconds: int,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    append: bool = False,
+    wrapper: tuple[str, ...] = ("upvotes.cli",),
+    stream_args: tuple[str, ...] = (),
+    cwd: Path | None = None,
+    message_log: bool = True,
+) -> subprocess.Popen:
     """Starts `upvotes stream` on `res`, its output going to `log_path`, its message log beside it
     (`message_log_dir`; `message_log=False` for a version of the command from before the log).
     `wrapper`: the module (and its arguments) that runs the command, a wrapper of upvotes.cli's main
@@ -42,16 +51,31 @@ def start(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str,
     `cwd`: where it runs from (`python -m` imports the packages of its working directory first: a
     benchmark runs an earlier version's tree)."""
     command = [
-        sys.executable, "-m", *wrapper, "stream", f"--project={res.project}", f"--instance={res.instance}",
-        f"--database={res.database}", f"--subscription={res.subscription}",
-        f"--dead-letter-topic={res.dead_letter_topic}", f"--window-seconds={window_seconds}",
+        sys.executable,
+        "-m",
+        *wrapper,
+        "stream",
+        f"--project={res.project}",
+        f"--instance={res.instance}",
+        f"--database={res.database}",
+        f"--subscription={res.subscription}",
+        f"--dead-letter-topic={res.dead_letter_topic}",
+        f"--window-seconds={window_seconds}",
         f"--drain-timeout-s={DRAIN_TIMEOUT_S:g}",
-        *((f"--log-dir={message_log_dir(log_path)}",) if message_log else ()), *stream_args,
+        *((f"--log-dir={message_log_dir(log_path)}",) if message_log else ()),
+        *stream_args,
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab" if append else "wb") as log:
-        return subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+        return subprocess.Popen(
+            command,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+        )
 
 
 def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> int:
@@ -73,9 +97,15 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 
 
 
 @contextlib.contextmanager
-def running(res: Resources, window_seconds: int, log_path: Path, env: Mapping[str, str] | None = None,
-            wrapper: tuple[str, ...] = ("upvotes.cli",), cwd: Path | None = None,
-            message_log: bool = True) -> Iterator[subprocess.Popen]:
+def running(
+    res: Resources,
+    window_seconds: int,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    wrapper: tuple[str, ...] = ("upvotes.cli",),
+    cwd: Path | None = None,
+    message_log: bool = True,
+) -> Iterator[subprocess.Popen]:
     """The pipeline for the duration of a block, stopped (and waited for) on the way out."""
     process = start(res, window_seconds, log_path, env, wrapper=wrapper, cwd=cwd, message_log=message_log)
     try:
@@ -86,6 +116,9 @@ def running(res: Resources, window_seconds: int, log_path: Path, env: Mapping[st
 
 def drain_summary(log_path: Path) -> str | None:
     """The last line in which the stream said what it drained, or what it lost, if any."""
-    lines = [line for line in log_path.read_text(errors="replace").splitlines()
-             if line.startswith((DRAINED_PREFIX, STOPPED_PREFIX))]
+    lines = [
+        line
+        for line in log_path.read_text(errors="replace").splitlines()
+        if line.startswith((DRAINED_PREFIX, STOPPED_PREFIX))
+    ]
     return lines[-1] if lines else None

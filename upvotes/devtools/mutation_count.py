@@ -23,10 +23,11 @@ an edit here.
 writes rows in many splits coordinates all of them (two-phase commit across participants),
 so the distinct key ranges a commit writes are a proxy for its splits.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from google.cloud.spanner_v1 import Mutation
 

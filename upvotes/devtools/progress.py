@@ -11,6 +11,7 @@ redraws at most ten times a second; elsewhere (CI logs, pipes) at most every two
 log is not flooded. `update` is cheap enough for hot loops: tqdm reads the clock only every
 `miniters` updates, a number it adapts to the loop's speed.
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,12 +23,20 @@ TTY_INTERVAL_S = 0.1
 LOG_INTERVAL_S = 2.0
 
 
-def progress_bar(total: int | None, label: str, stream: TextIO | None = None, *, unit: str = "it",
-                 enabled: bool = True) -> tqdm:
+def progress_bar(
+    total: int | None, label: str, stream: TextIO | None = None, *, unit: str = "it", enabled: bool = True
+) -> tqdm:
     """A bar counting to `total` (None: a count and a rate, no percentage), or a silent one."""
     stream = stream if stream is not None else sys.stderr
-    return tqdm(total=total, desc=label, file=stream, unit=unit, disable=not enabled, dynamic_ncols=True,
-                mininterval=TTY_INTERVAL_S if _isatty(stream) else LOG_INTERVAL_S)
+    return tqdm(
+        total=total,
+        desc=label,
+        file=stream,
+        unit=unit,
+        disable=not enabled,
+        dynamic_ncols=True,
+        mininterval=TTY_INTERVAL_S if _isatty(stream) else LOG_INTERVAL_S,
+    )
 
 
 def _isatty(stream: TextIO) -> bool:

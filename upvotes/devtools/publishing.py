@@ -5,13 +5,15 @@ fastest setting measured against the emulator), keeps at most MAX_PENDING publis
 futures alive so memory stays flat for any number of events, optionally paces to a
 rate, and counts failed publishes instead of raising.
 """
+
 from __future__ import annotations
 
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from google.cloud import pubsub_v1
@@ -24,7 +26,12 @@ from schemas.records import Rejected
 from upvotes.devtools.ledger import Ledger
 from upvotes.devtools.progress import progress_bar
 from upvotes.devtools.workload import (
-    DEFAULT_BATCH_SIZE, RealTrafficWorkload, VoteStateWorkload, Workload, generate, invalid_payloads,
+    DEFAULT_BATCH_SIZE,
+    RealTrafficWorkload,
+    VoteStateWorkload,
+    Workload,
+    generate,
+    invalid_payloads,
 )
 
 LOG = logging.getLogger(__name__)
@@ -66,8 +73,9 @@ class _Pacer:
             self._next -= ahead  # fell behind (a slow publish): resume the pace, don't burst to catch up
 
 
-def publish_message(client: pubsub_v1.PublisherClient, topic_path: str, data: bytes,
-                    attributes: Mapping[str, str]) -> Future:
+def publish_message(
+    client: pubsub_v1.PublisherClient, topic_path: str, data: bytes, attributes: Mapping[str, str]
+) -> Future:
     """`client.publish` of one message with these attributes (its `**attrs`)."""
     # mypy would also match **attributes to publish's ordering_key, retry and timeout.
     return client.publish(topic_path, data, **attributes)  # type: ignore[arg-type]
@@ -118,8 +126,13 @@ def publish_messages(
                 settle_oldest()
     finally:
         client.stop()
-    return PublishReport(published=sent_events - failed_events, invalid=0, failed=failed,
-                         seconds=time.monotonic() - start, messages=sent - failed)
+    return PublishReport(
+        published=sent_events - failed_events,
+        invalid=0,
+        failed=failed,
+        seconds=time.monotonic() - start,
+        messages=sent - failed,
+    )
 
 
 def _interleave(items: Iterator[T], extras: list[T], count: int) -> Iterator[T]:

@@ -7,14 +7,15 @@ tries, and the best one of each approach is its baseline. `race_pipeline` publis
 burst through Pub/Sub, in batches, to a running streaming pipeline and times publish ->
 every post's exact count equal to the ledger. `upvotes demo` and the benchmarks run both.
 """
+
 from __future__ import annotations
 
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
-from typing import Callable
 
 from spanner_store.database import RetryPolicy, run_transaction, run_with_retries
 from upvotes.devtools import baseline_counters
@@ -45,8 +46,10 @@ class BaselineConfig:
         return f"{self.approach}, {self.threads} thread{'s' if self.threads > 1 else ''}, {self.retry} retry"
 
 
-BASELINE_SWEEP = tuple(BaselineConfig(shards, threads, retry) for shards, threads, retry in product(
-    (1, 10, 100), (1, 2, 4, 8), (CLIENT_RETRY, JITTERED_RETRY)))
+BASELINE_SWEEP = tuple(
+    BaselineConfig(shards, threads, retry)
+    for shards, threads, retry in product((1, 10, 100), (1, 2, 4, 8), (CLIENT_RETRY, JITTERED_RETRY))
+)
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,16 @@ class PipelineRace:
         return (self.report.published - self.report.invalid) / self.seconds if self.seconds else 0.0
 
 
-def race_pipeline(database, topic_path: str, workload: Workload | VoteStateWorkload | RealTrafficWorkload,
-                  batch_size: int, timeout_s: float, alive: Callable[[], None] = lambda: None, progress: bool = True,
-                  ledger: Ledger | None = None) -> PipelineRace | None:
+def race_pipeline(
+    database,
+    topic_path: str,
+    workload: Workload | VoteStateWorkload | RealTrafficWorkload,
+    batch_size: int,
+    timeout_s: float,
+    alive: Callable[[], None] = lambda: None,
+    progress: bool = True,
+    ledger: Ledger | None = None,
+) -> PipelineRace | None:
     """Publishes `workload` to a running pipeline; None if the counts do not all match in time.
 
     `alive` is called between polls and should raise if the pipeline died. With `ledger` (of
@@ -128,8 +138,9 @@ def race_pipeline(database, topic_path: str, workload: Workload | VoteStateWorkl
     matching yet per poll, then every post in one read).
     """
     started = time.monotonic()
-    report, ledger = publish_workload(topic_path, workload, rate=None, progress=progress, batch_size=batch_size,
-                                      ledger=ledger)
+    report, ledger = publish_workload(
+        topic_path, workload, rate=None, progress=progress, batch_size=batch_size, ledger=ledger
+    )
     posts = len(ledger.totals)
     with progress_bar(posts, "posts whose exact count matches the ledger", unit="posts", enabled=progress) as bar:
         shown = 0
@@ -139,7 +150,9 @@ def race_pipeline(database, topic_path: str, workload: Workload | VoteStateWorkl
             bar.update(max(0, count - shown))
             shown = max(shown, count)
 
-        if wait_until_exact(database, ledger.totals, started + timeout_s - time.monotonic(), alive,
-                            matched=matched) is None:
+        if (
+            wait_until_exact(database, ledger.totals, started + timeout_s - time.monotonic(), alive, matched=matched)
+            is None
+        ):
             return None
     return PipelineRace(report, ledger, time.monotonic() - started)

@@ -35,6 +35,7 @@ The parser understands just enough GoogleSQL DDL for this: ``;``-separated state
 ``--`` and ``/* */`` comments, any keyword case, ``CREATE TABLE`` and
 ``CREATE [UNIQUE] [NULL_FILTERED] INDEX``. Other statements are skipped.
 """
+
 from __future__ import annotations
 
 import re
@@ -131,12 +132,14 @@ def parse_ddl(text: str) -> Schema:
             tables[table.name.lower()] = table
         elif match := CREATE_INDEX.match(masked, start, end):
             key_end = _closing_paren(masked, match.end() - 1, end)
-            indexes.append(Index(
-                name=match.group(1),
-                table=match.group(2),
-                key=_key_parts(masked, match.end(), key_end),
-                interleaved=bool(INTERLEAVE.search(masked, key_end, end)),
-            ))
+            indexes.append(
+                Index(
+                    name=match.group(1),
+                    table=match.group(2),
+                    key=_key_parts(masked, match.end(), key_end),
+                    interleaved=bool(INTERLEAVE.search(masked, key_end, end)),
+                )
+            )
         start = end + 1  # past the ';'
     return Schema(tables, indexes)
 
@@ -175,13 +178,18 @@ def _check(schema: Schema, path: str, tables: dict[str, Table]) -> list[Finding]
         if table.key and not table.interleaved:
             first = table.key[0]
             if reason := _monotonic_reason(first.name, table.columns.get(first.name.lower())):
-                findings.append(Finding(
-                    "monotonic-first-key", "error", path, first.line,
-                    f"table {table.name}: first primary-key part {first.name} is {reason}, so every "
-                    "insert lands at the end of the key space, on one split (a write hotspot).",
-                    f"move {first.name} after a well-spread key part (swap the key order), prepend a "
-                    "shard column (ShardId = hash(key) % N), or key by a UUID or a bit-reversed sequence.",
-                ))
+                findings.append(
+                    Finding(
+                        "monotonic-first-key",
+                        "error",
+                        path,
+                        first.line,
+                        f"table {table.name}: first primary-key part {first.name} is {reason}, so every "
+                        "insert lands at the end of the key space, on one split (a write hotspot).",
+                        f"move {first.name} after a well-spread key part (swap the key order), prepend a "
+                        "shard column (ShardId = hash(key) % N), or key by a UUID or a bit-reversed sequence.",
+                    )
+                )
         findings += _descending_findings(f"table {table.name}", table.key, table.columns, path)
     for index in schema.indexes:
         indexed = tables.get(index.table.lower())
@@ -189,15 +197,20 @@ def _check(schema: Schema, path: str, tables: dict[str, Table]) -> list[Finding]
         if index.key and not index.interleaved:
             first = index.key[0]
             if reason := _monotonic_reason(first.name, columns.get(first.name.lower())):
-                findings.append(Finding(
-                    "monotonic-index-first-column", "error", path, first.line,
-                    f"index {index.name} is not interleaved and its first column {first.name} is "
-                    f"{reason}; an index is a table keyed by its columns, so every insert updates "
-                    "the end of its key space, on one split (a write hotspot).",
-                    "interleave the index in a parent table (start its key with that table's key "
-                    f"columns and add ', INTERLEAVE IN {index.table}' or an ancestor) so entries spread "
-                    "under parent rows, or lead it with a shard column (ShardId = hash(key) % N).",
-                ))
+                findings.append(
+                    Finding(
+                        "monotonic-index-first-column",
+                        "error",
+                        path,
+                        first.line,
+                        f"index {index.name} is not interleaved and its first column {first.name} is "
+                        f"{reason}; an index is a table keyed by its columns, so every insert updates "
+                        "the end of its key space, on one split (a write hotspot).",
+                        "interleave the index in a parent table (start its key with that table's key "
+                        f"columns and add ', INTERLEAVE IN {index.table}' or an ancestor) so entries spread "
+                        "under parent rows, or lead it with a shard column (ShardId = hash(key) % N).",
+                    )
+                )
         findings += _descending_findings(f"index {index.name}", index.key, columns, path)
     return sorted(findings, key=lambda finding: finding.line)
 
@@ -206,7 +219,10 @@ def _descending_findings(owner: str, key: list[KeyPart], columns: dict[str, Colu
     """timestamp-key-not-desc for every key part after the first (the first is rule 1's business)."""
     return [
         Finding(
-            "timestamp-key-not-desc", "warning", path, part.line,
+            "timestamp-key-not-desc",
+            "warning",
+            path,
+            part.line,
             f"{owner}: timestamp key part {part.name} is ascending.",
             f"declare it {part.name} DESC so newest-first history reads start at the top.",
         )

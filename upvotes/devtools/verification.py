@@ -1,10 +1,11 @@
 """Checking the counts against a ledger (`upvotes verify`, the demo, the benchmarks and the tests),
 and how many delta rows a run kept: developer tools, not the read path apps use."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from schemas.counters import NAMES
 from spanner_reads.reads import exact_counts
@@ -57,14 +58,20 @@ def verify_totals(database, expected: dict[str, dict[str, int]]) -> list[Mismatc
 EXACT_SAMPLE = 200
 
 
-def wait_until_exact(database, expected: dict[str, dict[str, int]], timeout_s: float,
-                     alive: Callable[[], None] = lambda: None, poll_s: float = 0.1,
-                     matched: Callable[[int], None] = lambda _: None) -> float | None:
+def wait_until_exact(
+    database,
+    expected: dict[str, dict[str, int]],
+    timeout_s: float,
+    alive: Callable[[], None] = lambda: None,
+    poll_s: float = 0.1,
+    matched: Callable[[int], None] = lambda _: None,
+) -> float | None:
     """Waits until every post's exact count equals `expected` in ONE read (one snapshot: a count can
     pass through its final value on the way); returns the seconds of that last read, None at the
     timeout. Polls read a sample of the posts that did not match yet, the newest first (EXACT_SAMPLE),
     so that the checker loads the database the pipeline writes to as little as it can, and all of
     them once the sample matches. `matched(n)` is told how many posts matched the last full read."""
+
     def unmatched(posts: list[str]) -> list[str]:
         return list(dict.fromkeys(m.post_id for m in verify_totals(database, {p: expected[p] for p in posts})))
 

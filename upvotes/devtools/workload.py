@@ -7,6 +7,7 @@ arriving after later ones of the same user, and users flipping up -> down -> non
 `invalid_payloads` makes messages with exactly one defect each, cycling through every reason the
 contract rejects a message for.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -15,9 +16,10 @@ import heapq
 import itertools
 import random
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import orjson
 
@@ -75,12 +77,15 @@ class Workload:
             raise ValueError("the Zipf exponent must not be negative (0 spreads votes evenly)")
         unknown = set(self.fractions) - set(DEFAULT_FRACTIONS)
         if unknown:
-            raise ValueError(f"no fraction can be given for {', '.join(sorted(unknown))}: only for "
-                             f"{', '.join(DEFAULT_FRACTIONS)}")
+            raise ValueError(
+                f"no fraction can be given for {', '.join(sorted(unknown))}: only for {', '.join(DEFAULT_FRACTIONS)}"
+            )
         fractions = (self.unvote_fraction, *self.counter_fractions.values())
         if min(fractions) < 0 or sum(fractions) > 1:
-            raise ValueError(f"the fractions of un-votes and of {', '.join(DEFAULT_FRACTIONS)} must be at least 0 "
-                             "and add up to at most 1")
+            raise ValueError(
+                f"the fractions of un-votes and of {', '.join(DEFAULT_FRACTIONS)} must be at least 0 "
+                "and add up to at most 1"
+            )
 
     @property
     def counter_fractions(self) -> dict[str, float]:
@@ -90,7 +95,7 @@ class Workload:
 
 def _zipf_ranks(posts: int, zipf: float, rng: random.Random) -> Callable[[], int]:
     """Draws post ranks 1..posts from Zipf(zipf)."""
-    cumulative = list(itertools.accumulate(rank ** -zipf for rank in range(1, posts + 1)))
+    cumulative = list(itertools.accumulate(rank**-zipf for rank in range(1, posts + 1)))
     weight = cumulative[-1]
     # min(): a draw rounding up to exactly `weight` would index one past the last post.
     return lambda: min(bisect.bisect_right(cumulative, rng.random() * weight), posts - 1) + 1
@@ -107,8 +112,12 @@ def generate_events(workload: Workload) -> Iterator[dict[str, Any]]:
     draw_rank = _zipf_ranks(workload.posts, workload.zipf, rng)
     start_ms = _start_ms(workload.start_time)
     # Each kind of event below a cut of the unit interval: the other counters, un-votes, upvotes.
-    cuts = list(zip(itertools.accumulate(workload.counter_fractions.values()),
-                    [(counter.contract_name, 1) for counter in OTHER_COUNTERS]))
+    cuts = list(
+        zip(
+            itertools.accumulate(workload.counter_fractions.values()),
+            [(counter.contract_name, 1) for counter in OTHER_COUNTERS],
+        )
+    )
     cuts.append(((cuts[-1][0] if cuts else 0.0) + workload.unvote_fraction, (RANKING.contract_name, -1)))
     for index in range(workload.events):
         rank = draw_rank()
@@ -185,12 +194,16 @@ class VoteStateWorkload:
 
     def __post_init__(self) -> None:
         if self.events < 0 or self.invalid < 0 or self.posts < 1 or self.voters < 1 or self.zipf < 0:
-            raise ValueError("events and invalid must not be negative, posts and voters must be at least 1, "
-                             "the Zipf exponent must not be negative")
+            raise ValueError(
+                "events and invalid must not be negative, posts and voters must be at least 1, "
+                "the Zipf exponent must not be negative"
+            )
         fractions = (self.down_fraction, self.flip_fraction, self.duplicate_fraction, self.late_fraction)
         if not all(0 <= f <= 1 for f in fractions) or self.flip_fraction + self.duplicate_fraction > 1:
-            raise ValueError("the down, flip, duplicate and late fractions must be between 0 and 1, and flips "
-                             "and duplicates add up to at most 1")
+            raise ValueError(
+                "the down, flip, duplicate and late fractions must be between 0 and 1, and flips "
+                "and duplicates add up to at most 1"
+            )
 
 
 def generate_vote_states(workload: VoteStateWorkload) -> Iterator[dict[str, Any]]:
@@ -229,8 +242,13 @@ def generate_vote_states(workload: VoteStateWorkload) -> Iterator[dict[str, Any]
                     votes.pop(remember(recent_pairs, pair, index), None)
             votes[pair] = vote
             at_us = start_us - int(span_us * (workload.events - index - rng.random()) / workload.events)
-            event = {"post_id": pair[0], "user_id": pair[1], "vote": vote, "event_time": _rfc3339_us(at_us),
-                     "event_id": uuid4_text(rng.getrandbits(128))}
+            event = {
+                "post_id": pair[0],
+                "user_id": pair[1],
+                "vote": vote,
+                "event_time": _rfc3339_us(at_us),
+                "event_id": uuid4_text(rng.getrandbits(128)),
+            }
             remember(recent_events, event, index)
         if rng.random() < workload.late_fraction:
             heapq.heappush(held, (index + rng.randint(1, LATE_BY_EVENTS), index, event))
@@ -268,8 +286,10 @@ class RealTrafficWorkload:
 
     def __post_init__(self) -> None:
         if self.events < 0 or self.invalid < 0 or self.posts < 1 or self.zipf < 0 or self.span_ms < 0:
-            raise ValueError("events and span_ms must not be negative, posts must be at least 1, the Zipf "
-                             "exponent must not be negative")
+            raise ValueError(
+                "events and span_ms must not be negative, posts must be at least 1, the Zipf "
+                "exponent must not be negative"
+            )
         if not all(0 <= f <= 1 for f in (self.head_fraction, self.state_fraction, self.flip_fraction)):
             raise ValueError("the head, state and flip fractions must be between 0 and 1")
 
@@ -289,8 +309,13 @@ def generate_real_traffic(workload: RealTrafficWorkload) -> Iterator[dict[str, A
         post = f"{workload.post_prefix}{rank}"
         event_id = uuid4_text(rng.getrandbits(128))
         if rng.random() >= workload.state_fraction:
-            yield {"post_id": post, "counter": RANKING.contract_name, "delta": 1, "event_id": event_id,
-                   "event_time": _rfc3339_us(at_us)}
+            yield {
+                "post_id": post,
+                "counter": RANKING.contract_name,
+                "delta": 1,
+                "event_id": event_id,
+                "event_time": _rfc3339_us(at_us),
+            }
             continue
         if recent and rng.random() < workload.flip_fraction:
             pair = rng.choice(recent)
@@ -304,8 +329,13 @@ def generate_real_traffic(workload: RealTrafficWorkload) -> Iterator[dict[str, A
                 votes.pop(recent[index % RECENT_PAIRS], None)
                 recent[index % RECENT_PAIRS] = pair
         votes[pair] = vote
-        yield {"post_id": pair[0], "user_id": pair[1], "vote": vote, "event_time": _rfc3339_us(at_us),
-               "event_id": event_id}
+        yield {
+            "post_id": pair[0],
+            "user_id": pair[1],
+            "vote": vote,
+            "event_time": _rfc3339_us(at_us),
+            "event_id": event_id,
+        }
 
 
 def generate(workload: Workload | VoteStateWorkload | RealTrafficWorkload) -> Iterator[dict[str, Any]]:

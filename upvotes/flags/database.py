@@ -1,4 +1,5 @@
 """The flags that name a database, shared by every subcommand that reads or writes one."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,8 +9,11 @@ DEFAULT_PROJECT = os.environ.get("GOOGLE_CLOUD_PROJECT", "demo-project")
 
 
 def add_project_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", default=DEFAULT_PROJECT,
-                        help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT or demo-project)")
+    parser.add_argument(
+        "--project",
+        default=DEFAULT_PROJECT,
+        help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT or demo-project)",
+    )
 
 
 def add_database_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,5 @@
 """The flags `upvotes adjust` and `upvotes reset` share: who, why, and the adjustment's ID."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,9 +15,12 @@ ADJUSTMENT_ID = r"[A-Za-z0-9][-A-Za-z0-9_.]{0,63}"
 
 def add_moderation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reason", help="why (required; kept in the Adjustments audit table)")
-    parser.add_argument("--id", dest="adjustment_id",
-                        help="ID of this adjustment (default: a random UUID); running the same ID again writes "
-                             "nothing twice, so pass one to retry safely")
+    parser.add_argument(
+        "--id",
+        dest="adjustment_id",
+        help="ID of this adjustment (default: a random UUID); running the same ID again writes "
+        "nothing twice, so pass one to retry safely",
+    )
     parser.add_argument("--actor", help="who (default: the login name of the current user)")
 
 

@@ -1,4 +1,5 @@
 """The flags of the two pipeline subcommands, generated from the parameter table."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,9 @@ BEAM_ARGS_EPILOG = "Any other Beam or Dataflow option (--region, --temp_location
 def add_pipeline_arguments(parser: argparse.ArgumentParser, params: tuple[Param, ...]) -> None:
     add_project_argument(parser)
     add_params(parser, params)
-    parser.add_argument("--runner",
-                        help="Beam runner (default: BundleBasedDirectRunner, local); DataflowRunner on Google Cloud")
+    parser.add_argument(
+        "--runner", help="Beam runner (default: BundleBasedDirectRunner, local); DataflowRunner on Google Cloud"
+    )
     parser.epilog = BEAM_ARGS_EPILOG
 
 

@@ -16,6 +16,7 @@ wait too long.
   late but not lost. The age is that of the oldest message seen, so a lower bound when more
   than PEEK_LIMIT wait (the emulator hands out the oldest first).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,13 @@ class Backlog:
     messages_seen: int | None = None  # the peek's sample size
 
     def as_dict(self) -> dict:
-        return {"subscription": self.subscription, "oldest_unacked_age_s": self.oldest_unacked_age_s,
-                "method": self.method, "as_of": self.as_of.isoformat(), "messages_seen": self.messages_seen}
+        return {
+            "subscription": self.subscription,
+            "oldest_unacked_age_s": self.oldest_unacked_age_s,
+            "method": self.method,
+            "as_of": self.as_of.isoformat(),
+            "messages_seen": self.messages_seen,
+        }
 
 
 def on_emulator() -> bool:
@@ -71,13 +77,16 @@ def read_backlog(subscription: str) -> Backlog:
 
 
 def peek_backlog(subscriber, subscription: str, limit: int = PEEK_LIMIT) -> Backlog:
-    response = subscriber.pull(request={"subscription": subscription, "max_messages": limit,
-                                        "return_immediately": True}, timeout=PEEK_TIMEOUT_S)
+    response = subscriber.pull(
+        request={"subscription": subscription, "max_messages": limit, "return_immediately": True},
+        timeout=PEEK_TIMEOUT_S,
+    )
     received = list(response.received_messages)
     now = datetime.now(timezone.utc)
     if received:
-        subscriber.modify_ack_deadline(request={"subscription": subscription, "ack_deadline_seconds": 0,
-                                                "ack_ids": [m.ack_id for m in received]})
+        subscriber.modify_ack_deadline(
+            request={"subscription": subscription, "ack_deadline_seconds": 0, "ack_ids": [m.ack_id for m in received]}
+        )
     oldest = min((m.message.publish_time for m in received), default=None)
     age = None if oldest is None else round(max(0.0, (now - oldest).total_seconds()), 3)
     return Backlog(subscription, age, PEEK, now, len(received))
@@ -97,14 +106,17 @@ def monitoring_backlog(client, subscription: str, now_s: float | None = None) ->
 
     project, name = _parts(subscription)
     now_s = time.time() if now_s is None else now_s
-    series = client.list_time_series(request={
-        "name": f"projects/{project}",
-        "filter": f'metric.type = "{METRIC}" AND resource.type = "pubsub_subscription" '
-                  f'AND resource.labels.subscription_id = "{name}"',
-        "interval": monitoring_v3.TimeInterval(end_time={"seconds": int(now_s)},
-                                               start_time={"seconds": int(now_s - LOOKBACK_S)}),
-        "view": monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
-    })
+    series = client.list_time_series(
+        request={
+            "name": f"projects/{project}",
+            "filter": f'metric.type = "{METRIC}" AND resource.type = "pubsub_subscription" '
+            f'AND resource.labels.subscription_id = "{name}"',
+            "interval": monitoring_v3.TimeInterval(
+                end_time={"seconds": int(now_s)}, start_time={"seconds": int(now_s - LOOKBACK_S)}
+            ),
+            "view": monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
+        }
+    )
     points = [point for one in series for point in one.points]
     if not points:
         raise BacklogUnknown(f"no {METRIC} sample for {subscription} in the last {LOOKBACK_S} s")

@@ -28,11 +28,13 @@ only drops a user's own repeats, and no batching removes a row that is one per (
 Those rows, not the deltas, set the Spanner nodes vote states need, at Google's published rate
 per node for plain writes or for throughput-optimized ones (commits batched by max_commit_delay).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -101,7 +103,7 @@ class Popularity(NamedTuple):
     p: np.ndarray
 
     @classmethod
-    def zipf(cls, posts: int, exponent: float) -> "Popularity":
+    def zipf(cls, posts: int, exponent: float) -> Popularity:
         weights = np.arange(1, posts + 1, dtype=np.float64) ** -exponent
         return cls(weights / weights.sum())
 
@@ -173,14 +175,19 @@ def split_by_hour(start: float, end: float, votes_per_s: float, delay_mean_s: fl
         boundary -= HOUR_S
     before = max(0.0, min(end, boundary) - start)
     after_start = max(start, boundary)
-    late = delay_mean_s * (math.exp(-(after_start - boundary) / delay_mean_s) - math.exp(-(end - boundary) / delay_mean_s))
+    late = delay_mean_s * (
+        math.exp(-(after_start - boundary) / delay_mean_s) - math.exp(-(end - boundary) / delay_mean_s)
+    )
     previous = votes_per_s * (before + late)
     return HourSplit(previous, votes_per_s * (end - start) - previous)
 
 
 def window_groups(popularity: Popularity, split: HourSplit, workload: Workload) -> float:
-    return sum(expected_groups(popularity, votes, workload.unvote_fraction, workload.other_fraction)
-               for votes in split if votes > 0)
+    return sum(
+        expected_groups(popularity, votes, workload.unvote_fraction, workload.other_fraction)
+        for votes in split
+        if votes > 0
+    )
 
 
 def stream_delta_rows(popularity: Popularity, workload: Workload, start: float, duration_s: float) -> float:
@@ -203,7 +210,8 @@ def steady_delta_rows_per_s(popularity: Popularity, workload: Workload) -> float
     window_votes = workload.votes_per_s * workload.window_s
     whole = window_groups(popularity, HourSplit(0.0, window_votes), workload)
     after_boundary = window_groups(
-        popularity, split_by_hour(0.0, workload.window_s, workload.votes_per_s, workload.client_delay_mean_s), workload)
+        popularity, split_by_hour(0.0, workload.window_s, workload.votes_per_s, workload.client_delay_mean_s), workload
+    )
     return whole / workload.window_s + (after_boundary - whole) / HOUR_S
 
 
@@ -237,14 +245,25 @@ def state_writes(popularity: Popularity, workload: Workload, shape: SinkShape, a
     def nodes(state_votes: float, writes_per_node: float) -> float:
         return state_votes / writes_per_node + 2 * state_votes / reads_per_node
 
-    plain, optimized = (assumptions.spanner_writes_per_node_s.value,
-                        assumptions.spanner_optimized_writes_per_node_s.value)
+    plain, optimized = (
+        assumptions.spanner_writes_per_node_s.value,
+        assumptions.spanner_optimized_writes_per_node_s.value,
+    )
     return StateWrites(
-        votes=votes, row_writes=votes, row_reads=2 * votes, transactions=transactions, delta_rows=delta_rows,
-        mutations=(votes * shape.mutations_per_vote + transactions * shape.mutations_per_commit
-                   + delta_rows * (shape.mutations_per_delta + shape.mutations_per_parent)),
-        spanner_nodes=nodes(votes, plain), spanner_nodes_optimized=nodes(votes, optimized),
-        nodes_per_100k_votes_s=nodes(100_000, plain), nodes_per_100k_votes_s_optimized=nodes(100_000, optimized),
+        votes=votes,
+        row_writes=votes,
+        row_reads=2 * votes,
+        transactions=transactions,
+        delta_rows=delta_rows,
+        mutations=(
+            votes * shape.mutations_per_vote
+            + transactions * shape.mutations_per_commit
+            + delta_rows * (shape.mutations_per_delta + shape.mutations_per_parent)
+        ),
+        spanner_nodes=nodes(votes, plain),
+        spanner_nodes_optimized=nodes(votes, optimized),
+        nodes_per_100k_votes_s=nodes(100_000, plain),
+        nodes_per_100k_votes_s_optimized=nodes(100_000, optimized),
     )
 
 
@@ -280,15 +299,20 @@ class CapacityReport(NamedTuple):
 
 def spanner_nodes(row_writes: float, row_reads: float, assumptions: Assumptions) -> float:
     """Google's guidance gives peak writes *or* peak reads per node, so a mix uses both shares."""
-    return (row_writes / assumptions.spanner_writes_per_node_s.value
-            + row_reads / assumptions.spanner_reads_per_node_s.value)
+    return (
+        row_writes / assumptions.spanner_writes_per_node_s.value
+        + row_reads / assumptions.spanner_reads_per_node_s.value
+    )
 
 
 def rows_per_sink_commit(shape: SinkShape) -> int:
     """Delta rows in a full commit: plan_commits' row cap, or its mutation budget when every
     row brings its own parent Posts row (within a window, nearly every row is another post)."""
-    return min(shape.rows_per_commit, (shape.mutation_budget - shape.mutations_per_commit)
-               // (shape.mutations_per_delta + shape.mutations_per_parent))
+    return min(
+        shape.rows_per_commit,
+        (shape.mutation_budget - shape.mutations_per_commit)
+        // (shape.mutations_per_delta + shape.mutations_per_parent),
+    )
 
 
 def fold_rows_read(changed_posts: float, unfolded_deltas: float, delta_commits: float) -> float:
@@ -298,8 +322,14 @@ def fold_rows_read(changed_posts: float, unfolded_deltas: float, delta_commits: 
     return 1 + delta_commits + changed_posts + unfolded_deltas
 
 
-def this_design(workload: Workload, rows: float, folded_posts: float, shape: SinkShape,
-                assumptions: Assumptions, states: StateWrites) -> ApproachCapacity:
+def this_design(
+    workload: Workload,
+    rows: float,
+    folded_posts: float,
+    shape: SinkShape,
+    assumptions: Assumptions,
+    states: StateWrites,
+) -> ApproachCapacity:
     """Blind delta writes (`rows` per second), the vote states' transactions (`states`) and a fold
     of `folded_posts` posts per interval.
     The fold rewrites each post's Posts row and one hourly row per event hour it saw: taken
@@ -314,32 +344,53 @@ def this_design(workload: Workload, rows: float, folded_posts: float, shape: Sin
     # An exact read is the Posts row plus the unfolded deltas: on average half a fold
     # interval of the hottest post's windows.
     rows_per_count_read = 1 + workload.fold_interval_s / workload.window_s / 2
-    fold_reads_per_s = fold_rows_read(folded_posts, (rows + states.delta_rows) * interval,
-                                      (sink_commits + states.transactions) * interval) / interval
+    fold_reads_per_s = (
+        fold_rows_read(
+            folded_posts, (rows + states.delta_rows) * interval, (sink_commits + states.transactions) * interval
+        )
+        / interval
+    )
     row_reads = fold_reads_per_s + workload.count_reads_per_s * rows_per_count_read + states.row_reads
     # Each delta touches its parent; each sink commit writes its TopCandidates and DeltaCommits rows.
-    row_writes = ((rows + states.delta_rows) * 2 + (sink_commits + states.transactions) * 2
-                  + folded_posts_per_s * (1 + hours_per_post) + states.row_writes)
-    mutations = (rows * (shape.mutations_per_delta + shape.mutations_per_parent)
-                 + sink_commits * shape.mutations_per_commit + folded_posts_per_s * fold_cost + states.mutations)
-    vcpus = (workload.votes_per_s / assumptions.chain_events_per_core_s.value
-             + (rows + states.delta_rows + states.row_writes) / assumptions.sink_rows_per_core_s.value)
+    row_writes = (
+        (rows + states.delta_rows) * 2
+        + (sink_commits + states.transactions) * 2
+        + folded_posts_per_s * (1 + hours_per_post)
+        + states.row_writes
+    )
+    mutations = (
+        rows * (shape.mutations_per_delta + shape.mutations_per_parent)
+        + sink_commits * shape.mutations_per_commit
+        + folded_posts_per_s * fold_cost
+        + states.mutations
+    )
+    vcpus = (
+        workload.votes_per_s / assumptions.chain_events_per_core_s.value
+        + (rows + states.delta_rows + states.row_writes) / assumptions.sink_rows_per_core_s.value
+    )
     hot_limit = assumptions.hot_row_transactions_per_s.value
     # The hottest post's busiest row is its Posts row: each window's delta commit upserts its
     # key (a blind write) and each fold rewrites it; a vote-state transaction does not (its worker
     # knows the row exists). Every delta is a new row of its own.
     hot_writes = 1 / workload.window_s + 1 / workload.fold_interval_s
     return ApproachCapacity(
-        approach="this design (deltas + fold)", rows_written=rows + states.delta_rows + states.row_writes,
+        approach="this design (deltas + fold)",
+        rows_written=rows + states.delta_rows + states.row_writes,
         commits=sink_commits + fold_transactions + states.transactions,
-        mutations=mutations, row_writes=row_writes, row_reads=row_reads,
-        spanner_nodes=spanner_nodes(row_writes, row_reads, assumptions), dataflow_vcpus=vcpus,
-        hot_row_writes=hot_writes, hot_row_limit=hot_limit, holds_hot_post=hot_writes <= hot_limit,
+        mutations=mutations,
+        row_writes=row_writes,
+        row_reads=row_reads,
+        spanner_nodes=spanner_nodes(row_writes, row_reads, assumptions),
+        dataflow_vcpus=vcpus,
+        hot_row_writes=hot_writes,
+        hot_row_limit=hot_limit,
+        holds_hot_post=hot_writes <= hot_limit,
     )
 
 
-def counters(workload: Workload, hot_votes_per_s: float, shards: int, shape: SinkShape,
-             assumptions: Assumptions) -> ApproachCapacity:
+def counters(
+    workload: Workload, hot_votes_per_s: float, shards: int, shape: SinkShape, assumptions: Assumptions
+) -> ApproachCapacity:
     """Read-modify-write (shards == 1) or sharded counters: every vote is one transaction that
     reads and rewrites one row; reading a count reads every shard."""
     votes = workload.votes_per_s
@@ -348,15 +399,22 @@ def counters(workload: Workload, hot_votes_per_s: float, shards: int, shape: Sin
     hot_limit = assumptions.hot_row_transactions_per_s.value
     return ApproachCapacity(
         approach="read-modify-write" if shards == 1 else f"sharded counters ({shards} shards)",
-        rows_written=votes, commits=votes, mutations=votes * shape.rmw_mutations_per_commit,
-        row_writes=votes, row_reads=row_reads, spanner_nodes=spanner_nodes(votes, row_reads, assumptions),
-        dataflow_vcpus=None, hot_row_writes=hot_row_writes, hot_row_limit=hot_limit,
+        rows_written=votes,
+        commits=votes,
+        mutations=votes * shape.rmw_mutations_per_commit,
+        row_writes=votes,
+        row_reads=row_reads,
+        spanner_nodes=spanner_nodes(votes, row_reads, assumptions),
+        dataflow_vcpus=None,
+        hot_row_writes=hot_row_writes,
+        hot_row_limit=hot_limit,
         holds_hot_post=hot_row_writes <= hot_limit,
     )
 
 
-def capacity(workload: Workload, shape: SinkShape, assumptions: Assumptions,
-             popularity: Popularity | None = None) -> CapacityReport:
+def capacity(
+    workload: Workload, shape: SinkShape, assumptions: Assumptions, popularity: Popularity | None = None
+) -> CapacityReport:
     """Every approach's needs at `workload`; `popularity` defaults to the workload's Zipf."""
     popularity = popularity or Popularity.zipf(workload.posts, workload.zipf)
     hot_votes = workload.votes_per_s * popularity.hottest
@@ -372,15 +430,19 @@ def capacity(workload: Workload, shape: SinkShape, assumptions: Assumptions,
         *(counters(workload, hot_votes, n, shape, assumptions) for n in workload.shards),
     )
     return CapacityReport(
-        workload=workload, assumptions=assumptions, hottest_post_share=popularity.hottest,
+        workload=workload,
+        assumptions=assumptions,
+        hottest_post_share=popularity.hottest,
         hottest_post_votes_per_s=hot_votes,
         shards_to_hold_hottest=math.ceil(hot_votes / assumptions.hot_row_transactions_per_s.value),
         pubsub_messages_per_s=workload.votes_per_s / workload.batch_size,
         delta_rows_per_window=rows * workload.window_s,
         posts_per_fold=folded_posts,
-        fold_rows_read=fold_rows_read(folded_posts, (rows + states.delta_rows) * workload.fold_interval_s,
-                                      (rows / rows_per_sink_commit(shape) + states.transactions)
-                                      * workload.fold_interval_s),
+        fold_rows_read=fold_rows_read(
+            folded_posts,
+            (rows + states.delta_rows) * workload.fold_interval_s,
+            (rows / rows_per_sink_commit(shape) + states.transactions) * workload.fold_interval_s,
+        ),
         approaches=tuple(approaches),
         vote_states=states,
     )

@@ -33,20 +33,27 @@ each vote once:
   published to the votes topic, so no Pub/Sub or Dataflow deduplication (`id_label`) can drop a
   correction after its dead letter was acknowledged.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from google.api_core import exceptions
 
 from schemas.contract import (
-    DEFAULT_EVENT_TIME_POLICY, ERROR_ATTRIBUTE, EVENT_ID_ATTRIBUTE, KIND_ATTRIBUTE, LINE_ATTRIBUTE, EventTimePolicy,
+    DEFAULT_EVENT_TIME_POLICY,
+    ERROR_ATTRIBUTE,
+    EVENT_ID_ATTRIBUTE,
+    KIND_ATTRIBUTE,
+    LINE_ATTRIBUTE,
+    EventTimePolicy,
     parse_vote,
 )
 from schemas.counters import NAME_OF, VOTER_CONTRACT_NAMES, Counts
@@ -121,10 +128,16 @@ class DeadLetter:
 
     def summary(self) -> dict:
         rejected = self.kind == REJECTED_VOTE
-        return {"message_id": self.message_id, "kind": self.kind, "reason": self.reason, "error": self.error,
-                "event_id": self.event_id() if rejected else None, "line": self.line,
-                "identity": self.identity() if rejected else None,
-                "data": self.data[:300].decode("utf-8", "replace")}
+        return {
+            "message_id": self.message_id,
+            "kind": self.kind,
+            "reason": self.reason,
+            "error": self.error,
+            "event_id": self.event_id() if rejected else None,
+            "line": self.line,
+            "identity": self.identity() if rejected else None,
+            "data": self.data[:300].decode("utf-8", "replace"),
+        }
 
 
 class HeldLetters:
@@ -167,19 +180,31 @@ class HeldLetters:
                 ack_ids = list(self._held)
             for start in range(0, len(ack_ids), PULL_BATCH):
                 try:
-                    self._subscriber.modify_ack_deadline(request={
-                        "subscription": self._subscription, "ack_ids": ack_ids[start:start + PULL_BATCH],
-                        "ack_deadline_seconds": self._deadline_s})
+                    self._subscriber.modify_ack_deadline(
+                        request={
+                            "subscription": self._subscription,
+                            "ack_ids": ack_ids[start : start + PULL_BATCH],
+                            "ack_deadline_seconds": self._deadline_s,
+                        }
+                    )
                 except exceptions.GoogleAPICallError as error:  # tried again at the next beat, well within the deadline
-                    LOG.warning("could not extend the ack deadline of %d held dead letters: %s",
-                                len(ack_ids[start:start + PULL_BATCH]), error)
+                    LOG.warning(
+                        "could not extend the ack deadline of %d held dead letters: %s",
+                        len(ack_ids[start : start + PULL_BATCH]),
+                        error,
+                    )
                     continue
                 self.extensions += 1
 
 
-def pull_dead_letters(subscriber, subscription: str, limit: int, reason: str | None = None,
-                      empty_wait_s: float = EMPTY_PULL_WAIT_S, held: HeldLetters | None = None,
-                      ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+def pull_dead_letters(
+    subscriber,
+    subscription: str,
+    limit: int,
+    reason: str | None = None,
+    empty_wait_s: float = EMPTY_PULL_WAIT_S,
+    held: HeldLetters | None = None,
+) -> tuple[list[DeadLetter], list[DeadLetter]]:
     """Pulls and holds up to `limit` dead letters (of `reason`, if given); returns (matching, others).
     Held messages are redelivered after the ack deadline unless released or acknowledged, or kept
     extended by `held` from the moment each is pulled."""
@@ -189,14 +214,21 @@ def pull_dead_letters(subscriber, subscription: str, limit: int, reason: str | N
         try:
             response = subscriber.pull(
                 request={"subscription": subscription, "max_messages": min(PULL_BATCH, limit - len(matching))},
-                timeout=empty_wait_s, retry=None)
+                timeout=empty_wait_s,
+                retry=None,
+            )
         except exceptions.DeadlineExceeded:
             break
         if not response.received_messages:
             break
         for received in response.received_messages:
-            letter = DeadLetter(received.ack_id, received.message.message_id, bytes(received.message.data),
-                                dict(received.message.attributes), received.message.publish_time.timestamp())
+            letter = DeadLetter(
+                received.ack_id,
+                received.message.message_id,
+                bytes(received.message.data),
+                dict(received.message.attributes),
+                received.message.publish_time.timestamp(),
+            )
             (matching if reason is None or letter.reason == reason else others).append(letter)
             if held is not None:
                 held.hold([letter])
@@ -206,17 +238,22 @@ def pull_dead_letters(subscriber, subscription: str, limit: int, reason: str | N
 def release(subscriber, subscription: str, letters: Sequence[DeadLetter]) -> None:
     """Hands held dead letters back for delivery at once (they stay on the subscription)."""
     if letters:
-        subscriber.modify_ack_deadline(request={"subscription": subscription, "ack_ids": [l.ack_id for l in letters],
-                                                "ack_deadline_seconds": 0})
+        subscriber.modify_ack_deadline(
+            request={
+                "subscription": subscription,
+                "ack_ids": [letter.ack_id for letter in letters],
+                "ack_deadline_seconds": 0,
+            }
+        )
 
 
 def acknowledge(subscriber, subscription: str, letters: Sequence[DeadLetter]) -> None:
     if letters:
-        subscriber.acknowledge(request={"subscription": subscription, "ack_ids": [l.ack_id for l in letters]})
+        subscriber.acknowledge(request={"subscription": subscription, "ack_ids": [letter.ack_id for letter in letters]})
 
 
 def backlog_by_reason(letters: Iterable[DeadLetter]) -> dict[str, int]:
-    return dict(sorted(Counter(f"{l.kind}/{l.reason}" for l in letters).items()))
+    return dict(sorted(Counter(f"{letter.kind}/{letter.reason}" for letter in letters).items()))
 
 
 @dataclass(frozen=True)
@@ -242,8 +279,9 @@ class CorrectedLine:
         return vote
 
 
-def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float,
-                         policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> dict[str, CorrectedLine]:
+def read_corrected_votes(
+    lines: Iterable[bytes], publish_time_s: float, policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY
+) -> dict[str, CorrectedLine]:
     """The corrected votes of a JSON-lines file by event_id (the identity of the dead letter each
     replaces); raises ValueError on a line the pipeline would reject again, one without an event_id
     to match it to its dead letter, or a second line for the same dead letter."""
@@ -256,11 +294,14 @@ def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float,
         if not isinstance(vote, (VoteEvent, VoteState)):
             raise ValueError(f"line {number} would be rejected again: {vote.error}")
         if not vote.event_id:
-            raise ValueError(f"line {number} has no event_id to match it to its dead letter (for a rejected line "
-                             "without one, the identity `dead-letters show` prints)")
+            raise ValueError(
+                f"line {number} has no event_id to match it to its dead letter (for a rejected line "
+                "without one, the identity `dead-letters show` prints)"
+            )
         if (first := corrected.get(vote.event_id)) is not None:
-            raise ValueError(f"lines {first.number} and {number} both correct {vote.event_id!r}: one line per "
-                             "dead letter")
+            raise ValueError(
+                f"lines {first.number} and {number} both correct {vote.event_id!r}: one line per dead letter"
+            )
         corrected[vote.event_id] = CorrectedLine(data, vote.event_id, number)
     return corrected
 
@@ -268,8 +309,9 @@ def read_corrected_votes(lines: Iterable[bytes], publish_time_s: float,
 def correction_delta(vote: VoteEvent, identity: str) -> PostDelta:
     """The delta row a corrected delta event becomes: the sums the pipeline would give it alone,
     keyed by the identity of the dead letter it replaces."""
-    voters = (sketch_of([vote.user_id]) if vote.delta > 0 and vote.user_id and vote.counter in VOTER_CONTRACT_NAMES
-              else None)
+    voters = (
+        sketch_of([vote.user_id]) if vote.delta > 0 and vote.user_id and vote.counter in VOTER_CONTRACT_NAMES else None
+    )
     counts = Counts(**{NAME_OF[vote.counter]: vote.delta})
     return PostDelta(vote.post_id, vote.event_hour, replay_delta_id(identity), CounterSums(counts, 1, voters))
 
@@ -317,14 +359,19 @@ class Correction(NamedTuple):
 
     def write(self) -> PostDelta | dict[PostUser, LatestVote]:
         """What it writes: a delta row (a delta event) or a vote state to apply."""
-        return (correction_delta(self.vote, self.identity) if isinstance(self.vote, VoteEvent)
-                else correction_states(self.vote))
+        return (
+            correction_delta(self.vote, self.identity)
+            if isinstance(self.vote, VoteEvent)
+            else correction_states(self.vote)
+        )
 
     def refusal(self, written: str) -> str:
         """Why its rerun is refused: the line, its identity, and both versions."""
-        return (f"corrected line {self.line.number} (identity {self.identity!r}) differs from the correction an "
-                f"earlier replay wrote for its dead letter; nothing written, dead letter kept. Written: {written}; "
-                f"this line: {self.text}")
+        return (
+            f"corrected line {self.line.number} (identity {self.identity!r}) differs from the correction an "
+            f"earlier replay wrote for its dead letter; nothing written, dead letter kept. Written: {written}; "
+            f"this line: {self.text}"
+        )
 
 
 def write_corrected(database, correction: Correction) -> str | None:
@@ -352,12 +399,16 @@ class ReplayPlan:
     # registry's order (spanner_writes/sinks.py).
     failed: list[SinkLetter] = field(default_factory=list)
     corrections: list[tuple[DeadLetter, Correction]] = field(
-        default_factory=list)  # rejected votes replaced by their corrections: a delta row or a vote state
+        default_factory=list
+    )  # rejected votes replaced by their corrections: a delta row or a vote state
     left: list[DeadLetter] = field(default_factory=list)  # no replay for these: released, kept
 
 
-def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLine],
-                policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY) -> ReplayPlan:
+def plan_replay(
+    letters: Iterable[DeadLetter],
+    corrected: dict[str, CorrectedLine],
+    policy: EventTimePolicy = DEFAULT_EVENT_TIME_POLICY,
+) -> ReplayPlan:
     """Each held dead letter's replay; a correction is read under `policy` (the stream's, from the
     same flags) at its dead letter's publish time (CorrectedLine.parsed)."""
     plan = ReplayPlan()
@@ -365,8 +416,9 @@ def plan_replay(letters: Iterable[DeadLetter], corrected: dict[str, CorrectedLin
         if letter.sink is not None:
             plan.failed.append(SinkLetter(letter, letter.sink, letter.failed()))
         elif (line := corrected.get(letter.identity())) is not None:
-            plan.corrections.append((letter, Correction(line, letter.identity(),
-                                                        line.parsed(letter.publish_time_s, policy))))
+            plan.corrections.append(
+                (letter, Correction(line, letter.identity(), line.parsed(letter.publish_time_s, policy)))
+            )
         else:
             plan.left.append(letter)
     plan.failed.sort(key=lambda held: SINKS.index(held.sink))
@@ -403,27 +455,36 @@ class _Refused(Exception):
 _CORRECTIONS_COUNTED_AS = ("corrections_written", "corrections_already_written")
 
 
-def execute_replay(plan: ReplayPlan, replay_failed: Callable[[SinkDeclaration, FailedRecord], tuple[int, int]],
-                   write_correction: Callable[[Correction], str | None],
-                   ack: Callable[[list[DeadLetter]], None]) -> tuple[ReplayReport, list[DeadLetter]]:
+def execute_replay(
+    plan: ReplayPlan,
+    replay_failed: Callable[[SinkDeclaration, FailedRecord], tuple[int, int]],
+    write_correction: Callable[[Correction], str | None],
+    ack: Callable[[list[DeadLetter]], None],
+) -> tuple[ReplayReport, list[DeadLetter]]:
     """Replays each dead letter and acknowledges it right after its replay succeeded; returns the
     report and the dead letters still held (failed, refused or left), for the caller to release.
     `replay_failed` re-writes a sink's failed record (the command: the sink's SinkReplay.write) and
     returns (written or applied, already there); `write_correction` the correction recorded for its
     identity before it (upvotes/operations/replayed_corrections.py), None if none: the same as this
     one, it was already written; another, this one is refused."""
+
     def replay_correction(correction: Correction) -> tuple[int, int]:
         written = write_correction(correction)
         if written is not None and written != correction.text:
             raise _Refused(correction.refusal(written))
         return (1, 0) if written is None else (0, 1)
 
-    replays = [(held.letter, lambda held=held: replay_failed(held.sink, held.failed), held.sink.replay.counted_as)
-               for held in plan.failed]
-    replays += [(letter, lambda correction=correction: replay_correction(correction), _CORRECTIONS_COUNTED_AS)
-                for letter, correction in plan.corrections]
-    counts = dict.fromkeys([name for sink in SINKS for name in sink.replay.counted_as] + list(_CORRECTIONS_COUNTED_AS),
-                           0)
+    replays = [
+        (held.letter, lambda held=held: replay_failed(held.sink, held.failed), held.sink.replay.counted_as)
+        for held in plan.failed
+    ]
+    replays += [
+        (letter, lambda correction=correction: replay_correction(correction), _CORRECTIONS_COUNTED_AS)
+        for letter, correction in plan.corrections
+    ]
+    counts = dict.fromkeys(
+        [name for sink in SINKS for name in sink.replay.counted_as] + list(_CORRECTIONS_COUNTED_AS), 0
+    )
     acked = 0
     failed: list[str] = []
     refused: list[str] = []
@@ -444,5 +505,6 @@ def execute_replay(plan: ReplayPlan, replay_failed: Callable[[SinkDeclaration, F
         ack([letter])
         acked += 1
     corrections_written, corrections_already_written = (counts.pop(name) for name in _CORRECTIONS_COUNTED_AS)
-    return ReplayReport(counts, corrections_written, corrections_already_written, acked, len(plan.left), failed,
-                        refused), still_held
+    return ReplayReport(
+        counts, corrections_written, corrections_already_written, acked, len(plan.left), failed, refused
+    ), still_held

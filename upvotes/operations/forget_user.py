@@ -66,10 +66,12 @@ passed since): delete the user's Votes and UserErasures rows, one key range (Use
 each, which moves no count since "none" counts nothing (an event of the user arriving after that
 would count again).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
@@ -82,7 +84,7 @@ from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, timestamp_micros, user_hash
 from spanner_store.vote_rows import StoredVote, erasure
 from spanner_writes.votes import apply_all_vote_states
-from upvotes.operations.moderation import Adjustment, FORGET_USER, adjustment_of, record
+from upvotes.operations.moderation import FORGET_USER, Adjustment, adjustment_of, record
 
 
 class Retractions(NamedTuple):
@@ -116,8 +118,9 @@ def plan_retractions(votes: Iterable[StoredVote], request: Erasure, recorded_at:
             kept += 1  # the user's own vote, cast and applied after the request
             continue
         at_us = max(request.at_us, vote.voted_at_us + 1)
-        states[PostUser(vote.post_id, vote.user_id)] = LatestVote(NONE, at_us, request.event_id, hour_of_us(at_us), 0,
-                                                                  False)
+        states[PostUser(vote.post_id, vote.user_id)] = LatestVote(
+            NONE, at_us, request.event_id, hour_of_us(at_us), 0, False
+        )
         counts = counts.plus(vote.counts.negated())
     return Retractions(states, counts, kept)
 
@@ -139,8 +142,10 @@ class ForgetResult(NamedTuple):
 def _recorded(database, request_id: str, user_id: str) -> Adjustment | None:
     request = adjustment_of(database, request_id)
     if request is not None and (request.kind, request.user_id) != (FORGET_USER, user_id):
-        raise RequestIdInUse(f"ID {request_id!r} is already used by a {request.kind} of "
-                             f"{request.user_id or request.post_id!r}: choose another ID")
+        raise RequestIdInUse(
+            f"ID {request_id!r} is already used by a {request.kind} of "
+            f"{request.user_id or request.post_id!r}: choose another ID"
+        )
     return request
 
 
@@ -155,14 +160,18 @@ def _write_missing_erasure(database, request: Adjustment) -> None:
     assert request.user_id is not None  # a forget-user request's (_recorded checks it is the user's)
     row = _erasure_row(request.adjustment_id, request.user_id, request.as_of)
     try:
-        run_with_retries(lambda: commit_mutations(database, lambda batch: batch.insert(
-            USER_ERASURES, columns=USER_ERASURE_COLUMNS, values=[row])))
+        run_with_retries(
+            lambda: commit_mutations(
+                database, lambda batch: batch.insert(USER_ERASURES, columns=USER_ERASURE_COLUMNS, values=[row])
+            )
+        )
     except exceptions.AlreadyExists:
         pass  # recorded with the request (or by an earlier rerun)
 
 
-def forget_user(database, request_id: str, user_id: str, reason: str, actor: str,
-                rows_per_commit: int = 1_000) -> ForgetResult:
+def forget_user(
+    database, request_id: str, user_id: str, reason: str, actor: str, rows_per_commit: int = 1_000
+) -> ForgetResult:
     """Retracts every vote of `user_id`, now and in flight, as of the commit timestamp of the
     request's record (see the module docstring); idempotent per `request_id`."""
     request = _recorded(database, request_id, user_id)
@@ -170,9 +179,12 @@ def forget_user(database, request_id: str, user_id: str, reason: str, actor: str
     if request is None:
         found = counts_to_retract(votes_of_user(database, user_id))
         erasure_row = _erasure_row(request_id, user_id, spanner.COMMIT_TIMESTAMP)
-        written = record(database, Adjustment(request_id, "", FORGET_USER, found, reason, actor, None, None, user_id),
-                         lambda batch: batch.insert(USER_ERASURES, columns=USER_ERASURE_COLUMNS, values=[erasure_row]),
-                         as_of_committed=True)
+        written = record(
+            database,
+            Adjustment(request_id, "", FORGET_USER, found, reason, actor, None, None, user_id),
+            lambda batch: batch.insert(USER_ERASURES, columns=USER_ERASURE_COLUMNS, values=[erasure_row]),
+            as_of_committed=True,
+        )
         # Read back for F: this run's record with its commit time, or that of a run of the same ID racing it.
         request = _recorded(database, request_id, user_id)
         assert request is not None  # recorded: by this run, or by a run of the same ID racing it
@@ -180,8 +192,16 @@ def forget_user(database, request_id: str, user_id: str, reason: str, actor: str
         _write_missing_erasure(database, request)
     # Read after the record: every state applied before it is here, every one after it saw the erasure.
     assert request.as_of is not None and request.created_at is not None  # read back: its record's commit time
-    plan = plan_retractions(votes_of_user(database, user_id), erasure(request_id, timestamp_micros(request.as_of)),
-                            request.created_at)
+    plan = plan_retractions(
+        votes_of_user(database, user_id), erasure(request_id, timestamp_micros(request.as_of)), request.created_at
+    )
     totals = apply_all_vote_states(database, plan.states, rows_per_commit)
-    return ForgetResult(request, written, totals.applied, len({key.post_id for key in plan.states}), plan.kept,
-                        totals.superseded, totals.commits)
+    return ForgetResult(
+        request,
+        written,
+        totals.applied,
+        len({key.post_id for key in plan.states}),
+        plan.kept,
+        totals.superseded,
+        totals.commits,
+    )

@@ -25,10 +25,12 @@ taking over from another, every post: keys of a previous half-life are fenced to
 tells them apart. The scan reads every post once, a page of keys at a time (a one-off
 migration, proportional to the catalogue; a fresh database has nothing to scan).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Callable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from google.cloud import spanner
 
@@ -61,8 +63,9 @@ class _Start(NamedTuple):
     recorded: float | None  # the half-life recorded before this run
 
 
-def ensure_hot_ranking(database, half_life_hours: float, log: Callable[[str], None],
-                       recompute: bool = False) -> BackfillReport:
+def ensure_hot_ranking(
+    database, half_life_hours: float, log: Callable[[str], None], recompute: bool = False
+) -> BackfillReport:
     """Records the half-life (kept as recorded unless `recompute`) under a new generation, then
     gives every post that needs one its HotKey and fence (every post unless this run recorded
     the database's first half-life), then records that the backfill is complete, unless another
@@ -70,8 +73,10 @@ def ensure_hot_ranking(database, half_life_hours: float, log: Callable[[str], No
     start = run_with_retries(lambda: run_transaction(database, lambda txn: _start(txn, half_life_hours, recompute)))
     recorded = start.recorded
     if recorded is not None and recorded != half_life_hours and not recompute:
-        log(f"kept    hot half-life {recorded:g} h (recorded for this database; changing it to "
-            f"{half_life_hours:g} h recomputes every post's score: pass --recompute-hot)")
+        log(
+            f"kept    hot half-life {recorded:g} h (recorded for this database; changing it to "
+            f"{half_life_hours:g} h recomputes every post's score: pass --recompute-hot)"
+        )
     run = start.run
     if run is None:
         assert recorded is not None  # no run: the recorded half-life's backfill is finished
@@ -113,8 +118,10 @@ def _start(transaction, half_life_hours: float, recompute: bool) -> _Start:
 
 
 def _taken_over(run: BackfillRun, scanned: int, written: int, log: Callable[[str], None]) -> BackfillReport:
-    log(f"stopped the hot score backfill after {scanned:,} posts scanned: another provision took it over "
-        f"(generation {run.generation} is no longer current) and finishes it")
+    log(
+        f"stopped the hot score backfill after {scanned:,} posts scanned: another provision took it over "
+        f"(generation {run.generation} is no longer current) and finishes it"
+    )
     return BackfillReport(run.half_life_hours, scanned, written, False)
 
 
@@ -124,8 +131,12 @@ def _pages(database) -> Iterator[list[tuple[PostKey, datetime | None]]]:
     while True:
         keyset = spanner.KeySet(ranges=[spanner.KeyRange(start_open=after)]) if after else spanner.KeySet(all_=True)
         with database.snapshot() as snapshot:
-            page = [((h, p), through) for h, p, through in snapshot.read(
-                POSTS, columns=("PostHash", "PostId", HOT_KEY_THROUGH), keyset=keyset, limit=PAGE)]
+            page = [
+                ((h, p), through)
+                for h, p, through in snapshot.read(
+                    POSTS, columns=("PostHash", "PostId", HOT_KEY_THROUGH), keyset=keyset, limit=PAGE
+                )
+            ]
         if not page:
             return
         yield page
@@ -139,9 +150,15 @@ def _write_keys(transaction, posts: list[PostKey], run: BackfillRun) -> int | No
     (another run took a newer generation)."""
     if read_settings(transaction).generation != run.generation:
         return None
-    marks = {(h, p): hourly_watermark(folded, hourly) for h, p, folded, hourly, through in transaction.read(
-        POSTS, columns=("PostHash", "PostId", "FoldedThrough", HOURLY_WATERMARK, HOT_KEY_THROUGH),
-        keyset=spanner.KeySet(keys=[list(k) for k in posts])) if through is None or run.every_post}
+    marks = {
+        (h, p): hourly_watermark(folded, hourly)
+        for h, p, folded, hourly, through in transaction.read(
+            POSTS,
+            columns=("PostHash", "PostId", "FoldedThrough", HOURLY_WATERMARK, HOT_KEY_THROUGH),
+            keyset=spanner.KeySet(keys=[list(k) for k in posts]),
+        )
+        if through is None or run.every_post
+    }
     hours = {post: post_hours for post, post_hours in read_post_hours(transaction, marks).items() if post_hours}
     keys = hot_keys_of(transaction, hours)  # with the H this transaction reads: the generation's
     rows = [(h, p, keys.get((h, p)), mark) for (h, p), mark in marks.items()]

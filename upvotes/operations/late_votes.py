@@ -20,6 +20,7 @@ transforms/parse_and_sum.py). `upvotes status` reads them beside the alert-late-
   stamped no earlier than its messages' publish times, taken on the same clock. The report says
   so (NOT_APPLICABLE, a null count), and that is not a problem.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,9 +42,11 @@ DEFAULT_MAX_LATE_VOTES = DeployConfig.alert_late_votes_per_min * LOOKBACK_S // 6
 # Dataflow's rule for a job name; it also keeps the Monitoring filter free of anything but a name.
 JOB_NAME = r"[a-z]([-a-z0-9]{0,1022}[a-z0-9])?"
 MONITORING = f"Cloud Monitoring {METRIC}, increase over the last {LOOKBACK_S} s"
-NOT_APPLICABLE = ("not applicable on the emulators: there is no Cloud Monitoring, and the local runner's watermark "
-                  "is its Pub/Sub reader's wall clock while bundles are stamped no earlier than their publish "
-                  "times, so no vote can arrive late")
+NOT_APPLICABLE = (
+    "not applicable on the emulators: there is no Cloud Monitoring, and the local runner's watermark "
+    "is its Pub/Sub reader's wall clock while bundles are stamped no earlier than their publish "
+    "times, so no vote can arrive late"
+)
 
 
 class LateVotesUnknown(RuntimeError):
@@ -60,9 +63,14 @@ class LateVotes:
     as_of: datetime | None  # the newest sample read
 
     def as_dict(self) -> dict:
-        return {"streaming_job": self.streaming_job, "count": self.count, "by_counter": self.by_counter,
-                "method": self.method, "lookback_s": self.lookback_s,
-                "as_of": None if self.as_of is None else self.as_of.isoformat()}
+        return {
+            "streaming_job": self.streaming_job,
+            "count": self.count,
+            "by_counter": self.by_counter,
+            "method": self.method,
+            "lookback_s": self.lookback_s,
+            "as_of": None if self.as_of is None else self.as_of.isoformat(),
+        }
 
 
 def on_emulators() -> bool:
@@ -107,15 +115,20 @@ def monitoring_late_votes(client, project: str, streaming_job: str, now_s: float
     if not valid_job_name(streaming_job):
         raise LateVotesUnknown(f"not a Dataflow job name: {streaming_job!r}")
     now_s = time.time() if now_s is None else now_s
-    interval = monitoring_v3.TimeInterval(end_time={"seconds": int(now_s)},
-                                          start_time={"seconds": int(now_s - LOOKBACK_S)})
+    interval = monitoring_v3.TimeInterval(
+        end_time={"seconds": int(now_s)}, start_time={"seconds": int(now_s - LOOKBACK_S)}
+    )
     job = f'resource.type = "dataflow_job" AND resource.labels.job_name = "{streaming_job}"'
 
     def points_of(metric_filter: str) -> list:
-        series = client.list_time_series(request={
-            "name": f"projects/{project}", "filter": metric_filter, "interval": interval,
-            "view": monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
-        })
+        series = client.list_time_series(
+            request={
+                "name": f"projects/{project}",
+                "filter": metric_filter,
+                "interval": interval,
+                "view": monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
+            }
+        )
         return [(one.metric.labels.get("metric_name", ""), list(one.points)) for one in series]
 
     names = ", ".join(f'"{name}"' for _, name in COUNTERS)
@@ -124,8 +137,10 @@ def monitoring_late_votes(client, project: str, streaming_job: str, now_s: float
     if not samples:  # no counter incremented, or nothing exported: the job's own metric tells which
         samples = [point for _, points in points_of(f'metric.type = "{WITNESS}" AND {job}') for point in points]
     if not samples:
-        raise LateVotesUnknown(f"no {METRIC} nor {WITNESS} sample of the Dataflow job {streaming_job} in the last "
-                               f"{LOOKBACK_S} s: is the streaming job running under that name (--streaming-job)?")
+        raise LateVotesUnknown(
+            f"no {METRIC} nor {WITNESS} sample of the Dataflow job {streaming_job} in the last "
+            f"{LOOKBACK_S} s: is the streaming job running under that name (--streaming-job)?"
+        )
     by_counter = {f"{namespace}/{name}": 0 for namespace, name in COUNTERS}
     for metric_name, points in counted:
         for namespace, name in COUNTERS:

@@ -47,10 +47,12 @@ The hours at S can be read for Spanner's version retention (an hour, version_ret
 a rerun of an unfinished reset later than that cannot know what its remaining commits move, and
 fails (ResetSnapshotGone) before writing anything, saying what to do, instead of guessing.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
@@ -63,7 +65,13 @@ from schemas.records import CounterSums, PostDelta
 from spanner_reads.hourly import HourCount, hourly_counts_in
 from spanner_store.database import MUTATION_BUDGET, commit_mutations, read_timestamp, run_with_retries
 from spanner_store.tables import (
-    ADJUSTMENT_COLUMNS, ADJUSTMENT_SPLIT_COLUMNS, ADJUSTMENTS, COUNTER_COLUMNS, POST_KEY_COLUMNS, POSTS, counts_at,
+    ADJUSTMENT_COLUMNS,
+    ADJUSTMENT_SPLIT_COLUMNS,
+    ADJUSTMENTS,
+    COUNTER_COLUMNS,
+    POST_KEY_COLUMNS,
+    POSTS,
+    counts_at,
     post_key,
 )
 from spanner_writes.deltas import MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes
@@ -71,7 +79,9 @@ from spanner_writes.folding import outlived_snapshot
 
 ADJUST = "adjust"
 RESET = "reset"
-FORGET_USER = "forget_user"  # `upvotes forget-user` (upvotes/operations/forget_user.py): its request, no delta of its own
+FORGET_USER = (
+    "forget_user"  # `upvotes forget-user` (upvotes/operations/forget_user.py): its request, no delta of its own
+)
 LIST_ADJUSTMENTS_SQL = f"""SELECT {", ".join(ADJUSTMENT_COLUMNS)}
 FROM Adjustments ORDER BY CreatedAt DESC LIMIT @limit"""
 
@@ -79,8 +89,9 @@ FROM Adjustments ORDER BY CreatedAt DESC LIMIT @limit"""
 # Delta rows one commit of a reset may write: the budget less the parent key, the audit row (the
 # first commit inserts it; the last of a split one updates two of its columns) and the commit's
 # DeltaCommits and TopCandidates rows.
-MAX_HOUR_ROWS = (MUTATION_BUDGET - MUTATIONS_PER_PARENT - len(ADJUSTMENT_COLUMNS)
-                 - MUTATIONS_PER_COMMIT) // MUTATIONS_PER_DELTA
+MAX_HOUR_ROWS = (
+    MUTATION_BUDGET - MUTATIONS_PER_PARENT - len(ADJUSTMENT_COLUMNS) - MUTATIONS_PER_COMMIT
+) // MUTATIONS_PER_DELTA
 
 
 class Adjustment(NamedTuple):
@@ -105,8 +116,18 @@ class Adjustment(NamedTuple):
         return self._row(spanner.COMMIT_TIMESTAMP if as_of_committed else self.as_of, spanner.COMMIT_TIMESTAMP)
 
     def _row(self, as_of: datetime | str | None, created_at: datetime | str | None) -> tuple:
-        return (self.adjustment_id, self.post_id, self.kind, *self.counts, self.reason, self.actor, as_of,
-                created_at, self.user_id, self.split_rows)
+        return (
+            self.adjustment_id,
+            self.post_id,
+            self.kind,
+            *self.counts,
+            self.reason,
+            self.actor,
+            as_of,
+            created_at,
+            self.user_id,
+            self.split_rows,
+        )
 
     @classmethod
     def from_row(cls, row) -> Adjustment:
@@ -115,11 +136,18 @@ class Adjustment(NamedTuple):
 
     def to_json(self) -> dict:
         """Flat: one field per counter, times as RFC 3339 text (`upvotes adjust --list` prints it)."""
-        return {"adjustment_id": self.adjustment_id, "post_id": self.post_id, "kind": self.kind,
-                **self.counts._asdict(), "reason": self.reason, "actor": self.actor,
-                "as_of": None if self.as_of is None else self.as_of.isoformat(),
-                "created_at": None if self.created_at is None else self.created_at.isoformat(),
-                "user_id": self.user_id, "split_rows": self.split_rows}
+        return {
+            "adjustment_id": self.adjustment_id,
+            "post_id": self.post_id,
+            "kind": self.kind,
+            **self.counts._asdict(),
+            "reason": self.reason,
+            "actor": self.actor,
+            "as_of": None if self.as_of is None else self.as_of.isoformat(),
+            "created_at": None if self.created_at is None else self.created_at.isoformat(),
+            "user_id": self.user_id,
+            "split_rows": self.split_rows,
+        }
 
 
 class AdjustmentResult(NamedTuple):
@@ -136,6 +164,7 @@ class ResetSnapshotGone(RuntimeError):
 def _blind_commit(database, post_id: str, deltas: list[PostDelta], also: Callable[[Batch], None]) -> bool:
     """One blind commit: the delta rows with the commit's per-commit rows, as the sink writes them
     (or the post's key alone, for none), and what `also` adds. False if a row of it exists."""
+
     def write(batch) -> None:
         if deltas:
             add_delta_writes(batch, deltas)
@@ -151,39 +180,52 @@ def _blind_commit(database, post_id: str, deltas: list[PostDelta], also: Callabl
 
 
 def _hour_deltas(post_id: str, hours: list[HourCount], delta_id: str) -> list[PostDelta]:
-    return [PostDelta(post_id, int(h.hour.timestamp()), delta_id, CounterSums(h.counts))
-            for h in hours if not h.counts.is_zero()]
+    return [
+        PostDelta(post_id, int(h.hour.timestamp()), delta_id, CounterSums(h.counts))
+        for h in hours
+        if not h.counts.is_zero()
+    ]
 
 
 def _commit(database, adjustment: Adjustment, hours: list[HourCount]) -> bool:
     """The adjustment's (first) commit: its delta rows (one per hour) and its audit row. False if the ID exists."""
     audit = adjustment.committed_row()
-    return _blind_commit(database, adjustment.post_id,
-                         _hour_deltas(adjustment.post_id, hours, adjustment_delta_id(adjustment.adjustment_id)),
-                         lambda batch: batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[audit]))
+    return _blind_commit(
+        database,
+        adjustment.post_id,
+        _hour_deltas(adjustment.post_id, hours, adjustment_delta_id(adjustment.adjustment_id)),
+        lambda batch: batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[audit]),
+    )
 
 
 def _commit_part(database, reset_: Adjustment, part: int, hours: list[HourCount], last: bool) -> bool:
     """A later commit of a split reset, under its part's DeltaId; the last one also clears the audit
     row's SplitRows. False if that part is written already (its rows collide)."""
+
     def finish(batch) -> None:
         if last:
             batch.update(ADJUSTMENTS, columns=ADJUSTMENT_SPLIT_COLUMNS, values=[(reset_.adjustment_id, None)])
 
-    return _blind_commit(database, reset_.post_id,
-                         _hour_deltas(reset_.post_id, hours, reset_part_delta_id(reset_.adjustment_id, part)), finish)
+    return _blind_commit(
+        database,
+        reset_.post_id,
+        _hour_deltas(reset_.post_id, hours, reset_part_delta_id(reset_.adjustment_id, part)),
+        finish,
+    )
 
 
 def adjustment_of(database, adjustment_id: str) -> Adjustment | None:
     """The adjustment recorded under this ID (a point read); None: none yet."""
     with database.snapshot() as snapshot:
-        rows = list(snapshot.read(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS,
-                                  keyset=spanner.KeySet(keys=[[adjustment_id]])))
+        rows = list(
+            snapshot.read(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, keyset=spanner.KeySet(keys=[[adjustment_id]]))
+        )
     return Adjustment.from_row(rows[0]) if rows else None
 
 
-def record(database, adjustment: Adjustment, with_rows: Callable[[Batch], None] | None = None,
-           as_of_committed: bool = False) -> bool:
+def record(
+    database, adjustment: Adjustment, with_rows: Callable[[Batch], None] | None = None, as_of_committed: bool = False
+) -> bool:
     """Writes the audit row alone, or with the rows `with_rows` adds, in a blind commit of its own
     (forget-user records its request and its erasure before its first retraction). With
     `as_of_committed`, AsOf is the commit's timestamp, as CreatedAt is (forget-user's forget time:
@@ -196,6 +238,7 @@ def record(database, adjustment: Adjustment, with_rows: Callable[[Batch], None] 
         batch.insert(ADJUSTMENTS, columns=ADJUSTMENT_COLUMNS, values=[row])
         if with_rows is not None:
             with_rows(batch)
+
     try:
         run_with_retries(lambda: commit_mutations(database, write))
         return True
@@ -210,8 +253,9 @@ def _recorded(database, adjustment_id: str) -> Adjustment:
     return existing
 
 
-def adjust(database, adjustment_id: str, post_id: str, counts: Counts, reason: str, actor: str,
-           event_hour: datetime) -> AdjustmentResult:
+def adjust(
+    database, adjustment_id: str, post_id: str, counts: Counts, reason: str, actor: str, event_hour: datetime
+) -> AdjustmentResult:
     """Adds `counts` to `post_id` in `event_hour`, audited; idempotent per adjustment_id."""
     adjustment = Adjustment(adjustment_id, post_id, ADJUST, counts, reason, actor, None, None)
     written = _commit(database, adjustment, [HourCount(event_hour, counts)])
@@ -223,8 +267,9 @@ def _reset_minus(hours: list[HourCount]) -> list[HourCount]:
     return [HourCount(h.hour, h.counts.negated()) for h in hours if not h.counts.is_zero()]
 
 
-def reset(database, adjustment_id: str, post_id: str, reason: str, actor: str,
-          max_hour_rows: int = MAX_HOUR_ROWS) -> AdjustmentResult:
+def reset(
+    database, adjustment_id: str, post_id: str, reason: str, actor: str, max_hour_rows: int = MAX_HOUR_ROWS
+) -> AdjustmentResult:
     """Sets `post_id` to zero as of a snapshot S (now): minus its exact count at S in every event
     hour, in commits of at most `max_hour_rows` hour rows (see the module docstring). Idempotent per
     adjustment_id: a rerun finishes an unfinished reset as it was split, and writes nothing twice."""
@@ -237,8 +282,17 @@ def reset(database, adjustment_id: str, post_id: str, reason: str, actor: str,
         as_of = read_timestamp(snapshot)
     minus = _reset_minus(hours)
     commits = split_reset(minus, max_hour_rows)
-    adjustment = Adjustment(adjustment_id, post_id, RESET, total(h.counts for h in minus), reason, actor, as_of, None,
-                            split_rows=max_hour_rows if len(commits) > 1 else None)
+    adjustment = Adjustment(
+        adjustment_id,
+        post_id,
+        RESET,
+        total(h.counts for h in minus),
+        reason,
+        actor,
+        as_of,
+        None,
+        split_rows=max_hour_rows if len(commits) > 1 else None,
+    )
     written = _commit(database, adjustment, commits[0])
     # Its own record's split, or that of a run of the same ID racing it (then read at that one's S).
     recorded = _recorded(database, adjustment_id)
@@ -254,8 +308,10 @@ def _finish(database, recorded: Adjustment, commits: list[list[HourCount]] | Non
         return recorded, 0  # nothing left to write: one commit, or a finished split
     if commits is None:
         commits = split_reset(_reset_minus(_hours_at_snapshot(database, recorded)), recorded.split_rows)
-    made = sum(_commit_part(database, recorded, part, hours, last=part == len(commits))
-               for part, hours in enumerate(commits[1:], start=2))
+    made = sum(
+        _commit_part(database, recorded, part, hours, last=part == len(commits))
+        for part, hours in enumerate(commits[1:], start=2)
+    )
     return _recorded(database, recorded.adjustment_id), made
 
 
@@ -273,7 +329,8 @@ def _hours_at_snapshot(database, recorded: Adjustment) -> list[HourCount]:
             f"{recorded.split_rows} rows; its total reads 0, some old hours do not), and what its remaining "
             f"commits move is the post's hourly counts at its snapshot {recorded.as_of.isoformat()}, older than "
             "Spanner keeps versions (an hour). Nothing was written. To zero every hour, run a new reset of the "
-            "post with another --id (it also cancels the votes committed since that snapshot)") from None
+            "post with another --id (it also cancels the votes committed since that snapshot)"
+        ) from None
 
 
 def split_reset(hours: list[HourCount], limit: int = MAX_HOUR_ROWS) -> list[list[HourCount]]:
@@ -286,8 +343,8 @@ def split_reset(hours: list[HourCount], limit: int = MAX_HOUR_ROWS) -> list[list
         raise ValueError("a reset needs at least 2 rows per commit: an hour's and the oldest hour's")
     hours = sorted(hours)
     first = bounded_hours(hours, limit)
-    older = hours[1:len(hours) - len(first) + 1]  # the hours cancelled in the oldest one, but the oldest itself
-    groups = (older[start:start + limit - 1] for start in range(0, len(older), limit - 1))
+    older = hours[1 : len(hours) - len(first) + 1]  # the hours cancelled in the oldest one, but the oldest itself
+    groups = (older[start : start + limit - 1] for start in range(0, len(older), limit - 1))
     return [first] + [[HourCount(hours[0].hour, total(h.counts for h in group).negated()), *group] for group in groups]
 
 
@@ -297,16 +354,17 @@ def bounded_hours(hours: list[HourCount], limit: int = MAX_HOUR_ROWS) -> list[Ho
     hours = sorted(hours)
     if len(hours) <= limit:
         return hours
-    merged = hours[:len(hours) - limit + 1]
+    merged = hours[: len(hours) - limit + 1]
     oldest = HourCount(merged[0].hour, total(h.counts for h in merged))
-    return [oldest] + hours[len(merged):]
+    return [oldest] + hours[len(merged) :]
 
 
 def list_adjustments(database, limit: int = 100) -> list[Adjustment]:
     """The newest adjustments first."""
     with database.snapshot() as snapshot:
-        rows = snapshot.execute_sql(LIST_ADJUSTMENTS_SQL, params={"limit": limit},
-                                    param_types={"limit": param_types.INT64})
+        rows = snapshot.execute_sql(
+            LIST_ADJUSTMENTS_SQL, params={"limit": limit}, param_types={"limit": param_types.INT64}
+        )
         return [Adjustment.from_row(row) for row in rows]
 
 

@@ -6,20 +6,27 @@ Every step first looks, then creates only what is missing, so a second run succe
 changes nothing. On the emulator the Spanner instance is created too; on a real project
 only when asked (`create_instance=True`), since an instance is billed by the hour.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from google.api_core import exceptions
 from google.cloud import pubsub_v1, spanner
 
 import schemas
 from schemas.ddl import (
-    check_constraints, column_default, column_options, ddl_object_name, nullable, stored_columns, table_columns,
+    check_constraints,
+    column_default,
+    column_options,
+    ddl_object_name,
+    nullable,
+    stored_columns,
+    table_columns,
 )
-from spanner_store.database import OPERATION_TIMEOUT_S, open_database
 from schemas.hot_score import DEFAULT_HALF_LIFE_HOURS
+from spanner_store.database import OPERATION_TIMEOUT_S, open_database
 from upvotes.operations.hot_backfill import ensure_hot_ranking
 from upvotes.resources import Resources
 
@@ -41,9 +48,13 @@ def missing_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, s
     column tells those rows apart (Posts.HotKeyThrough: not yet backfilled); `missing_defaults`
     gives it its default afterwards, for the rows written from then on."""
     have = dict(filter(None, map(table_columns, existing)))
-    return [(table, _as_added(definition))
-            for table, columns in filter(None, map(table_columns, wanted)) if table in have
-            for column, definition in columns.items() if column not in have[table]]
+    return [
+        (table, _as_added(definition))
+        for table, columns in filter(None, map(table_columns, wanted))
+        if table in have
+        for column, definition in columns.items()
+        if column not in have[table]
+    ]
 
 
 def _as_added(definition: str) -> str:
@@ -57,37 +68,53 @@ def missing_defaults(existing: list[str], wanted: list[str]) -> list[tuple[str, 
     DEFAULT that the existing table's column lacks, or that it lacks altogether (added without
     it, `missing_columns`)."""
     have = dict(filter(None, map(table_columns, existing)))
-    return [(table, column, split[1])
-            for table, columns in filter(None, map(table_columns, wanted)) if table in have
-            for column, definition in columns.items()
-            if nullable(definition) and (split := column_default(definition)) is not None
-            and (column not in have[table] or column_default(have[table][column]) is None)]
+    return [
+        (table, column, split[1])
+        for table, columns in filter(None, map(table_columns, wanted))
+        if table in have
+        for column, definition in columns.items()
+        if nullable(definition)
+        and (split := column_default(definition)) is not None
+        and (column not in have[table] or column_default(have[table][column]) is None)
+    ]
 
 
 def missing_constraints(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
     """(table, constraint definition) of each CHECK constraint of a `wanted` table that the
     existing table lacks, by name."""
     have = dict(filter(None, map(check_constraints, existing)))
-    return [(table, definition)
-            for table, constraints in filter(None, map(check_constraints, wanted)) if table in have
-            for name, definition in constraints.items() if name not in have[table]]
+    return [
+        (table, definition)
+        for table, constraints in filter(None, map(check_constraints, wanted))
+        if table in have
+        for name, definition in constraints.items()
+        if name not in have[table]
+    ]
 
 
 def missing_stored_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
     """(index, column) of each STORING column of a `wanted` index that the existing index lacks."""
     have = dict(filter(None, map(stored_columns, existing)))
-    return [(index, column)
-            for index, columns in filter(None, map(stored_columns, wanted)) if index in have
-            for column in columns if column not in have[index]]
+    return [
+        (index, column)
+        for index, columns in filter(None, map(stored_columns, wanted))
+        if index in have
+        for column in columns
+        if column not in have[index]
+    ]
 
 
 def extra_stored_columns(existing: list[str], wanted: list[str]) -> list[tuple[str, str]]:
     """(index, column) of each STORING column of an existing index that the `wanted` index no
     longer stores (each write of an entry costs a mutation per stored column)."""
     want = dict(filter(None, map(stored_columns, wanted)))
-    return [(index, column)
-            for index, columns in filter(None, map(stored_columns, existing)) if index in want
-            for column in columns if column not in want[index]]
+    return [
+        (index, column)
+        for index, columns in filter(None, map(stored_columns, existing))
+        if index in want
+        for column in columns
+        if column not in want[index]
+    ]
 
 
 def drop_stored_column_ddl(index: str, column: str) -> str:
@@ -150,8 +177,11 @@ def provision_pubsub(res: Resources, log: Callable[[str], None]) -> None:
             _create(
                 f"subscription {subscription} on {topic}",
                 lambda: subscriber.create_subscription(  # called at once
-                    request={"name": res.subscription_path(subscription), "topic": res.topic_path(topic),
-                             "ack_deadline_seconds": 60}
+                    request={
+                        "name": res.subscription_path(subscription),
+                        "topic": res.topic_path(topic),
+                        "ack_deadline_seconds": 60,
+                    }
                 ),
                 log,
             )
@@ -168,8 +198,12 @@ def _create(what: str, create: Callable[[], object], log: Callable[[str], None])
 
 
 def provision_spanner(
-    res: Resources, create_instance: bool, instance_config: str, log: Callable[[str], None],
-    hot_half_life_hours: float = DEFAULT_HALF_LIFE_HOURS, recompute_hot: bool = False,
+    res: Resources,
+    create_instance: bool,
+    instance_config: str,
+    log: Callable[[str], None],
+    hot_half_life_hours: float = DEFAULT_HALF_LIFE_HOURS,
+    recompute_hot: bool = False,
 ) -> None:
     """The instance, the database and every schema object missing from it, then the hot
     ranking's half-life and backfill (upvotes/operations/hot_backfill.py)."""
@@ -187,7 +221,9 @@ def _provision_database(res: Resources, create_instance: bool, instance_config: 
                 f"Spanner instance {res.instance} does not exist in project {res.project}. Create it "
                 "(gcloud spanner instances create ...) or pass --create-instance."
             )
-        config = f"projects/{res.project}/instanceConfigs/{EMULATOR_INSTANCE_CONFIG if on_emulator else instance_config}"
+        config = (
+            f"projects/{res.project}/instanceConfigs/{EMULATOR_INSTANCE_CONFIG if on_emulator else instance_config}"
+        )
         instance = client.instance(res.instance, configuration_name=config, display_name=res.instance, node_count=1)
         _create(f"Spanner instance {res.instance}", lambda: instance.create().result(OPERATION_TIMEOUT_S), log)
     else:
@@ -197,8 +233,11 @@ def _provision_database(res: Resources, create_instance: bool, instance_config: 
     database = open_database(res.project, res.instance, res.database)
     if not database.exists():
         database = instance.database(res.database, ddl_statements=wanted)
-        _create(f"database {res.database} with {len(wanted)} DDL statements",
-                lambda: database.create().result(OPERATION_TIMEOUT_S), log)
+        _create(
+            f"database {res.database} with {len(wanted)} DDL statements",
+            lambda: database.create().result(OPERATION_TIMEOUT_S),
+            log,
+        )
         return open_database(res.project, res.instance, res.database)
     database.reload()
     existing = list(database.ddl_statements)
@@ -215,11 +254,15 @@ def _provision_database(res: Resources, create_instance: bool, instance_config: 
         # the two by a writer older than the column would otherwise hold the default beside
         # moved columns, and the constraint, checked against every row when it is added, would
         # fail (Posts.HotKeyCurrent); until its default, a new column is NULL in new rows too.
-        database.update_ddl([add_column_ddl(*c) for c in new_columns] + [add_stored_column_ddl(*c) for c in new_stored]
-                            + [drop_stored_column_ddl(*c) for c in dropped_stored]
-                            + [set_column_options_ddl(*c) for c in new_options] + todo
-                            + [add_constraint_ddl(*c) for c in new_constraints]
-                            + [set_default_ddl(*d) for d in new_defaults]).result(OPERATION_TIMEOUT_S)
+        database.update_ddl(
+            [add_column_ddl(*c) for c in new_columns]
+            + [add_stored_column_ddl(*c) for c in new_stored]
+            + [drop_stored_column_ddl(*c) for c in dropped_stored]
+            + [set_column_options_ddl(*c) for c in new_options]
+            + todo
+            + [add_constraint_ddl(*c) for c in new_constraints]
+            + [set_default_ddl(*d) for d in new_defaults]
+        ).result(OPERATION_TIMEOUT_S)
         for table, definition in new_columns:
             log(f"added   column {table}.{definition}")
         for table, column, options in new_options:

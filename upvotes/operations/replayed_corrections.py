@@ -20,9 +20,11 @@ key: that key names the post and the event hour, so a correction edited between 
 and its rerun was written a second time under a new key (counted twice), and one edited in value
 only collided with the first and was taken as written (dropped in silence).
 """
+
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
@@ -49,20 +51,25 @@ class CorrectionMarker(NamedTuple):
 
 def add_marker_write(batch_or_transaction, marker: CorrectionMarker) -> None:
     """The marker's insert: a second one for the same identity fails the whole commit."""
-    batch_or_transaction.insert(REPLAYED_CORRECTIONS, columns=REPLAYED_CORRECTION_COLUMNS, values=[
-        replayed_correction_key(marker.identity) + (marker.correction, spanner.COMMIT_TIMESTAMP)])
+    batch_or_transaction.insert(
+        REPLAYED_CORRECTIONS,
+        columns=REPLAYED_CORRECTION_COLUMNS,
+        values=[replayed_correction_key(marker.identity) + (marker.correction, spanner.COMMIT_TIMESTAMP)],
+    )
 
 
 def recorded_correction(reader, identity: str) -> str | None:
     """The correction a replay recorded for this identity (a snapshot or a transaction reads it); None if none."""
-    rows = reader.read(REPLAYED_CORRECTIONS, columns=("Correction",),
-                       keyset=KeySet(keys=[list(replayed_correction_key(identity))]))
+    rows = reader.read(
+        REPLAYED_CORRECTIONS, columns=("Correction",), keyset=KeySet(keys=[list(replayed_correction_key(identity))])
+    )
     return next((row[0] for row in rows), None)
 
 
 def write_corrected_delta(database, delta: PostDelta, marker: CorrectionMarker) -> str | None:
     """One attempt to commit a corrected delta event's row with its marker (see the module docstring):
     None when written now, else the correction recorded before, and nothing written."""
+
     def write(batch) -> None:
         add_delta_writes(batch, [delta])
         add_marker_write(batch, marker)
@@ -83,6 +90,7 @@ def apply_corrected_states(database, states: Mapping[PostUser, LatestVote], mark
     sink's path, with its marker (see the module docstring): None when applied now (its state later
     than the stored one, or superseded by it, as the sink would find it), else the correction
     recorded before, and nothing written. An abort surfaces for run_with_retries, which re-reads."""
+
     def apply(transaction) -> str | None:
         recorded = recorded_correction(transaction, marker.identity)
         if recorded is None:

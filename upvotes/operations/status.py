@@ -15,6 +15,7 @@ counters (upvotes/operations/late_votes.py). The subscriptions are those `upvote
 (upvotes/operations/watches.py) unless flags name others; a check that cannot be made is a problem,
 never healthy.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,8 +57,11 @@ def status_report(health: DeltaHealth, dead_letter_backlog: dict[str, int] | Non
         "last_fold_age_s": _age_s(health.read_at, health.last_fold_snapshot),
         "unfolded_deltas": health.unfolded_deltas,
         "oldest_unfolded_age_s": _age_s(health.read_at, health.oldest_unfolded_commit),
-        "oldest_unfolded_share_of_retention": None if health.oldest_unfolded_commit is None else round(
-            (health.read_at - health.oldest_unfolded_commit).total_seconds() / (DELTA_RETENTION_DAYS * 86_400), 4),
+        "oldest_unfolded_share_of_retention": None
+        if health.oldest_unfolded_commit is None
+        else round(
+            (health.read_at - health.oldest_unfolded_commit).total_seconds() / (DELTA_RETENTION_DAYS * 86_400), 4
+        ),
         "delta_rows_per_min": round(health.recent_delta_rows / minutes, 2),
         "votes_per_min": round(health.recent_votes / minutes, 2),
         "dead_letter_backlog": dead_letter_backlog,
@@ -77,8 +81,10 @@ def problems(report: dict, thresholds: Thresholds) -> list[str]:
         found.append(f"last fold finished {fold_age:.0f} s ago (threshold {thresholds.max_fold_lag_s:.0f} s)")
     oldest = report["oldest_unfolded_age_s"]
     if oldest is not None and oldest > thresholds.max_unfolded_age_s:
-        found.append(f"an unfolded delta is {oldest:.0f} s old (threshold {thresholds.max_unfolded_age_s:.0f} s; "
-                     f"delta rows are deleted {report['retention_days']} days after their commit, folded or not)")
+        found.append(
+            f"an unfolded delta is {oldest:.0f} s old (threshold {thresholds.max_unfolded_age_s:.0f} s; "
+            f"delta rows are deleted {report['retention_days']} days after their commit, folded or not)"
+        )
     backlog = report["dead_letter_backlog"]
     if backlog is not None and sum(backlog.values()) > thresholds.max_dead_letters:
         found.append(f"{sum(backlog.values())} dead letters kept: " + ", ".join(f"{k}={v}" for k, v in backlog.items()))
@@ -91,14 +97,28 @@ def _iso(at: datetime | None) -> str | None:
 
 def heartbeat_report(beat: StreamHeartbeat) -> dict:
     """One local stream's heartbeat, as `upvotes status` reports it."""
-    return {"subscription": beat.subscription, "state": beat.state, "last_alive": _iso(beat.alive_at),
-            "last_alive_age_s": round(beat.age_s, 3), "window_s": beat.window_seconds,
-            "missed_windows": beat.missed_windows, "writer": beat.writer, "host": beat.host, "pid": beat.pid,
-            "started_at": _iso(beat.started_at), "stopped_at": _iso(beat.stopped_at)}
+    return {
+        "subscription": beat.subscription,
+        "state": beat.state,
+        "last_alive": _iso(beat.alive_at),
+        "last_alive_age_s": round(beat.age_s, 3),
+        "window_s": beat.window_seconds,
+        "missed_windows": beat.missed_windows,
+        "writer": beat.writer,
+        "host": beat.host,
+        "pid": beat.pid,
+        "started_at": _iso(beat.started_at),
+        "stopped_at": _iso(beat.stopped_at),
+    }
 
 
-def liveness_report(read_at: datetime, last_delta_commit: datetime | None, votes_backlog: Backlog | None,
-                    watching: dict[str, str], heartbeats: list[StreamHeartbeat] | None = None) -> dict:
+def liveness_report(
+    read_at: datetime,
+    last_delta_commit: datetime | None,
+    votes_backlog: Backlog | None,
+    watching: dict[str, str],
+    heartbeats: list[StreamHeartbeat] | None = None,
+) -> dict:
     """The fields that say whether the stream runs, beside the fold lag (`streams`: each local
     stream's heartbeat; None when it could not be read)."""
     return {
@@ -112,11 +132,14 @@ def liveness_report(read_at: datetime, last_delta_commit: datetime | None, votes
 
 def heartbeat_problems(report: dict) -> list[str]:
     """Each local stream that missed DEAD_AFTER_WINDOWS of its windows, and when it was last alive."""
-    return [f"the stream reading {stream['subscription']} is dead: no heartbeat for {stream['missed_windows']} of its "
-            f"{stream['window_s']} s windows (threshold {DEAD_AFTER_WINDOWS}); last alive at {stream['last_alive']}, "
-            f"{stream['last_alive_age_s']:.0f} s ago (writer {stream['writer']}, pid {stream['pid']} on "
-            f"{stream['host']}). Start it again: it replays first what it left unfinished"
-            for stream in report.get("streams") or () if stream["state"] == DEAD]
+    return [
+        f"the stream reading {stream['subscription']} is dead: no heartbeat for {stream['missed_windows']} of its "
+        f"{stream['window_s']} s windows (threshold {DEAD_AFTER_WINDOWS}); last alive at {stream['last_alive']}, "
+        f"{stream['last_alive_age_s']:.0f} s ago (writer {stream['writer']}, pid {stream['pid']} on "
+        f"{stream['host']}). Start it again: it replays first what it left unfinished"
+        for stream in report.get("streams") or ()
+        if stream["state"] == DEAD
+    ]
 
 
 def liveness_problems(report: dict, thresholds: Thresholds) -> list[str]:
@@ -127,8 +150,10 @@ def liveness_problems(report: dict, thresholds: Thresholds) -> list[str]:
         return []
     last = report["last_delta_commit_age_s"]
     since = "no delta commit is kept" if last is None else f"the last delta commit was {last:.0f} s ago"
-    return [f"votes wait unread: the oldest unacknowledged message of {backlog['subscription']} is {age:.0f} s old "
-            f"(threshold {thresholds.max_backlog_age_s:.0f} s; {backlog['method']}); {since}: is the stream running?"]
+    return [
+        f"votes wait unread: the oldest unacknowledged message of {backlog['subscription']} is {age:.0f} s old "
+        f"(threshold {thresholds.max_backlog_age_s:.0f} s; {backlog['method']}); {since}: is the stream running?"
+    ]
 
 
 def late_votes_report(late_votes: LateVotes | None) -> dict:
@@ -143,7 +168,9 @@ def late_votes_problems(report: dict, thresholds: Thresholds) -> list[str]:
     if count is None or count <= thresholds.max_late_votes:
         return []
     counters = ", ".join(f"{name}={value}" for name, value in late["by_counter"].items())
-    return [f"{count} votes arrived late in the last {late['lookback_s']} s of the streaming job "
-            f"{late['streaming_job']} ({counters}; threshold {thresholds.max_late_votes:g}): all counted, but a vote "
-            "later than the allowed lateness would be dropped: check the workers' clock synchronisation and the "
-            "job's data freshness"]
+    return [
+        f"{count} votes arrived late in the last {late['lookback_s']} s of the streaming job "
+        f"{late['streaming_job']} ({counters}; threshold {thresholds.max_late_votes:g}): all counted, but a vote "
+        "later than the allowed lateness would be dropped: check the workers' clock synchronisation and the "
+        "job's data freshness"
+    ]

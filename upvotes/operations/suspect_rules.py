@@ -49,12 +49,14 @@ tokens of its users that could support a group of its size, so the whole costs a
 the users left after peeling of their tokens squared (the users who vote on many crowded posts).
 Everything is in memory: a few hundred bytes per vote.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from spanner_reads.recent_votes import CastVote
 
@@ -78,8 +80,9 @@ class Rules:
     def __post_init__(self) -> None:
         if self.min_users < 2 or self.min_posts < 1 or self.serial_votes < 2:
             raise ValueError("a group needs at least 2 users and 1 post; a serial voter at least 2 votes")
-        if not (self.within_s > 0 and self.serial_within_s > 0 and 0 <= self.min_share <= 1
-                and 0 <= self.min_cohesion <= 1):
+        if not (
+            self.within_s > 0 and self.serial_within_s > 0 and 0 <= self.min_share <= 1 and 0 <= self.min_cohesion <= 1
+        ):
             raise ValueError("windows must be positive, min_share and min_cohesion within [0, 1]")
 
 
@@ -94,9 +97,15 @@ class Suspect(NamedTuple):
     last_us: int
 
     def to_json(self, micros_to_text) -> dict:
-        return {"kind": self.kind, "users": list(self.users), "posts": list(self.posts), "score": self.score,
-                "window": {"start": micros_to_text(self.first_us), "end": micros_to_text(self.last_us)},
-                "user_count": len(self.users), "post_count": len(self.posts)}
+        return {
+            "kind": self.kind,
+            "users": list(self.users),
+            "posts": list(self.posts),
+            "score": self.score,
+            "window": {"start": micros_to_text(self.first_us), "end": micros_to_text(self.last_us)},
+            "user_count": len(self.users),
+            "post_count": len(self.posts),
+        }
 
 
 Token = tuple[str, str, int, int]  # (post, vote, grid, bin)
@@ -104,8 +113,10 @@ Token = tuple[str, str, int, int]  # (post, vote, grid, bin)
 
 def _tokens(vote: CastVote, within_us: int) -> tuple[Token, Token]:
     width = 2 * within_us
-    return ((vote.post_id, vote.vote, 0, vote.at_us // width),
-            (vote.post_id, vote.vote, 1, (vote.at_us + within_us) // width))
+    return (
+        (vote.post_id, vote.vote, 0, vote.at_us // width),
+        (vote.post_id, vote.vote, 1, (vote.at_us + within_us) // width),
+    )
 
 
 class _Graph:
@@ -197,13 +208,16 @@ class _Graph:
             held: Counter[int] = Counter()
             size = len(group)
             for user in group:
-                held.update(self.by_need[user][:bisect_right(self.needs[user], size)])
+                held.update(self.by_need[user][: bisect_right(self.needs[user], size)])
             cohesion = rules.min_cohesion * size
             support = {token for token, n in held.items() if n >= needed[token] and n >= cohesion}
             # Every user with enough posts among those tokens, in the group or not.
             voters = set().union(*(self.users_of[token] for token in support))
-            kept = {user for user in voters
-                    if len({item_of[token] for token in tokens_of[user] & support}) >= rules.min_posts}
+            kept = {
+                user
+                for user in voters
+                if len({item_of[token] for token in tokens_of[user] & support}) >= rules.min_posts
+            }
             if len(kept) < rules.min_users:
                 return None
             if kept == group:
@@ -212,11 +226,19 @@ class _Graph:
         return None
 
     def suspect(self, group: set[int], support: set[int]) -> Suspect:
-        pairs = {(user, self.item_of[token]): self.times[(user, token)]
-                 for token in support for user in self.users_of[token] & group}
-        return Suspect(LOCKSTEP, tuple(sorted(self.users[user] for user in group)),
-                       tuple(sorted({self.tokens[token][0] for token in support})), len(pairs),
-                       min(pairs.values()), max(pairs.values()))
+        pairs = {
+            (user, self.item_of[token]): self.times[(user, token)]
+            for token in support
+            for user in self.users_of[token] & group
+        }
+        return Suspect(
+            LOCKSTEP,
+            tuple(sorted(self.users[user] for user in group)),
+            tuple(sorted({self.tokens[token][0] for token in support})),
+            len(pairs),
+            min(pairs.values()),
+            max(pairs.values()),
+        )
 
 
 def _merged(groups: list[tuple[set[int], set[int]]]) -> list[tuple[set[int], set[int]]]:
@@ -280,9 +302,12 @@ def find_serial(votes: Iterable[CastVote], rules: Rules = Rules()) -> list[Suspe
             if end - start + 1 > best:
                 best, best_start = end - start + 1, start
         if best >= rules.serial_votes:
-            window = cast[best_start:best_start + best]
-            found.append(Suspect(SERIAL, (user,), tuple(sorted({v.post_id for v in window})), best,
-                                 window[0].at_us, window[-1].at_us))
+            window = cast[best_start : best_start + best]
+            found.append(
+                Suspect(
+                    SERIAL, (user,), tuple(sorted({v.post_id for v in window})), best, window[0].at_us, window[-1].at_us
+                )
+            )
     return sorted(found, key=lambda s: (-s.score, s.users))
 
 

@@ -39,9 +39,11 @@ and no parent Posts row unless one is missing (a vote held out by the sink since
 vote: its post may have no row; the commit fails NOT_FOUND, writing nothing, and is made again
 upserting its parents).
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Mapping, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from google.api_core import exceptions
 
@@ -58,11 +60,21 @@ from spanner_store.delta_commits import new_commit_id
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import update_cost
 from spanner_store.tables import (
-    COUNTER_COLUMNS, SUSPENSION_TALLY_COLUMNS, SUSPENSIONS, VOTE_MARK_COLUMNS, VOTES, counts_at, vote_key,
+    COUNTER_COLUMNS,
+    SUSPENSION_TALLY_COLUMNS,
+    SUSPENSIONS,
+    VOTE_MARK_COLUMNS,
+    VOTES,
+    counts_at,
+    vote_key,
 )
 from spanner_store.vote_rows import StoredVote, holds_of, votes_to_move
 from spanner_writes.deltas import (
-    DELTA_COMMIT_COST, MUTATIONS_PER_COMMIT, MUTATIONS_PER_DELTA, MUTATIONS_PER_PARENT, add_delta_writes,
+    DELTA_COMMIT_COST,
+    MUTATIONS_PER_COMMIT,
+    MUTATIONS_PER_DELTA,
+    MUTATIONS_PER_PARENT,
+    add_delta_writes,
 )
 
 # A moved vote's mark: its key and HeldOut (Votes has no index).
@@ -125,17 +137,27 @@ def plan_moves(votes: Iterable[StoredVote], holds: Mapping[str, Iterable[Hold]],
             released += 1
             voters.setdefault(hour, set()).add(vote.user_id)
         marks.append(vote_key(vote.post_id, vote.user_id) + (True if hold else None,))
-    deltas = [PostDelta(post_id, hour, delta_id, CounterSums(sums[(post_id, hour)], 0,
-                                                             sketch_of(voters[(post_id, hour)])
-                                                             if (post_id, hour) in voters else None))
-              for post_id, hour in sorted(sums)]
+    deltas = [
+        PostDelta(
+            post_id,
+            hour,
+            delta_id,
+            CounterSums(
+                sums[(post_id, hour)], 0, sketch_of(voters[(post_id, hour)]) if (post_id, hour) in voters else None
+            ),
+        )
+        for post_id, hour in sorted(sums)
+    ]
     return Moves(marks, deltas, held_votes, released, total(sums.values()))
 
 
 def moves_cost(moves: Moves, tallied: bool = True) -> int:
     """Mutations one pass's writes cost: the marks, a delta commit (parents included) and the tally."""
-    return (len(moves.marks) * MUTATIONS_PER_MARK + (DELTA_COMMIT_COST.of(moves.deltas) if moves.deltas else 0)
-            + (MUTATIONS_PER_TALLY if tallied else 0))
+    return (
+        len(moves.marks) * MUTATIONS_PER_MARK
+        + (DELTA_COMMIT_COST.of(moves.deltas) if moves.deltas else 0)
+        + (MUTATIONS_PER_TALLY if tallied else 0)
+    )
 
 
 def _post_hour(vote: StoredVote) -> tuple[str, int]:
@@ -144,12 +166,14 @@ def _post_hour(vote: StoredVote) -> tuple[str, int]:
 
 # A pass as planned: its log rows and tally, every row's mark, and a delta row per post and hour
 # (no parent rows: the posts of votes that counted exist; `reconcile_votes` writes them if not).
-PASS_COST: CommitCost[StoredVote] = CommitCost(MUTATIONS_PER_COMMIT + MUTATIONS_PER_TALLY, MUTATIONS_PER_MARK,
-                                               (Shared(_post_hour, MUTATIONS_PER_DELTA),))
+PASS_COST: CommitCost[StoredVote] = CommitCost(
+    MUTATIONS_PER_COMMIT + MUTATIONS_PER_TALLY, MUTATIONS_PER_MARK, (Shared(_post_hour, MUTATIONS_PER_DELTA),)
+)
 
 
-def plan_passes(votes: Iterable[StoredVote], max_rows: int = DEFAULT_ROWS_PER_PASS,
-                max_mutations: int = MUTATION_BUDGET) -> list[list[StoredVote]]:
+def plan_passes(
+    votes: Iterable[StoredVote], max_rows: int = DEFAULT_ROWS_PER_PASS, max_mutations: int = MUTATION_BUDGET
+) -> list[list[StoredVote]]:
     """The votes to move cut into passes of at most `max_rows` rows and `max_mutations` mutations
     (PASS_COST), in the order of their posts' delta rows (post hash, post, hour): the votes of many
     users on the same post and hour share one delta row, and each pass writes one contiguous range
@@ -173,16 +197,22 @@ def _add_to_tally(transaction, tally: Tally, moves: Moves) -> None:
     row = rows[0]
     counts = counts_at(row, 3).plus(moves.counts)
     commits = row[3 + len(COUNTER_COLUMNS)] + 1
-    mutations.update(transaction, SUSPENSIONS, SUSPENSION_TALLY_COLUMNS,
-                     [(*key, row[2] + moves.votes, *counts, commits)])
+    mutations.update(
+        transaction, SUSPENSIONS, SUSPENSION_TALLY_COLUMNS, [(*key, row[2] + moves.votes, *counts, commits)]
+    )
 
 
 class _OverBudget(Exception):
     """A pass whose writes, once the rows are read, cost more than the budget."""
 
 
-def reconcile(transaction, keys: Iterable[PostUser], tally: Tally | None, max_mutations: int = MUTATION_BUDGET,
-              parents_present: bool = True) -> Moves:
+def reconcile(
+    transaction,
+    keys: Iterable[PostUser],
+    tally: Tally | None,
+    max_mutations: int = MUTATION_BUDGET,
+    parents_present: bool = True,
+) -> Moves:
     """One pass inside a read-write transaction: read the rows and the users' suspensions, plan the
     moves, write them with their delta rows and add them up in `tally` (see the module docstring).
     With `parents_present`, the moved posts' Posts keys are not upserted. Raises _OverBudget, having
@@ -204,23 +234,29 @@ def reconcile(transaction, keys: Iterable[PostUser], tally: Tally | None, max_mu
     return moves
 
 
-def reconcile_votes(database, keys: list[PostUser], tally: Tally | None,
-                    max_mutations: int = MUTATION_BUDGET) -> list[Moves]:
+def reconcile_votes(
+    database, keys: list[PostUser], tally: Tally | None, max_mutations: int = MUTATION_BUDGET
+) -> list[Moves]:
     """One pass (of plan_passes), one read-write transaction per attempt; an abort or another
     transient error surfaces for run_with_retries, and a retry re-reads. A pass whose posts lack a
     Posts row is made again upserting them; one whose writes would then break the budget is made in
     two halves, each its own transaction (a retry of the whole finds the first half's marks). Returns
     the moves of each transaction that committed."""
+
     def attempt(parents_present: bool) -> list[Moves]:
         try:
-            return [run_transaction(database, lambda transaction: reconcile(transaction, keys, tally, max_mutations,
-                                                                             parents_present))]
+            return [
+                run_transaction(
+                    database, lambda transaction: reconcile(transaction, keys, tally, max_mutations, parents_present)
+                )
+            ]
         except _OverBudget:
             if len(keys) == 1:
                 raise ValueError("one stored vote cannot exceed the mutation budget") from None
             half = len(keys) // 2
-            return (reconcile_votes(database, keys[:half], tally, max_mutations)
-                    + reconcile_votes(database, keys[half:], tally, max_mutations))
+            return reconcile_votes(database, keys[:half], tally, max_mutations) + reconcile_votes(
+                database, keys[half:], tally, max_mutations
+            )
 
     try:
         return attempt(parents_present=True)

@@ -52,10 +52,12 @@ users' Votes rows twice (the snapshot, then each pass's point reads) and write 4
 moved plus one delta row per post and event hour a pass moves (22 mutations): the suspended votes,
 never the catalogue nor the honest votes (bench/suspensions.py measures it).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from google.api_core import exceptions
 from google.cloud import spanner
@@ -67,12 +69,25 @@ from spanner_store.database import MUTATION_BUDGET, RetryPolicy, commit_mutation
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
-    COUNTER_COLUMNS, SUSPENSION_COLUMNS, SUSPENSION_FINISH_COLUMNS, SUSPENSIONS, USER_SUSPENSION_RECORD_COLUMNS,
-    USER_SUSPENSION_RESTORE_COLUMNS, USER_SUSPENSIONS, counts_at, user_rows_range,
+    COUNTER_COLUMNS,
+    SUSPENSION_COLUMNS,
+    SUSPENSION_FINISH_COLUMNS,
+    SUSPENSIONS,
+    USER_SUSPENSION_RECORD_COLUMNS,
+    USER_SUSPENSION_RESTORE_COLUMNS,
+    USER_SUSPENSIONS,
+    counts_at,
+    user_rows_range,
 )
 from spanner_store.vote_rows import holds_of, suspensions_of, votes_to_move
 from upvotes.operations.suspension_passes import (
-    DEFAULT_ROWS_PER_PASS, Moves, Tally, needs_move, needs_times, plan_passes, reconcile_votes,
+    DEFAULT_ROWS_PER_PASS,
+    Moves,
+    Tally,
+    needs_move,
+    needs_times,
+    plan_passes,
+    reconcile_votes,
 )
 
 SUSPEND = "suspend"
@@ -126,9 +141,19 @@ class Request(NamedTuple):
         return self._row(spanner.COMMIT_TIMESTAMP)
 
     def _row(self, requested_at: datetime | str | None) -> tuple:
-        return (self.suspension_id, self.request, self.reason, self.actor, self.since,
-                list(self.user_ids) if self.request == SUSPEND else None, requested_at, self.votes,
-                *self.counts, self.commits, self.finished_at)
+        return (
+            self.suspension_id,
+            self.request,
+            self.reason,
+            self.actor,
+            self.since,
+            list(self.user_ids) if self.request == SUSPEND else None,
+            requested_at,
+            self.votes,
+            *self.counts,
+            self.commits,
+            self.finished_at,
+        )
 
     @property
     def recorded_at(self) -> datetime:
@@ -140,17 +165,39 @@ class Request(NamedTuple):
     def from_row(cls, row) -> Request:
         suspension_id, request, reason, actor, since, user_ids, requested_at, votes = row[:8]
         after = 8 + len(COUNTER_COLUMNS)
-        return cls(suspension_id, request, reason, actor, since, tuple(user_ids or ()), requested_at, votes,
-                   counts_at(row, 8), row[after], row[after + 1])
+        return cls(
+            suspension_id,
+            request,
+            reason,
+            actor,
+            since,
+            tuple(user_ids or ()),
+            requested_at,
+            votes,
+            counts_at(row, 8),
+            row[after],
+            row[after + 1],
+        )
 
     def to_json(self) -> dict:
         """Flat: one field per counter, times as RFC 3339 text."""
+
         def text(moment: datetime | None) -> str | None:
             return None if moment is None else moment.isoformat()
-        return {"suspension_id": self.suspension_id, "request": self.request, "reason": self.reason,
-                "actor": self.actor, "since": text(self.since), "users": len(self.user_ids),
-                "requested_at": text(self.requested_at), "votes": self.votes, **self.counts._asdict(),
-                "commits": self.commits, "finished_at": text(self.finished_at)}
+
+        return {
+            "suspension_id": self.suspension_id,
+            "request": self.request,
+            "reason": self.reason,
+            "actor": self.actor,
+            "since": text(self.since),
+            "users": len(self.user_ids),
+            "requested_at": text(self.requested_at),
+            "votes": self.votes,
+            **self.counts._asdict(),
+            "commits": self.commits,
+            "finished_at": text(self.finished_at),
+        }
 
 
 class RequestResult(NamedTuple):
@@ -162,8 +209,14 @@ class RequestResult(NamedTuple):
     commits: int  # the passes of this run that moved votes
 
     def to_json(self) -> dict:
-        return {**self.request.to_json(), "users": self.users, "written_now": self.written, "moved_now": self.votes,
-                "moved_counts_now": self.counts._asdict(), "commits_now": self.commits}
+        return {
+            **self.request.to_json(),
+            "users": self.users,
+            "written_now": self.written,
+            "moved_now": self.votes,
+            "moved_counts_now": self.counts._asdict(),
+            "commits_now": self.commits,
+        }
 
 
 def requests_of(database, suspension_id: str) -> dict[str, Request]:
@@ -183,6 +236,7 @@ def _record(database, request: Request, user_rows: list[tuple], columns: Sequenc
         batch.insert(SUSPENSIONS, columns=SUSPENSION_COLUMNS, values=[row])
         if user_rows:
             batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=user_rows)
+
     try:
         run_with_retries(lambda: commit_mutations(database, write), REQUEST_RETRY)
         return True
@@ -194,10 +248,13 @@ def _write_user_rows(database, rows: list[tuple], columns: Sequence[str]) -> Non
     """Upserts, in commits within the budget (each one idempotent: the same rows again change nothing
     a reader sees)."""
     for start in range(0, len(rows), USERS_PER_RECORD_COMMIT):
-        chunk = rows[start:start + USERS_PER_RECORD_COMMIT]
-        run_with_retries(lambda: commit_mutations(  # called at once
-            database, lambda batch: batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=chunk)),
-            REQUEST_RETRY)
+        chunk = rows[start : start + USERS_PER_RECORD_COMMIT]
+        run_with_retries(
+            lambda: commit_mutations(  # called at once
+                database, lambda batch: batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=chunk)
+            ),
+            REQUEST_RETRY,
+        )
 
 
 def _rows_of(database, suspension_id: str, user_ids: Sequence[str]) -> dict[str, datetime | None]:
@@ -205,23 +262,27 @@ def _rows_of(database, suspension_id: str, user_ids: Sequence[str]) -> dict[str,
     found: dict[str, datetime | None] = {}
     for start in range(0, len(user_ids), USERS_PER_SNAPSHOT):
         with database.snapshot() as snapshot:
-            for row in suspensions_of(snapshot, user_ids[start:start + USERS_PER_SNAPSHOT]):
+            for row in suspensions_of(snapshot, user_ids[start : start + USERS_PER_SNAPSHOT]):
                 if row.suspension_id == suspension_id:
                     found[row.user_id] = row.restored_at
     return found
 
 
-def _pass_over(database, user_ids: Sequence[str], tally: Tally, rows_per_pass: int,
-               on_pass: Callable[[Moves], None] | None = None) -> tuple[int, Counts, int]:
+def _pass_over(
+    database, user_ids: Sequence[str], tally: Tally, rows_per_pass: int, on_pass: Callable[[Moves], None] | None = None
+) -> tuple[int, Counts, int]:
     """Every stored vote of these users whose mark disagrees with their active suspensions, moved
     (upvotes/operations/suspension_passes.py), USERS_PER_SNAPSHOT users at a time: votes, counts, passes."""
     votes, counts, commits = 0, Counts(), 0
     for start in range(0, len(user_ids), USERS_PER_SNAPSHOT):
-        users = user_ids[start:start + USERS_PER_SNAPSHOT]
+        users = user_ids[start : start + USERS_PER_SNAPSHOT]
         with database.snapshot(multi_use=True) as snapshot:
             holds = holds_of(snapshot, users)
-            to_move = [vote for vote in votes_to_move(snapshot, user_rows_range(*users), needs_times(holds))
-                       if needs_move(vote, holds)]
+            to_move = [
+                vote
+                for vote in votes_to_move(snapshot, user_rows_range(*users), needs_times(holds))
+                if needs_move(vote, holds)
+            ]
         for batch in plan_passes(to_move, rows_per_pass):
             keys = [PostUser(vote.post_id, vote.user_id) for vote in batch]
             # The lambda is called at once, with this pass's keys.
@@ -237,9 +298,17 @@ def _finish(database, suspension_id: str, request: str) -> Request:
     """Stamps the audit row's FinishedAt (once) and returns the row as it stands."""
     recorded = requests_of(database, suspension_id)[request]
     if recorded.finished_at is None:
-        run_with_retries(lambda: commit_mutations(database, lambda batch: batch.update(
-            SUSPENSIONS, columns=SUSPENSION_FINISH_COLUMNS,
-            values=[(suspension_id, request, spanner.COMMIT_TIMESTAMP)])), REQUEST_RETRY)
+        run_with_retries(
+            lambda: commit_mutations(
+                database,
+                lambda batch: batch.update(
+                    SUSPENSIONS,
+                    columns=SUSPENSION_FINISH_COLUMNS,
+                    values=[(suspension_id, request, spanner.COMMIT_TIMESTAMP)],
+                ),
+            ),
+            REQUEST_RETRY,
+        )
         recorded = requests_of(database, suspension_id)[request]
     return recorded
 
@@ -249,14 +318,23 @@ def _checked_users(user_ids: Iterable[str]) -> tuple[str, ...]:
     if not users:
         raise ValueError("name at least one user to suspend")
     if len(users) > MAX_USERS:
-        raise ValueError(f"{len(users):,} users: at most {MAX_USERS:,} per request (the audit row lists them); "
-                         "split the ring over several IDs")
+        raise ValueError(
+            f"{len(users):,} users: at most {MAX_USERS:,} per request (the audit row lists them); "
+            "split the ring over several IDs"
+        )
     return users
 
 
-def suspend_users(database, suspension_id: str, user_ids: Iterable[str], reason: str, actor: str,
-                  since: datetime | None = None, rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
-                  on_pass: Callable[[Moves], None] | None = None) -> RequestResult:
+def suspend_users(
+    database,
+    suspension_id: str,
+    user_ids: Iterable[str],
+    reason: str,
+    actor: str,
+    since: datetime | None = None,
+    rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+    on_pass: Callable[[Moves], None] | None = None,
+) -> RequestResult:
     """Holds every vote-state vote of `user_ids` cast at or after `since` (every vote: None) out of
     every count, now and in flight, audited; idempotent per `suspension_id` (see the module
     docstring). A rerun after the suspension was restored moves nothing. `on_pass` is called after
@@ -271,38 +349,52 @@ def suspend_users(database, suspension_id: str, user_ids: Iterable[str], reason:
         recorded = requests_of(database, suspension_id)
     found = recorded[SUSPEND]
     if (found.user_ids, found.since) != (users, since):
-        raise SuspensionIdInUse(f"ID {suspension_id!r} is a suspension of {len(found.user_ids):,} other users or since "
-                                f"another time ({found.since}): choose another ID, or rerun it as it was recorded")
+        raise SuspensionIdInUse(
+            f"ID {suspension_id!r} is a suspension of {len(found.user_ids):,} other users or since "
+            f"another time ({found.since}): choose another ID, or rerun it as it was recorded"
+        )
     if RESTORE in recorded:  # lifted already: nothing to hold out
         return RequestResult(found, written, len(users), 0, Counts(), 0)
     have = _rows_of(database, suspension_id, users)
-    _write_user_rows(database, [(user_hash(user), user, suspension_id, since) for user in users if user not in have],
-                     USER_SUSPENSION_RECORD_COLUMNS)
+    _write_user_rows(
+        database,
+        [(user_hash(user), user, suspension_id, since) for user in users if user not in have],
+        USER_SUSPENSION_RECORD_COLUMNS,
+    )
     votes, counts, commits = _pass_over(database, users, Tally(suspension_id, SUSPEND), rows_per_pass, on_pass)
     return RequestResult(_finish(database, suspension_id, SUSPEND), written, len(users), votes, counts, commits)
 
 
-def restore_users(database, suspension_id: str, reason: str, actor: str,
-                  rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
-                  on_pass: Callable[[Moves], None] | None = None) -> RequestResult:
+def restore_users(
+    database,
+    suspension_id: str,
+    reason: str,
+    actor: str,
+    rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+    on_pass: Callable[[Moves], None] | None = None,
+) -> RequestResult:
     """Lifts a suspension: each of its users counts again with their latest state, unless another
     active suspension of theirs still covers it; audited, idempotent per `suspension_id` (see the
     module docstring). Raises UnknownSuspension for an ID with no suspension."""
     recorded = requests_of(database, suspension_id)
     if SUSPEND not in recorded:
-        raise UnknownSuspension(f"no suspension was recorded under ID {suspension_id!r} (`upvotes suspensions` lists "
-                                "them)")
+        raise UnknownSuspension(
+            f"no suspension was recorded under ID {suspension_id!r} (`upvotes suspensions` lists them)"
+        )
     users = recorded[SUSPEND].user_ids
     written = False
     if RESTORE not in recorded:
         request = Request(suspension_id, RESTORE, reason, actor, None, (), None)
-        first = [(user_hash(user), user, suspension_id, spanner.COMMIT_TIMESTAMP)
-                 for user in users[:USERS_PER_RECORD_COMMIT]]
+        first = [
+            (user_hash(user), user, suspension_id, spanner.COMMIT_TIMESTAMP) for user in users[:USERS_PER_RECORD_COMMIT]
+        ]
         written = _record(database, request, first, USER_SUSPENSION_RESTORE_COLUMNS)
     have = _rows_of(database, suspension_id, users)
-    _write_user_rows(database, [(user_hash(user), user, suspension_id, spanner.COMMIT_TIMESTAMP)
-                                for user in users if have.get(user) is None],
-                     USER_SUSPENSION_RESTORE_COLUMNS)
+    _write_user_rows(
+        database,
+        [(user_hash(user), user, suspension_id, spanner.COMMIT_TIMESTAMP) for user in users if have.get(user) is None],
+        USER_SUSPENSION_RESTORE_COLUMNS,
+    )
     votes, counts, commits = _pass_over(database, users, Tally(suspension_id, RESTORE), rows_per_pass, on_pass)
     return RequestResult(_finish(database, suspension_id, RESTORE), written, len(users), votes, counts, commits)
 
@@ -315,7 +407,7 @@ class Suspension(NamedTuple):
 
     @property
     def state(self) -> str:
-        """"active", "restored", or "suspending"/"restoring" while a request is unfinished (stopped:
+        """ "active", "restored", or "suspending"/"restoring" while a request is unfinished (stopped:
         run it again with the same ID)."""
         if self.restored is not None:
             return "restored" if self.restored.finished_at is not None else "restoring"
@@ -323,18 +415,26 @@ class Suspension(NamedTuple):
 
     def to_json(self) -> dict:
         suspended, restored = self.suspended, self.restored
-        return {"suspension_id": suspended.suspension_id, "state": self.state, "reason": suspended.reason,
-                "actor": suspended.actor, "since": None if suspended.since is None else suspended.since.isoformat(),
-                "users": list(suspended.user_ids), "suspended": suspended.to_json(),
-                "restored": None if restored is None else {**restored.to_json(), "users": len(suspended.user_ids)}}
+        return {
+            "suspension_id": suspended.suspension_id,
+            "state": self.state,
+            "reason": suspended.reason,
+            "actor": suspended.actor,
+            "since": None if suspended.since is None else suspended.since.isoformat(),
+            "users": list(suspended.user_ids),
+            "suspended": suspended.to_json(),
+            "restored": None if restored is None else {**restored.to_json(), "users": len(suspended.user_ids)},
+        }
 
 
 def list_suspensions(database, limit: int = 100) -> list[Suspension]:
     """The newest suspensions first, each with its restore: the audit table read whole (a few rows a
     day, two per suspension)."""
     with database.snapshot() as snapshot:
-        requests = [Request.from_row(row) for row in snapshot.read(SUSPENSIONS, columns=SUSPENSION_COLUMNS,
-                                                                   keyset=KeySet(all_=True))]
+        requests = [
+            Request.from_row(row)
+            for row in snapshot.read(SUSPENSIONS, columns=SUSPENSION_COLUMNS, keyset=KeySet(all_=True))
+        ]
     restores = {r.suspension_id: r for r in requests if r.request == RESTORE}
     suspended = sorted((r for r in requests if r.request == SUSPEND), key=lambda r: r.recorded_at, reverse=True)
     return [Suspension(r, restores.get(r.suspension_id)) for r in suspended[:limit]]

@@ -4,6 +4,7 @@ Each row names one Pub/Sub resource by its role (VOTES_SUBSCRIPTION, DEAD_LETTER
 and the two topics) with its full path. `record` rewrites them (insert_or_update: provisioning
 again changes nothing, and a renamed resource replaces the old row); `recorded` reads them.
 """
+
 from __future__ import annotations
 
 from google.cloud import spanner
@@ -23,12 +24,19 @@ def record(database, resources: dict[str, str]) -> None:
     if unknown:
         raise ValueError(f"unknown roles: {sorted(unknown)}")
     with database.batch() as batch:
-        batch.insert_or_update(STATUS_WATCHES, columns=STATUS_WATCH_COLUMNS,
-                               values=[(role, path, spanner.COMMIT_TIMESTAMP) for role, path in sorted(resources.items())])
+        batch.insert_or_update(
+            STATUS_WATCHES,
+            columns=STATUS_WATCH_COLUMNS,
+            values=[(role, path, spanner.COMMIT_TIMESTAMP) for role, path in sorted(resources.items())],
+        )
 
 
 def recorded(database) -> dict[str, str]:
     """{role: full resource path} as provisioned; empty if nothing was recorded."""
     with database.snapshot() as snapshot:
-        return {role: path for role, path in snapshot.read(STATUS_WATCHES, columns=("Role", "Resource"),
-                                                             keyset=spanner.KeySet(all_=True))}
+        return {
+            role: path
+            for role, path in snapshot.read(
+                STATUS_WATCHES, columns=("Role", "Resource"), keyset=spanner.KeySet(all_=True)
+            )
+        }

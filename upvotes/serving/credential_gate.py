@@ -11,11 +11,12 @@ or to the live page's session asking for its own user (cookie and anti-CSRF toke
 write); anything else is refused (401, or 403 for a foreign Origin or a wrong anti-CSRF token).
 Each refusal names its kind, which /healthz counts (REFUSALS).
 """
+
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fastapi import Request
 
@@ -44,8 +45,13 @@ class CredentialGate:
     credential (see the module docstring). `clock` is wall time (sessions), `monotonic` the rate
     limits' time."""
 
-    def __init__(self, settings: ServiceSettings, sessions: LiveSessions, clock: Callable[[], float],
-                 monotonic: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        sessions: LiveSessions,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+    ) -> None:
         self.sessions = sessions
         self.clock = clock
         self.tokens = [token.encode() for token in settings.write_tokens]
@@ -73,8 +79,9 @@ class CredentialGate:
             return None
         scheme, _, token = given.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return Refusal("credential", 401, "a bearer token is required (Authorization: Bearer <token>)",
-                           NEEDS_BEARER)
+            return Refusal(
+                "credential", 401, "a bearer token is required (Authorization: Bearer <token>)", NEEDS_BEARER
+            )
         candidate = token.strip().encode()
         matches = [hmac.compare_digest(candidate, known) for known in self.tokens]  # every one compared: constant time
         if True not in matches:
@@ -85,14 +92,16 @@ class CredentialGate:
     def _limited(wait_s: float, whose: str) -> Refusal | None:
         if wait_s <= 0:
             return None
-        return Refusal("rate_limited", 429, f"too many writes for this {whose}; retry later",
-                       {"Retry-After": retry_after(wait_s)})
+        return Refusal(
+            "rate_limited", 429, f"too many writes for this {whose}; retry later", {"Retry-After": retry_after(wait_s)}
+        )
 
     def admit(self, request: Request) -> int | Session | Refusal:
         """For a write: the index of the bearer token, the live-page session, or the refusal."""
         if not self.origin_allowed(request):
-            return Refusal("origin", 403, f"writes from origin {request.headers['origin'][:100]!r} are not "
-                           "allowed here")
+            return Refusal(
+                "origin", 403, f"writes from origin {request.headers['origin'][:100]!r} are not allowed here"
+            )
         _, problem = json_media_type(request.headers.get("content-type"))
         if problem is not None:
             return Refusal("content_type", 415, problem)
@@ -114,8 +123,9 @@ class CredentialGate:
         """As `admit`, for a private read (a user's vote): the same Origin, token, cookie and
         anti-CSRF checks; no Content-Type and no rate limit, as for every read."""
         if not self.origin_allowed(request):
-            return Refusal("origin", 403, f"reads of votes from origin {request.headers['origin'][:100]!r} are not "
-                           "allowed here")
+            return Refusal(
+                "origin", 403, f"reads of votes from origin {request.headers['origin'][:100]!r} are not allowed here"
+            )
         token = self._token_index(request)
         if token is not None:
             return token
@@ -125,9 +135,15 @@ class CredentialGate:
         """The live-page session the cookie proves, with its own anti-CSRF token, or the refusal."""
         session = self.sessions.check(request.cookies.get(COOKIE), self.clock())
         if isinstance(session, SessionRefused):
-            return Refusal("credential", 401, f"{what} a credential: a bearer token (Authorization: Bearer "
-                           f"<token>) or the live page's session ({session.reason})", NEEDS_BEARER)
+            return Refusal(
+                "credential",
+                401,
+                f"{what} a credential: a bearer token (Authorization: Bearer "
+                f"<token>) or the live page's session ({session.reason})",
+                NEEDS_BEARER,
+            )
         if not self.sessions.csrf_matches(session, request.headers.get(CSRF_HEADER)):
-            return Refusal("csrf", 403, f"the {CSRF_HEADER} header does not belong to this live-page session: "
-                           "reload the page")
+            return Refusal(
+                "csrf", 403, f"the {CSRF_HEADER} header does not belong to this live-page session: reload the page"
+            )
         return session

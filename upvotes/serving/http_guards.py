@@ -12,10 +12,11 @@ answer carries: plain ASGI wrappers, so they also cover answers the routes never
   deny-all Content-Security-Policy, unless the route set its own (the live page and /docs do).
 - `origin_key` / `json_media_type`: the Origin and Content-Type rules of writes.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import orjson
@@ -61,8 +62,9 @@ def json_media_type(content_type: str | None) -> tuple[str | None, str | None]:
     media_type, *parameters = (content_type or "").split(";")
     media_type = media_type.strip().lower()
     if media_type not in WRITE_MEDIA_TYPES:
-        return None, (f"Content-Type {(content_type or 'missing')[:80]!r} is not accepted: send "
-                      f"{' or '.join(WRITE_MEDIA_TYPES)}")
+        return None, (
+            f"Content-Type {(content_type or 'missing')[:80]!r} is not accepted: send {' or '.join(WRITE_MEDIA_TYPES)}"
+        )
     for parameter in parameters:
         name, _, value = parameter.partition("=")
         if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
@@ -72,8 +74,11 @@ def json_media_type(content_type: str | None) -> tuple[str | None, str | None]:
 
 def json_error(status: int, reason: str) -> tuple[dict, bytes]:
     body = orjson.dumps({"error": reason})
-    return {"type": "http.response.start", "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}, body
+    return {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    }, body
 
 
 class HostAllowlist:
@@ -88,8 +93,11 @@ class HostAllowlist:
             if host_of(header) not in self.allowed_hosts:
                 self.on_refused()
                 shown = (header or "none")[:100]
-                start, body = json_error(421, f"this server does not answer for Host {shown!r}; its operator can "
-                                         "allow a name with --allowed-host")
+                start, body = json_error(
+                    421,
+                    f"this server does not answer for Host {shown!r}; its operator can "
+                    "allow a name with --allowed-host",
+                )
                 await send(start)
                 await send({"type": "http.response.body", "body": body})
                 return

@@ -1,5 +1,6 @@
 """Every error the service answers is JSON {"error": reason}, never a traceback: the refusals the
 routes return, and what `install` makes of an exception a route raises."""
+
 from __future__ import annotations
 
 import logging

@@ -26,6 +26,7 @@ Post IDs are user input: the page only ever puts them into the DOM as text (text
 never innerHTML) and into URLs through encodeURIComponent. No external scripts or styles.
 Its columns are the counters' (schemas/counters.py), whose names are code, never input.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,12 +45,17 @@ USER_META = "upvotes-user-id"
 # Each tab by its key, in order: the registry's, the default ranking's last (a stable sort).
 TABS: dict[str, tuple[Tab, Ranking]] = {
     ranking.tab.key: (ranking.tab, ranking)
-    for ranking in sorted(RANKINGS.values(), key=lambda ranking: ranking.name == DEFAULT) if ranking.tab is not None}
+    for ranking in sorted(RANKINGS.values(), key=lambda ranking: ranking.name == DEFAULT)
+    if ranking.tab is not None
+}
 DEFAULT_TAB = next(key for key, (_, ranking) in TABS.items() if ranking.name == DEFAULT)
-PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-            "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 
-_PAGE_HTML = """<!doctype html>
+_PAGE_HTML = (
+    """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -75,13 +81,20 @@ _PAGE_HTML = """<!doctype html>
 <p id="error"></p>
 </body>
 </html>
-""".replace("__CSRF_META__", CSRF_META).replace("__USER_META__", USER_META).replace("__STYLE_PATH__", STYLE_PATH) \
-    .replace("__SCRIPT_PATH__", SCRIPT_PATH) \
-    .replace("__COUNTER_HEADERS__", "".join(f'<th class="num">{name}</th>' for name in NAMES)) \
-    .replace("__TABS__", "".join(
-        f'<button type="button" role="tab" id="tab-{kind}" data-ranking="{kind}" '
-        f'aria-selected="{str(kind == DEFAULT_TAB).lower()}">{tab.label}</button>'
-        for kind, (tab, _) in TABS.items()))
+""".replace("__CSRF_META__", CSRF_META)
+    .replace("__USER_META__", USER_META)
+    .replace("__STYLE_PATH__", STYLE_PATH)
+    .replace("__SCRIPT_PATH__", SCRIPT_PATH)
+    .replace("__COUNTER_HEADERS__", "".join(f'<th class="num">{name}</th>' for name in NAMES))
+    .replace(
+        "__TABS__",
+        "".join(
+            f'<button type="button" role="tab" id="tab-{kind}" data-ranking="{kind}" '
+            f'aria-selected="{str(kind == DEFAULT_TAB).lower()}">{tab.label}</button>'
+            for kind, (tab, _) in TABS.items()
+        ),
+    )
+)
 
 PAGE_STYLE = """body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 46rem; color: #222; }
 table { border-collapse: collapse; width: 100%; }
@@ -98,7 +111,8 @@ button.vote[aria-pressed="true"] { font-weight: bold; }
 #tabs button[aria-selected="true"] { border-bottom-color: #222; font-weight: bold; }
 """.replace("__COUNTER_CELLS__", ", ".join(f"td.{name}" for name in (*NAMES, "score")))
 
-PAGE_SCRIPT = """"use strict";
+PAGE_SCRIPT = (
+    """"use strict";
 const POLL_MS = __POLL_MS__;
 const COUNTERS = __COUNTERS__;
 const RANKINGS = __RANKINGS__;
@@ -221,7 +235,7 @@ function render(top, kind) {
     body.appendChild(row);
     if (!asked.has(post.post_id)) readMyVote(post.post_id);
   });
-  const what = RANKINGS[kind].what.replace(/\{(\w+)\}/g, (_, field) => String(top[field]));
+  const what = RANKINGS[kind].what.replace(/\\{(\\w+)\\}/g, (_, field) => String(top[field]));
   const bound = score ? scoreText(top.bound) + RANKINGS[kind].bound : top.bound;
   byId("status").textContent = what + "exact counts as of " + top.as_of + "; ranking " +
     (top.exact ? "certified exact" : "not certified (a post left out may have up to " + bound + ")");
@@ -268,12 +282,28 @@ byId("new-vote").addEventListener("submit", async (event) => {
   if (await sendVote(byId("new-post-id").value, "up")) byId("new-post-id").value = "";
 });
 poll();
-""".replace("__POLL_MS__", str(POLL_MS)).replace("__CSRF_META__", CSRF_META).replace("__USER_META__", USER_META) \
-    .replace("__CSRF_HEADER__", CSRF_HEADER).replace("__COUNTERS__", json.dumps(NAMES)) \
-    .replace("__RANKINGS__", json.dumps({kind: {"url": f"/v1/top?{tab.query}", "score": ranking.score_field,
-                                                "column": tab.column, "what": tab.status, "bound": tab.bound}
-                                         for kind, (tab, ranking) in TABS.items()})) \
+""".replace("__POLL_MS__", str(POLL_MS))
+    .replace("__CSRF_META__", CSRF_META)
+    .replace("__USER_META__", USER_META)
+    .replace("__CSRF_HEADER__", CSRF_HEADER)
+    .replace("__COUNTERS__", json.dumps(NAMES))
+    .replace(
+        "__RANKINGS__",
+        json.dumps(
+            {
+                kind: {
+                    "url": f"/v1/top?{tab.query}",
+                    "score": ranking.score_field,
+                    "column": tab.column,
+                    "what": tab.status,
+                    "bound": tab.bound,
+                }
+                for kind, (tab, ranking) in TABS.items()
+            }
+        ),
+    )
     .replace("__DEFAULT_RANKING__", DEFAULT_TAB)
+)
 
 
 def page_html(csrf_token: str, user_id: str) -> str:

@@ -18,6 +18,7 @@ Nothing is stored server-side: every value is HMAC-SHA256 under a key derived fr
 first write token, so every `serve` process sharing the token accepts the same sessions,
 and rotating the token ends them all. Comparisons are constant-time.
 """
+
 from __future__ import annotations
 
 import base64
@@ -81,7 +82,9 @@ class LiveSessions:
         if not (session_id and expires.isdigit() and mac):
             return SessionRefused("the live-page session cookie is malformed")
         if not hmac.compare_digest(mac.encode(), _mac(self._key, "session", session_id, expires).encode()):
-            return SessionRefused("the live-page session is not valid (or the write token was rotated): reload the page")
+            return SessionRefused(
+                "the live-page session is not valid (or the write token was rotated): reload the page"
+            )
         if int(expires) <= now_s:
             return SessionRefused("the live-page session has expired: reload the page")
         return Session(session_id, int(expires))

@@ -3,19 +3,21 @@ holding at most `burst`. The service runs them on its event loop thread only, so
 no lock. At most `max_keys` buckets are kept (the least recently used go first; a bucket
 dropped comes back full), so a flood of new keys cannot grow memory without bound.
 """
+
 from __future__ import annotations
 
 import math
 import time
 from collections import OrderedDict
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 MAX_KEYS = 100_000
 
 
 class TokenBuckets:
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = MAX_KEYS) -> None:
+    def __init__(
+        self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic, max_keys: int = MAX_KEYS
+    ) -> None:
         if not rate > 0 or burst < 1:
             raise ValueError(f"a token bucket needs a rate above 0 and a burst of at least 1 (got {rate}, {burst})")
         self.rate = rate

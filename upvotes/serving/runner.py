@@ -2,6 +2,7 @@
 it. A request head must arrive within `head_timeout_s` (uvicorn alone resets its idle timer on
 every byte, so a client sending one byte a second could hold a connection forever);
 X-Forwarded-For/-Proto are believed only from the trusted proxies."""
+
 from __future__ import annotations
 
 import asyncio
@@ -58,9 +59,17 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, settings: ServiceSettings
     `settings.trusted_proxies` (uvicorn alone believes them from 127.0.0.1 and ::1, so any
     local client could pick its own address for the rate limits)."""
     return uvicorn.Config(
-        app, host=host, port=port, http=protocol_with_head_timeout(settings.head_timeout_s),
-        timeout_keep_alive=5, limit_concurrency=1_000, server_header=False, access_log=False,
-        log_level="warning", lifespan="off", proxy_headers=bool(settings.trusted_proxies),
+        app,
+        host=host,
+        port=port,
+        http=protocol_with_head_timeout(settings.head_timeout_s),
+        timeout_keep_alive=5,
+        limit_concurrency=1_000,
+        server_header=False,
+        access_log=False,
+        log_level="warning",
+        lifespan="off",
+        proxy_headers=bool(settings.trusted_proxies),
         forwarded_allow_ips=list(settings.trusted_proxies),
     )
 
@@ -78,8 +87,9 @@ class RunningService:
         self.thread.join(timeout_s)
 
 
-def start_in_background(app: ASGIApp, settings: ServiceSettings, host: str = "127.0.0.1",
-                        port: int = 0) -> RunningService:
+def start_in_background(
+    app: ASGIApp, settings: ServiceSettings, host: str = "127.0.0.1", port: int = 0
+) -> RunningService:
     """Runs `app` on uvicorn in a daemon thread (port 0: a free port); returns once it listens."""
     server = uvicorn.Server(uvicorn_config(app, host, port, settings))
     thread = threading.Thread(target=server.run, name="upvotes-serve", daemon=True)

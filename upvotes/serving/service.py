@@ -43,17 +43,18 @@ gate; bodies are limited to MAX_BODY_BYTES and MAX_EVENTS and must arrive within
 `body_timeout_s`, a request head within `head_timeout_s`. CORS is off unless exact origins are
 configured. /healthz shows the limits and how many requests each check refused.
 """
+
 from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
-from spanner_reads.counts_reader import CountsReader, DEFAULT_REFRESH_S
+from spanner_reads.counts_reader import DEFAULT_REFRESH_S, CountsReader
 from upvotes.serving import json_errors
 from upvotes.serving.credential_gate import REFUSALS, CredentialGate
 from upvotes.serving.http_guards import HostAllowlist, SecurityHeaders
@@ -66,34 +67,61 @@ from upvotes.serving.vote_ingest import MAX_BODY_BYTES, MAX_EVENTS, PubSubVotePu
 
 # The service's names for those who run it (`upvotes serve`, the demo, the tests): the app, the
 # runner, the publisher and the body limits.
-__all__ = ["MAX_BODY_BYTES", "MAX_EVENTS", "PubSubVotePublisher", "RunningService", "ServiceSettings", "create_app",
-           "serve_in_background", "start_in_background"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_EVENTS",
+    "PubSubVotePublisher",
+    "RunningService",
+    "ServiceSettings",
+    "create_app",
+    "serve_in_background",
+    "start_in_background",
+]
 
 
-def create_app(reader: CountsReader, vote_reader: VoteReader, publisher: VotePublisher | None,
-               settings: ServiceSettings, clock: Callable[[], float] = time.time,
-               monotonic: Callable[[], float] = time.monotonic) -> ASGIApp:
+def create_app(
+    reader: CountsReader,
+    vote_reader: VoteReader,
+    publisher: VotePublisher | None,
+    settings: ServiceSettings,
+    clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> ASGIApp:
     """The service's ASGI app: the routers behind the Host allowlist, CORS (only when origins are
     configured) and the security headers. `reader` answers counts and top posts, `vote_reader` a
     user's vote. `publisher` None: POST /v1/votes answers 503 (no topic configured). `clock` is
     wall time (votes, sessions), `monotonic` the rate limits' time."""
-    app = FastAPI(title="upvotes", version="1", description="Exact upvote and share counts of viral posts.",
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="upvotes",
+        version="1",
+        description="Exact upvote and share counts of viral posts.",
+        docs_url=None,
+        redoc_url=None,
+    )
     json_errors.install(app)
     sessions = LiveSessions(settings.write_tokens[0], settings.session_s)
     gate = CredentialGate(settings, sessions, clock, monotonic)
     refused: Counter[str] = Counter({kind: 0 for kind in REFUSALS})
     # In the order they are matched: votes before posts, whose post ID would take ".../votes/<user>".
-    for router in (page.router(sessions, clock), docs.router(app.openapi_url or "/openapi.json"),
-                   health.router(reader, settings, refused),
-                   votes.router(gate, vote_reader, publisher, settings, refused, clock),
-                   posts.router(reader), top.router(reader)):
+    for router in (
+        page.router(sessions, clock),
+        docs.router(app.openapi_url or "/openapi.json"),
+        health.router(reader, settings, refused),
+        votes.router(gate, vote_reader, publisher, settings, refused, clock),
+        posts.router(reader),
+        top.router(reader),
+    ):
         app.include_router(router)
 
     guarded: ASGIApp = app
     if settings.cors_origins:  # exact origins, bearer tokens only: no cookies, so no credentials mode
-        guarded = CORSMiddleware(app, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
-                                 allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
+        guarded = CORSMiddleware(
+            app,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            allow_credentials=False,
+        )
 
     def host_refused() -> None:
         refused["host"] += 1
@@ -101,9 +129,17 @@ def create_app(reader: CountsReader, vote_reader: VoteReader, publisher: VotePub
     return SecurityHeaders(HostAllowlist(guarded, settings.allowed_hosts, host_refused))
 
 
-def serve_in_background(project: str, instance: str, database: str, topic: str | None, settings: ServiceSettings,
-                        host: str = "127.0.0.1", port: int = 0, staleness_s: float = 0.0,
-                        refresh_s: float = DEFAULT_REFRESH_S) -> RunningService:
+def serve_in_background(
+    project: str,
+    instance: str,
+    database: str,
+    topic: str | None,
+    settings: ServiceSettings,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    staleness_s: float = 0.0,
+    refresh_s: float = DEFAULT_REFRESH_S,
+) -> RunningService:
     """The whole service on one database (and votes topic, ID or path), started in a background
     thread: what `upvotes serve` runs, for the demo and tests. `.url` is the live page."""
     from pipeline.params import pubsub_path

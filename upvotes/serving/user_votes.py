@@ -1,4 +1,4 @@
-""""My vote": one user's vote on one post, as GET /v1/posts/{post_id}/votes/{user_id} and
+""" "My vote": one user's vote on one post, as GET /v1/posts/{post_id}/votes/{user_id} and
 `upvotes read --user` answer it.
 
 The answer always has the same fields, so a client reads `vote` without first asking whether
@@ -13,6 +13,7 @@ just published shows once its window is written, a few seconds later.
 
 No FastAPI here: the CLI imports this module without the `serve` extra.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -44,5 +45,11 @@ def vote_json(post_id: str, user_id: str, stored: StoredVote | None) -> dict:
     """The answer for one user's vote on one post (see the module docstring)."""
     if stored is not None:
         return stored.to_json()
-    return {"post_id": post_id, "user_id": user_id, "vote": NONE, "voted_at": None, "event_id": None,
-            "applied_at": None}
+    return {
+        "post_id": post_id,
+        "user_id": user_id,
+        "vote": NONE,
+        "voted_at": None,
+        "event_id": None,
+        "applied_at": None,
+    }

@@ -10,6 +10,7 @@ at most MAX_EVENTS events and MAX_BODY_BYTES bytes). A body must arrive within t
 timeout. A token may send both kinds of event, a |delta| beyond its cap (--max-delta) rejecting
 that event; a live-page session is one voter and sends only vote-state events of its own user.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,7 +22,13 @@ from fastapi import Request
 from starlette.exceptions import HTTPException
 
 from schemas.contract import (
-    FORMAT_ATTRIBUTE, MAX_ABS_DELTA, MAX_BATCH_BYTES, MAX_BATCH_EVENTS, NDJSON, parse_message, parse_vote,
+    FORMAT_ATTRIBUTE,
+    MAX_ABS_DELTA,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_EVENTS,
+    NDJSON,
+    parse_message,
+    parse_vote,
 )
 from schemas.records import Rejected, VoteEvent, VoteState
 
@@ -101,8 +108,10 @@ def outside_session_scope(body: bytes, user_id: str, now_s: float) -> str | None
     with the parser's reason."""
     event = parse_vote(body, None, now_s)
     if isinstance(event, VoteEvent):
-        return ('a live-page session sends vote-state events ({"post_id", "user_id", "vote": "up"|"none"|"down", '
-                '"event_time"}), one vote per post; delta events need a bearer token')
+        return (
+            'a live-page session sends vote-state events ({"post_id", "user_id", "vote": "up"|"none"|"down", '
+            '"event_time"}), one vote per post; delta events need a bearer token'
+        )
     if isinstance(event, VoteState) and event.user_id != user_id:
         return f"a live-page session votes only as its own user {user_id!r}, not as {event.user_id!r}"
     return None

@@ -10,15 +10,16 @@ A token file may hold several tokens, one a line: all are accepted. That is how 
 rotated without refusing any app server (docs/security.md): add the new one, restart, move
 the app servers over, remove the old one, restart.
 """
+
 from __future__ import annotations
 
 import os
 import secrets
 import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from upvotes.serving.serve_settings import TOKEN_ENV
 
@@ -54,8 +55,9 @@ def write_token_file(path: Path, token: str) -> None:
     os.replace(temporary, path)
 
 
-def resolve_write_credential(token_file: Path | None, environ: Mapping[str, str] = os.environ,
-                             generated_file: Path = GENERATED_TOKEN_FILE) -> WriteCredential:
+def resolve_write_credential(
+    token_file: Path | None, environ: Mapping[str, str] = os.environ, generated_file: Path = GENERATED_TOKEN_FILE
+) -> WriteCredential:
     """The configured tokens, or a new generated one written to `generated_file`."""
     if token_file is not None:
         try:
@@ -66,8 +68,10 @@ def resolve_write_credential(token_file: Path | None, environ: Mapping[str, str]
         if not tokens:
             raise CredentialError(f"--token-file {token_file} is empty")
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            print(f"upvotes serve: warning: --token-file {token_file} is readable by other users; "
-                  f"chmod 600 {token_file}", file=sys.stderr)
+            print(
+                f"upvotes serve: warning: --token-file {token_file} is readable by other users; chmod 600 {token_file}",
+                file=sys.stderr,
+            )
         return WriteCredential(tokens, f"--token-file {token_file}")
     tokens = tokens_in(environ.get(TOKEN_ENV, ""))
     if tokens:

@@ -1,5 +1,6 @@
 """The post and user IDs a path or a query carries, held to the event contract's limits: a route
 answers 400 for an ID no event could carry."""
+
 from __future__ import annotations
 
 from starlette.exceptions import HTTPException

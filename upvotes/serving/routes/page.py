@@ -1,7 +1,8 @@
 """The live page (upvotes/serving/live_page.py): GET / with its session, and its script and style."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
@@ -23,11 +24,20 @@ def router(sessions: LiveSessions, clock: Callable[[], float]) -> APIRouter:
         if renew:
             session, cookie = sessions.issue(now)
         assert not isinstance(session, SessionRefused)  # a refused one was renewed
-        response = HTMLResponse(page_html(sessions.csrf_token(session), sessions.user_id(session)),
-                                headers={"Content-Security-Policy": PAGE_CSP})
+        response = HTMLResponse(
+            page_html(sessions.csrf_token(session), sessions.user_id(session)),
+            headers={"Content-Security-Policy": PAGE_CSP},
+        )
         if renew:
-            response.set_cookie(COOKIE, cookie, max_age=int(sessions.lifetime_s), path="/", httponly=True,
-                                samesite="strict", secure=request.url.scheme == "https")
+            response.set_cookie(
+                COOKIE,
+                cookie,
+                max_age=int(sessions.lifetime_s),
+                path="/",
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
         return response
 
     @live.get(SCRIPT_PATH, include_in_schema=False)

@@ -2,6 +2,7 @@
 service's CountsReader (a hot post costs at most one Spanner read per refresh interval however
 many viewers ask). A post ID may hold "/": the votes router, matched first, takes the paths of a
 user's vote (upvotes/serving/routes/votes.py)."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Query
@@ -23,8 +24,10 @@ def router(reader: CountsReader) -> APIRouter:
         return reader.get(post_id, unique).to_json()
 
     @posts.get("/v1/posts", summary="Several posts' exact counts, in the order asked")
-    def read_posts(id: list[str] = Query(..., description="a post ID; repeat for more"),  # noqa: A002
-                   unique: bool = Query(False, description=UNIQUE_HELP)) -> dict:
+    def read_posts(
+        id: list[str] = Query(..., description="a post ID; repeat for more"),  # noqa: A002
+        unique: bool = Query(False, description=UNIQUE_HELP),
+    ) -> dict:
         if len(id) > MAX_IDS_PER_READ:
             raise HTTPException(400, f"{len(id)} ids, at most {MAX_IDS_PER_READ} per request")
         for post_id in id:

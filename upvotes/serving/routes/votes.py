@@ -11,10 +11,11 @@ its own user's votes and sends one application/json vote-state event of its own 
 anything else is refused (403) and counted as "session_scope". The reply to a write comes after
 Pub/Sub has accepted the message.
 """
+
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -30,8 +31,14 @@ from upvotes.serving.user_votes import VoteReader, vote_json
 from upvotes.serving.vote_ingest import VotePublisher, outside_session_scope, read_body, validate_votes
 
 
-def router(gate: CredentialGate, vote_reader: VoteReader, publisher: VotePublisher | None, settings: ServiceSettings,
-           refused: Counter[str], clock: Callable[[], float]) -> APIRouter:
+def router(
+    gate: CredentialGate,
+    vote_reader: VoteReader,
+    publisher: VotePublisher | None,
+    settings: ServiceSettings,
+    refused: Counter[str],
+    clock: Callable[[], float],
+) -> APIRouter:
     """`publisher` None: POST /v1/votes answers 503 (no topic configured). `refused` counts each
     refusal by its kind, for /healthz."""
     sessions = gate.sessions
@@ -42,8 +49,10 @@ def router(gate: CredentialGate, vote_reader: VoteReader, publisher: VotePublish
         return error(refusal.status, refusal.reason, refusal.headers)
 
     # Both parameters may hold "/": the path splits at its last "/votes/" (module docstring).
-    @routes.get("/v1/posts/{post_id:path}/votes/{user_id:path}",
-                summary="One user's vote on one post (private: a bearer token, or the live page's session for its user)")
+    @routes.get(
+        "/v1/posts/{post_id:path}/votes/{user_id:path}",
+        summary="One user's vote on one post (private: a bearer token, or the live page's session for its user)",
+    )
     async def read_vote(request: Request, post_id: str, user_id: str) -> Response:
         credential = gate.admit_read(request)
         if isinstance(credential, Refusal):
@@ -51,13 +60,21 @@ def router(gate: CredentialGate, vote_reader: VoteReader, publisher: VotePublish
         check_post_id(post_id)
         check_user_id(user_id)
         if isinstance(credential, Session) and user_id != sessions.user_id(credential):
-            return refuse(Refusal("session_scope", 403,
-                                  f"a live-page session reads only its own user's votes ({sessions.user_id(credential)})"))
+            return refuse(
+                Refusal(
+                    "session_scope",
+                    403,
+                    f"a live-page session reads only its own user's votes ({sessions.user_id(credential)})",
+                )
+            )
         stored = await run_in_threadpool(vote_reader.vote_of, post_id, user_id)
         return JSONResponse(vote_json(post_id, user_id, stored))
 
-    @routes.post("/v1/votes", status_code=202,
-                 summary="Publish votes (one JSON event, or ndjson) with a bearer token or the live page's session")
+    @routes.post(
+        "/v1/votes",
+        status_code=202,
+        summary="Publish votes (one JSON event, or ndjson) with a bearer token or the live page's session",
+    )
     async def post_votes(request: Request) -> Response:
         credential = gate.admit(request)
         if isinstance(credential, Refusal):
@@ -74,11 +91,13 @@ def router(gate: CredentialGate, vote_reader: VoteReader, publisher: VotePublish
                 return refuse(Refusal("session_scope", 403, beyond))
         validated = validate_votes(body, one_event, clock(), settings.max_delta)
         if validated.whole is not None:
-            return error(413 if reason_of(validated.whole) in ("too_many_events", "too_large") else 400,
-                         validated.whole.error)
+            return error(
+                413 if reason_of(validated.whole) in ("too_many_events", "too_large") else 400, validated.whole.error
+            )
         if not validated.events:
-            return JSONResponse({"error": "no valid event", "accepted": 0, "rejected": validated.rejected},
-                                status_code=400)
+            return JSONResponse(
+                {"error": "no valid event", "accepted": 0, "rejected": validated.rejected}, status_code=400
+            )
         message = events_message(validated.events)  # the contract's encoding, as `upvotes publish`'s
         await run_in_threadpool(publisher.publish, message.data, message.attributes)
         return JSONResponse({"accepted": len(validated.events), "rejected": validated.rejected}, status_code=202)
