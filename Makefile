@@ -18,8 +18,8 @@ install: $(BIN)/upvotes
 demo: install
 	$(BIN)/upvotes demo
 
-# The suite (about 8 minutes on 2 cores); the benchmarks' smoke run is apart (bench-smoke), as
-# it alone takes about 5 minutes. CI (.ci/run) runs both.
+# The suite (about 21 minutes on 2 cores from a fresh clone); the benchmarks' smoke run is apart
+# (bench-smoke), as it alone takes 15-25 minutes. CI (.ci/run) runs both.
 test: install
 	$(BIN)/lint-imports
 	$(MAKE) --no-print-directory lint
