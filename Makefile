@@ -18,7 +18,7 @@ install: $(BIN)/upvotes
 demo: install
 	$(BIN)/upvotes demo
 
-# The suite (about 21 minutes on 2 cores from a fresh clone); the benchmarks' smoke run is apart
+# The suite (21-32 minutes on 2 cores from a fresh clone, by the load); the benchmarks' smoke run is apart
 # (bench-smoke), as it alone takes 15-25 minutes. CI (.ci/run) runs both.
 test: install
 	$(BIN)/lint-imports
