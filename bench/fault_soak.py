@@ -55,7 +55,7 @@ FREEZE_S = 4.0
 STREAM_STOPS = (0.35, 0.70)  # of the load's length
 SERVE_RESTART = 0.5
 SETTLE_TIMEOUT_S = 240.0
-START_TIMEOUT_S = 120.0  # a process (serve, the stream) until it answers or handles signals
+START_TIMEOUT_S = 120.0
 PREFIX = "fault-"
 SERVE_WITH_CTRL_C = (
     "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
@@ -226,7 +226,7 @@ class Faults(threading.Thread):
         self._random = random.Random(7)
         pid = os.environ.get(PID_ENV_VARS[SPANNER])
         self._spanner_pid = int(pid) if pid else None
-        self.stream = self._start_stream()
+        self.stream = local_stream.start(self._res, WINDOW_S, self._stream_log, self._env, append=True)
         self.counts = {
             "folds_killed": 0,
             "folds_finished_before_the_kill": 0,
@@ -304,23 +304,7 @@ class Faults(threading.Thread):
             os.kill(pid, signal.SIGCONT)
         self.counts["spanner_freezes"] += 1
 
-    def _start_stream(self) -> subprocess.Popen:
-        self._stream_log_offset = self._stream_log.stat().st_size if self._stream_log.exists() else 0
-        return local_stream.start(self._res, WINDOW_S, self._stream_log, self._env, append=True)
-
-    def wait_until_stream_handles_signals(self) -> None:
-        """Until the stream says it has started, its signal handler installed: a SIGTERM before it
-        (Python still importing, seconds on a loaded machine) ends the process with no drain."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline and self.stream.poll() is None:
-            with open(self._stream_log, "rb") as log:
-                log.seek(self._stream_log_offset)
-                if b"streaming pipeline starting" in log.read():
-                    return
-            time.sleep(0.1)
-
     def _inject_stream(self) -> None:
-        self.wait_until_stream_handles_signals()
         stopping = time.monotonic()
         code = local_stream.stop(self.stream, signal.SIGTERM)
         if code != 0:
@@ -329,7 +313,7 @@ class Faults(threading.Thread):
             {"seconds": round(time.monotonic() - stopping, 1), "report": local_stream.drain_summary(self._stream_log)}
         )
         self.counts["stream_sigterms"] += 1
-        self.stream = self._start_stream()
+        self.stream = local_stream.start(self._res, WINDOW_S, self._stream_log, self._env, append=True)
 
     def _inject_serve(self) -> None:
         self._serve.stop()
@@ -374,7 +358,6 @@ def run(sizes: Sizes, res: Resources, log_dir: Path) -> dict:
             time.sleep(0.5)
         to_exact = time.monotonic() - started - load_seconds
         lost, doubled = lost_and_doubled(database, ledger)
-        faults.wait_until_stream_handles_signals()
         final_code = local_stream.stop(faults.stream, signal.SIGTERM)
         fold = run_fold(soak_res)
         lost_after_fold, doubled_after_fold = lost_and_doubled(database, ledger)

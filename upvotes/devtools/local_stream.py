@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -23,6 +24,9 @@ DRAIN_TIMEOUT_S = 60.0  # what the stream is given to drain (--drain-timeout-s)
 # The stream exits by itself at DRAIN_TIMEOUT_S (exit 4, saying what it lost); SIGKILL only a
 # process that does not even do that.
 STOP_GRACE_S = DRAIN_TIMEOUT_S + 30.0
+# What `upvotes stream` prints once it handles SIGINT and SIGTERM (upvotes/commands/stream.py).
+STARTED_LINE = b"streaming pipeline starting"
+START_TIMEOUT_S = 120.0  # Python start-up and imports, on a loaded machine
 DRAINED_PREFIX = "upvotes stream: drained"
 STOPPED_PREFIX = "upvotes stream: stopped at once"
 
@@ -67,7 +71,8 @@ def start(
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab" if append else "wb") as log:
-        return subprocess.Popen(
+        offset = log.tell()
+        process = subprocess.Popen(
             command,
             env={**os.environ, **(env or {})},
             stdout=log,
@@ -76,6 +81,20 @@ def start(
             start_new_session=True,
             cwd=cwd,
         )
+    _wait_until_it_handles_signals(process, log_path, offset)
+    return process
+
+
+def _wait_until_it_handles_signals(process: subprocess.Popen, log_path: Path, offset: int) -> None:
+    """Until the stream prints STARTED_LINE (its signal handlers are installed by then) or exits: a
+    SIGTERM during the seconds Python spends importing would end it with Python's default, undrained."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        with open(log_path, "rb") as log:
+            log.seek(offset)
+            if STARTED_LINE in log.read():
+                return
+        time.sleep(0.05)
 
 
 def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> int:
