@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install demo test bench-smoke docs bench template lint-schema clean
+.PHONY: install demo test test-fast bench-smoke docs bench template lint-schema clean
 
 $(BIN)/upvotes: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ demo: install
 test: install
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -m "not bench_smoke" $(PYTEST_ARGS)
+
+# While editing: every test that needs no emulator (tests/conftest.py marks the others `emulators`),
+# each property test with a tenth of its examples (the `fast` Hypothesis profile), on FAST_WORKERS
+# pytest-xdist workers (FAST_WORKERS=0: one process); 1.5-3.5 minutes on 2 cores shared with other work.
+FAST_WORKERS ?= 2
+test-fast: install
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -m "not emulators and not bench_smoke" --hypothesis-profile=fast -n $(FAST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench-smoke: install
 	$(BIN)/python -m pytest -m bench_smoke $(PYTEST_ARGS)

@@ -41,6 +41,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3", "import-linter>=2.1", "jsonschema>=4.20",
+                 # `make test` and `make test-fast` run the suite on several workers (Makefile).
+                 "pytest-xdist>=3.6",
                  # jsonschema checks "format": "date-time" only with this installed (tests/test_contract.py).
                  "rfc3339-validator>=0.1.4",
                  "httpx>=0.27", "selenium>=4.20",

@@ -30,6 +30,7 @@ TIMEOUT_S = 900  # the quick run takes 6-7 minutes on 2 cores, emulators started
 
 
 @pytest.mark.bench_smoke
+@pytest.mark.emulators  # the benchmarks start their own
 def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],

@@ -41,6 +41,7 @@ from schemas.voter_sketch import estimate, sketch_of
 from tests.support.contract_table import BATCH, INVALID, VALID, ndjson
 from tests.support.corpus import CORPUS, CORPUS_PUBLISHED, corpus_attributes, manifest
 from tests.support.event_times import PUBLISHED, PUBLISHED_AT, PUBLISHED_HOUR, epoch, hour_of, rfc3339
+from tests.support.examples import examples
 from tests.support.hostile_input import HOSTILE_IDS, NDJSON_LINES
 from tests.support.vote_messages import HOUR, message
 from transforms.parse_and_sum import BundleSums, ParseVotes, RunningSums, sum_message
@@ -113,7 +114,7 @@ _EVENTS_NEAR_BOUNDS = st.lists(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_EVENTS_NEAR_BOUNDS, st.booleans(),
        st.sampled_from([CORPUS_PUBLISHED, CORPUS_PUBLISHED + 0.5, 0.0, -1e15, float("inf")]),
        st.sampled_from([DEFAULT_EVENT_TIME_POLICY, _SKEWED_POLICY, None]))
@@ -171,7 +172,7 @@ def _edited(line: bytes, edits: list[tuple[str, int, bytes]]) -> bytes:
     return line
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(st.lists(st.builds(_edited, _COMMON_VOTES, _EDITS), min_size=1, max_size=8), st.booleans(),
        # Publish times whose policy bounds fall half a second either side of an hour's first or last second.
        st.sampled_from([PUBLISHED, PUBLISHED_HOUR - 0.5, PUBLISHED_HOUR - 1.5, PUBLISHED_HOUR + 2998.5,
