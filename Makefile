@@ -30,7 +30,8 @@ test: install
 
 # While editing: every test that needs no emulator (tests/conftest.py marks the others `emulators`),
 # each property test with a tenth of its examples (the `fast` Hypothesis profile), on FAST_WORKERS
-# pytest-xdist workers (FAST_WORKERS=0: one process); 1.5-3.5 minutes on 2 cores shared with other work.
+# pytest-xdist workers (FAST_WORKERS=0: one process); 56-101 s on 2 cores at load average
+# 1.2-2.8, up to 3.5 minutes with more.
 FAST_WORKERS ?= 2
 test-fast: install
 	$(BIN)/lint-imports
