@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install demo test bench-smoke docs bench template lint-schema clean
+.PHONY: install demo test test-fast bench-smoke docs bench template lint-schema clean
 
 $(BIN)/upvotes: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,25 @@ install: $(BIN)/upvotes
 demo: install
 	$(BIN)/upvotes demo
 
-# The suite (21-32 minutes on 2 cores from a fresh clone, by the load); the benchmarks' smoke run is apart
-# (bench-smoke), as it alone takes 15-25 minutes. CI (.ci/run) runs both.
+# The suite (time: README.md and docs/development.md); the benchmarks' smoke run is apart
+# (bench-smoke), as it alone takes 15-25 minutes. CI (.ci/run) runs both. The tests run on
+# TEST_WORKERS pytest-xdist workers, each with emulators of its own, taking whole test files
+# (--dist loadfile: a module's tests share its database and run in order); TEST_WORKERS=0 runs
+# them in one process.
+TEST_WORKERS ?= 3
 test: install
 	$(BIN)/lint-imports
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory typecheck
-	$(BIN)/python -m pytest -m "not bench_smoke" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not bench_smoke" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# While editing: every test that needs no emulator (tests/conftest.py marks the others `emulators`),
+# each property test with a tenth of its examples (the `fast` Hypothesis profile), on FAST_WORKERS
+# pytest-xdist workers (FAST_WORKERS=0: one process); about a minute on 2 quiet cores.
+FAST_WORKERS ?= 2
+test-fast: install
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -m "not emulators and not bench_smoke" --hypothesis-profile=fast -n $(FAST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Lint and format, as ruff.toml says; `$(BIN)/ruff format .` fixes what the format check finds.
 .PHONY: lint

@@ -59,6 +59,8 @@ setup(
             "pytest-timeout>=2.3",
             "import-linter>=2.1",
             "jsonschema>=4.20",
+            # `make test` and `make test-fast` run the suite on several workers (Makefile).
+            "pytest-xdist>=3.6",
             # `make typecheck` (mypy.ini), part of `make test`.
             "mypy>=2.4,<2.5",  # a newer minor version may find more: move up with its fixes
             # `make lint` (ruff.toml), part of `make test`: lint and format.

@@ -43,6 +43,9 @@ DURABILITY_MODES = tuple(DURABILITY_ARGS)
 READY_TIMEOUT_S = 30.0
 SOCKET_NAME = "redis.sock"  # a unix socket path must stay under 108 bytes: keep the directory short
 AOF_DIR = "appendonlydir"  # Redis 7's multi-part AOF: a base file, incremental files and a manifest
+# Under everysec, Redis postpones the AOF's write(2) while a background fsync is slow, by up to 2 s:
+# how long crash_machine waits for the command it cuts at to be in the file.
+AOF_WRITE_WAIT_S = 10.0
 
 
 class RedisServerError(EmulatorError):
@@ -190,10 +193,17 @@ class LocalRedis:
         last fsync came just before it; None: the client waited for the fsync, WAITAOF); AOF
         always fsyncs before each reply, so it keeps all; without persistence nothing is kept
         anyway. A process SIGKILL alone keeps the page cache, so it cannot show this."""
-        self.kill()
         if self.durability != AOF_EVERYSEC or unsynced_from is None:
+            self.kill()
             return False
-        _truncate_aof_at(self._directory / AOF_DIR, unsynced_from.encode("utf-8"))
+        # The cut must find the command in the file: written (not fsynced) before the kill, as it
+        # is at once unless a slow background fsync postponed the write (seen under load).
+        key = unsynced_from.encode("utf-8")
+        deadline = time.monotonic() + AOF_WRITE_WAIT_S
+        while _aof_offset(self._directory / AOF_DIR, key) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.kill()
+        _truncate_aof_at(self._directory / AOF_DIR, key)
         return True
 
     def stop(self) -> None:
@@ -206,15 +216,27 @@ class LocalRedis:
 def _truncate_aof_at(aof_dir: Path, key: bytes) -> None:
     """Cuts the AOF's last incremental file at the first command naming `key`, as a machine crash
     losing that tail would: on reload the server holds what it held just before that command."""
-    manifest = (aof_dir / "appendonly.aof.manifest").read_text(encoding="utf-8").split("\n")
-    last_incr = [line.split()[1] for line in manifest if line.endswith(" type i")][-1]
-    path = aof_dir / last_incr
-    data = path.read_bytes()
-    offset = next((start for start, arguments in _aof_commands(data) if key in arguments), None)
-    if offset is None:
-        raise RedisServerError(f"no command naming {key!r} in {path} (an AOF rewrite in between?)")
+    found = _aof_offset(aof_dir, key)
+    if found is None:
+        raise RedisServerError(
+            f"no command naming {key!r} in {_last_incremental(aof_dir)} (an AOF rewrite in between?)"
+        )
+    path, offset = found
     with open(path, "r+b") as aof:
         aof.truncate(offset)
+
+
+def _last_incremental(aof_dir: Path) -> Path:
+    manifest = (aof_dir / "appendonly.aof.manifest").read_text(encoding="utf-8").split("\n")
+    return aof_dir / [line.split()[1] for line in manifest if line.endswith(" type i")][-1]
+
+
+def _aof_offset(aof_dir: Path, key: bytes) -> tuple[Path, int] | None:
+    """The AOF's last incremental file and the offset in it of the first command naming `key`, if any."""
+    path = _last_incremental(aof_dir)
+    data = path.read_bytes()
+    offset = next((start for start, arguments in _aof_commands(data) if key in arguments), None)
+    return None if offset is None else (path, offset)
 
 
 def _aof_commands(data: bytes) -> Iterator[tuple[int, list[bytes]]]:

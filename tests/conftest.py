@@ -8,6 +8,12 @@ Every commit any test makes in this process (the sink and the fold run in-proces
 the DirectRunner) goes through the real client wrapped by `upvotes.devtools.commit_meter`, which
 counts its mutations as real Spanner does and fails any commit over Spanner's limit, which
 the emulator does not enforce.
+
+Two tiers (tests/support/tiers.py): every test that needs the emulators is marked `emulators` at
+collection (any test whose fixtures reach `emulator_env`; the few that start emulators or streams
+themselves are marked by hand), so `make test-fast` runs the rest (`-m "not emulators and not
+bench_smoke"`) without starting one; `no_unmarked_emulators` fails a test that starts an emulator
+or a stream without the mark, in either tier.
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 import schemas
 from local_runner import dofn_specs
 from spanner_store.database import open_database
-from tests.support import faults
+from tests.support import faults, tiers
+from tests.support.examples import FAST_MAX_EXAMPLES
 from tests.support.resources import STREAM_WINDOW_S, new_resources
 from transforms import spanner_sink
 from upvotes.devtools import emulators, local_stream
@@ -33,6 +41,33 @@ from upvotes.resources import Resources
 
 # Beam's DoFn spec lookups, once per DoFn class: the many small pipelines the tests run start faster.
 dofn_specs.install()
+
+# `make test-fast` loads it (--hypothesis-profile=fast): each property test draws a tenth of its
+# examples (tests/support/examples.py). Registered here, before the option loads it.
+hypothesis_settings.register_profile("fast", max_examples=FAST_MAX_EXAMPLES)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks `emulators` every test whose fixtures reach emulator_env, before `-m` deselects."""
+    tiers.mark_emulator_tests(items)
+
+
+@pytest.fixture(autouse=True)
+def no_unmarked_emulators(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails a test not marked `emulators` that starts an emulator or a stream, in this process or as
+    a subprocess: the fast tier never starts one, and the mark stays true in the full suite."""
+    if request.node.get_closest_marker(tiers.EMULATORS):
+        return
+
+    def refuse(what: str) -> None:
+        pytest.fail(
+            f"{request.node.nodeid} starts {what} but is not marked `{tiers.EMULATORS}`: mark it "
+            f"(pytest.mark.{tiers.EMULATORS}) or have it use the emulator_env fixture",
+            pytrace=False,
+        )
+
+    tiers.refuse_emulators(monkeypatch, refuse)
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,7 @@ from schemas.vote_states import VOTES
 from spanner_store.tables import delta_key
 from tests.support.corpus import CORPUS, corpus_attributes, load_make_corpus, manifest
 from tests.support.corpus import CORPUS_PUBLISHED as PUBLISHED  # stands in for a missing event_time
+from tests.support.examples import examples
 from tests.support.hostile_input import JSON_VALUES, MIXED_VOTE, NDJSON_LINES, NO_SURROGATES, VALID_TIMES
 from transforms.dead_letter import ERROR_ATTRIBUTE, to_dead_letter
 
@@ -234,7 +235,7 @@ def test_every_accepted_event_time_gives_a_row_key_the_sink_can_build(moment: da
 # --- property tests of parse_vote -------------------------------------------------------------
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=4096))
 @example(b"")
 @example(b"\xff" * 10)
@@ -243,7 +244,7 @@ def test_parse_vote_never_raises_on_arbitrary_bytes(data: bytes) -> None:
     assert_well_formed(data, {}, parse_vote(data, {}, PUBLISHED))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(JSON_VALUES, st.booleans())
 def test_parse_vote_never_raises_on_arbitrary_json(value, ascii_only: bool) -> None:
     # NaN/Infinity come out as bare tokens (not JSON); lone surrogates come out either as
@@ -301,7 +302,7 @@ def hour_of(event_time: str | None) -> int:
     return int(seconds // HOUR_S) * HOUR_S
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(MIXED_VOTE)
 @example({"post_id": "p", "counter": "upvotes", "delta": 1})
 @example({"post_id": "p", "counter": "upvotes", "delta": True})
@@ -359,7 +360,7 @@ ERRORS = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     data=st.binary(min_size=1, max_size=70_000),
     attributes=st.dictionaries(ATTRIBUTE_KEYS, ATTRIBUTE_VALUES, max_size=PUBSUB_MAX_ATTRIBUTES),
@@ -406,7 +407,7 @@ def test_a_truncated_dead_letter_says_how_long_it_was_when_there_is_room() -> No
     assert len(message.data) < len(data)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(post_id=st.text(NO_SURROGATES, min_size=1, max_size=200), error=st.text(NO_SURROGATES, max_size=5000))
 def test_dead_letters_of_failed_delta_rows_fit_in_pubsub(post_id: str, error: str) -> None:
     delta = PostDelta.of(post_id, PUBLISHED_HOUR, "w:1:0", upvotes=1, shares=-1, events=2)
@@ -421,7 +422,7 @@ def test_dead_letters_of_failed_delta_rows_fit_in_pubsub(post_id: str, error: st
 # --- property tests of batches (contract v2) ---------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(NDJSON_LINES, st.booleans())
 def test_a_batch_is_judged_line_by_line_exactly_like_single_messages(lines: list[bytes], trailing: bool) -> None:
     data = b"\n".join(lines) + (b"\n" if trailing else b"")

@@ -32,6 +32,7 @@ TIMEOUT_S = 2_400  # the quick run: 15-25 minutes on 2 cores (emulators started 
 
 @pytest.mark.bench_smoke
 @pytest.mark.timeout(TIMEOUT_S + 60)  # pytest.ini's 600 s is for one test, not for every benchmark
+@pytest.mark.emulators  # the benchmarks start their own
 def test_quick_bench_writes_every_section_with_exact_counts_and_a_figure(tmp_path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],

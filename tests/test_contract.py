@@ -62,6 +62,7 @@ from schemas.records import Rejected, VoteEvent, VoteState
 from tests.support.contract_table import BATCH, INVALID, VALID, ndjson
 from tests.support.corpus import CORPUS, CORPUS_PUBLISHED
 from tests.support.event_times import PUBLISHED
+from tests.support.examples import examples
 
 # --- the table: valid and invalid messages ----------------------------------------------------
 
@@ -286,7 +287,7 @@ def documents(draw) -> object:
     return {name: draw(_FIELDS[name]) for name in present}
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(documents())
 def test_parser_and_schema_agree_on_generated_documents(document: object) -> None:
     # The standard library writes integers of any size, as a publisher might.
@@ -355,7 +356,7 @@ _DELTA_EVENTS = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_DELTA_EVENTS | _VOTE_STATES | documents().filter(encodable), max_size=12), st.integers(1, 5))
 def test_encoded_events_parse_back_to_themselves(events: list[dict], batch_size: int) -> None:
     """encode -> parse_message gives back the events: every encoding of the contract's writing

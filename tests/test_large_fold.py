@@ -43,6 +43,11 @@ from tests.support.resources import new_resources
 from upvotes.operations.provision import provision_spanner
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# Sizes from the costs, as large as each property needs: a post whose hourly rows would take twice
+# Spanner's commit limit in one commit, and one with ten commits' worth of delta rows (many read
+# chunks). Both were fixed before (20,000 hours, 100,000 deltas), for the same properties.
+MANY_HOURS = 2 * SPANNER_MUTATION_LIMIT // MUTATIONS_PER_HOUR
+MANY_DELTAS = 10 * (SPANNER_MUTATION_LIMIT // MUTATIONS_PER_DELTA)
 
 
 def t(seconds: int) -> datetime:
@@ -101,31 +106,33 @@ def test_the_delta_retention_is_the_ddl_row_deletion_policy() -> None:
 # --- on the emulator --------------------------------------------------------------------------
 
 
-def test_a_post_with_20000_distinct_hours_is_folded_exactly_in_bounded_commits(stack, database, commit_meter) -> None:
-    deltas = distinct_hour_deltas("clock-20k", 20_000, "a")
+def test_a_post_with_more_hours_than_one_commit_can_hold_is_folded_exactly_in_bounded_commits(
+    stack, database, commit_meter
+) -> None:
+    deltas = distinct_hour_deltas("clock-many", MANY_HOURS, "a")
     write_in_batches(database, deltas, per_commit=1_000)
     small = [PostDelta.of(f"clock-small-{n}", HOUR_2001, f"s:{n}", upvotes=2, shares=1, events=1) for n in range(5)]
     write_deltas(database, small)
     want = expected_hours(deltas)
     want_totals = total(d.sums.counts for d in deltas)
-    assert totals(database, "clock-20k") == want_totals and hours_of(database, "clock-20k") == want
+    assert totals(database, "clock-many") == want_totals and hours_of(database, "clock-many") == want
 
     commit_meter.reset()
     outcome = fold(stack)
     assert outcome.posts_split == 1 and outcome.posts_skipped == 0
-    assert outcome.deltas_folded == 20_005 and outcome.posts_folded == 6
-    # 20,000 hours x 5 cells would be one commit of 100,000+ mutations; each step is bounded.
+    assert outcome.deltas_folded == MANY_HOURS + len(small) and outcome.posts_folded == 6
+    # Their hourly rows in one commit would be twice Spanner's limit; each step is bounded.
     assert 0 < commit_meter.largest <= MUTATION_BUDGET
-    assert commit_meter.commits >= 20_000 * MUTATIONS_PER_HOUR // MUTATION_BUDGET + 1
+    assert commit_meter.commits >= MANY_HOURS * MUTATIONS_PER_HOUR // MUTATION_BUDGET + 1
 
-    assert totals(database, "clock-20k") == want_totals
-    assert hours_of(database, "clock-20k") == want
+    assert totals(database, "clock-many") == want_totals
+    assert hours_of(database, "clock-many") == want
     assert {p: totals(database, p) for p in (d.post_id for d in small)} == {
         d.post_id: Counts(upvotes=2, shares=1) for d in small
     }
     with database.snapshot() as snapshot:
-        rows = list(snapshot.execute_sql("SELECT COUNT(*) FROM PostHourlyCounts WHERE PostId = 'clock-20k'"))
-    assert rows == [[20_000]]
+        rows = list(snapshot.execute_sql("SELECT COUNT(*) FROM PostHourlyCounts WHERE PostId = 'clock-many'"))
+    assert rows == [[MANY_HOURS]]
     # Nothing left: a second fold folds nothing.
     assert fold(stack).deltas_folded == 0
 
@@ -163,19 +170,19 @@ def test_a_fold_killed_half_way_through_a_large_post_leaves_reads_exact_and_is_c
     assert hours_of(database, "killed") == expected_hours(every)
 
 
-def test_a_post_with_100000_unfolded_deltas_is_folded_exactly(stack, database, commit_meter) -> None:
+def test_a_post_with_ten_commits_of_unfolded_deltas_is_folded_exactly(stack, database, commit_meter) -> None:
     deltas = [
-        PostDelta.of("hot-100k", HOUR_2001 + 3600 * (i % 3), f"h:{i}", upvotes=1, shares=i % 2, events=1)
-        for i in range(100_000)
+        PostDelta.of("hot-many", HOUR_2001 + 3600 * (i % 3), f"h:{i}", upvotes=1, shares=i % 2, events=1)
+        for i in range(MANY_DELTAS)
     ]
     # Big commits, each under Spanner's limit whatever the counters cost (about 3/4 of it).
     write_in_batches(database, deltas, per_commit=3 * SPANNER_MUTATION_LIMIT // 4 // MUTATIONS_PER_DELTA)
     commit_meter.reset()
     outcome = fold(stack)
-    assert outcome.deltas_folded == 100_000 and outcome.posts_skipped == 0
+    assert outcome.deltas_folded == MANY_DELTAS and outcome.posts_skipped == 0
     assert commit_meter.largest <= MUTATION_BUDGET
-    assert totals(database, "hot-100k") == Counts(upvotes=100_000, shares=50_000)
-    assert hours_of(database, "hot-100k") == expected_hours(deltas)
+    assert totals(database, "hot-many") == Counts(upvotes=MANY_DELTAS, shares=MANY_DELTAS // 2)
+    assert hours_of(database, "hot-many") == expected_hours(deltas)
 
 
 def test_a_post_that_cannot_be_folded_does_not_stop_the_others(stack, database) -> None:

@@ -48,6 +48,7 @@ from schemas.voter_sketch import estimate, sketch_of
 from tests.support.contract_table import BATCH, INVALID, VALID, ndjson
 from tests.support.corpus import CORPUS, CORPUS_PUBLISHED, corpus_attributes, manifest
 from tests.support.event_times import PUBLISHED, PUBLISHED_AT, PUBLISHED_HOUR, epoch, hour_of, rfc3339
+from tests.support.examples import examples
 from tests.support.hostile_input import HOSTILE_IDS, NDJSON_LINES
 from tests.support.vote_messages import HOUR, message
 from transforms.parse_and_sum import BundleSums, ParseVotes, RunningSums, sum_message
@@ -142,7 +143,7 @@ _EVENTS_NEAR_BOUNDS = st.lists(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     _EVENTS_NEAR_BOUNDS,
     st.booleans(),
@@ -286,7 +287,7 @@ def _edited(line: bytes, edits: list[tuple[str, int, bytes]]) -> bytes:
     return line
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     st.lists(st.builds(_edited, _COMMON_VOTES, _EDITS), min_size=1, max_size=8),
     st.booleans(),

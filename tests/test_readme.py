@@ -24,6 +24,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 BLOCK = re.compile(r"<!-- hand-run: (?P<name>[^>]+?) -->\s*```sh\n(?P<body>.*?)```", re.S)
@@ -169,6 +171,7 @@ def test_output_lines_match_with_ellipses() -> None:
     ]
 
 
+@pytest.mark.emulators  # the pasted blocks start their own
 def test_the_hand_run_blocks_work_when_pasted_into_two_terminals(tmp_path: Path) -> None:
     blocks = readme_blocks(README.read_text(encoding="utf-8"))
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))

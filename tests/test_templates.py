@@ -396,7 +396,9 @@ def load_entry(kind: str):
     return module
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "kind", [pytest.param(kind, marks=pytest.mark.emulators) if kind == "streaming" else kind for kind in KINDS]
+)
 def test_entry_file_builds_the_graph_and_returns_without_waiting(
     kind: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:

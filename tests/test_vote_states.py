@@ -38,6 +38,7 @@ from spanner_store.database import MUTATION_BUDGET
 from spanner_store.tables import timestamp_micros, vote_key
 from spanner_store.vote_rows import StoredVote
 from spanner_writes.votes import batch_cost, plan_batches, plan_vote_changes
+from tests.support.examples import examples
 from transforms.vote_states import MergeLatestVotes
 
 HOUR = 1_795_312_800
@@ -199,7 +200,7 @@ EVENT = st.tuples(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(events=st.lists(EVENT, max_size=40), seed=st.integers(0, 2**32))
 def test_counts_equal_the_users_in_each_latest_state_whatever_the_order(events, seed) -> None:
     rng = random.Random(seed)
