@@ -55,7 +55,7 @@ FREEZE_S = 4.0
 STREAM_STOPS = (0.35, 0.70)  # of the load's length
 SERVE_RESTART = 0.5
 SETTLE_TIMEOUT_S = 240.0
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 120.0  # `upvotes serve`, until it answers its health check
 PREFIX = "fault-"
 SERVE_WITH_CTRL_C = (
     "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "

@@ -201,13 +201,6 @@ def test_sigkills_at_random_moments_under_2000_votes_per_s_end_equal_to_the_ledg
         return sum(sum(map(abs, t.counts)) for t in exact_counts(database, posts))
 
     stream = start()
-    wait_until(
-        lambda: "streaming pipeline starting" in log.read_text(errors="replace"),
-        SETTLE_TIMEOUT_S,
-        "the stream to start",
-        stream,
-        log,
-    )
     for load in loads:
         load.start()
     for _ in range(2):

@@ -44,13 +44,6 @@ def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> No
     )
     load = SteadyLoad(res.topic_path(res.topic), events, batch_size=50, rate=500)
     stream = start()
-    wait_until(
-        lambda: "streaming pipeline starting" in log.read_text(errors="replace"),
-        SETTLE_TIMEOUT_S,
-        "the stream to start",
-        stream,
-        log,
-    )
     load.start()
 
     def last_applied():
