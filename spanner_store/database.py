@@ -22,6 +22,7 @@ from google.api_core import exceptions, gapic_v1
 from google.cloud import spanner
 from google.cloud.spanner_v1.batch import Batch
 from google.cloud.spanner_v1.database import Database
+from google.cloud.spanner_v1.transaction import Transaction
 
 T = TypeVar("T")
 LOG = logging.getLogger(__name__)
@@ -264,5 +265,23 @@ def read_timestamp(snapshot) -> datetime:
 
 
 def run_transaction(database: Database, work: Callable[..., T]) -> T:
-    """Runs one read-write transaction attempt; an abort surfaces for run_with_retries."""
-    return database.run_in_transaction(work, timeout_secs=0)
+    """Runs one read-write transaction attempt; an abort surfaces for run_with_retries.
+
+    A transaction whose work fails with an API error other than an abort (a table the schema
+    lacks, a session lost) is rolled back here: the client rolls back only after other errors,
+    and one left open keeps its locks until Spanner times it out, while on the emulator every
+    other writer aborts behind it."""
+
+    def rolled_back_on_error(transaction: Transaction) -> T:
+        try:
+            return work(transaction)
+        except exceptions.Aborted:
+            raise  # the transaction is over already
+        except exceptions.GoogleAPICallError:
+            try:
+                transaction.rollback()
+            except exceptions.GoogleAPICallError as rollback_error:  # the work's error is the one to see
+                LOG.debug("rollback after a failed transaction failed: %s", rollback_error)
+            raise
+
+    return database.run_in_transaction(rolled_back_on_error, timeout_secs=0)

@@ -24,9 +24,17 @@ from google.cloud import spanner
 from schemas.counters import Counts
 from schemas.records import PostDelta
 from spanner_reads.fresh_top import fresh_top
-from spanner_store.database import RetryPolicy, open_database, run_with_retries
+from spanner_store.database import RetryPolicy, commit_mutations, open_database, run_transaction, run_with_retries
 from spanner_store.delta_commits import fold_cursor
-from spanner_store.tables import COMMIT_SHARDS, COUNTER_COLUMNS, POSTS, commit_shard, counts_at, post_key
+from spanner_store.tables import (
+    COMMIT_SHARDS,
+    COUNTER_COLUMNS,
+    POST_KEY_COLUMNS,
+    POSTS,
+    commit_shard,
+    counts_at,
+    post_key,
+)
 from spanner_writes import deltas as deltas_module
 from spanner_writes.deltas import write_deltas
 from spanner_writes.writers import claim_generation
@@ -376,3 +384,31 @@ def test_folds_under_a_random_fault_schedule_stay_exact_and_skip_nothing(fresh, 
     monkeypatch.undo()  # the faults end; one clean run folds whatever failed runs left
     run_fold(resources)
     assert folded_totals(database, expected_totals(written)) == expected_totals(written)
+
+
+# --- a transaction that fails ------------------------------------------------------------------
+
+
+def test_a_transaction_whose_work_fails_with_an_api_error_is_rolled_back_and_blocks_no_writer(
+    emulator_env,
+) -> None:
+    """The client rolls back a transaction whose work raised, unless the error is an API error (a
+    table the schema lacks, as for a sink waiting on `upvotes provision`): that one stays open
+    with its locks. On the emulator every other writer then aborts behind it ("aborted due to
+    active transaction"), which made a migration test flaky. run_transaction rolls it back, so a
+    writer on other sessions (its own client) commits at once, with no retry."""
+    resources = new_resources("rb")
+    provision_spanner(resources, False, DEFAULT_INSTANCE_CONFIG, lambda _: None)
+    failing = open_database(resources.project, resources.instance, resources.database)
+    other = open_database(resources.project, resources.instance, resources.database)
+
+    def read_then_fail(transaction) -> None:
+        list(transaction.execute_sql("SELECT COUNT(*) FROM Posts"))  # begins the transaction
+        list(transaction.execute_sql("SELECT COUNT(*) FROM NoSuchTable"))
+
+    for _ in range(3):
+        with pytest.raises(exceptions.GoogleAPICallError, match="NoSuchTable"):
+            run_transaction(failing, read_then_fail)
+        post_id = f"rb-{uuid.uuid4()}"
+        commit_mutations(other, lambda batch: batch.insert(POSTS, columns=POST_KEY_COLUMNS, values=[post_key(post_id)]))
+        assert folded_totals(other, [post_id]) == {post_id: Counts()._asdict()}
