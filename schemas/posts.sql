@@ -401,8 +401,9 @@ CREATE TABLE UserErasures (
 
 -- Suspensions (issue 46, upvotes/operations/suspensions.py): which users' votes are held out of
 -- the counts, one row per user and suspension, keyed like Votes and UserErasures (UserHash leads,
--- then UserId: a user's rows are one key range, read by the vote-state sink in the transaction
--- that applies the user's states, beside the user's erasures), then the suspension's ID. Since:
+-- then UserId: a user's rows are one key range, read by a transaction that applies the user's
+-- states beside the user's erasures, unless it holds them: UserSuspensionsChanged below), then
+-- the suspension's ID. Since:
 -- the suspension holds out the user's votes cast at or after it (their VotedAt); NULL: every vote.
 -- RestoredAt: when `upvotes restore-users` lifted it (the commit timestamp of that write); NULL:
 -- active. A user's stored vote counts nothing while any active row of the user covers it.
@@ -418,6 +419,18 @@ CREATE TABLE UserSuspensions (
   RestoredAt   TIMESTAMP OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (UserHash, UserId, SuspensionId),
   ROW DELETION POLICY (OLDER_THAN(RestoredAt, INTERVAL 30 DAY));
+
+-- When the suspensions last changed (issue 46, spanner_store/suspended_users.py): one row (key 0),
+-- ChangedAt the commit timestamp of the last commit that wrote UserSuspensions rows, written in
+-- that commit. The vote-state sink reads it (one key) in each transaction: while it equals the
+-- time of the active suspensions the sink last loaded, those are every user's suspensions, and
+-- the sink needs no read of each user's UserSuspensions rows; a commit changing them serialises
+-- with the sink's transactions on this row. Written a few times per suspension or restore: never
+-- a hotspot; read by every vote-state transaction, a shared lock.
+CREATE TABLE UserSuspensionsChanged (
+  Singleton INT64 NOT NULL,
+  ChangedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (Singleton);
 
 -- The audit trail of suspensions (issue 46): one row per request, `upvotes suspend-users`
 -- (Request "suspend") and its `upvotes restore-users` (Request "restore"), keyed by the

@@ -122,6 +122,10 @@ USER_SUSPENSION_COLUMNS = ("UserHash", "UserId", "SuspensionId", "Since", "Resto
 USER_SUSPENSION_RECORD_COLUMNS = ("UserHash", "UserId", "SuspensionId", "Since")
 # What a restore's record writes per user.
 USER_SUSPENSION_RESTORE_COLUMNS = ("UserHash", "UserId", "SuspensionId", "RestoredAt")
+# One row (key 0): the commit timestamp of the last commit that wrote UserSuspensions rows
+# (spanner_store/suspended_users.py).
+USER_SUSPENSIONS_CHANGED = "UserSuspensionsChanged"
+USER_SUSPENSIONS_CHANGED_COLUMNS = ("Singleton", "ChangedAt")
 SUSPENSIONS = "Suspensions"
 SUSPENSION_COLUMNS = (
     ("SuspensionId", "Request", "Reason", "Actor", "Since", "UserIds", "RequestedAt", "Votes")

@@ -15,9 +15,11 @@ read-write transaction that
    (`upvotes suspects` follows them).
 
 A change moves what the stored state contributes and what the new one does: a state is held out of
-the counts (issue 46) when an active suspension of its user covers it, read in the same transaction
-beside the user's erasures (spanner_store/vote_rows.py `holds_of`); the row's HeldOut mark says so,
-written only when it changes (upvotes/operations/suspension_passes.py moves stored votes in and out).
+the counts (issue 46) when an active suspension of its user covers it, known in the same
+transaction: the sink's held suspensions while current (spanner_store/suspended_users.py), or the
+user's rows read beside the user's erasures (spanner_store/vote_rows.py `holds_of`); the row's
+HeldOut mark says so, written only when it changes (upvotes/operations/suspension_passes.py moves
+stored votes in and out).
 
 Why this is exact at every crash point (tests/test_vote_state_sink.py injects each):
 
@@ -58,6 +60,7 @@ from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
 from spanner_store.database import DEFAULT_RETRY, MUTATION_BUDGET, RetryPolicy, run_transaction, run_with_retries
 from spanner_store.delta_commits import new_commit_id
 from spanner_store.mutation_cost import insert_cost
+from spanner_store.suspended_users import SuspendedUsers
 from spanner_store.tables import VOTE_COLUMNS, VOTE_HELD_COLUMNS, VOTES, hour_timestamp, micros_timestamp, vote_key
 from spanner_store.vote_rows import StoredVote, erasures_of, holds_of, stored_votes
 from spanner_writes.deltas import (
@@ -208,24 +211,29 @@ def apply_batch(
     max_mutations: int = MUTATION_BUDGET,
     parents_present: Collection[str] = (),
     *,
+    suspended: SuspendedUsers | None = None,
     as_before_issue_46: bool = False,
 ) -> VoteChanges:
     """One batch, inside a read-write transaction: read, plan, write (see the module docstring).
     The users' erasures and suspensions are read in the same transaction (one key range per user
-    each), so a state no later than its user's erasure becomes the erasure's "none" whenever it
-    arrives (schemas/vote_states.py `erased`), a state a suspension of its user covers is stored
-    held out of the counts (`held`), and an erasure or a suspension recorded while this transaction
-    runs serialises with it on those rows. The commit's change-log row lists the batch's users
-    (`upvotes suspects` reads them). Raises _OverBudget, having written nothing, when the writes
-    would cost more than `max_mutations`. The Posts keys of `parents_present` are not upserted.
-    `as_before_issue_46=True` applies as the sink did before suspensions existed (no suspensions
-    read, no users in the change-log row): only the benchmark's same-run "before" sets it
-    (bench/suspensions.py)."""
+    each; with `suspended`, the sink's held suspensions, one key while they are current:
+    spanner_store/suspended_users.py), so a state no later than its user's erasure becomes the
+    erasure's "none" whenever it arrives (schemas/vote_states.py `erased`), a state a suspension of
+    its user covers is stored held out of the counts (`held`), and an erasure or a suspension
+    recorded while this transaction runs serialises with it on the rows read. The commit's
+    change-log row lists the batch's users (`upvotes suspects` reads them). Raises _OverBudget,
+    having written nothing, when the writes would cost more than `max_mutations`. The Posts keys of
+    `parents_present` are not upserted. `as_before_issue_46=True` applies as the sink did before
+    suspensions existed (no suspensions read, no users in the change-log row): only the
+    benchmark's same-run "before" sets it (bench/suspensions.py)."""
     users = {key.user_id for key in states}
     erasures = erasures_of(transaction, users)
     if erasures:
         states = {key: erased(state, erasures.get(key.user_id)) for key, state in states.items()}
-    holds = {} if as_before_issue_46 else holds_of(transaction, users)
+    if as_before_issue_46:
+        holds = {}
+    else:
+        holds = holds_of(transaction, users) if suspended is None else suspended.holds_of(transaction, users)
     changes = plan_vote_changes(stored_votes(transaction, states), states, vote_delta_id(new_commit_id()), holds)
     if changes_cost(changes) > max_mutations:
         raise _OverBudget()
@@ -249,6 +257,7 @@ def apply_vote_states(
     max_mutations: int = MUTATION_BUDGET,
     known: KnownPosts | None = None,
     *,
+    suspended: SuspendedUsers | None = None,
     as_before_issue_46: bool = False,
 ) -> VoteChanges:
     """Applies one batch (of plan_batches), one read-write transaction per attempt; an abort or
@@ -256,13 +265,14 @@ def apply_vote_states(
     docstring). A batch whose stored states lie in so many other event hours that its writes would
     break the budget (batch_cost cannot know them before reading) is applied in two halves, each
     its own transaction: a retry of the whole after the first half committed finds that half applied.
-    With `known`, the Posts keys of the posts it knows are not upserted, and it learns this batch's."""
+    With `known`, the Posts keys of the posts it knows are not upserted, and it learns this batch's;
+    with `suspended`, the users' suspensions are its loaded ones while they are current (apply_batch)."""
     present = known.among({key.post_id for key in states}) if known is not None else frozenset()
     try:
         changes = run_transaction(
             database,
             lambda transaction: apply_batch(
-                transaction, states, max_mutations, present, as_before_issue_46=as_before_issue_46
+                transaction, states, max_mutations, present, suspended=suspended, as_before_issue_46=as_before_issue_46
             ),
         )
     except _OverBudget:
@@ -275,6 +285,7 @@ def apply_vote_states(
                 {key: states[key] for key in part},
                 max_mutations,
                 known,
+                suspended=suspended,
                 as_before_issue_46=as_before_issue_46,
             )
             for part in (keys[: len(keys) // 2], keys[len(keys) // 2 :])
@@ -285,7 +296,9 @@ def apply_vote_states(
             raise
         assert known is not None  # present is empty without it: not lost_a_known_parent
         known.forget(present)  # a Posts row taken as present is gone (deleted by an operator): upsert them all
-        return apply_vote_states(database, states, max_mutations, known, as_before_issue_46=as_before_issue_46)
+        return apply_vote_states(
+            database, states, max_mutations, known, suspended=suspended, as_before_issue_46=as_before_issue_46
+        )
     if known is not None:
         known.add(delta.post_id for delta in changes.deltas)
     return changes

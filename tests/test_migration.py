@@ -256,11 +256,12 @@ def test_provision_makes_the_forget_time_columns_take_the_commit_timestamp(stack
 
 
 def before_issue_46() -> list[str]:
-    """posts.sql without what issue 46 added: Votes.HeldOut, DeltaCommits.UserIds, UserSuspensions, Suspensions."""
+    """posts.sql without what issue 46 added: Votes.HeldOut, DeltaCommits.UserIds, UserSuspensions,
+    UserSuspensionsChanged, Suspensions."""
     kept = [
         statement
         for statement in schemas.ddl_statements()
-        if not re.match(r"CREATE TABLE (UserSuspensions|Suspensions) ", statement)
+        if not re.match(r"CREATE TABLE (UserSuspensions|UserSuspensionsChanged|Suspensions) ", statement)
     ]
     return [re.sub(r" (HeldOut BOOL|UserIds ARRAY<STRING\(128\)>),", "", statement) for statement in kept]
 
@@ -303,6 +304,7 @@ def test_provision_adds_the_suspensions_to_a_database_with_votes_and_the_sink_wa
         "added   column Votes.HeldOut BOOL",
         "added   column DeltaCommits.UserIds ARRAY<STRING(128)>",
         "created TABLE UserSuspensions",
+        "created TABLE UserSuspensionsChanged",
         "created TABLE Suspensions",
     } <= set(logged)
     assert suspend_users(database, "ring-m", ["ring-m"], "ring", "t&s").votes == 1

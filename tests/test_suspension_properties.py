@@ -25,6 +25,7 @@ from spanner_reads.rankings.hot import hot_top
 from spanner_reads.rankings.last_hours import window_top
 from spanner_reads.reads import exact_counts
 from spanner_store.database import RetryPolicy, open_database, run_with_retries
+from spanner_store.suspended_users import SuspendedUsers
 from spanner_store.tables import timestamp_micros
 from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
@@ -55,6 +56,7 @@ class Run:
         provision_spanner(self.resources, False, DEFAULT_INSTANCE_CONFIG, lambda _: None, hot_half_life_hours=HALF_LIFE)
         self.database = open_database(self.resources.project, self.resources.instance, self.resources.database)
         self.ledger = VoteLedger()
+        self.suspended = SuspendedUsers(self.database)
         self.posts = [f"q{seed}-{i}" for i in range(7)]
         self.users = [f"u{i}" for i in range(5)]
         self.times = iter(self.rng.sample(range(1, 100_000), 5_000))  # distinct event times, random order
@@ -71,7 +73,8 @@ class Run:
             batch[key] = LatestVote(
                 vote, next(self.times), "", NOW_HOUR - 3600 * self.rng.randint(0, SPAN_HOURS), 1, vote != NONE
             )
-        run_with_retries(lambda: apply_vote_states(self.database, batch), PATIENT)
+        loaded = self.rng.choice([self.suspended, None])  # the sink's held suspensions, or each user's rows
+        run_with_retries(lambda: apply_vote_states(self.database, batch, suspended=loaded), PATIENT)
         for key, state in batch.items():
             self.ledger.add_state(key.post_id, key.user_id, state.vote, state.at_us, state.event_hour)
         return f"{len(batch)} vote states"

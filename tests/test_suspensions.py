@@ -20,8 +20,10 @@ from schemas.vote_states import DOWN, NONE, UP, Hold, LatestVote
 from spanner_reads.hourly import hourly_counts
 from spanner_reads.my_votes import vote_of
 from spanner_reads.reads import exact_counts
+from spanner_store.database import run_with_retries
+from spanner_store.suspended_users import SuspendedUsers
 from spanner_store.vote_rows import StoredVote
-from spanner_writes.votes import apply_all_vote_states, plan_vote_changes
+from spanner_writes.votes import apply_all_vote_states, apply_vote_states, plan_vote_changes
 from tests.support.faults import FlakyDatabase
 from tests.support.read_meter import ReadMeter
 from transforms.parse_and_sum import vote_shard
@@ -185,6 +187,43 @@ def test_a_vote_in_flight_through_the_sink_does_not_count_and_one_cast_while_sus
     assert counts(database, "sb-2") == [Counts()]
     result = restore_users(database, "ring-b", "cleared", "t&s")
     assert result.votes == 2 and counts(database, "sb-1", "sb-2") == [Counts(upvotes=2), Counts(downvotes=1)]
+
+
+def test_the_sinks_held_suspensions_follow_every_suspension_and_restore_loading_once_per_change(database) -> None:
+    """The suspensions the stream's sink holds (SuspendedUsers): each transaction reads only the
+    UserSuspensionsChanged row; the first to find it changed reads its users' rows itself and the
+    suspensions are loaded again, once; between changes none is loaded. Each state counts, or is
+    held out, exactly as with its user's rows read in the transaction, through a suspension, a
+    second suspension and a restore, and with too many rows to hold (max_rows=0: every
+    transaction reads its users' rows)."""
+    held = SuspendedUsers(database)
+    unheld = SuspendedUsers(database, max_rows=0)
+
+    def apply(loaded: SuspendedUsers, post: str, user: str, vote: str, seconds: int) -> None:
+        run_with_retries(
+            lambda: apply_vote_states(database, {PostUser(post, user): state(vote, at(seconds))}, suspended=loaded)
+        )
+
+    for loaded, post in ((held, "sc-1"), (unheld, "sc-2")):
+        apply(loaded, post, "ring-c", UP, 10)
+        apply(loaded, post, "honest-c", UP, 10)
+    assert held.loads == 1 and counts(database, "sc-1", "sc-2") == [Counts(upvotes=2)] * 2
+
+    suspend_users(database, "ring-c", ["ring-c", "ring-c2"], "ring", "t&s")
+    for loaded, post in ((held, "sc-1"), (unheld, "sc-2")):
+        apply(loaded, post, "ring-c2", UP, 20)  # cast while suspended: held out
+        apply(loaded, post, "ring-c", DOWN, 30)  # replaces a held vote: moves nothing
+        apply(loaded, post, "honest-c2", UP, 30)
+    assert held.loads == 2
+    assert counts(database, "sc-1", "sc-2") == [Counts(upvotes=2)] * 2
+    assert all(stored_vote(database, post, "ring-c2").held_out for post in ("sc-1", "sc-2"))
+
+    restore_users(database, "ring-c", "cleared", "t&s")
+    for loaded, post in ((held, "sc-1"), (unheld, "sc-2")):
+        apply(loaded, post, "ring-c2", DOWN, 40)  # counted again: up out, down in
+    assert held.loads == 3
+    assert counts(database, "sc-1", "sc-2") == [Counts(upvotes=2, downvotes=2)] * 2
+    assert unheld.loads == 3 and not any(stored_vote(database, p, "ring-c2").held_out for p in ("sc-1", "sc-2"))
 
 
 @pytest.mark.parametrize("request_kind", [SUSPEND, RESTORE])

@@ -335,7 +335,7 @@ def test_the_stateful_step_applies_late_and_out_of_order_events_exactly(stack, d
 def test_a_batch_that_can_never_be_applied_is_dead_lettered_whole(stack, database, monkeypatch) -> None:
     """Crash point 6: a non-transient error sends the batch's states to the failed output, nothing applied."""
 
-    def refused(database, states, known):
+    def refused(database, states, known, suspended):
         raise exceptions.InvalidArgument("injected: this batch can never be applied")
 
     monkeypatch.setattr(vote_state_sink, "apply_vote_states", refused)

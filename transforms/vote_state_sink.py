@@ -20,6 +20,7 @@ from google.cloud.spanner_v1.database import Database
 from schemas.records import FailedVoteStates, PostUser
 from schemas.vote_states import LatestVote, keep_latest
 from spanner_store.database import RetryPolicy, open_database
+from spanner_store.suspended_users import SuspendedUsers
 from spanner_writes.known_posts import KnownPosts
 from spanner_writes.sinks import VOTE_STATES
 from spanner_writes.votes import VoteChanges, apply_vote_states, plan_batches
@@ -66,16 +67,21 @@ class ApplyVoteStatesFn(BufferedSinkFn[tuple[int, ShardVotes], States, States, F
         self._applied = Metrics.counter(VOTE_STATES.step, "states_applied")
         self._superseded = Metrics.counter(VOTE_STATES.step, "states_superseded")
         self._delta_rows = Metrics.counter(VOTE_STATES.step, VOTE_STATES.metrics.delta_rows_written)
-        self._per_process: PerProcess[tuple[Database, KnownPosts]] = PerProcess()
+        self._per_process: PerProcess[tuple[Database, KnownPosts, SuspendedUsers]] = PerProcess()
 
     def setup(self) -> None:
         # One client per process, and the posts this process's transactions made sure have a Posts
         # row: their keys are not upserted again, so no transaction writes (and locks) a hot post's
-        # row (spanner_writes/votes.py). Kept across bundles (transforms/per_process.py).
-        self._database, self._known_posts = self._per_process.get(lambda: (open_database(*self._where), KnownPosts()))
+        # row (spanner_writes/votes.py); and every user's active suspensions, read once per change
+        # (spanner_store/suspended_users.py). Kept across bundles (transforms/per_process.py).
+        self._database, self._known_posts, self._suspended = self._per_process.get(self._open)
+
+    def _open(self) -> tuple[Database, KnownPosts, SuspendedUsers]:
+        database = open_database(*self._where)
+        return database, KnownPosts(), SuspendedUsers(database)
 
     def _apply_once(self, batch: States) -> VoteChanges:
-        changes = apply_vote_states(self._database, batch, known=self._known_posts)
+        changes = apply_vote_states(self._database, batch, known=self._known_posts, suspended=self._suspended)
         self._applied.inc(changes.applied)
         self._superseded.inc(changes.superseded)
         self._delta_rows.inc(len(changes.deltas))

@@ -14,7 +14,7 @@ user's active suspensions.
 A pass (`reconcile`), for some stored votes of some users:
 
 1. reads those Votes rows (point reads, in key order, the columns a move needs) and the users'
-   UserSuspensions rows (one key range per user, as the sink reads them), in the transaction;
+   UserSuspensions rows (one key range per user), in the transaction;
 2. plans (`plan_moves`, pure): each row whose mark disagrees with the user's active suspensions is
    HELD (a counted vote now covered: its count out of its own event hour, marked) or RELEASED (a
    held vote no active suspension covers any more: its count back into its own event hour,
@@ -29,8 +29,8 @@ Why it is exact at every crash point: the mark and the count it stands for chang
 so a pass killed before its commit moved nothing, and one run again (a rerun by ID, a retry after
 an ambiguous commit) reads the marks the first wrote and moves nothing twice; the audit row's
 tallies change in the same commit, so they count each move once too. Two passes, or a pass and the
-sink, on the same rows are serialised by Spanner on the Votes rows and the UserSuspensions rows
-both read (the emulator aborts one, which is retried and re-reads).
+sink, on the same rows are serialised by Spanner on the Votes rows both read and write (the
+emulator aborts one, which is retried and re-reads).
 
 Cost: only the rows named (the suspended users' votes, never the catalogue nor the other voters of
 the same posts), one delta row per post and hour a pass moves (the request groups its rows by

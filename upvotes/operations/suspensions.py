@@ -68,6 +68,7 @@ from schemas.records import PostUser
 from spanner_store.database import MUTATION_BUDGET, RetryPolicy, commit_mutations, run_with_retries
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost
+from spanner_store.suspended_users import MARK_CHANGED_COST, mark_changed
 from spanner_store.tables import (
     COUNTER_COLUMNS,
     SUSPENSION_COLUMNS,
@@ -100,7 +101,7 @@ MAX_USERS = 50_000
 USERS_PER_SNAPSHOT = 2_000
 # A user's row in a record's commit: its key, the suspension and Since or RestoredAt.
 MUTATIONS_PER_USER_ROW = insert_cost(USER_SUSPENSIONS, USER_SUSPENSION_RECORD_COLUMNS)
-USERS_PER_RECORD_COMMIT = (MUTATION_BUDGET - len(SUSPENSION_COLUMNS)) // MUTATIONS_PER_USER_ROW
+USERS_PER_RECORD_COMMIT = (MUTATION_BUDGET - len(SUSPENSION_COLUMNS) - MARK_CHANGED_COST) // MUTATIONS_PER_USER_ROW
 
 
 # An operator's request retries what a retry fixes patiently: on the emulator, which runs one
@@ -236,6 +237,7 @@ def _record(database, request: Request, user_rows: list[tuple], columns: Sequenc
         batch.insert(SUSPENSIONS, columns=SUSPENSION_COLUMNS, values=[row])
         if user_rows:
             batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=user_rows)
+            mark_changed(batch)  # the sinks' loaded suspensions are out of date from this commit on
 
     try:
         run_with_retries(lambda: commit_mutations(database, write), REQUEST_RETRY)
@@ -249,12 +251,12 @@ def _write_user_rows(database, rows: list[tuple], columns: Sequence[str]) -> Non
     a reader sees)."""
     for start in range(0, len(rows), USERS_PER_RECORD_COMMIT):
         chunk = rows[start : start + USERS_PER_RECORD_COMMIT]
-        run_with_retries(
-            lambda: commit_mutations(  # called at once
-                database, lambda batch: batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=chunk)
-            ),
-            REQUEST_RETRY,
-        )
+
+        def write(batch, chunk=chunk) -> None:
+            batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=chunk)
+            mark_changed(batch)
+
+        run_with_retries(lambda: commit_mutations(database, write), REQUEST_RETRY)  # called at once
 
 
 def _rows_of(database, suspension_id: str, user_ids: Sequence[str]) -> dict[str, datetime | None]:
