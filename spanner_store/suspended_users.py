@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from datetime import datetime
+from typing import NamedTuple
 
 from google.cloud import spanner
 
@@ -59,12 +60,11 @@ def changed_at(reader) -> datetime | None:
     return rows[0][0] if rows else None
 
 
-class _Loaded:
-    """The active holds of every user as of `changed_at`; `holds` None: more than max_rows rows."""
+class _Loaded(NamedTuple):
+    """The active holds of every user as of `changed_at`."""
 
-    def __init__(self, changed: datetime | None, holds: dict[str, tuple[Hold, ...]] | None) -> None:
-        self.changed_at = changed
-        self.holds = holds
+    changed_at: datetime | None
+    holds: dict[str, tuple[Hold, ...]] | None  # None: more than max_rows rows, none held
 
 
 class SuspendedUsers:
