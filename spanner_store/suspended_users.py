@@ -81,14 +81,13 @@ class SuspendedUsers:
         """The active suspensions of each of these users that has one, exact in `transaction` (a
         read-write transaction, which this reads the UserSuspensionsChanged row in)."""
         user_ids = set(user_ids)
-        now = changed_at(transaction)
         loaded = self._loaded
-        if loaded is not None and loaded.changed_at == now:
-            if loaded.holds is not None:
-                return {user: loaded.holds[user] for user in user_ids if user in loaded.holds}
-            return holds_of(transaction, user_ids)
-        holds = holds_of(transaction, user_ids)
-        self._load()
+        current = loaded is not None and loaded.changed_at == changed_at(transaction)
+        if current and loaded is not None and loaded.holds is not None:
+            return {user: loaded.holds[user] for user in user_ids if user in loaded.holds}
+        holds = holds_of(transaction, user_ids)  # as without held suspensions
+        if not current:
+            self._load()
         return holds
 
     def _load(self) -> None:
