@@ -13,6 +13,10 @@ by the worker packages (.importlinter): Dataflow needs none of it.
 - window_state.py: fired windows' state freed (and TESTED_BEAM_VERSION, the Beam the private
   hooks are written for);
 - metrics.py: the user counters, read where Beam's streaming DirectRunner really keeps them.
+- dofn_specs.py, option_views.py, signatures.py: what Beam works out again for every pipeline and
+  bundle (a DoFn's state specs, the options' views, a function's parameters), worked out once
+  (streaming.py's `install_beam_caches`, also installed by the tests).
 
-pubsub_reader.py and window_state.py patch private Beam internals (see their docstrings).
+pubsub_reader.py, window_state.py and the three caches patch private Beam internals (see their
+docstrings).
 """

@@ -22,7 +22,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from google.cloud import spanner
 
-from local_runner import dofn_specs, pubsub_reader, window_state
+from local_runner import dofn_specs, option_views, pubsub_reader, signatures, window_state
 from local_runner.drain import DrainReport, StopOnSignals, default_drain_timeout_s, say_now
 from local_runner.exactly_once import ExactlyOnce
 from local_runner.heartbeat import Heartbeat
@@ -40,14 +40,24 @@ from spanner_writes.writers import WriterClaim
 DEFAULT_LOG_DIR = Path(".upvotes") / "stream-log"
 
 
+def install_beam_caches() -> None:
+    """Caches what Beam works out again and again while it builds and runs a pipeline, the same
+    answer every time: the DoFns' state and timer specs (dofn_specs.py), the views of the options
+    (option_views.py) and what it reads off functions (signatures.py). For pipelines on the local
+    DirectRunner: the stream here, and the tests' pipelines (tests/conftest.py)."""
+    dofn_specs.install()
+    option_views.install()
+    signatures.install()
+
+
 def prepare_runner(options: PipelineOptions) -> ReaderControl | None:
     """On the local DirectRunner, installs the project's evaluators (window_state.py: fired
-    windows' state freed; pubsub_reader.py: big pulls and a drain) and the DoFn specs cache
-    (dofn_specs.py), and returns the reader's control; on any other runner, nothing."""
+    windows' state freed; pubsub_reader.py: big pulls and a drain) and Beam's caches
+    (install_beam_caches), and returns the reader's control; on any other runner, nothing."""
     if not window_state.is_local_runner(options.view_as(StandardOptions).runner):
         return None
     window_state.install()
-    dofn_specs.install()
+    install_beam_caches()
     return pubsub_reader.install()
 
 
