@@ -32,7 +32,7 @@ import schemas
 from local_runner.streaming import install_beam_caches
 from pipeline.options import LOCAL_RUNNER
 from spanner_store.database import open_database
-from tests.support import faults, tiers
+from tests.support import faults, scheduling, tiers
 from tests.support.examples import FAST_MAX_EXAMPLES
 from tests.support.resources import STREAM_WINDOW_S, new_resources
 from transforms import spanner_sink
@@ -55,8 +55,10 @@ hypothesis_settings.register_profile("fast", max_examples=FAST_MAX_EXAMPLES)
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks `emulators` every test whose fixtures reach emulator_env, before `-m` deselects."""
+    """Marks `emulators` every test whose fixtures reach emulator_env, before `-m` deselects; puts
+    the modules marked `long_module` first, for the workers to take first (tests/support/scheduling.py)."""
     tiers.mark_emulator_tests(items)
+    items[:] = scheduling.long_modules_first(items)
 
 
 @pytest.fixture(autouse=True)

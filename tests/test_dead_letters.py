@@ -42,6 +42,8 @@ from upvotes.operations.dead_letters import (
     write_corrected,
 )
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 HOUR = 1_795_312_800
 
 

@@ -51,6 +51,8 @@ from upvotes.operations.dead_letters import REJECTED_VOTE, pull_dead_letters, re
 from upvotes.operations.provision import provision
 from upvotes.resources import Resources
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 # One stage per step (tests/support/crashing_stream.py's points but `logged`, whose log the
 # `before_commit` stage leaves as it is: the pull recorded, nothing written).
 STEPS = ("pulled", "before_commit", "between_commits", "between_vote_states", "before_ack", "after_ack")

@@ -66,6 +66,8 @@ from upvotes.operations.backlog import peek_backlog
 from upvotes.operations.provision import provision_spanner
 from upvotes.resources import Resources
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 HOUR = 1_795_312_800
 
 

@@ -25,6 +25,8 @@ from tests.support.fold_runs import run_fold as fold
 from transforms import fold_deltas
 from transforms.fold_deltas import _ApplyFoldsFn
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 HOUR = 1_795_312_800
 
 

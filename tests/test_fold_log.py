@@ -25,6 +25,8 @@ from transforms import fold_deltas
 from upvotes.operations.dead_letters import DeadLetter, execute_replay, plan_replay
 from upvotes.operations.moderation import adjust, current_hour, reset
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 HOUR = 1_795_312_800
 
 

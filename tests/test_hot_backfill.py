@@ -71,6 +71,8 @@ from upvotes.cli import main
 from upvotes.operations import hot_backfill
 from upvotes.operations.provision import provision_spanner
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 BEFORE = Path(__file__).resolve().parent.parent / "bench" / "fixtures" / "posts_before_issue_36.sql"
 NOW_HOUR = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
 PATIENT = RetryPolicy(attempts=200, first_delay_s=0.001, max_delay_s=0.05)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from google.cloud import spanner
 
 import schemas
@@ -41,6 +42,8 @@ from tests.support.fold_runs import HOUR_2001, distinct_hour_deltas
 from tests.support.fold_runs import run_fold as fold
 from tests.support.resources import new_resources
 from upvotes.operations.provision import provision_spanner
+
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # Sizes from the costs, as large as each property needs: a post whose hourly rows would take twice

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 BLOCK = re.compile(r"<!-- hand-run: (?P<name>[^>]+?) -->\s*```sh\n(?P<body>.*?)```", re.S)

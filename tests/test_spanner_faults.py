@@ -47,6 +47,8 @@ from upvotes.devtools.verification import verify_totals
 from upvotes.operations.moderation import adjust, current_hour
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 HOUR = 1_795_312_800
 SEEDS = range(6)
 

@@ -23,6 +23,8 @@ from upvotes.devtools.publishing import publish_message
 from upvotes.operations.provision import provision, provision_pubsub, provision_spanner
 from upvotes.operations.status import Thresholds, problems, status_report
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 HOUR = 1_795_312_800
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.support import tiers
+from tests.support import scheduling, tiers
 from tests.support.resources import new_resources
 from upvotes.devtools import emulators, local_stream
 
@@ -90,3 +90,22 @@ def test_an_unmarked_test_that_starts_an_emulator_or_a_stream_fails_before_it_st
     assert not (tmp_path / "stream.log").exists()
     # Anything else still runs.
     assert subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True, text=True).stdout == "ran\n"
+
+
+class _Item:
+    def __init__(self, name: str, long: bool) -> None:
+        self.name, self.long = name, long
+
+    def get_closest_marker(self, name: str, /) -> object | None:
+        return object() if name == scheduling.LONG_MODULE and self.long else None
+
+
+def test_the_long_modules_are_handed_out_first_each_part_in_its_order() -> None:
+    items = [_Item("a1", False), _Item("b1", True), _Item("a2", False), _Item("b2", True), _Item("c1", True)]
+    assert [item.name for item in scheduling.long_modules_first(items)] == ["b1", "b2", "c1", "a1", "a2"]
+
+
+def test_the_suites_long_modules_are_collected_first(request: pytest.FixtureRequest) -> None:
+    """tests/conftest.py puts them first (whichever tests `-m` or `-k` leave)."""
+    long = [item.get_closest_marker(scheduling.LONG_MODULE) is not None for item in request.session.items]
+    assert long == sorted(long, reverse=True)

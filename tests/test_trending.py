@@ -38,6 +38,8 @@ from transforms import fold_deltas
 from transforms.spanner_sink import WriteDeltaRows
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 H = DEFAULT_HALF_LIFE_HOURS
 NOW_HOUR = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
 PATIENT = RetryPolicy(attempts=200, first_delay_s=0.001, max_delay_s=0.05)

@@ -51,6 +51,8 @@ from transforms.spanner_sink import WriteDeltaRows
 from upvotes.operations import hot_backfill
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
 
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
+
 NOW_HOUR = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
 PATIENT = RetryPolicy(attempts=200, first_delay_s=0.001, max_delay_s=0.05)
 SPAN_HOURS = 30  # votes fall in the last 30 event hours

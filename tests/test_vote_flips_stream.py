@@ -12,6 +12,8 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from schemas.contract import batch_messages
 from schemas.counters import Counts
 from spanner_reads.my_votes import vote_of
@@ -23,6 +25,8 @@ from upvotes.devtools import local_stream
 from upvotes.devtools.publishing import publish_messages
 from upvotes.devtools.verification import verify_totals, verify_unique_voters
 from upvotes.devtools.workload import VoteStateWorkload, generate_vote_states
+
+pytestmark = pytest.mark.long_module  # about 45 s or more: handed out first (tests/support/scheduling.py)
 
 
 def test_flips_across_stream_stops_and_restarts_end_exact(streaming_stack) -> None:
