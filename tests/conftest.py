@@ -42,7 +42,7 @@ from upvotes.operations.provision import provision
 from upvotes.resources import Resources
 
 # What Beam works out again for every pipeline, worked out once, as in the local stream: the many
-# small pipelines the tests run start three times faster (docs/benchmarks.md).
+# small pipelines the tests run cost half the CPU they did with the DoFn specs alone (docs/benchmarks.md).
 install_beam_caches()
 # A TestPipeline that names no runner runs on the one the jobs run on locally (pipeline/options.py),
 # as the fold job does: the plain DirectRunner would first try to download Prism, on every run.
