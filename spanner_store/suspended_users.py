@@ -82,12 +82,12 @@ class SuspendedUsers:
         read-write transaction, which this reads the UserSuspensionsChanged row in)."""
         user_ids = set(user_ids)
         loaded = self._loaded
-        current = loaded is not None and loaded.changed_at == changed_at(transaction)
-        if current and loaded is not None and loaded.holds is not None:
+        if loaded is not None and loaded.changed_at == changed_at(transaction):
+            if loaded.holds is None:  # too many rows to hold: read the users' own
+                return holds_of(transaction, user_ids)
             return {user: loaded.holds[user] for user in user_ids if user in loaded.holds}
         holds = holds_of(transaction, user_ids)  # as without held suspensions
-        if not current:
-            self._load()
+        self._load()
         return holds
 
     def _load(self) -> None:

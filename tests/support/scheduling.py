@@ -1,5 +1,6 @@
-"""The order in which pytest-xdist hands out the test modules. `make test` runs `--dist loadfile`:
-each worker takes whole modules, in collection order, as it becomes free, so a long module taken
+"""The order in which pytest-xdist hands out the test modules. `make test` runs `--dist loadfile
+--no-loadscope-reorder`: each worker takes whole modules, in collection order, as it becomes free
+(without the flag xdist hands out the modules with the most tests first), so a long module taken
 last keeps one worker busy while the others sit idle. Modules marked `long_module` (each about 45 s
 or more on a worker of `make test`; `pytest --durations` names them) are collected first, the
 longest-first rule of greedy scheduling; the rest fill the gaps."""
