@@ -232,3 +232,19 @@ def test_sigkills_at_random_moments_under_2000_votes_per_s_end_equal_to_the_ledg
         f"\nsoak: {sum(load.messages for load in loads):,} messages, {ledger.events:,} votes, 2 SIGKILLs; "
         f"exact {took:.1f} s after the load; replays: {replays}"
     )
+
+
+@pytest.mark.emulators  # starts a process through local_stream.start (one that exits at once)
+def test_a_new_run_starts_without_the_message_log_an_earlier_run_left_and_a_restart_keeps_it(tmp_path) -> None:
+    """A run on emulators started afresh has a subscription of the old name whose messages are
+    numbered from 1 again: with the old run's log, it took them for that run's finished messages
+    and counted nothing (a second `make demo`). A restart (`append`) must keep the log it replays."""
+    output = tmp_path / "stream.log"
+    left = local_stream.message_log_dir(output) / "votes.votes-sub-0.sqlite"
+    left.parent.mkdir()
+    left.write_text("an earlier run's log")
+    exits_at_once = ("this",)  # `python -m this stream ...` prints and exits
+    local_stream.start(new_resources(), 2, output, append=True, wrapper=exits_at_once).wait(timeout=60)
+    assert left.read_text() == "an earlier run's log"
+    local_stream.start(new_resources(), 2, output, wrapper=exits_at_once).wait(timeout=60)
+    assert not left.parent.exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,7 +54,15 @@ def start(
     `wrapper`: the module (and its arguments) that runs the command, a wrapper of upvotes.cli's main
     for the tests' and benchmarks' faults and meters; `stream_args`: more flags of the command;
     `cwd`: where it runs from (`python -m` imports the packages of its working directory first: a
-    benchmark runs an earlier version's tree)."""
+    benchmark runs an earlier version's tree).
+
+    Not `append`, a new run: a message log an earlier run left beside `log_path` is removed first.
+    It belongs to that run's subscription, and a caller that starts a new run (the demo, a
+    benchmark, on emulators started afresh) has a new one of the same name, whose Pub/Sub emulator
+    numbers its messages from 1 again: the new stream would take them for the old run's finished
+    messages, acknowledge them and count nothing (seen: a second `make demo`)."""
+    if message_log and not append:
+        shutil.rmtree(message_log_dir(log_path), ignore_errors=True)
     command = [
         sys.executable,
         "-m",
