@@ -2,9 +2,10 @@
 
 - Blind writes: `insert` of delta rows stamped with the commit timestamp, plus a key-only
   `insert_or_update` of each parent Posts row (creates it when missing, touches no
-  counter), all in one commit. No reads on the normal path. A writer that keeps
-  `KnownPosts` (the streaming sink) skips the parents it has committed before
-  (spanner_writes/known_posts.py says why, and why that is safe).
+  counter), all in one commit, with no read in it. A writer that keeps `KnownPosts` (the
+  streaming sinks) skips the parents it has committed before or finds in a read of their keys
+  before the commit (a snapshot, which locks nothing; spanner_writes/known_posts.py says why,
+  and why that is safe).
 - Idempotent: a delta's key is deterministic (post, hour, writer, window, pane). A retry
   after an unseen success, or a duplicate execution of the same bundle, fails with
   ALREADY_EXISTS; `write_new_deltas` then reads the rows stored under its keys and writes only
@@ -31,7 +32,7 @@ from schemas.records import CounterSums, PostDelta
 from schemas.voter_sketch import same_voters
 from spanner_store import mutations
 from spanner_store.commit_budget import CommitCost, Shared, cut_within_budget
-from spanner_store.database import MUTATION_BUDGET, commit_mutations
+from spanner_store.database import MUTATION_BUDGET, commit_mutations, read_rows
 from spanner_store.delta_commits import MUTATIONS_PER_DELTA_COMMIT, delta_commit_row, new_commit_id
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost, new_row_cost
@@ -121,10 +122,10 @@ def add_delta_writes(
 
 
 def write_deltas(database, deltas: list[PostDelta], known: KnownPosts | None = None) -> None:
-    """One blind commit of `add_delta_writes`; with `known`, without the parents it holds, and
-    recording this commit's posts in it. If a parent it holds is gone (NOT_FOUND: nothing was
-    written), the commit is made again with every parent."""
-    present = known.among(d.post_id for d in deltas) if known is not None else frozenset()
+    """One blind commit of `add_delta_writes`; with `known`, without the parents it holds or finds
+    (`KnownPosts.present_among`), and recording this commit's posts in it. If a parent taken as
+    present is gone (NOT_FOUND: nothing was written), the commit is made again with every parent."""
+    present = known.present_among(database, {d.post_id for d in deltas}) if known is not None else frozenset()
     try:
         commit_mutations(database, lambda batch: add_delta_writes(batch, deltas, present))
     except exceptions.NotFound as error:
@@ -150,7 +151,11 @@ def stored_delta_sums(database, deltas: list[PostDelta]) -> dict[tuple, CounterS
     """The rows stored under these deltas' keys (strong read), by key, with what they hold."""
     keyset = KeySet(keys=[list(delta_key(d)) for d in deltas])
     with database.snapshot() as snapshot:
-        rows = snapshot.read(DELTAS, columns=DELTA_KEY_COLUMNS + _CONTENT_COLUMNS, keyset=keyset)
+        rows = read_rows(
+            lambda retry: snapshot.read(
+                DELTAS, columns=DELTA_KEY_COLUMNS + _CONTENT_COLUMNS, keyset=keyset, retry=retry
+            )
+        )
         events = len(DELTA_KEY_COLUMNS) + len(COUNTER_COLUMNS)
         return {
             tuple(row[: len(DELTA_KEY_COLUMNS)]): CounterSums(

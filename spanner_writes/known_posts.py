@@ -11,6 +11,14 @@ time (docs/benchmarks.md, "Measurements behind the code"). A writer that
 committed a post's parent knows the row exists: Posts rows are never deleted by this project
 (moderation and `forget-user` write compensating deltas), so it skips them from then on.
 
+A post it does not know is looked up before the commit (`present_among`: one strong read of the
+keys of all such posts of a commit, which takes no lock), and a row found is not written either:
+another writer's commit made it (the delta sink and the vote-state sink each create the posts they
+reach first), or this writer's before a restart. On the emulator a key-only upsert of an existing
+row cost several times the read and the delta row together (docs/benchmarks.md, "Measurements
+behind the code"). A post the read finds no row of is upserted by its key, as before, so a row
+created between the read and the commit changes nothing.
+
 Bounded: at most `capacity` posts, the least recently written forgotten first (a forgotten post
 only costs one upsert again), so memory stays flat however many posts a stream sees. Safe if the
 belief is wrong (an operator deleted a Posts row by hand): the commit fails whole with NOT_FOUND,
@@ -25,7 +33,9 @@ from collections.abc import Collection, Iterable
 
 from google.api_core import exceptions
 
-from spanner_store.database import is_transient, schema_behind
+from spanner_store.database import is_transient, read_rows, schema_behind
+from spanner_store.key_sets import KeySet
+from spanner_store.tables import POSTS, post_key
 
 # About 100 bytes a post: ten MB per writer at most, for the posts of a busy stream's last windows.
 DEFAULT_CAPACITY = 100_000
@@ -48,6 +58,20 @@ class KnownPosts:
         """Those of `post_ids` whose Posts row is known to exist."""
         with self._lock:
             return frozenset(post for post in post_ids if post in self._posts)
+
+    def present_among(self, database, post_ids: Collection[str]) -> frozenset[str]:
+        """Those of `post_ids` whose Posts row is known to exist or found in `database` (one strong
+        read of the keys of those not known); the ones found are learnt, as committed."""
+        known = self.among(post_ids)
+        unknown = sorted(set(post_ids) - known)
+        if not unknown:
+            return known
+        with database.snapshot() as snapshot:
+            keys = KeySet(keys=[list(post_key(post)) for post in unknown])
+            rows = read_rows(lambda retry: snapshot.read(POSTS, columns=("PostId",), keyset=keys, retry=retry))
+            found = {row[0] for row in rows}
+        self.add(found)
+        return known | found
 
     def add(self, post_ids: Iterable[str]) -> None:
         """Records `post_ids` as committed (their Posts rows exist), the most recent last."""

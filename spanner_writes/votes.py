@@ -265,9 +265,10 @@ def apply_vote_states(
     docstring). A batch whose stored states lie in so many other event hours that its writes would
     break the budget (batch_cost cannot know them before reading) is applied in two halves, each
     its own transaction: a retry of the whole after the first half committed finds that half applied.
-    With `known`, the Posts keys of the posts it knows are not upserted, and it learns this batch's;
+    With `known`, the Posts keys of the posts it knows or finds (`KnownPosts.present_among`) are not
+    upserted, and it learns this batch's;
     with `suspended`, the users' suspensions are its loaded ones while they are current (apply_batch)."""
-    present = known.among({key.post_id for key in states}) if known is not None else frozenset()
+    present = known.present_among(database, {key.post_id for key in states}) if known is not None else frozenset()
     try:
         changes = run_transaction(
             database,

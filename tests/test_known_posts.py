@@ -1,16 +1,20 @@
-"""KnownPosts (pure) and the sink's commits with it, on the Spanner emulator: a post's Posts row
-is upserted by its first commit only, and a row deleted behind the sink's back is written again."""
+"""KnownPosts (pure) and the sinks' commits with it, on the Spanner emulator: a post's Posts row
+is upserted by its first commit only and not at all when a read finds it, and a row deleted
+behind the sink's back is written again."""
 
 from __future__ import annotations
 
 import pytest
 from apache_beam.testing.test_stream import TestStream
 
-from schemas.records import PostDelta
+from schemas.records import PostDelta, PostUser
+from schemas.vote_states import UP, LatestVote
 from spanner_reads.reads import exact_counts
 from spanner_store.database import commit_mutations
 from spanner_store.tables import POSTS, post_key
+from spanner_writes.deltas import write_deltas
 from spanner_writes.known_posts import KnownPosts
+from spanner_writes.votes import apply_vote_states
 from tests.support.streams import streaming_pipeline
 from transforms.spanner_sink import WriteDeltaRows, WriteDeltasFn
 from upvotes.devtools.commit_meter import _table_of, metering_commits
@@ -106,6 +110,28 @@ def test_a_posts_row_deleted_behind_the_sinks_back_is_written_again_and_nothing_
     )
     assert [t.counts.upvotes for t in exact_counts(database, ["deleted-by-hand", "never-deleted"])] == [3, 1]
     assert fn._known_posts.among(["deleted-by-hand", "never-deleted"]) == {"deleted-by-hand", "never-deleted"}
+
+
+def test_a_sink_that_does_not_know_a_post_reads_it_and_writes_no_parent_that_exists(database) -> None:
+    """A new process (a restart), or the other sink's post: found by the read, not written."""
+    write_deltas(database, [PostDelta.of(p, HOUR, "found:0", upvotes=2, events=2) for p in ("found-0", "found-1")])
+    meter = PostsRowsPerCommit()
+    known = KnownPosts()
+    with metering_commits(meter):
+        write_deltas(
+            database, [PostDelta.of(p, HOUR, "found:1", upvotes=1, events=1) for p in ("found-0", "new-0")], known
+        )
+        apply_vote_states(
+            database,
+            {
+                PostUser(p, "voter-0"): LatestVote(UP, HOUR * 1_000_000, "v", HOUR, 1, True)
+                for p in ("found-1", "new-1")
+            },
+            known=known,
+        )
+    assert meter.commits == [1, 1]  # new-0, then new-1: each upserted by its key
+    assert known.among(["found-0", "found-1", "new-0", "new-1"]) == {"found-0", "found-1", "new-0", "new-1"}
+    assert [t.counts.upvotes for t in exact_counts(database, ["found-0", "found-1", "new-0", "new-1"])] == [3, 3, 1, 1]
 
 
 def _keyset(keys: list[tuple]):
