@@ -124,6 +124,18 @@ def window_end_us(stamp_us: int, window_seconds: int) -> int:
     return (stamp_us // length + 1) * length
 
 
+def in_use(directory: str | os.PathLike) -> bool:
+    """Whether a running stream holds one of the logs in `directory` (its lock taken)."""
+    for lock_path in Path(directory).glob("*.lock"):
+        with open(lock_path, "a+") as lock_file:
+            try:
+                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+    return False
+
+
 class MessageLog:
     """One stream's log (see the module docstring). Not thread-safe: the reader's thread uses it,
     and the main thread only once the pipeline has finished."""

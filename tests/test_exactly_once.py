@@ -28,6 +28,7 @@ were acknowledged, and never come back.
 
 from __future__ import annotations
 
+import fcntl
 import random
 import signal
 import time
@@ -246,5 +247,9 @@ def test_a_new_run_starts_without_the_message_log_an_earlier_run_left_and_a_rest
     exits_at_once = ("this",)  # `python -m this stream ...` prints and exits
     local_stream.start(new_resources(), 2, output, append=True, wrapper=exits_at_once).wait(timeout=60)
     assert left.read_text() == "an earlier run's log"
+    with open(left.with_suffix(".lock"), "a+") as held:  # a running stream's lock: the log stays
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        local_stream.start(new_resources(), 2, output, wrapper=exits_at_once).wait(timeout=60)
+        assert left.read_text() == "an earlier run's log"
     local_stream.start(new_resources(), 2, output, wrapper=exits_at_once).wait(timeout=60)
     assert not left.parent.exists()

@@ -1,4 +1,4 @@
-"""KnownPosts (pure) and the sinks' commits with it, on the Spanner emulator: a post's Posts row
+"""KnownPosts' bookkeeping (pure) and the sinks' commits with it, on the Spanner emulator: a post's Posts row
 is upserted by its first commit only and not at all when a read finds it, and a row deleted
 behind the sink's back is written again."""
 

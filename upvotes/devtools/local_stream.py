@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from local_runner.message_log import in_use
 from upvotes.resources import Resources
 
 DRAIN_TIMEOUT_S = 60.0  # what the stream is given to drain (--drain-timeout-s)
@@ -60,8 +61,9 @@ def start(
     It belongs to that run's subscription, and a caller that starts a new run (the demo, a
     benchmark, on emulators started afresh) has a new one of the same name, whose Pub/Sub emulator
     numbers its messages from 1 again: the new stream would take them for the old run's finished
-    messages, acknowledge them and count nothing (seen: a second `make demo`)."""
-    if message_log and not append:
+    messages, acknowledge them and count nothing (seen: a second `make demo`). A log a running
+    stream holds is left alone: the new stream is refused (LogBusy), as before."""
+    if message_log and not append and not in_use(message_log_dir(log_path)):
         shutil.rmtree(message_log_dir(log_path), ignore_errors=True)
     command = [
         sys.executable,
