@@ -4,7 +4,8 @@ The reader (local_runner/pubsub_reader.py) pulls without acknowledging and hands
 (`take`), which
 
 1. drops what it already has: a redelivery of a message it holds (its newer ack ID is kept: the
-   older one expired), or of a finished one (acknowledged again at once, never processed twice);
+   older one expired), or of a finished one (acknowledged again at once, never processed twice),
+   each known by its `delivery_key`;
 2. stamps the rest with their ingestion time: the wall clock, never earlier than the latest
    publish time among them (transforms/parse_and_sum.py `ingestion_time`), than the previous
    stamp, or than the end of the last window a dead run left unfinished (`floor_us`), so a
@@ -60,12 +61,19 @@ def publish_us(received: Any) -> int:
     return published.seconds * 1_000_000 + published.nanos // 1_000
 
 
+def delivery_key(received: Any) -> str:
+    """What names one published message across its redeliveries: its ID and its publish time (a
+    redelivery keeps both). The ID alone is not enough: a restarted Pub/Sub emulator numbers its
+    messages from 1 again, and a new message taken for a finished one would be dropped."""
+    return f"{received.message.message_id}@{publish_us(received)}"
+
+
 @dataclass
 class HeldWindow:
     """The messages of one window, held unacknowledged until the window is committed."""
 
     due: float  # (monotonic) when their ack deadlines must next be extended
-    ack_ids: dict[str, str | None] = field(default_factory=dict)  # message ID -> ack ID (None: replayed)
+    ack_ids: dict[str, str | None] = field(default_factory=dict)  # delivery key -> ack ID (None: replayed)
 
 
 @dataclass
@@ -106,7 +114,7 @@ class ExactlyOnce:
         self._last_stamp_us = 0
         self._unsynced_end_us: int | None = None  # the first window end with a pull not yet synced
         self._held: dict[int, HeldWindow] = {}  # window end (us) -> its messages
-        self._window_of: dict[str, int] = {}  # message ID -> its window's end
+        self._window_of: dict[str, int] = {}  # delivery key -> its window's end
         self.counters = OnceCounters()
         self.replayed = False
 
@@ -129,8 +137,9 @@ class ExactlyOnce:
             messages = list(_PULL_RESPONSE.FromString(pull.payload).received_messages)
             window = self._held.setdefault(pull.window_end_us, HeldWindow(due=float("inf")))
             for received in messages:
-                window.ack_ids[received.message.message_id] = None
-                self._window_of[received.message.message_id] = pull.window_end_us
+                key = delivery_key(received)
+                window.ack_ids[key] = None
+                self._window_of[key] = pull.window_end_us
             self._last_stamp_us = max(self._last_stamp_us, pull.stamp_us)
             pulls.append((pull.stamp_us, messages))
             self.counters.replayed_pulls += 1
@@ -144,19 +153,19 @@ class ExactlyOnce:
         and held: (their ingestion stamp in microseconds, the messages), or None if none is new."""
         fresh: dict[str, Any] = {}
         for message in received:
-            message_id = message.message.message_id
-            end = self._window_of.get(message_id)
+            key = delivery_key(message)
+            end = self._window_of.get(key)
             if end is not None:  # held: this is a redelivery; its ack ID is now the valid one
                 window = self._held[end]
-                window.ack_ids[message_id] = message.ack_id
+                window.ack_ids[key] = message.ack_id
                 window.due = min(window.due, self._monotonic() + self._ack_deadline_s / 2)
                 self.counters.redeliveries_held += 1
             else:
-                fresh[message_id] = message  # a message twice in one pull: its later delivery
+                fresh[key] = message  # a message twice in one pull: its later delivery
         if fresh:
             finished = self.log.finished(fresh)
             if finished:
-                self._acknowledge_finished({mid: fresh.pop(mid).ack_id for mid in finished})
+                self._acknowledge_finished({key: fresh.pop(key).ack_id for key in finished})
         if not fresh:
             return None
         messages = list(fresh.values())
@@ -171,9 +180,9 @@ class ExactlyOnce:
         held = self._held.get(end)
         if held is None:
             held = self._held[end] = HeldWindow(due=self._monotonic() + self._ack_deadline_s / 2)
-        for message_id, message in fresh.items():
-            held.ack_ids[message_id] = message.ack_id
-            self._window_of[message_id] = end
+        for key, message in fresh.items():
+            held.ack_ids[key] = message.ack_id
+            self._window_of[key] = end
         self.counters.held = self.holding
         return stamp_us, messages
 
@@ -208,14 +217,14 @@ class ExactlyOnce:
             to_ack: list[tuple[str, str]] = []
             unacked: list[str] = []
             for end in finished:
-                for message_id, ack_id in self._held.pop(end).ack_ids.items():
-                    del self._window_of[message_id]
+                for key, ack_id in self._held.pop(end).ack_ids.items():
+                    del self._window_of[key]
                     if ack_id is None:
-                        unacked.append(message_id)
+                        unacked.append(key)
                     else:
-                        to_ack.append((message_id, ack_id))
+                        to_ack.append((key, ack_id))
             sent = self._acknowledge(to_ack)
-            failed = set(mid for mid, _ in to_ack) - set(sent) if len(sent) < len(to_ack) else ()
+            failed = set(key for key, _ in to_ack) - set(sent) if len(sent) < len(to_ack) else ()
             self.log.finish_windows(finished[-1], sent, [*unacked, *failed], self._clock())
             self.counters.held = self.holding
         self._extend(draining)
@@ -226,7 +235,7 @@ class ExactlyOnce:
         self.settle(2**63 - 1)
 
     def _acknowledge(self, ack_ids: list[tuple[str, str]]) -> list[str]:
-        """Sends the acknowledgements, in chunks; returns the message IDs of those sent (a chunk
+        """Sends the acknowledgements, in chunks; returns the delivery keys of those sent (a chunk
         that fails is not: its messages come back, and are acknowledged then)."""
         sent: list[str] = []
         for start in range(0, len(ack_ids), ACK_CHUNK):
@@ -243,7 +252,7 @@ class ExactlyOnce:
                     error,
                 )
                 continue
-            sent.extend(message_id for message_id, _ in chunk)
+            sent.extend(key for key, _ in chunk)
         self.counters.acknowledged += len(sent)
         return sent
 

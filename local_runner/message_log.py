@@ -20,7 +20,10 @@ written twice, to the WAL and at its checkpoint, three times the cost; docs/benc
   (microseconds) and the end of the window that stamp falls in. Recorded before the pull is
   emitted into the pipeline, deleted in one transaction per batch of finished windows (and their
   segments after it), once every row, vote state and dead letter derived from them is committed;
-- `done`: the message IDs of the finished windows, `acked` when their acknowledgement was sent, kept
+- `done`: the messages of the finished windows, by delivery key (local_runner/exactly_once.py
+  `delivery_key`: the message ID and its publish time, since a restarted Pub/Sub emulator reuses
+  IDs; a log of version 1 kept bare IDs, still matched until they expire), `acked` when their
+  acknowledgement was sent, kept
   ACKED_KEPT_S after it (a redelivery of an acknowledged message, which Pub/Sub's at-least-once
   delivery allows, is acknowledged again and never processed) and UNACKED_KEPT_S when it could not
   be sent (a replayed message: its first delivery's ack ID died with the process; its redelivery is
@@ -65,7 +68,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-SCHEMA_VERSION = 1
+# Version 2 keys `done` by delivery key, version 1 by message ID (a log of version 1 opens as 2).
+SCHEMA_VERSION = 2
 # A redelivery of a message acknowledged this long ago is still recognised (Dataflow's own
 # deduplication window is about as long). One row per message; pruned after that.
 ACKED_KEPT_S = 600.0
@@ -174,9 +178,14 @@ class MessageLog:
                 "done_at REAL NOT NULL) WITHOUT ROWID"
             )
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (str(SCHEMA_VERSION),))
-        version = int(self._meta().get("version", SCHEMA_VERSION))
-        if version != SCHEMA_VERSION:
-            raise LogMismatch(f"the message log {self.path} is of version {version}, this code reads {SCHEMA_VERSION}")
+            version = int(self._meta()["version"])
+            if version == 1:  # its bare IDs stay, matched as such until they expire (`finished`)
+                self._db.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(SCHEMA_VERSION),))
+            elif version != SCHEMA_VERSION:
+                raise LogMismatch(
+                    f"the message log {self.path} is of version {version}, this code reads {SCHEMA_VERSION}"
+                )
+        self._bare_ids = self._has_bare_ids()
         self._writing: dict[int, int] = {}  # window end -> the open descriptor of its segment
         self._unsynced: set[int] = set()  # segments written since the last sync
         self._new_segment = False  # a segment created since the last sync (its directory entry too)
@@ -329,24 +338,39 @@ class MessageLog:
             if payload is not None:  # a torn one was dropped on opening; none is torn since
                 yield Pull(stamp, ends[stamp], payload)
 
-    def finished(self, message_ids: Iterable[str]) -> dict[str, bool]:
-        """Of these message IDs, those of finished windows still kept, and whether each was acknowledged."""
-        ids = list(message_ids)
+    def _has_bare_ids(self) -> bool:
+        """Whether `done` still holds bare message IDs, a log of version 1's (see `finished`)."""
+        return self._db.execute("SELECT 1 FROM done WHERE instr(message_id, '@') = 0 LIMIT 1").fetchone() is not None
+
+    def _stored_names(self, keys: list[str]) -> dict[str, str]:
+        """How `done` may name each of these delivery keys: itself, and its bare message ID while a
+        log of version 1's rows are kept (name -> key)."""
+        names = {key: key for key in keys}
+        if self._bare_ids:
+            names.update((key.split("@", 1)[0], key) for key in keys)
+        return names
+
+    def finished(self, keys: Iterable[str]) -> dict[str, bool]:
+        """Of these delivery keys, those of finished windows still kept, and whether each was
+        acknowledged. A log of version 1's bare IDs match any delivery of their ID until they expire:
+        version 1 matched so, and a redelivery of what it finished must not count twice."""
+        names = self._stored_names(list(keys))
         found: dict[str, bool] = {}
-        for start in range(0, len(ids), _QUERY_CHUNK):
-            chunk = ids[start : start + _QUERY_CHUNK]
+        ordered = list(names)
+        for start in range(0, len(ordered), _QUERY_CHUNK):
+            chunk = ordered[start : start + _QUERY_CHUNK]
             found.update(
-                (mid, bool(acked))
-                for mid, acked in self._db.execute(
+                (names[name], bool(acked))
+                for name, acked in self._db.execute(
                     f"SELECT message_id, acked FROM done WHERE message_id IN ({','.join('?' * len(chunk))})", chunk
                 )
             )
         return found
 
     def finish_windows(self, through_us: int, acked: Iterable[str], unacked: Iterable[str], now: float) -> None:
-        """Every window ending at or before `through_us` is written: its pulls go, its messages are
-        kept as done (`acked` those whose acknowledgement was sent), in one transaction; then its
-        segments."""
+        """Every window ending at or before `through_us` is written: its pulls go, its messages
+        (delivery keys) are kept as done (`acked` those whose acknowledgement was sent), in one
+        transaction; then its segments."""
         ends = [
             end
             for (end,) in self._db.execute(
@@ -364,11 +388,12 @@ class MessageLog:
             self._unsynced.discard(end)
             self._segment(end).unlink(missing_ok=True)
 
-    def mark_acked(self, message_ids: Iterable[str], now: float) -> None:
-        """Finished messages whose redelivery was just acknowledged."""
+    def mark_acked(self, keys: Iterable[str], now: float) -> None:
+        """Finished messages (delivery keys) whose redelivery was just acknowledged."""
         with self._transaction():
             self._db.executemany(
-                "UPDATE done SET acked = 1, done_at = ? WHERE message_id = ?", ((now, mid) for mid in message_ids)
+                "UPDATE done SET acked = 1, done_at = ? WHERE message_id = ?",
+                ((now, name) for name in self._stored_names(list(keys))),
             )
 
     def prune(self, now: float, force: bool = False) -> int:
@@ -378,10 +403,13 @@ class MessageLog:
             return 0
         self._pruned_at = now
         with self._transaction():
-            return self._db.execute(
+            pruned = self._db.execute(
                 "DELETE FROM done WHERE (acked = 1 AND done_at < ?) OR done_at < ?",
                 (now - ACKED_KEPT_S, now - UNACKED_KEPT_S),
             ).rowcount
+        if self._bare_ids and pruned:
+            self._bare_ids = self._has_bare_ids()
+        return pruned
 
     def counts(self) -> dict[str, int]:
         """Rows per table and state, and segment files (for reports and tests)."""

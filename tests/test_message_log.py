@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 from google.cloud import pubsub_v1
+from google.pubsub_v1.types import PubsubMessage, ReceivedMessage
 
 from local_runner.exactly_once import ExactlyOnce, publish_us
 from local_runner.message_log import (
@@ -55,12 +56,12 @@ def test_a_pull_survives_the_process_and_a_finished_window_leaves(tmp_path) -> N
         unfinished.last_window_end_us,
     ) == (2, 2, WRITER, WINDOW_S, 32, 4_000_000)
     assert [p.payload for p in log.pulls()] == [b"first", b"second"]
-    log.finish_windows(2_000_000, acked=["m1"], unacked=["m2"], now=100.0)
+    log.finish_windows(2_000_000, acked=["1@10"], unacked=["2@10"], now=100.0)
     assert [p.stamp_us for p in log.pulls()] == [2_500_000]
-    assert log.finished(["m1", "m2", "m3"]) == {"m1": True, "m2": False}
-    log.mark_acked(["m2"], 101.0)
-    assert log.finished(["m2"]) == {"m2": True}
-    log.finish_windows(4_000_000, acked=[], unacked=["m3"], now=100.0)
+    assert log.finished(["1@10", "2@10", "3@10", "1@99"]) == {"1@10": True, "2@10": False}
+    log.mark_acked(["2@10"], 101.0)
+    assert log.finished(["2@10"]) == {"2@10": True}
+    log.finish_windows(4_000_000, acked=[], unacked=["3@10"], now=100.0)
     assert log.unfinished() is None and log.counts() == {"pulls": 0, "done_acked": 2, "done_unacked": 1, "segments": 0}
     log.close()
 
@@ -85,11 +86,32 @@ def test_a_pull_whose_payload_a_power_cut_tore_is_dropped_when_the_log_opens(tmp
 
 def test_done_messages_are_kept_long_enough_to_recognise_a_redelivery(tmp_path) -> None:
     log = MessageLog(tmp_path / "log.sqlite")
-    log.finish_windows(1, acked=["acked"], unacked=["unacked"], now=0.0)
+    log.finish_windows(1, acked=["1@10"], unacked=["2@10"], now=0.0)
     assert log.prune(ACKED_KEPT_S - 1) == 0
     assert log.prune(ACKED_KEPT_S + 1, force=True) == 1  # an acknowledged one, long enough after
-    assert log.finished(["acked", "unacked"]) == {"unacked": False}  # kept until its redelivery is acknowledged
+    assert log.finished(["1@10", "2@10"]) == {"2@10": False}  # kept until its redelivery is acknowledged
     assert log.prune(UNACKED_KEPT_S + 1, force=True) == 1  # or longer than Pub/Sub keeps a message
+    log.close()
+
+
+def test_a_log_of_version_1_opens_and_its_bare_ids_match_until_they_expire(tmp_path) -> None:
+    """Version 1 kept finished messages by ID alone. Opened by this code, its rows still recognise
+    a redelivery of what it finished (any publish time, as version 1 did) until they are pruned;
+    what this code finishes is matched by ID and publish time."""
+    log = MessageLog(tmp_path / "log.sqlite")
+    log.finish_windows(1, acked=["7"], unacked=["8"], now=0.0)  # bare IDs, as version 1 wrote them
+    log._db.execute("UPDATE meta SET value = '1' WHERE key = 'version'")
+    log.close()
+    log = MessageLog(tmp_path / "log.sqlite")
+    assert log._meta()["version"] == "2"
+    log.finish_windows(1, acked=["9@10"], unacked=[], now=0.0)
+    assert log.finished(["7@5", "8@6", "9@10", "9@11"]) == {"7@5": True, "8@6": False, "9@10": True}
+    log.mark_acked(["8@6"], ACKED_KEPT_S)
+    assert log.finished(["8@6"]) == {"8@6": True}
+    assert log.prune(ACKED_KEPT_S + 1, force=True) == 2  # 7 and 9@10; 8 was acknowledged later
+    assert log.finished(["8@1", "7@5"]) == {"8@1": True}
+    assert log.prune(2 * ACKED_KEPT_S + 1, force=True) == 1
+    assert log.finished(["8@1", "7@5", "9@10"]) == {}
     log.close()
 
 
@@ -111,6 +133,47 @@ def test_one_process_per_log_and_unfinished_windows_replayed_only_under_their_se
     log.start_run(Writer("local-def", 1, 2), 10, 32)  # nothing unfinished: any settings
     log.close()
     MessageLog(tmp_path / "log.sqlite").close()  # the lock went with the log
+
+
+class RecordingSubscriber:
+    """Records acknowledgements (no Pub/Sub: the messages are built by hand)."""
+
+    def __init__(self) -> None:
+        self.acked: list[str] = []
+
+    def acknowledge(self, request: dict) -> None:
+        self.acked.extend(request["ack_ids"])
+
+    def modify_ack_deadline(self, request: dict) -> None:
+        pass
+
+
+def received(message_id: str, publish_s: int, ack_id: str):
+    """A raw ReceivedMessage protobuf, as the reader pulls them."""
+    message = PubsubMessage.pb()(data=b"{}", message_id=message_id)
+    message.publish_time.FromSeconds(publish_s)
+    return ReceivedMessage.pb()(ack_id=ack_id, message=message)
+
+
+def test_a_restarted_emulators_reused_message_id_is_a_new_message_and_a_redelivery_is_not(tmp_path) -> None:
+    """A restarted Pub/Sub emulator numbers its messages from 1 again: a new message with the ID of
+    one the log finished (a later publish time) is processed, where the ID alone dropped it
+    (acknowledged as a redelivery, its votes lost); a redelivery (same ID and publish time) is not."""
+    subscriber = RecordingSubscriber()
+    log = MessageLog(tmp_path / "log.sqlite")
+    once = ExactlyOnce(log, subscriber, "projects/p/subscriptions/s", WINDOW_S)
+    first = once.take([received("1", 1_000, "a1"), received("2", 1_000, "a2")])
+    assert first is not None
+    once.settle(2**62)
+    assert subscriber.acked == ["a1", "a2"] and log.counts()["done_acked"] == 2
+
+    again = once.take([received("1", 1_000, "b1"), received("1", 2_000, "c1"), received("2", 2_000, "c2")])
+    assert again is not None
+    assert [(m.message.message_id, m.message.publish_time.seconds) for m in again[1]] == [("1", 2_000), ("2", 2_000)]
+    assert once.counters.redeliveries_finished == 1 and subscriber.acked[2:] == ["b1"]
+    once.settle(2**62)
+    assert sorted(subscriber.acked[3:]) == ["c1", "c2"] and log.counts()["done_acked"] == 4
+    log.close()
 
 
 def test_window_ends_are_the_pipelines_fixed_windows() -> None:

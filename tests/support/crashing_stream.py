@@ -43,7 +43,7 @@ def arm(point: str, tag: str) -> None:
     from spanner_writes import deltas
     from transforms import vote_state_sink
 
-    tagged: set[str] = set()  # IDs of the tagged messages pulled
+    tagged: set[str] = set()  # delivery keys of the tagged messages pulled
     raw = tag.encode()
 
     def wrap(owner, name: str, around: Callable) -> None:
@@ -52,7 +52,7 @@ def arm(point: str, tag: str) -> None:
 
     def pull(original, subscription, acknowledge=True):
         received, calls = original(subscription, acknowledge)
-        mine = [m.message.message_id for m in received if raw in m.message.data]
+        mine = [exactly_once.delivery_key(m) for m in received if raw in m.message.data]
         tagged.update(mine)
         if mine and point == "pulled":
             _kill(point)
@@ -93,7 +93,7 @@ def arm(point: str, tag: str) -> None:
         acknowledged: set[str] = set()
 
         def acknowledge(original, self, ack_ids):
-            acknowledged.update(message_id for message_id, _ in ack_ids if message_id in tagged)
+            acknowledged.update(key for key, _ in ack_ids if key in tagged)
             if tagged and acknowledged == tagged:  # the last of them
                 _kill(point)
             return original(self, ack_ids)
@@ -104,7 +104,7 @@ def arm(point: str, tag: str) -> None:
 
         def finish(original, self, through_us, acked, unacked, now):
             acked = list(acked)
-            finished.update(message_id for message_id in acked if message_id in tagged)
+            finished.update(key for key in acked if key in tagged)
             if tagged and finished == tagged:
                 _kill(point)
             return original(self, through_us, acked, unacked, now)
