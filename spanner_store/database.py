@@ -29,6 +29,7 @@ T = TypeVar("T")
 LOG = logging.getLogger(__name__)
 
 COMMIT_TIMEOUT_S = 60.0
+SESSION_CALL_TIMEOUT_S = 30.0  # the client's own deadline for GetSession and CreateSession, kept
 
 # INTERNAL errors that are a connection or stream closed under a call, not a broken invariant:
 # the messages Google's Spanner clients retry (Python's _check_rst_stream_error, Java's
@@ -227,14 +228,24 @@ def open_database(project: str, instance: str, database: str) -> Database:
     emulator). Commit is rewrapped without that retry and with a 60 s deadline, so every
     transient error surfaces here and every retry stays bounded.
     """
-    if os.environ.get("SPANNER_EMULATOR_HOST"):
+    emulator = bool(os.environ.get("SPANNER_EMULATOR_HOST"))
+    if emulator:
         os.environ.setdefault("GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW", "false")
     client = spanner.Client(project=project)
     handle = client.instance(instance).database(database)
     transport = handle.spanner_api._transport  # noqa: SLF001 - no public hook for a call's default retry
-    transport._wrapped_methods[transport.commit] = gapic_v1.method.wrap_method(  # noqa: SLF001
-        transport.commit, default_retry=None, default_timeout=COMMIT_TIMEOUT_S
-    )
+    unretried = {transport.commit: COMMIT_TIMEOUT_S}
+    if emulator:
+        # The classic pool checks a pooled session with GetSession before each transaction, or
+        # makes one with CreateSession, and each retries UNAVAILABLE by itself for 30 s: a sink's
+        # transaction on a stopped emulator stalled that long per attempt (tests/test_faults.py's
+        # outage), then failed with a RetryError no retry policy here takes for transient.
+        unretried[transport.get_session] = SESSION_CALL_TIMEOUT_S
+        unretried[transport.create_session] = SESSION_CALL_TIMEOUT_S
+    for method, timeout_s in unretried.items():
+        transport._wrapped_methods[method] = gapic_v1.method.wrap_method(  # noqa: SLF001
+            method, default_retry=None, default_timeout=timeout_s
+        )
     return handle
 
 
@@ -298,7 +309,8 @@ def read_rows(read: Callable[[Callable], Iterable[T]]) -> list[T]:
 
 
 def run_transaction(database: Database, work: Callable[..., T]) -> T:
-    """Runs one read-write transaction attempt; an abort surfaces for run_with_retries.
+    """Runs one read-write transaction attempt; an abort surfaces for run_with_retries, and so does
+    a stopped Spanner, after which the next attempt on the thread works again.
 
     A transaction whose work fails with an API error other than an abort (a table the schema
     lacks, a session lost) is rolled back here: the client rolls back only after other errors,
@@ -317,4 +329,13 @@ def run_transaction(database: Database, work: Callable[..., T]) -> T:
                 LOG.debug("rollback after a failed transaction failed: %s", rollback_error)
             raise
 
-    return database.run_in_transaction(rolled_back_on_error, timeout_secs=0)
+    running_before = getattr(database._local, "transaction_running", False)  # noqa: SLF001 - see below
+    try:
+        return database.run_in_transaction(rolled_back_on_error, timeout_secs=0)
+    except Exception:
+        # The client sets this thread's "transaction running" flag before it gets a session and
+        # clears it only if that succeeded (googleapis/google-cloud-python#18375): after one
+        # failed, during an outage, every later transaction on the thread raised "Spanner does not
+        # support nested transactions", for ever (tests/test_faults.py's outage).
+        database._local.transaction_running = running_before  # noqa: SLF001
+        raise

@@ -30,6 +30,7 @@ from typing import NamedTuple
 from google.cloud import spanner
 
 from schemas.vote_states import Hold
+from spanner_store.database import read_rows
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.tables import (
     USER_SUSPENSION_COLUMNS,
@@ -56,7 +57,9 @@ def mark_changed(batch) -> None:
 
 def changed_at(reader) -> datetime | None:
     """When the suspensions last changed (None: never since the row was added), read by `reader`."""
-    rows = list(reader.read(USER_SUSPENSIONS_CHANGED, columns=("ChangedAt",), keyset=_KEY))
+    rows = read_rows(
+        lambda retry: reader.read(USER_SUSPENSIONS_CHANGED, columns=("ChangedAt",), keyset=_KEY, retry=retry)
+    )
     return rows[0][0] if rows else None
 
 

@@ -15,6 +15,7 @@ from schemas.counters import Counts
 from schemas.delta_ids import forget_event_id
 from schemas.records import PostUser, hour_of_us
 from schemas.vote_states import Erasure, Hold, VoteOrder, contributed, order_of
+from spanner_store.database import read_rows
 from spanner_store.key_sets import KeySet
 from spanner_store.tables import (
     HELD_OUT,
@@ -87,7 +88,10 @@ def stored(row) -> StoredVote:
 def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]:
     """The stored states of these keys (absent: never voted), read by `reader` (a transaction or a snapshot)."""
     keyset = KeySet(keys=[list(vote_key(key.post_id, key.user_id)) for key in keys])
-    found = (stored(row) for row in reader.read(VOTES, columns=READ_COLUMNS, keyset=keyset))
+    found = (
+        stored(row)
+        for row in read_rows(lambda retry: reader.read(VOTES, columns=READ_COLUMNS, keyset=keyset, retry=retry))
+    )
     return {PostUser(vote.post_id, vote.user_id): vote for vote in found}
 
 
@@ -115,8 +119,10 @@ def erasures_of(reader, user_ids: Iterable[str]) -> dict[str, Erasure]:
     newest: dict[str, Erasure] = {}
     if not user_ids:
         return newest
-    for _, user_id, request_id, through in reader.read(
-        USER_ERASURES, columns=USER_ERASURE_COLUMNS, keyset=user_rows_range(*user_ids)
+    for _, user_id, request_id, through in read_rows(
+        lambda retry: reader.read(
+            USER_ERASURES, columns=USER_ERASURE_COLUMNS, keyset=user_rows_range(*user_ids), retry=retry
+        )
     ):
         found = erasure(request_id, timestamp_micros(through))
         if user_id not in newest or found.order > newest[user_id].order:
@@ -145,8 +151,10 @@ def suspensions_of(reader, user_ids: Iterable[str]) -> list[UserSuspension]:
         return []
     return [
         UserSuspension(user_id, suspension_id, since, restored_at)
-        for _, user_id, suspension_id, since, restored_at in reader.read(
-            USER_SUSPENSIONS, columns=USER_SUSPENSION_COLUMNS, keyset=user_rows_range(*user_ids)
+        for _, user_id, suspension_id, since, restored_at in read_rows(
+            lambda retry: reader.read(
+                USER_SUSPENSIONS, columns=USER_SUSPENSION_COLUMNS, keyset=user_rows_range(*user_ids), retry=retry
+            )
         )
     ]
 

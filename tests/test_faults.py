@@ -35,22 +35,25 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
-from google.api_core import exceptions
+from google.api_core import exceptions, gapic_v1
 from google.cloud import pubsub_v1
 
 from local_runner import drain
 from schemas.contract import batch_messages
 from schemas.counters import Counts
-from schemas.records import PostDelta
+from schemas.records import PostDelta, PostUser
+from schemas.vote_states import LatestVote
 from spanner_reads.reads import exact_counts
-from spanner_store.database import RetryPolicy, is_transient, open_database, run_with_retries
+from spanner_store.database import RetryPolicy, is_transient, open_database, run_transaction, run_with_retries
 from spanner_store.tables import COUNTER_COLUMNS, counts_at
 from spanner_writes.deltas import write_deltas
+from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
 from tests.support.polling import assert_stays, wait_until
 from tests.support.steady_load import SteadyLoad
@@ -465,6 +468,35 @@ def write_bundle(fn: WriteDeltasFn, items: list[PostDelta]) -> list:
     return outputs + list(fn.finish_bundle())
 
 
+# Vote states the vote-state sink applies while Spanner is down: it reads the stored states, the
+# users' erasures and suspensions in its transaction before it writes.
+OUTAGE_STATES = {
+    PostUser(f"outage-v{i % 3}", f"outage-u{i}"): LatestVote(
+        "up", 1_795_312_800_000_000, f"e{i}", 1_795_312_800, 1, True
+    )
+    for i in range(12)
+}
+
+
+def bounded(work: Callable[[], object]) -> dict:
+    """Runs `work` on a thread for at most OUTAGE_BOUND_S: whether it finished, in how long, and the
+    error it raised (the thread is left behind if the client hangs)."""
+    outcome: dict = {}
+
+    def attempt() -> None:
+        began = time.monotonic()
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001 - examined by the test
+            outcome["error"] = error
+        outcome["seconds"] = time.monotonic() - began
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(OUTAGE_BOUND_S)
+    return {**outcome, "finished": not thread.is_alive()}
+
+
 @pytest.fixture(scope="module")
 def spanner_outage(emulator_env, tmp_path_factory):
     """Runs the outage once, on a private Spanner emulator (the shared one stays up):
@@ -489,20 +521,10 @@ def spanner_outage(emulator_env, tmp_path_factory):
             seen["before_ok"] = verify_totals(database, totals_of(before)) == []
 
             emulators.stop(first)
-            outcome: dict = {}
-
-            def attempt() -> None:
-                began = time.monotonic()
-                try:
-                    write_bundle(fn, during)
-                except BaseException as error:  # noqa: BLE001 - examined by the test
-                    outcome["error"] = error
-                outcome["seconds"] = time.monotonic() - began
-
-            thread = threading.Thread(target=attempt, daemon=True)  # left behind if the client hangs
-            thread.start()
-            thread.join(OUTAGE_BOUND_S)
-            seen.update(outcome, finished=not thread.is_alive(), address=first.address)
+            seen.update(bounded(lambda: write_bundle(fn, during)), address=first.address)
+            seen["vote_states"] = bounded(
+                lambda: run_with_retries(lambda: apply_vote_states(database, OUTAGE_STATES), SHORT_RETRY)
+            )
 
             second = emulators.start("spanner", log_dir)
             started.append(second)
@@ -530,6 +552,56 @@ def test_a_stopped_spanner_fails_the_write_quickly_with_a_readable_transient_err
     assert spanner_outage["seconds"] < OUTAGE_BOUND_S
     message = explain(error)
     assert "unavailable" in message and spanner_outage["address"] in message and "\n" not in message
+
+
+def test_a_stopped_spanner_fails_the_vote_state_sinks_transaction_quickly_too(spanner_outage) -> None:
+    """Its reads come before any write: a read from a stopped Spanner must fail, not block."""
+    outcome = spanner_outage["vote_states"]
+    assert outcome["finished"], f"applying vote states was still blocked after {OUTAGE_BOUND_S:.0f} s"
+    assert is_transient(outcome.get("error")), repr(outcome.get("error"))
+    assert outcome["seconds"] < OUTAGE_BOUND_S
+
+
+def test_a_transaction_that_could_not_get_a_session_leaves_its_thread_able_to_run_the_next(
+    stack, database, monkeypatch
+) -> None:
+    """The client marks a transaction running on the thread before it gets a session, and unmarks
+    it only if that worked (googleapis/google-cloud-python#18375): after an outage, every later
+    transaction on the thread raised "Spanner does not support nested transactions", for ever."""
+    sessions = database._sessions_manager
+    get_session = sessions.get_session
+    failed: list[str] = []
+
+    def fails_once(kind):
+        if not failed:
+            failed.append("injected")
+            raise exceptions.ServiceUnavailable("injected: no session")
+        return get_session(kind)
+
+    monkeypatch.setattr(sessions, "get_session", fails_once)
+
+    def select_one(transaction) -> list:
+        return list(transaction.execute_sql("SELECT 1"))
+
+    with pytest.raises(exceptions.ServiceUnavailable, match="injected"):
+        run_transaction(database, select_one)
+    assert failed and run_transaction(database, select_one) == [[1]]
+
+
+def test_the_vote_state_sinks_reads_fail_on_unavailable_rather_than_restart_for_ever(stack, monkeypatch) -> None:
+    """Spanner gone after the transaction got its session: every read answers UNAVAILABLE. The
+    client restarts a streaming read after UNAVAILABLE at once and without end; the sink's reads
+    (stored states, erasures, suspensions) must raise it instead, for its retry policy to bound."""
+    database = open_database(stack.project, stack.instance, stack.database)
+    transport = database.spanner_api._transport
+
+    def unavailable(*args, **kwargs):
+        raise exceptions.ServiceUnavailable("injected: Spanner is gone")
+
+    monkeypatch.setitem(transport._wrapped_methods, transport.streaming_read, gapic_v1.method.wrap_method(unavailable))
+    outcome = bounded(lambda: apply_vote_states(database, OUTAGE_STATES))
+    assert outcome["finished"], f"the sink's read was still restarting after {OUTAGE_BOUND_S:.0f} s"
+    assert isinstance(outcome.get("error"), exceptions.ServiceUnavailable), repr(outcome.get("error"))
 
 
 def test_after_the_outage_a_new_emulator_rewritten_twice_counts_once(spanner_outage) -> None:
