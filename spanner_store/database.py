@@ -70,6 +70,10 @@ def is_transient(error: BaseException) -> bool:
     |                                        |           | RETRYABLE_INTERNAL_MESSAGES); the clients retry  |
     | NOT_FOUND "Session not found"          | transient | the session is gone, not the data; the clients   |
     |                                        |           | retry on a new session (*)                       |
+    | the client's own retry given up        | as its    | a call the client retries by itself (GetSession, |
+    | (RetryError), its last error           | last      | BeginTransaction, ExecuteSql: 30 s) ran out of   |
+    |                                        | error     | time: an outage longer than that, which our      |
+    |                                        |           | policy bounds, not a different kind of error     |
     | INTERNAL, any other                    | permanent | a broken invariant; Spanner: don't retry unless  |
     |                                        |           | you know why it happened                         |
     | NOT_FOUND, any other                   | permanent | a missing row or parent; a table or column the   |
@@ -96,6 +100,8 @@ def is_transient(error: BaseException) -> bool:
         ),
     ):
         return True
+    if isinstance(error, exceptions.RetryError):
+        return error.cause is not None and is_transient(error.cause)
     if isinstance(error, exceptions.InternalServerError):
         return any(message in _message(error) for message in RETRYABLE_INTERNAL_MESSAGES)
     if isinstance(error, exceptions.NotFound):

@@ -619,6 +619,9 @@ def test_explain_gives_one_readable_line_for_an_unavailable_spanner(monkeypatch)
     message = explain(exceptions.ServiceUnavailable("failed to connect to all addresses"))
     assert message.startswith("the service is unavailable (emulator at 127.0.0.1:1)") and "\n" not in message
     assert "upvotes emulators start" in message
+    # The client's own retry of a call, given up: said as its last error.
+    gave_up = exceptions.RetryError("Timeout of 30.0s exceeded", exceptions.ServiceUnavailable("failed to connect"))
+    assert explain(gave_up).startswith("the service is unavailable (emulator at 127.0.0.1:1): failed to connect")
 
 
 def test_explain_tells_a_lost_session_from_a_missing_resource() -> None:

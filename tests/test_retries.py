@@ -26,6 +26,8 @@ TRANSIENT = [
     spanner_error(grpc.StatusCode.INTERNAL, "HTTP/2 error code: INTERNAL_ERROR\nReceived Rst Stream"),
     spanner_error(grpc.StatusCode.INTERNAL, "Connection closed with unknown cause"),
     spanner_error(grpc.StatusCode.NOT_FOUND, "Session not found: projects/p/instances/i/databases/d/sessions/s"),
+    # The client's own 30 s retry of a call (GetSession, BeginTransaction, ExecuteSql) given up.
+    exceptions.RetryError("Timeout of 30.0s exceeded", spanner_error(grpc.StatusCode.UNAVAILABLE, "connect failed")),
 ]
 PERMANENT = [
     spanner_error(grpc.StatusCode.INTERNAL, "an invariant of the system was broken"),
@@ -41,6 +43,8 @@ PERMANENT = [
     spanner_error(grpc.StatusCode.UNIMPLEMENTED, "not supported"),
     spanner_error(grpc.StatusCode.UNKNOWN, "unknown"),
     spanner_error(grpc.StatusCode.DATA_LOSS, "data loss"),
+    exceptions.RetryError("Timeout of 30.0s exceeded", spanner_error(grpc.StatusCode.INVALID_ARGUMENT, "bad")),
+    exceptions.RetryError("Timeout of 30.0s exceeded", None),
     ValueError("one vote state cannot exceed the mutation budget"),
     AssertionError("a broken invariant of ours"),
 ]

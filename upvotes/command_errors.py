@@ -38,6 +38,8 @@ def explain(error: BaseException) -> str:
             + START_EMULATORS
             + "; on Google Cloud, run: gcloud auth application-default login"
         )
+    if isinstance(error, exceptions.RetryError) and error.cause is not None:  # the client's own retry gave up
+        return explain(error.cause)
     if isinstance(error, exceptions.ServiceUnavailable):
         emulator = os.environ.get("SPANNER_EMULATOR_HOST") or os.environ.get("PUBSUB_EMULATOR_HOST")
         where = f" (emulator at {emulator})" if emulator else ""
