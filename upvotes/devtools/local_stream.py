@@ -59,10 +59,12 @@ def start(
 
     Not `append`, a new run: a message log an earlier run left beside `log_path` is removed first.
     It belongs to that run's subscription, and a caller that starts a new run (the demo, a
-    benchmark, on emulators started afresh) has a new one of the same name, whose Pub/Sub emulator
-    numbers its messages from 1 again: the new stream would take them for the old run's finished
-    messages, acknowledge them and count nothing (seen: a second `make demo`). A log a running
-    stream holds is left alone: the new stream is refused (LogBusy), as before."""
+    benchmark, on emulators started afresh) has a new one of the same name. The log itself no
+    longer mistakes the new run's messages for the old one's (they are known by ID and publish
+    time, and unfinished pulls of another database are set aside: local_runner/streaming.py), so
+    this only keeps a new run from inheriting the old one's rows and set-aside files; it was first
+    added when it did not (a second `make demo` counted nothing). A log a running stream holds is
+    left alone: the new stream is refused (LogBusy), as before."""
     if message_log and not append and not in_use(message_log_dir(log_path)):
         shutil.rmtree(message_log_dir(log_path), ignore_errors=True)
     command = [
