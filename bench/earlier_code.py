@@ -1,12 +1,16 @@
 """An earlier commit's tree, extracted with `git archive`, for a benchmark to run beside this code in
 the same run (a same-run "before"): trending's sink and fold before issue 36, real_traffic's stream
-before issue 45."""
+before issue 45, a suspension before users moved whole (issue 46)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
+import os
+import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -38,3 +42,24 @@ def earlier_tree(commit: str, paths: Sequence[str] = ()) -> Iterator[Path | None
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tree, filter="data")
         yield tree
+
+
+def run_script_in(tree: Path, script: Path, spec: dict, what: str, timeout_s: float) -> dict:
+    """Runs `script` (a file of bench/fixtures/, copied into `tree`) with `tree` first on the path,
+    so its imports are that commit's code: `python SCRIPT SPEC.json OUT.json`, `spec` written as
+    SPEC; returns what it wrote to OUT. Raises RuntimeError (naming `what`) when it fails."""
+    copied = tree / script.name
+    shutil.copy(script, copied)
+    spec_path, out_path = tree.parent / "spec.json", tree.parent / "out.json"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(copied), str(spec_path), str(out_path)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed: {done.stderr[-3000:]}")
+    return json.loads(out_path.read_text(encoding="utf-8"))

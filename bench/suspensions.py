@@ -14,9 +14,12 @@ checking suspensions costs the vote-state sink; each figure beside its same-run 
     `window_top` 24 h, top 10) certified and equal to the brute force's; when a ranking is not
     certified, a fold is run (`upvotes fold`'s pipeline) and its time counted. Then
     `restore-users` the same way, back to the counts with the ring. The baseline: the same votes'
-    first application through the sink, votes/s (what the ring cost to count). Rows read are
-    counted, and the cost per ring vote compared across the sizes: it follows the ring's votes,
-    not the honest votes or the catalogue, which stay the same.
+    first application through the sink, votes/s (what the ring cost to count); and, at ring sizes
+    up to `before_max_ring_users`, the same suspension and restore (another ID) through the code of
+    BEFORE_COMMIT, which marked every vote (bench/fixtures/suspension_before_applied.py, in a process
+    of its own, under the same load, checked the same way). Rows read are counted, and the cost per
+    ring vote compared across the sizes: it follows the ring's votes, not the honest votes or the
+    catalogue, which stay the same.
 (b) The detector (upvotes/operations/suspect_rules.py with its default rules): a workload of `detector_votes`
     votes over a day (honest users with heavy-tailed activity over Zipf 1.1 posts, the 50 most
     popular posts each voted by 30% of their voters within one minute; rings of 20-200 users each
@@ -40,6 +43,7 @@ checking suspensions costs the vote-state sink; each figure beside its same-run 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 import time
@@ -52,6 +56,7 @@ import numpy as np
 from google.cloud import spanner
 
 from bench.benchmark import Benchmark, table, target
+from bench.earlier_code import earlier_tree, run_script_in
 from bench.spanner_cost import EmulatorCpu
 from bench.stack import (
     WARM_UP_POST,
@@ -107,6 +112,10 @@ BLIND_BATCH = 2_000
 STATES_PER_SINK_BATCH = 1_000
 SUSPENDED_SHARE = 0.1
 LOAD_WINDOW_S = 2  # the stream's window under load (the race's)
+# The code before suspensions moved whole users (a mark per vote): the same-run "before" of (a).
+BEFORE_COMMIT = "0d31021"
+BEFORE_SCRIPT = Path(__file__).resolve().parent / "fixtures" / "suspension_before_applied.py"
+BEFORE_TIMEOUT_S = 3_600.0
 SETTLE_TIMEOUT_S = 300.0
 
 
@@ -429,7 +438,8 @@ def timed_request(
     with EmulatorCpu() as cpu:
         started = time.perf_counter()
         result = request(counter)
-        command_s = time.perf_counter() - started
+        # The earlier code's request runs in a process of its own, which times itself (start-up left out).
+        command_s = getattr(result, "seconds", None) or time.perf_counter() - started
     under_load = {}
     if load is not None:
         published = load.stop()
@@ -458,6 +468,36 @@ def timed_request(
         "emulator_cpu_s": None if cpu.seconds is None else round(cpu.seconds, 1),
         **checked,
     }
+
+
+class _Earlier:
+    """What the earlier code's request reported (seconds, votes, commits), as timed_request reads a result."""
+
+    def __init__(self, found: dict) -> None:
+        self.seconds, self.votes, self.commits = found["seconds"], found["votes"], found["commits"]
+
+
+def request_before(res: Resources, request: str, ring: list[str]) -> _Earlier | None:
+    """`request` ("suspend" or "restore") of the ring, ID "bench-ring-before", through the code of
+    BEFORE_COMMIT (bench/fixtures/suspension_before_applied.py in that commit's tree), on this
+    database; None without git or the commit (a shallow clone)."""
+    with earlier_tree(BEFORE_COMMIT) as tree:
+        if tree is None:
+            say(f"cannot extract {BEFORE_COMMIT}: no same-run before")
+            return None
+        found = run_script_in(
+            tree,
+            BEFORE_SCRIPT,
+            {
+                "resources": dataclasses.asdict(res),
+                "request": request,
+                "suspension_id": "bench-ring-before",
+                "users": ring,
+            },
+            f"the {request} through {BEFORE_COMMIT}'s code",
+            BEFORE_TIMEOUT_S,
+        )
+        return _Earlier(found)
 
 
 def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: Path) -> dict:
@@ -511,10 +551,20 @@ def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: 
             hourly_sample,
             load,
         )
+        say(f"ring of {ring_users:,}: restored in {restored['command_s']:.0f} s")
+        before = {}
+        if ring_users <= sizes.before_max_ring_users:
+            for request, with_ring in (("suspend", False), ("restore", True)):
+                say(f"ring of {ring_users:,}: {request} through the code of {BEFORE_COMMIT} (a mark per vote)")
+                found = request_before(scale_res, request, ring)
+                if found is None:
+                    break
+                before[request] = timed_request(
+                    scale_res, database, lambda _, found=found: found, truth, with_ring, posts, hourly_sample, load
+                )
     finally:
         if load is not None:
             load.close()
-    say(f"ring of {ring_users:,}: restored in {restored['command_s']:.0f} s")
     return {
         "ring_users": ring_users,
         "ring_votes": ring_votes,
@@ -527,6 +577,7 @@ def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: 
         "seed_fold_s": None if fold_s is None else round(fold_s, 1),
         "suspend": suspended,
         "restore": restored,
+        "before": before,  # the same requests through BEFORE_COMMIT's code, same load (smaller sizes)
         "stream_votes_per_s": sizes.stream_votes_per_s,
         "resources": scale_res,
     }
@@ -786,6 +837,7 @@ class Sizes:
     sink_batches: int  # of 1,000 states, per kind and round
     sink_rounds: int
     hourly_sample: int  # ring target posts whose hourly counts are checked after each step (one read each)
+    before_max_ring_users: int  # the same-run before (a mark per vote) at ring sizes up to this
 
 
 FULL = Sizes(
@@ -800,6 +852,7 @@ FULL = Sizes(
     sink_batches=10,
     sink_rounds=3,
     hourly_sample=100,
+    before_max_ring_users=1_000,  # at 10,000 users the earlier code takes about 20 minutes
 )
 # Quick: a smoke run in under 40 s with the emulators' start (posts: the detector's honest users cast
 # up to 500 votes each, on distinct posts).
@@ -815,11 +868,8 @@ QUICK = Sizes(
     sink_batches=1,
     sink_rounds=1,
     hourly_sample=20,
+    before_max_ring_users=10,
 )
-
-
-def _cost_per_vote(scale: dict, request: str) -> float:
-    return scale[request]["command_s"] / scale[request]["votes"] * 1000
 
 
 def targets(document: dict) -> list[dict]:
@@ -834,11 +884,20 @@ def targets(document: dict) -> list[dict]:
             "; ".join(
                 f"{sc['ring_votes']:,} votes: suspend {sc['suspend']['seconds_to_exact']:.0f} s, restore "
                 f"{sc['restore']['seconds_to_exact']:.0f} s"
+                + (
+                    f" (same run, the code of {BEFORE_COMMIT}, a mark per vote: suspend "
+                    f"{sc['before']['suspend']['seconds_to_exact']:.0f} s, restore "
+                    f"{sc['before']['restore']['seconds_to_exact']:.0f} s)"
+                    if len(sc.get("before", {})) == 2
+                    else ""
+                )
                 for sc in s["scales"]
             ),
             max(largest["suspend"]["seconds_to_exact"], largest["restore"]["seconds_to_exact"]) <= 300
             and all(
-                sc[r]["wrong_counts"] == 0 and sc[r]["right"] for sc in s["scales"] for r in ("suspend", "restore")
+                r["wrong_counts"] == 0 and r["right"]
+                for sc in s["scales"]
+                for r in (sc["suspend"], sc["restore"], *sc.get("before", {}).values())
             ),
         ),
         target(
@@ -859,8 +918,10 @@ def markdown(document: dict) -> list[str]:
     s = document["benchmarks"]["suspensions"]
     rows = []
     for sc in s["scales"]:
-        for request in ("suspend", "restore"):
-            r = sc[request]
+        measured = [(sc[request], request) for request in ("suspend", "restore")] + [
+            (r, f"{request} before ({BEFORE_COMMIT}: a mark per vote)") for request, r in sc.get("before", {}).items()
+        ]
+        for r, label in measured:
             load = (
                 "-"
                 if "load_votes_published" not in r
@@ -870,15 +931,15 @@ def markdown(document: dict) -> list[str]:
             rows.append(
                 [
                     f"{sc['ring_users']:,} users, {sc['ring_votes']:,} votes",
-                    request,
+                    label,
                     f"{r['votes']:,}",
                     f"{r['command_s']:.1f}",
                     f"{r['fold_s']:.1f}",
                     f"{r['seconds_to_exact']:.1f}",
                     f"{r['votes_per_s']:,.0f}",
-                    f"{_cost_per_vote(sc, request):.2f}",
+                    f"{r['command_s'] / r['votes'] * 1000:.2f}",
                     f"{sc['sink_votes_per_s']:,.0f}",
-                    f"{r['rows_read'].get('Votes', 0):,}",
+                    f"{r['rows_read'].get('Votes', 0):,}" if r["rows_read"] else "-",
                     load,
                     "yes" if r["wrong_counts"] == 0 and r["wrong_hours"] == 0 and r["right"] else "NO",
                     "yes" if r["certified"] else "no",
@@ -901,7 +962,7 @@ def markdown(document: dict) -> list[str]:
                 "Fold s",
                 "To exact s",
                 "Votes/s",
-                "ms per 1k votes",
+                "ms per vote",
                 "Baseline: the ring's votes/s through the sink",
                 "Votes rows read",
                 "Stream under load",

@@ -60,12 +60,9 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import random
-import shutil
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -81,7 +78,7 @@ from google.cloud.spanner_v1 import Mutation, param_types
 import schemas
 from bench.benchmark import Benchmark, table, target
 from bench.catalogue_cost import upvotes_command
-from bench.earlier_code import earlier_tree
+from bench.earlier_code import earlier_tree, run_script_in
 from bench.stack import (
     check_alive,
     fresh_database,
@@ -806,32 +803,17 @@ def commits_before_issue_36(res: Resources, windows: list[list[PostDelta]]) -> d
                 "on its schema, the new columns dropped"
             )
             return None
-        script = tree / BEFORE_SCRIPT.name
-        shutil.copy(BEFORE_SCRIPT, script)
-        spec, out = tree.parent / "spec.json", tree.parent / "out.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "resources": dataclasses.asdict(res),
-                    "database": f"{res.database}-trb"[:30],
-                    "windows": [
-                        [[d.post_id, d.event_hour, d.delta_id, d.sums.counts.upvotes] for d in w] for w in windows
-                    ],
-                }
-            ),
-            encoding="utf-8",
+        found = run_script_in(
+            tree,
+            BEFORE_SCRIPT,
+            {
+                "resources": dataclasses.asdict(res),
+                "database": f"{res.database}-trb"[:30],
+                "windows": [[[d.post_id, d.event_hour, d.delta_id, d.sums.counts.upvotes] for d in w] for w in windows],
+            },
+            f"the workload through {BEFORE_COMMIT}'s code",
+            CLI_TIMEOUT_S,
         )
-        done = subprocess.run(
-            [sys.executable, str(script), str(spec), str(out)],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-            env={**os.environ, "PYTHONPATH": str(tree)},
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"the workload through {BEFORE_COMMIT}'s code failed: {done.stderr[-3000:]}")
-        found = json.loads(out.read_text(encoding="utf-8"))
     decoded = {
         phase: [[Mutation.deserialize(bytes.fromhex(m)) for m in commit] for commit in commits]
         for phase, commits in found["commits"].items()

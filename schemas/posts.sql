@@ -359,7 +359,8 @@ CREATE TABLE StreamHeartbeats (
 -- Kept: a "none" row is what makes an older event of that user, arriving late, lose.
 -- HeldOut (issue 46): TRUE when the row's vote is held out of the counts by a suspension of its
 -- user (UserSuspensions below): the row then counts nothing, and its vote's count is out of
--- every delta sum. NULL: the row counts as its Vote says. Every transaction that moves a user's
+-- every delta sum. NULL: the row counts as its Vote says, unless an Applied suspension of its
+-- user covers it. Every transaction that moves a user's
 -- state reads it, so it knows what the stored state contributes now: the sink (a new state
 -- replaces a held one: nothing to take out), a suspension (moves a counted vote out and sets it),
 -- a restore (moves it back in and clears it). Written only when it changes, so a sink commit of
@@ -405,18 +406,24 @@ CREATE TABLE UserErasures (
 -- states beside the user's erasures, unless it holds them: UserSuspensionsChanged below), then
 -- the suspension's ID. Since:
 -- the suspension holds out the user's votes cast at or after it (their VotedAt); NULL: every vote.
--- RestoredAt: when `upvotes restore-users` lifted it (the commit timestamp of that write); NULL:
--- active. A user's stored vote counts nothing while any active row of the user covers it.
--- Written before any count moves (a suspension's rows, then its passes; a restore's timestamps,
--- then its passes), so from their commit on every transaction applying the user's states sees
--- them. A few rows per suspended user; a restored row deletes itself 30 days after its restore
--- (an inactive row changes nothing; the suspension's audit row keeps its users).
+-- RestoredAt: when `upvotes restore-users` lifted it for this user (the commit timestamp of the
+-- pass that moved the user's votes back in); NULL: active. A suspension's rows are written before
+-- any count moves, so from their commit on every transaction applying the user's states sees them
+-- and stores a covered state held out (Votes.HeldOut).
+-- Applied (issue 46, upvotes/operations/suspension_passes.py): TRUE once a pass moved every vote of
+-- the user this row covers out of the counts in one commit: those votes count nothing whatever
+-- their HeldOut says, so a ring's history moves with one write per user, not one per vote. NULL:
+-- the user's votes are in or out by their own marks. Only an active row is ever applied: the pass
+-- that sets RestoredAt clears it, in the same commit that moves the votes back.
+-- A few rows per suspended user; a restored row deletes itself 30 days after its restore
+-- (an inactive, unapplied row changes nothing; the suspension's audit row keeps its users).
 CREATE TABLE UserSuspensions (
   UserHash     INT64 NOT NULL,
   UserId       STRING(128) NOT NULL,
   SuspensionId STRING(64) NOT NULL,
   Since        TIMESTAMP,
   RestoredAt   TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+  Applied      BOOL,
 ) PRIMARY KEY (UserHash, UserId, SuspensionId),
   ROW DELETION POLICY (OLDER_THAN(RestoredAt, INTERVAL 30 DAY));
 

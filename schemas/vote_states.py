@@ -19,11 +19,14 @@ equal the number of users in each latest state, in total and per event hour, wha
 arrival order (tests/test_vote_states.py holds that as a property over random orders,
 duplicates and flips).
 
-Suspensions (issue 46, `upvotes suspend-users`): a stored state contributes `counted(vote)`, or
-nothing while a suspension of its user holds it out (`held`: an active `Hold` whose `since_us` is
-at or before the state's time, or that has none). Every move then takes out what the old state
-contributes and puts in what the new one does (`contributed`), so the counts are the users in each
-latest state that no active suspension covers.
+Suspensions (issue 46, `upvotes suspend-users`): a state an active suspension of its user covers
+(`held`: an active `Hold` whose `since_us` is at or before the state's time, or that has none)
+counts nothing once the suspension's passes have moved it out. A stored state contributes
+`counted(vote)`, or nothing when it is held out (`contributed`): by its own mark (a state stored
+while its user was suspended, or moved out on its own), or by an `applied` hold of its user (the
+suspension's pass moved the user's whole history out at once and marked the hold, not each vote).
+Every move takes out what the old state contributes and puts in what the new one does, so once the
+passes are done the counts are the users in each latest state that no active suspension covers.
 """
 
 from __future__ import annotations
@@ -127,10 +130,13 @@ def counted(vote: str | None) -> Counts:
 
 class Hold(NamedTuple):
     """An active suspension of one user (`upvotes suspend-users`, issue 46): while it holds, every
-    stored vote of the user cast at or after `since_us` (every vote: None) counts nothing."""
+    stored vote of the user cast at or after `since_us` (every vote: None) counts nothing. `applied`:
+    a pass moved every vote it covers out of the counts at once, so those votes count nothing
+    whatever their own marks say (upvotes/operations/suspension_passes.py)."""
 
     suspension_id: str
     since_us: int | None  # microseconds since the epoch; None: every vote of the user, ever
+    applied: bool = False
 
 
 def covered(at_us: int, holds: Iterable[Hold]) -> bool:
@@ -147,3 +153,9 @@ def held(vote: str, at_us: int, holds: Iterable[Hold]) -> bool:
 def contributed(vote: str | None, is_held: bool) -> Counts:
     """What a user's stored state adds to the counts: `counted(vote)`, or nothing while held out."""
     return Counts() if is_held else counted(vote)
+
+
+def held_out(vote: str, at_us: int, marked: bool, holds: Iterable[Hold]) -> bool:
+    """Whether a stored state (`vote`, cast at `at_us`, its HeldOut mark `marked`) is out of the
+    counts now: marked, or covered by one of its user's applied holds. Pure."""
+    return marked or held(vote, at_us, [hold for hold in holds if hold.applied])

@@ -29,7 +29,7 @@ from schemas.vote_states import NONE
 from spanner_store.database import read_timestamp
 from spanner_store.delta_commits import users_of_changes
 from spanner_store.tables import VOTES, timestamp_micros, user_rows_range
-from spanner_store.vote_rows import READ_COLUMNS, stored
+from spanner_store.vote_rows import READ_COLUMNS, holds_of, stored
 
 USERS_PER_READ = 2_000
 DEFAULT_SKEW = timedelta(seconds=DEFAULT_EVENT_TIME_POLICY.max_clock_skew_s)
@@ -65,11 +65,12 @@ def votes_since(database, since: datetime, skew: timedelta = DEFAULT_SKEW) -> Re
         users, commits = users_of_changes(snapshot, since - skew)
         ordered = sorted(users)
         for start in range(0, len(ordered), USERS_PER_READ):
-            keyset = user_rows_range(*ordered[start : start + USERS_PER_READ])
-            for row in snapshot.read(VOTES, columns=READ_COLUMNS, keyset=keyset):
+            chunk = ordered[start : start + USERS_PER_READ]
+            holds = holds_of(snapshot, chunk)  # a suspended user's votes count nothing: not evidence
+            for row in snapshot.read(VOTES, columns=READ_COLUMNS, keyset=user_rows_range(*chunk)):
                 rows += 1
                 vote = stored(row)
-                if vote.voted_at_us >= since_us and vote.vote != NONE and not vote.held_out:
+                if vote.voted_at_us >= since_us and vote.vote != NONE and not vote.is_out(holds.get(vote.user_id, ())):
                     votes.append(CastVote(vote.user_id, vote.post_id, vote.vote, vote.voted_at_us))
         as_of = read_timestamp(snapshot)
     return RecentVotes(votes, as_of, commits, len(ordered), rows)

@@ -6,9 +6,11 @@ an active suspension holds out (spanner_writes/votes.py). Reading each user's Us
 nothing, put the sink over its time budget (docs/benchmarks.md, "Suspending a ring: two sizes").
 
 How: every commit that writes UserSuspensions rows (upvotes/operations/suspensions.py: a
-suspension's and a restore's records) also writes the UserSuspensionsChanged row's ChangedAt, its
+suspension's records; the passes of a suspension and a restore, which mark rows applied or
+restored: upvotes/operations/suspension_passes.py) also writes the UserSuspensionsChanged row's ChangedAt, its
 commit timestamp (`mark_changed`). `SuspendedUsers` keeps every active suspension of every user in
-memory, loaded from a snapshot together with that row's ChangedAt. In each transaction the sink
+memory, applied or not (a stored vote an applied one covers counts nothing), loaded from a
+snapshot together with that row's ChangedAt. In each transaction the sink
 reads only the row (one key): when it equals the loaded one, nothing changed the suspensions
 between the load and this read, and the row's shared lock keeps any change from committing
 before this transaction does, so the loaded holds are the users' holds for this transaction, as
@@ -105,11 +107,12 @@ class SuspendedUsers:
                     USER_SUSPENSIONS, columns=USER_SUSPENSION_COLUMNS, keyset=spanner.KeySet(all_=True)
                 )
                 too_many = False
-                for count, (_, user_id, suspension_id, since, restored_at) in enumerate(rows, start=1):
+                for count, (_, user_id, suspension_id, since, restored_at, applied) in enumerate(rows, start=1):
                     if count > self._max_rows:
                         too_many = True
                         break
                     if restored_at is None:
-                        holds.setdefault(user_id, []).append(UserSuspension(user_id, suspension_id, since, None).hold)
+                        row = UserSuspension(user_id, suspension_id, since, None, bool(applied))
+                        holds.setdefault(user_id, []).append(row.hold)
             self.loads += 1
             self._loaded = _Loaded(changed, None if too_many else {user: tuple(h) for user, h in holds.items()})

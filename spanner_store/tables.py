@@ -117,11 +117,14 @@ USER_ERASURE_COLUMNS = ("UserHash", "UserId", "RequestId", "ForgottenThrough")
 # Suspensions (upvotes/operations/suspensions.py): per user, keyed like Votes, then the suspension;
 # and one audit row per request (suspend, restore), keyed by the suspension's ID, then the request.
 USER_SUSPENSIONS = "UserSuspensions"
-USER_SUSPENSION_COLUMNS = ("UserHash", "UserId", "SuspensionId", "Since", "RestoredAt")
-# What a suspension's record writes per user (RestoredAt is left as it is: NULL when new).
-USER_SUSPENSION_RECORD_COLUMNS = ("UserHash", "UserId", "SuspensionId", "Since")
-# What a restore's record writes per user.
-USER_SUSPENSION_RESTORE_COLUMNS = ("UserHash", "UserId", "SuspensionId", "RestoredAt")
+USER_SUSPENSION_KEY_COLUMNS = ("UserHash", "UserId", "SuspensionId")
+USER_SUSPENSION_COLUMNS = USER_SUSPENSION_KEY_COLUMNS + ("Since", "RestoredAt", "Applied")
+# What a suspension's record writes per user (RestoredAt and Applied are left as they are: NULL when new).
+USER_SUSPENSION_RECORD_COLUMNS = USER_SUSPENSION_KEY_COLUMNS + ("Since",)
+# What a pass writes to a user's row of an active suspension it applies (Applied TRUE).
+USER_SUSPENSION_APPLY_COLUMNS = USER_SUSPENSION_KEY_COLUMNS + ("Applied",)
+# What a restore writes per user, in the pass that moves the user's votes back (Applied NULL).
+USER_SUSPENSION_RESTORE_COLUMNS = USER_SUSPENSION_KEY_COLUMNS + ("RestoredAt", "Applied")
 # One row (key 0): the commit timestamp of the last commit that wrote UserSuspensions rows
 # (spanner_store/suspended_users.py).
 USER_SUSPENSIONS_CHANGED = "UserSuspensionsChanged"

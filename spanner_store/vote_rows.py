@@ -14,7 +14,7 @@ from typing import NamedTuple
 from schemas.counters import Counts
 from schemas.delta_ids import forget_event_id
 from schemas.records import PostUser, hour_of_us
-from schemas.vote_states import Erasure, Hold, VoteOrder, contributed, order_of
+from schemas.vote_states import Erasure, Hold, VoteOrder, contributed, held_out, order_of
 from spanner_store.database import read_rows
 from spanner_store.key_sets import KeySet
 from spanner_store.tables import (
@@ -48,16 +48,20 @@ class StoredVote(NamedTuple):
     event_id: str
     event_hour: int  # the hour (epoch seconds) its vote is counted in
     applied_at: datetime | None = None  # commit time of the write
-    held_out: bool = False  # held out of the counts by a suspension of the user (issue 46): counts nothing
+    held_out: bool = False  # its HeldOut mark (issue 46): held out of the counts by a suspension of the user
 
     @property
     def order(self) -> VoteOrder:
         return order_of(self.vote, self.voted_at_us, self.event_id)
 
-    @property
-    def counts(self) -> Counts:
-        """What this stored state adds to the counts now: its vote's, or nothing while held out."""
-        return contributed(self.vote, self.held_out)
+    def is_out(self, holds: Iterable[Hold] = ()) -> bool:
+        """Whether it counts nothing now: marked, or covered by an applied hold of its user (`holds`)."""
+        return held_out(self.vote, self.voted_at_us, self.held_out, holds)
+
+    def contribution(self, holds: Iterable[Hold] = ()) -> Counts:
+        """What this stored state adds to the counts now, given its user's holds: its vote's, or
+        nothing while held out (schemas/vote_states.py `held_out`)."""
+        return contributed(self.vote, self.is_out(holds))
 
     def to_json(self) -> dict:
         """What "my vote" answers (`upvotes read --user`, GET /v1/posts/{post}/votes/{user})."""
@@ -102,12 +106,13 @@ def stored_votes(reader, keys: Iterable[PostUser]) -> dict[PostUser, StoredVote]
 MOVE_COLUMNS = ("UserId", "PostId", "Vote", "EventHour", HELD_OUT)
 
 
-def votes_to_move(reader, keyset, with_times: bool = True) -> Iterator[StoredVote]:
+def votes_to_move(reader, keyset, with_times: bool = True, retry=None) -> Iterator[StoredVote]:
     """The stored votes of `keyset` (key ranges of users, or keys), with MOVE_COLUMNS only (no
     event_id, no applied_at; without `with_times`, voted_at_us 0), read by `reader` (a transaction
-    or a snapshot)."""
+    or a snapshot), with the client's `retry` unless one is given (spanner_store.database.read_rows)."""
     columns = MOVE_COLUMNS + (("VotedAt",) if with_times else ())
-    for row in reader.read(VOTES, columns=columns, keyset=keyset):
+    options = {} if retry is None else {"retry": retry}
+    for row in reader.read(VOTES, columns=columns, keyset=keyset, **options):
         voted_at = timestamp_micros(row[5]) if with_times else 0
         yield StoredVote(row[1], row[0], row[2], voted_at, "", int(row[3].timestamp()), None, bool(row[4]))
 
@@ -137,10 +142,11 @@ class UserSuspension(NamedTuple):
     suspension_id: str
     since: datetime | None  # votes cast at or after it are held out; None: every vote
     restored_at: datetime | None  # None: active
+    applied: bool = False  # a pass moved every vote it covers out at once (only while active)
 
     @property
     def hold(self) -> Hold:
-        return Hold(self.suspension_id, None if self.since is None else timestamp_micros(self.since))
+        return Hold(self.suspension_id, None if self.since is None else timestamp_micros(self.since), self.applied)
 
 
 def suspensions_of(reader, user_ids: Iterable[str]) -> list[UserSuspension]:
@@ -150,8 +156,8 @@ def suspensions_of(reader, user_ids: Iterable[str]) -> list[UserSuspension]:
     if not user_ids:
         return []
     return [
-        UserSuspension(user_id, suspension_id, since, restored_at)
-        for _, user_id, suspension_id, since, restored_at in read_rows(
+        UserSuspension(user_id, suspension_id, since, restored_at, bool(applied))
+        for _, user_id, suspension_id, since, restored_at, applied in read_rows(
             lambda retry: reader.read(
                 USER_SUSPENSIONS, columns=USER_SUSPENSION_COLUMNS, keyset=user_rows_range(*user_ids), retry=retry
             )
@@ -161,7 +167,8 @@ def suspensions_of(reader, user_ids: Iterable[str]) -> list[UserSuspension]:
 
 def holds_of(reader, user_ids: Iterable[str]) -> dict[str, tuple[Hold, ...]]:
     """The active suspensions of each of these users that has one (schemas/vote_states.py `held`
-    says which of a user's votes they hold out), read by `reader` (a transaction or a snapshot)."""
+    says which of a user's votes they hold out, `held_out` which count nothing now), read by
+    `reader` (a transaction or a snapshot)."""
     holds: dict[str, list[Hold]] = {}
     for row in suspensions_of(reader, user_ids):
         if row.restored_at is None:

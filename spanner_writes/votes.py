@@ -18,8 +18,9 @@ A change moves what the stored state contributes and what the new one does: a st
 the counts (issue 46) when an active suspension of its user covers it, known in the same
 transaction: the sink's held suspensions while current (spanner_store/suspended_users.py), or the
 user's rows read beside the user's erasures (spanner_store/vote_rows.py `holds_of`); the row's
-HeldOut mark says so, written only when it changes (upvotes/operations/suspension_passes.py moves
-stored votes in and out).
+HeldOut mark says so, written only when it changes, and a stored state also counts nothing while
+an applied hold of its user covers it (upvotes/operations/suspension_passes.py moves stored votes
+in and out).
 
 Why this is exact at every crash point (tests/test_vote_state_sink.py injects each):
 
@@ -101,9 +102,10 @@ def plan_vote_changes(
     its key) is written, and moves the counts: what the stored state contributes out of the stored
     state's event hour, what the new one contributes into the new state's. A state contributes its
     vote (`counted`), or nothing when held out of the counts (issue 46): the stored state's HeldOut
-    mark says whether it is, and the user's active suspensions (`holds`, by user) whether the new
-    one is (schemas/vote_states.py `held`): a vote cast while its user is suspended is stored, and
-    counts nothing until a restore moves it in.
+    mark, or an applied hold of its user, says whether it is (StoredVote.contribution), and the
+    user's active suspensions (`holds`, by user) whether the new one is (schemas/vote_states.py
+    `held`): a vote cast while its user is suspended is stored marked, and counts nothing until a
+    restore moves it in.
 
     Unique voters (schemas/voter_sketch.py) are the users with any up or down event on the post: a
     user is added when a state standing for such an event is applied, or when it loses to a stored
@@ -140,7 +142,9 @@ def plan_vote_changes(
             rows.append(row)
         if old is not None:
             old_hour = (key.post_id, old.event_hour)
-            counts[old_hour] = counts.get(old_hour, Counts()).plus(old.counts.negated())
+            counts[old_hour] = counts.get(old_hour, Counts()).plus(
+                old.contribution(holds.get(key.user_id, ())).negated()
+            )
         counts[hour] = counts.get(hour, Counts()).plus(contributed(new.vote, new_held))
         events[hour] = events.get(hour, 0) + new.events
         if new.voted and not new_held:

@@ -152,9 +152,10 @@ def test_the_votes_since_a_time_come_from_the_change_log_users_not_the_catalogue
     mine = sorted((v.user_id, v.post_id, v.vote) for v in read.votes if v.post_id.startswith("rv-"))
     assert mine == [("recent-a", "rv-1", UP)]  # older than `since`, "none", held out: left out
     # The commits since (the sink's, listing the three users; the suspension's pass, listing none), then
-    # those users' Votes rows, one key range each: their whole history, the older vote included.
+    # those users' Votes rows, one key range each: their whole history, the older vote included; and
+    # their suspension rows (the held user's one: its pass moved the user whole, with no mark per vote).
     assert (read.commits_read, read.users_read, read.votes_rows_read) == (2, 3, 4)
-    assert meter.rows == {"DeltaCommits": 2, "Votes": 4} and meter.queries == 0
+    assert meter.rows == {"DeltaCommits": 2, "Votes": 4, "UserSuspensions": 1} and meter.queries == 0
     later = votes_since(database, datetime.now(timezone.utc) + timedelta(minutes=1), skew=timedelta(0))
     assert (later.votes, later.commits_read, later.users_read) == ([], 0, 0)
 

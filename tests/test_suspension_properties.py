@@ -1,6 +1,6 @@
 """Suspensions and restores (issue 46) as properties, on the Spanner emulator: random interleavings
 (seeded, small) of vote states (votes, flips, retractions, older states arriving late), suspensions
-(of every vote or since a time; a user in two at once), restores, erasures (`forget-user`) and folds.
+(of every vote or since a time; a user in two at once; users moved whole or vote by vote), restores, erasures (`forget-user`) and folds.
 After every step the exact counts of every post, its hourly counts and the three certified rankings
 (`fresh_top`, `hot_top`, `window_top`) agree with a brute force over the states that count
 (tests/support/trending_ledger.py: a user's latest state, unless erased, or cast while an active
@@ -24,9 +24,10 @@ from spanner_reads.rankings.all_time import fresh_top
 from spanner_reads.rankings.hot import hot_top
 from spanner_reads.rankings.last_hours import window_top
 from spanner_reads.reads import exact_counts
-from spanner_store.database import RetryPolicy, open_database, run_with_retries
+from spanner_store.database import MUTATION_BUDGET, RetryPolicy, open_database, run_with_retries
 from spanner_store.suspended_users import SuspendedUsers
 from spanner_store.tables import timestamp_micros
+from spanner_writes.deltas import MUTATIONS_PER_PARENT
 from spanner_writes.votes import apply_vote_states
 from tests.support.fold_runs import run_fold
 from tests.support.resources import new_resources
@@ -39,6 +40,7 @@ from tests.support.trending_ledger import (
 )
 from upvotes.operations.forget_user import forget_user
 from upvotes.operations.provision import DEFAULT_INSTANCE_CONFIG, provision_spanner
+from upvotes.operations.suspension_passes import PASS_COST
 from upvotes.operations.suspensions import restore_users, suspend_users
 
 NOW_HOUR = int(datetime.now(timezone.utc).timestamp()) // 3600 * 3600
@@ -47,6 +49,9 @@ SPAN_HOURS = 12
 HALF_LIFE = 12.0
 STEPS = 14
 SEEDS = [1, 2]
+# The requests' mutation budgets: the default (users moved whole), and one that fits a pass of a
+# single vote and its new parent row, so a user with votes in two posts or hours moves vote by vote.
+BUDGETS = [MUTATION_BUDGET, PASS_COST.one_item + MUTATIONS_PER_PARENT]
 
 
 class Run:
@@ -86,7 +91,14 @@ class Run:
         since_us = self.rng.choice([None, self.rng.randint(1, 100_000)])
         since = None if since_us is None else datetime.fromtimestamp(since_us / 1e6, timezone.utc)
         result = suspend_users(
-            self.database, suspension_id, users, "ring", "t&s", since, rows_per_pass=self.rng.choice([1, 3, 100])
+            self.database,
+            suspension_id,
+            users,
+            "ring",
+            "t&s",
+            since,
+            rows_per_pass=self.rng.choice([1, 3, 100]),
+            max_mutations=self.rng.choice(BUDGETS),
         )
         self.ledger.suspend(suspension_id, users, since_us)
         self.active[suspension_id] = (users, since)
@@ -96,7 +108,14 @@ class Run:
         if not self.active:
             return self.suspend()
         suspension_id = self.rng.choice(sorted(self.active))
-        result = restore_users(self.database, suspension_id, "cleared", "t&s", rows_per_pass=self.rng.choice([2, 100]))
+        result = restore_users(
+            self.database,
+            suspension_id,
+            "cleared",
+            "t&s",
+            rows_per_pass=self.rng.choice([2, 100]),
+            max_mutations=self.rng.choice(BUDGETS),
+        )
         self.ledger.restore(suspension_id)
         del self.active[suspension_id]
         return f"restore of {suspension_id}: {result.votes} votes moved back"

@@ -20,9 +20,9 @@ from schemas.vote_states import DOWN, NONE, UP, Hold, LatestVote
 from spanner_reads.hourly import hourly_counts
 from spanner_reads.my_votes import vote_of
 from spanner_reads.reads import exact_counts
-from spanner_store.database import run_with_retries
+from spanner_store.database import MUTATION_BUDGET, run_with_retries
 from spanner_store.suspended_users import SuspendedUsers
-from spanner_store.vote_rows import StoredVote
+from spanner_store.vote_rows import StoredVote, UserSuspension, holds_of
 from spanner_writes.votes import apply_all_vote_states, apply_vote_states, plan_vote_changes
 from tests.support.faults import FlakyDatabase
 from tests.support.read_meter import ReadMeter
@@ -30,7 +30,14 @@ from transforms.parse_and_sum import vote_shard
 from transforms.vote_state_sink import ApplyVoteStatesFn
 from upvotes.cli import main
 from upvotes.operations.forget_user import forget_user
-from upvotes.operations.suspension_passes import plan_moves
+from upvotes.operations.suspension_passes import (
+    PASS_COST,
+    UserPlan,
+    plan_moves,
+    plan_user_moves,
+    plan_user_passes,
+    users_pass_cost,
+)
 from upvotes.operations.suspensions import (
     RESTORE,
     SUSPEND,
@@ -70,6 +77,14 @@ def stored_vote(database, post_id: str, user_id: str) -> StoredVote:
     found = vote_of(database, post_id, user_id)
     assert found is not None, (post_id, user_id)
     return found
+
+
+def counts_nothing(database, post_id: str, user_id: str) -> bool:
+    """Whether the user's stored vote on the post is out of the counts now: by its own mark, or by
+    an applied suspension of the user (a pass moves a whole user with no mark per vote)."""
+    with database.snapshot() as snapshot:
+        holds = holds_of(snapshot, [user_id]).get(user_id, ())
+    return stored_vote(database, post_id, user_id).is_out(holds)
 
 
 def hours(database, post: str) -> dict[int, Counts]:
@@ -112,6 +127,52 @@ def test_the_sink_stores_a_covered_state_held_out_and_a_new_state_replacing_a_he
     assert [(d.event_hour, d.sums.counts) for d in flipped.deltas] == [(HOUR, Counts(downvotes=1))]
 
 
+def test_a_users_pass_moves_each_vote_to_the_target_and_marks_the_holds_applied_instead_of_the_votes() -> None:
+    since = datetime.fromtimestamp(50 / 1e6, timezone.utc)
+    votes = [
+        StoredVote("p", "ring", UP, 100, "e", HOUR),  # covered since 50: out, with no mark of its own
+        StoredVote("q", "ring", DOWN, 10, "e", HOUR + 3600),  # before the since: counts on
+        StoredVote("r", "ring", UP, 200, "e", HOUR, held_out=True),  # cast while suspended: stays marked
+    ]
+    rows = [UserSuspension("ring", "s1", since, None)]
+    moves = plan_user_moves(votes, rows, None, "@suspension/x")
+    assert (moves.held, moves.released, moves.counts, moves.marks) == (1, 0, Counts(upvotes=-1), [])
+    assert moves.applied == ((user_hash("ring"), "ring", "s1", True),) and moves.restored == ()
+    # Applied, the same rows move nothing and write nothing: a rerun is a no-op.
+    applied = [UserSuspension("ring", "s1", since, None, applied=True)]
+    assert not plan_user_moves(votes, applied, None, "@suspension/y").writes
+    # Restored: the applied vote and the marked one are back in, the mark cleared, the row restored.
+    back = plan_user_moves(votes, applied, "s1", "@suspension/z")
+    assert (back.held, back.released, back.counts) == (0, 2, Counts(upvotes=2))
+    assert back.marks == [(user_hash("ring"), "ring", "r", None)] and back.applied == ()
+    assert [row[:3] + row[4:] for row in back.restored] == [(user_hash("ring"), "ring", "s1", None)]
+
+
+def test_a_vote_by_vote_pass_marks_a_vote_an_applied_hold_keeps_out_without_moving_it() -> None:
+    votes = [StoredVote("p", "big", UP, 100, "e", HOUR)]  # out by its user's applied hold
+    moves = plan_moves(votes, {"big": (Hold("s", None, applied=True),)}, "@suspension/x")
+    assert moves.marks == [(user_hash("big"), "big", "p", True)] and moves.deltas == [] and moves.votes == 0
+
+
+def test_the_sink_takes_nothing_out_for_a_stored_vote_an_applied_hold_keeps_out() -> None:
+    key = PostUser("p", "ring")
+    stored = {key: StoredVote("p", "ring", UP, at(10), "e", HOUR)}  # no mark: out by the applied hold
+    changes = plan_vote_changes(stored, {key: state(DOWN, at(20))}, "@vote/x", {"ring": (Hold("s", None, True),)})
+    assert [row[-1] for row in changes.marked_rows] == [True] and changes.deltas == []
+
+
+def test_users_passes_share_delta_rows_and_a_user_over_the_budget_moves_vote_by_vote() -> None:
+    ring = [UserPlan(f"r{i}", 10, frozenset({("a", HOUR), ("b", HOUR)}), 4) for i in range(4)]
+    loner = UserPlan("x", 10, frozenset({("z", HOUR)}), 4)
+    big = UserPlan("big", 10, frozenset((f"p{i}", HOUR) for i in range(100)), 4)
+    passes, alone = plan_user_passes([*ring, loner, big], max_rows=30, max_mutations=users_pass_cost(ring))
+    assert alone == ["big"]
+    assert ["r0", "r1", "r2"] in passes  # the ring's first three together (30 rows), in one range of posts
+    assert sorted(user for group in passes for user in group) == ["r0", "r1", "r2", "r3", "x"]
+    # Sharing: the four ring members in one pass cost two delta rows, not eight.
+    assert users_pass_cost(ring) == users_pass_cost(ring[:1]) + 3 * 4
+
+
 # --- suspend and restore ----------------------------------------------------------------------------
 
 
@@ -143,7 +204,8 @@ def test_a_suspension_holds_the_ring_out_of_every_count_and_hour_since_its_time_
     assert counts(database, "sa-1", "sa-2") == [Counts(upvotes=4), Counts(upvotes=4)]
     assert hours(database, "sa-1") == {HOUR: Counts(upvotes=4)}  # out of the vote's own hour
     assert hours(database, "sa-2") == {HOUR: Counts(upvotes=4)}
-    assert stored_vote(database, "sa-1", "ring-a2").held_out and not stored_vote(database, "sa-1", "ring-a1").held_out
+    assert counts_nothing(database, "sa-1", "ring-a2") and not counts_nothing(database, "sa-1", "ring-a1")
+    assert not stored_vote(database, "sa-1", "ring-a2").held_out  # moved with its user: no mark of its own
 
     audit = requests_of(database, "ring-a")[SUSPEND]
     assert (audit.reason, audit.actor, audit.since, audit.user_ids, audit.votes, audit.counts, audit.commits) == (
@@ -226,10 +288,29 @@ def test_the_sinks_held_suspensions_follow_every_suspension_and_restore_loading_
     assert unheld.loads == 3 and not any(stored_vote(database, p, "ring-c2").held_out for p in ("sc-1", "sc-2"))
 
 
-@pytest.mark.parametrize("request_kind", [SUSPEND, RESTORE])
-def test_a_crash_between_passes_then_a_rerun_by_id_moves_nothing_twice(database, request_kind: str) -> None:
-    posts = [f"sc-{request_kind}-{i}" for i in range(6)]
-    ring = [f"ring-c-{request_kind}-{i}" for i in range(3)]
+# A budget no pass of a whole ring member (6 votes on 6 posts) fits, and a vote-by-vote pass of 3 does.
+VOTE_BY_VOTE_BUDGET = users_pass_cost([UserPlan("u", 6, frozenset((f"p{i}", HOUR) for i in range(6)), 0)]) - 1
+
+
+@pytest.mark.parametrize(
+    ("request_kind", "mode", "halfway", "rerun_votes", "commits"),
+    [
+        # Passes of whole users (one a pass here): the crash leaves two users moved, the rerun the third.
+        (SUSPEND, "users", 6 * 4 - 12, 6, 3),
+        (RESTORE, "users", 6 + 12, 6, 3),
+        # Vote by vote (a user's pass breaks the budget): two passes of three votes, then the crash.
+        (SUSPEND, "votes", 6 * 4 - 6, 12, 6),
+        # A restore first marks the votes its user's applied row kept out (moving nothing), clears the
+        # flag and restores the row in a commit of its own, then moves them back: the crash, at that
+        # commit, leaves nothing moved; the rerun moves all 18.
+        (RESTORE, "votes", 6, 18, 6),
+    ],
+)
+def test_a_crash_between_passes_then_a_rerun_by_id_moves_nothing_twice(
+    database, request_kind: str, mode: str, halfway: int, rerun_votes: int, commits: int
+) -> None:
+    posts = [f"sc-{request_kind}-{mode}-{i}" for i in range(6)]
+    ring = [f"ring-c-{request_kind}-{mode}-{i}" for i in range(3)]
     cast(
         database,
         {
@@ -237,33 +318,36 @@ def test_a_crash_between_passes_then_a_rerun_by_id_moves_nothing_twice(database,
             **{(post, "honest-c"): (UP, at(1)) for post in posts},
         },
     )
-    suspension = f"ring-c-{request_kind}"
+    suspension = f"ring-c-{request_kind}-{mode}"
     if request_kind == RESTORE:
         suspend_users(database, suspension, ring, "ring", "t&s")
+    assert PASS_COST.of(StoredVote(post, "u", UP, 0, "", HOUR) for post in posts[:3]) <= VOTE_BY_VOTE_BUDGET
+    rows_per_pass, budget = (6, MUTATION_BUDGET) if mode == "users" else (3, VOTE_BY_VOTE_BUDGET)
 
-    def run(database, rows_per_pass: int) -> RequestResult:
+    def run(database) -> RequestResult:
         """The request of `request_kind`, on `database`."""
         if request_kind == SUSPEND:
-            return suspend_users(database, suspension, ring, "ring", "t&s", rows_per_pass=rows_per_pass)
-        return restore_users(database, suspension, "cleared", "t&s", rows_per_pass=rows_per_pass)
+            return suspend_users(
+                database, suspension, ring, "ring", "t&s", rows_per_pass=rows_per_pass, max_mutations=budget
+            )
+        return restore_users(database, suspension, "cleared", "t&s", rows_per_pass=rows_per_pass, max_mutations=budget)
 
-    def crash_on_the_third_pass(transaction_number: int) -> None:
+    def crash_on_the_third_transaction(transaction_number: int) -> None:
         if transaction_number == 3:
-            raise RuntimeError("injected: the process died after two passes committed")
+            raise RuntimeError("injected: the process died after two transactions committed")
 
-    crashing = FlakyDatabase(database, before_transaction=crash_on_the_third_pass)
+    crashing = FlakyDatabase(database, before_transaction=crash_on_the_third_transaction)
     with pytest.raises(RuntimeError, match="injected"):
-        run(crashing, rows_per_pass=3)
-    halfway = sum(c.upvotes for c in counts(database, *posts))
-    assert halfway == (6 * 4 - 6 if request_kind == SUSPEND else 6 + 6)  # two passes of three votes moved
+        run(crashing)
+    assert sum(c.upvotes for c in counts(database, *posts)) == halfway
     assert requests_of(database, suspension)[request_kind].finished_at is None
 
-    rerun = run(database, rows_per_pass=3)
-    assert (rerun.written, rerun.votes) == (False, 12)  # the 12 votes the crashed run had not moved
-    again = run(database, rows_per_pass=3)
+    rerun = run(database)
+    assert (rerun.written, rerun.votes) == (False, rerun_votes)  # the votes the crashed run had not moved
+    again = run(database)
     assert (again.votes, again.commits) == (0, 0)
     audit = requests_of(database, suspension)[request_kind]
-    assert (audit.votes, audit.commits) == (18, 6) and audit.finished_at is not None  # each vote moved once
+    assert (audit.votes, audit.commits) == (18, commits) and audit.finished_at is not None  # each vote moved once
     expected = Counts(upvotes=1) if request_kind == SUSPEND else Counts(upvotes=4)
     assert counts(database, *posts) == [expected] * 6
 

@@ -78,11 +78,11 @@ from google.cloud import spanner
 
 from schemas.counters import Counts, total
 from schemas.records import PostUser, hour_of_us
-from schemas.vote_states import NONE, Erasure, LatestVote
+from schemas.vote_states import NONE, Erasure, Hold, LatestVote
 from spanner_reads.my_votes import votes_of_user
 from spanner_store.database import commit_mutations, run_with_retries
 from spanner_store.tables import USER_ERASURE_COLUMNS, USER_ERASURES, timestamp_micros, user_hash
-from spanner_store.vote_rows import StoredVote, erasure
+from spanner_store.vote_rows import StoredVote, erasure, holds_of
 from spanner_writes.votes import apply_all_vote_states
 from upvotes.operations.moderation import FORGET_USER, Adjustment, adjustment_of, record
 
@@ -95,19 +95,24 @@ class Retractions(NamedTuple):
     kept: int  # votes later than the forget time: cast after it, they count
 
 
-def counts_to_retract(votes: Iterable[StoredVote]) -> Counts:
+def counts_to_retract(votes: Iterable[StoredVote], holds: Iterable[Hold] = ()) -> Counts:
     """What a request recorded after these votes were read retracts of them, negated and summed
     over posts: all of them, since plan_retractions retracts every vote stored before the record,
     whatever its time. What the audit row records, known before the record's commit fixes F: what
-    each vote contributes now (nothing while a suspension holds it out). Pure."""
-    return total(vote.counts.negated() for vote in votes)
+    each vote contributes now, given the user's `holds` (nothing while a suspension holds it out). Pure."""
+    holds = tuple(holds)
+    return total(vote.contribution(holds).negated() for vote in votes)
 
 
-def plan_retractions(votes: Iterable[StoredVote], request: Erasure, recorded_at: datetime) -> Retractions:
+def plan_retractions(
+    votes: Iterable[StoredVote], request: Erasure, recorded_at: datetime, holds: Iterable[Hold] = ()
+) -> Retractions:
     """A "none" state for each vote that is not "none" and was stored before the request was
     recorded (`recorded_at`) or is no later than its erasure: at the forget time, or just after the
     vote's own time if that is later (a publisher's clock ahead), on that vote's post alone. A
-    retraction stands for no event from the stream (events=0) and adds no voter. Pure."""
+    retraction stands for no event from the stream (events=0) and adds no voter; its count is what
+    the vote contributes now, given the user's `holds`. Pure."""
+    holds = tuple(holds)
     states: dict[PostUser, LatestVote] = {}
     counts = Counts()
     kept = 0
@@ -121,8 +126,15 @@ def plan_retractions(votes: Iterable[StoredVote], request: Erasure, recorded_at:
         states[PostUser(vote.post_id, vote.user_id)] = LatestVote(
             NONE, at_us, request.event_id, hour_of_us(at_us), 0, False
         )
-        counts = counts.plus(vote.counts.negated())
+        counts = counts.plus(vote.contribution(holds).negated())
     return Retractions(states, counts, kept)
+
+
+def _holds_of_user(database, user_id: str) -> tuple[Hold, ...]:
+    """The user's active suspensions, for the audit's figures (the retractions themselves read them
+    in their own transactions)."""
+    with database.snapshot() as snapshot:
+        return holds_of(snapshot, [user_id]).get(user_id, ())
 
 
 class RequestIdInUse(ValueError):
@@ -177,7 +189,7 @@ def forget_user(
     request = _recorded(database, request_id, user_id)
     written = False
     if request is None:
-        found = counts_to_retract(votes_of_user(database, user_id))
+        found = counts_to_retract(votes_of_user(database, user_id), _holds_of_user(database, user_id))
         erasure_row = _erasure_row(request_id, user_id, spanner.COMMIT_TIMESTAMP)
         written = record(
             database,
@@ -193,7 +205,10 @@ def forget_user(
     # Read after the record: every state applied before it is here, every one after it saw the erasure.
     assert request.as_of is not None and request.created_at is not None  # read back: its record's commit time
     plan = plan_retractions(
-        votes_of_user(database, user_id), erasure(request_id, timestamp_micros(request.as_of)), request.created_at
+        votes_of_user(database, user_id),
+        erasure(request_id, timestamp_micros(request.as_of)),
+        request.created_at,
+        _holds_of_user(database, user_id),
     )
     totals = apply_all_vote_states(database, plan.states, rows_per_commit)
     return ForgetResult(

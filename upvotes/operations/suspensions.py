@@ -19,25 +19,27 @@ One request, one ID (the operator's --id). A suspension:
    replay, `forget-user`) reads it, so a vote in flight (an open window, the backlog, a dead
    letter) or cast while suspended is stored held out, counting nothing;
 2. reads, in a strong snapshot taken after the record, the users' Votes rows (one key range per
-   user) and their suspensions, keeps the rows whose HeldOut mark disagrees with them (a counted
-   vote now covered) and moves them out in passes (upvotes/operations/suspension_passes.py: each pass one
-   read-write transaction that re-reads its rows and the users' suspensions, moves each vote's
-   count out of its own event hour, marks it, and adds what it moved to the audit row);
+   user) and their suspension rows, finds the users with a vote to move, and moves them in passes
+   (upvotes/operations/suspension_passes.py): each pass one read-write transaction over whole
+   users (those whose votes share posts together, so they share delta rows) that re-reads their
+   rows, moves each covered vote's count out of its own event hour, marks the user's suspension
+   rows applied (one write per user, none per vote) and adds what it moved to the audit row; a
+   user too large for one commit moves vote by vote, each vote marked;
 3. stamps the audit row's FinishedAt.
 
-A restore records its own audit row (Request "restore") with RestoredAt on each of the users'
-UserSuspensions rows of that suspension (in the first commit and as many more as needed), then
-runs the same passes: a held vote no other active suspension of its user covers moves back in,
-the user's latest state, the ones cast while suspended included. A user in two suspensions counts
-again only when both are lifted; a forgotten user (`forget-user`) stays forgotten: the erasure
-turned the user's votes to "none", which count nothing held or not.
+A restore records its own audit row (Request "restore"), then runs the same passes with that
+suspension lifted: each user's pass sets RestoredAt on the user's row of it, in the commit that
+moves back every vote no other active suspension of the user covers, the user's latest state, the
+ones cast while suspended included (the sink stores those marked until then). A user in two
+suspensions counts again only when both are lifted; a forgotten user (`forget-user`) stays
+forgotten: the erasure turned the user's votes to "none", which count nothing held or not.
 
-Exact, and idempotent by ID: a pass moves a vote and its mark in one commit, and a vote whose mark
-already agrees is not moved, so a request killed anywhere and run again (same --id) moves each
-vote once: the rerun finds its audit row, writes the user rows still missing, and its passes find
-the marks the first run wrote. Its audit row's tallies are added in each pass's commit, so they
-count each move once too. Suspend then restore leaves every count, hour and ranking as with
-neither; the fold, the exact reads and the certified tops see ordinary delta rows.
+Exact, and idempotent by ID: a pass moves votes and the marks and flags that say they moved in one
+commit, and a user whose votes already agree is not moved, so a request killed anywhere and run
+again (same --id) moves each vote once: the rerun finds its audit row, writes the user rows still
+missing, and its passes find what the first run wrote. Its audit row's tallies are added in each
+pass's commit, so they count each move once too. Suspend then restore leaves every count, hour and
+ranking as with neither; the fold, the exact reads and the certified tops see ordinary delta rows.
 
 Unique voters (HyperLogLog sketches, schemas/voter_sketch.py) cannot forget a user: a suspended
 user already recorded as a post's voter stays recorded (rebuilding a post's sketch would need every
@@ -48,9 +50,10 @@ suspend and restore the estimate equals neither's, except for a user whose only 
 cast while suspended and later taken back to "none" (the sketch never saw it).
 
 Cost: recording, one commit per 4,996 users (4 mutations a user); the passes read the suspended
-users' Votes rows twice (the snapshot, then each pass's point reads) and write 4 mutations per vote
-moved plus one delta row per post and event hour a pass moves (22 mutations): the suspended votes,
-never the catalogue nor the honest votes (bench/suspensions.py measures it).
+users' Votes rows twice (the snapshot, then each pass's range reads) and write one suspension row
+per user, a mark per vote cast while suspended (restore), and one delta row per post and event hour
+a pass moves (22 mutations): the suspended votes, never the catalogue nor the honest votes
+(bench/suspensions.py measures it).
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ from google.cloud import spanner
 from schemas import user_hash
 from schemas.counters import Counts
 from schemas.records import PostUser
-from spanner_store.database import MUTATION_BUDGET, RetryPolicy, commit_mutations, run_with_retries
+from spanner_store.database import MUTATION_BUDGET, RetryPolicy, commit_mutations, run_transaction, run_with_retries
 from spanner_store.key_sets import KeySet
 from spanner_store.mutation_cost import insert_cost
 from spanner_store.suspended_users import MARK_CHANGED_COST, mark_changed
@@ -75,7 +78,6 @@ from spanner_store.tables import (
     SUSPENSION_FINISH_COLUMNS,
     SUSPENSIONS,
     USER_SUSPENSION_RECORD_COLUMNS,
-    USER_SUSPENSION_RESTORE_COLUMNS,
     USER_SUSPENSIONS,
     counts_at,
     user_rows_range,
@@ -83,12 +85,19 @@ from spanner_store.tables import (
 from spanner_store.vote_rows import holds_of, suspensions_of, votes_to_move
 from upvotes.operations.suspension_passes import (
     DEFAULT_ROWS_PER_PASS,
+    DEFAULT_USER_ROWS_PER_PASS,
     Moves,
+    NotYetMarked,
     Tally,
+    UserTooLarge,
     needs_move,
     needs_times,
     plan_passes,
+    plan_user_passes,
+    plan_users,
+    reconcile_user_group,
     reconcile_votes,
+    unapply,
 )
 
 SUSPEND = "suspend"
@@ -228,7 +237,7 @@ def requests_of(database, suspension_id: str) -> dict[str, Request]:
         return {request.request: request for request in map(Request.from_row, rows)}
 
 
-def _record(database, request: Request, user_rows: list[tuple], columns: Sequence[str]) -> bool:
+def _record(database, request: Request, user_rows: list[tuple]) -> bool:
     """The audit row and the first users' rows, one blind commit; False if the row exists (an earlier
     run recorded it, or this one did when a retried commit's first attempt succeeded unseen)."""
     row = request.committed_row()
@@ -236,7 +245,7 @@ def _record(database, request: Request, user_rows: list[tuple], columns: Sequenc
     def write(batch) -> None:
         batch.insert(SUSPENSIONS, columns=SUSPENSION_COLUMNS, values=[row])
         if user_rows:
-            batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=user_rows)
+            batch.insert_or_update(USER_SUSPENSIONS, columns=USER_SUSPENSION_RECORD_COLUMNS, values=user_rows)
             mark_changed(batch)  # the sinks' loaded suspensions are out of date from this commit on
 
     try:
@@ -246,14 +255,14 @@ def _record(database, request: Request, user_rows: list[tuple], columns: Sequenc
         return False
 
 
-def _write_user_rows(database, rows: list[tuple], columns: Sequence[str]) -> None:
+def _write_user_rows(database, rows: list[tuple]) -> None:
     """Upserts, in commits within the budget (each one idempotent: the same rows again change nothing
     a reader sees)."""
     for start in range(0, len(rows), USERS_PER_RECORD_COMMIT):
         chunk = rows[start : start + USERS_PER_RECORD_COMMIT]
 
         def write(batch, chunk=chunk) -> None:
-            batch.insert_or_update(USER_SUSPENSIONS, columns=columns, values=chunk)
+            batch.insert_or_update(USER_SUSPENSIONS, columns=USER_SUSPENSION_RECORD_COLUMNS, values=chunk)
             mark_changed(batch)
 
         run_with_retries(lambda: commit_mutations(database, write), REQUEST_RETRY)  # called at once
@@ -270,30 +279,117 @@ def _rows_of(database, suspension_id: str, user_ids: Sequence[str]) -> dict[str,
     return found
 
 
-def _pass_over(
-    database, user_ids: Sequence[str], tally: Tally, rows_per_pass: int, on_pass: Callable[[Moves], None] | None = None
-) -> tuple[int, Counts, int]:
-    """Every stored vote of these users whose mark disagrees with their active suspensions, moved
-    (upvotes/operations/suspension_passes.py), USERS_PER_SNAPSHOT users at a time: votes, counts, passes."""
-    votes, counts, commits = 0, Counts(), 0
-    for start in range(0, len(user_ids), USERS_PER_SNAPSHOT):
-        users = user_ids[start : start + USERS_PER_SNAPSHOT]
-        with database.snapshot(multi_use=True) as snapshot:
-            holds = holds_of(snapshot, users)
+# How often a user moved vote by vote is marked again before its flags are cleared, at most: each
+# round marks the votes the last one found (a vote applied since is marked by the sink itself).
+MARKING_ROUNDS = 5
+
+
+class _Passes:
+    """The passes of one run of a request (upvotes/operations/suspension_passes.py), and what they
+    moved, added up as they commit (and reported to `on_pass`)."""
+
+    def __init__(
+        self,
+        database,
+        tally: Tally,
+        restoring: str | None,
+        rows_per_pass: int | None,
+        max_mutations: int,
+        on_pass: Callable[[Moves], None] | None,
+    ) -> None:
+        self._database, self._tally, self._restoring = database, tally, restoring
+        self._rows_per_pass, self._max_mutations, self._on_pass = rows_per_pass, max_mutations, on_pass
+        self.votes, self.counts, self.commits = 0, Counts(), 0
+
+    def _add(self, committed: Iterable[Moves]) -> None:
+        for moves in committed:
+            if moves.votes:
+                self.votes, self.counts, self.commits = (
+                    self.votes + moves.votes,
+                    self.counts.plus(moves.counts),
+                    self.commits + 1,
+                )
+                if self._on_pass is not None:
+                    self._on_pass(moves)
+
+    def over(self, user_ids: Sequence[str]) -> None:
+        """Every stored vote of these users moved to what their active suspensions (less the one
+        being restored) say, USERS_PER_SNAPSHOT users at a time: a strong snapshot finds the users
+        with something to move (or a row to restore), and passes of whole users move them; a user
+        whose pass alone breaks the budget moves vote by vote."""
+        for start in range(0, len(user_ids), USERS_PER_SNAPSHOT):
+            users = user_ids[start : start + USERS_PER_SNAPSHOT]
+            with self._database.snapshot(multi_use=True) as snapshot:
+                suspensions = suspensions_of(snapshot, users)
+                with_times = any(row.since is not None for row in suspensions if row.restored_at is None)
+                votes = list(votes_to_move(snapshot, user_rows_range(*users), with_times))
+            groups, alone = plan_user_passes(
+                plan_users(votes, suspensions, self._restoring),
+                self._rows_per_pass or DEFAULT_USER_ROWS_PER_PASS,
+                self._max_mutations,
+            )
+            for user in alone:
+                self._alone(user)
+            for group in groups:
+                self._group(list(group))
+
+    def _group(self, pending: list[str]) -> None:
+        while pending:
+            try:
+                # The lambda is called at once, with these users.
+                self._add(
+                    run_with_retries(
+                        lambda: reconcile_user_group(
+                            self._database, pending, self._tally, self._restoring, self._max_mutations
+                        ),
+                        REQUEST_RETRY,
+                    )
+                )
+                return
+            except UserTooLarge as too_large:  # grew since the snapshot: alone, then the rest again
+                user = too_large.args[0]
+                self._alone(user)
+                pending = [other for other in pending if other != user]
+
+    def _alone(self, user_id: str) -> None:
+        """One user's votes moved vote by vote: marked to the user's active suspensions (moving the
+        counts of those that change), the user's applied flags cleared (and the restored row
+        restored) once every vote they cover is marked, then moved again to what is left."""
+        for _ in range(MARKING_ROUNDS):
+            self._vote_by_vote(user_id)
+            try:
+                run_with_retries(
+                    lambda: run_transaction(
+                        self._database, lambda transaction: unapply(transaction, user_id, self._restoring)
+                    ),
+                    REQUEST_RETRY,
+                )
+                break
+            except NotYetMarked:
+                continue
+        else:
+            raise RuntimeError(
+                f"user {user_id!r}: votes still unmarked after {MARKING_ROUNDS} rounds; run the request again"
+            )
+        if self._restoring is not None:
+            self._vote_by_vote(user_id)
+
+    def _vote_by_vote(self, user_id: str) -> None:
+        with self._database.snapshot(multi_use=True) as snapshot:
+            holds = holds_of(snapshot, [user_id])
             to_move = [
                 vote
-                for vote in votes_to_move(snapshot, user_rows_range(*users), needs_times(holds))
+                for vote in votes_to_move(snapshot, user_rows_range(user_id), needs_times(holds))
                 if needs_move(vote, holds)
             ]
-        for batch in plan_passes(to_move, rows_per_pass):
+        for batch in plan_passes(to_move, self._rows_per_pass or DEFAULT_ROWS_PER_PASS, self._max_mutations):
             keys = [PostUser(vote.post_id, vote.user_id) for vote in batch]
             # The lambda is called at once, with this pass's keys.
-            for moves in run_with_retries(lambda: reconcile_votes(database, keys, tally), REQUEST_RETRY):
-                if moves.marks:
-                    votes, counts, commits = votes + moves.votes, counts.plus(moves.counts), commits + 1
-                    if on_pass is not None:
-                        on_pass(moves)
-    return votes, counts, commits
+            self._add(
+                run_with_retries(
+                    lambda: reconcile_votes(self._database, keys, self._tally, self._max_mutations), REQUEST_RETRY
+                )
+            )
 
 
 def _finish(database, suspension_id: str, request: str) -> Request:
@@ -334,20 +430,22 @@ def suspend_users(
     reason: str,
     actor: str,
     since: datetime | None = None,
-    rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+    rows_per_pass: int | None = None,
     on_pass: Callable[[Moves], None] | None = None,
+    max_mutations: int = MUTATION_BUDGET,
 ) -> RequestResult:
     """Holds every vote-state vote of `user_ids` cast at or after `since` (every vote: None) out of
     every count, now and in flight, audited; idempotent per `suspension_id` (see the module
-    docstring). A rerun after the suspension was restored moves nothing. `on_pass` is called after
-    each pass that moved votes (progress)."""
+    docstring). A rerun after the suspension was restored moves nothing. `rows_per_pass`: the most
+    Votes rows one pass reads (None: 4,000 for a pass of whole users, 2,000 vote by vote);
+    `on_pass` is called after each pass that moved votes (progress)."""
     users = _checked_users(user_ids)
     recorded = requests_of(database, suspension_id)
     written = False
     if SUSPEND not in recorded:
         request = Request(suspension_id, SUSPEND, reason, actor, since, users, None)
         first = [(user_hash(user), user, suspension_id, since) for user in users[:USERS_PER_RECORD_COMMIT]]
-        written = _record(database, request, first, USER_SUSPENSION_RECORD_COLUMNS)
+        written = _record(database, request, first)
         recorded = requests_of(database, suspension_id)
     found = recorded[SUSPEND]
     if (found.user_ids, found.since) != (users, since):
@@ -358,13 +456,12 @@ def suspend_users(
     if RESTORE in recorded:  # lifted already: nothing to hold out
         return RequestResult(found, written, len(users), 0, Counts(), 0)
     have = _rows_of(database, suspension_id, users)
-    _write_user_rows(
-        database,
-        [(user_hash(user), user, suspension_id, since) for user in users if user not in have],
-        USER_SUSPENSION_RECORD_COLUMNS,
+    _write_user_rows(database, [(user_hash(user), user, suspension_id, since) for user in users if user not in have])
+    passes = _Passes(database, Tally(suspension_id, SUSPEND), None, rows_per_pass, max_mutations, on_pass)
+    passes.over(users)
+    return RequestResult(
+        _finish(database, suspension_id, SUSPEND), written, len(users), passes.votes, passes.counts, passes.commits
     )
-    votes, counts, commits = _pass_over(database, users, Tally(suspension_id, SUSPEND), rows_per_pass, on_pass)
-    return RequestResult(_finish(database, suspension_id, SUSPEND), written, len(users), votes, counts, commits)
 
 
 def restore_users(
@@ -372,8 +469,9 @@ def restore_users(
     suspension_id: str,
     reason: str,
     actor: str,
-    rows_per_pass: int = DEFAULT_ROWS_PER_PASS,
+    rows_per_pass: int | None = None,
     on_pass: Callable[[Moves], None] | None = None,
+    max_mutations: int = MUTATION_BUDGET,
 ) -> RequestResult:
     """Lifts a suspension: each of its users counts again with their latest state, unless another
     active suspension of theirs still covers it; audited, idempotent per `suspension_id` (see the
@@ -386,19 +484,12 @@ def restore_users(
     users = recorded[SUSPEND].user_ids
     written = False
     if RESTORE not in recorded:
-        request = Request(suspension_id, RESTORE, reason, actor, None, (), None)
-        first = [
-            (user_hash(user), user, suspension_id, spanner.COMMIT_TIMESTAMP) for user in users[:USERS_PER_RECORD_COMMIT]
-        ]
-        written = _record(database, request, first, USER_SUSPENSION_RESTORE_COLUMNS)
-    have = _rows_of(database, suspension_id, users)
-    _write_user_rows(
-        database,
-        [(user_hash(user), user, suspension_id, spanner.COMMIT_TIMESTAMP) for user in users if have.get(user) is None],
-        USER_SUSPENSION_RESTORE_COLUMNS,
+        written = _record(database, Request(suspension_id, RESTORE, reason, actor, None, (), None), [])
+    passes = _Passes(database, Tally(suspension_id, RESTORE), suspension_id, rows_per_pass, max_mutations, on_pass)
+    passes.over(users)
+    return RequestResult(
+        _finish(database, suspension_id, RESTORE), written, len(users), passes.votes, passes.counts, passes.commits
     )
-    votes, counts, commits = _pass_over(database, users, Tally(suspension_id, RESTORE), rows_per_pass, on_pass)
-    return RequestResult(_finish(database, suspension_id, RESTORE), written, len(users), votes, counts, commits)
 
 
 class Suspension(NamedTuple):
