@@ -352,6 +352,44 @@ def test_a_crash_between_passes_then_a_rerun_by_id_moves_nothing_twice(
     assert counts(database, *posts) == [expected] * 6
 
 
+def test_a_user_found_too_large_in_its_pass_moves_vote_by_vote_and_the_rest_of_its_pass_after(
+    database, monkeypatch
+) -> None:
+    """A user who grew since the snapshot (here: every user planned into one pass, whatever the
+    budget) breaks the budget inside the pass: that user moves vote by vote, then the others'
+    pass runs again without it. And a user whose votes an applied row keeps out but are not yet
+    marked when its flags are to be cleared is marked in another round first. Each vote moves once."""
+    posts = [f"sx-{i}" for i in range(6)]
+    ring = ["ring-x-big", "ring-x-small"]
+    cast(
+        database,
+        {**{(post, "ring-x-big"): (UP, at(i)) for i, post in enumerate(posts)}, ("sx-0", "ring-x-small"): (UP, at(9))},
+    )
+    monkeypatch.setattr(
+        suspensions_module, "plan_user_passes", lambda plans, rows, budget: ([[plan.user_id for plan in plans]], [])
+    )
+    result = suspend_users(database, "ring-x", ring, "ring", "t&s", max_mutations=VOTE_BY_VOTE_BUDGET)
+    assert (result.votes, counts(database, *posts)) == (7, [Counts()] * 6)
+
+    restore_users(database, "ring-x", "cleared", "t&s", max_mutations=VOTE_BY_VOTE_BUDGET)
+    assert counts(database, *posts) == [Counts(upvotes=2)] + [Counts(upvotes=1)] * 5
+
+    suspend_users(database, "ring-x2", ["ring-x-big"], "ring", "t&s")  # whole: its row applied, no marks
+    assert counts(database, *posts) == [Counts(upvotes=1)] + [Counts()] * 5
+    real_round = suspensions_module._Passes._vote_by_vote
+    rounds: list[str] = []
+
+    def first_round_lost(self, user_id: str) -> None:  # as if the first round's marks were never made
+        rounds.append(user_id)
+        if len(rounds) > 1:
+            real_round(self, user_id)
+
+    monkeypatch.setattr(suspensions_module._Passes, "_vote_by_vote", first_round_lost)
+    restored = restore_users(database, "ring-x2", "cleared", "t&s", max_mutations=VOTE_BY_VOTE_BUDGET)
+    assert rounds == ["ring-x-big"] * 3  # the lost round, the round the flag's clearing waited for, the release
+    assert restored.votes == 6 and counts(database, *posts) == [Counts(upvotes=2)] + [Counts(upvotes=1)] * 5
+
+
 def test_a_record_stopped_between_its_commits_is_finished_by_the_rerun_before_anything_moves(
     database, monkeypatch
 ) -> None:
