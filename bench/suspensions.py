@@ -47,6 +47,7 @@ import dataclasses
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -477,27 +478,32 @@ class _Earlier:
         self.seconds, self.votes, self.commits = found["seconds"], found["votes"], found["commits"]
 
 
-def request_before(res: Resources, request: str, ring: list[str]) -> _Earlier | None:
-    """`request` ("suspend" or "restore") of the ring, ID "bench-ring-before", through the code of
-    BEFORE_COMMIT (bench/fixtures/suspension_before_applied.py in that commit's tree), on this
-    database; None without git or the commit (a shallow clone)."""
+def requests_before(res: Resources, ring: list[str], timed: Callable[[_Earlier, bool], dict]) -> dict:
+    """The suspension and the restore of the ring, ID "bench-ring-before", through the code of
+    BEFORE_COMMIT (bench/fixtures/suspension_before_applied.py in that commit's tree, extracted
+    once), on this database, each timed and checked by `timed(request_result, with_ring)`: by
+    request; empty without git or the commit (a shallow clone)."""
+    measured: dict = {}
     with earlier_tree(BEFORE_COMMIT) as tree:
         if tree is None:
             say(f"cannot extract {BEFORE_COMMIT}: no same-run before")
-            return None
-        found = run_script_in(
-            tree,
-            BEFORE_SCRIPT,
-            {
-                "resources": dataclasses.asdict(res),
-                "request": request,
-                "suspension_id": "bench-ring-before",
-                "users": ring,
-            },
-            f"the {request} through {BEFORE_COMMIT}'s code",
-            BEFORE_TIMEOUT_S,
-        )
-        return _Earlier(found)
+            return measured
+        for request, with_ring in (("suspend", False), ("restore", True)):
+            say(f"{request} of {len(ring):,} users through the code of {BEFORE_COMMIT} (a mark per vote)")
+            found = run_script_in(
+                tree,
+                BEFORE_SCRIPT,
+                {
+                    "resources": dataclasses.asdict(res),
+                    "request": request,
+                    "suspension_id": "bench-ring-before",
+                    "users": ring,
+                },
+                f"the {request} through {BEFORE_COMMIT}'s code",
+                BEFORE_TIMEOUT_S,
+            )
+            measured[request] = timed(_Earlier(found), with_ring)
+    return measured
 
 
 def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: Path) -> dict:
@@ -554,14 +560,13 @@ def suspend_and_restore(res: Resources, sizes: Sizes, ring_users: int, log_dir: 
         say(f"ring of {ring_users:,}: restored in {restored['command_s']:.0f} s")
         before = {}
         if ring_users <= sizes.before_max_ring_users:
-            for request, with_ring in (("suspend", False), ("restore", True)):
-                say(f"ring of {ring_users:,}: {request} through the code of {BEFORE_COMMIT} (a mark per vote)")
-                found = request_before(scale_res, request, ring)
-                if found is None:
-                    break
-                before[request] = timed_request(
-                    scale_res, database, lambda _, found=found: found, truth, with_ring, posts, hourly_sample, load
-                )
+            before = requests_before(
+                scale_res,
+                ring,
+                lambda found, with_ring: timed_request(
+                    scale_res, database, lambda _: found, truth, with_ring, posts, hourly_sample, load
+                ),
+            )
     finally:
         if load is not None:
             load.close()

@@ -187,9 +187,10 @@ def forget_user(
     """Retracts every vote of `user_id`, now and in flight, as of the commit timestamp of the
     request's record (see the module docstring); idempotent per `request_id`."""
     request = _recorded(database, request_id, user_id)
+    holds = _holds_of_user(database, user_id)
     written = False
     if request is None:
-        found = counts_to_retract(votes_of_user(database, user_id), _holds_of_user(database, user_id))
+        found = counts_to_retract(votes_of_user(database, user_id), holds)
         erasure_row = _erasure_row(request_id, user_id, spanner.COMMIT_TIMESTAMP)
         written = record(
             database,
@@ -208,7 +209,7 @@ def forget_user(
         votes_of_user(database, user_id),
         erasure(request_id, timestamp_micros(request.as_of)),
         request.created_at,
-        _holds_of_user(database, user_id),
+        holds,
     )
     totals = apply_all_vote_states(database, plan.states, rows_per_commit)
     return ForgetResult(

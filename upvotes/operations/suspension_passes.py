@@ -144,6 +144,12 @@ def needs_times(holds: Mapping[str, Iterable[Hold]]) -> bool:
     return any(hold.since_us is not None for user_holds in holds.values() for hold in user_holds)
 
 
+def rows_need_times(suspensions: Iterable[UserSuspension]) -> bool:
+    """Whether an active one of these suspension rows holds out the votes since a time (so moving
+    the users' votes needs the votes' times). Pure."""
+    return any(row.since is not None for row in suspensions if row.restored_at is None)
+
+
 def needs_move(vote: StoredVote, holds: Mapping[str, Iterable[Hold]]) -> bool:
     """Whether a vote-by-vote pass changes this row: its mark, or what it contributes, disagrees
     with the user's active suspensions. Pure."""
@@ -233,12 +239,7 @@ class _Targets(NamedTuple):
             for row in self.active
             if row.suspension_id != self.restoring and not row.applied
         )
-        restored = tuple(
-            _suspension_key(row) + (spanner.COMMIT_TIMESTAMP, None)
-            for row in self.active
-            if row.suspension_id == self.restoring
-        )
-        return applied, restored
+        return applied, _restored_rows(self.active, self.restoring)
 
 
 def plan_user_moves(
@@ -262,6 +263,14 @@ def plan_user_moves(
 
 def _suspension_key(row: UserSuspension) -> tuple:
     return (user_hash(row.user_id), row.user_id, row.suspension_id)
+
+
+def _restored_rows(active: Iterable[UserSuspension], restoring: str | None) -> tuple[tuple, ...]:
+    """The UserSuspensions updates restoring `restoring`'s active rows: RestoredAt the commit's
+    timestamp, and no longer applied."""
+    return tuple(
+        _suspension_key(row) + (spanner.COMMIT_TIMESTAMP, None) for row in active if row.suspension_id == restoring
+    )
 
 
 def moves_cost(moves: Moves, tallied: bool = True) -> int:
@@ -466,7 +475,7 @@ def reconcile_users(
     Votes row of theirs, plan (plan_user_moves), write and add up in `tally` (module docstring).
     Raises _OverBudget, having written nothing, when the writes would cost more than `max_mutations`."""
     suspensions = suspensions_of(transaction, user_ids)
-    with_times = any(row.since is not None for row in suspensions if row.restored_at is None)
+    with_times = rows_need_times(suspensions)
     votes = read_rows(
         lambda retry: list(votes_to_move(transaction, user_rows_range(*sorted(user_ids)), with_times, retry))
     )
@@ -483,19 +492,14 @@ def unapply(transaction, user_id: str, restoring: str | None) -> Moves:
     nothing: every counted vote an applied row covers must be marked already (the vote-by-vote
     passes mark them), else NotYetMarked, having written nothing."""
     suspensions = suspensions_of(transaction, [user_id])
+    with_times = rows_need_times(suspensions)
     active = [row for row in suspensions if row.restored_at is None]
     applied = [row.hold for row in active if row.applied]
-    votes = read_rows(
-        lambda retry: list(
-            votes_to_move(transaction, user_rows_range(user_id), any(h.since_us is not None for h in applied), retry)
-        )
-    )
+    votes = read_rows(lambda retry: list(votes_to_move(transaction, user_rows_range(user_id), with_times, retry)))
     if any(not vote.held_out and held(vote.vote, vote.voted_at_us, applied) for vote in votes):
         raise NotYetMarked(user_id)
     cleared = tuple(_suspension_key(row) + (None,) for row in active if row.applied and row.suspension_id != restoring)
-    restored = tuple(
-        _suspension_key(row) + (spanner.COMMIT_TIMESTAMP, None) for row in active if row.suspension_id == restoring
-    )
+    restored = _restored_rows(active, restoring)
     return _write(transaction, Moves([], [], 0, 0, Counts(), cleared, restored), None, MUTATION_BUDGET, True)
 
 

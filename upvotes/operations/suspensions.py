@@ -97,6 +97,7 @@ from upvotes.operations.suspension_passes import (
     plan_users,
     reconcile_user_group,
     reconcile_votes,
+    rows_need_times,
     unapply,
 )
 
@@ -321,8 +322,7 @@ class _Passes:
             users = user_ids[start : start + USERS_PER_SNAPSHOT]
             with self._database.snapshot(multi_use=True) as snapshot:
                 suspensions = suspensions_of(snapshot, users)
-                with_times = any(row.since is not None for row in suspensions if row.restored_at is None)
-                votes = list(votes_to_move(snapshot, user_rows_range(*users), with_times))
+                votes = list(votes_to_move(snapshot, user_rows_range(*users), rows_need_times(suspensions)))
             groups, alone = plan_user_passes(
                 plan_users(votes, suspensions, self._restoring),
                 self._rows_per_pass or DEFAULT_USER_ROWS_PER_PASS,
